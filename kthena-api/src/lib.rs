@@ -1,0 +1,1 @@
+//! Kthena's resource types.
