@@ -1,0 +1,174 @@
+//! Types shared by several kinds: durations, field errors, validation helpers.
+
+use std::fmt;
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A Go `metav1.Duration` as written in a manifest (`"100ms"`, `"1m"`, `"1h30m"`).
+///
+/// The original text is kept so that a document round-trips unchanged; [`GoDuration::parse`]
+/// turns it into a [`std::time::Duration`] using `kube::core::Duration` (Go
+/// `time.ParseDuration` syntax). `validate()` of every kind reports unparsable values with their
+/// JSON path.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(transparent)]
+pub struct GoDuration(pub String);
+
+// === impl GoDuration ===
+
+impl GoDuration {
+    /// Wraps a Go duration string without checking it.
+    pub fn new(text: impl Into<String>) -> Self {
+        Self(text.into())
+    }
+
+    /// Parses the text as a Go duration.
+    ///
+    /// # Errors
+    /// Returns a human-readable message when the text is not a Go duration or is negative.
+    pub fn parse(&self) -> std::result::Result<Duration, String> {
+        let parsed: kube::core::Duration = self
+            .0
+            .parse()
+            .map_err(|e| format!("invalid duration {:?}: {e}", self.0))?;
+        if parsed.is_negative() {
+            return Err(format!(
+                "invalid duration {:?}: must not be negative",
+                self.0
+            ));
+        }
+        Ok(Duration::from(parsed))
+    }
+
+    /// The text as written.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for GoDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One validation problem: the JSON path of the offending field and a message.
+///
+/// Paths use dots for fields and `[i]` for list items, map keys are written `[key]`,
+/// for example `spec.rules[1].targetModels[0].weight` or
+/// `spec.homogeneousTarget.target.metricSources[kv_cache]`. Messages follow the wording of Go
+/// Kthena's CEL rules and admission webhooks where those exist.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FieldError {
+    /// JSON path of the field, e.g. `spec.rules[0].targetModels[0].weight`.
+    pub path: String,
+    /// What is wrong, e.g. `must be between 0 and 100`.
+    pub message: String,
+}
+
+impl FieldError {
+    /// Creates a field error.
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// Collects [`FieldError`]s during validation.
+#[derive(Debug, Default)]
+pub(crate) struct Errors(pub(crate) Vec<FieldError>);
+
+impl Errors {
+    pub(crate) fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.0.push(FieldError::new(path, message));
+    }
+
+    pub(crate) fn finish(self) -> std::result::Result<(), Vec<FieldError>> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(self.0)
+        }
+    }
+
+    pub(crate) fn duration(&mut self, path: &str, d: Option<&GoDuration>) -> Option<Duration> {
+        let d = d?;
+        match d.parse() {
+            Ok(v) => Some(v),
+            Err(msg) => {
+                self.push(path, msg);
+                None
+            }
+        }
+    }
+
+    pub(crate) fn max_len(&mut self, path: &str, value: Option<&str>, max: usize) {
+        if let Some(v) = value
+            && v.chars().count() > max
+        {
+            self.push(path, format!("must be at most {max} characters"));
+        }
+    }
+
+    pub(crate) fn pattern(&mut self, path: &str, value: &str, pattern: &str) {
+        if !matches_pattern(value, pattern) {
+            self.push(path, format!("must match pattern {pattern}"));
+        }
+    }
+
+    pub(crate) fn range_i64(&mut self, path: &str, value: Option<i64>, min: i64, max: i64) {
+        if let Some(v) = value
+            && (v < min || v > max)
+        {
+            self.push(path, format!("must be between {min} and {max}"));
+        }
+    }
+}
+
+/// Whether `value` matches `pattern` (a regex compiled on the fly; patterns are constants of
+/// this crate, so a compile failure means "no match").
+pub(crate) fn matches_pattern(value: &str, pattern: &str) -> bool {
+    regex::Regex::new(pattern).is_ok_and(|re| re.is_match(value))
+}
+
+/// Kubernetes DNS-1035 label check (`[a-z]([-a-z0-9]*[a-z0-9])?`, at most 63 characters),
+/// as `k8s.io/apimachinery/pkg/util/validation.IsDNS1035Label`.
+pub(crate) fn dns1035_label(value: &str) -> Option<String> {
+    if value.len() > 63 {
+        return Some("must be no more than 63 characters".to_owned());
+    }
+    if !matches_pattern(value, "^[a-z]([-a-z0-9]*[a-z0-9])?$") {
+        return Some(
+            "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start \
+             with an alphabetic character, and end with an alphanumeric character"
+                .to_owned(),
+        );
+    }
+    None
+}
+
+/// Renders a JSON path segment for a map key.
+pub(crate) fn key(path: &str, k: &str) -> String {
+    format!("{path}[{k}]")
+}
+
+/// Renders a JSON path segment for a list index.
+pub(crate) fn idx(path: &str, i: usize) -> String {
+    format!("{path}[{i}]")
+}
+
+/// Schema of a free-form JSON field: any value, kept as is by the API server
+/// (`x-kubernetes-preserve-unknown-fields`), like Go's `apiextensionsv1.JSON`.
+pub(crate) fn preserve_unknown_fields(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "x-kubernetes-preserve-unknown-fields": true })
+}

@@ -1,0 +1,125 @@
+//! Compares the generated CRDs with Go Kthena's CRD YAMLs: every property path their schema
+//! accepts must exist in ours with the same type; printer columns and subresources must match.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+use serde_json::Value;
+
+fn charts_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/kthena-manifests/charts/kthena/charts")
+}
+
+/// Differences accepted on purpose, by CRD name and property path, each with its reason.
+/// See `docs/api.md` ("Schema differences").
+const EXCEPTIONS: &[(&str, &str, &str)] = &[
+    (
+        "*",
+        ".apiVersion",
+        "the API server accepts apiVersion, kind and metadata on every custom resource; \
+         kube-derive leaves them out of the root schema",
+    ),
+    ("*", ".kind", "as .apiVersion"),
+    ("*", ".metadata", "as .apiVersion"),
+];
+
+/// The type of a schema node: its `type`, or `int-or-string`, or `any` for
+/// `x-kubernetes-preserve-unknown-fields` nodes without a type.
+fn node_type(s: &Value) -> String {
+    let mut t = base_type(s);
+    if let Some(e) = s.get("enum") {
+        t.push_str(&format!(" enum {e}"));
+    }
+    if let Some(d) = s.get("default") {
+        t.push_str(&format!(" default {d}"));
+    }
+    t
+}
+
+fn base_type(s: &Value) -> String {
+    if s.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) {
+        return "int-or-string".to_owned();
+    }
+    match s.get("type").and_then(Value::as_str) {
+        Some(t) => t.to_owned(),
+        None if s.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) => "any".to_owned(),
+        None => "untyped".to_owned(),
+    }
+}
+
+/// Flattens a schema into `path -> type`; `[]` marks list items, `{}` map values.
+fn flatten(s: &Value, path: &str, out: &mut BTreeMap<String, String>) {
+    out.insert(path.to_owned(), node_type(s));
+    if let Some(props) = s.get("properties").and_then(Value::as_object) {
+        for (k, v) in props {
+            flatten(v, &format!("{path}.{k}"), out);
+        }
+    }
+    if let Some(items) = s.get("items") {
+        flatten(items, &format!("{path}[]"), out);
+    }
+    if let Some(ap) = s.get("additionalProperties").filter(|v| v.is_object()) {
+        flatten(ap, &format!("{path}{{}}"), out);
+    }
+}
+
+fn version(crd: &Value) -> Result<&Value> {
+    crd.pointer("/spec/versions/0").context("CRD without versions")
+}
+
+fn schema_of(crd: &Value) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    let s = version(crd)?.pointer("/schema/openAPIV3Schema").context("no openAPIV3Schema")?;
+    flatten(s, "", &mut out);
+    Ok(out)
+}
+
+#[test]
+fn generated_schemas_accept_everything_go_kthena_accepts() -> Result<()> {
+    let ours: BTreeMap<String, Value> = kthena_api::crds()
+        .into_iter()
+        .map(|c| Ok((c.metadata.name.clone().unwrap_or_default(), serde_json::to_value(&c)?)))
+        .collect::<Result<_>>()?;
+    let mut checked = 0;
+    let mut diffs = Vec::new();
+    for group in ["networking", "workload"] {
+        let dir = charts_dir().join(group).join("crds");
+        let mut files: Vec<_> = std::fs::read_dir(&dir)?.map(|e| e.map(|e| e.path())).collect::<Result<_, _>>()?;
+        files.sort();
+        for file in files {
+            let theirs: Value = serde_saphyr::from_str(&std::fs::read_to_string(&file)?)?;
+            let name = theirs.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_owned();
+            let Some(mine) = ours.get(&name) else {
+                diffs.push(format!("{name}: not generated"));
+                continue;
+            };
+            checked += 1;
+            for field in ["/spec/group", "/spec/names/kind", "/spec/names/plural", "/spec/scope"] {
+                if theirs.pointer(field) != mine.pointer(field) {
+                    diffs.push(format!("{name}: {field} differs"));
+                }
+            }
+            let (tv, mv) = (version(&theirs)?, version(mine)?);
+            for field in ["name", "subresources", "additionalPrinterColumns"] {
+                if tv.get(field) != mv.get(field) {
+                    diffs.push(format!("{name}: version {field}: theirs {:?}, ours {:?}", tv.get(field), mv.get(field)));
+                }
+            }
+            let (ts, ms) = (schema_of(&theirs)?, schema_of(mine)?);
+            for (path, ty) in &ts {
+                let got = ms.get(path);
+                if got == Some(ty) {
+                    continue;
+                }
+                if EXCEPTIONS.iter().any(|(n, p, _)| (*n == name || *n == "*") && p == path) {
+                    continue;
+                }
+                diffs.push(format!("{name}: {path}: theirs {ty}, ours {}", got.map_or("missing", String::as_str)));
+            }
+        }
+    }
+    assert_eq!(diffs, Vec::<String>::new());
+    assert_eq!(checked, 6);
+    Ok(())
+}

@@ -1,0 +1,422 @@
+//! The router configuration file, environment variables and their precedence.
+//!
+//! Precedence, lowest first: built-in defaults, the config file, Go Kthena's environment
+//! variables (`METRICS_SCRAPE_INTERVAL`, `ACCESS_LOG_ENABLED`, `ACCESS_LOG_FORMAT`,
+//! `ACCESS_LOG_OUTPUT`, `DRAIN_TIMEOUT`), then command-line flags (`--port`,
+//! `--metrics-port`, `--debug-port`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// The `scheduler:` section in Kthena's format (`plugins.Filter/Score`, `pluginConfig`),
+/// owned by `kthena-sched`.
+pub type SchedulerConfig = kthena_sched::Config;
+
+/// The router's configuration: one struct, defaults documented on [`Config::default`].
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Config {
+    /// Kthena's scheduler section, unchanged from Go Kthena's `routerConfiguration.yaml`.
+    pub scheduler: SchedulerConfig,
+    /// Inference listener port (default 8080, flag `--port`).
+    pub port: u16,
+    /// Prometheus `/metrics` listener port (default 9090, flag `--metrics-port`).
+    pub metrics_port: u16,
+    /// Debug listener port, bound to localhost only (default 15000, flag `--debug-port`).
+    pub debug_port: u16,
+    /// Address the inference and metrics listeners bind (default `0.0.0.0`).
+    pub bind_address: std::net::IpAddr,
+    /// Largest accepted request body in bytes (default 10 MiB); larger bodies get 413.
+    pub max_body_bytes: usize,
+    /// Engine metrics scrape interval (default `1s`; env `METRICS_SCRAPE_INTERVAL`).
+    #[serde(with = "go_duration")]
+    pub metrics_scrape_interval: Duration,
+    /// Timeout of one scrape (`/metrics` or `/v1/models`) (default `5s`).
+    #[serde(with = "go_duration")]
+    pub metrics_scrape_timeout: Duration,
+    /// Most endpoints scraped at the same time (default 100, as Go Kthena).
+    pub metrics_scrape_concurrency: usize,
+    /// Graceful shutdown bound for in-flight requests (default `5m`; env `DRAIN_TIMEOUT`).
+    #[serde(with = "go_duration")]
+    pub drain_timeout: Duration,
+    /// Access log settings.
+    pub access_log: AccessLogConfig,
+    /// Standalone discovery: manifests and endpoints.
+    pub standalone: Standalone,
+    /// The directory relative paths are resolved against (the config file's directory);
+    /// not read from the file.
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+}
+
+/// Access log settings (spec §2.14).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AccessLogConfig {
+    /// Emit one line per `/v1/*` request (default true; env `ACCESS_LOG_ENABLED`).
+    pub enabled: bool,
+    /// `text` (default) or `json` (env `ACCESS_LOG_FORMAT`).
+    pub format: AccessLogFormat,
+    /// `stdout` (default), `stderr`, or a file path opened for append (env `ACCESS_LOG_OUTPUT`).
+    pub output: String,
+}
+
+/// Access log line format.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessLogFormat {
+    /// Go Kthena's text line.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The `standalone:` section: what stands in for the Kubernetes API.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Standalone {
+    /// Files or folders (non-recursive, `*.yaml`, `*.yml`, `*.json`) of ModelRoute and
+    /// ModelServer manifests, as a user would `kubectl apply` them. Other kinds are ignored.
+    pub manifests: Vec<PathBuf>,
+    /// The engine instances that stand in for Pods.
+    pub endpoints: Vec<EndpointConfig>,
+}
+
+/// One engine instance.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointConfig {
+    /// Unique name (the "pod name" in logs, metrics and the scheduler).
+    pub name: String,
+    /// `host:port`; IPv6 literals in brackets (`[::1]:8000`).
+    pub address: String,
+    /// Namespace of the stand-in Pod; only ModelServers of that namespace select it
+    /// (default `default`).
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// Labels matched by `ModelServer.spec.workloadSelector.matchLabels`.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Optional KV-events address (`tcp://host:port`), kept for the kvcache-aware plugin.
+    #[serde(default)]
+    pub kv_events: Option<String>,
+}
+
+fn default_namespace() -> String {
+    "default".into()
+}
+
+// === impl Config ===
+
+impl Default for Config {
+    /// Defaults: ports 8080/9090/15000 on `0.0.0.0`, 10 MiB bodies, scrape every 1 s with a
+    /// 5 s timeout and at most 100 concurrent scrapes, 5 min drain, text access log on stdout,
+    /// the scheduler's own defaults, no manifests and no endpoints.
+    fn default() -> Self {
+        Self {
+            scheduler: SchedulerConfig::default(),
+            port: 8080,
+            metrics_port: 9090,
+            debug_port: 15000,
+            bind_address: std::net::IpAddr::from([0, 0, 0, 0]),
+            max_body_bytes: 10 * 1024 * 1024,
+            metrics_scrape_interval: Duration::from_secs(1),
+            metrics_scrape_timeout: Duration::from_secs(5),
+            metrics_scrape_concurrency: 100,
+            drain_timeout: Duration::from_secs(300),
+            access_log: AccessLogConfig::default(),
+            standalone: Standalone::default(),
+            base_dir: PathBuf::from("."),
+        }
+    }
+}
+
+impl Default for AccessLogConfig {
+    /// Enabled, text, stdout.
+    fn default() -> Self {
+        Self { enabled: true, format: AccessLogFormat::Text, output: "stdout".into() }
+    }
+}
+
+impl Config {
+    /// Parses a config from YAML text; `path` names it in errors and sets
+    /// [`Config::base_dir`]. Does not validate; call [`Config::validate`].
+    ///
+    /// # Errors
+    /// [`Error::Config`] with the parser's location and reason.
+    pub fn from_yaml(path: &Path, text: &str) -> Result<Self> {
+        let mut cfg: Self = if text.trim().is_empty() {
+            Self::default()
+        } else {
+            serde_saphyr::from_str(text)
+                .map_err(|e| Error::Config { path: path.to_owned(), reason: e.to_string() })?
+        };
+        cfg.base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        if cfg.base_dir.as_os_str().is_empty() {
+            cfg.base_dir = PathBuf::from(".");
+        }
+        Ok(cfg)
+    }
+
+    /// Reads and parses a config file (see [`Config::from_yaml`]).
+    ///
+    /// # Errors
+    /// [`Error::ReadFile`] or [`Error::Config`].
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| Error::ReadFile { path: path.to_owned(), source })?;
+        Self::from_yaml(path, &text)
+    }
+
+    /// Applies Go Kthena's environment variables on top of the file values.
+    ///
+    /// # Errors
+    /// [`Error::Env`] for an unparsable or out-of-range value (never a silent default).
+    pub fn apply_env(mut self, env: &dyn Env) -> Result<Self> {
+        if let Some(v) = env.var("METRICS_SCRAPE_INTERVAL") {
+            let d = parse_go_duration(&v)
+                .map_err(|reason| Error::Env { name: "METRICS_SCRAPE_INTERVAL", value: v.clone(), reason })?;
+            if d.is_zero() {
+                return Err(Error::Env {
+                    name: "METRICS_SCRAPE_INTERVAL",
+                    value: v,
+                    reason: "must be greater than 0".into(),
+                });
+            }
+            self.metrics_scrape_interval = d;
+        }
+        if let Some(v) = env.var("DRAIN_TIMEOUT") {
+            self.drain_timeout = parse_go_duration(&v)
+                .map_err(|reason| Error::Env { name: "DRAIN_TIMEOUT", value: v.clone(), reason })?;
+        }
+        if let Some(v) = env.var("ACCESS_LOG_ENABLED") {
+            self.access_log.enabled = match v.to_ascii_lowercase().as_str() {
+                "1" | "t" | "true" => true,
+                "0" | "f" | "false" => false,
+                _ => {
+                    return Err(Error::Env {
+                        name: "ACCESS_LOG_ENABLED",
+                        value: v,
+                        reason: "expected true or false".into(),
+                    });
+                }
+            };
+        }
+        if let Some(v) = env.var("ACCESS_LOG_FORMAT") {
+            self.access_log.format = match v.as_str() {
+                "text" => AccessLogFormat::Text,
+                "json" => AccessLogFormat::Json,
+                _ => {
+                    return Err(Error::Env {
+                        name: "ACCESS_LOG_FORMAT",
+                        value: v,
+                        reason: "expected text or json".into(),
+                    });
+                }
+            };
+        }
+        if let Some(v) = env.var("ACCESS_LOG_OUTPUT")
+            && !v.is_empty()
+        {
+            self.access_log.output = v;
+        }
+        Ok(self)
+    }
+
+    /// Checks every value: endpoint names unique and addresses resolvable, ports non-zero
+    /// unless the value 0 is meant (tests bind port 0), scrape concurrency ≥ 1, the scheduler
+    /// section valid.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the field.
+    pub fn validate(self, path: &Path) -> Result<Self> {
+        let err = |reason: String| Error::Config { path: path.to_owned(), reason };
+        if self.metrics_scrape_concurrency == 0 {
+            return Err(err("metricsScrapeConcurrency: must be at least 1".into()));
+        }
+        if self.max_body_bytes == 0 {
+            return Err(err("maxBodyBytes: must be at least 1".into()));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, ep) in self.standalone.endpoints.iter().enumerate() {
+            if ep.name.is_empty() {
+                return Err(err(format!("standalone.endpoints[{i}].name: must not be empty")));
+            }
+            if !seen.insert(ep.name.as_str()) {
+                return Err(err(format!(
+                    "standalone.endpoints[{i}].name: duplicate endpoint name {:?}",
+                    ep.name
+                )));
+            }
+            resolve_address(&ep.address)
+                .map_err(|r| err(format!("standalone.endpoints[{i}].address: {r}")))?;
+        }
+        crate::sched::build_scheduler(&self.scheduler)
+            .map_err(|r| err(format!("scheduler: {r}")))?;
+        Ok(self)
+    }
+
+    /// The manifest paths with relative ones resolved against [`Config::base_dir`].
+    #[must_use]
+    pub fn manifest_paths(&self) -> Vec<PathBuf> {
+        self.standalone
+            .manifests
+            .iter()
+            .map(|p| if p.is_absolute() { p.clone() } else { self.base_dir.join(p) })
+            .collect()
+    }
+}
+
+/// Resolves an endpoint address `host:port` to a socket address.
+///
+/// # Errors
+/// A reason string when the address has no port or does not resolve.
+pub fn resolve_address(address: &str) -> std::result::Result<SocketAddr, String> {
+    if let Ok(a) = address.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    address
+        .to_socket_addrs()
+        .map_err(|e| format!("{address:?} is not host:port: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{address:?} resolves to no address"))
+}
+
+/// Parses a Go duration string (`1s`, `500ms`, `1h30m`) with `kube::core::Duration`.
+///
+/// # Errors
+/// The parser's reason; negative durations are rejected.
+pub fn parse_go_duration(s: &str) -> std::result::Result<Duration, String> {
+    let d: kube::core::Duration = s.parse().map_err(|e| format!("{e}"))?;
+    if d.is_negative() {
+        return Err("must not be negative".into());
+    }
+    Ok(d.into())
+}
+
+/// Reads environment variables; tests pass a map instead of the process environment.
+pub trait Env {
+    /// The value of `name`, if set.
+    fn var(&self, name: &str) -> Option<String>;
+}
+
+/// The process environment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+}
+
+impl Env for HashMap<String, String> {
+    fn var(&self, name: &str) -> Option<String> {
+        self.get(name).cloned()
+    }
+}
+
+mod go_duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        super::parse_go_duration(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = r#"
+port: 18080
+metricsScrapeInterval: 250ms
+accessLog: {format: json}
+scheduler:
+  pluginConfig:
+  - name: least-request
+    args: {maxWaitingRequests: 10}
+  plugins:
+    Filter:
+      enabled: [least-request]
+    Score:
+      enabled:
+      - {name: least-request, weight: 1}
+standalone:
+  manifests: [manifests/]
+  endpoints:
+  - name: sim-a
+    address: 127.0.0.1:8001
+    labels: {app: demo}
+  - name: sim-b
+    address: "[::1]:8002"
+    labels: {app: demo}
+    kvEvents: tcp://127.0.0.1:5557
+"#;
+
+    #[test]
+    fn parses_file_env_and_defaults() {
+        let path = Path::new("/etc/kthena/router.yaml");
+        let cfg = Config::from_yaml(path, FILE).unwrap().validate(path).unwrap();
+        assert_eq!(cfg.port, 18080);
+        assert_eq!(cfg.metrics_port, 9090);
+        assert_eq!(cfg.debug_port, 15000);
+        assert_eq!(cfg.metrics_scrape_interval, Duration::from_millis(250));
+        assert_eq!(cfg.access_log.format, AccessLogFormat::Json);
+        assert!(cfg.access_log.enabled);
+        assert_eq!(cfg.standalone.endpoints[1].address, "[::1]:8002");
+        assert_eq!(cfg.standalone.endpoints[1].namespace, "default");
+        assert_eq!(cfg.standalone.endpoints[1].kv_events.as_deref(), Some("tcp://127.0.0.1:5557"));
+        assert_eq!(cfg.manifest_paths(), vec![PathBuf::from("/etc/kthena/manifests/")]);
+
+        let env: HashMap<String, String> = [
+            ("METRICS_SCRAPE_INTERVAL", "2s"),
+            ("ACCESS_LOG_ENABLED", "false"),
+            ("ACCESS_LOG_FORMAT", "text"),
+            ("ACCESS_LOG_OUTPUT", "/tmp/x.log"),
+            ("DRAIN_TIMEOUT", "1m30s"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let cfg = cfg.apply_env(&env).unwrap();
+        assert_eq!(cfg.metrics_scrape_interval, Duration::from_secs(2));
+        assert!(!cfg.access_log.enabled);
+        assert_eq!(cfg.access_log.format, AccessLogFormat::Text);
+        assert_eq!(cfg.access_log.output, "/tmp/x.log");
+        assert_eq!(cfg.drain_timeout, Duration::from_secs(90));
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        let path = Path::new("r.yaml");
+        let bad_env: HashMap<String, String> =
+            [("METRICS_SCRAPE_INTERVAL".to_owned(), "0s".to_owned())].into_iter().collect();
+        assert!(matches!(
+            Config::default().apply_env(&bad_env),
+            Err(Error::Env { name: "METRICS_SCRAPE_INTERVAL", .. })
+        ));
+        let bad_env: HashMap<String, String> =
+            [("ACCESS_LOG_FORMAT".to_owned(), "xml".to_owned())].into_iter().collect();
+        assert!(Config::default().apply_env(&bad_env).is_err());
+
+        let dup = "standalone:\n  endpoints:\n  - {name: a, address: '127.0.0.1:1'}\n  - {name: a, address: '127.0.0.1:2'}\n";
+        let e = Config::from_yaml(path, dup).unwrap().validate(path).unwrap_err();
+        assert!(e.to_string().contains("standalone.endpoints[1].name"), "{e}");
+        let noport = "standalone:\n  endpoints:\n  - {name: a, address: '127.0.0.1'}\n";
+        let e = Config::from_yaml(path, noport).unwrap().validate(path).unwrap_err();
+        assert!(e.to_string().contains("standalone.endpoints[0].address"), "{e}");
+        assert!(Config::from_yaml(path, "port: [1]\n").is_err());
+        assert!(Config::from_yaml(path, "metricsScrapeInterval: soon\n").is_err());
+    }
+}

@@ -1,0 +1,120 @@
+//! The debug listener (localhost only): `/debug/config_dump/*` (spec §2.4).
+//!
+//! * `GET /debug/config_dump/{modelroutes|modelservers|pods}` → `{"<plural>": [...]}`;
+//! * `GET /debug/config_dump/namespaces/{ns}/{modelroutes|modelservers|pods}/{name}` → one
+//!   object, or 404 `{"error":"ModelRoute not found"}`.
+//!
+//! Gateway API kinds are not served in standalone mode: their lists are `null`.
+
+use http::{Response, StatusCode};
+use serde_json::{Value, json};
+
+use crate::discovery::Snapshot;
+use crate::endpoint::Endpoint;
+use crate::proxy::{RespBody, full};
+use crate::service::Shared;
+
+fn answer(status: StatusCode, v: &Value) -> Response<RespBody> {
+    let mut r = Response::new(full(v.to_string()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    r
+}
+
+fn route_json(snap: &Snapshot, r: &kthena_api::ModelRoute) -> Value {
+    json!({
+        "name": r.metadata.name,
+        "namespace": r.metadata.namespace.as_deref().unwrap_or("default"),
+        "spec": serde_json::to_value(&r.spec).unwrap_or(Value::Null),
+        "generation": snap.generation,
+    })
+}
+
+fn server_json(s: &crate::discovery::Server) -> Value {
+    json!({
+        "name": s.name,
+        "namespace": s.namespace,
+        "spec": serde_json::to_value(&s.object.spec).unwrap_or(Value::Null),
+        "associatedPods": s.endpoints.iter().map(|e| format!("{}/{}", e.namespace, e.name)).collect::<Vec<_>>(),
+        "decodePods": [],
+        "prefillPods": [],
+    })
+}
+
+fn pod_json(snap: &Snapshot, e: &Endpoint, detail: bool) -> Value {
+    let st = e.state().clone();
+    let servers: Vec<String> = {
+        let mut v: Vec<String> = snap.servers.values().filter(|s| s.endpoints.iter().any(|x| x.name == e.name)).map(|s| s.key.clone()).collect();
+        v.sort();
+        v
+    };
+    let mut v = json!({
+        "name": e.name,
+        "namespace": e.namespace,
+        "engine": st.engine.map(|x| x.as_str()),
+        "metrics": {
+            "gpuCacheUsage": st.kv_cache_usage,
+            "requestWaitingNum": st.waiting,
+            "requestRunningNum": st.running,
+            "tpot": st.tpot_ms.unwrap_or(0.0),
+            "ttft": st.ttft_ms.unwrap_or(0.0),
+            "stale": st.stale,
+            "inFlight": e.in_flight(),
+        },
+        "models": st.models,
+        "modelServers": servers,
+    });
+    if detail {
+        v["podInfo"] = json!({"address": e.address, "labels": e.labels, "kvEvents": e.kv_events});
+    }
+    v
+}
+
+/// Answers a debug path.
+pub(crate) fn config_dump(shared: &Shared, path: &str) -> Response<RespBody> {
+    let snap = shared.snapshot.load();
+    let Some(rest) = path.strip_prefix("/debug/config_dump/") else {
+        return answer(StatusCode::NOT_FOUND, &json!({"error": "not found"}));
+    };
+    let parts: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
+    match parts.as_slice() {
+        ["modelroutes"] => {
+            let list: Vec<Value> = snap.route_objects.iter().map(|r| route_json(&snap, r)).collect();
+            answer(StatusCode::OK, &json!({ "modelroutes": list }))
+        }
+        ["modelservers"] => {
+            let mut keys: Vec<&String> = snap.servers.keys().collect();
+            keys.sort();
+            let list: Vec<Value> = keys.into_iter().map(|k| server_json(&snap.servers[k])).collect();
+            answer(StatusCode::OK, &json!({ "modelservers": list }))
+        }
+        ["pods"] => {
+            let list: Vec<Value> = snap.endpoints.iter().map(|e| pod_json(&snap, e, false)).collect();
+            answer(StatusCode::OK, &json!({ "pods": list }))
+        }
+        [kind @ ("gateways" | "httproutes" | "inferencepools")] => answer(StatusCode::OK, &json!({ *kind: null })),
+        ["namespaces", ns, kind, name] => {
+            let found = match *kind {
+                "modelroutes" => snap
+                    .route_objects
+                    .iter()
+                    .find(|r| r.metadata.namespace.as_deref().unwrap_or("default") == *ns && r.metadata.name.as_deref() == Some(*name))
+                    .map(|r| route_json(&snap, r)),
+                "modelservers" => snap.servers.get(&format!("{ns}/{name}")).map(|s| server_json(s)),
+                "pods" => snap.endpoints.iter().find(|e| e.namespace == *ns && e.name == *name).map(|e| pod_json(&snap, e, true)),
+                _ => None,
+            };
+            let kind_name = match *kind {
+                "modelroutes" => "ModelRoute",
+                "modelservers" => "ModelServer",
+                "pods" => "Pod",
+                _ => "Resource",
+            };
+            match found {
+                Some(v) => answer(StatusCode::OK, &v),
+                None => answer(StatusCode::NOT_FOUND, &json!({"error": format!("{kind_name} not found")})),
+            }
+        }
+        _ => answer(StatusCode::NOT_FOUND, &json!({"error": "not found"})),
+    }
+}

@@ -1,0 +1,163 @@
+//! Engine endpoints (the stand-ins for Pods) and their live state: in-flight count and the
+//! last scraped engine metrics.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use kthena_api::networking::InferenceEngine;
+use kthena_sched::{Candidate, EndpointId, Metrics};
+use tokio::time::Instant;
+
+use crate::config::EndpointConfig;
+
+/// Consecutive failed scrapes after which an endpoint is no longer offered to the scheduler
+/// (while at least one other endpoint of the server is up).
+pub const DOWN_AFTER_FAILURES: u32 = 3;
+
+/// One engine instance. Shared by every snapshot that contains it, so its in-flight count and
+/// metrics survive reloads as long as its name and address stay the same.
+#[derive(Debug)]
+pub struct Endpoint {
+    /// Unique name (the "pod name").
+    pub name: String,
+    /// Namespace of the stand-in Pod.
+    pub namespace: String,
+    /// `host:port` as configured (used as the URI authority).
+    pub address: String,
+    /// The resolved socket address.
+    pub socket: SocketAddr,
+    /// Labels for `workloadSelector.matchLabels`.
+    pub labels: BTreeMap<String, String>,
+    /// Optional KV-events address.
+    pub kv_events: Option<String>,
+    /// Scheduler id (`namespace/name`).
+    pub id: EndpointId,
+    in_flight: AtomicU32,
+    state: Mutex<EngineState>,
+}
+
+/// The last known engine metrics of an endpoint.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EngineState {
+    /// Engine used to read the metrics (that of the first ModelServer selecting it).
+    pub engine: Option<InferenceEngine>,
+    /// Requests running in the engine.
+    pub running: u32,
+    /// Requests waiting in the engine.
+    pub waiting: u32,
+    /// KV-cache usage ratio `0..=1`.
+    pub kv_cache_usage: f64,
+    /// Mean TTFT over the last interval with observations, ms.
+    pub ttft_ms: Option<f64>,
+    /// Mean TPOT over the last interval with observations, ms.
+    pub tpot_ms: Option<f64>,
+    /// Model ids from `GET /v1/models` (base model first, then LoRA adapters).
+    pub models: Vec<String>,
+    /// The last scrape failed: the values above are the last good ones.
+    pub stale: bool,
+    /// At least one scrape succeeded.
+    pub scraped: bool,
+    /// Scrapes failed in a row.
+    pub consecutive_failures: u32,
+    /// Time of the last good scrape.
+    pub last_ok: Option<Instant>,
+    /// Previous `(sum, count)` of the TTFT histogram.
+    pub prev_ttft: Option<(f64, f64)>,
+    /// Previous `(sum, count)` of the TPOT histogram.
+    pub prev_tpot: Option<(f64, f64)>,
+}
+
+// === impl Endpoint ===
+
+impl Endpoint {
+    /// Builds an endpoint from its config (the address must have been validated).
+    ///
+    /// # Errors
+    /// The resolver's reason when the address does not resolve.
+    pub fn from_config(cfg: &EndpointConfig) -> Result<Self, String> {
+        let socket = crate::config::resolve_address(&cfg.address)?;
+        Ok(Self {
+            name: cfg.name.clone(),
+            namespace: cfg.namespace.clone(),
+            address: cfg.address.clone(),
+            socket,
+            labels: cfg.labels.clone(),
+            kv_events: cfg.kv_events.clone(),
+            id: EndpointId::new(format!("{}/{}", cfg.namespace, cfg.name)),
+            in_flight: AtomicU32::new(0),
+            state: Mutex::new(EngineState::default()),
+        })
+    }
+
+    /// Whether this endpoint was built from the same name, namespace and address.
+    #[must_use]
+    pub fn same_as(&self, cfg: &EndpointConfig) -> bool {
+        self.name == cfg.name && self.namespace == cfg.namespace && self.address == cfg.address
+    }
+
+    /// The base URL `http://host:port`.
+    #[must_use]
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// Requests the router currently has open to this endpoint.
+    #[must_use]
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Counts one more open request; the guard gives it back when dropped.
+    #[must_use]
+    pub fn begin_request(self: &Arc<Self>) -> InFlightGuard {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlightGuard { endpoint: Arc::clone(self) }
+    }
+
+    /// Locks the engine state (short critical sections only).
+    pub fn state(&self) -> MutexGuard<'_, EngineState> {
+        match self.state.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Whether the scheduler may use the endpoint: fewer than [`DOWN_AFTER_FAILURES`]
+    /// failed scrapes in a row.
+    #[must_use]
+    pub fn is_up(&self) -> bool {
+        self.state().consecutive_failures < DOWN_AFTER_FAILURES
+    }
+
+    /// The scheduler's view of the endpoint: id, model list, metrics with units.
+    #[must_use]
+    pub fn candidate(&self) -> Candidate {
+        let st = self.state();
+        let mut models = st.models.iter();
+        let base = models.next().cloned().unwrap_or_default();
+        Candidate::new(self.id.clone(), base)
+            .with_lora_adapters(models.cloned())
+            .with_metrics(Metrics {
+                in_flight: self.in_flight(),
+                running_requests: st.running,
+                waiting_requests: st.waiting,
+                kv_cache_usage: st.kv_cache_usage,
+                ttft_ms: st.ttft_ms,
+                tpot_ms: st.tpot_ms,
+            })
+    }
+}
+
+/// Decrements an endpoint's in-flight count when dropped.
+#[derive(Debug)]
+pub struct InFlightGuard {
+    endpoint: Arc<Endpoint>,
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.endpoint.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}

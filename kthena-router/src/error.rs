@@ -1,0 +1,335 @@
+//! The router's error type and its mapping to OpenAI-style HTTP answers.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::StatusCode;
+
+/// Which side of the proxy an error comes from (pingora's `ErrorSource`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The client sent something the router cannot serve.
+    Downstream,
+    /// An engine failed or answered with an error.
+    Upstream,
+    /// The router itself (configuration, I/O, bugs).
+    Internal,
+}
+
+/// Every error of this crate.
+///
+/// Request-path variants map to an HTTP status with [`Error::status`] and to an OpenAI error
+/// body with [`Error::to_body`]; configuration variants name the file and the reason.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request body is not valid JSON, or not a JSON object (400).
+    #[error("invalid JSON body: {reason}")]
+    BadJson {
+        /// The decoder's message.
+        reason: String,
+    },
+    /// The body has no non-blank string `model` field (400).
+    #[error("missing or empty `model` field")]
+    MissingModel,
+    /// A field has the wrong shape (400).
+    #[error("invalid field `{param}`: {reason}")]
+    InvalidField {
+        /// The JSON field name.
+        param: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The body carries none of `prompt`, `messages`, `input` (400).
+    #[error("no prompt found: the body needs `prompt`, `messages` or `input`")]
+    PromptNotFound,
+    /// No ModelRoute serves this model name (404).
+    #[error("model `{model}` not found: no ModelRoute serves it")]
+    ModelNotFound {
+        /// The request's `model`.
+        model: String,
+    },
+    /// A route matched but no rule or weighted target could be chosen (404).
+    #[error("no rule of the ModelRoutes for `{model}` matches this request")]
+    NoRuleMatched {
+        /// The request's `model`.
+        model: String,
+    },
+    /// The chosen route names a ModelServer that does not exist (404).
+    #[error("can't find model server: {server}")]
+    ServerNotFound {
+        /// `namespace/name` of the missing ModelServer.
+        server: String,
+    },
+    /// The body is larger than the configured limit (413).
+    #[error("request body larger than {limit} bytes")]
+    BodyTooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// Reading the request body failed (400).
+    #[error("failed to read the request body: {reason}")]
+    BodyRead {
+        /// The transport's message.
+        reason: String,
+    },
+    /// The ModelServer has no ready endpoint (503).
+    #[error("no ready endpoint for model server: {server}")]
+    NoReadyEndpoint {
+        /// `namespace/name` of the ModelServer.
+        server: String,
+    },
+    /// The scheduler filtered every candidate out or has no active plugin (503).
+    #[error("can't schedule to an endpoint of {server}: {reason}")]
+    Scheduling {
+        /// `namespace/name` of the ModelServer.
+        server: String,
+        /// The scheduler's reason.
+        reason: String,
+    },
+    /// Every attempt failed to connect or was refused (503).
+    #[error("request to all endpoints of {server} failed after {attempts} attempt(s): {last}")]
+    AllUpstreamsFailed {
+        /// `namespace/name` of the ModelServer.
+        server: String,
+        /// Number of attempts made.
+        attempts: usize,
+        /// The last failure, for humans.
+        last: String,
+    },
+    /// The upstream did not send response headers within `trafficPolicy.timeout` (504).
+    #[error("upstream {endpoint} did not answer within {timeout:?}")]
+    UpstreamTimeout {
+        /// Endpoint name.
+        endpoint: String,
+        /// The configured timeout.
+        timeout: Duration,
+    },
+    /// Only `/v1/chat/completions`, `/v1/completions`, `/v1/responses` and `GET /v1/models`
+    /// are served (404).
+    #[error("unknown path {path}")]
+    UnknownPath {
+        /// The request path.
+        path: String,
+    },
+    /// The method is not allowed on this path (405).
+    #[error("method {method} not allowed on {path}")]
+    MethodNotAllowed {
+        /// The request method.
+        method: String,
+        /// The request path.
+        path: String,
+    },
+    /// A configuration or manifest file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    ReadFile {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A configuration file is invalid.
+    #[error("invalid config {}: {reason}", path.display())]
+    Config {
+        /// The file (empty for flag or environment errors).
+        path: PathBuf,
+        /// What is wrong, with the field path where known.
+        reason: String,
+    },
+    /// A manifest file holds an invalid document.
+    #[error("invalid manifest {}: {reason}", path.display())]
+    Manifest {
+        /// The file.
+        path: PathBuf,
+        /// `kind namespace/name` and field path where known, and the reason.
+        reason: String,
+    },
+    /// An environment variable has an invalid value.
+    #[error("invalid environment variable {name}={value:?}: {reason}")]
+    Env {
+        /// Variable name.
+        name: &'static str,
+        /// Its value.
+        value: String,
+        /// Why it is rejected.
+        reason: String,
+    },
+    /// A listener could not bind.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file watcher failed.
+    #[error("file watcher: {0}")]
+    Watch(#[from] notify::Error),
+    /// An I/O error while serving.
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+// === impl Error ===
+
+impl Error {
+    /// The HTTP status this error answers with.
+    #[must_use]
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::BadJson { .. }
+            | Self::MissingModel
+            | Self::InvalidField { .. }
+            | Self::PromptNotFound
+            | Self::BodyRead { .. } => StatusCode::BAD_REQUEST,
+            Self::ModelNotFound { .. }
+            | Self::NoRuleMatched { .. }
+            | Self::ServerNotFound { .. }
+            | Self::UnknownPath { .. } => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::NoReadyEndpoint { .. }
+            | Self::Scheduling { .. }
+            | Self::AllUpstreamsFailed { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            Self::ReadFile { .. }
+            | Self::Config { .. }
+            | Self::Manifest { .. }
+            | Self::Env { .. }
+            | Self::Bind { .. }
+            | Self::Watch(_)
+            | Self::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// Which side caused the error.
+    #[must_use]
+    pub fn side(&self) -> Side {
+        match self.status().as_u16() {
+            400..=499 => Side::Downstream,
+            502..=504 => Side::Upstream,
+            _ => Side::Internal,
+        }
+    }
+
+    /// Whether another endpoint may be tried with the same body (connect errors only; the
+    /// proxy classifies 429/5xx answers itself).
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::AllUpstreamsFailed { .. })
+    }
+
+    /// The OpenAI error `type` string.
+    #[must_use]
+    pub fn openai_type(&self) -> &'static str {
+        match self.status().as_u16() {
+            400..=499 => "invalid_request_error",
+            503 => "service_unavailable_error",
+            504 => "timeout_error",
+            _ => "server_error",
+        }
+    }
+
+    /// The OpenAI error `code` string, stable for clients to match on.
+    #[must_use]
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::BadJson { .. } => "invalid_json",
+            Self::MissingModel => "missing_model",
+            Self::InvalidField { .. } => "invalid_value",
+            Self::PromptNotFound => "missing_prompt",
+            Self::BodyRead { .. } => "body_read_error",
+            Self::ModelNotFound { .. } | Self::NoRuleMatched { .. } => "model_not_found",
+            Self::ServerNotFound { .. } => "model_server_not_found",
+            Self::UnknownPath { .. } => "unknown_url",
+            Self::MethodNotAllowed { .. } => "method_not_allowed",
+            Self::BodyTooLarge { .. } => "request_too_large",
+            Self::NoReadyEndpoint { .. } => "no_ready_endpoint",
+            Self::Scheduling { .. } => "scheduling_failed",
+            Self::AllUpstreamsFailed { .. } => "upstream_unavailable",
+            Self::UpstreamTimeout { .. } => "upstream_timeout",
+            _ => "internal_error",
+        }
+    }
+
+    /// The OpenAI error `param`, when one field is to blame.
+    #[must_use]
+    pub fn param(&self) -> Option<&'static str> {
+        match self {
+            Self::MissingModel | Self::ModelNotFound { .. } | Self::NoRuleMatched { .. } => {
+                Some("model")
+            }
+            Self::InvalidField { param, .. } => Some(param),
+            _ => None,
+        }
+    }
+
+    /// The access-log `error` type (Go Kthena finish reasons, spec §2.14).
+    #[must_use]
+    pub fn finish_reason(&self) -> &'static str {
+        match self {
+            Self::BadJson { .. }
+            | Self::MissingModel
+            | Self::InvalidField { .. }
+            | Self::BodyTooLarge { .. }
+            | Self::BodyRead { .. } => "request_parsing",
+            Self::PromptNotFound => "prompt_parsing",
+            Self::ModelNotFound { .. } | Self::UnknownPath { .. } => "route_not_found",
+            Self::NoRuleMatched { .. } => "model_route_matching",
+            Self::ServerNotFound { .. } | Self::NoReadyEndpoint { .. } => "pod_discovery",
+            Self::Scheduling { .. } => "scheduling",
+            Self::AllUpstreamsFailed { .. } => "proxy",
+            Self::UpstreamTimeout { .. } => "upstream_transport",
+            Self::MethodNotAllowed { .. } => "request_protocol",
+            _ => "request_failed",
+        }
+    }
+
+    /// The OpenAI-shaped JSON body: `{"error":{"message","type","param","code"}}`.
+    #[must_use]
+    pub fn to_body(&self) -> Bytes {
+        openai_error_body(&self.to_string(), self.openai_type(), self.param(), self.code())
+    }
+}
+
+/// Builds an OpenAI error body `{"error":{"message","type","param","code"}}`.
+#[must_use]
+pub fn openai_error_body(message: &str, kind: &str, param: Option<&str>, code: &str) -> Bytes {
+    let v = serde_json::json!({
+        "error": {"message": message, "type": kind, "param": param, "code": code}
+    });
+    Bytes::from(v.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_and_shapes() {
+        let cases: Vec<(Error, u16, &str)> = vec![
+            (Error::MissingModel, 400, "missing_model"),
+            (Error::ModelNotFound { model: "x".into() }, 404, "model_not_found"),
+            (Error::BodyTooLarge { limit: 1 }, 413, "request_too_large"),
+            (Error::NoReadyEndpoint { server: "a/b".into() }, 503, "no_ready_endpoint"),
+            (
+                Error::UpstreamTimeout { endpoint: "e".into(), timeout: Duration::from_secs(1) },
+                504,
+                "upstream_timeout",
+            ),
+        ];
+        for (err, status, code) in cases {
+            assert_eq!(err.status().as_u16(), status);
+            let v: serde_json::Value = serde_json::from_slice(&err.to_body()).unwrap();
+            assert_eq!(v["error"]["code"], code);
+            assert!(v["error"]["message"].is_string());
+            assert!(v["error"]["type"].is_string());
+            assert!(v["error"].get("param").is_some());
+        }
+    }
+}

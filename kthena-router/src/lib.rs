@@ -1,0 +1,73 @@
+//! `kthena-router`: an OpenAI-compatible router for LLM inference engines.
+//!
+//! It picks an engine for every request by model name, ModelRoute rules and live load, and
+//! streams the answer through without buffering. This crate is the router process: the
+//! listeners, request parsing, route matching, the proxy with retries, the engine metrics
+//! scraper, the access log and Prometheus metrics, and standalone discovery (a config file
+//! plus ModelRoute/ModelServer manifests, hot-reloaded). It is **not** the scheduler (that is
+//! `kthena-sched`, which this crate feeds with candidates) and it does not talk to Kubernetes
+//! yet.
+//!
+//! Start with [`Router::start`] (or [`run`]) and a [`Config`]:
+//!
+//! ```no_run
+//! # async fn demo() -> kthena_router::Result<()> {
+//! use std::path::Path;
+//! let path = Path::new("examples/standalone/router.yaml");
+//! let cfg = kthena_router::load_config(path, &kthena_router::ProcessEnv, Default::default())?;
+//! let router = kthena_router::Router::start(cfg, Some(path.to_path_buf()), Default::default()).await?;
+//! println!("listening on {}", router.addr);
+//! router.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! # Request path
+//!
+//! parse (bounded body) → ModelRoute match (model or LoRA, rules, weights; oldest route
+//! wins) → candidates of the ModelServer → `kthena-sched` ranks them → proxy to the best,
+//! retrying the next ranked endpoint with the identical body on connect errors, 429 and 5xx
+//! before the first response byte → stream the answer through.
+//!
+//! # Cancel safety
+//!
+//! When a client disconnects, the router drops the upstream response body (or the pending
+//! upstream request), which closes that upstream connection at once; the engine sees the
+//! disconnect and stops generating. The endpoint's in-flight count is given back in the same
+//! step, and the access log records status 499 `client_disconnect` (or the upstream status
+//! with that error once streaming had started).
+
+mod accesslog;
+mod config;
+mod debug;
+mod discovery;
+mod endpoint;
+mod error;
+mod metrics;
+mod openai;
+mod proxy;
+mod route;
+mod sched;
+mod scrape;
+mod server;
+mod service;
+mod watch;
+
+pub use accesslog::{AccessLog, Entry as AccessLogEntry, EntryError as AccessLogError};
+pub use config::{
+    AccessLogConfig, AccessLogFormat, Config, EndpointConfig, Env, ProcessEnv, SchedulerConfig, Standalone,
+    parse_go_duration, resolve_address,
+};
+pub use discovery::{Loader, Server, Snapshot, manifest_files};
+pub use endpoint::{DOWN_AFTER_FAILURES, Endpoint, EngineState, InFlightGuard};
+pub use error::{Error, Result, Side, openai_error_body};
+pub use metrics::{DURATION_BUCKETS, Destination, Metrics, RATIO_BUCKETS, RequestRecord};
+pub use openai::{Message, ParsedRequest, Prompt, UpstreamBody, Usage, estimate_tokens, parse_request, usage_of};
+pub use proxy::{BoxError, ProxyBody, RequestCtx, RespBody, SchedDone, SseFilter};
+pub use route::{CompiledRoute, CompiledRule, MatchError, RouteMatch, RouteTable, StringMatcher, TargetRef};
+pub use sched::build_scheduler;
+pub use scrape::{
+    EngineMetricNames, EngineSample, HttpClient, SGLANG, VLLM, interval_mean_ms, names_for, parse_metrics, parse_models,
+    scrape_all, scrape_endpoint,
+};
+pub use server::{Overrides, Router, load_config, run};
+pub use service::{DEFAULT_ATTEMPTS, RouterService, Shared, error_response};

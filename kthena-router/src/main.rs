@@ -1,0 +1,62 @@
+//! The `kthena-router` binary: parse flags, install tracing, load and validate the config,
+//! run the router. Exit code 64 for a bad configuration, 1 for other failures.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use kthena_router::{Error, Overrides, ProcessEnv};
+
+/// Kthena's OpenAI-compatible LLM router (standalone mode).
+#[derive(Debug, Parser)]
+#[command(name = "kthena-router", version)]
+struct Args {
+    /// Router configuration file (scheduler section plus the standalone section).
+    #[arg(long, env = "KTHENA_ROUTER_CONFIG")]
+    config: PathBuf,
+    /// Inference listener port [default: 8080, or `port` in the config file].
+    #[arg(long)]
+    port: Option<u16>,
+    /// Prometheus /metrics port [default: 9090].
+    #[arg(long)]
+    metrics_port: Option<u16>,
+    /// Debug port, bound to localhost [default: 15000].
+    #[arg(long)]
+    debug_port: Option<u16>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let overrides = Overrides { port: args.port, metrics_port: args.metrics_port, debug_port: args.debug_port };
+    let cfg = match kthena_router::load_config(&args.config, &ProcessEnv, overrides) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "Invalid configuration");
+            return ExitCode::from(64);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "Cannot start the async runtime");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(kthena_router::run(cfg, Some(args.config), overrides)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e @ (Error::Config { .. } | Error::Manifest { .. } | Error::Env { .. } | Error::ReadFile { .. })) => {
+            tracing::error!(error = %e, "Invalid configuration");
+            ExitCode::from(64)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "Router failed");
+            ExitCode::from(1)
+        }
+    }
+}

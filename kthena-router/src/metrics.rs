@@ -1,0 +1,336 @@
+//! The router's Prometheus metrics: the `kthena_router_*` families of Go Kthena
+//! (`pkg/kthena-router/metrics/metrics.go`, spec §2.15), encoded with `prometheus-client`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Request latency buckets in seconds (spec §2.15).
+pub const DURATION_BUCKETS: [f64; 13] =
+    [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+/// Match-ratio buckets, ratios 0..1 (spec §2.15).
+pub const RATIO_BUCKETS: [f64; 9] = [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0];
+
+/// Destination labels shared by several families; placeholders `none`/`unresolved` until
+/// the route is known.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Destination {
+    /// `namespace/name` of the ModelRoute or `none`.
+    pub model_route: String,
+    /// `model_server` or `unresolved`.
+    pub backend_type: String,
+    /// `namespace/name` of the ModelServer or `none`.
+    pub backend_name: String,
+    /// The model sent upstream or `none`.
+    pub upstream_model: String,
+}
+
+impl Default for Destination {
+    /// The unresolved placeholders.
+    fn default() -> Self {
+        Self {
+            model_route: "none".into(),
+            backend_type: "unresolved".into(),
+            backend_name: "none".into(),
+            upstream_model: "none".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RequestLabels {
+    model: String,
+    path: String,
+    status_code: String,
+    error_type: String,
+    model_route: String,
+    backend_type: String,
+    backend_name: String,
+    upstream_model: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct DurationLabels {
+    model: String,
+    path: String,
+    status_code: String,
+    model_route: String,
+    backend_type: String,
+    backend_name: String,
+    upstream_model: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct TokenLabels {
+    model: String,
+    path: String,
+    token_type: String,
+    model_route: String,
+    backend_type: String,
+    backend_name: String,
+    upstream_model: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ModelLabel {
+    model: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct UpstreamLabels {
+    model_server: String,
+    model_route: String,
+    backend_type: String,
+    backend_name: String,
+    upstream_model: String,
+}
+
+type HistFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// The router's metric families and their registry.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    duration: HistFamily<DurationLabels>,
+    tokens: Family<TokenLabels, Counter>,
+    active_requests: Gauge,
+    active_downstream: Family<ModelLabel, Gauge>,
+    active_upstream: Family<UpstreamLabels, Gauge>,
+    prefix_match: HistFamily<ModelLabel>,
+    kv_match: HistFamily<ModelLabel>,
+    reloads: Family<ResultLabel, Counter>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ResultLabel {
+    result: String,
+}
+
+/// One finished request, as recorded in the request, duration and token families.
+#[derive(Debug, Clone)]
+pub struct RequestRecord<'a> {
+    /// The model label (`unknown` when no route knows it).
+    pub model: &'a str,
+    /// Raw request path.
+    pub path: &'a str,
+    /// Status sent to the client.
+    pub status: u16,
+    /// Finish reason; `None` gives `successful_request` (< 400) or `request_failed`.
+    pub error_type: Option<&'a str>,
+    /// Destination labels.
+    pub dest: &'a Destination,
+    /// Seconds from request start to the end of the response.
+    pub duration_secs: f64,
+    /// Estimated or reported input tokens.
+    pub input_tokens: u64,
+    /// Output tokens reported by the engine.
+    pub output_tokens: u64,
+}
+
+fn duration_hist() -> Histogram {
+    Histogram::new(DURATION_BUCKETS)
+}
+
+fn ratio_hist() -> Histogram {
+    Histogram::new(RATIO_BUCKETS)
+}
+
+// === impl Metrics ===
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every family.
+    #[must_use]
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        let duration = HistFamily::<DurationLabels>::new_with_constructor(duration_hist);
+        let tokens = Family::<TokenLabels, Counter>::default();
+        let active_requests = Gauge::default();
+        let active_downstream = Family::<ModelLabel, Gauge>::default();
+        let active_upstream = Family::<UpstreamLabels, Gauge>::default();
+        let prefix_match = HistFamily::<ModelLabel>::new_with_constructor(ratio_hist);
+        let kv_match = HistFamily::<ModelLabel>::new_with_constructor(ratio_hist);
+        let reloads = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "kthena_router_config_reloads",
+            "Configuration and manifest reloads by result (success, failure)",
+            reloads.clone(),
+        );
+        registry.register("kthena_router_requests", "Total number of requests handled by the router", requests.clone());
+        registry.register(
+            "kthena_router_request_duration_seconds",
+            "End-to-end request latency in seconds",
+            duration.clone(),
+        );
+        registry.register("kthena_router_tokens", "Total number of input and output tokens", tokens.clone());
+        registry.register("kthena_router_active_requests", "Requests being handled by the router", active_requests.clone());
+        registry.register(
+            "kthena_router_active_downstream_requests",
+            "Client requests in flight per model",
+            active_downstream.clone(),
+        );
+        registry.register(
+            "kthena_router_active_upstream_requests",
+            "Upstream requests in flight per destination",
+            active_upstream.clone(),
+        );
+        registry.register(
+            "kthena_router_prefix_cache_match_ratio",
+            "Longest matched prefix over total prompt blocks (prefix-cache plugin)",
+            prefix_match.clone(),
+        );
+        registry.register(
+            "kthena_router_kvcache_aware_match_ratio",
+            "Longest matched KV block prefix over total blocks (kvcache-aware plugin)",
+            kv_match.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            duration,
+            tokens,
+            active_requests,
+            active_downstream,
+            active_upstream,
+            prefix_match,
+            kv_match,
+            reloads,
+        }
+    }
+
+    /// Records a finished request: `requests_total` +1, one duration observation, and the
+    /// token counters (input, and output when > 0).
+    pub fn record_request(&self, r: &RequestRecord<'_>) {
+        let status = r.status.to_string();
+        let error_type = r.error_type.unwrap_or(if r.status < 400 { "successful_request" } else { "request_failed" });
+        let d = r.dest;
+        self.requests
+            .get_or_create(&RequestLabels {
+                model: r.model.into(),
+                path: r.path.into(),
+                status_code: status.clone(),
+                error_type: error_type.into(),
+                model_route: d.model_route.clone(),
+                backend_type: d.backend_type.clone(),
+                backend_name: d.backend_name.clone(),
+                upstream_model: d.upstream_model.clone(),
+            })
+            .inc();
+        self.duration
+            .get_or_create(&DurationLabels {
+                model: r.model.into(),
+                path: r.path.into(),
+                status_code: status,
+                model_route: d.model_route.clone(),
+                backend_type: d.backend_type.clone(),
+                backend_name: d.backend_name.clone(),
+                upstream_model: d.upstream_model.clone(),
+            })
+            .observe(r.duration_secs);
+        for (kind, n) in [("input", r.input_tokens), ("output", r.output_tokens)] {
+            if n == 0 {
+                continue;
+            }
+            self.tokens
+                .get_or_create(&TokenLabels {
+                    model: r.model.into(),
+                    path: r.path.into(),
+                    token_type: kind.into(),
+                    model_route: d.model_route.clone(),
+                    backend_type: d.backend_type.clone(),
+                    backend_name: d.backend_name.clone(),
+                    upstream_model: d.upstream_model.clone(),
+                })
+                .inc_by(n);
+        }
+    }
+
+    /// `kthena_router_active_requests` ±1.
+    pub fn active_requests(&self, delta: i64) {
+        self.active_requests.inc_by(delta);
+    }
+
+    /// `kthena_router_active_downstream_requests{model}` ±1.
+    pub fn active_downstream(&self, model: &str, delta: i64) {
+        self.active_downstream.get_or_create(&ModelLabel { model: model.into() }).inc_by(delta);
+    }
+
+    /// `kthena_router_active_upstream_requests{...}` ±1.
+    pub fn active_upstream(&self, d: &Destination, delta: i64) {
+        let model_server =
+            if d.backend_type == "model_server" { d.backend_name.clone() } else { "none".into() };
+        self.active_upstream
+            .get_or_create(&UpstreamLabels {
+                model_server,
+                model_route: d.model_route.clone(),
+                backend_type: d.backend_type.clone(),
+                backend_name: d.backend_name.clone(),
+                upstream_model: d.upstream_model.clone(),
+            })
+            .inc_by(delta);
+    }
+
+    /// Counts a reload attempt (`kthena_router_config_reloads_total{result}`).
+    pub fn reload(&self, ok: bool) {
+        let result = if ok { "success" } else { "failure" };
+        self.reloads.get_or_create(&ResultLabel { result: result.into() }).inc();
+    }
+
+    /// Observes a scheduler plugin's match ratio (`prefix-cache` or `kvcache-aware`).
+    pub fn match_ratio(&self, plugin: &str, model: &str, ratio: f64) {
+        let fam = match plugin {
+            "prefix-cache" => &self.prefix_match,
+            "kvcache-aware" => &self.kv_match,
+            _ => return,
+        };
+        fam.get_or_create(&ModelLabel { model: model.into() }).observe(ratio);
+    }
+
+    /// The Prometheus text exposition of every family.
+    #[must_use]
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_families_and_labels() {
+        let m = Metrics::new();
+        let dest = Destination::default();
+        m.record_request(&RequestRecord {
+            model: "unknown",
+            path: "/v1/chat/completions",
+            status: 404,
+            error_type: Some("route_not_found"),
+            dest: &dest,
+            duration_secs: 0.001,
+            input_tokens: 3,
+            output_tokens: 0,
+        });
+        m.match_ratio("prefix-cache", "m", 0.5);
+        let text = m.encode();
+        assert!(text.contains(r#"kthena_router_requests_total{model="unknown",path="/v1/chat/completions",status_code="404",error_type="route_not_found",model_route="none",backend_type="unresolved",backend_name="none",upstream_model="none"} 1"#), "{text}");
+        assert!(text.contains("kthena_router_request_duration_seconds_bucket{"), "{text}");
+        assert!(text.contains(r#"token_type="input""#), "{text}");
+        assert!(!text.contains(r#"token_type="output""#), "{text}");
+        assert!(text.contains(r#"kthena_router_prefix_cache_match_ratio_bucket{le="0.5",model="m"} 1"#) || text.contains(r#"kthena_router_prefix_cache_match_ratio_bucket{model="m",le="0.5"} 1"#), "{text}");
+    }
+}

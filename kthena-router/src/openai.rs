@@ -1,0 +1,329 @@
+//! OpenAI request parsing: `model`, the prompt (`prompt`, `messages`, `input`), `stream`,
+//! `user`, and the upstream body rewrite (model rewrite, usage injection).
+//!
+//! Prompt extraction follows Go Kthena `pkg/kthena-router/utils/utils.go ParsePrompt`
+//! (spec §2.5): `prompt` wins, then `messages`, then the Responses API `input`.
+
+use bytes::Bytes;
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+
+/// One chat message as the router sees it (role and flattened text content).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// `system`, `user`, `assistant`, `developer`, ...
+    pub role: String,
+    /// Text parts joined with `\n`.
+    pub content: String,
+}
+
+/// The prompt of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Prompt {
+    /// A completion prompt (`prompt` string).
+    Text(String),
+    /// Chat messages (`messages`, or Responses API `input`).
+    Messages(Vec<Message>),
+}
+
+impl Prompt {
+    /// The prompt as one string: the text itself, or the messages rendered in ChatML
+    /// (`<|im_start|>{role}\n{content}<|im_end|>\n` per message), as Go Kthena renders them for
+    /// token estimation and prefix hashing.
+    #[must_use]
+    pub fn render(&self) -> String {
+        match self {
+            Self::Text(t) => t.clone(),
+            Self::Messages(msgs) => {
+                let mut s = String::new();
+                for m in msgs {
+                    s.push_str("<|im_start|>");
+                    s.push_str(&m.role);
+                    s.push('\n');
+                    s.push_str(&m.content);
+                    s.push_str("<|im_end|>\n");
+                }
+                s
+            }
+        }
+    }
+}
+
+/// A parsed OpenAI request body.
+#[derive(Debug, Clone)]
+pub struct ParsedRequest {
+    /// The body as received (byte-identical; forwarded when no rewrite is needed).
+    pub raw: Bytes,
+    /// The decoded JSON object.
+    pub body: Map<String, Value>,
+    /// The request's `model`, verbatim.
+    pub model: String,
+    /// `stream: true`.
+    pub stream: bool,
+    /// `stream_options.include_usage: true` as sent by the client.
+    pub client_wants_usage: bool,
+    /// The `user` field, if a string.
+    pub user: Option<String>,
+    /// The prompt.
+    pub prompt: Prompt,
+    /// [`Prompt::render`] of the prompt.
+    pub prompt_text: String,
+}
+
+/// Estimated input tokens of a rendered prompt: `ceil(chars / 4)`, 0 for an empty prompt
+/// (Go Kthena `filters/tokenizer/estimator.go`).
+#[must_use]
+pub fn estimate_tokens(prompt: &str) -> u64 {
+    let chars = prompt.chars().count() as u64;
+    chars.div_ceil(4)
+}
+
+/// Parses a request body.
+///
+/// # Errors
+/// [`Error::BadJson`] for invalid JSON or a non-object, [`Error::MissingModel`] when `model` is
+/// missing, not a string or blank, [`Error::PromptNotFound`] when no prompt field is usable.
+pub fn parse_request(raw: Bytes) -> Result<ParsedRequest> {
+    let value: Value =
+        serde_json::from_slice(&raw).map_err(|e| Error::BadJson { reason: e.to_string() })?;
+    let Value::Object(body) = value else {
+        return Err(Error::BadJson { reason: "the body must be a JSON object".into() });
+    };
+    let model = match body.get("model") {
+        Some(Value::String(m)) if !m.trim().is_empty() => m.clone(),
+        _ => return Err(Error::MissingModel),
+    };
+    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let client_wants_usage = body
+        .get("stream_options")
+        .and_then(|o| o.get("include_usage"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let user = body.get("user").and_then(Value::as_str).map(str::to_owned);
+    let prompt = parse_prompt(&body).ok_or(Error::PromptNotFound)?;
+    let prompt_text = prompt.render();
+    Ok(ParsedRequest { raw, body, model, stream, client_wants_usage, user, prompt, prompt_text })
+}
+
+fn parse_prompt(body: &Map<String, Value>) -> Option<Prompt> {
+    if let Some(p) = body.get("prompt") {
+        return match p {
+            Value::String(s) => Some(Prompt::Text(s.clone())),
+            // Token-id or batch prompts: join string items so that hashing still sees text.
+            Value::Array(items) => {
+                let parts: Vec<String> = items
+                    .iter()
+                    .map(|i| match i {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    })
+                    .collect();
+                Some(Prompt::Text(parts.join("\n")))
+            }
+            _ => None,
+        };
+    }
+    if let Some(Value::Array(items)) = body.get("messages") {
+        let mut msgs = Vec::new();
+        if let Some(system) = body.get("system").and_then(content_text) {
+            msgs.push(Message { role: "system".into(), content: system });
+        }
+        for m in items {
+            let Some(role) = m.get("role").and_then(Value::as_str) else { continue };
+            let Some(content) = m.get("content").and_then(content_text) else { continue };
+            msgs.push(Message { role: role.to_owned(), content });
+        }
+        return Some(Prompt::Messages(msgs));
+    }
+    if let Some(input) = body.get("input") {
+        let mut msgs = Vec::new();
+        if let Some(Value::String(instr)) = body.get("instructions")
+            && !instr.is_empty()
+        {
+            msgs.push(Message { role: "developer".into(), content: instr.clone() });
+        }
+        match input {
+            Value::String(s) => msgs.push(Message { role: "user".into(), content: s.clone() }),
+            Value::Array(items) => {
+                for it in items {
+                    let ty = it.get("type").and_then(Value::as_str);
+                    if ty.is_some_and(|t| t != "message") {
+                        continue;
+                    }
+                    let Some(role) = it.get("role").and_then(Value::as_str) else { continue };
+                    let Some(content) = it.get("content").and_then(content_text) else {
+                        continue;
+                    };
+                    msgs.push(Message { role: role.to_owned(), content });
+                }
+            }
+            _ => return None,
+        }
+        return Some(Prompt::Messages(msgs));
+    }
+    None
+}
+
+/// Flattens OpenAI content: a string, or a list of parts whose `type` is absent or one of
+/// `text`, `input_text`, `output_text` and whose `text` is a string, joined with `\n`.
+fn content_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(parts) => {
+            let texts: Vec<&str> = parts
+                .iter()
+                .filter(|p| {
+                    p.get("type")
+                        .and_then(Value::as_str)
+                        .is_none_or(|t| matches!(t, "text" | "input_text" | "output_text"))
+                })
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect();
+            if texts.is_empty() { None } else { Some(texts.join("\n")) }
+        }
+        _ => None,
+    }
+}
+
+/// The body sent upstream and whether the router asked for usage on the client's behalf.
+#[derive(Debug, Clone)]
+pub struct UpstreamBody {
+    /// Bytes to send; identical on every attempt.
+    pub bytes: Bytes,
+    /// The router set `stream_options.include_usage`; the usage-only chunk must be hidden
+    /// from the client.
+    pub injected_usage: bool,
+}
+
+impl ParsedRequest {
+    /// Builds the upstream body: `model` rewritten to `rewrite_model` when given, and for
+    /// streaming requests `stream_options.include_usage = true` added when the client did not
+    /// ask for it (other `stream_options` keys are kept). Without any change the original
+    /// bytes are forwarded unchanged.
+    #[must_use]
+    pub fn upstream_body(&self, rewrite_model: Option<&str>) -> UpstreamBody {
+        let rewrite = rewrite_model.filter(|m| *m != self.model);
+        let inject = self.stream && !self.client_wants_usage;
+        if rewrite.is_none() && !inject {
+            return UpstreamBody { bytes: self.raw.clone(), injected_usage: false };
+        }
+        let mut body = self.body.clone();
+        if let Some(m) = rewrite {
+            body.insert("model".into(), Value::String(m.to_owned()));
+        }
+        if inject {
+            let opts = body.entry("stream_options").or_insert_with(|| Value::Object(Map::new()));
+            if !opts.is_object() {
+                *opts = Value::Object(Map::new());
+            }
+            if let Value::Object(o) = opts {
+                o.insert("include_usage".into(), Value::Bool(true));
+            }
+        }
+        let bytes = serde_json::to_vec(&Value::Object(body)).map(Bytes::from).unwrap_or_else(|_| self.raw.clone());
+        UpstreamBody { bytes, injected_usage: inject }
+    }
+}
+
+/// Token usage reported by an engine (`usage` object).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// `prompt_tokens` (or Responses API `input_tokens`).
+    pub prompt_tokens: u64,
+    /// `completion_tokens` (or Responses API `output_tokens`).
+    pub completion_tokens: u64,
+}
+
+/// Reads `usage` from a response or chunk object; `None` when absent or all zero.
+#[must_use]
+pub fn usage_of(v: &Value) -> Option<Usage> {
+    let u = v.get("usage").or_else(|| v.get("response").and_then(|r| r.get("usage")))?;
+    let get = |a: &str, b: &str| {
+        u.get(a).or_else(|| u.get(b)).and_then(Value::as_u64).unwrap_or(0)
+    };
+    let usage = Usage {
+        prompt_tokens: get("prompt_tokens", "input_tokens"),
+        completion_tokens: get("completion_tokens", "output_tokens"),
+    };
+    (usage != Usage::default()).then_some(usage)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<ParsedRequest> {
+        parse_request(Bytes::from(s.to_owned()))
+    }
+
+    #[test]
+    fn prompt_precedence_and_chatml() {
+        let r = parse(r#"{"model":"m","prompt":"hi","messages":[{"role":"user","content":"x"}]}"#)
+            .unwrap();
+        assert_eq!(r.prompt, Prompt::Text("hi".into()));
+        let r = parse(
+            r#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{}},{"text":"b"}]},{"role":"user"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(r.prompt_text, "<|im_start|>system\ns<|im_end|>\n<|im_start|>user\na\nb<|im_end|>\n");
+        let r = parse(r#"{"model":"m","instructions":"be brief","input":"q"}"#).unwrap();
+        assert_eq!(r.prompt_text, "<|im_start|>developer\nbe brief<|im_end|>\n<|im_start|>user\nq<|im_end|>\n");
+        let r = parse(
+            r#"{"model":"m","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"z"}]},{"type":"function_call"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(r.prompt_text, "<|im_start|>user\nz<|im_end|>\n");
+    }
+
+    #[test]
+    fn errors() {
+        assert!(matches!(parse("{nope"), Err(Error::BadJson { .. })));
+        assert!(matches!(parse("[1]"), Err(Error::BadJson { .. })));
+        assert!(matches!(parse(r#"{"prompt":"x"}"#), Err(Error::MissingModel)));
+        assert!(matches!(parse(r#"{"model":"  ","prompt":"x"}"#), Err(Error::MissingModel)));
+        assert!(matches!(parse(r#"{"model":3,"prompt":"x"}"#), Err(Error::MissingModel)));
+        assert!(matches!(parse(r#"{"model":"m"}"#), Err(Error::PromptNotFound)));
+    }
+
+    #[test]
+    fn tokens_estimate() {
+        assert_eq!(estimate_tokens(""), 0);
+        assert_eq!(estimate_tokens("abcd"), 1);
+        assert_eq!(estimate_tokens("abcde"), 2);
+        assert_eq!(estimate_tokens("héllo"), 2);
+    }
+
+    #[test]
+    fn upstream_body_rewrites() {
+        let raw = r#"{"model":"a", "prompt":"x"}"#;
+        let r = parse(raw).unwrap();
+        let b = r.upstream_body(None);
+        assert_eq!(&b.bytes[..], raw.as_bytes());
+        assert!(!b.injected_usage);
+        let b = r.upstream_body(Some("a"));
+        assert_eq!(&b.bytes[..], raw.as_bytes());
+        let b = r.upstream_body(Some("real"));
+        let v: Value = serde_json::from_slice(&b.bytes).unwrap();
+        assert_eq!(v["model"], "real");
+
+        let r = parse(r#"{"model":"a","prompt":"x","stream":true,"stream_options":{"continuous_usage_stats":false}}"#).unwrap();
+        let b = r.upstream_body(None);
+        assert!(b.injected_usage);
+        let v: Value = serde_json::from_slice(&b.bytes).unwrap();
+        assert_eq!(v["stream_options"]["include_usage"], true);
+        assert_eq!(v["stream_options"]["continuous_usage_stats"], false);
+
+        let r = parse(r#"{"model":"a","prompt":"x","stream":true,"stream_options":{"include_usage":true}}"#).unwrap();
+        assert!(!r.upstream_body(None).injected_usage);
+    }
+
+    #[test]
+    fn usage_parsing() {
+        let v: Value = serde_json::json!({"usage":{"prompt_tokens":3,"completion_tokens":5}});
+        assert_eq!(usage_of(&v), Some(Usage { prompt_tokens: 3, completion_tokens: 5 }));
+        let v: Value = serde_json::json!({"response":{"usage":{"input_tokens":2,"output_tokens":4}}});
+        assert_eq!(usage_of(&v), Some(Usage { prompt_tokens: 2, completion_tokens: 4 }));
+        assert_eq!(usage_of(&serde_json::json!({"usage":null})), None);
+    }
+}

@@ -1,0 +1,423 @@
+//! The response side of the proxy: the streaming body that passes upstream bytes through as
+//! they arrive, reads usage, hides the usage chunk the router asked for, turns a mid-stream
+//! upstream failure into an error-terminated stream, and settles the request's accounting
+//! exactly once (end of body, upstream failure, or client disconnect).
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use hyper::body::Incoming;
+use kthena_sched::{Completion, Request as SchedRequest, Scheduler};
+use tokio::time::Instant;
+
+use crate::accesslog::{AccessLog, Entry, EntryError};
+use crate::endpoint::{Endpoint, InFlightGuard};
+use crate::metrics::{Destination, Metrics, RequestRecord};
+use crate::openai::usage_of;
+
+/// Boxed error of response bodies.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The response body type of every router answer.
+pub type RespBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// A whole body from bytes.
+#[must_use]
+pub(crate) fn full(b: impl Into<Bytes>) -> RespBody {
+    http_body_util::Full::new(b.into()).map_err(|never| match never {}).boxed_unsync()
+}
+
+/// Largest non-streaming response copy kept to read `usage` from, in bytes.
+const MAX_USAGE_COPY: usize = 4 * 1024 * 1024;
+
+/// Per-request accounting: metrics, access log and scheduler completion, settled once.
+///
+/// Dropping an unsettled context (the client went away before an answer) settles it with
+/// status 499 and error `client_disconnect`.
+#[derive(Debug)]
+pub struct RequestCtx {
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) access_log: Arc<AccessLog>,
+    pub(crate) start: Instant,
+    /// Access-log entry being filled.
+    pub entry: Entry,
+    /// Whether request metrics are recorded (false for body-parse failures, as Go Kthena).
+    pub record_metrics: bool,
+    /// Model label (`unknown` for models no route knows).
+    pub model_label: String,
+    /// Destination labels.
+    pub dest: Destination,
+    pub(crate) upstream_start: Option<Instant>,
+    pub(crate) upstream_end: Option<Instant>,
+    pub(crate) downstream_model: Option<String>,
+    pub(crate) upstream_active: bool,
+    pub(crate) sched: Option<SchedDone>,
+    pub(crate) settled: bool,
+}
+
+/// What the scheduler is told when the request completes.
+#[derive(Debug)]
+pub struct SchedDone {
+    pub(crate) scheduler: Arc<Scheduler>,
+    pub(crate) model: String,
+    pub(crate) lora: Option<String>,
+    pub(crate) prompt: String,
+    pub(crate) endpoint: Arc<Endpoint>,
+}
+
+impl RequestCtx {
+    pub(crate) fn new(metrics: Arc<Metrics>, access_log: Arc<AccessLog>, entry: Entry) -> Self {
+        metrics.active_requests(1);
+        Self {
+            metrics,
+            access_log,
+            start: Instant::now(),
+            entry,
+            record_metrics: false,
+            model_label: "unknown".into(),
+            dest: Destination::default(),
+            upstream_start: None,
+            upstream_end: None,
+            downstream_model: None,
+            upstream_active: false,
+            sched: None,
+            settled: false,
+        }
+    }
+
+    /// Moves the accounting out, leaving a settled placeholder that records nothing.
+    pub(crate) fn detach(&mut self) -> Self {
+        let placeholder = Self {
+            metrics: Arc::clone(&self.metrics),
+            access_log: Arc::clone(&self.access_log),
+            start: self.start,
+            entry: Entry::default(),
+            record_metrics: false,
+            model_label: String::new(),
+            dest: Destination::default(),
+            upstream_start: None,
+            upstream_end: None,
+            downstream_model: None,
+            upstream_active: false,
+            sched: None,
+            settled: true,
+        };
+        std::mem::replace(self, placeholder)
+    }
+
+    pub(crate) fn set_downstream(&mut self, model: &str) {
+        self.metrics.active_downstream(model, 1);
+        self.downstream_model = Some(model.to_owned());
+    }
+
+    pub(crate) fn set_upstream_active(&mut self, on: bool) {
+        if on != self.upstream_active {
+            self.metrics.active_upstream(&self.dest, if on { 1 } else { -1 });
+            self.upstream_active = on;
+        }
+    }
+
+    /// Settles the request: gauges back, one `requests_total`, one access-log line, the
+    /// scheduler's completion hook.
+    pub(crate) fn settle(&mut self, status: u16, error: Option<(&str, String)>, origin: &str, output_tokens: u64) {
+        if self.settled {
+            return;
+        }
+        self.settled = true;
+        let now = Instant::now();
+        self.set_upstream_active(false);
+        if let Some(m) = self.downstream_model.take() {
+            self.metrics.active_downstream(&m, -1);
+        }
+        self.metrics.active_requests(-1);
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let up_start = self.upstream_start.unwrap_or(now);
+        let up_end = self.upstream_end.unwrap_or(now).max(up_start);
+        let e = &mut self.entry;
+        e.status_code = status;
+        e.output_tokens = output_tokens;
+        e.duration_total = ms(now - self.start);
+        e.duration_request_processing = ms(up_start - self.start);
+        e.duration_upstream_processing = ms(up_end - up_start);
+        e.duration_response_processing = ms(now.saturating_duration_since(up_end));
+        let error_type = error.as_ref().map(|(t, _)| (*t).to_owned());
+        if let Some((kind, message)) = error {
+            e.error = Some(EntryError { kind: kind.to_owned(), message });
+            e.error_origin = origin.to_owned();
+        }
+        if self.record_metrics {
+            self.metrics.record_request(&RequestRecord {
+                model: &self.model_label,
+                path: &self.entry.path,
+                status,
+                error_type: error_type.as_deref(),
+                dest: &self.dest,
+                duration_secs: (now - self.start).as_secs_f64(),
+                input_tokens: self.entry.input_tokens,
+                output_tokens,
+            });
+        }
+        self.access_log.write(&self.entry);
+        if let Some(s) = self.sched.take() {
+            let mut req = SchedRequest::new(&s.model).with_prompt(&s.prompt);
+            if let Some(l) = &s.lora {
+                req = req.with_lora(l);
+            }
+            s.scheduler.on_completed(&Completion {
+                request: &req,
+                endpoint: &s.endpoint.id,
+                success: status < 400 && error_type.is_none(),
+            });
+        }
+    }
+}
+
+impl Drop for RequestCtx {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.settle(499, Some(("client_disconnect", "client closed the connection before the answer".into())), "downstream", 0);
+        }
+    }
+}
+
+/// The streaming response body.
+#[derive(Debug)]
+pub struct ProxyBody {
+    inner: Incoming,
+    ctx: Option<RequestCtx>,
+    _in_flight: Option<InFlightGuard>,
+    status: u16,
+    sse: Option<SseFilter>,
+    json_copy: BytesMut,
+    output_tokens: u64,
+    pending_error: Option<BoxError>,
+    finished: bool,
+}
+
+impl ProxyBody {
+    pub(crate) fn new(
+        inner: Incoming,
+        ctx: RequestCtx,
+        in_flight: InFlightGuard,
+        status: u16,
+        sse: bool,
+        hide_usage_chunk: bool,
+    ) -> Self {
+        Self {
+            inner,
+            ctx: Some(ctx),
+            _in_flight: Some(in_flight),
+            status,
+            sse: sse.then(|| SseFilter::new(hide_usage_chunk)),
+            json_copy: BytesMut::new(),
+            output_tokens: 0,
+            pending_error: None,
+            finished: false,
+        }
+    }
+
+    fn finish(&mut self, error: Option<(&str, String)>) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        if let Some(f) = &self.sse {
+            self.output_tokens = f.output_tokens;
+        } else if error.is_none()
+            && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&self.json_copy)
+            && let Some(u) = usage_of(&v)
+        {
+            self.output_tokens = u.completion_tokens;
+        }
+        let origin = if error.as_ref().is_some_and(|(k, _)| *k == "client_disconnect") { "downstream" } else { "upstream" };
+        if let Some(mut ctx) = self.ctx.take() {
+            ctx.settle(self.status, error, origin, self.output_tokens);
+        }
+        self._in_flight = None;
+    }
+}
+
+/// Line-based SSE pass-through: forwards complete lines as soon as they arrive, reads
+/// `usage` from `data:` lines, notes `data: [DONE]`, and drops the usage-only chunk (empty
+/// `choices`) when the router asked for usage on the client's behalf.
+#[derive(Debug, Default)]
+pub struct SseFilter {
+    hide_usage_chunk: bool,
+    line_buf: BytesMut,
+    /// `usage.completion_tokens` of the last chunk that carried usage.
+    pub output_tokens: u64,
+    /// A `data: [DONE]` line was seen.
+    pub saw_done: bool,
+}
+
+impl SseFilter {
+    /// A filter; `hide_usage_chunk` drops the usage-only chunk.
+    #[must_use]
+    pub fn new(hide_usage_chunk: bool) -> Self {
+        Self { hide_usage_chunk, ..Self::default() }
+    }
+
+    /// Feeds upstream bytes; returns the bytes to forward now (complete lines only).
+    pub fn push(&mut self, data: &[u8]) -> Bytes {
+        self.line_buf.extend_from_slice(data);
+        let Some(last_nl) = self.line_buf.iter().rposition(|b| *b == b'\n') else {
+            return Bytes::new();
+        };
+        let complete = self.line_buf.split_to(last_nl + 1).freeze();
+        let mut out = BytesMut::with_capacity(complete.len());
+        let mut skip_blank = false;
+        for line in complete.split_inclusive(|b| *b == b'\n') {
+            let text = trim_eol(line);
+            if skip_blank && text.is_empty() {
+                skip_blank = false;
+                continue;
+            }
+            skip_blank = false;
+            if let Some(payload) = text.strip_prefix(b"data:") {
+                let payload = payload.trim_ascii();
+                if payload == b"[DONE]" {
+                    self.saw_done = true;
+                } else if let Ok(v) = serde_json::from_slice::<serde_json::Value>(payload) {
+                    if let Some(u) = usage_of(&v) {
+                        self.output_tokens = u.completion_tokens;
+                    }
+                    let usage_only = v.get("usage").is_some_and(|u| !u.is_null())
+                        && v.get("choices").and_then(|c| c.as_array()).is_some_and(Vec::is_empty);
+                    if self.hide_usage_chunk && usage_only {
+                        skip_blank = true;
+                        continue;
+                    }
+                }
+            }
+            out.extend_from_slice(line);
+        }
+        out.freeze()
+    }
+
+    /// The incomplete last line, at the end of the stream.
+    pub fn flush(&mut self) -> Bytes {
+        self.line_buf.split().freeze()
+    }
+}
+
+fn trim_eol(line: &[u8]) -> &[u8] {
+    let l = line.strip_suffix(b"\n").unwrap_or(line);
+    l.strip_suffix(b"\r").unwrap_or(l)
+}
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        if let Some(e) = this.pending_error.take() {
+            return Poll::Ready(Some(Err(e)));
+        }
+        if this.finished {
+            return Poll::Ready(None);
+        }
+        loop {
+            match Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => {
+                    let rest = this.sse.as_mut().map(SseFilter::flush).unwrap_or_default();
+                    this.finish(None);
+                    if !rest.is_empty() {
+                        return Poll::Ready(Some(Ok(Frame::data(rest))));
+                    }
+                    return Poll::Ready(None);
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    let msg = format!("upstream stream failed: {e}");
+                    tracing::warn!(error = %e, "Upstream failed mid-stream; ending the client stream with an error");
+                    this.finish(Some(("upstream_transport", msg.clone())));
+                    if this.sse.is_some() {
+                        // Tell SSE clients why, then break the chunked stream so the client
+                        // sees an incomplete response, never a clean end.
+                        let body = crate::error::openai_error_body(&msg, "server_error", None, "upstream_stream_error");
+                        let mut ev = BytesMut::from(&b"data: "[..]);
+                        ev.extend_from_slice(&body);
+                        ev.extend_from_slice(b"\n\n");
+                        this.pending_error = Some(Box::new(e));
+                        return Poll::Ready(Some(Ok(Frame::data(ev.freeze()))));
+                    }
+                    return Poll::Ready(Some(Err(Box::new(e))));
+                }
+                Poll::Ready(Some(Ok(frame))) => {
+                    let frame = match frame.into_data() {
+                        Ok(data) => {
+                            if let Some(f) = this.sse.as_mut() {
+                                let out = f.push(&data);
+                                if out.is_empty() {
+                                    continue;
+                                }
+                                Frame::data(out)
+                            } else {
+                                if this.json_copy.len() + data.len() <= MAX_USAGE_COPY {
+                                    this.json_copy.extend_from_slice(&data);
+                                }
+                                Frame::data(data)
+                            }
+                        }
+                        Err(frame) => frame,
+                    };
+                    return Poll::Ready(Some(Ok(frame)));
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.finished && self.pending_error.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        if self.sse.is_some() { SizeHint::default() } else { self.inner.size_hint() }
+    }
+}
+
+impl Drop for ProxyBody {
+    fn drop(&mut self) {
+        if !self.finished {
+            // The client went away mid-body: dropping `inner` closes the upstream connection,
+            // which cancels the engine's work; the in-flight guard gives the slot back.
+            self.finish(Some(("client_disconnect", "client closed the connection during the response".into())));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sse_filter_hides_injected_usage_chunk() {
+        let mut f = SseFilter::new(true);
+        let a = f.push(b"data: {\"choices\":[{\"text\":\"hi\"}],\"usage\":null}\n\ndata: {\"cho");
+        assert_eq!(&a[..], b"data: {\"choices\":[{\"text\":\"hi\"}],\"usage\":null}\n\n");
+        let b = f.push(b"ices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":7}}\n\ndata: [DONE]\n\n");
+        assert_eq!(&b[..], b"data: [DONE]\n\n");
+        assert_eq!(f.output_tokens, 7);
+        assert!(f.saw_done);
+        assert!(f.flush().is_empty());
+
+        let mut keep = SseFilter::new(false);
+        let c = keep.push(b"data: {\"choices\":[],\"usage\":{\"completion_tokens\":2}}\n\n");
+        assert_eq!(&c[..], b"data: {\"choices\":[],\"usage\":{\"completion_tokens\":2}}\n\n");
+        assert_eq!(keep.output_tokens, 2);
+        assert!(keep.push(b"data: partial").is_empty());
+        assert_eq!(&keep.flush()[..], b"data: partial");
+    }
+
+    #[test]
+    fn trims_line_ends() {
+        assert_eq!(trim_eol(b"data: x\r\n"), b"data: x");
+        assert_eq!(trim_eol(b"data: x\n"), b"data: x");
+        assert_eq!(trim_eol(b"x"), b"x");
+    }
+}

@@ -1,0 +1,20 @@
+//! Glue between the router and `kthena-sched`: building the scheduler from the config and
+//! the per-request view.
+
+use kthena_sched::{Config, Scheduler};
+
+/// Builds a scheduler from the `scheduler:` section, with a random seed for the plugins that
+/// draw random numbers.
+///
+/// # Errors
+/// The scheduler's reason (unknown plugin, invalid args, no score plugin, ...).
+pub fn build_scheduler(cfg: &Config) -> Result<Scheduler, String> {
+    let cfg = cfg.clone().validate().map_err(|e| e.to_string())?;
+    Scheduler::builder(cfg).seed(seed()).build().map_err(|e| e.to_string())
+}
+
+/// A seed from the clock (the workspace builds `rand` without an OS RNG).
+fn seed() -> u64 {
+    let n = jiff::Timestamp::now().as_nanosecond();
+    u64::try_from(n.rem_euclid(i128::from(u64::MAX))).unwrap_or(0x9e37_79b9_7f4a_7c15)
+}

@@ -1,0 +1,332 @@
+//! The engine metrics scraper (Go Kthena `pkg/kthena-router/backend/*`, spec §4).
+//!
+//! Every `METRICS_SCRAPE_INTERVAL` each endpoint's `GET /metrics` (Prometheus text, parsed
+//! with `prometheus-parse`) and `GET /v1/models` are read, at most
+//! `metricsScrapeConcurrency` endpoints at a time. A failed or unparsable answer keeps the
+//! last good values and marks them stale; it never writes zeros.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use kthena_api::networking::InferenceEngine;
+use prometheus_parse::{Scrape, Value};
+use tokio::time::Instant;
+
+use crate::endpoint::{EngineState, Endpoint};
+
+/// The HTTP client used for engines (upstream requests and scrapes).
+pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// Largest scrape answer read, in bytes.
+const MAX_SCRAPE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Metric family names of one engine (spec §4; `backend/{vllm,sglang}/metrics.go`).
+#[derive(Debug, Clone, Copy)]
+pub struct EngineMetricNames {
+    /// KV-cache usage gauge (ratio 0..1).
+    pub kv_cache_usage: &'static str,
+    /// Waiting requests gauge.
+    pub waiting: &'static str,
+    /// Running requests gauge.
+    pub running: &'static str,
+    /// Time-per-output-token histogram (seconds).
+    pub tpot: &'static str,
+    /// Time-to-first-token histogram (seconds).
+    pub ttft: &'static str,
+}
+
+/// vLLM names (not the deprecated `vllm:gpu_cache_usage_perc`).
+pub const VLLM: EngineMetricNames = EngineMetricNames {
+    kv_cache_usage: "vllm:kv_cache_usage_perc",
+    waiting: "vllm:num_requests_waiting",
+    running: "vllm:num_requests_running",
+    tpot: "vllm:inter_token_latency_seconds",
+    ttft: "vllm:time_to_first_token_seconds",
+};
+
+/// SGLang names.
+pub const SGLANG: EngineMetricNames = EngineMetricNames {
+    kv_cache_usage: "sglang:token_usage",
+    waiting: "sglang:num_queue_reqs",
+    running: "sglang:num_running_reqs",
+    tpot: "sglang:inter_token_latency_seconds",
+    ttft: "sglang:time_to_first_token_seconds",
+};
+
+/// The names for an engine.
+#[must_use]
+pub fn names_for(engine: InferenceEngine) -> EngineMetricNames {
+    match engine {
+        InferenceEngine::SgLang => SGLANG,
+        _ => VLLM,
+    }
+}
+
+/// One scrape's raw values.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EngineSample {
+    /// Running requests (last series of the family; 0 when missing).
+    pub running: f64,
+    /// Waiting requests (last series; 0 when missing).
+    pub waiting: f64,
+    /// KV-cache usage ratio (last series; 0 when missing).
+    pub kv_cache_usage: f64,
+    /// `(sum seconds, count)` of the TTFT histogram, last series.
+    pub ttft: Option<(f64, f64)>,
+    /// `(sum seconds, count)` of the TPOT histogram, last series.
+    pub tpot: Option<(f64, f64)>,
+}
+
+/// Parses a Prometheus text answer.
+///
+/// # Errors
+/// A reason when the text holds no sample at all (not a Prometheus answer).
+pub fn parse_metrics(text: &str, names: EngineMetricNames) -> Result<EngineSample, String> {
+    // prometheus-parse 0.2 matches metric names with `\w+`, which excludes the `:` of
+    // `vllm:*` and `sglang:*` names; colons in the name token are swapped for a marker
+    // before parsing and restored in the lookups below.
+    let scrape = Scrape::parse(text.lines().map(|l| Ok(escape_name_colons(l))))
+        .map_err(|e| format!("unparsable metrics: {e}"))?;
+    if scrape.samples.is_empty() {
+        return Err("unparsable metrics: no sample found".into());
+    }
+    let last = |name: &str| -> Option<f64> {
+        let name = name.replace(':', COLON_MARK);
+        scrape.samples.iter().rev().find(|s| s.metric == name).map(|s| match s.value {
+            Value::Gauge(v) | Value::Untyped(v) => v,
+            _ => 0.0,
+        })
+    };
+    let hist = |name: &str| -> Option<(f64, f64)> {
+        Some((last(&format!("{name}_sum"))?, last(&format!("{name}_count"))?))
+    };
+    Ok(EngineSample {
+        running: last(names.running).unwrap_or(0.0),
+        waiting: last(names.waiting).unwrap_or(0.0),
+        kv_cache_usage: last(names.kv_cache_usage).unwrap_or(0.0),
+        ttft: hist(names.ttft),
+        tpot: hist(names.tpot),
+    })
+}
+
+/// Stands for `:` inside metric names while parsing (a string no metric name contains).
+const COLON_MARK: &str = "__kthena_colon__";
+
+/// Replaces `:` in the metric-name token of a sample, `# HELP` or `# TYPE` line.
+fn escape_name_colons(line: &str) -> String {
+    let t = line.trim_start();
+    if let Some(rest) = t.strip_prefix('#') {
+        let rest = rest.trim_start();
+        for kw in ["HELP", "TYPE"] {
+            if let Some(after) = rest.strip_prefix(kw) {
+                let after = after.trim_start();
+                let end = after.find(char::is_whitespace).unwrap_or(after.len());
+                return format!("# {kw} {}{}", after[..end].replace(':', COLON_MARK), &after[end..]);
+            }
+        }
+        return line.to_owned();
+    }
+    let end = t.find(|c: char| c == '{' || c.is_whitespace()).unwrap_or(t.len());
+    format!("{}{}", t[..end].replace(':', COLON_MARK), &t[end..])
+}
+
+/// Mean of a histogram over the interval between two scrapes, in ms (Go Kthena):
+/// `(sum_now − sum_prev)/(count_now − count_prev)`; no previous scrape or no new
+/// observation gives `None`; a counter reset (engine restart) gives `sum_now/count_now`.
+#[must_use]
+pub fn interval_mean_ms(prev: Option<(f64, f64)>, now: (f64, f64)) -> Option<f64> {
+    let (sum, count) = now;
+    let (psum, pcount) = prev?;
+    let mean = if count < pcount || sum < psum {
+        if count > 0.0 { sum / count } else { return None }
+    } else if count > pcount {
+        (sum - psum) / (count - pcount)
+    } else {
+        return None;
+    };
+    (mean.is_finite() && mean > 0.0).then_some(mean * 1000.0)
+}
+
+// === impl EngineState ===
+
+impl EngineState {
+    /// Applies a good scrape: gauges overwritten, TTFT/TPOT updated only when the interval
+    /// had observations (a zero mean keeps the previous value), staleness cleared.
+    pub fn apply(&mut self, s: &EngineSample, now: Instant) {
+        self.running = clamp_u32(s.running);
+        self.waiting = clamp_u32(s.waiting);
+        self.kv_cache_usage = if s.kv_cache_usage.is_finite() { s.kv_cache_usage.clamp(0.0, 1.0) } else { 0.0 };
+        if let Some(h) = s.ttft {
+            if let Some(ms) = interval_mean_ms(self.prev_ttft, h) {
+                self.ttft_ms = Some(ms);
+            }
+            self.prev_ttft = Some(h);
+        }
+        if let Some(h) = s.tpot {
+            if let Some(ms) = interval_mean_ms(self.prev_tpot, h) {
+                self.tpot_ms = Some(ms);
+            }
+            self.prev_tpot = Some(h);
+        }
+        self.stale = false;
+        self.scraped = true;
+        self.consecutive_failures = 0;
+        self.last_ok = Some(now);
+    }
+
+    /// Records a failed scrape: values kept, marked stale.
+    pub fn fail(&mut self) {
+        self.stale = true;
+        self.consecutive_failures = self.consecutive_failures.saturating_add(1);
+    }
+}
+
+fn clamp_u32(v: f64) -> u32 {
+    if v.is_finite() && v > 0.0 {
+        // Engine gauges are small counts; saturate on absurd values.
+        if v >= f64::from(u32::MAX) { u32::MAX } else { v as u32 }
+    } else {
+        0
+    }
+}
+
+/// Parses `GET /v1/models`: the `data[].id` list.
+///
+/// # Errors
+/// A reason when the body is not `{"data":[{"id":..}]}`.
+pub fn parse_models(body: &[u8]) -> Result<Vec<String>, String> {
+    let v: serde_json::Value = serde_json::from_slice(body).map_err(|e| format!("invalid /v1/models: {e}"))?;
+    let data = v.get("data").and_then(|d| d.as_array()).ok_or("invalid /v1/models: no data list")?;
+    Ok(data.iter().filter_map(|m| m.get("id").and_then(|i| i.as_str()).map(str::to_owned)).collect())
+}
+
+/// `GET url` with a timeout; returns the status and body (at most 16 MiB).
+///
+/// # Errors
+/// A reason for connect errors, timeouts and oversized bodies.
+pub(crate) async fn http_get(client: &HttpClient, url: &str, timeout: Duration) -> Result<(http::StatusCode, Bytes), String> {
+    let req = http::Request::get(url).body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
+    let fut = async {
+        let resp = client.request(req).await.map_err(|e| format!("{e:?}"))?;
+        let status = resp.status();
+        let body = Limited::new(resp.into_body(), MAX_SCRAPE_BYTES)
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        Ok::<_, String>((status, body))
+    };
+    tokio::time::timeout(timeout, fut).await.map_err(|_| format!("timed out after {timeout:?}"))?
+}
+
+/// Scrapes one endpoint once and updates its state.
+pub async fn scrape_endpoint(client: &HttpClient, ep: &Endpoint, engine: InferenceEngine, timeout: Duration) {
+    let base = ep.base_url();
+    let metrics = async {
+        let (status, body) = http_get(client, &format!("{base}/metrics"), timeout).await?;
+        if !status.is_success() {
+            return Err(format!("GET /metrics answered {status}"));
+        }
+        let text = std::str::from_utf8(&body).map_err(|e| e.to_string())?;
+        parse_metrics(text, names_for(engine))
+    };
+    let models = async {
+        let (status, body) = http_get(client, &format!("{base}/v1/models"), timeout).await?;
+        if !status.is_success() {
+            return Err(format!("GET /v1/models answered {status}"));
+        }
+        parse_models(&body)
+    };
+    let (m, models) = futures_util::join!(metrics, models);
+    let now = Instant::now();
+    let mut st = ep.state();
+    st.engine = Some(engine);
+    match m {
+        Ok(sample) => st.apply(&sample, now),
+        Err(reason) => {
+            st.fail();
+            tracing::debug!(endpoint = %ep.name, %reason, "Engine metrics scrape failed; keeping last values as stale");
+        }
+    }
+    match models {
+        Ok(list) => st.models = list,
+        Err(reason) => {
+            st.stale = true;
+            tracing::debug!(endpoint = %ep.name, %reason, "Model list scrape failed; keeping the last list");
+        }
+    }
+}
+
+/// Scrapes every endpoint once with at most `concurrency` at a time.
+pub async fn scrape_all(
+    client: &HttpClient,
+    endpoints: Vec<(Arc<Endpoint>, InferenceEngine)>,
+    concurrency: usize,
+    timeout: Duration,
+) {
+    futures_util::stream::iter(endpoints)
+        .for_each_concurrent(concurrency.max(1), |(ep, engine)| async move {
+            scrape_endpoint(client, &ep, engine, timeout).await;
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = include_str!("../tests/data/vllm-0.32-metrics.txt");
+
+    #[test]
+    fn parses_real_vllm_output() {
+        let s = parse_metrics(SAMPLE, VLLM).unwrap();
+        assert_eq!(s.running, 0.0);
+        assert_eq!(s.waiting, 0.0);
+        assert_eq!(s.kv_cache_usage, 0.0);
+        assert_eq!(s.ttft, Some((0.21722936630249023, 7.0)));
+        assert_eq!(s.tpot, Some((0.2923087659992234, 26.0)));
+        // The SGLang names are absent from a vLLM answer: zeros, no histograms.
+        let s = parse_metrics(SAMPLE, SGLANG).unwrap();
+        assert_eq!(s, EngineSample::default());
+    }
+
+    #[test]
+    fn histogram_deltas() {
+        assert_eq!(interval_mean_ms(None, (1.0, 10.0)), None);
+        assert_eq!(interval_mean_ms(Some((1.0, 10.0)), (1.0, 10.0)), None);
+        assert_eq!(interval_mean_ms(Some((1.0, 10.0)), (1.5, 12.0)), Some(250.0));
+        // restart: counters went down
+        assert_eq!(interval_mean_ms(Some((5.0, 50.0)), (0.2, 2.0)), Some(100.0));
+    }
+
+    #[test]
+    fn state_keeps_values_on_failure() {
+        let mut st = EngineState::default();
+        let now = Instant::now();
+        let text = "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{engine=\"0\"} 3\nvllm:num_requests_waiting{engine=\"1\"} 4\nvllm:num_requests_running 2\nvllm:kv_cache_usage_perc 0.25\nvllm:time_to_first_token_seconds_sum 1.0\nvllm:time_to_first_token_seconds_count 10\n";
+        st.apply(&parse_metrics(text, VLLM).unwrap(), now);
+        assert_eq!((st.waiting, st.running, st.kv_cache_usage), (4, 2, 0.25));
+        assert_eq!(st.ttft_ms, None);
+        let text2 = text.replace("_sum 1.0", "_sum 1.2").replace("_count 10", "_count 12");
+        st.apply(&parse_metrics(&text2, VLLM).unwrap(), now);
+        let ttft = st.ttft_ms.unwrap();
+        assert!((ttft - 100.0).abs() < 1e-9, "{ttft}");
+        assert!(parse_metrics("<html>oops</html>", VLLM).is_err());
+        st.fail();
+        assert!(st.stale);
+        assert_eq!((st.waiting, st.running, st.kv_cache_usage), (4, 2, 0.25));
+        assert!((st.ttft_ms.unwrap() - 100.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn models_list() {
+        let body = include_bytes!("../tests/data/vllm-0.32-models.json");
+        assert_eq!(parse_models(body).unwrap(), vec!["tiny-qwen3".to_owned()]);
+        assert!(parse_models(b"{}").is_err());
+    }
+}

@@ -1,0 +1,296 @@
+//! Listeners (inference, metrics, debug), the scrape loop, the file watcher, and shutdown.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::accesslog::AccessLog;
+use crate::config::{Config, Env};
+use crate::discovery::{Loader, Snapshot};
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+use crate::proxy::{RespBody, full};
+use crate::scrape::{HttpClient, scrape_all};
+use crate::service::{RouterService, Shared};
+
+/// Command-line overrides re-applied on every config reload (flags beat the file).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--port`.
+    pub port: Option<u16>,
+    /// `--metrics-port`.
+    pub metrics_port: Option<u16>,
+    /// `--debug-port`.
+    pub debug_port: Option<u16>,
+}
+
+impl Overrides {
+    /// Applies the flags to a config.
+    #[must_use]
+    pub fn apply(self, mut cfg: Config) -> Config {
+        if let Some(p) = self.port {
+            cfg.port = p;
+        }
+        if let Some(p) = self.metrics_port {
+            cfg.metrics_port = p;
+        }
+        if let Some(p) = self.debug_port {
+            cfg.debug_port = p;
+        }
+        cfg
+    }
+}
+
+/// Loads a config file the way the binary does: file, then environment, then flags, then
+/// validation.
+///
+/// # Errors
+/// [`Error::ReadFile`], [`Error::Config`] or [`Error::Env`].
+pub fn load_config(path: &Path, env: &dyn Env, overrides: Overrides) -> Result<Config> {
+    let cfg = Config::load(path)?.apply_env(env)?;
+    overrides.apply(cfg).validate(path)
+}
+
+/// A started router. Dropping it does not stop it; call [`Router::shutdown`].
+#[derive(Debug)]
+pub struct Router {
+    /// Inference listener address.
+    pub addr: SocketAddr,
+    /// Metrics listener address.
+    pub metrics_addr: SocketAddr,
+    /// Debug listener address (localhost).
+    pub debug_addr: SocketAddr,
+    shared: Arc<Shared>,
+    cancel: CancellationToken,
+    tasks: TaskTracker,
+    drain_timeout: Duration,
+}
+
+fn http_client() -> HttpClient {
+    let mut conn = HttpConnector::new();
+    conn.set_nodelay(true);
+    conn.set_connect_timeout(Some(Duration::from_secs(5)));
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_timer(TokioTimer::new())
+        .build(conn)
+}
+
+impl Router {
+    /// Builds the first snapshot, binds the three listeners and starts the scrape loop and,
+    /// when `config_path` is given, the file watcher.
+    ///
+    /// # Errors
+    /// Snapshot errors ([`Error::Manifest`], ...), [`Error::Bind`], [`Error::Watch`].
+    pub async fn start(cfg: Config, config_path: Option<PathBuf>, overrides: Overrides) -> Result<Self> {
+        let mut loader = Loader::new();
+        let snapshot = loader.load(&cfg, config_path.as_deref())?;
+        let metrics = Arc::new(Metrics::new());
+        let access_log = Arc::new(AccessLog::open(&cfg.access_log)?);
+        let client = http_client();
+        let shared = Arc::new(Shared::new(snapshot, client, metrics, access_log, cfg.max_body_bytes));
+
+        let bind = |addr: SocketAddr| async move {
+            TcpListener::bind(addr).await.map_err(|source| Error::Bind { addr: addr.to_string(), source })
+        };
+        let inference = bind(SocketAddr::new(cfg.bind_address, cfg.port)).await?;
+        let metrics_l = bind(SocketAddr::new(cfg.bind_address, cfg.metrics_port)).await?;
+        let debug_l = bind(SocketAddr::from(([127, 0, 0, 1], cfg.debug_port))).await?;
+        let addr = inference.local_addr()?;
+        let metrics_addr = metrics_l.local_addr()?;
+        let debug_addr = debug_l.local_addr()?;
+
+        let cancel = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        let svc = RouterService::new(Arc::clone(&shared));
+        tasks.spawn(serve(inference, cancel.clone(), tasks.clone(), cfg.drain_timeout, move || svc.clone()));
+        let s2 = Arc::clone(&shared);
+        tasks.spawn(serve(metrics_l, cancel.clone(), tasks.clone(), Duration::from_secs(15), move || {
+            MiniService { shared: Arc::clone(&s2), kind: Mini::Metrics }
+        }));
+        let s3 = Arc::clone(&shared);
+        tasks.spawn(serve(debug_l, cancel.clone(), tasks.clone(), Duration::from_secs(15), move || MiniService {
+            shared: Arc::clone(&s3),
+            kind: Mini::Debug,
+        }));
+        tasks.spawn(scrape_loop(
+            Arc::clone(&shared),
+            cancel.clone(),
+            cfg.metrics_scrape_interval,
+            cfg.metrics_scrape_timeout,
+            cfg.metrics_scrape_concurrency,
+        ));
+        if let Some(path) = config_path {
+            crate::watch::spawn_watcher(Arc::clone(&shared), loader, path, overrides, cancel.clone(), &tasks)?;
+        }
+        tracing::info!(%addr, %metrics_addr, %debug_addr, "Router listening");
+        Ok(Self { addr, metrics_addr, debug_addr, shared, cancel, tasks, drain_timeout: cfg.drain_timeout })
+    }
+
+    /// The current snapshot's generation (increases with every accepted reload).
+    #[must_use]
+    pub fn generation(&self) -> u64 {
+        self.shared.snapshot.load().generation
+    }
+
+    /// The current snapshot.
+    #[must_use]
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.shared.snapshot.load_full()
+    }
+
+    /// Stops accepting, lets in-flight requests finish for up to the drain timeout, and
+    /// waits for every task.
+    pub async fn shutdown(self) {
+        self.cancel.cancel();
+        self.tasks.close();
+        if tokio::time::timeout(self.drain_timeout + Duration::from_secs(1), self.tasks.wait()).await.is_err() {
+            tracing::warn!("Drain timeout reached; closing remaining connections");
+        }
+    }
+}
+
+/// Runs the router until Ctrl-C or SIGTERM, then drains.
+///
+/// # Errors
+/// As [`Router::start`].
+pub async fn run(cfg: Config, config_path: Option<PathBuf>, overrides: Overrides) -> Result<()> {
+    let router = Router::start(cfg, config_path, overrides).await?;
+    shutdown_signal().await;
+    tracing::info!("Shutting down");
+    router.shutdown().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+async fn serve<F, S>(listener: TcpListener, cancel: CancellationToken, tasks: TaskTracker, drain: Duration, make: F)
+where
+    F: Fn() -> S,
+    S: tower::Service<Request<Incoming>, Response = Response<RespBody>, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let graceful = GracefulShutdown::new();
+    loop {
+        let accepted = tokio::select! {
+            () = cancel.cancelled() => break,
+            a = listener.accept() => a,
+        };
+        let (stream, _) = match accepted {
+            Ok(a) => a,
+            Err(err) => {
+                tracing::warn!(%err, "Accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(make())).into_owned();
+        let conn = graceful.watch(conn);
+        tasks.spawn(async move {
+            if let Err(err) = conn.await {
+                tracing::debug!(%err, "Connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(drain, graceful.shutdown()).await.is_err() {
+        tracing::warn!(?drain, "Connections still open after the drain timeout");
+    }
+}
+
+async fn scrape_loop(shared: Arc<Shared>, cancel: CancellationToken, every: Duration, timeout: Duration, concurrency: usize) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let targets = shared.snapshot.load().scrape_targets();
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = scrape_all(&shared.client, targets, concurrency, timeout) => {}
+        }
+        shared.ready.store(true, Ordering::Release);
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Mini {
+    Metrics,
+    Debug,
+}
+
+/// The metrics and debug listeners' service.
+#[derive(Debug, Clone)]
+struct MiniService {
+    shared: Arc<Shared>,
+    kind: Mini,
+}
+
+impl tower::Service<Request<Incoming>> for MiniService {
+    type Response = Response<RespBody>;
+    type Error = Infallible;
+    type Future = std::future::Ready<std::result::Result<Response<RespBody>, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut std::task::Context<'_>) -> std::task::Poll<std::result::Result<(), Infallible>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
+        let resp = match (self.kind, req.method(), req.uri().path()) {
+            (Mini::Metrics, &Method::GET, "/metrics") => {
+                let mut r = Response::new(full(Bytes::from(self.shared.metrics.encode())));
+                r.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                );
+                r
+            }
+            (Mini::Debug, &Method::GET, path) => crate::debug::config_dump(&self.shared, path),
+            _ => {
+                let mut r = Response::new(full(r#"{"error":"not found"}"#));
+                *r.status_mut() = StatusCode::NOT_FOUND;
+                r
+            }
+        };
+        std::future::ready(Ok(resp))
+    }
+}

@@ -1,0 +1,417 @@
+//! The inference service: parse → match route → schedule → proxy with retries.
+//!
+//! [`RouterService`] is a `tower::Service<http::Request<Incoming>>`; `server` hands it to
+//! hyper. Every failure is answered in one place ([`error_response`]) with the OpenAI error
+//! shape.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use kthena_sched::Request as SchedRequest;
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use tokio::time::Instant;
+
+use crate::accesslog::{AccessLog, Entry};
+use crate::discovery::Snapshot;
+use crate::endpoint::Endpoint;
+use crate::error::Error;
+use crate::metrics::{Destination, Metrics};
+use crate::openai::{ParsedRequest, estimate_tokens, parse_request};
+use crate::proxy::{ProxyBody, RequestCtx, RespBody, SchedDone, full};
+use crate::route::{MatchError, TargetRef};
+use crate::scrape::HttpClient;
+
+/// Default number of ranked endpoints tried when the ModelServer sets no retry policy
+/// (Go Kthena tries its top 5).
+pub const DEFAULT_ATTEMPTS: usize = 5;
+
+/// Largest upstream error body kept to pass on after the last attempt, in bytes.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// State shared by every request.
+#[derive(Debug)]
+pub struct Shared {
+    /// The current routing snapshot, swapped atomically on reload.
+    pub snapshot: ArcSwap<Snapshot>,
+    /// Upstream HTTP client (pooled connections).
+    pub client: HttpClient,
+    /// Router metrics.
+    pub metrics: Arc<Metrics>,
+    /// Access log.
+    pub access_log: Arc<AccessLog>,
+    /// Largest accepted request body, bytes.
+    pub max_body_bytes: usize,
+    /// Set once the first scrape pass over every endpoint finished.
+    pub ready: AtomicBool,
+    rng: Mutex<SmallRng>,
+}
+
+impl Shared {
+    /// Shared state around a first snapshot.
+    #[must_use]
+    pub fn new(snapshot: Snapshot, client: HttpClient, metrics: Arc<Metrics>, access_log: Arc<AccessLog>, max_body_bytes: usize) -> Self {
+        let seed = u64::try_from(jiff::Timestamp::now().as_nanosecond().rem_euclid(i128::from(u64::MAX))).unwrap_or(7);
+        Self {
+            snapshot: ArcSwap::from_pointee(snapshot),
+            client,
+            metrics,
+            access_log,
+            max_body_bytes,
+            ready: AtomicBool::new(false),
+            rng: Mutex::new(SmallRng::seed_from_u64(seed)),
+        }
+    }
+}
+
+/// The inference listener's service.
+#[derive(Debug, Clone)]
+pub struct RouterService {
+    shared: Arc<Shared>,
+}
+
+impl RouterService {
+    /// A service over shared state.
+    #[must_use]
+    pub fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+}
+
+impl tower::Service<Request<Incoming>> for RouterService {
+    type Response = Response<RespBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
+        let shared = Arc::clone(&self.shared);
+        Box::pin(async move { Ok(handle(shared, req).await) })
+    }
+}
+
+fn json_response(status: StatusCode, body: impl Into<Bytes>) -> Response<RespBody> {
+    let mut r = Response::new(full(body));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+/// The OpenAI-shaped error answer for an error.
+#[must_use]
+pub fn error_response(e: &Error) -> Response<RespBody> {
+    json_response(e.status(), e.to_body())
+}
+
+async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<RespBody> {
+    let path = req.uri().path().to_owned();
+    match (req.method(), path.as_str()) {
+        (&Method::GET, "/healthz") => return json_response(StatusCode::OK, r#"{"message":"ok"}"#),
+        (&Method::GET, "/readyz") => {
+            return if shared.ready.load(Ordering::Acquire) {
+                json_response(StatusCode::OK, r#"{"message":"router is ready"}"#)
+            } else {
+                json_response(StatusCode::SERVICE_UNAVAILABLE, r#"{"message":"router is not ready"}"#)
+            };
+        }
+        (&Method::GET, "/v1/models" | "/models") => return list_models(&shared),
+        _ => {}
+    }
+    let request_id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned);
+    let entry = Entry {
+        timestamp: crate::accesslog::now_rfc3339(),
+        method: req.method().to_string(),
+        path: path.clone(),
+        protocol: format!("{:?}", req.version()),
+        request_id: request_id.clone(),
+        ..Entry::default()
+    };
+    let mut ctx = RequestCtx::new(Arc::clone(&shared.metrics), Arc::clone(&shared.access_log), entry);
+    let mut resp = match serve(&shared, req, &mut ctx, &path, &request_id).await {
+        Ok(r) => r,
+        Err(e) => {
+            let origin = match e.side() {
+                crate::error::Side::Downstream => "downstream",
+                crate::error::Side::Upstream => "upstream",
+                crate::error::Side::Internal => "internal",
+            };
+            ctx.settle(e.status().as_u16(), Some((e.finish_reason(), e.to_string())), origin, 0);
+            error_response(&e)
+        }
+    };
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        resp.headers_mut().insert(HeaderName::from_static("x-request-id"), v);
+    }
+    resp
+}
+
+fn list_models(shared: &Shared) -> Response<RespBody> {
+    let snap = shared.snapshot.load();
+    let data: Vec<serde_json::Value> = snap
+        .routes
+        .model_names()
+        .into_iter()
+        .map(|id| serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": "kthena"}))
+        .collect();
+    json_response(StatusCode::OK, serde_json::json!({"object": "list", "data": data}).to_string())
+}
+
+async fn read_body(req: Request<Incoming>, limit: usize) -> Result<(http::request::Parts, Bytes), Error> {
+    let (parts, body) = req.into_parts();
+    if let Some(len) = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
+        && len > limit as u64
+    {
+        return Err(Error::BodyTooLarge { limit });
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(c) => Ok((parts, c.to_bytes())),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(Error::BodyTooLarge { limit }),
+        Err(e) => Err(Error::BodyRead { reason: e.to_string() }),
+    }
+}
+
+async fn serve(
+    shared: &Arc<Shared>,
+    req: Request<Incoming>,
+    ctx: &mut RequestCtx,
+    path: &str,
+    request_id: &str,
+) -> Result<Response<RespBody>, Error> {
+    if !matches!(path, "/v1/chat/completions" | "/v1/completions" | "/v1/responses") {
+        return Err(Error::UnknownPath { path: path.to_owned() });
+    }
+    if req.method() != Method::POST {
+        return Err(Error::MethodNotAllowed { method: req.method().to_string(), path: path.to_owned() });
+    }
+    let (parts, raw) = read_body(req, shared.max_body_bytes).await?;
+    let parsed = parse_request(raw)?;
+    let snap = shared.snapshot.load_full();
+    ctx.record_metrics = true;
+    ctx.entry.model_name = parsed.model.clone();
+    ctx.entry.input_tokens = estimate_tokens(&parsed.prompt_text);
+    if snap.routes.knows(&parsed.model) {
+        ctx.model_label = parsed.model.clone();
+    }
+    ctx.set_downstream(&ctx.model_label.clone());
+
+    let m = {
+        let mut rng = match shared.rng.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        snap.routes.match_request(&parsed.model, &parts.headers, path, &mut *rng)
+    };
+    let m = match m {
+        Ok(m) => m,
+        Err(MatchError::UnknownModel) => return Err(Error::ModelNotFound { model: parsed.model.clone() }),
+        Err(MatchError::NoRule) => return Err(Error::NoRuleMatched { model: parsed.model.clone() }),
+    };
+    ctx.dest.model_route = m.route.key();
+    ctx.entry.model_route = m.route.key();
+    let server_name = match &m.target {
+        TargetRef::ModelServer(s) => s.clone(),
+        TargetRef::ExternalProvider(p) => {
+            return Err(Error::ServerNotFound {
+                server: format!("{}/{p} (ExternalModelProvider targets are not served in standalone mode)", m.route.namespace),
+            });
+        }
+    };
+    let server_key = format!("{}/{server_name}", m.route.namespace);
+    let Some(server) = snap.servers.get(&server_key).cloned() else {
+        return Err(Error::ServerNotFound { server: server_key });
+    };
+    let upstream_model = if m.is_lora { parsed.model.clone() } else { server.model.clone().unwrap_or_else(|| parsed.model.clone()) };
+    ctx.dest = Destination {
+        model_route: m.route.key(),
+        backend_type: "model_server".into(),
+        backend_name: server.key.clone(),
+        upstream_model: upstream_model.clone(),
+    };
+    ctx.entry.model_server = server.key.clone();
+    ctx.entry.backend_type = "model_server".into();
+    ctx.entry.backend_name = server.key.clone();
+    ctx.entry.upstream_model = upstream_model.clone();
+
+    // Candidates: endpoints whose scrapes work, or all of them when none does (a scrape
+    // failure does not prove the inference port is down).
+    if server.endpoints.is_empty() {
+        return Err(Error::NoReadyEndpoint { server: server.key.clone() });
+    }
+    let up: Vec<Arc<Endpoint>> = server.endpoints.iter().filter(|e| e.is_up()).cloned().collect();
+    let pool = if up.is_empty() { server.endpoints.clone() } else { up };
+    let cands: Vec<kthena_sched::Candidate> = pool.iter().map(|e| e.candidate()).collect();
+    let lora = m.is_lora.then(|| parsed.model.clone());
+    let mut sreq = SchedRequest::new(&parsed.model).with_prompt(&parsed.prompt_text);
+    if let Some(l) = &lora {
+        sreq = sreq.with_lora(l);
+    }
+    if let Some(u) = &parsed.user {
+        sreq = sreq.with_session(u);
+    }
+    let decision = snap
+        .scheduler
+        .schedule(&sreq, &cands)
+        .map_err(|e| Error::Scheduling { server: server.key.clone(), reason: e.to_string() })?;
+    for (plugin, ratio) in &decision.match_ratios {
+        shared.metrics.match_ratio(plugin, &parsed.model, *ratio);
+    }
+    let ranked: Vec<usize> = decision.ranked.iter().map(|r| r.index).collect();
+
+    let rewrite = (!m.is_lora).then_some(server.model.as_deref()).flatten();
+    let body = parsed.upstream_body(rewrite);
+    let headers = upstream_headers(&parts.headers, request_id);
+    let pq = parts.uri.path_and_query().map_or(path, |p| p.as_str()).to_owned();
+
+    let (attempts, pause) = match server.retry {
+        Some((n, pause)) => (n, pause),
+        None => (DEFAULT_ATTEMPTS.min(ranked.len()), Duration::ZERO),
+    };
+    ctx.upstream_start = Some(Instant::now());
+    let mut last_fail: Option<String> = None;
+    let mut last_resp: Option<(http::response::Parts, Bytes)> = None;
+    for attempt in 0..attempts {
+        if attempt > 0 && !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+        let idx = ranked[attempt % ranked.len()];
+        let ep = &pool[idx];
+        ctx.entry.selected_pod = ep.name.clone();
+        ctx.entry.upstream_attempts = attempt + 1;
+        let guard = ep.begin_request();
+        ctx.set_upstream_active(true);
+        let uri = format!("{}{pq}", ep.base_url());
+        let mut up = Request::builder().method(Method::POST).uri(&uri);
+        if let Some(h) = up.headers_mut() {
+            *h = headers.clone();
+        }
+        let up = up.body(Full::new(body.bytes.clone())).map_err(|e| Error::BodyRead { reason: e.to_string() })?;
+        let fut = shared.client.request(up);
+        let res = match server.timeout {
+            Some(t) => match tokio::time::timeout(t, fut).await {
+                Ok(r) => r,
+                Err(_) => {
+                    ctx.upstream_end = Some(Instant::now());
+                    return Err(Error::UpstreamTimeout { endpoint: ep.name.clone(), timeout: t });
+                }
+            },
+            None => fut.await,
+        };
+        match res {
+            Err(e) => {
+                ctx.set_upstream_active(false);
+                drop(guard);
+                tracing::debug!(endpoint = %ep.name, attempt, error = ?e, "Upstream attempt failed; trying the next endpoint");
+                last_fail = Some(format!("{}: {e:?}", ep.name));
+                last_resp = None;
+            }
+            Ok(resp) => {
+                let status = resp.status();
+                ctx.entry.upstream_status_code = status.as_u16();
+                if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
+                    let (p, b) = resp.into_parts();
+                    let bytes = Limited::new(b, MAX_ERROR_BODY).collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+                    ctx.set_upstream_active(false);
+                    drop(guard);
+                    last_fail = Some(format!("{} answered {status}", ep.name));
+                    last_resp = Some((p, bytes));
+                    continue;
+                }
+                ctx.upstream_end = Some(Instant::now());
+                if status.is_success() {
+                    snap.scheduler.on_scheduled(&sreq, &cands[idx]);
+                    ctx.sched = Some(SchedDone {
+                        scheduler: Arc::clone(&snap.scheduler),
+                        model: parsed.model.clone(),
+                        lora: lora.clone(),
+                        prompt: parsed.prompt_text.clone(),
+                        endpoint: Arc::clone(ep),
+                    });
+                }
+                return Ok(stream_response(resp, ctx, guard, &parsed, body.injected_usage));
+            }
+        }
+    }
+    ctx.upstream_end = Some(Instant::now());
+    if let Some((p, b)) = last_resp {
+        // The last answer was 429/5xx: hand it to the client unchanged.
+        let status = p.status;
+        ctx.settle(status.as_u16(), Some(("upstream_response", last_fail.unwrap_or_default())), "upstream", 0);
+        let mut r = Response::from_parts(p, full(b));
+        strip_hop_by_hop(r.headers_mut());
+        return Ok(r);
+    }
+    Err(Error::AllUpstreamsFailed { server: server.key.clone(), attempts, last: last_fail.unwrap_or_default() })
+}
+
+fn stream_response(
+    resp: Response<Incoming>,
+    ctx: &mut RequestCtx,
+    guard: crate::endpoint::InFlightGuard,
+    parsed: &ParsedRequest,
+    injected_usage: bool,
+) -> Response<RespBody> {
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let sse = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream") || v.starts_with("application/x-ndjson"));
+    if parsed.stream || sse {
+        parts.headers.remove(header::CONTENT_LENGTH);
+    }
+    let status = parts.status.as_u16();
+    // Move the accounting into the body: it settles when the body ends or is dropped.
+    let owned = ctx.detach();
+    let body = ProxyBody::new(body, owned, guard, status, sse, injected_usage && !parsed.client_wants_usage);
+    Response::from_parts(parts, http_body_util::BodyExt::boxed_unsync(body))
+}
+
+const HOP_BY_HOP: [&str; 8] =
+    ["connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade"];
+
+fn strip_hop_by_hop(h: &mut HeaderMap) {
+    let listed: Vec<String> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(',').map(|s| s.trim().to_ascii_lowercase()))
+        .collect();
+    for n in HOP_BY_HOP {
+        h.remove(n);
+    }
+    for n in listed {
+        h.remove(n.as_str());
+    }
+}
+
+fn upstream_headers(client: &HeaderMap, request_id: &str) -> HeaderMap {
+    let mut h = client.clone();
+    strip_hop_by_hop(&mut h);
+    h.remove(header::HOST);
+    h.remove(header::CONTENT_LENGTH);
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        h.insert(HeaderName::from_static("x-request-id"), v);
+    }
+    h
+}

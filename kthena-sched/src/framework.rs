@@ -1,0 +1,563 @@
+//! Plugin traits, the plugin registry and the [`Scheduler`] itself (spec §3.1, STYLE §2.4).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crate::config::Config;
+use crate::kv_index::KvIndex;
+use crate::types::{Candidate, Completion, EndpointId, PdRole, Request};
+use crate::{Error, Result};
+
+/// Default number of ranked endpoints in a [`Decision`]: the best plus 4 fallbacks
+/// (Go Kthena `topN = 5`).
+pub const DEFAULT_TOP_N: usize = 5;
+
+/// A filter plugin: removes candidates that cannot serve a request.
+///
+/// Called once per request with every candidate still in the running (`cands`) and an
+/// index-aligned mask `keep` (`keep.len() == cands.len()`, all `true` on entry). The plugin
+/// clears `keep[i]` for candidates it rejects. Setting an entry to `true` has no effect: the
+/// framework ANDs the mask with the previous one, so a filter can never re-admit a candidate.
+/// If a filter rejects every candidate, scheduling fails with [`Error::AllFiltered`].
+pub trait FilterPlugin: Send + Sync + fmt::Debug {
+    /// The plugin's config name (and metric label).
+    fn name(&self) -> &'static str;
+
+    /// Clears `keep[i]` for each candidate `cands[i]` that cannot serve `req`.
+    fn filter(&self, req: &Request<'_>, cands: &[&Candidate], keep: &mut [bool]);
+
+    /// The host removed an endpoint; forget any state about it. Default: nothing.
+    fn on_endpoint_removed(&self, _id: &EndpointId) {}
+}
+
+/// A score plugin: rates each candidate for a request.
+///
+/// Called once per request with the candidates that passed every filter and an
+/// index-aligned output slice (`out.len() == cands.len()`, zeroed on entry). Each score must
+/// be finite and in `0.0..=100.0`, higher is better. The framework clamps out-of-range or
+/// non-finite values (NaN becomes 0) and counts them in [`Scheduler::score_violations`].
+///
+/// Plugins keep state behind `&self` (interior mutability) so one scheduler serves all
+/// connections; the lifecycle hooks default to doing nothing.
+pub trait ScorePlugin: Send + Sync + fmt::Debug {
+    /// The plugin's config name (and metric label).
+    fn name(&self) -> &'static str;
+
+    /// Writes one score per candidate into `out` and returns optional observations.
+    fn score(&self, req: &Request<'_>, cands: &[&Candidate], out: &mut [f64]) -> ScoreNote;
+
+    /// The host sent `req` to `chosen` and it was accepted (Go Kthena `PostSchedule`):
+    /// cache-affinity plugins record what `chosen` now holds. Default: nothing.
+    fn on_scheduled(&self, _req: &Request<'_>, _chosen: &Candidate) {}
+
+    /// A scheduled request finished. Default: nothing.
+    fn on_completed(&self, _done: &Completion<'_>) {}
+
+    /// The host removed an endpoint; forget any state about it. Default: nothing.
+    fn on_endpoint_removed(&self, _id: &EndpointId) {}
+}
+
+/// Observations a score plugin reports with its scores.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ScoreNote {
+    /// For cache-affinity plugins: longest matched prefix / total blocks of the request,
+    /// a ratio in `0.0..=1.0` (Go Kthena's prefix-cache match-ratio metric).
+    pub match_ratio: Option<f64>,
+}
+
+impl ScoreNote {
+    /// A note with a match ratio (`0.0..=1.0`).
+    pub fn with_match_ratio(ratio: f64) -> Self {
+        Self {
+            match_ratio: Some(ratio),
+        }
+    }
+}
+
+/// One ranked endpoint of a [`Decision`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ranked {
+    /// Index into the candidate slice passed to [`Scheduler::schedule`].
+    pub index: usize,
+    /// The endpoint's id.
+    pub id: EndpointId,
+    /// Weighted total `Σ weight × score` (each score `0..=100`).
+    pub score: f64,
+}
+
+/// The result of [`Scheduler::schedule`]: endpoints ranked best first, then up to
+/// `top_n - 1` fallbacks to retry in order. Never empty.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// Best first; ties are broken by ascending [`EndpointId`].
+    pub ranked: Vec<Ranked>,
+    /// `(plugin name, match ratio)` for each plugin that reported one.
+    pub match_ratios: Vec<(&'static str, f64)>,
+}
+
+impl Decision {
+    /// The best endpoint.
+    pub fn best(&self) -> &Ranked {
+        // invariant: `schedule` never returns an empty decision.
+        &self.ranked[0]
+    }
+}
+
+/// A prefill/decode pair of a [`PdDecision`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct PdPair {
+    /// The decode endpoint.
+    pub decode: Ranked,
+    /// The best prefill endpoint of the decode endpoint's group.
+    pub prefill: Ranked,
+}
+
+/// The result of [`Scheduler::schedule_pd`]: pairs to try in order (best decode first).
+/// Never empty.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PdDecision {
+    /// Pairs in decode rank order; decode endpoints with no usable prefill are skipped.
+    pub pairs: Vec<PdPair>,
+}
+
+/// Everything a plugin factory may use besides its `args`.
+#[derive(Debug)]
+pub struct BuildContext {
+    seed: u64,
+    kv_index: OnceLock<Arc<dyn KvIndex>>,
+}
+
+impl BuildContext {
+    /// Seed for any plugin randomness (`random`); plugins derive their RNG from it.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The shared KV-cache index: the one the host injected with
+    /// [`SchedulerBuilder::kv_index`], else the one `make` creates (once).
+    pub fn kv_index_or_init(&self, make: impl FnOnce() -> Arc<dyn KvIndex>) -> Arc<dyn KvIndex> {
+        Arc::clone(self.kv_index.get_or_init(make))
+    }
+}
+
+/// Builds a filter plugin from its `args` (`null` when absent).
+pub type FilterFactory =
+    Arc<dyn Fn(&serde_json::Value, &BuildContext) -> Result<Box<dyn FilterPlugin>> + Send + Sync>;
+/// Builds a score plugin from its `args` (`null` when absent).
+pub type ScoreFactory =
+    Arc<dyn Fn(&serde_json::Value, &BuildContext) -> Result<Box<dyn ScorePlugin>> + Send + Sync>;
+
+/// Maps plugin names to factories. [`Registry::builtin`] holds every Kthena plugin plus
+/// `load-imbalance`; hosts add their own with [`Registry::register_filter`] and
+/// [`Registry::register_score`].
+#[derive(Clone, Default)]
+pub struct Registry {
+    filters: HashMap<String, FilterFactory>,
+    scores: HashMap<String, ScoreFactory>,
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut fl: Vec<_> = self.filters.keys().collect();
+        let mut sc: Vec<_> = self.scores.keys().collect();
+        fl.sort();
+        sc.sort();
+        f.debug_struct("Registry")
+            .field("filters", &fl)
+            .field("scores", &sc)
+            .finish()
+    }
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn empty() -> Self {
+        Self::default()
+    }
+
+    /// The built-in plugins: filters `least-request`, `lora-affinity`, `load-imbalance`;
+    /// scores `least-request`, `least-latency`, `gpu-usage`, `random`, `prefix-cache`,
+    /// `kvcache-aware`.
+    pub fn builtin() -> Self {
+        let mut r = Self::empty();
+        crate::plugins::register_builtin(&mut r);
+        r
+    }
+
+    /// Adds (or replaces) a filter plugin factory under `name`.
+    pub fn register_filter<F>(&mut self, name: impl Into<String>, factory: F)
+    where
+        F: Fn(&serde_json::Value, &BuildContext) -> Result<Box<dyn FilterPlugin>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.filters.insert(name.into(), Arc::new(factory));
+    }
+
+    /// Adds (or replaces) a score plugin factory under `name`.
+    pub fn register_score<F>(&mut self, name: impl Into<String>, factory: F)
+    where
+        F: Fn(&serde_json::Value, &BuildContext) -> Result<Box<dyn ScorePlugin>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.scores.insert(name.into(), Arc::new(factory));
+    }
+
+    fn knows(&self, name: &str) -> bool {
+        self.filters.contains_key(name) || self.scores.contains_key(name)
+    }
+}
+
+/// Builds a [`Scheduler`] with a custom registry, RNG seed, `top_n` or KV index.
+#[derive(Debug)]
+#[must_use]
+pub struct SchedulerBuilder {
+    config: Config,
+    registry: Registry,
+    seed: u64,
+    top_n: usize,
+    kv_index: Option<Arc<dyn KvIndex>>,
+}
+
+impl SchedulerBuilder {
+    /// Uses `registry` instead of [`Registry::builtin`].
+    pub fn registry(mut self, registry: Registry) -> Self {
+        self.registry = registry;
+        self
+    }
+
+    /// Seeds plugin randomness (default 0: decisions are reproducible unless a host seeds
+    /// differently).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Number of ranked endpoints (best + fallbacks) per decision; default
+    /// [`DEFAULT_TOP_N`]. Values below 1 are raised to 1.
+    pub fn top_n(mut self, n: usize) -> Self {
+        self.top_n = n.max(1);
+        self
+    }
+
+    /// Uses this KV-cache index for `kvcache-aware` (for example a Redis-backed one),
+    /// instead of creating an [`InMemoryKvIndex`](crate::InMemoryKvIndex).
+    pub fn kv_index(mut self, index: Arc<dyn KvIndex>) -> Self {
+        self.kv_index = Some(index);
+        self
+    }
+
+    /// Validates the config and builds every enabled plugin.
+    ///
+    /// # Errors
+    /// Everything [`Config::validate`] returns, plus [`Error::UnknownPlugin`] for a name the
+    /// registry does not know (in an enabled list or in `pluginConfig`), and
+    /// [`Error::InvalidArgs`] when a plugin rejects its arguments.
+    pub fn build(self) -> Result<Scheduler> {
+        let config = self.config.validate()?;
+        let ctx = BuildContext {
+            seed: self.seed,
+            kv_index: OnceLock::new(),
+        };
+        if let Some(idx) = self.kv_index {
+            let _ = ctx.kv_index.set(idx);
+        }
+        for pc in &config.plugin_config {
+            if !self.registry.knows(&pc.name) {
+                return Err(Error::UnknownPlugin {
+                    list: "pluginConfig",
+                    name: pc.name.clone(),
+                });
+            }
+        }
+        let mut filters = Vec::new();
+        for name in &config.plugins.filter.enabled {
+            let factory = self
+                .registry
+                .filters
+                .get(name)
+                .ok_or_else(|| Error::UnknownPlugin {
+                    list: "plugins.Filter.enabled",
+                    name: name.clone(),
+                })?;
+            filters.push(factory(config.args(name), &ctx)?);
+        }
+        let mut scores = Vec::new();
+        for wp in &config.plugins.score.enabled {
+            let factory = self
+                .registry
+                .scores
+                .get(&wp.name)
+                .ok_or_else(|| Error::UnknownPlugin {
+                    list: "plugins.Score.enabled",
+                    name: wp.name.clone(),
+                })?;
+            scores.push((factory(config.args(&wp.name), &ctx)?, wp.weight));
+        }
+        Ok(Scheduler {
+            filters,
+            scores,
+            top_n: self.top_n,
+            kv_index: ctx.kv_index.into_inner(),
+            violations: AtomicU64::new(0),
+        })
+    }
+}
+
+/// Filters, scores and ranks candidate endpoints for a request.
+///
+/// Build it once from a [`Config`], share it (`Arc<Scheduler>`) across connections, and call
+/// [`schedule`](Self::schedule) (or [`schedule_pd`](Self::schedule_pd)) per request. Report
+/// back with [`on_scheduled`](Self::on_scheduled), [`on_completed`](Self::on_completed) and
+/// [`on_endpoint_removed`](Self::on_endpoint_removed) so cache-affinity plugins learn.
+///
+/// ```
+/// use kthena_sched::{Candidate, Config, Metrics, Request, Scheduler};
+/// let sched = Scheduler::from_config(&Config::default()).unwrap();
+/// let cands = vec![
+///     Candidate::new("a", "m").with_metrics(Metrics { kv_cache_usage: 0.9, ..Metrics::default() }),
+///     Candidate::new("b", "m").with_metrics(Metrics { kv_cache_usage: 0.1, ..Metrics::default() }),
+/// ];
+/// let req = Request::new("m").with_prompt("hello");
+/// let decision = sched.schedule(&req, &cands).unwrap();
+/// assert_eq!(decision.best().id.as_str(), "b");
+/// sched.on_scheduled(&req, &cands[decision.best().index]);
+/// ```
+#[derive(Debug)]
+pub struct Scheduler {
+    filters: Vec<Box<dyn FilterPlugin>>,
+    scores: Vec<(Box<dyn ScorePlugin>, f64)>,
+    top_n: usize,
+    kv_index: Option<Arc<dyn KvIndex>>,
+    violations: AtomicU64,
+}
+
+struct Ranking {
+    ranked: Vec<Ranked>,
+    match_ratios: Vec<(&'static str, f64)>,
+}
+
+// === impl Scheduler ===
+
+impl Scheduler {
+    /// Builds a scheduler with the built-in registry, seed 0 and [`DEFAULT_TOP_N`].
+    ///
+    /// # Errors
+    /// As [`SchedulerBuilder::build`].
+    pub fn from_config(config: &Config) -> Result<Self> {
+        Self::builder(config.clone()).build()
+    }
+
+    /// A builder for non-default registry, seed, `top_n` or KV index.
+    pub fn builder(config: Config) -> SchedulerBuilder {
+        SchedulerBuilder {
+            config,
+            registry: Registry::builtin(),
+            seed: 0,
+            top_n: DEFAULT_TOP_N,
+            kv_index: None,
+        }
+    }
+
+    /// The KV-cache index used by `kvcache-aware` (`None` when that plugin is not enabled).
+    /// Feed it the engines' KV events with [`KvIndex::apply`].
+    pub fn kv_index(&self) -> Option<&Arc<dyn KvIndex>> {
+        self.kv_index.as_ref()
+    }
+
+    /// How many scores plugins returned outside `0..=100` or non-finite (clamped).
+    pub fn score_violations(&self) -> u64 {
+        self.violations.load(Ordering::Relaxed)
+    }
+
+    /// Ranks `cands` for `req` (aggregated serving, spec §3.1 step 2): runs every filter,
+    /// sums `weight × score` of every score plugin, and returns the best `top_n` endpoints,
+    /// best first, ties by ascending id.
+    ///
+    /// # Errors
+    /// [`Error::NoCandidates`] for an empty slice, [`Error::AllFiltered`] when a filter
+    /// leaves nothing.
+    pub fn schedule(&self, req: &Request<'_>, cands: &[Candidate]) -> Result<Decision> {
+        if cands.is_empty() {
+            return Err(Error::NoCandidates);
+        }
+        let idx: Vec<usize> = (0..cands.len()).collect();
+        let r = self.rank(req, cands, &idx, self.top_n)?;
+        Ok(Decision {
+            ranked: r.ranked,
+            match_ratios: r.match_ratios,
+        })
+    }
+
+    /// Pairs decode and prefill endpoints (spec §3.1 step 3): ranks the decode endpoints
+    /// (top `top_n`), then for each picks the best prefill endpoint with the same group
+    /// value after filters and scores. Candidates without a [`PdMember`](crate::PdMember)
+    /// are ignored.
+    ///
+    /// # Errors
+    /// [`Error::NoDecode`] when no candidate has the decode role, [`Error::AllFiltered`]
+    /// when the filters reject every decode endpoint, [`Error::NoPdPairs`] when no decode
+    /// endpoint has a usable prefill endpoint in its group.
+    pub fn schedule_pd(&self, req: &Request<'_>, cands: &[Candidate]) -> Result<PdDecision> {
+        let decode: Vec<usize> = role_indices(cands, PdRole::Decode, None);
+        if decode.is_empty() {
+            return Err(Error::NoDecode);
+        }
+        let decodes = self.rank(req, cands, &decode, self.top_n)?;
+        let mut pairs = Vec::with_capacity(decodes.ranked.len());
+        for d in decodes.ranked {
+            let group = cands[d.index].pd.as_ref().map(|p| p.group.as_str());
+            let prefill = role_indices(cands, PdRole::Prefill, group);
+            if prefill.is_empty() {
+                continue;
+            }
+            match self.rank(req, cands, &prefill, 1) {
+                Ok(mut p) => {
+                    if let Some(best) = p.ranked.drain(..).next() {
+                        pairs.push(PdPair {
+                            decode: d,
+                            prefill: best,
+                        });
+                    }
+                }
+                Err(Error::AllFiltered { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if pairs.is_empty() {
+            return Err(Error::NoPdPairs);
+        }
+        Ok(PdDecision { pairs })
+    }
+
+    /// Tells the plugins that `req` was sent to `chosen` (for PD: call it for the decode and
+    /// for the prefill endpoint). Cache-affinity plugins record that `chosen` now holds the
+    /// request's prefix.
+    pub fn on_scheduled(&self, req: &Request<'_>, chosen: &Candidate) {
+        for (p, _) in &self.scores {
+            p.on_scheduled(req, chosen);
+        }
+    }
+
+    /// Tells the plugins that a scheduled request finished.
+    pub fn on_completed(&self, done: &Completion<'_>) {
+        for (p, _) in &self.scores {
+            p.on_completed(done);
+        }
+    }
+
+    /// Tells every plugin (and the KV index) to forget an endpoint.
+    pub fn on_endpoint_removed(&self, id: &EndpointId) {
+        for f in &self.filters {
+            f.on_endpoint_removed(id);
+        }
+        for (p, _) in &self.scores {
+            p.on_endpoint_removed(id);
+        }
+        if let Some(idx) = &self.kv_index {
+            idx.remove_endpoint(id);
+        }
+    }
+
+    fn rank(
+        &self,
+        req: &Request<'_>,
+        all: &[Candidate],
+        idx: &[usize],
+        limit: usize,
+    ) -> Result<Ranking> {
+        let mut idx: Vec<usize> = idx.to_vec();
+        let mut refs: Vec<&Candidate> = idx.iter().map(|&i| &all[i]).collect();
+        if !self.filters.is_empty() {
+            let mut keep = vec![true; refs.len()];
+            let mut tmp = vec![true; refs.len()];
+            for f in &self.filters {
+                tmp.copy_from_slice(&keep);
+                f.filter(req, &refs, &mut tmp);
+                let mut any = false;
+                for (k, t) in keep.iter_mut().zip(&tmp) {
+                    *k &= *t;
+                    any |= *k;
+                }
+                if !any {
+                    return Err(Error::AllFiltered {
+                        plugin: f.name().to_owned(),
+                    });
+                }
+            }
+            if keep.iter().any(|k| !k) {
+                let mut j = 0;
+                idx.retain(|_| {
+                    j += 1;
+                    keep[j - 1]
+                });
+                refs = idx.iter().map(|&i| &all[i]).collect();
+            }
+        }
+        let n = refs.len();
+        let mut totals = vec![0.0f64; n];
+        let mut scratch = vec![0.0f64; n];
+        let mut match_ratios = Vec::new();
+        for (p, w) in &self.scores {
+            scratch.fill(0.0);
+            let note = p.score(req, &refs, &mut scratch);
+            if let Some(r) = note.match_ratio {
+                match_ratios.push((p.name(), r));
+            }
+            for (t, s) in totals.iter_mut().zip(&scratch) {
+                let s = if s.is_finite() && (0.0..=100.0).contains(s) {
+                    *s
+                } else {
+                    self.violations.fetch_add(1, Ordering::Relaxed);
+                    if s.is_nan() { 0.0 } else { s.clamp(0.0, 100.0) }
+                };
+                *t += w * s;
+            }
+        }
+        let mut order: Vec<usize> = (0..n).collect();
+        let cmp = |a: &usize, b: &usize| {
+            totals[*b]
+                .total_cmp(&totals[*a])
+                .then_with(|| refs[*a].id.cmp(&refs[*b].id))
+        };
+        let limit = limit.min(n);
+        if limit < n {
+            order.select_nth_unstable_by(limit - 1, cmp);
+            order.truncate(limit);
+        }
+        order.sort_unstable_by(cmp);
+        let ranked = order
+            .into_iter()
+            .map(|k| Ranked {
+                index: idx[k],
+                id: refs[k].id.clone(),
+                score: totals[k],
+            })
+            .collect();
+        Ok(Ranking {
+            ranked,
+            match_ratios,
+        })
+    }
+}
+
+fn role_indices(cands: &[Candidate], role: PdRole, group: Option<&str>) -> Vec<usize> {
+    cands
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| {
+            c.pd.as_ref()
+                .is_some_and(|p| p.role == role && group.is_none_or(|g| p.group == g))
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,325 @@
+use super::*;
+use crate::types::{Metrics, PdRole};
+
+const SPEC_ROUTER_CONFIG: &str = r#"
+scheduler:
+  pluginConfig:
+  - name: least-request
+    args: {maxWaitingRequests: 10}
+  - name: least-latency
+    args: {TTFTTPOTWeightFactor: 0.5}
+  - name: prefix-cache
+    args: {blockSizeToHash: 64, maxBlocksToMatch: 128, maxHashCacheSize: 50000, topKMatches: 5}
+  - name: kvcache-aware
+    args: {blockSizeToHash: 16, maxBlocksToMatch: 128, vllmTokenizerPort: 8000, sglangTokenizerPort: 30000}
+  plugins:
+    Filter:
+      enabled: [least-request]
+      disabled: [lora-affinity]
+    Score:
+      enabled:
+      - {name: least-request, weight: 1}
+      - {name: gpu-usage, weight: 1}
+      - {name: least-latency, weight: 1}
+      - {name: prefix-cache, weight: 1}
+      disabled: []
+auth:
+  issuer: "https://issuer.example"
+  audiences: ["a"]
+  jwksUri: "https://issuer.example/jwks.json"
+"#;
+
+fn section(yaml: &str) -> Result<Scheduler> {
+    Scheduler::from_config(&Config::from_yaml(yaml)?)
+}
+
+#[test]
+fn spec_router_config_loads_and_matches_default() {
+    let cfg = Config::from_router_yaml(SPEC_ROUTER_CONFIG).unwrap();
+    assert_eq!(cfg.plugins.filter.enabled, Config::default().plugins.filter.enabled);
+    assert_eq!(cfg.plugins.score, Config::default().plugins.score);
+    assert_eq!(cfg.args("prefix-cache"), Config::default().args("prefix-cache"));
+    assert_eq!(cfg.args("kvcache-aware")["sglangTokenizerPort"], 30000);
+    let s = Scheduler::from_config(&cfg).unwrap();
+    assert_eq!(s.filters.len(), 1);
+    assert_eq!(s.scores.len(), 4);
+    assert!(s.kv_index().is_none());
+    Scheduler::from_config(&Config::default()).unwrap();
+}
+
+#[test]
+fn load_time_errors() {
+    let cases = [
+        (
+            "plugins: {Score: {enabled: [{name: nope}]}}",
+            "unknown scheduler plugin \"nope\" in plugins.Score.enabled",
+        ),
+        (
+            "plugins: {Filter: {enabled: [gpu-usage]}, Score: {enabled: [{name: gpu-usage}]}}",
+            "unknown scheduler plugin \"gpu-usage\" in plugins.Filter.enabled",
+        ),
+        (
+            "pluginConfig: [{name: typo}]\nplugins: {Score: {enabled: [{name: gpu-usage}]}}",
+            "unknown scheduler plugin \"typo\" in pluginConfig",
+        ),
+        (
+            "plugins: {Score: {enabled: [{name: random}, {name: gpu-usage}]}}",
+            "score plugin \"random\" cannot be combined with other score plugins ([\"gpu-usage\"])",
+        ),
+        ("{}", "the scheduler configuration enables no score plugin"),
+        (
+            "plugins: {Filter: {enabled: [least-request]}}",
+            "the scheduler configuration enables no score plugin",
+        ),
+        (
+            "plugins: {Score: {enabled: [{name: gpu-usage, weight: -1}]}}",
+            "invalid weight -1 for score plugin \"gpu-usage\": must be finite and >= 0",
+        ),
+        (
+            "plugins: {Score: {enabled: [{name: gpu-usage}, {name: gpu-usage}]}}",
+            "scheduler plugin \"gpu-usage\" is listed twice in plugins.Score.enabled",
+        ),
+        (
+            "pluginConfig: [{name: least-latency, args: {TTFTTPOTWeightFactor: 2}}]\nplugins: {Score: {enabled: [{name: least-latency}]}}",
+            "invalid args for scheduler plugin \"least-latency\": TTFTTPOTWeightFactor must be finite and in [0, 1], got 2",
+        ),
+        (
+            "pluginConfig: [{name: least-request, args: {maxWaitingRequests: 0}}]\nplugins: {Score: {enabled: [{name: least-request}]}}",
+            "invalid args for scheduler plugin \"least-request\": maxWaitingRequests must be > 0",
+        ),
+        (
+            "pluginConfig: [{name: gpu-usage, args: {x: 1}}]\nplugins: {Score: {enabled: [{name: gpu-usage}]}}",
+            "invalid args for scheduler plugin \"gpu-usage\": this plugin takes no args",
+        ),
+    ];
+    for (yaml, msg) in cases {
+        let e = section(yaml).unwrap_err();
+        assert_eq!(e.to_string(), msg, "{yaml}");
+    }
+    let e = section("pluginConfig: [{name: prefix-cache, args: {topK: 1}}]\nplugins: {Score: {enabled: [{name: prefix-cache}]}}")
+        .unwrap_err();
+    assert!(e.to_string().contains("unknown field `topK`"), "{e}");
+    assert!(matches!(Config::from_yaml("plugins: [1"), Err(Error::Yaml(_))));
+    assert!(matches!(Config::from_router_yaml("auth: {}"), Err(Error::NoPlugins)));
+}
+
+#[test]
+fn random_alone_is_allowed_and_seeded() {
+    let yaml = "plugins: {Score: {enabled: [{name: random}]}}";
+    let cfg = Config::from_yaml(yaml).unwrap();
+    let cands: Vec<Candidate> = (0..20).map(|i| Candidate::new(format!("e{i:02}"), "m")).collect();
+    let pick = |seed| {
+        let s = Scheduler::builder(cfg.clone()).seed(seed).build().unwrap();
+        (0..10)
+            .map(|_| s.schedule(&Request::new("m"), &cands).unwrap().best().id.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(pick(1), pick(1));
+    assert_ne!(pick(1), pick(2));
+}
+
+fn gpu_only() -> Scheduler {
+    section("plugins: {Score: {enabled: [{name: gpu-usage, weight: 2}]}}").unwrap()
+}
+
+fn usage(id: &str, u: f64) -> Candidate {
+    Candidate::new(id, "m").with_metrics(Metrics {
+        kv_cache_usage: u,
+        ..Metrics::default()
+    })
+}
+
+#[test]
+fn ranks_by_weighted_total_with_ties_by_id() {
+    let s = gpu_only();
+    let cands = [
+        usage("d", 0.5),
+        usage("c", 0.1),
+        usage("b", 0.5),
+        usage("a", 0.9),
+        usage("e", 0.5),
+        usage("f", 0.5),
+        usage("g", 0.95),
+    ];
+    let d = s.schedule(&Request::new("m"), &cands).unwrap();
+    let ids: Vec<&str> = d.ranked.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["c", "b", "d", "e", "f"]); // top 5; the 50s ordered by id
+    assert_eq!(d.ranked[0].score, 180.0); // weight 2 × 90
+    assert_eq!(d.ranked[0].index, 1);
+    assert_eq!(d.best().id.as_str(), "c");
+}
+
+#[test]
+fn top_n_is_configurable() {
+    let s = Scheduler::builder(Config::from_yaml("plugins: {Score: {enabled: [{name: gpu-usage}]}}").unwrap())
+        .top_n(2)
+        .build()
+        .unwrap();
+    let cands = [usage("a", 0.3), usage("b", 0.2), usage("c", 0.1)];
+    let d = s.schedule(&Request::new("m"), &cands).unwrap();
+    assert_eq!(d.ranked.iter().map(|r| r.index).collect::<Vec<_>>(), vec![2, 1]);
+}
+
+#[test]
+fn filters_narrow_and_report_the_emptying_filter() {
+    let s = Scheduler::from_config(&Config::default()).unwrap();
+    let busy = |id: &str, waiting| {
+        Candidate::new(id, "m").with_metrics(Metrics {
+            waiting_requests: waiting,
+            ..Metrics::default()
+        })
+    };
+    let d = s
+        .schedule(&Request::new("m"), &[busy("a", 10), busy("b", 3)])
+        .unwrap();
+    assert_eq!(d.ranked.len(), 1);
+    assert_eq!(d.best().index, 1);
+    let e = s.schedule(&Request::new("m"), &[busy("a", 10)]).unwrap_err();
+    assert_eq!(e.to_string(), "pods have all been filtered out by \"least-request\"");
+    assert!(matches!(s.schedule(&Request::new("m"), &[]), Err(Error::NoCandidates)));
+}
+
+#[test]
+fn prefix_affinity_learns_from_on_scheduled() {
+    let s = Scheduler::from_config(&Config::default()).unwrap();
+    let cands = [Candidate::new("a", "m"), Candidate::new("b", "m")];
+    let prompt = "x".repeat(640);
+    let req = Request::new("m").with_prompt(&prompt);
+    // Idle and equal: tie broken by id.
+    let d = s.schedule(&req, &cands).unwrap();
+    assert_eq!(d.best().id.as_str(), "a");
+    assert_eq!(d.match_ratios, vec![("prefix-cache", 0.0)]);
+    s.on_scheduled(&req, &cands[1]);
+    let d = s.schedule(&req, &cands).unwrap();
+    assert_eq!(d.best().id.as_str(), "b");
+    // least-request 100 + gpu-usage 100 + least-latency 50 + prefix-cache 100.
+    assert_eq!(d.best().score, 350.0);
+    assert_eq!(d.match_ratios, vec![("prefix-cache", 1.0)]);
+    s.on_endpoint_removed(&"b".into());
+    assert_eq!(s.schedule(&req, &cands).unwrap().best().id.as_str(), "a");
+}
+
+#[test]
+fn kvcache_aware_exposes_its_index() {
+    let s = section(
+        "pluginConfig: [{name: kvcache-aware, args: {blockSizeToHash: 2, maxIndexEntries: 8}}]\nplugins: {Score: {enabled: [{name: kvcache-aware}]}}",
+    )
+    .unwrap();
+    let idx = s.kv_index().unwrap();
+    let ev = crate::KvEvent::BlockStored {
+        block_hashes: vec![7],
+        parent_block_hash: None,
+        token_ids: vec![1, 2],
+        block_size: 2,
+    };
+    idx.apply(&"b".into(), &ev).unwrap();
+    let cands = [Candidate::new("a", "m"), Candidate::new("b", "m")];
+    let req = Request::new("m").with_token_ids(&[1, 2, 3, 4]);
+    let d = s.schedule(&req, &cands).unwrap();
+    assert_eq!(d.best().id.as_str(), "b");
+    assert_eq!(d.best().score, 50.0);
+    s.on_endpoint_removed(&"b".into());
+    assert!(idx.is_empty());
+}
+
+#[test]
+fn injected_kv_index_is_used() {
+    let idx: Arc<dyn KvIndex> = Arc::new(crate::InMemoryKvIndex::new(4, 16).unwrap());
+    let cfg = Config::from_yaml("plugins: {Score: {enabled: [{name: kvcache-aware}]}}").unwrap();
+    let s = Scheduler::builder(cfg).kv_index(idx.clone()).build().unwrap();
+    assert!(Arc::ptr_eq(s.kv_index().unwrap(), &idx));
+}
+
+fn pd(id: &str, role: PdRole, group: &str, u: f64) -> Candidate {
+    usage(id, u).with_pd(role, group)
+}
+
+#[test]
+fn pd_pairs_decode_with_best_prefill_of_its_group() {
+    let s = gpu_only();
+    let cands = [
+        pd("d1", PdRole::Decode, "g1", 0.5),
+        pd("d2", PdRole::Decode, "g2", 0.1),
+        pd("d3", PdRole::Decode, "g3", 0.0), // no prefill in g3: skipped
+        pd("p1a", PdRole::Prefill, "g1", 0.7),
+        pd("p1b", PdRole::Prefill, "g1", 0.2),
+        pd("p2", PdRole::Prefill, "g2", 0.9),
+        usage("plain", 0.0), // not part of PD
+    ];
+    let d = s.schedule_pd(&Request::new("m"), &cands).unwrap();
+    let pairs: Vec<(&str, &str)> = d
+        .pairs
+        .iter()
+        .map(|p| (p.decode.id.as_str(), p.prefill.id.as_str()))
+        .collect();
+    assert_eq!(pairs, [("d2", "p2"), ("d1", "p1b")]);
+    assert_eq!(d.pairs[1].prefill.index, 4);
+}
+
+#[test]
+fn pd_errors() {
+    let s = gpu_only();
+    let e = s
+        .schedule_pd(&Request::new("m"), &[pd("p", PdRole::Prefill, "g", 0.0)])
+        .unwrap_err();
+    assert_eq!(e.to_string(), "no decode pod found");
+    let e = s
+        .schedule_pd(
+            &Request::new("m"),
+            &[pd("d", PdRole::Decode, "g1", 0.0), pd("p", PdRole::Prefill, "g2", 0.0)],
+        )
+        .unwrap_err();
+    assert_eq!(e.to_string(), "no valid prefill-decode pod pairs found");
+    // Filters apply to prefill too: a filtered-out prefill leaves no pair.
+    let s = Scheduler::from_config(&Config::default()).unwrap();
+    let mut p = pd("p", PdRole::Prefill, "g", 0.0);
+    p.metrics.waiting_requests = 100;
+    let e = s
+        .schedule_pd(&Request::new("m"), &[pd("d", PdRole::Decode, "g", 0.0), p])
+        .unwrap_err();
+    assert!(matches!(e, Error::NoPdPairs));
+}
+
+#[derive(Debug)]
+struct Wild;
+
+impl ScorePlugin for Wild {
+    fn name(&self) -> &'static str {
+        "wild"
+    }
+    fn score(&self, _: &Request<'_>, _: &[&Candidate], out: &mut [f64]) -> ScoreNote {
+        out.copy_from_slice(&[f64::NAN, 250.0, -3.0, 40.0][..out.len()]);
+        ScoreNote::default()
+    }
+}
+
+#[derive(Debug)]
+struct Readmit;
+
+impl FilterPlugin for Readmit {
+    fn name(&self) -> &'static str {
+        "readmit"
+    }
+    fn filter(&self, _: &Request<'_>, _: &[&Candidate], keep: &mut [bool]) {
+        keep.fill(true);
+    }
+}
+
+#[test]
+fn host_plugins_are_registered_and_checked() {
+    let mut reg = Registry::builtin();
+    reg.register_score("wild", |_, _| Ok(Box::new(Wild)));
+    reg.register_filter("readmit", |_, _| Ok(Box::new(Readmit)));
+    let cfg = Config::from_yaml(
+        "plugins: {Filter: {enabled: [least-request, readmit]}, Score: {enabled: [{name: wild}]}}",
+    )
+    .unwrap();
+    let s = Scheduler::builder(cfg).registry(reg).build().unwrap();
+    let mut cands: Vec<Candidate> = ["a", "b", "c", "d", "e"].iter().map(|i| Candidate::new(*i, "m")).collect();
+    cands[0].metrics.waiting_requests = 99; // removed by least-request, not re-admitted
+    let d = s.schedule(&Request::new("m"), &cands).unwrap();
+    // Scores for b..e: NaN→0, 250→100, −3→0, 40.
+    let got: Vec<(&str, f64)> = d.ranked.iter().map(|r| (r.id.as_str(), r.score)).collect();
+    assert_eq!(got, [("c", 100.0), ("e", 40.0), ("b", 0.0), ("d", 0.0)]);
+    assert_eq!(s.score_violations(), 3);
+}

@@ -1,0 +1,122 @@
+use std::sync::Arc;
+
+use super::*;
+use crate::framework::ScorePlugin;
+use crate::plugins::{KvCacheAware, KvCacheAwareArgs};
+use crate::types::Request;
+
+fn stored(hashes: &[u64], parent: Option<u64>, tokens: &[u32]) -> KvEvent {
+    KvEvent::BlockStored {
+        block_hashes: hashes.to_vec(),
+        parent_block_hash: parent,
+        token_ids: tokens.to_vec(),
+        block_size: 2,
+    }
+}
+
+fn setup(cap: usize) -> (Arc<InMemoryKvIndex>, KvCacheAware, Vec<Candidate>) {
+    let idx = Arc::new(InMemoryKvIndex::new(2, cap).unwrap());
+    let args = KvCacheAwareArgs {
+        block_size_to_hash: 2,
+        ..KvCacheAwareArgs::default()
+    };
+    let plugin = KvCacheAware::new(args, idx.clone()).unwrap();
+    let cands = ["a", "b", "c"].iter().map(|id| Candidate::new(*id, "m")).collect();
+    (idx, plugin, cands)
+}
+
+fn scores(p: &KvCacheAware, tokens: &[u32], cands: &[Candidate]) -> (Vec<f64>, Option<f64>) {
+    let refs: Vec<&Candidate> = cands.iter().collect();
+    let mut out = vec![0.0; refs.len()];
+    let note = p.score(&Request::new("m").with_token_ids(tokens), &refs, &mut out);
+    (out, note.match_ratio)
+}
+
+#[test]
+fn scores_contiguous_prefix_from_events() {
+    let (idx, p, cands) = setup(100);
+    let a = EndpointId::from("a");
+    idx.apply(&a, &stored(&[101, 102], None, &[1, 2, 3, 4])).unwrap();
+    idx.apply(&"b".into(), &stored(&[201], None, &[1, 2])).unwrap();
+    // Blocks [1,2] [3,4] [5]: a holds 2 of 3, b 1 of 3.
+    assert_eq!(scores(&p, &[1, 2, 3, 4, 5], &cands), (vec![66.0, 33.0, 0.0], Some(2.0 / 3.0)));
+    // A continuation chained through the engine's parent hash.
+    idx.apply(&a, &stored(&[103], Some(102), &[5, 6])).unwrap();
+    assert_eq!(scores(&p, &[1, 2, 3, 4, 5, 6], &cands).0, vec![100.0, 33.0, 0.0]);
+    assert_eq!(idx.len(), 4);
+    // A gap at block 0 means no match, whatever follows.
+    idx.apply(&a, &KvEvent::BlockRemoved { block_hashes: vec![101] }).unwrap();
+    assert_eq!(scores(&p, &[1, 2, 3, 4, 5, 6], &cands).0, vec![0.0, 33.0, 0.0]);
+    idx.apply(&"b".into(), &KvEvent::AllBlocksCleared).unwrap();
+    assert_eq!(scores(&p, &[1, 2, 3, 4, 5, 6], &cands).0, vec![0.0, 0.0, 0.0]);
+    assert_eq!(idx.len(), 2);
+}
+
+#[test]
+fn no_token_ids_scores_zero() {
+    let (idx, p, cands) = setup(100);
+    idx.apply(&"a".into(), &stored(&[1], None, &[1, 2])).unwrap();
+    let refs: Vec<&Candidate> = cands.iter().collect();
+    let mut out = vec![5.0; 3];
+    let note = p.score(&Request::new("m").with_prompt("text only"), &refs, &mut out);
+    assert_eq!(out, vec![0.0; 3]);
+    assert_eq!(note.match_ratio, None);
+}
+
+#[test]
+fn rejects_inconsistent_events_without_change() {
+    let (idx, _, _) = setup(100);
+    let a = EndpointId::from("a");
+    let e = idx.apply(&a, &stored(&[1], Some(99), &[1, 2])).unwrap_err();
+    assert_eq!(e.to_string(), "invalid KV event: parent block 99 is unknown for endpoint a");
+    let e = idx.apply(&a, &stored(&[1, 2], None, &[1, 2])).unwrap_err();
+    assert_eq!(e.to_string(), "invalid KV event: 2 token ids for 2 blocks of 2");
+    let e = idx
+        .apply(
+            &a,
+            &KvEvent::BlockStored {
+                block_hashes: vec![1],
+                parent_block_hash: None,
+                token_ids: vec![1, 2, 3, 4],
+                block_size: 4,
+            },
+        )
+        .unwrap_err();
+    assert_eq!(e.to_string(), "invalid KV event: block size 4 differs from the index's 2");
+    assert_eq!(idx.len(), 0);
+}
+
+#[test]
+fn cap_evicts_least_recently_stored() {
+    let (idx, p, cands) = setup(2);
+    idx.apply(&"a".into(), &stored(&[1, 2], None, &[1, 2, 3, 4])).unwrap();
+    idx.apply(&"b".into(), &stored(&[9], None, &[1, 2])).unwrap();
+    // a's block 0 was the oldest entry and is gone.
+    assert_eq!(idx.len(), 2);
+    assert_eq!(scores(&p, &[1, 2, 3, 4], &cands).0, vec![0.0, 50.0, 0.0]);
+}
+
+#[test]
+fn restored_block_keeps_one_entry() {
+    let (idx, p, cands) = setup(10);
+    let a = EndpointId::from("a");
+    idx.apply(&a, &stored(&[1], None, &[1, 2])).unwrap();
+    idx.apply(&a, &stored(&[1], None, &[1, 2])).unwrap();
+    assert_eq!(idx.len(), 1);
+    assert_eq!(idx.distinct_blocks(), 1);
+    idx.apply(&a, &KvEvent::BlockRemoved { block_hashes: vec![1] }).unwrap();
+    assert_eq!(idx.distinct_blocks(), 0);
+    assert_eq!(scores(&p, &[1, 2], &cands).0, vec![0.0, 0.0, 0.0]);
+}
+
+#[test]
+fn removed_endpoint_is_forgotten() {
+    let (idx, p, cands) = setup(10);
+    idx.apply(&"a".into(), &stored(&[1, 2], None, &[1, 2, 3, 4])).unwrap();
+    idx.remove_endpoint(&"a".into());
+    assert!(idx.is_empty());
+    assert_eq!(idx.distinct_blocks(), 0);
+    assert_eq!(scores(&p, &[1, 2, 3, 4], &cands).0, vec![0.0, 0.0, 0.0]);
+    // Events for the same id afterwards start from scratch.
+    assert!(idx.apply(&"a".into(), &stored(&[3], Some(2), &[5, 6])).is_err());
+}

@@ -1,0 +1,150 @@
+//! Kthena's request scheduler as a library: filter and score plugins over a batch of
+//! candidate endpoints, a ranked decision with fallbacks, prefill/decode pairing, and the
+//! prefix-cache and KV-cache indexes behind cache-aware routing.
+//!
+//! This crate is **not** a proxy: it has no HTTP, Kubernetes or async-runtime dependency and
+//! never does I/O. A host (the Kthena router, or any other proxy) fills plain [`Candidate`]
+//! snapshots and a borrowed [`Request`], calls [`Scheduler::schedule`], sends the request to
+//! the ranked endpoints in order, and reports back through [`Scheduler::on_scheduled`],
+//! [`Scheduler::on_completed`] and [`Scheduler::on_endpoint_removed`].
+//!
+//! Start with [`Config`] (the `scheduler:` section of Kthena's router configuration) and
+//! [`Scheduler::from_config`]:
+//!
+//! ```
+//! use kthena_sched::{Candidate, Config, Metrics, Request, Scheduler};
+//!
+//! let config = Config::from_yaml(r#"
+//! pluginConfig:
+//! - name: least-request
+//!   args: {maxWaitingRequests: 10}
+//! plugins:
+//!   Filter:
+//!     enabled: [least-request]
+//!   Score:
+//!     enabled:
+//!     - {name: least-request, weight: 1}
+//!     - {name: prefix-cache, weight: 1}
+//! "#)?;
+//! let scheduler = Scheduler::from_config(&config)?;
+//! let endpoints = vec![
+//!     Candidate::new("10.0.0.1:8000", "qwen3").with_metrics(Metrics { in_flight: 3, ..Metrics::default() }),
+//!     Candidate::new("10.0.0.2:8000", "qwen3"),
+//! ];
+//! let request = Request::new("qwen3").with_prompt("You are a helpful assistant.");
+//! let decision = scheduler.schedule(&request, &endpoints)?;
+//! assert_eq!(decision.best().id.as_str(), "10.0.0.2:8000");
+//! assert_eq!(decision.ranked.len(), 2); // best, then the fallback
+//! scheduler.on_scheduled(&request, &endpoints[decision.best().index]);
+//! # Ok::<(), kthena_sched::Error>(())
+//! ```
+//!
+//! # Plugins
+//!
+//! | name | kind | what it does (spec section) |
+//! |---|---|---|
+//! | `least-request` | filter, score | drops endpoints with `waiting >= maxWaitingRequests`; prefers fewer in-flight requests (§3.2) |
+//! | `least-latency` | score | prefers lower TTFT/TPOT; no data scores 50 (§3.3) |
+//! | `gpu-usage` | score | prefers lower KV-cache usage (§3.4) |
+//! | `random` | score | uniform 0..=100 from the seeded RNG (§3.5) |
+//! | `lora-affinity` | filter | keeps endpoints serving the model/adapter (§3.6) |
+//! | `prefix-cache` | score | prompt-byte block hashes in per-endpoint LRUs (§3.7) |
+//! | `kvcache-aware` | score | token-block hashes in a [`KvIndex`] fed by KV events (§3.8) |
+//! | `load-imbalance` | filter | SMG's imbalance guard: when loads are imbalanced keep only the least-loaded |
+//!
+//! The user guide `docs/scheduler.md` gives every formula and argument.
+
+mod config;
+mod framework;
+mod hash;
+mod kv_index;
+mod plugins;
+mod types;
+
+pub use config::{Config, FilterPlugins, PluginConfig, Plugins, ScorePlugins, WeightedPlugin};
+pub use framework::{
+    BuildContext, DEFAULT_TOP_N, Decision, FilterFactory, FilterPlugin, PdDecision, PdPair,
+    Ranked, Registry, ScoreFactory, ScoreNote, ScorePlugin, Scheduler, SchedulerBuilder,
+};
+pub use hash::{TOKEN_CHAIN_ROOT, prefix_block_hashes, token_block_hash, token_block_hashes};
+pub use kv_index::{InMemoryKvIndex, KvEvent, KvIndex, KvQuery};
+pub use plugins::{
+    GpuUsage, KvCacheAware, KvCacheAwareArgs, LeastLatency, LeastLatencyArgs, LeastRequest,
+    LeastRequestArgs, LoadImbalance, LoadImbalanceArgs, LoraAffinity, PrefixCache,
+    PrefixCacheArgs, PrefixStore, Random,
+};
+pub use types::{Candidate, Completion, EndpointId, Metrics, PdMember, PdRole, Request};
+
+/// Errors of this crate. Configuration errors happen at load time; per-request errors are
+/// the three "nothing to schedule" cases.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The configuration text is not valid YAML of the expected shape.
+    #[error("invalid scheduler configuration: {0}")]
+    Yaml(#[source] Box<serde_saphyr::Error>),
+    /// No score plugin is enabled (every request would fail).
+    #[error("the scheduler configuration enables no score plugin")]
+    NoPlugins,
+    /// A plugin name the registry does not know.
+    #[error("unknown scheduler plugin {name:?} in {list}")]
+    UnknownPlugin {
+        /// Where the name appeared (`plugins.Filter.enabled`, `plugins.Score.enabled`,
+        /// `pluginConfig`).
+        list: &'static str,
+        /// The name.
+        name: String,
+    },
+    /// A name listed twice.
+    #[error("scheduler plugin {name:?} is listed twice in {list}")]
+    Duplicate {
+        /// The list.
+        list: &'static str,
+        /// The name.
+        name: String,
+    },
+    /// A plugin rejected its `args`.
+    #[error("invalid args for scheduler plugin {plugin:?}: {reason}")]
+    InvalidArgs {
+        /// The plugin name.
+        plugin: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A score weight that is negative or not finite.
+    #[error("invalid weight {weight} for score plugin {plugin:?}: must be finite and >= 0")]
+    InvalidWeight {
+        /// The plugin name.
+        plugin: String,
+        /// The weight.
+        weight: f64,
+    },
+    /// `random` is configured together with other score plugins.
+    #[error("score plugin \"random\" cannot be combined with other score plugins ({others:?})")]
+    RandomMixed {
+        /// The other score plugins.
+        others: Vec<String>,
+    },
+    /// [`Scheduler::schedule`] was given no candidate.
+    #[error("no candidate endpoints")]
+    NoCandidates,
+    /// A filter rejected every remaining candidate (Go Kthena's message).
+    #[error("pods have all been filtered out by {plugin:?}")]
+    AllFiltered {
+        /// The filter that left nothing.
+        plugin: String,
+    },
+    /// [`Scheduler::schedule_pd`] found no decode endpoint.
+    #[error("no decode pod found")]
+    NoDecode,
+    /// [`Scheduler::schedule_pd`] found no decode endpoint with a prefill endpoint.
+    #[error("no valid prefill-decode pod pairs found")]
+    NoPdPairs,
+    /// A KV event that contradicts the index (unknown parent, wrong block size or token
+    /// count). The index is unchanged.
+    #[error("invalid KV event: {0}")]
+    InvalidKvEvent(String),
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

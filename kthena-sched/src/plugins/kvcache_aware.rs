@@ -1,0 +1,176 @@
+//! `kvcache-aware` (spec §3.8): scores endpoints by how many leading token blocks of the
+//! prompt they hold, according to a [`KvIndex`].
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::{invalid, ratio_score};
+use crate::framework::{BuildContext, ScoreNote, ScorePlugin};
+use crate::hash::token_block_hashes;
+use crate::kv_index::{InMemoryKvIndex, KvIndex, KvQuery};
+use crate::types::{Candidate, Request};
+use crate::Result;
+
+/// Args of `kvcache-aware` (spec §3.8), plus `maxIndexEntries` for the in-memory index.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct KvCacheAwareArgs {
+    /// Tokens per block; must equal the engine's KV block size for events to match. Default 16.
+    pub block_size_to_hash: usize,
+    /// At most this many leading blocks are matched. Default 128.
+    pub max_blocks_to_match: usize,
+    /// Port of a vLLM engine's `/tokenize` (used by hosts that tokenize remotely, not by this
+    /// crate). `1..=65535`, default 8000.
+    pub vllm_tokenizer_port: u32,
+    /// Port of an SGLang engine's `/tokenize` (used by hosts, not by this crate).
+    /// `1..=65535`, default 30000.
+    pub sglang_tokenizer_port: u32,
+    /// Cap of the in-memory index, in (endpoint, block) entries. Default 1,048,576 (2^20, the
+    /// size cap of Dynamo's approximate KV index, `router_max_tree_size`). Not in Go Kthena.
+    pub max_index_entries: usize,
+}
+
+impl Default for KvCacheAwareArgs {
+    /// `blockSizeToHash: 16, maxBlocksToMatch: 128, vllmTokenizerPort: 8000,
+    /// sglangTokenizerPort: 30000, maxIndexEntries: 1048576`.
+    fn default() -> Self {
+        Self {
+            block_size_to_hash: 16,
+            max_blocks_to_match: 128,
+            vllm_tokenizer_port: 8000,
+            sglang_tokenizer_port: 30000,
+            max_index_entries: 1 << 20,
+        }
+    }
+}
+
+impl KvCacheAwareArgs {
+    /// Checks every value.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgs`](crate::Error::InvalidArgs) for a zero block size, block count or
+    /// index cap, or a port outside `1..=65535` (Go Kthena silently uses the default then).
+    pub fn validate(self) -> Result<Self> {
+        for (k, v) in [
+            ("blockSizeToHash", self.block_size_to_hash),
+            ("maxBlocksToMatch", self.max_blocks_to_match),
+            ("maxIndexEntries", self.max_index_entries),
+        ] {
+            if v == 0 {
+                return Err(invalid("kvcache-aware", format!("{k} must be > 0")));
+            }
+        }
+        for (k, v) in [
+            ("vllmTokenizerPort", self.vllm_tokenizer_port),
+            ("sglangTokenizerPort", self.sglang_tokenizer_port),
+        ] {
+            if !(1..=65535).contains(&v) {
+                return Err(invalid("kvcache-aware", format!("{k} must be in 1..=65535, got {v}")));
+            }
+        }
+        Ok(self)
+    }
+}
+
+/// `kvcache-aware` (Go Kthena `plugins/kvcache_aware.go`, spec §3.8).
+///
+/// Cuts the request's token ids into blocks of `blockSizeToHash` (the last may be short), at
+/// most `maxBlocksToMatch`, hashes them with [`token_block_hashes`], asks the [`KvIndex`] for
+/// each candidate's contiguous match from block 0, and scores
+/// `trunc(matched / total_blocks × 100)`. A request without token ids scores every candidate 0.
+/// Reports `longest match / total blocks` as its match ratio.
+///
+/// Differences from Go Kthena: no remote tokenization (the host passes token ids), and the
+/// index is in-process and fed by KV events instead of a Redis round-trip per request.
+#[derive(Debug)]
+pub struct KvCacheAware {
+    args: KvCacheAwareArgs,
+    index: Arc<dyn KvIndex>,
+}
+
+impl KvCacheAware {
+    /// A plugin over `index`.
+    ///
+    /// # Errors
+    /// As [`KvCacheAwareArgs::validate`].
+    pub fn new(args: KvCacheAwareArgs, index: Arc<dyn KvIndex>) -> Result<Self> {
+        Ok(Self {
+            args: args.validate()?,
+            index,
+        })
+    }
+
+    pub(crate) fn from_context(args: KvCacheAwareArgs, ctx: &BuildContext) -> Result<Self> {
+        let args = args.validate()?;
+        let (bs, cap) = (args.block_size_to_hash, args.max_index_entries);
+        let mut err = None;
+        let index = ctx.kv_index_or_init(|| match InMemoryKvIndex::new(bs, cap) {
+            Ok(i) => Arc::new(i),
+            Err(e) => {
+                err = Some(e);
+                Arc::new(Unavailable)
+            }
+        });
+        if let Some(e) = err {
+            return Err(e);
+        }
+        Self::new(args, index)
+    }
+
+    /// The index this plugin reads.
+    pub fn index(&self) -> &Arc<dyn KvIndex> {
+        &self.index
+    }
+}
+
+impl ScorePlugin for KvCacheAware {
+    fn name(&self) -> &'static str {
+        "kvcache-aware"
+    }
+
+    fn score(&self, req: &Request<'_>, cands: &[&Candidate], out: &mut [f64]) -> ScoreNote {
+        out.fill(0.0);
+        let Some(tokens) = req.token_ids.filter(|t| !t.is_empty()) else {
+            return ScoreNote::default();
+        };
+        let mut hashes = Vec::with_capacity(self.args.max_blocks_to_match.min(1024));
+        token_block_hashes(
+            tokens,
+            self.args.block_size_to_hash,
+            self.args.max_blocks_to_match,
+            &mut hashes,
+        );
+        let query = KvQuery {
+            model: req.model,
+            token_ids: tokens,
+            block_size: self.args.block_size_to_hash,
+            block_hashes: &hashes,
+        };
+        let mut matched = vec![0u32; cands.len()];
+        self.index.match_prefix(&query, cands, &mut matched);
+        let mut longest = 0;
+        for (o, m) in out.iter_mut().zip(&matched) {
+            longest = longest.max(*m as usize);
+            *o = ratio_score(*m as usize, hashes.len());
+        }
+        ScoreNote::with_match_ratio(longest as f64 / hashes.len() as f64)
+    }
+}
+
+/// Stand-in used only while an index construction error is being returned.
+#[derive(Debug)]
+struct Unavailable;
+
+impl KvIndex for Unavailable {
+    fn apply(&self, _: &crate::EndpointId, _: &crate::KvEvent) -> Result<()> {
+        Ok(())
+    }
+    fn match_prefix(&self, _: &KvQuery<'_>, _: &[&Candidate], out: &mut [u32]) {
+        out.fill(0);
+    }
+    fn remove_endpoint(&self, _: &crate::EndpointId) {}
+    fn len(&self) -> usize {
+        0
+    }
+}

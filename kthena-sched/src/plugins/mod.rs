@@ -1,0 +1,107 @@
+//! The built-in plugins.
+
+mod kvcache_aware;
+mod load;
+mod prefix_cache;
+mod simple;
+
+pub use kvcache_aware::{KvCacheAware, KvCacheAwareArgs};
+pub use load::{LoadImbalance, LoadImbalanceArgs};
+pub use prefix_cache::{PrefixCache, PrefixCacheArgs, PrefixStore};
+pub use simple::{
+    GpuUsage, LeastLatency, LeastLatencyArgs, LeastRequest, LeastRequestArgs, LoraAffinity, Random,
+};
+
+use serde::de::DeserializeOwned;
+
+use crate::framework::Registry;
+use crate::{Error, Result};
+
+pub(crate) fn register_builtin(r: &mut Registry) {
+    r.register_filter("least-request", |a, _| {
+        Ok(Box::new(LeastRequest::new(parse_args("least-request", a)?)?))
+    });
+    r.register_score("least-request", |a, _| {
+        Ok(Box::new(LeastRequest::new(parse_args("least-request", a)?)?))
+    });
+    r.register_filter("lora-affinity", |a, _| {
+        no_args("lora-affinity", a)?;
+        Ok(Box::new(LoraAffinity))
+    });
+    r.register_filter("load-imbalance", |a, _| {
+        Ok(Box::new(LoadImbalance::new(parse_args("load-imbalance", a)?)?))
+    });
+    r.register_score("least-latency", |a, _| {
+        Ok(Box::new(LeastLatency::new(parse_args("least-latency", a)?)?))
+    });
+    r.register_score("gpu-usage", |a, _| {
+        no_args("gpu-usage", a)?;
+        Ok(Box::new(GpuUsage))
+    });
+    r.register_score("random", |a, ctx| {
+        no_args("random", a)?;
+        Ok(Box::new(Random::new(ctx.seed())))
+    });
+    r.register_score("prefix-cache", |a, _| {
+        Ok(Box::new(PrefixCache::new(parse_args("prefix-cache", a)?)?))
+    });
+    r.register_score("kvcache-aware", |a, ctx| {
+        let args: KvCacheAwareArgs = parse_args("kvcache-aware", a)?;
+        KvCacheAware::from_context(args, ctx).map(|p| Box::new(p) as _)
+    });
+}
+
+/// Parses plugin args; `null` gives the defaults. Unknown keys and wrong types are errors.
+pub(crate) fn parse_args<T: DeserializeOwned + Default>(
+    plugin: &str,
+    v: &serde_json::Value,
+) -> Result<T> {
+    if v.is_null() {
+        return Ok(T::default());
+    }
+    T::deserialize(v).map_err(|e| invalid(plugin, e.to_string()))
+}
+
+fn no_args(plugin: &str, v: &serde_json::Value) -> Result<()> {
+    match v {
+        serde_json::Value::Null => Ok(()),
+        serde_json::Value::Object(m) if m.is_empty() => Ok(()),
+        _ => Err(invalid(plugin, "this plugin takes no args".to_owned())),
+    }
+}
+
+pub(crate) fn invalid(plugin: &str, reason: String) -> Error {
+    Error::InvalidArgs {
+        plugin: plugin.to_owned(),
+        reason,
+    }
+}
+
+/// `trunc(part / total × 100)` for a match of `part` blocks out of `total` (Go Kthena's
+/// integer score); 0 when `total == 0`.
+pub(crate) fn ratio_score(part: usize, total: usize) -> f64 {
+    if total == 0 {
+        return 0.0;
+    }
+    (part as f64 / total as f64 * 100.0).trunc()
+}
+
+/// `LruCache::push` with a capacity enforced here, so an unbounded cache (which does not
+/// pre-allocate `cap` slots as `LruCache::new` does) stays within `cap` entries. Returns the
+/// replaced entry (same key) or the evicted least-recently-used one.
+pub(crate) fn push_bounded<K: std::hash::Hash + Eq + Copy, V>(
+    lru: &mut lru::LruCache<K, V>,
+    cap: usize,
+    k: K,
+    v: V,
+) -> Option<(K, V)> {
+    if lru.contains(&k) {
+        return lru.push(k, v);
+    }
+    let evicted = if lru.len() >= cap { lru.pop_lru() } else { None };
+    lru.put(k, v);
+    evicted
+}
+
+#[cfg(test)]
+mod tests;

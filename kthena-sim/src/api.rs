@@ -1,0 +1,1048 @@
+//! The HTTP API: vLLM's OpenAI-compatible server surface (response shapes from the captured
+//! vLLM 0.32 samples in `spec/samples/vllm-0.32-cpu/`).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures_util::StreamExt;
+use http::{HeaderValue, StatusCode, header};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::{Notify, mpsc};
+
+use crate::config::{Config, Faults, Flavor, Role};
+use crate::engine::{Command, Finished, Output, Submit};
+use crate::metrics::Metrics;
+use crate::tokenize::{Tokenizer, render_chat};
+
+/// `system_fingerprint` of every response.
+const FINGERPRINT: &str = "vllm-0.32.0-kthena-sim";
+
+/// State shared by all handlers.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) cfg: Config,
+    pub(crate) addr: SocketAddr,
+    pub(crate) tokenizer: Tokenizer,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) engine: mpsc::UnboundedSender<Command>,
+    /// Loaded LoRA adapters: name -> path.
+    pub(crate) loras: Mutex<BTreeMap<String, String>>,
+    pub(crate) faults: ArcSwap<Faults>,
+    pub(crate) fault_rng: Mutex<SmallRng>,
+    pub(crate) created: u64,
+    pub(crate) next_id: AtomicU64,
+    /// Generation requests in flight (for graceful shutdown).
+    pub(crate) in_flight: AtomicUsize,
+    pub(crate) idle: Notify,
+    /// SGLang prefill side: bootstrap rooms whose prefill finished.
+    pub(crate) rooms_done: Mutex<Vec<u64>>,
+    pub(crate) room_notify: Notify,
+}
+
+impl Shared {
+    fn request_id(&self, prefix: &str) -> String {
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mix = (n ^ self.cfg.seed)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .wrapping_add(u64::from(self.addr.port()));
+        format!("{prefix}-{mix:016x}")
+    }
+
+    fn engine_id(&self) -> String {
+        format!("kthena-sim-{}", self.addr)
+    }
+}
+
+/// Counts a request in flight until dropped.
+struct InFlight(Arc<Shared>);
+
+impl InFlight {
+    fn new(s: &Arc<Shared>) -> Self {
+        s.in_flight.fetch_add(1, Ordering::SeqCst);
+        Self(Arc::clone(s))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+// === errors ===
+
+/// An error in vLLM's JSON shape: `{"error":{"message","type","param","code"}}`.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    message: String,
+    param: Option<String>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+            param: None,
+        }
+    }
+
+    fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    fn with_param(mut self, p: &str) -> Self {
+        self.param = Some(p.to_owned());
+        self
+    }
+
+    fn kind(&self) -> &'static str {
+        match self.status.as_u16() {
+            400 => "BadRequestError",
+            401 => "AuthenticationError",
+            404 => "NotFoundError",
+            429 => "RateLimitError",
+            500 => "InternalServerError",
+            503 => "ServiceUnavailableError",
+            _ => "APIError",
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind(),
+                "param": self.param,
+                "code": self.status.as_u16(),
+            }
+        });
+        json_response(self.status, &body)
+    }
+}
+
+fn json_response(status: StatusCode, body: &impl Serialize) -> Response {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut resp = Response::new(Body::from(bytes));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("Invalid request body: {e}")))
+}
+
+// === request types ===
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum PromptInput {
+    Text(String),
+    Tokens(Vec<u32>),
+    Texts(Vec<String>),
+    TokenLists(Vec<Vec<u32>>),
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Debug, Deserialize)]
+struct ContentPart {
+    #[serde(default)]
+    text: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Message {
+    role: String,
+    #[serde(default)]
+    content: Option<Content>,
+}
+
+/// Fields shared by completions and chat completions.
+#[derive(Debug, Deserialize)]
+struct Common {
+    model: String,
+    #[serde(default)]
+    max_tokens: Option<usize>,
+    #[serde(default)]
+    max_completion_tokens: Option<usize>,
+    #[serde(default)]
+    stream: bool,
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    seed: Option<u64>,
+    #[serde(default)]
+    n: Option<u32>,
+    #[serde(default)]
+    kv_transfer_params: Option<Value>,
+    #[serde(default)]
+    bootstrap_room: Option<u64>,
+    #[serde(default)]
+    bootstrap_host: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CompletionRequest {
+    #[serde(flatten)]
+    common: Common,
+    prompt: PromptInput,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatRequest {
+    #[serde(flatten)]
+    common: Common,
+    messages: Vec<Message>,
+}
+
+// === response types (field order as vLLM 0.32 writes them) ===
+
+#[derive(Debug, Serialize)]
+struct Usage {
+    prompt_tokens: usize,
+    total_tokens: usize,
+    completion_tokens: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_tokens_details: Option<Option<Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    completion_tokens_details: Option<Option<Value>>,
+}
+
+impl Usage {
+    fn new(f: &Finished, details: bool) -> Self {
+        Self {
+            prompt_tokens: f.prompt_tokens,
+            total_tokens: f.prompt_tokens + f.completion_tokens,
+            completion_tokens: f.completion_tokens,
+            prompt_tokens_details: details.then_some(None),
+            completion_tokens_details: details.then_some(None),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct CompletionChoice {
+    index: u32,
+    text: String,
+    logprobs: Option<Value>,
+    finish_reason: Option<&'static str>,
+    stop_reason: Option<Value>,
+    token_ids: Option<Vec<u32>>,
+    prompt_logprobs: Option<Value>,
+    prompt_token_ids: Option<Vec<u32>>,
+    routed_experts: Option<Value>,
+}
+
+#[derive(Debug, Serialize)]
+struct CompletionResponse {
+    id: String,
+    object: &'static str,
+    created: u64,
+    model: String,
+    choices: Vec<CompletionChoice>,
+    service_tier: Option<Value>,
+    system_fingerprint: &'static str,
+    usage: Usage,
+    kv_transfer_params: Option<Value>,
+    ec_transfer_params: Option<Value>,
+    metrics: Option<Value>,
+}
+
+#[derive(Debug, Serialize)]
+struct ChatMessage {
+    role: &'static str,
+    content: String,
+    refusal: Option<Value>,
+    annotations: Option<Value>,
+    audio: Option<Value>,
+    function_call: Option<Value>,
+    reasoning: Option<Value>,
+}
+
+#[derive(Debug, Serialize)]
+struct ChatChoice {
+    index: u32,
+    message: ChatMessage,
+    logprobs: Option<Value>,
+    finish_reason: Option<&'static str>,
+    stop_reason: Option<Value>,
+    token_ids: Option<Vec<u32>>,
+    routed_experts: Option<Value>,
+}
+
+#[derive(Debug, Serialize)]
+struct ChatResponse {
+    id: String,
+    object: &'static str,
+    created: u64,
+    model: String,
+    choices: Vec<ChatChoice>,
+    service_tier: Option<Value>,
+    system_fingerprint: &'static str,
+    usage: Usage,
+    prompt_logprobs: Option<Value>,
+    prompt_token_ids: Option<Vec<u32>>,
+    prompt_text: Option<String>,
+    kv_transfer_params: Option<Value>,
+    ec_transfer_params: Option<Value>,
+    metrics: Option<Value>,
+}
+
+#[derive(Debug, Serialize)]
+struct Delta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    content: String,
+}
+
+#[derive(Debug, Serialize)]
+struct ChunkChoice {
+    index: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delta: Option<Delta>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<String>,
+    logprobs: Option<Value>,
+    finish_reason: Option<&'static str>,
+    /// Present (as null) on the finishing chunk only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stop_reason: Option<Option<Value>>,
+    /// Present (as null) on token chunks, absent on the chat role chunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token_ids: Option<Option<Vec<u32>>>,
+}
+
+#[derive(Debug, Serialize)]
+struct Chunk<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: Vec<ChunkChoice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<Usage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system_fingerprint: Option<&'static str>,
+    /// vLLM writes `"prompt_token_ids":null,"prompt_text":null` on the first chat chunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_token_ids: Option<Option<Vec<u32>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_text: Option<Option<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kv_transfer_params: Option<Value>,
+}
+
+#[derive(Debug, Serialize)]
+struct Permission {
+    id: String,
+    object: &'static str,
+    created: u64,
+    allow_create_engine: bool,
+    allow_sampling: bool,
+    allow_logprobs: bool,
+    allow_search_indices: bool,
+    allow_view: bool,
+    allow_fine_tuning: bool,
+    organization: &'static str,
+    group: Option<String>,
+    is_blocking: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct ModelCard {
+    id: String,
+    object: &'static str,
+    created: u64,
+    owned_by: &'static str,
+    root: String,
+    parent: Option<String>,
+    max_model_len: usize,
+    permission: Vec<Permission>,
+}
+
+#[derive(Debug, Serialize)]
+struct ModelList {
+    object: &'static str,
+    data: Vec<ModelCard>,
+}
+
+// === router ===
+
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/models", get(models))
+        .route("/health", get(health))
+        .route("/tokenize", post(tokenize))
+        .route("/metrics", get(metrics))
+        .route("/v1/load_lora_adapter", post(load_lora))
+        .route("/v1/unload_lora_adapter", post(unload_lora))
+        .route("/reset_prefix_cache", post(reset_prefix_cache))
+        .route("/bootstrap/{room}", get(bootstrap_wait))
+        .fallback(not_found)
+        .with_state(shared)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "Not Found")
+}
+
+async fn health() -> StatusCode {
+    StatusCode::OK
+}
+
+async fn metrics(State(s): State<Arc<Shared>>) -> Response {
+    let mut resp = Response::new(Body::from(s.metrics.encode()));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    resp
+}
+
+async fn models(State(s): State<Arc<Shared>>) -> Response {
+    let card = |id: &str, root: &str, parent: Option<&str>| ModelCard {
+        id: id.to_owned(),
+        object: "model",
+        created: s.created,
+        owned_by: "vllm",
+        root: root.to_owned(),
+        parent: parent.map(str::to_owned),
+        max_model_len: s.cfg.profile.max_model_len,
+        permission: vec![Permission {
+            id: format!("modelperm-{:016x}", s.created ^ s.cfg.seed),
+            object: "model_permission",
+            created: s.created,
+            allow_create_engine: false,
+            allow_sampling: true,
+            allow_logprobs: true,
+            allow_search_indices: false,
+            allow_view: true,
+            allow_fine_tuning: false,
+            organization: "*",
+            group: None,
+            is_blocking: false,
+        }],
+    };
+    let mut data = vec![card(&s.cfg.model, &s.cfg.model, None)];
+    let loras = s.loras.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    for (name, path) in &loras {
+        data.push(card(name, path, Some(&s.cfg.model)));
+    }
+    json_response(StatusCode::OK, &ModelList { object: "list", data })
+}
+
+#[derive(Debug, Deserialize)]
+struct TokenizeRequest {
+    #[serde(default)]
+    prompt: Option<String>,
+    #[serde(default)]
+    messages: Option<Vec<Message>>,
+}
+
+async fn tokenize(State(s): State<Arc<Shared>>, body: Bytes) -> Result<Response, ApiError> {
+    let req: TokenizeRequest = parse(&body)?;
+    let tokens = match (req.prompt, req.messages) {
+        (Some(p), _) => s.tokenizer.encode(&p),
+        (None, Some(m)) => s.tokenizer.encode(&render_chat(&flatten_messages(m))),
+        (None, None) => return Err(ApiError::bad_request("Either prompt or messages is required")),
+    };
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({
+            "count": tokens.len(),
+            "max_model_len": s.cfg.profile.max_model_len,
+            "tokens": tokens,
+            "token_strs": null,
+        }),
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+struct LoraRequest {
+    lora_name: String,
+    #[serde(default)]
+    lora_path: Option<String>,
+}
+
+async fn load_lora(State(s): State<Arc<Shared>>, body: Bytes) -> Result<Response, ApiError> {
+    let req: LoraRequest = parse(&body)?;
+    let path = req
+        .lora_path
+        .ok_or_else(|| ApiError::bad_request("'lora_name' and 'lora_path' must be provided."))?;
+    let mut loras = s.loras.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if loras.contains_key(&req.lora_name) {
+        return Err(ApiError::bad_request(format!(
+            "The lora adapter '{}' has already been loaded.",
+            req.lora_name
+        ))
+        .with_param("lora_name"));
+    }
+    loras.insert(req.lora_name.clone(), path);
+    Ok(text_ok(format!("Success: LoRA adapter '{}' added successfully.", req.lora_name)))
+}
+
+async fn unload_lora(State(s): State<Arc<Shared>>, body: Bytes) -> Result<Response, ApiError> {
+    let req: LoraRequest = parse(&body)?;
+    let mut loras = s.loras.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if loras.remove(&req.lora_name).is_none() {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("The lora adapter '{}' cannot be found.", req.lora_name),
+        )
+        .with_param("lora_name"));
+    }
+    Ok(text_ok(format!("Success: LoRA adapter '{}' removed successfully.", req.lora_name)))
+}
+
+async fn reset_prefix_cache(State(s): State<Arc<Shared>>) -> StatusCode {
+    let _ = s.engine.send(Command::ResetPrefixCache);
+    StatusCode::OK
+}
+
+/// SGLang bootstrap: answers once the prefill of `room` has finished here (long poll, up to
+/// 30 s of wall time); 404 on timeout.
+async fn bootstrap_wait(
+    State(s): State<Arc<Shared>>,
+    axum::extract::Path(room): axum::extract::Path<u64>,
+) -> StatusCode {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let notified = s.room_notify.notified();
+        if s.rooms_done
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&room)
+        {
+            return StatusCode::OK;
+        }
+        if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            return StatusCode::NOT_FOUND;
+        }
+    }
+}
+
+fn text_ok(msg: String) -> Response {
+    let mut resp = Response::new(Body::from(msg));
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    resp
+}
+
+fn flatten_messages(messages: Vec<Message>) -> Vec<(String, String)> {
+    messages
+        .into_iter()
+        .map(|m| {
+            let content = match m.content {
+                None => String::new(),
+                Some(Content::Text(t)) => t,
+                Some(Content::Parts(parts)) => parts.into_iter().filter_map(|p| p.text).collect::<Vec<_>>().join(""),
+            };
+            (m.role, content)
+        })
+        .collect()
+}
+
+// === generation ===
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Api {
+    Completions,
+    Chat,
+}
+
+/// Everything a generation needs after validation.
+struct Gen {
+    api: Api,
+    id: String,
+    model: String,
+    prompt: Vec<u32>,
+    max_tokens: usize,
+    lora: Option<String>,
+    stream: bool,
+    include_usage: bool,
+    seed: u64,
+    remote_prefill: bool,
+    remote_decode: bool,
+    bootstrap: Option<(u64, Option<String>)>,
+}
+
+async fn completions(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
+    let result = async {
+        let req: CompletionRequest = parse(&body)?;
+        let prompt = match req.prompt {
+            PromptInput::Text(t) => s.tokenizer.encode(&t),
+            PromptInput::Tokens(t) => t,
+            PromptInput::Texts(mut v) if v.len() == 1 => s.tokenizer.encode(&v.remove(0)),
+            PromptInput::TokenLists(mut v) if v.len() == 1 => v.remove(0),
+            PromptInput::Texts(_) | PromptInput::TokenLists(_) => {
+                return Err(ApiError::bad_request("Batched prompts are not supported by this engine").with_param("prompt"));
+            }
+        };
+        prepare(&s, Api::Completions, req.common, prompt)
+    }
+    .await;
+    match result {
+        Ok(gen_req) => generate(s, gen_req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn chat_completions(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
+    let result = (|| {
+        let req: ChatRequest = parse(&body)?;
+        if req.messages.is_empty() {
+            return Err(ApiError::bad_request("messages must not be empty").with_param("messages"));
+        }
+        let text = render_chat(&flatten_messages(req.messages));
+        let prompt = s.tokenizer.encode(&text);
+        prepare(&s, Api::Chat, req.common, prompt)
+    })();
+    match result {
+        Ok(gen_req) => generate(s, gen_req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+fn prepare(s: &Shared, api: Api, c: Common, prompt: Vec<u32>) -> Result<Gen, ApiError> {
+    let lora = if c.model == s.cfg.model {
+        None
+    } else if s
+        .loras
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .contains_key(&c.model)
+    {
+        Some(c.model.clone())
+    } else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("The model `{}` does not exist.", c.model),
+        )
+        .with_param("model"));
+    };
+    if c.n.is_some_and(|n| n != 1) {
+        return Err(ApiError::bad_request("Only n=1 is supported by this engine").with_param("n"));
+    }
+    if prompt.is_empty() {
+        return Err(ApiError::bad_request("The prompt cannot be empty.").with_param("prompt"));
+    }
+    let max_len = s.cfg.profile.max_model_len;
+    if prompt.len() > max_len {
+        return Err(ApiError::bad_request(format!(
+            "This model's maximum context length is {max_len} tokens. However, your prompt contains at least {} input tokens, which exceeds this limit even without any output tokens. Please reduce the length of the input prompt. (parameter=input_tokens, value={})",
+            prompt.len(),
+            prompt.len()
+        ))
+        .with_param("input_tokens"));
+    }
+    let requested = c.max_completion_tokens.or(c.max_tokens);
+    let room = max_len - prompt.len();
+    let max_tokens = match requested {
+        Some(0) => {
+            return Err(ApiError::bad_request("max_tokens must be at least 1, got 0.").with_param("max_tokens"));
+        }
+        Some(m) if m > room => {
+            return Err(ApiError::bad_request(format!(
+                "'max_tokens' or 'max_completion_tokens' is too large: {m}. This model's maximum context length is {max_len} tokens and your request has {} input tokens ({m} > {max_len} - {}). (parameter=max_tokens, value={m})",
+                prompt.len(),
+                prompt.len()
+            ))
+            .with_param("max_tokens"));
+        }
+        Some(m) => m,
+        None if api == Api::Completions => 16.min(room),
+        None => s.cfg.default_max_tokens.min(room),
+    };
+    let flag = |k: &str| {
+        c.kv_transfer_params
+            .as_ref()
+            .and_then(|p| p.get(k))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    };
+    let (mut remote_prefill, remote_decode) = (flag("do_remote_prefill"), flag("do_remote_decode"));
+    let bootstrap = if s.cfg.flavor == Flavor::Sglang {
+        c.bootstrap_room.map(|r| (r, c.bootstrap_host.clone()))
+    } else {
+        None
+    };
+    if bootstrap.is_some() && s.cfg.role == Role::Decode {
+        remote_prefill = true;
+    }
+    let include_usage = c.stream_options.is_some_and(|o| o.include_usage);
+    Ok(Gen {
+        api,
+        id: s.request_id(if api == Api::Chat { "chatcmpl" } else { "cmpl" }),
+        model: c.model,
+        prompt,
+        max_tokens,
+        lora,
+        stream: c.stream,
+        include_usage,
+        seed: c.seed.unwrap_or(0),
+        remote_prefill,
+        remote_decode,
+        bootstrap,
+    })
+}
+
+/// Picks an injected fault status, if the dice say so.
+fn injected_error(s: &Shared) -> Option<StatusCode> {
+    let faults = s.faults.load();
+    if faults.error_rate <= 0.0 {
+        return None;
+    }
+    let mut rng = s.fault_rng.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if rng.random::<f64>() >= faults.error_rate {
+        return None;
+    }
+    let code = faults.error_codes[rng.random_range(0..faults.error_codes.len())];
+    StatusCode::from_u16(code).ok()
+}
+
+/// Waits on the prefill peer for an SGLang bootstrap room (decode role).
+async fn wait_bootstrap(s: &Shared, room: u64, host: Option<&str>) -> Result<(), ApiError> {
+    let Some(host) = host else {
+        return Err(ApiError::bad_request("bootstrap_host is required with bootstrap_room on a decode engine")
+            .with_param("bootstrap_host"));
+    };
+    let addr = if host.contains(':') && !host.starts_with('[') && host.parse::<std::net::Ipv6Addr>().is_err() {
+        host.to_owned()
+    } else {
+        format!("{host}:{}", s.addr.port())
+    };
+    let Ok(uri) = format!("http://{addr}/bootstrap/{room}").parse::<http::Uri>() else {
+        return Err(ApiError::bad_request(format!("invalid bootstrap_host {host}")).with_param("bootstrap_host"));
+    };
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<Bytes>>();
+    match client.get(uri).await {
+        Ok(resp) if resp.status() == StatusCode::OK => Ok(()),
+        Ok(_) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("bootstrap room {room} was not prefilled"),
+        )),
+        Err(e) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("cannot reach bootstrap host {addr}: {e}"),
+        )),
+    }
+}
+
+async fn generate(s: Arc<Shared>, g: Gen) -> Response {
+    let guard = InFlight::new(&s);
+    if let Some(status) = injected_error(&s) {
+        return ApiError::new(status, format!("Injected fault: {status}")).into_response();
+    }
+    let delay = s.faults.load().first_byte_delay_ms;
+    if delay > 0 {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
+    if let Some((room, host)) = &g.bootstrap
+        && s.cfg.role == Role::Decode
+        && let Err(e) = wait_bootstrap(&s, *room, host.as_deref()).await
+    {
+        return e.into_response();
+    }
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let submit = Submit {
+        prompt: g.prompt.clone(),
+        max_tokens: g.max_tokens,
+        lora: g.lora.clone(),
+        remote_prefill: g.remote_prefill,
+        seed: g.seed,
+        tx,
+    };
+    if s.engine.send(Command::Submit(submit)).is_err() {
+        return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "The engine is shutting down").into_response();
+    }
+    let created = unix_secs();
+    if !g.stream {
+        let mut text = String::new();
+        let mut ids = Vec::new();
+        let finished = loop {
+            match rx.recv().await {
+                Some(Output { id, text: t, finished }) => {
+                    ids.push(id);
+                    text.push_str(&t);
+                    if let Some(f) = finished {
+                        break f;
+                    }
+                }
+                None => {
+                    return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "The engine stopped").into_response();
+                }
+            }
+        };
+        finish_pd(&s, &g);
+        let kv = kv_transfer_out(&s, &g, &finished);
+        drop(guard);
+        return match g.api {
+            Api::Completions => json_response(
+                StatusCode::OK,
+                &CompletionResponse {
+                    id: g.id,
+                    object: "text_completion",
+                    created,
+                    model: g.model,
+                    choices: vec![CompletionChoice {
+                        index: 0,
+                        text,
+                        logprobs: None,
+                        finish_reason: Some(finished.reason.as_str()),
+                        stop_reason: None,
+                        token_ids: None,
+                        prompt_logprobs: None,
+                        prompt_token_ids: None,
+                        routed_experts: None,
+                    }],
+                    service_tier: None,
+                    system_fingerprint: FINGERPRINT,
+                    usage: Usage::new(&finished, true),
+                    kv_transfer_params: kv,
+                    ec_transfer_params: None,
+                    metrics: None,
+                },
+            ),
+            Api::Chat => json_response(
+                StatusCode::OK,
+                &ChatResponse {
+                    id: g.id,
+                    object: "chat.completion",
+                    created,
+                    model: g.model,
+                    choices: vec![ChatChoice {
+                        index: 0,
+                        message: ChatMessage {
+                            role: "assistant",
+                            content: text,
+                            refusal: None,
+                            annotations: None,
+                            audio: None,
+                            function_call: None,
+                            reasoning: None,
+                        },
+                        logprobs: None,
+                        finish_reason: Some(finished.reason.as_str()),
+                        stop_reason: None,
+                        token_ids: None,
+                        routed_experts: None,
+                    }],
+                    service_tier: None,
+                    system_fingerprint: FINGERPRINT,
+                    usage: Usage::new(&finished, true),
+                    prompt_logprobs: None,
+                    prompt_token_ids: None,
+                    prompt_text: None,
+                    kv_transfer_params: kv,
+                    ec_transfer_params: None,
+                    metrics: None,
+                },
+            ),
+        };
+    }
+    // Streaming.
+    let drop_after = s.faults.load().drop_after_chunks;
+    let (body_tx, body_rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    let s2 = Arc::clone(&s);
+    let producer = async move {
+        let _guard = guard;
+        let mut sent = 0u32;
+        let send = |chunk: Result<Bytes, std::io::Error>| {
+            let tx = body_tx.clone();
+            async move { tx.send(chunk).await.is_ok() }
+        };
+        let mut frames: Vec<Bytes> = Vec::new();
+        if g.api == Api::Chat {
+            frames.push(sse(&Chunk {
+                id: &g.id,
+                object: "chat.completion.chunk",
+                created,
+                model: &g.model,
+                choices: vec![ChunkChoice {
+                    index: 0,
+                    delta: Some(Delta { role: Some("assistant"), content: String::new() }),
+                    text: None,
+                    logprobs: None,
+                    finish_reason: None,
+                    stop_reason: None,
+                    token_ids: None,
+                }],
+                usage: None,
+                system_fingerprint: None,
+                prompt_token_ids: Some(None),
+                prompt_text: Some(None),
+                kv_transfer_params: None,
+            }));
+        }
+        loop {
+            for f in frames.drain(..) {
+                if drop_after.is_some_and(|k| sent >= k) {
+                    let _ = send(Err(std::io::Error::other("injected connection drop"))).await;
+                    return;
+                }
+                if !send(Ok(f)).await {
+                    return;
+                }
+                sent += 1;
+            }
+            let Some(Output { text, finished, .. }) = rx.recv().await else {
+                let _ = send(Err(std::io::Error::other("engine stopped"))).await;
+                return;
+            };
+            let choice = ChunkChoice {
+                index: 0,
+                delta: (g.api == Api::Chat).then(|| Delta { role: None, content: text.clone() }),
+                text: (g.api == Api::Completions).then(|| text.clone()),
+                logprobs: None,
+                finish_reason: finished.as_ref().map(|f| f.reason.as_str()),
+                stop_reason: finished.as_ref().map(|_| None),
+                token_ids: Some(None),
+            };
+            let object = if g.api == Api::Chat { "chat.completion.chunk" } else { "text_completion" };
+            frames.push(sse(&Chunk {
+                id: &g.id,
+                object,
+                created,
+                model: &g.model,
+                choices: vec![choice],
+                usage: None,
+                system_fingerprint: None,
+                prompt_token_ids: None,
+                prompt_text: None,
+                kv_transfer_params: None,
+            }));
+            if let Some(f) = finished {
+                finish_pd(&s2, &g);
+                let kv = kv_transfer_out(&s2, &g, &f);
+                if g.include_usage || kv.is_some() {
+                    frames.push(sse(&Chunk {
+                        id: &g.id,
+                        object,
+                        created,
+                        model: &g.model,
+                        choices: Vec::new(),
+                        usage: g.include_usage.then(|| Usage::new(&f, false)),
+                        system_fingerprint: Some(FINGERPRINT),
+                        prompt_token_ids: None,
+                        prompt_text: None,
+                        kv_transfer_params: kv,
+                    }));
+                }
+                frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
+                for f in frames.drain(..) {
+                    if drop_after.is_some_and(|k| sent >= k) {
+                        let _ = send(Err(std::io::Error::other("injected connection drop"))).await;
+                        return;
+                    }
+                    if !send(Ok(f)).await {
+                        return;
+                    }
+                    sent += 1;
+                }
+                return;
+            }
+        }
+    };
+    let body_stream = futures_util::stream::unfold(body_rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    let stream = futures_util::stream::select(
+        body_stream,
+        futures_util::stream::once(producer).filter_map(|()| async { None::<Result<Bytes, std::io::Error>> }),
+    );
+    let mut resp = Response::new(Body::from_stream(stream));
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream; charset=utf-8"));
+    resp
+}
+
+fn sse(chunk: &impl Serialize) -> Bytes {
+    let mut out = b"data: ".to_vec();
+    let _ = serde_json::to_writer(&mut out, chunk);
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+/// SGLang prefill side: marks the bootstrap room as done.
+fn finish_pd(s: &Shared, g: &Gen) {
+    if let Some((room, _)) = g.bootstrap
+        && s.cfg.role != Role::Decode
+    {
+        let mut rooms = s.rooms_done.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        rooms.push(room);
+        if rooms.len() > 4096 {
+            rooms.remove(0);
+        }
+        s.room_notify.notify_waiters();
+    }
+}
+
+/// vLLM NIXL-style `kv_transfer_params` returned by a prefill that was asked to
+/// `do_remote_decode` (fields of vLLM's `NixlConnectorScheduler.request_finished`).
+fn kv_transfer_out(s: &Shared, g: &Gen, f: &Finished) -> Option<Value> {
+    if !g.remote_decode {
+        return None;
+    }
+    Some(json!({
+        "do_remote_prefill": true,
+        "do_remote_decode": false,
+        "remote_block_ids": f.block_hashes,
+        "remote_engine_id": s.engine_id(),
+        "remote_host": s.addr.ip().to_string(),
+        "remote_port": s.addr.port(),
+        "tp_size": 1,
+    }))
+}
+
+fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl std::fmt::Debug for Gen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gen").field("id", &self.id).field("model", &self.model).finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn seeded_rng(seed: u64) -> SmallRng {
+    SmallRng::seed_from_u64(seed ^ 0x5eed_fa17)
+}

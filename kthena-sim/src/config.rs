@@ -1,0 +1,364 @@
+//! Simulator configuration: one struct, parsed from flags (`kthena-sim --help`) or built in code.
+//!
+//! Every default below is the default profile: a 7B model (Qwen2.5-7B-Instruct, bf16) on one
+//! H100-class GPU (80 GB HBM3, 3.35 TB/s). The source of each number is given on its field and
+//! in `docs/simulator.md`.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// Which engine the simulator pretends to be: decides metric names and the default port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ValueEnum, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Flavor {
+    /// vLLM 0.32: `vllm:*` metrics, NIXL-style `kv_transfer_params` for P/D.
+    #[default]
+    Vllm,
+    /// SGLang: `sglang:*` metrics, `bootstrap_room`/`bootstrap_host` for P/D.
+    Sglang,
+}
+
+/// Role of this engine in prefill/decode disaggregation (`kthena-spec.md` §3.9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ValueEnum, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// A normal engine: prefill and decode.
+    #[default]
+    Both,
+    /// Prefill-only: a request marked for remote decode (vLLM `kv_transfer_params`
+    /// `do_remote_decode`, or SGLang `bootstrap_room`) returns after one token with the
+    /// transfer parameters the decode side needs.
+    Prefill,
+    /// Decode-only: a request marked for remote prefill (vLLM `do_remote_prefill`, or SGLang
+    /// `bootstrap_room`) skips prefill compute and instead waits the KV transfer latency.
+    Decode,
+}
+
+/// Encoding of KV events inside a batch (`engines-and-peers.md` §5.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ValueEnum, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum KvEventsFormat {
+    /// Positional arrays: `["BlockStored", hashes, parent, token_ids, block_size, lora_id,
+    /// medium, lora_name]` (vLLM before PR #42892, and SGLang).
+    Array,
+    /// Maps with a `"type"` key, as vLLM 0.32 emits (the captured sample).
+    #[default]
+    Map,
+}
+
+/// Fault injection (all off by default). Can be changed at run time with
+/// [`crate::SimHandle::set_faults`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Args)]
+#[serde(default)]
+pub struct Faults {
+    /// Fraction of generation requests (0..=1) answered with an injected error instead.
+    #[arg(long = "fault-error-rate", default_value_t = 0.0)]
+    pub error_rate: f64,
+    /// Status codes the injected errors use, picked uniformly (comma separated).
+    #[arg(long = "fault-error-codes", value_delimiter = ',', default_values_t = vec![500u16])]
+    pub error_codes: Vec<u16>,
+    /// Delay before the first response byte of every generation request, in ms of wall time
+    /// (not scaled by `--time-scale`).
+    #[arg(long = "fault-first-byte-delay-ms", default_value_t = 0)]
+    pub first_byte_delay_ms: u64,
+    /// Drop the connection (no terminating chunk, no `[DONE]`) after this many SSE chunks of a
+    /// streaming response; unset means never.
+    #[arg(long = "fault-drop-after-chunks")]
+    pub drop_after_chunks: Option<u32>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Self {
+            error_rate: 0.0,
+            error_codes: vec![500],
+            first_byte_delay_ms: 0,
+            drop_after_chunks: None,
+        }
+    }
+}
+
+/// Cost-model profile. Defaults: Qwen2.5-7B-Instruct (bf16) on one H100 SXM 80 GB; the sources
+/// are on each field and in `docs/simulator.md`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Args)]
+#[serde(default)]
+pub struct Profile {
+    /// Maximum sequences in the running batch (vLLM `--max-num-seqs`; vLLM's default for the
+    /// OpenAI server on a GPU with >= 70 GiB is 1024, but 256 is the long-standing documented
+    /// default and what most H100 benchmarks use).
+    #[arg(long, default_value_t = 256)]
+    pub max_num_seqs: usize,
+    /// Token budget per engine step for chunked prefill (vLLM `--max-num-batched-tokens`;
+    /// vLLM V1 default for the OpenAI server on H100-class GPUs: 8192).
+    #[arg(long, default_value_t = 8192)]
+    pub max_num_batched_tokens: usize,
+    /// Tokens per KV block (vLLM `--block-size`, default 16 on CUDA).
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    /// KV cache size in blocks. Default: 0.9 x 80 GiB (vLLM `gpu_memory_utilization` 0.9)
+    /// minus 15.2 GB of bf16 weights minus ~4 GB activations, divided by 57,344 B/token
+    /// (2 x 28 layers x 4 KV heads x 128 dim x 2 B), divided by 16 tokens/block.
+    #[arg(long, default_value_t = 62_000)]
+    pub num_gpu_blocks: usize,
+    /// Maximum context length, prompt plus output, in tokens (Qwen2.5-7B
+    /// `max_position_embeddings` = 32768).
+    #[arg(long, default_value_t = 32_768)]
+    pub max_model_len: usize,
+    /// Fixed cost of a step that contains prefill tokens, in ms (scheduling, input
+    /// preparation, sampling; vLLM V1 CPU overhead measurements put this at a few ms).
+    #[arg(long, default_value_t = 5.0)]
+    pub prefill_overhead_ms: f64,
+    /// Prefill cost per uncached prompt token, in ms. 2 x 7.6e9 FLOP/token at ~40% of the
+    /// H100's 989 TFLOP/s dense bf16 gives 0.038 ms; we round to 0.04 (25k tokens/s).
+    #[arg(long, default_value_t = 0.04)]
+    pub prefill_per_token_ms: f64,
+    /// Base time of a decode step, in ms: reading 15.2 GB of weights at 3.35 TB/s is 4.5 ms,
+    /// plus launch and sampling overhead; SMG's mock worker uses 6.0.
+    #[arg(long, default_value_t = 6.0)]
+    pub decode_base_ms: f64,
+    /// Extra decode-step time per running sequence, in ms (KV reads and per-sequence
+    /// attention; a 1k-token context is 59 MB of KV, 0.018 ms at 3.35 TB/s, plus compute).
+    #[arg(long, default_value_t = 0.05)]
+    pub decode_per_seq_ms: f64,
+    /// Maximum LoRA adapters resident on the GPU at once (vLLM `--max-loras`, default 1).
+    #[arg(long, default_value_t = 1)]
+    pub max_loras: usize,
+    /// Time to make a non-resident LoRA adapter resident, in ms (copying a rank-16 adapter
+    /// of ~40 MB from host memory over PCIe 5 plus setup).
+    #[arg(long, default_value_t = 20.0)]
+    pub lora_load_ms: f64,
+    /// Fixed KV-transfer latency for a remote-prefilled request on a decode engine, in ms.
+    #[arg(long, default_value_t = 2.0)]
+    pub kv_transfer_base_ms: f64,
+    /// KV-transfer cost per prompt token on a decode engine, in ms: 57,344 B/token over a
+    /// 400 Gb/s (50 GB/s) RDMA NIC is 0.00115 ms.
+    #[arg(long, default_value_t = 0.00115)]
+    pub kv_transfer_per_token_ms: f64,
+}
+
+impl Default for Profile {
+    fn default() -> Self {
+        Self {
+            max_num_seqs: 256,
+            max_num_batched_tokens: 8192,
+            block_size: 16,
+            num_gpu_blocks: 62_000,
+            max_model_len: 32_768,
+            prefill_overhead_ms: 5.0,
+            prefill_per_token_ms: 0.04,
+            decode_base_ms: 6.0,
+            decode_per_seq_ms: 0.05,
+            max_loras: 1,
+            lora_load_ms: 20.0,
+            kv_transfer_base_ms: 2.0,
+            kv_transfer_per_token_ms: 0.00115,
+        }
+    }
+}
+
+/// The whole simulator configuration. `Config::default()` equals the flag defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Args)]
+#[serde(default)]
+pub struct Config {
+    /// Address to bind the HTTP server (and the KV-event publisher) on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: IpAddr,
+    /// HTTP port; 0 picks a free port.
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Served model name (`/v1/models` id and the `model_name` metric label).
+    #[arg(long, default_value = "Qwen/Qwen2.5-7B-Instruct")]
+    pub model: String,
+    /// Engine flavor: metric names and P/D protocol.
+    #[arg(long, value_enum, default_value_t = Flavor::Vllm)]
+    pub flavor: Flavor,
+    /// P/D role of this engine.
+    #[arg(long, value_enum, default_value_t = Role::Both)]
+    pub role: Role,
+    /// Wall time runs this many times faster than model time (1 = real time). Latencies in
+    /// metrics and in every formula are model time; only sleeps are divided by this.
+    #[arg(long, default_value_t = 1.0)]
+    pub time_scale: f64,
+    /// Seed for generated tokens, fault injection and the block-hash chain root.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Path to a Hugging Face `tokenizer.json`; unset uses the built-in fallback tokenizer.
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// Output tokens when a chat request sets no `max_tokens` (vLLM would use the rest of the
+    /// context; a simulator needs a bound). Completions default to 16, as in vLLM.
+    #[arg(long, default_value_t = 128)]
+    pub default_max_tokens: usize,
+    /// Publish KV events over ZMQ PUB on this port (bound on `--host`); unset disables them.
+    #[arg(long)]
+    pub kv_events_port: Option<u16>,
+    /// Encoding of KV events.
+    #[arg(long, value_enum, default_value_t = KvEventsFormat::Map)]
+    pub kv_events_format: KvEventsFormat,
+    /// ZMQ topic of KV-event messages; unset uses `kv@<host>@<model>`.
+    #[arg(long)]
+    pub kv_events_topic: Option<String>,
+    /// LoRA adapters loaded at start (comma separated names).
+    #[arg(long, value_delimiter = ',')]
+    pub lora_modules: Vec<String>,
+    /// Cost-model profile.
+    #[command(flatten)]
+    pub profile: Profile,
+    /// Fault injection.
+    #[command(flatten)]
+    pub faults: Faults,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            host: IpAddr::from([127, 0, 0, 1]),
+            port: 8000,
+            model: "Qwen/Qwen2.5-7B-Instruct".to_owned(),
+            flavor: Flavor::Vllm,
+            role: Role::Both,
+            time_scale: 1.0,
+            seed: 0,
+            tokenizer: None,
+            default_max_tokens: 128,
+            kv_events_port: None,
+            kv_events_format: KvEventsFormat::Map,
+            kv_events_topic: None,
+            lora_modules: Vec::new(),
+            profile: Profile::default(),
+            faults: Faults::default(),
+        }
+    }
+}
+
+impl Config {
+    /// Checks value ranges.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the first invalid field.
+    pub fn validate(self) -> Result<Self> {
+        let p = &self.profile;
+        let bad = |field: &str, why: &str| {
+            Err(Error::Config {
+                field: field.to_owned(),
+                reason: why.to_owned(),
+            })
+        };
+        if !(self.time_scale.is_finite() && self.time_scale > 0.0) {
+            return bad("time_scale", "must be a positive number");
+        }
+        if p.max_num_seqs == 0 {
+            return bad("max_num_seqs", "must be at least 1");
+        }
+        if p.block_size == 0 {
+            return bad("block_size", "must be at least 1");
+        }
+        if p.num_gpu_blocks == 0 {
+            return bad("num_gpu_blocks", "must be at least 1");
+        }
+        if p.max_num_batched_tokens == 0 {
+            return bad("max_num_batched_tokens", "must be at least 1");
+        }
+        if p.max_model_len < 2 {
+            return bad("max_model_len", "must be at least 2");
+        }
+        if p.max_model_len > p.num_gpu_blocks.saturating_mul(p.block_size) {
+            // vLLM refuses to start in this case too: one request could never fit.
+            return bad(
+                "max_model_len",
+                "is larger than the KV cache (num_gpu_blocks x block_size tokens)",
+            );
+        }
+        if p.max_loras == 0 {
+            return bad("max_loras", "must be at least 1");
+        }
+        for (name, v) in [
+            ("prefill_overhead_ms", p.prefill_overhead_ms),
+            ("prefill_per_token_ms", p.prefill_per_token_ms),
+            ("decode_base_ms", p.decode_base_ms),
+            ("decode_per_seq_ms", p.decode_per_seq_ms),
+            ("lora_load_ms", p.lora_load_ms),
+            ("kv_transfer_base_ms", p.kv_transfer_base_ms),
+            ("kv_transfer_per_token_ms", p.kv_transfer_per_token_ms),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return bad(name, "must be a finite number >= 0");
+            }
+        }
+        if p.decode_base_ms + p.decode_per_seq_ms <= 0.0 {
+            return bad("decode_base_ms", "a decode step must take some time");
+        }
+        if !(0.0..=1.0).contains(&self.faults.error_rate) {
+            return bad("fault_error_rate", "must be in 0..=1");
+        }
+        if self.faults.error_codes.is_empty()
+            || self.faults.error_codes.iter().any(|c| !(400..=599).contains(c))
+        {
+            return bad("fault_error_codes", "must be non-empty HTTP error codes 400..=599");
+        }
+        Ok(self)
+    }
+
+    /// Returns this config with `port` set to 0 (pick a free port), for tests.
+    #[must_use]
+    pub fn with_ephemeral_port(mut self) -> Self {
+        self.port = 0;
+        self
+    }
+
+    /// Returns this config with a new served model name.
+    #[must_use]
+    pub fn with_model(mut self, model: impl Into<String>) -> Self {
+        self.model = model.into();
+        self
+    }
+
+    /// Returns this config with a new time scale (model seconds per wall second).
+    #[must_use]
+    pub fn with_time_scale(mut self, time_scale: f64) -> Self {
+        self.time_scale = time_scale;
+        self
+    }
+
+    /// Returns this config with new fault injection settings.
+    #[must_use]
+    pub fn with_faults(mut self, faults: Faults) -> Self {
+        self.faults = faults;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        config: Config,
+    }
+
+    #[test]
+    fn flag_defaults_equal_default_impl() {
+        let cli = Cli::try_parse_from(["kthena-sim"]).unwrap();
+        assert_eq!(cli.config, Config::default());
+    }
+
+    #[test]
+    fn validate_rejects_bad_values() {
+        let mut c = Config::default();
+        c.time_scale = 0.0;
+        assert!(matches!(c.validate(), Err(Error::Config { field, .. }) if field == "time_scale"));
+        let mut c = Config::default();
+        c.faults.error_rate = 1.5;
+        assert!(c.validate().is_err());
+        assert!(Config::default().validate().is_ok());
+    }
+}

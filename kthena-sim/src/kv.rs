@@ -1,0 +1,276 @@
+//! The paged KV cache with prefix caching.
+//!
+//! `total` blocks of `block_size` tokens. A block is either *private* (allocated to one
+//! sequence, not yet full or not yet hashed), *cached and referenced* (full, hashed, used by at
+//! least one running sequence), or *cached and free* (full, hashed, unreferenced: reusable by a
+//! later prefix hit, evicted least-recently-used first when space is needed). This is vLLM's
+//! `KVCacheManager` behaviour: usage counts private and referenced blocks, and cached free
+//! blocks sit in the free queue (`vllm/v1/core/block_pool.py`).
+//!
+//! | operation | cost |
+//! |---|---|
+//! | prefix lookup of n blocks | O(n) hash-map probes |
+//! | allocate k blocks | O(k) (evictions pop the LRU tail) |
+//! | commit / release a block | O(1) |
+
+use std::collections::HashMap;
+
+use lru::LruCache;
+
+/// A KV-cache event, emitted when the set of cached blocks changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KvEvent {
+    /// Blocks became cached (reusable by a prefix hit).
+    BlockStored {
+        /// Hashes of the stored blocks, in chain order.
+        block_hashes: Vec<u64>,
+        /// Hash of the block before the first one, `None` for the chain root.
+        parent_block_hash: Option<u64>,
+        /// Token ids of all stored blocks, concatenated (`block_size` per block).
+        token_ids: Vec<u32>,
+        /// Tokens per block.
+        block_size: usize,
+        /// LoRA adapter the blocks belong to.
+        lora_name: Option<String>,
+    },
+    /// Blocks were evicted.
+    BlockRemoved {
+        /// Hashes of the removed blocks.
+        block_hashes: Vec<u64>,
+    },
+    /// The whole cache was cleared.
+    AllBlocksCleared,
+}
+
+#[derive(Debug)]
+struct Block {
+    refs: u32,
+}
+
+/// The block pool. Not thread-safe; owned by the engine loop.
+#[derive(Debug)]
+pub(crate) struct KvCache {
+    total: usize,
+    block_size: usize,
+    cached: HashMap<u64, Block>,
+    /// Cached blocks with `refs == 0`, least recently used first to go.
+    free_cached: LruCache<u64, ()>,
+    private: usize,
+    events: Vec<KvEvent>,
+}
+
+impl KvCache {
+    pub(crate) fn new(total: usize, block_size: usize) -> Self {
+        Self {
+            total,
+            block_size,
+            cached: HashMap::new(),
+            free_cached: LruCache::unbounded(),
+            private: 0,
+            events: Vec::new(),
+        }
+    }
+
+    /// Blocks in use by running sequences (private plus referenced cached blocks).
+    pub(crate) fn used(&self) -> usize {
+        self.private + self.cached.len() - self.free_cached.len()
+    }
+
+    /// `used / total`, 0..=1 (vLLM `kv_cache_usage_perc`).
+    pub(crate) fn usage(&self) -> f64 {
+        if self.total == 0 {
+            return 0.0;
+        }
+        self.used() as f64 / self.total as f64
+    }
+
+    /// Blocks that could be allocated now (empty plus evictable).
+    pub(crate) fn available(&self) -> usize {
+        self.total - self.used()
+    }
+
+    /// Cached blocks held (referenced or free).
+    #[cfg(test)]
+    pub(crate) fn cached_blocks(&self) -> usize {
+        self.cached.len()
+    }
+
+    /// Number of leading hashes of `hashes` that are cached (does not touch LRU order).
+    pub(crate) fn longest_prefix(&self, hashes: &[u64]) -> usize {
+        hashes.iter().take_while(|h| self.cached.contains_key(h)).count()
+    }
+
+    /// Takes a reference on cached blocks (a prefix hit). Every hash must be cached.
+    pub(crate) fn acquire(&mut self, hashes: &[u64]) {
+        for h in hashes {
+            if let Some(b) = self.cached.get_mut(h) {
+                if b.refs == 0 {
+                    self.free_cached.pop(h);
+                }
+                b.refs += 1;
+            }
+        }
+    }
+
+    /// Allocates `n` private blocks, evicting free cached blocks as needed. Returns false (and
+    /// allocates nothing) if there is not enough room.
+    pub(crate) fn allocate(&mut self, n: usize) -> bool {
+        if n > self.available() {
+            return false;
+        }
+        let empty = self.total - self.private - self.cached.len();
+        if n > empty {
+            let mut removed = Vec::new();
+            for _ in 0..n - empty {
+                if let Some((h, ())) = self.free_cached.pop_lru() {
+                    self.cached.remove(&h);
+                    removed.push(h);
+                }
+            }
+            if !removed.is_empty() {
+                self.events.push(KvEvent::BlockRemoved {
+                    block_hashes: removed,
+                });
+            }
+        }
+        self.private += n;
+        debug_assert!(self.private + self.cached.len() <= self.total, "invariant: pool overflow");
+        true
+    }
+
+    /// Turns one private block of a sequence into a cached block with hash `hash`. If the hash
+    /// is already cached (another sequence computed the same block) the private block is
+    /// freed and the sequence references the existing one. Emits `BlockStored` for new blocks.
+    pub(crate) fn commit(
+        &mut self,
+        hash: u64,
+        parent: Option<u64>,
+        tokens: &[u32],
+        lora: Option<&str>,
+    ) {
+        self.private = self.private.saturating_sub(1);
+        if let Some(b) = self.cached.get_mut(&hash) {
+            if b.refs == 0 {
+                self.free_cached.pop(&hash);
+            }
+            b.refs += 1;
+            return;
+        }
+        self.cached.insert(hash, Block { refs: 1 });
+        // Merge with the previous event when it continues the same chain.
+        if let Some(KvEvent::BlockStored {
+            block_hashes,
+            token_ids,
+            lora_name,
+            ..
+        }) = self.events.last_mut()
+            && block_hashes.last().copied() == parent
+            && lora_name.as_deref() == lora
+        {
+            block_hashes.push(hash);
+            token_ids.extend_from_slice(tokens);
+            return;
+        }
+        self.events.push(KvEvent::BlockStored {
+            block_hashes: vec![hash],
+            parent_block_hash: parent,
+            token_ids: tokens.to_vec(),
+            block_size: self.block_size,
+            lora_name: lora.map(str::to_owned),
+        });
+    }
+
+    /// Releases a finished or preempted sequence: drops `private` private blocks and one
+    /// reference on each of `hashes`. Blocks that reach zero references become evictable, the
+    /// last block of the chain first (vLLM frees in reverse order so that tails go first).
+    pub(crate) fn release(&mut self, hashes: &[u64], private: usize) {
+        self.private = self.private.saturating_sub(private);
+        for h in hashes.iter().rev() {
+            if let Some(b) = self.cached.get_mut(h) {
+                b.refs = b.refs.saturating_sub(1);
+                if b.refs == 0 {
+                    self.free_cached.push(*h, ());
+                }
+            }
+        }
+    }
+
+    /// Drops every free cached block (referenced blocks stay); emits `AllBlocksCleared`
+    /// when the cache held no referenced blocks, else `BlockRemoved`.
+    pub(crate) fn reset(&mut self) {
+        let removed: Vec<u64> = std::iter::from_fn(|| self.free_cached.pop_lru().map(|(h, ())| h)).collect();
+        for h in &removed {
+            self.cached.remove(h);
+        }
+        if self.cached.is_empty() {
+            self.events.push(KvEvent::AllBlocksCleared);
+        } else if !removed.is_empty() {
+            self.events.push(KvEvent::BlockRemoved {
+                block_hashes: removed,
+            });
+        }
+    }
+
+    /// Takes the events produced since the last call.
+    pub(crate) fn take_events(&mut self) -> Vec<KvEvent> {
+        std::mem::take(&mut self.events)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_hit_release_and_lru_eviction() {
+        let mut kv = KvCache::new(4, 2);
+        assert!(kv.allocate(2));
+        kv.commit(10, None, &[1, 2], None);
+        kv.commit(11, Some(10), &[3, 4], None);
+        assert_eq!(kv.used(), 2);
+        assert_eq!(
+            kv.take_events(),
+            vec![KvEvent::BlockStored {
+                block_hashes: vec![10, 11],
+                parent_block_hash: None,
+                token_ids: vec![1, 2, 3, 4],
+                block_size: 2,
+                lora_name: None,
+            }]
+        );
+        kv.release(&[10, 11], 0);
+        assert_eq!(kv.used(), 0);
+        assert_eq!(kv.cached_blocks(), 2);
+        assert_eq!(kv.longest_prefix(&[10, 11, 12]), 2);
+        // Fill the two empty blocks, then one more evicts the chain tail (11) first.
+        assert!(kv.allocate(2));
+        assert!(kv.allocate(1));
+        assert_eq!(
+            kv.take_events(),
+            vec![KvEvent::BlockRemoved {
+                block_hashes: vec![11]
+            }]
+        );
+        assert_eq!(kv.longest_prefix(&[10, 11]), 1);
+        assert!(!kv.allocate(2));
+        assert_eq!(kv.usage(), 0.75);
+        kv.acquire(&[10]);
+        assert_eq!(kv.usage(), 1.0);
+        assert!(!kv.allocate(1));
+    }
+
+    #[test]
+    fn duplicate_commit_shares_the_block() {
+        let mut kv = KvCache::new(4, 2);
+        assert!(kv.allocate(2));
+        kv.commit(7, None, &[1, 2], None);
+        kv.commit(7, None, &[1, 2], None);
+        assert_eq!(kv.used(), 1);
+        assert_eq!(kv.take_events().len(), 1);
+        kv.release(&[7, 7], 0);
+        assert_eq!(kv.used(), 0);
+        kv.reset();
+        assert_eq!(kv.take_events(), vec![KvEvent::AllBlocksCleared]);
+        assert_eq!(kv.cached_blocks(), 0);
+    }
+}

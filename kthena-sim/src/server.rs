@@ -1,0 +1,264 @@
+//! Starting simulators in-process: [`spawn`], [`spawn_many`] and [`SimHandle`].
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
+
+use crate::api::{self, Shared};
+use crate::config::{Config, Faults};
+use crate::engine::{self, Command, Scheduler};
+use crate::kv_events::Publisher;
+use crate::metrics::Metrics;
+use crate::tokenize::Tokenizer;
+use crate::{Error, Result};
+
+/// A running simulator. Dropping the handle kills it (like [`SimHandle::kill`], without
+/// waiting).
+#[derive(Debug)]
+pub struct SimHandle {
+    addr: SocketAddr,
+    kv_events_port: Option<u16>,
+    shared: Arc<Shared>,
+    tracker: TaskTracker,
+    /// Stops accepting connections.
+    stop_accept: CancellationToken,
+    /// Aborts every task, open connections included.
+    kill: CancellationToken,
+}
+
+impl SimHandle {
+    /// The bound HTTP address, e.g. `127.0.0.1:43117`.
+    #[must_use]
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://<addr>` without a trailing slash.
+    #[must_use]
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The bound ZMQ PUB port of the KV-event publisher, when enabled.
+    #[must_use]
+    pub fn kv_events_port(&self) -> Option<u16> {
+        self.kv_events_port
+    }
+
+    /// The served model name.
+    #[must_use]
+    pub fn model(&self) -> &str {
+        &self.shared.cfg.model
+    }
+
+    /// Replaces the fault-injection settings; applies to requests that arrive afterwards.
+    pub fn set_faults(&self, faults: Faults) {
+        self.shared.faults.store(Arc::new(faults));
+    }
+
+    /// Kills the simulator at once: the listener closes and every open connection is reset,
+    /// including responses that are streaming. Returns when all tasks have stopped.
+    pub async fn kill(self) {
+        self.kill.cancel();
+        self.tracker.close();
+        self.tracker.wait().await;
+    }
+
+    /// Stops accepting connections, waits up to `grace` (wall time) for in-flight generation
+    /// requests to finish, then stops everything.
+    pub async fn shutdown(self, grace: Duration) {
+        self.stop_accept.cancel();
+        let deadline = tokio::time::Instant::now() + grace;
+        loop {
+            let idle = self.shared.idle.notified();
+            if self.shared.in_flight.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                break;
+            }
+        }
+        self.kill().await;
+    }
+}
+
+impl Drop for SimHandle {
+    fn drop(&mut self) {
+        self.kill.cancel();
+    }
+}
+
+/// Starts one simulator on the current Tokio runtime: validates `config`, loads the
+/// tokenizer, binds `config.host:config.port` (port 0 picks a free port) and, when
+/// `kv_events_port` is set, the ZMQ publisher (port 0 picks a free port too).
+///
+/// # Errors
+/// [`Error::Config`] for invalid values, [`Error::Tokenizer`] if the tokenizer file cannot be
+/// loaded, [`Error::Bind`] / [`Error::KvEvents`] if a socket cannot be bound.
+///
+/// # Example
+/// ```no_run
+/// # async fn demo() -> kthena_sim::Result<()> {
+/// let sim = kthena_sim::spawn(kthena_sim::Config::default().with_ephemeral_port()).await?;
+/// println!("engine at {}", sim.base_url());
+/// sim.kill().await;
+/// # Ok(()) }
+/// ```
+pub async fn spawn(config: Config) -> Result<SimHandle> {
+    let config = config.validate()?;
+    let tokenizer = match &config.tokenizer {
+        Some(path) => Tokenizer::from_file(path)?,
+        None => Tokenizer::fallback(),
+    };
+    let bind_addr = SocketAddr::new(config.host, config.port);
+    let listener = TcpListener::bind(bind_addr)
+        .await
+        .map_err(|source| Error::Bind {
+            addr: bind_addr,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| Error::Bind {
+        addr: bind_addr,
+        source,
+    })?;
+    let tracker = TaskTracker::new();
+    let kill = CancellationToken::new();
+    let stop_accept = kill.child_token();
+
+    let (events_tx, kv_events_port) = match config.kv_events_port {
+        Some(port) => {
+            let topic = config
+                .kv_events_topic
+                .clone()
+                .unwrap_or_else(|| format!("kv@{}@{}", config.host, config.model));
+            let (publisher, bound) =
+                Publisher::bind(config.host, port, topic, config.kv_events_format).await?;
+            let (tx, rx) = mpsc::unbounded_channel();
+            let k = kill.clone();
+            tracker.spawn(async move {
+                tokio::select! {
+                    () = k.cancelled() => {}
+                    () = publisher.run(rx) => {}
+                }
+            });
+            (Some(tx), Some(bound))
+        }
+        None => (None, None),
+    };
+
+    let metrics = Arc::new(Metrics::new(&config));
+    let (engine_tx, engine_rx) = mpsc::unbounded_channel::<Command>();
+    let sched = Scheduler::new(
+        config.profile.clone(),
+        config.seed,
+        tokenizer.clone(),
+        Arc::clone(&metrics),
+    );
+    let k = kill.clone();
+    let time_scale = config.time_scale;
+    tracker.spawn(async move {
+        tokio::select! {
+            () = k.cancelled() => {}
+            () = engine::run(sched, engine_rx, time_scale, events_tx) => {}
+        }
+    });
+
+    let loras = config
+        .lora_modules
+        .iter()
+        .map(|n| (n.clone(), n.clone()))
+        .collect();
+    let created = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let shared = Arc::new(Shared {
+        faults: ArcSwap::from_pointee(config.faults.clone()),
+        fault_rng: Mutex::new(api::seeded_rng(config.seed)),
+        cfg: config,
+        addr,
+        tokenizer,
+        metrics,
+        engine: engine_tx,
+        loras: Mutex::new(loras),
+        created,
+        next_id: AtomicU64::new(0),
+        in_flight: AtomicUsize::new(0),
+        idle: Notify::new(),
+        rooms_done: Mutex::new(Vec::new()),
+        room_notify: Notify::new(),
+    });
+
+    let app = api::router(Arc::clone(&shared));
+    let conn_tracker = tracker.clone();
+    let k = kill.clone();
+    let stop = stop_accept.clone();
+    tracker.spawn(async move {
+        loop {
+            let (stream, _) = tokio::select! {
+                () = stop.cancelled() => return,
+                r = listener.accept() => match r {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Accept failed.");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                },
+            };
+            let _ = stream.set_nodelay(true);
+            let app = app.clone();
+            let k = k.clone();
+            conn_tracker.spawn(async move {
+                let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                    app.clone().oneshot(req.map(axum::body::Body::new))
+                });
+                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                tokio::select! {
+                    () = k.cancelled() => {}
+                    r = conn => {
+                        if let Err(e) = r {
+                            tracing::debug!(error = %e, "Connection ended with an error.");
+                        }
+                    }
+                }
+            });
+        }
+    });
+
+    Ok(SimHandle {
+        addr,
+        kv_events_port,
+        shared,
+        tracker,
+        stop_accept,
+        kill,
+    })
+}
+
+/// Starts `n` simulators, each on a free port of `config.host` (the configured `port` is
+/// ignored; a configured `kv_events_port` becomes "any free port" for each).
+///
+/// # Errors
+/// As [`spawn`]; simulators already started are killed when one fails.
+pub async fn spawn_many(n: usize, config: Config) -> Result<Vec<SimHandle>> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut c = config.clone().with_ephemeral_port();
+        if c.kv_events_port.is_some() {
+            c.kv_events_port = Some(0);
+        }
+        out.push(spawn(c).await?);
+    }
+    Ok(out)
+}

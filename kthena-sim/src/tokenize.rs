@@ -1,0 +1,215 @@
+//! Tokenization: a Hugging Face `tokenizer.json` when configured, else a deterministic
+//! fallback.
+//!
+//! # Fallback tokenizer
+//!
+//! Text is cut into *words* (a run of whitespace followed by a run of non-whitespace, like the
+//! `" word"` pieces of byte-level BPE), and each word into pieces of at most 4 characters (the
+//! usual "about 4 characters per token" rule of thumb for English). A piece's id is
+//! `FNV-1a-64(piece UTF-8 bytes) mod 100_000`. Ids are therefore stable across processes and
+//! machines; any other program can reproduce them from this paragraph. Decoding is only
+//! defined for the ids the simulator generates (see [`Tokenizer::output_vocab`]).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::{Error, Result};
+
+/// Vocabulary size of the fallback tokenizer.
+pub const FALLBACK_VOCAB: u64 = 100_000;
+
+/// Words the simulator draws generated text from (each with a leading space).
+const OUTPUT_WORDS: &[&str] = &[
+    " the", " model", " serves", " tokens", " quickly", " and", " every", " request", " gets",
+    " a", " fair", " share", " of", " the", " cache", " while", " batches", " grow", " with",
+    " load", " so", " routing", " matters", " more", " than", " ever", " before", " in", " this",
+    " cluster", " today", " it", " is", " fast", " light", " data", " flows", " through", " each",
+    " node", " we", " keep", " prefix", " blocks", " warm", " for", " next", " turn", " time",
+];
+
+/// FNV-1a 64-bit hash (the fallback tokenizer's id function).
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Id of one fallback piece.
+fn fallback_id(piece: &str) -> u32 {
+    // The modulus is below u32::MAX, so the conversion cannot fail.
+    u32::try_from(fnv1a64(piece.as_bytes()) % FALLBACK_VOCAB).unwrap_or(0)
+}
+
+/// Pieces of `text` under the fallback rules.
+fn fallback_pieces(text: &str) -> Vec<&str> {
+    let mut pieces = Vec::new();
+    let mut word_start = 0;
+    let mut in_word = false;
+    let mut bounds = Vec::new();
+    for (i, c) in text.char_indices() {
+        if c.is_whitespace() {
+            if in_word {
+                bounds.push((word_start, i));
+                word_start = i;
+                in_word = false;
+            }
+        } else {
+            in_word = true;
+        }
+    }
+    if word_start < text.len() {
+        bounds.push((word_start, text.len()));
+    }
+    for (s, e) in bounds {
+        let word = &text[s..e];
+        let mut start = 0;
+        let mut count = 0;
+        for (i, _) in word.char_indices() {
+            if count == 4 {
+                pieces.push(&word[start..i]);
+                start = i;
+                count = 0;
+            }
+            count += 1;
+        }
+        pieces.push(&word[start..]);
+    }
+    pieces
+}
+
+#[derive(Debug)]
+enum Inner {
+    Hf(Box<tokenizers::Tokenizer>),
+    Fallback,
+}
+
+/// A tokenizer shared by all requests. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Tokenizer {
+    inner: Arc<Inner>,
+    /// `(id, text)` pairs generated output is drawn from.
+    vocab: Arc<Vec<(u32, String)>>,
+}
+
+impl Tokenizer {
+    /// The deterministic fallback tokenizer described in the module docs.
+    #[must_use]
+    pub fn fallback() -> Self {
+        let mut vocab: Vec<(u32, String)> = OUTPUT_WORDS
+            .iter()
+            .map(|w| (fallback_id(w), (*w).to_owned()))
+            .collect();
+        vocab.dedup_by(|a, b| a.0 == b.0);
+        Self {
+            inner: Arc::new(Inner::Fallback),
+            vocab: Arc::new(vocab),
+        }
+    }
+
+    /// Loads a Hugging Face `tokenizer.json`.
+    ///
+    /// # Errors
+    /// [`Error::Tokenizer`] if the file cannot be read or parsed.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let err = |reason: String| Error::Tokenizer {
+            path: path.display().to_string(),
+            reason,
+        };
+        let tok = tokenizers::Tokenizer::from_file(path).map_err(|e| err(e.to_string()))?;
+        let mut vocab = Vec::new();
+        for w in OUTPUT_WORDS {
+            let enc = tok.encode(*w, false).map_err(|e| err(e.to_string()))?;
+            for &id in enc.get_ids() {
+                let text = tok.decode(&[id], false).map_err(|e| err(e.to_string()))?;
+                if !text.is_empty() && !vocab.iter().any(|(v, _)| *v == id) {
+                    vocab.push((id, text));
+                }
+            }
+        }
+        if vocab.is_empty() {
+            return Err(err("the tokenizer produced no output vocabulary".to_owned()));
+        }
+        Ok(Self {
+            inner: Arc::new(Inner::Hf(Box::new(tok))),
+            vocab: Arc::new(vocab),
+        })
+    }
+
+    /// Token ids of `text` (no special tokens added, as vLLM's `/tokenize` with
+    /// `add_special_tokens` false for chat-rendered prompts).
+    #[must_use]
+    pub fn encode(&self, text: &str) -> Vec<u32> {
+        match &*self.inner {
+            Inner::Hf(tok) => tok
+                .encode(text, false)
+                .map(|e| e.get_ids().to_vec())
+                .unwrap_or_default(),
+            Inner::Fallback => fallback_pieces(text).into_iter().map(fallback_id).collect(),
+        }
+    }
+
+    /// The `(id, text)` pairs generated tokens are drawn from; never empty.
+    #[must_use]
+    pub fn output_vocab(&self) -> &[(u32, String)] {
+        &self.vocab
+    }
+
+    /// Whether this is a real Hugging Face tokenizer.
+    #[must_use]
+    pub fn is_hf(&self) -> bool {
+        matches!(&*self.inner, Inner::Hf(_))
+    }
+}
+
+/// Renders chat messages into one prompt with the ChatML layout used by Qwen models
+/// (`<|im_start|>{role}\n{content}<|im_end|>\n` per message, then
+/// `<|im_start|>assistant\n`). Model-specific Jinja templates are not evaluated.
+#[must_use]
+pub fn render_chat(messages: &[(String, String)]) -> String {
+    let mut out = String::new();
+    for (role, content) in messages {
+        out.push_str("<|im_start|>");
+        out.push_str(role);
+        out.push('\n');
+        out.push_str(content);
+        out.push_str("<|im_end|>\n");
+    }
+    out.push_str("<|im_start|>assistant\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fallback_pieces_follow_the_rules() {
+        assert_eq!(
+            fallback_pieces("Hello, world!  tokenization"),
+            vec!["Hell", "o,", " wor", "ld!", "  to", "keni", "zati", "on"]
+        );
+        let t = Tokenizer::fallback();
+        assert_eq!(t.encode("Hello, world!").len(), 4);
+        assert_eq!(t.encode("a b"), vec![fallback_id("a"), fallback_id(" b")]);
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert!(!t.output_vocab().is_empty());
+    }
+
+    #[test]
+    fn qwen3_tokenizer_matches_vllm_sample() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/tokenizers/qwen3/tokenizer.json");
+        let path = if path.exists() {
+            path
+        } else {
+            Path::new("/work/shared/tokenizers/qwen3/tokenizer.json").to_path_buf()
+        };
+        let t = Tokenizer::from_file(&path).unwrap();
+        // spec/samples/vllm-0.32-cpu/tokenize.json
+        assert_eq!(t.encode("Hello, world!"), vec![9707, 11, 1879, 0]);
+        assert!(t.is_hf());
+    }
+}

@@ -1,0 +1,305 @@
+//! HTTP API tests over real sockets: response shapes, SSE, errors, LoRA, faults, harness.
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{get_json, metric, metrics, post_json, send, stream};
+use kthena_sim::{Config, Faults, Flavor, spawn, spawn_many};
+use serde_json::{Value, json};
+
+fn cfg() -> Config {
+    Config::default().with_ephemeral_port().with_model("tiny-qwen3").with_time_scale(10.0)
+}
+
+fn keys(v: &Value) -> Vec<&str> {
+    v.as_object().unwrap().keys().map(String::as_str).collect()
+}
+
+#[tokio::test]
+async fn completion_shape_matches_vllm() {
+    let sim = spawn(cfg()).await.unwrap();
+    let url = format!("{}/v1/completions", sim.base_url());
+    let (status, body) = post_json(&url, &json!({"model": "tiny-qwen3", "prompt": [1, 2, 3, 4, 5, 6, 7], "max_tokens": 5})).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["object"], "text_completion");
+    assert!(body["id"].as_str().unwrap().starts_with("cmpl-"));
+    assert_eq!(body["model"], "tiny-qwen3");
+    assert_eq!(body["choices"][0]["finish_reason"], "length");
+    assert_eq!(body["usage"], json!({"prompt_tokens": 7, "total_tokens": 12, "completion_tokens": 5, "prompt_tokens_details": null, "completion_tokens_details": null}));
+    let mut k = keys(&body);
+    k.sort_unstable();
+    let sample: Value = serde_json::from_str(include_str!("fixtures/vllm-0.32-cpu/completion.json")).unwrap();
+    let mut sk = keys(&sample);
+    sk.sort_unstable();
+    assert_eq!(k, sk);
+    let mut ck = keys(&body["choices"][0]);
+    ck.sort_unstable();
+    let mut sck = keys(&sample["choices"][0]);
+    sck.sort_unstable();
+    assert_eq!(ck, sck);
+    // Same prompt, same seed: same text (determinism).
+    let (_, again) = post_json(&url, &json!({"model": "tiny-qwen3", "prompt": [1, 2, 3, 4, 5, 6, 7], "max_tokens": 5})).await;
+    assert_eq!(again["choices"][0]["text"], body["choices"][0]["text"]);
+    // Completions default to 16 tokens, as in vLLM.
+    let (_, dflt) = post_json(&url, &json!({"model": "tiny-qwen3", "prompt": "Hello"})).await;
+    assert_eq!(dflt["usage"]["completion_tokens"], 16);
+    sim.kill().await;
+}
+
+#[tokio::test]
+async fn chat_shape_and_stream_match_vllm() {
+    let sim = spawn(cfg()).await.unwrap();
+    let url = format!("{}/v1/chat/completions", sim.base_url());
+    let req = json!({"model": "tiny-qwen3", "messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 6});
+    let (status, body) = post_json(&url, &req).await;
+    assert_eq!(status, 200);
+    let sample: Value = serde_json::from_str(include_str!("fixtures/vllm-0.32-cpu/chat.json")).unwrap();
+    let (mut a, mut b) = (keys(&body), keys(&sample));
+    a.sort_unstable();
+    b.sort_unstable();
+    assert_eq!(a, b);
+    assert_eq!(body["object"], "chat.completion");
+    assert_eq!(body["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(body["usage"]["completion_tokens"], 6);
+
+    let mut sreq = req.clone();
+    sreq["stream"] = json!(true);
+    sreq["stream_options"] = json!({"include_usage": true});
+    let (status, events, clean) = stream(&url, &sreq).await;
+    assert_eq!(status, 200);
+    assert!(clean);
+    // role chunk + 6 token chunks + usage chunk + [DONE]
+    assert_eq!(events.len(), 9, "{events:?}");
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = events[..8].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"], json!({"role": "assistant", "content": ""}));
+    assert_eq!(chunks[0]["prompt_token_ids"], Value::Null);
+    assert!(chunks[0].as_object().unwrap().contains_key("prompt_text"));
+    for c in &chunks[1..6] {
+        assert_eq!(c["object"], "chat.completion.chunk");
+        assert_eq!(c["choices"][0]["finish_reason"], Value::Null);
+        assert!(c["choices"][0]["delta"]["content"].as_str().is_some());
+    }
+    assert_eq!(chunks[6]["choices"][0]["finish_reason"], "length");
+    assert!(chunks[6]["choices"][0].as_object().unwrap().contains_key("stop_reason"));
+    assert_eq!(chunks[7]["choices"], json!([]));
+    assert_eq!(chunks[7]["usage"]["completion_tokens"], 6);
+    assert_eq!(chunks[7]["usage"]["total_tokens"], chunks[7]["usage"]["prompt_tokens"].as_u64().unwrap() + 6);
+    // The captured vLLM stream has the same chunk layout.
+    let sample = include_str!("fixtures/vllm-0.32-cpu/chat-stream.sse");
+    let sample_events: Vec<Value> = sample
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|e| *e != "[DONE]")
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    for (ours, theirs) in [(&chunks[0], &sample_events[0]), (&chunks[1], &sample_events[1]), (&chunks[6], &sample_events[6]), (&chunks[7], &sample_events[7])] {
+        let (mut a, mut b) = (keys(ours), keys(theirs));
+        a.sort_unstable();
+        b.sort_unstable();
+        assert_eq!(a, b);
+        if let (Some(x), Some(y)) = (ours["choices"].get(0), theirs["choices"].get(0)) {
+            let (mut a, mut b) = (keys(x), keys(y));
+            a.sort_unstable();
+            b.sort_unstable();
+            assert_eq!(a, b);
+        }
+    }
+
+    // Without include_usage there is no usage chunk.
+    sreq["stream_options"] = json!({"include_usage": false});
+    let (_, events, _) = stream(&url, &sreq).await;
+    assert_eq!(events.len(), 8);
+    sim.kill().await;
+}
+
+#[tokio::test]
+async fn completion_stream_ends_with_done() {
+    let sim = spawn(cfg()).await.unwrap();
+    let url = format!("{}/v1/completions", sim.base_url());
+    let (status, events, clean) = stream(&url, &json!({"model": "tiny-qwen3", "prompt": "Hi", "max_tokens": 3, "stream": true})).await;
+    assert_eq!(status, 200);
+    assert!(clean);
+    assert_eq!(events.len(), 4);
+    let last: Value = serde_json::from_str(&events[2]).unwrap();
+    assert_eq!(last["object"], "text_completion");
+    assert_eq!(last["choices"][0]["finish_reason"], "length");
+    assert_eq!(events[3], "[DONE]");
+    sim.kill().await;
+}
+
+#[tokio::test]
+async fn errors_use_the_engine_shape() {
+    let mut c = cfg();
+    c.profile.max_model_len = 2048;
+    let sim = spawn(c).await.unwrap();
+    let url = format!("{}/v1/completions", sim.base_url());
+    let prompt: Vec<u32> = (0..2049).collect();
+    let (status, body) = post_json(&url, &json!({"model": "tiny-qwen3", "prompt": prompt})).await;
+    assert_eq!(status, 400);
+    // The capture holds the body on line 1 and the status on line 2.
+    let capture = include_str!("fixtures/vllm-0.32-cpu/error-context-length.json");
+    let sample: Value = serde_json::from_str(capture.lines().next().unwrap()).unwrap();
+    assert_eq!(capture.lines().nth(1), Some("400"));
+    assert_eq!(body, sample);
+    let (status, body) = post_json(&url, &json!({"model": "nope", "prompt": "x"})).await;
+    assert_eq!(status, 404);
+    assert_eq!(body["error"]["type"], "NotFoundError");
+    assert_eq!(body["error"]["message"], "The model `nope` does not exist.");
+    let (status, body) = post_json(&url, &json!({"model": "tiny-qwen3", "prompt": [1, 2], "max_tokens": 2047})).await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["param"], "max_tokens");
+    let (status, _) = send("POST", &url, None).await;
+    assert_eq!(status, 400);
+    sim.kill().await;
+}
+
+#[tokio::test]
+async fn lora_load_unload_visible_in_models_and_metrics() {
+    let sim = spawn(cfg()).await.unwrap();
+    let base = sim.base_url();
+    let (status, _) = send("POST", &format!("{base}/v1/load_lora_adapter"), Some(&json!({"lora_name": "lora-A", "lora_path": "/adapters/a"}))).await;
+    assert_eq!(status, 200);
+    let models = get_json(&format!("{base}/v1/models")).await;
+    let ids: Vec<&str> = models["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["tiny-qwen3", "lora-A"]);
+    assert_eq!(models["data"][1]["parent"], "tiny-qwen3");
+    assert_eq!(models["data"][1]["root"], "/adapters/a");
+    // A LoRA request is reported in vllm:lora_requests_info while it runs.
+    let url = format!("{base}/v1/completions");
+    let long = tokio::spawn({
+        let url = url.clone();
+        async move { post_json(&url, &json!({"model": "lora-A", "prompt": "x", "max_tokens": 200})).await }
+    });
+    let mut seen = false;
+    for _ in 0..100 {
+        let text = metrics(&base).await;
+        if text.contains("running_lora_adapters=\"lora-A\"") {
+            seen = true;
+            assert!(text.contains("max_lora=\"1\""));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(seen);
+    let (status, body) = long.await.unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(body["model"], "lora-A");
+    let (status, _) = send("POST", &format!("{base}/v1/unload_lora_adapter"), Some(&json!({"lora_name": "lora-A"}))).await;
+    assert_eq!(status, 200);
+    let models = get_json(&format!("{base}/v1/models")).await;
+    assert_eq!(models["data"].as_array().unwrap().len(), 1);
+    let (status, _) = send("POST", &format!("{base}/v1/unload_lora_adapter"), Some(&json!({"lora_name": "lora-A"}))).await;
+    assert_eq!(status, 404);
+    let (status, _) = post_json(&url, &json!({"model": "lora-A", "prompt": "x"})).await;
+    assert_eq!(status, 404);
+    sim.kill().await;
+}
+
+#[tokio::test]
+async fn tokenize_with_the_qwen3_tokenizer() {
+    let mut c = cfg();
+    c.tokenizer = Some(std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/tokenizers/qwen3/tokenizer.json")));
+    c.profile.max_model_len = 2048;
+    let sim = spawn(c).await.unwrap();
+    let (status, body) = post_json(&format!("{}/tokenize", sim.base_url()), &json!({"model": "tiny-qwen3", "prompt": "Hello, world!"})).await;
+    assert_eq!(status, 200);
+    let sample: Value = serde_json::from_str(include_str!("fixtures/vllm-0.32-cpu/tokenize.json")).unwrap();
+    assert_eq!(body, sample);
+    sim.kill().await;
+}
+
+#[tokio::test]
+async fn health_and_metrics_families() {
+    let sim = spawn(cfg()).await.unwrap();
+    let (status, _) = send("GET", &format!("{}/health", sim.base_url()), None).await;
+    assert_eq!(status, 200);
+    let text = metrics(&sim.base_url()).await;
+    for name in [
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:time_to_first_token_seconds_count",
+        "vllm:inter_token_latency_seconds_count",
+        "vllm:e2e_request_latency_seconds_count",
+    ] {
+        assert_eq!(metric(&text, name), 0.0, "{name}");
+    }
+    assert!(text.contains("vllm:cache_config_info{"));
+    assert!(text.contains("block_size=\"16\""));
+    assert!(text.contains("num_gpu_blocks=\"62000\""));
+    assert!(text.contains("vllm:time_to_first_token_seconds_bucket{engine=\"0\",model_name=\"tiny-qwen3\",le=\"0.001\"} 0"));
+    sim.kill().await;
+}
+
+#[tokio::test]
+async fn sglang_mode_uses_sglang_names() {
+    let mut c = cfg();
+    c.flavor = Flavor::Sglang;
+    let sim = spawn(c).await.unwrap();
+    let (status, _) = post_json(&format!("{}/v1/completions", sim.base_url()), &json!({"model": "tiny-qwen3", "prompt": "a b c", "max_tokens": 3})).await;
+    assert_eq!(status, 200);
+    let text = metrics(&sim.base_url()).await;
+    assert_eq!(metric(&text, "sglang:num_running_reqs"), 0.0);
+    assert_eq!(metric(&text, "sglang:num_queue_reqs"), 0.0);
+    assert_eq!(metric(&text, "sglang:token_usage"), 0.0);
+    assert_eq!(metric(&text, "sglang:time_to_first_token_seconds_count"), 1.0);
+    assert_eq!(metric(&text, "sglang:inter_token_latency_seconds_count"), 2.0);
+    assert_eq!(metric(&text, "sglang:generation_tokens_total"), 3.0);
+    assert!(!text.contains("vllm:"));
+    sim.kill().await;
+}
+
+#[tokio::test]
+async fn fault_injection() {
+    let sim = spawn(cfg().with_faults(Faults { error_rate: 1.0, error_codes: vec![503], ..Faults::default() })).await.unwrap();
+    let url = format!("{}/v1/chat/completions", sim.base_url());
+    let req = json!({"model": "tiny-qwen3", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": true});
+    let (status, body) = post_json(&url, &req).await;
+    assert_eq!(status, 503);
+    assert_eq!(body["error"]["code"], 503);
+    // Drop after 3 chunks: role chunk + 2 tokens, then the connection is cut.
+    sim.set_faults(Faults { drop_after_chunks: Some(3), ..Faults::default() });
+    let (status, events, clean) = stream(&url, &req).await;
+    assert_eq!(status, 200);
+    assert!(!clean);
+    assert_eq!(events.len(), 3);
+    // First-byte delay (wall time).
+    sim.set_faults(Faults { first_byte_delay_ms: 150, ..Faults::default() });
+    let t0 = tokio::time::Instant::now();
+    let (status, _) = post_json(&url.replace("chat/completions", "completions"), &json!({"model": "tiny-qwen3", "prompt": "x", "max_tokens": 1})).await;
+    assert_eq!(status, 200);
+    assert!(t0.elapsed() >= Duration::from_millis(150));
+    sim.kill().await;
+}
+
+#[tokio::test]
+async fn kill_cuts_a_stream_and_closes_the_port() {
+    let sims = spawn_many(2, cfg().with_time_scale(1.0)).await.unwrap();
+    assert_ne!(sims[0].addr(), sims[1].addr());
+    let mut sims = sims.into_iter();
+    let victim = sims.next().unwrap();
+    let other = sims.next().unwrap();
+    let url = format!("{}/v1/completions", victim.base_url());
+    let reader = tokio::spawn(async move {
+        stream(&url, &json!({"model": "tiny-qwen3", "prompt": "x", "max_tokens": 2000, "stream": true})).await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let addr = victim.addr();
+    victim.kill().await;
+    let (status, events, clean) = reader.await.unwrap();
+    assert_eq!(status, 200);
+    assert!(!clean, "stream must be cut, got {} events", events.len());
+    assert!(events.len() < 2000);
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+    // The other engine still serves.
+    let (status, _) = post_json(&format!("{}/v1/completions", other.base_url()), &json!({"model": "tiny-qwen3", "prompt": "x", "max_tokens": 1})).await;
+    assert_eq!(status, 200);
+    other.shutdown(Duration::from_secs(1)).await;
+}
