@@ -5,7 +5,8 @@
 ensure_services() {
     # Python packages used by the client-compatibility tests.
     python3 -c 'import openai' 2>/dev/null || pip install -q openai
-    # pyzmq + msgpack: the libzmq peer of kthena-sim's KV-event interop test.
-    python3 -c 'import zmq, msgpack' 2>/dev/null || pip install -q pyzmq msgpack
+    # pyzmq + msgpack: the libzmq peer of kthena-sim's KV-event interop test; prometheus_client:
+    # the reference parser its /metrics conformance test uses.
+    python3 -c 'import zmq, msgpack, prometheus_client' 2>/dev/null || pip install -q pyzmq msgpack prometheus_client
     :
 }

@@ -10,9 +10,11 @@
 //! * `skip <apiVersion> <kind> <name>` for other kinds,
 //! * `invalid <kind> <name>: <path>: <message>` once per problem,
 //! * `error <file>: document <n>, line <l>, column <c>[, field <path>]: <message>` for a
-//!   document that cannot be parsed.
+//!   document (or file) that cannot be read.
 //!
-//! Exits with status 1 if any document is invalid or unparsable, 2 on usage errors.
+//! Unknown fields (which the API server would prune) are reported as warnings on stderr.
+//!
+//! Exits with status 1 if any document is invalid or unparsable, 2 without arguments.
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -26,56 +28,20 @@ fn main() -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     let mut failed = false;
     for file in &files {
-        let text = match std::fs::read_to_string(file) {
-            Ok(t) => t,
-            Err(e) => {
-                writeln!(out, "error {file}: {e}")?;
-                failed = true;
-                continue;
+        match std::fs::read_to_string(file) {
+            Ok(text) => {
+                let report = kthena_api::validate_manifests(file, &text);
+                failed |= report.failed;
+                for w in &report.warnings {
+                    eprintln!("warning: {w}");
+                }
+                for line in report.lines {
+                    writeln!(out, "{line}")?;
+                }
             }
-        };
-        for doc in kthena_api::load_str_each(file, &text) {
-            match doc {
-                Ok(doc) => {
-                    let obj = doc.object.with_defaults();
-                    if !obj.is_kthena() {
-                        writeln!(
-                            out,
-                            "skip {} {} {}",
-                            obj.api_version(),
-                            obj.kind(),
-                            obj.name()
-                        )?;
-                        continue;
-                    }
-                    match obj.validate() {
-                        Ok(()) => writeln!(
-                            out,
-                            "ok {} {} {}/{}",
-                            obj.api_version(),
-                            obj.kind(),
-                            obj.namespace(),
-                            obj.name()
-                        )?,
-                        Err(errors) => {
-                            failed = true;
-                            for e in errors {
-                                writeln!(
-                                    out,
-                                    "invalid {} {}: {}: {}",
-                                    obj.kind(),
-                                    obj.name(),
-                                    e.path,
-                                    e.message
-                                )?;
-                            }
-                        }
-                    }
-                }
-                Err(e) => {
-                    failed = true;
-                    writeln!(out, "error {e}")?;
-                }
+            Err(e) => {
+                failed = true;
+                writeln!(out, "error {file}: {e}")?;
             }
         }
     }

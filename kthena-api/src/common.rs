@@ -29,10 +29,12 @@ impl GoDuration {
     /// # Errors
     /// Returns a human-readable message when the text is not a Go duration or is negative.
     pub fn parse(&self) -> std::result::Result<Duration, String> {
-        let parsed: kube::core::Duration = self
-            .0
-            .parse()
-            .map_err(|e| format!("invalid duration {:?}: {e}", self.0))?;
+        let parsed: kube::core::Duration = self.0.parse().map_err(|e| {
+            format!(
+                "invalid duration {:?} (expected e.g. \"100ms\" or \"1m30s\"): {e}",
+                self.0
+            )
+        })?;
         if parsed.is_negative() {
             return Err(format!(
                 "invalid duration {:?}: must not be negative",
@@ -171,4 +173,10 @@ pub(crate) fn idx(path: &str, i: usize) -> String {
 /// (`x-kubernetes-preserve-unknown-fields`), like Go's `apiextensionsv1.JSON`.
 pub(crate) fn preserve_unknown_fields(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({ "x-kubernetes-preserve-unknown-fields": true })
+}
+
+/// Drops the `default` that schemars derives from `#[serde(default)]`, for fields the Go
+/// schema gives no default.
+pub(crate) fn no_default(schema: &mut schemars::Schema) {
+    schema.remove("default");
 }

@@ -52,6 +52,7 @@ mod error;
 mod load;
 pub mod networking;
 mod quantity;
+mod report;
 mod validate;
 pub mod workload;
 
@@ -64,6 +65,7 @@ pub use networking::{
     ExternalModelProvider, ExternalModelProviderSpec, ModelRoute, ModelRouteSpec, ModelServer,
     ModelServerSpec,
 };
+pub use report::{Report, validate_manifests};
 pub use workload::{
     AutoscalingPolicy, AutoscalingPolicySpec, ModelBooster, ModelBoosterSpec, ModelServing,
     ModelServingSpec,

@@ -23,6 +23,10 @@ pub struct Document {
     pub line: u64,
     /// The decoded object.
     pub object: Object,
+    /// Fields of the document that the kind's type does not know, as JSON paths (for example
+    /// `spec.rules[0].weigth`). They are dropped, as the API server prunes unknown fields;
+    /// show them as warnings. Always empty for foreign objects.
+    pub unknown_fields: Vec<String>,
 }
 
 /// A decoded manifest object: one of Kthena's kinds, or any other Kubernetes object.
@@ -257,12 +261,19 @@ fn decode_document(source: &str, index: usize, node: &Spanned<Node>) -> Result<D
     let mut spans = HashMap::new();
     let value = to_json(node, "", &mut spans);
     let line = node.referenced.line();
-    match decode(value) {
-        Ok(object) => Ok(Document {
-            index,
-            line,
-            object,
-        }),
+    match decode(value.clone()) {
+        Ok(object) => {
+            let mut unknown_fields = Vec::new();
+            if object.is_kthena() {
+                dropped_fields(&value, &object.to_json()?, "", &mut unknown_fields);
+            }
+            Ok(Document {
+                index,
+                line,
+                object,
+                unknown_fields,
+            })
+        }
         Err((path, message)) => {
             let (l, c) = locate(&spans, &path).unwrap_or((line, node.referenced.column()));
             Err(Error::Parse(Box::new(ParseError {
@@ -274,6 +285,42 @@ fn decode_document(source: &str, index: usize, node: &Spanned<Node>) -> Result<D
                 message,
             })))
         }
+    }
+}
+
+/// Collects the paths of `original` that are absent from `typed` (the object re-serialized
+/// from its type). Empty lists, maps and nulls carry no data and are not reported.
+fn dropped_fields(original: &Value, typed: &Value, path: &str, out: &mut Vec<String>) {
+    match (original, typed) {
+        (Value::Object(o), Value::Object(t)) => {
+            for (k, v) in o {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                match t.get(k) {
+                    Some(tv) => dropped_fields(v, tv, &p, out),
+                    None if is_empty(v) => {}
+                    None => out.push(p),
+                }
+            }
+        }
+        (Value::Array(o), Value::Array(t)) => {
+            for (i, (v, tv)) in o.iter().zip(t).enumerate() {
+                dropped_fields(v, tv, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn is_empty(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        _ => false,
     }
 }
 

@@ -76,9 +76,11 @@ pub struct ModelRouteStatus {}
 pub struct ParentReference {
     /// Group of the referent; unset means `gateway.networking.k8s.io`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "gateway.networking.k8s.io"))]
     pub group: Option<String>,
     /// Kind of the referent; unset means `Gateway`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "Gateway"))]
     pub kind: Option<String>,
     /// Namespace of the referent; unset means the route's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -163,6 +165,7 @@ pub struct TargetModel {
     /// Relative weight 0..=100; defaults to 100 ([`DEFAULT_WEIGHT`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 100))]
+    #[schemars(extend("default" = 100))]
     pub weight: Option<u32>,
 }
 
@@ -347,8 +350,12 @@ fn validate_rule(e: &mut Errors, rpath: &str, rule: &Rule, is_lora: bool) {
             );
         }
         match t.weight {
-            Some(w) if w > 100 => e.push(format!("{p}.weight"), "must be between 0 and 100"),
-            Some(w) => total += u64::from(w),
+            Some(w) => {
+                if w > 100 {
+                    e.push(format!("{p}.weight"), "must be between 0 and 100");
+                }
+                total += u64::from(w);
+            }
             None => total += u64::from(DEFAULT_WEIGHT),
         }
     }
@@ -370,11 +377,12 @@ fn check_regex(e: &mut Errors, path: &str, sm: &StringMatch) {
     if let Some(re) = &sm.regex
         && let Err(err) = regex::Regex::new(re)
     {
-        let first = err.to_string();
-        let first = first.lines().last().unwrap_or("invalid").trim().to_owned();
+        let text = err.to_string();
+        let last = text.lines().last().unwrap_or("invalid").trim();
+        let reason = last.strip_prefix("error: ").unwrap_or(last);
         e.push(
             format!("{path}.regex"),
-            format!("invalid regular expression {re:?}: {first}"),
+            format!("invalid regular expression {re:?}: {reason}"),
         );
     }
 }
@@ -482,6 +490,7 @@ pub struct WorkloadPort {
     pub port: i32,
     /// `http` (default) or `https`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "http"))]
     pub protocol: Option<Protocol>,
 }
 
@@ -513,10 +522,11 @@ pub struct TrafficPolicy {
 #[serde(rename_all = "camelCase")]
 pub struct Retry {
     /// Number of attempts.
-    #[serde(default)]
-    pub attempts: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<i32>,
     /// Pause between attempts (default `100ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "100ms"))]
     pub retry_interval: Option<GoDuration>,
 }
 
@@ -526,6 +536,7 @@ pub struct Retry {
 pub struct KvConnector {
     /// Connector type (default `http`).
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "http"))]
     pub type_: Option<KvConnectorType>,
 }
 
@@ -602,7 +613,7 @@ impl ModelServer {
         if let Some(tp) = &s.traffic_policy {
             e.duration("spec.trafficPolicy.timeout", tp.timeout.as_ref());
             if let Some(r) = &tp.retry {
-                if r.attempts < 0 {
+                if r.attempts.is_some_and(|a| a < 0) {
                     e.push("spec.trafficPolicy.retry.attempts", "must be at least 0");
                 }
                 e.duration(
@@ -637,6 +648,7 @@ impl ModelServer {
 pub struct ExternalModelProviderSpec {
     /// API flavour (default `OpenAI`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "OpenAI"))]
     pub provider_type: Option<ProviderType>,
     /// Model name sent upstream instead of the request's (at most 256 characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -648,6 +660,7 @@ pub struct ExternalModelProviderSpec {
     pub base_url: String,
     /// Skip TLS certificate verification (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = false))]
     pub insecure_skip_verify: Option<bool>,
     /// Credentials.
     #[serde(default, skip_serializing_if = "Option::is_none")]

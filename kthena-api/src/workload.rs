@@ -57,9 +57,11 @@ pub const API_VERSION: &str = "workload.serving.volcano.sh/v1alpha1";
 pub struct ModelServingSpec {
     /// Number of ServingGroups (default 1, must be ≥ 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = 1))]
     pub replicas: Option<i32>,
     /// Scheduler of the pods (default `volcano`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "volcano"))]
     pub scheduler_name: Option<String>,
     /// Plugin chain applied to generated pods.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -71,6 +73,7 @@ pub struct ModelServingSpec {
     pub rollout_strategy: Option<RolloutStrategy>,
     /// What is torn down when a pod is lost (default `RoleRecreate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "RoleRecreate"))]
     pub recovery_policy: Option<RecoveryPolicy>,
 }
 
@@ -141,6 +144,7 @@ pub struct RollingUpdateConfiguration {
     /// Groups that may be unavailable during the update: an int ≥ 0 or a percent of
     /// `replicas` rounded down; must not resolve to 0 (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = 1))]
     pub max_unavailable: Option<IntOrString>,
     /// Ordinals `[0, partition)` are not updated: an int or a percent rounded up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -165,6 +169,7 @@ pub enum RecoveryPolicy {
 pub struct ServingGroup {
     /// Seconds an errored pod may stay before it is deleted (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = 0))]
     pub restart_grace_period_seconds: Option<i64>,
     /// Gang scheduling policy; once set it cannot be removed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -204,6 +209,7 @@ pub struct NetworkTopology {
 pub struct NetworkTopologySpec {
     /// `hard` (default) or `soft`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "hard"))]
     pub mode: Option<NetworkTopologyMode>,
     /// Highest tier allowed (≥ 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -238,6 +244,7 @@ pub struct Role {
     pub name: String,
     /// Role replicas per ServingGroup (default 1, must be ≥ 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = 1))]
     pub replicas: Option<i32>,
     /// Pod template of the one entry pod of each role replica.
     pub entry_template: PodTemplateSpec,
@@ -248,6 +255,7 @@ pub struct Role {
     pub worker_template: Option<PodTemplateSpec>,
     /// Role replicas that may be unavailable during a `RoleRollingUpdate` (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = 1))]
     pub max_unavailable: Option<IntOrString>,
     /// Role ordinals `[0, partition)` not updated; only with `RoleRollingUpdate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -263,6 +271,7 @@ pub struct ModelServingStatus {
     pub observed_generation: Option<i64>,
     /// ServingGroups that exist, including deleting ones.
     #[serde(default)]
+    #[schemars(transform = crate::common::no_default)]
     pub replicas: i32,
     /// ServingGroups at the current revision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -380,6 +389,7 @@ pub enum ModelBackendType {
 pub struct ModelWorker {
     /// Worker type (default `server`).
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "server"))]
     pub type_: Option<ModelWorkerType>,
     /// Engine image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -460,6 +470,7 @@ pub struct AutoscalingPolicySpec {
     /// Dead band around the target in percent, 0..=100 (default 10).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 100))]
+    #[schemars(extend("default" = 10))]
     pub tolerance_percent: Option<i32>,
     /// Metrics and their per-replica target values.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -518,17 +529,19 @@ pub struct ScaleUpBehavior {
 pub struct StablePolicy {
     /// Replicas that may change per period, ≥ 0 (CRD default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0), extend("default" = 1))]
     pub instances: Option<i32>,
     /// Percent of current replicas that may change per period, 0..=1000 (CRD default 100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = 1000))]
+    #[schemars(range(min = 0, max = 1000), extend("default" = 100))]
     pub percent: Option<i32>,
     /// Period of the limits (CRD default `15s`), within [0, 30m].
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "15s"))]
     pub period: Option<GoDuration>,
     /// `Or` (the larger limit, default) or `And` (the smaller).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "Or"))]
     pub select_policy: Option<SelectPolicy>,
     /// Recommendations are smoothed over this window, within [0, 30m].
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -551,16 +564,18 @@ pub enum SelectPolicy {
 pub struct PanicPolicy {
     /// Percent of current replicas added per period, 0..=1000 (CRD default 1000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = 1000))]
+    #[schemars(range(min = 0, max = 1000), extend("default" = 1000))]
     pub percent: Option<i32>,
     /// Period of the limit (required), within [0, 30m].
     pub period: GoDuration,
     /// Load over target, in percent, that enters panic mode, 110..=1000 (CRD default 200).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 110, max = 1000))]
+    #[schemars(extend("default" = 200))]
     pub panic_threshold_percent: Option<i32>,
     /// How long panic mode lasts (CRD default `60s`), within [0, 30m].
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "60s"))]
     pub panic_mode_hold: Option<GoDuration>,
 }
 
@@ -596,11 +611,11 @@ pub struct PodMetricSource {
     pub name: Option<String>,
     /// Path of the metrics endpoint (default `/metrics`, must start with `/`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = "^/"))]
+    #[schemars(regex(pattern = "^/"), extend("default" = "/metrics"))]
     pub uri: Option<String>,
     /// Port of the metrics endpoint, 1..=65535 (default 8100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 65535))]
+    #[schemars(range(min = 1, max = 65535), extend("default" = 8100))]
     pub port: Option<i32>,
     /// Which pods are scraped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -633,6 +648,7 @@ pub struct PrometheusAuth {}
 pub struct HomogeneousTarget {
     /// The scaled object.
     #[serde(default)]
+    #[schemars(transform = crate::common::no_default)]
     pub target: Target,
     /// Lower bound, 0..=1_000_000.
     #[schemars(range(min = 0, max = 1_000_000))]
@@ -647,11 +663,13 @@ pub struct HomogeneousTarget {
 #[serde(rename_all = "camelCase")]
 pub struct HeterogeneousTarget {
     /// Targets (at least one).
-    #[schemars(length(min = 1))]
+    #[serde(default)]
+    #[schemars(length(min = 1), transform = crate::common::no_default)]
     pub params: Vec<HeterogeneousTargetParam>,
     /// Cost expansion rate in percent, ≥ 0 (default 200).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
+    #[schemars(extend("default" = 200))]
     pub cost_expansion_rate_percent: Option<i32>,
 }
 
@@ -661,6 +679,7 @@ pub struct HeterogeneousTarget {
 pub struct HeterogeneousTargetParam {
     /// The scaled object.
     #[serde(default)]
+    #[schemars(transform = crate::common::no_default)]
     pub target: Target,
     /// Cost of one replica, ≥ 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -766,6 +785,7 @@ pub struct TargetScalingStatus {
 pub struct DisaggregatedStatus {
     /// Per-role state.
     #[serde(default)]
+    #[schemars(transform = crate::common::no_default)]
     pub roles: Vec<TargetScalingStatus>,
     /// Current ratio between the constrained roles.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -16,7 +16,10 @@ fn manifest_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
         let path = entry?.path();
         if path.is_dir() {
             manifest_files(&path, out)?;
-        } else if matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json")) {
+        } else if matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml" | "json")
+        ) {
             out.push(path);
         }
     }
@@ -38,7 +41,11 @@ fn missing_fields(original: &Value, after: &Value, path: &str, out: &mut Vec<Str
     match (original, after) {
         (Value::Object(o), Value::Object(a)) => {
             for (k, v) in o {
-                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
                 match a.get(k) {
                     Some(av) => missing_fields(v, av, &p, out),
                     None if is_empty(v) => {}
@@ -85,21 +92,38 @@ fn every_example_loads_validates_and_round_trips() -> Result<()> {
         let docs = load_str(&name, &text)?;
         let raws = raw_documents(&text)?;
         if raws.len() != docs.len() {
-            bail!("{name}: {} documents read raw, {} loaded", raws.len(), docs.len());
+            bail!(
+                "{name}: {} documents read raw, {} loaded",
+                raws.len(),
+                docs.len()
+            );
         }
         for (doc, raw) in docs.into_iter().zip(raws) {
+            if !doc.unknown_fields.is_empty() {
+                problems.push(format!(
+                    "{name} document {}: unknown fields {:?}",
+                    doc.index, doc.unknown_fields
+                ));
+            }
             let obj = doc.object;
             if !obj.is_kthena() {
                 foreign += 1;
                 continue;
             }
             *kinds.entry(obj.kind().to_owned()).or_default() += 1;
-            let what = format!("{name} document {} ({} {})", doc.index, obj.kind(), obj.name());
+            let what = format!(
+                "{name} document {} ({} {})",
+                doc.index,
+                obj.kind(),
+                obj.name()
+            );
             // parse -> serialize -> parse gives an equal object.
             let json = obj.to_json()?;
             let again = decode_value(&name, json)?;
             if again != obj {
-                problems.push(format!("{what}: changed after a serialize/parse round trip"));
+                problems.push(format!(
+                    "{what}: changed after a serialize/parse round trip"
+                ));
             }
             // Defaulting and validation.
             let defaulted = obj.with_defaults();
@@ -139,7 +163,19 @@ fn defaults_are_applied_to_example_route() -> Result<()> {
         bail!("expected a ModelRoute");
     };
     assert_eq!(route.spec.model_name, "deepseek-simple");
-    assert_eq!(route.spec.rules[0].target_models[0].model_server_name.as_deref(), Some("deepseek-r1-1-5b"));
-    assert!(route.spec.rules.iter().flat_map(|r| &r.target_models).all(|t| t.weight == Some(100)));
+    assert_eq!(
+        route.spec.rules[0].target_models[0]
+            .model_server_name
+            .as_deref(),
+        Some("deepseek-r1-1-5b")
+    );
+    assert!(
+        route
+            .spec
+            .rules
+            .iter()
+            .flat_map(|r| &r.target_models)
+            .all(|t| t.weight == Some(100))
+    );
     Ok(())
 }

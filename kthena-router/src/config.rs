@@ -49,6 +49,8 @@ pub struct Config {
     pub access_log: AccessLogConfig,
     /// Standalone discovery: manifests and endpoints.
     pub standalone: Standalone,
+    /// KV-cache-aware routing: index backend, tokenizers (see `docs/kv-cache-routing.md`).
+    pub kv_cache: crate::kv_cache::KvCacheConfig,
     /// The directory relative paths are resolved against (the config file's directory);
     /// not read from the file.
     #[serde(skip)]
@@ -107,6 +109,10 @@ pub struct EndpointConfig {
     /// Optional KV-events address (`tcp://host:port`), kept for the kvcache-aware plugin.
     #[serde(default)]
     pub kv_events: Option<String>,
+    /// Optional KV-events replay address (`tcp://host:port`, vLLM's `replay_endpoint`),
+    /// asked for missed batches after a sequence gap.
+    #[serde(default)]
+    pub kv_events_replay: Option<String>,
 }
 
 fn default_namespace() -> String {
@@ -133,6 +139,7 @@ impl Default for Config {
             drain_timeout: Duration::from_secs(300),
             access_log: AccessLogConfig::default(),
             standalone: Standalone::default(),
+            kv_cache: crate::kv_cache::KvCacheConfig::default(),
             base_dir: PathBuf::from("."),
         }
     }

@@ -51,6 +51,8 @@ pub struct Snapshot {
     pub endpoints: Vec<Arc<Endpoint>>,
     /// The scheduler built from the config's `scheduler:` section.
     pub scheduler: Arc<Scheduler>,
+    /// KV-cache-aware routing state: the shared KV index, tokenizers, KV-event sources.
+    pub kv: Arc<crate::kv_cache::KvState>,
     /// The route manifests (for the debug dump), in route-table order.
     pub route_objects: Vec<ModelRoute>,
     /// Files the snapshot was built from (watched for changes).
@@ -87,6 +89,7 @@ pub struct Loader {
     first_seen: HashMap<String, (i128, u64)>,
     next_seq: u64,
     generation: u64,
+    kv: crate::kv_cache::KvLoader,
 }
 
 impl Loader {
@@ -103,7 +106,11 @@ impl Loader {
     /// [`Error::ReadFile`] or [`Error::Manifest`] (file, document, kind/name, field path,
     /// reason), [`Error::Config`] for a scheduler the registry rejects.
     pub fn load(&mut self, cfg: &Config, config_path: Option<&Path>) -> Result<Snapshot> {
-        let scheduler = crate::sched::build_scheduler(&cfg.scheduler).map_err(|reason| Error::Config {
+        let kv = self.kv.prepare(cfg).map_err(|reason| Error::Config {
+            path: config_path.map(Path::to_path_buf).unwrap_or_default(),
+            reason,
+        })?;
+        let scheduler = kv.build_scheduler(&cfg.scheduler).map_err(|reason| Error::Config {
             path: config_path.map(Path::to_path_buf).unwrap_or_default(),
             reason: format!("scheduler: {reason}"),
         })?;
@@ -178,7 +185,10 @@ impl Loader {
                         })?,
                         None => Duration::from_millis(100),
                     };
-                    Some((usize::try_from(r.attempts.max(1)).unwrap_or(1), pause))
+                    let attempts = r
+                        .attempts
+                        .map_or(crate::service::DEFAULT_ATTEMPTS, |a| usize::try_from(a.max(1)).unwrap_or(1));
+                    Some((attempts, pause))
                 }
                 None => None,
             };
@@ -239,6 +249,7 @@ impl Loader {
             scheduler.on_endpoint_removed(&e.id);
         }
         self.endpoints = new_registry;
+        self.kv.commit(cfg, &kv);
         self.first_seen = first_seen;
         self.next_seq = next_seq;
         self.generation += 1;
@@ -251,6 +262,7 @@ impl Loader {
             servers,
             endpoints,
             scheduler: Arc::new(scheduler),
+            kv: Arc::new(kv),
             route_objects,
             files,
             dirs,

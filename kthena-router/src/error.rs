@@ -170,6 +170,27 @@ pub enum Error {
     /// An I/O error while serving.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// A KV-event message from an engine could not be decoded (counted per endpoint in
+    /// `kthena_router_kv_events_decode_errors_total`; the message is skipped).
+    #[error("undecodable KV event: {reason}")]
+    KvEventDecode {
+        /// What is wrong with the frame or the msgpack payload.
+        reason: String,
+    },
+    /// A tokenizer or chat template could not be loaded or applied.
+    #[error("tokenizer for model {model:?}: {reason}")]
+    Tokenizer {
+        /// The model the tokenizer is configured for.
+        model: String,
+        /// The loader's or renderer's reason.
+        reason: String,
+    },
+    /// The Redis-backed KV index failed (connection, timeout, unexpected reply).
+    #[error("redis KV index: {reason}")]
+    Redis {
+        /// The client's reason.
+        reason: String,
+    },
 }
 
 /// `Result` with this crate's [`Error`].
@@ -203,7 +224,10 @@ impl Error {
             | Self::Env { .. }
             | Self::Bind { .. }
             | Self::Watch(_)
-            | Self::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            | Self::Io(_)
+            | Self::KvEventDecode { .. }
+            | Self::Tokenizer { .. }
+            | Self::Redis { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 

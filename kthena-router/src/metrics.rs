@@ -103,6 +103,8 @@ pub struct Metrics {
     prefix_match: HistFamily<ModelLabel>,
     kv_match: HistFamily<ModelLabel>,
     reloads: Family<ResultLabel, Counter>,
+    /// KV-event, KV-index and tokenization families (`kv_metrics`).
+    pub kv: crate::kv_metrics::KvMetrics,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -161,6 +163,7 @@ impl Metrics {
         let prefix_match = HistFamily::<ModelLabel>::new_with_constructor(ratio_hist);
         let kv_match = HistFamily::<ModelLabel>::new_with_constructor(ratio_hist);
         let reloads = Family::<ResultLabel, Counter>::default();
+        let kv = crate::kv_metrics::KvMetrics::register(&mut registry);
         registry.register(
             "kthena_router_config_reloads",
             "Configuration and manifest reloads by result (success, failure)",
@@ -205,6 +208,7 @@ impl Metrics {
             prefix_match,
             kv_match,
             reloads,
+            kv,
         }
     }
 

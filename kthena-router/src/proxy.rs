@@ -3,6 +3,7 @@
 //! upstream failure into an error-terminated stream, and settles the request's accounting
 //! exactly once (end of body, upstream failure, or client disconnect).
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -30,6 +31,9 @@ pub type RespBody = UnsyncBoxBody<Bytes, BoxError>;
 pub(crate) fn full(b: impl Into<Bytes>) -> RespBody {
     http_body_util::Full::new(b.into()).map_err(|never| match never {}).boxed_unsync()
 }
+
+/// Pause between the SSE error event and breaking the stream, so the event is flushed.
+const ERROR_FLUSH_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Largest non-streaming response copy kept to read `usage` from, in bytes.
 const MAX_USAGE_COPY: usize = 4 * 1024 * 1024;
@@ -194,7 +198,9 @@ pub struct ProxyBody {
     sse: Option<SseFilter>,
     json_copy: BytesMut,
     output_tokens: u64,
-    pending_error: Option<BoxError>,
+    /// The upstream error to end the client stream with, and a short pause before it so
+    /// that hyper flushes the error event written just before.
+    pending_error: Option<(BoxError, Pin<Box<tokio::time::Sleep>>)>,
     finished: bool,
 }
 
@@ -315,8 +321,13 @@ impl Body for ProxyBody {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
-        if let Some(e) = this.pending_error.take() {
-            return Poll::Ready(Some(Err(e)));
+        if let Some((_, pause)) = this.pending_error.as_mut() {
+            if pause.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            if let Some((e, _)) = this.pending_error.take() {
+                return Poll::Ready(Some(Err(e)));
+            }
         }
         if this.finished {
             return Poll::Ready(None);
@@ -343,20 +354,25 @@ impl Body for ProxyBody {
                         let mut ev = BytesMut::from(&b"data: "[..]);
                         ev.extend_from_slice(&body);
                         ev.extend_from_slice(b"\n\n");
-                        this.pending_error = Some(Box::new(e));
+                        let pause = Box::pin(tokio::time::sleep(ERROR_FLUSH_PAUSE));
+                        this.pending_error = Some((Box::new(e), pause));
                         return Poll::Ready(Some(Ok(Frame::data(ev.freeze()))));
                     }
                     return Poll::Ready(Some(Err(Box::new(e))));
                 }
                 Poll::Ready(Some(Ok(frame))) => {
+                    let at_end = this.inner.is_end_stream();
                     let frame = match frame.into_data() {
                         Ok(data) => {
                             if let Some(f) = this.sse.as_mut() {
-                                let out = f.push(&data);
-                                if out.is_empty() {
+                                let mut out = BytesMut::from(&f.push(&data)[..]);
+                                if at_end {
+                                    out.extend_from_slice(&f.flush());
+                                }
+                                if out.is_empty() && !at_end {
                                     continue;
                                 }
-                                Frame::data(out)
+                                Frame::data(out.freeze())
                             } else {
                                 if this.json_copy.len() + data.len() <= MAX_USAGE_COPY {
                                     this.json_copy.extend_from_slice(&data);
@@ -366,6 +382,11 @@ impl Body for ProxyBody {
                         }
                         Err(frame) => frame,
                     };
+                    if at_end {
+                        // Settle before the last bytes leave, so that a client that has the
+                        // whole answer also sees it counted.
+                        this.finish(None);
+                    }
                     return Poll::Ready(Some(Ok(frame)));
                 }
             }
@@ -383,7 +404,9 @@ impl Body for ProxyBody {
 
 impl Drop for ProxyBody {
     fn drop(&mut self) {
-        if !self.finished {
+        if !self.finished && self.inner.is_end_stream() {
+            self.finish(None);
+        } else if !self.finished {
             // The client went away mid-body: dropping `inner` closes the upstream connection,
             // which cancels the engine's work; the in-flight guard gives the slot back.
             self.finish(Some(("client_disconnect", "client closed the connection during the response".into())));

@@ -63,7 +63,7 @@ pub const SGLANG: EngineMetricNames = EngineMetricNames {
 pub fn names_for(engine: InferenceEngine) -> EngineMetricNames {
     match engine {
         InferenceEngine::SgLang => SGLANG,
-        _ => VLLM,
+        InferenceEngine::VLlm => VLLM,
     }
 }
 
@@ -94,6 +94,9 @@ pub fn parse_metrics(text: &str, names: EngineMetricNames) -> Result<EngineSampl
         .map_err(|e| format!("unparsable metrics: {e}"))?;
     if scrape.samples.is_empty() {
         return Err("unparsable metrics: no sample found".into());
+    }
+    if let Some(s) = crate::llamacpp::llamacpp_sample(&scrape, COLON_MARK) {
+        return Ok(s);
     }
     let last = |name: &str| -> Option<f64> {
         let name = name.replace(':', COLON_MARK);

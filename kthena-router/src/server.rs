@@ -135,6 +135,7 @@ impl Router {
             cfg.metrics_scrape_timeout,
             cfg.metrics_scrape_concurrency,
         ));
+        tasks.spawn(crate::kv_cache::supervise(Arc::clone(&shared), cancel.clone(), tasks.clone()));
         if let Some(path) = config_path {
             crate::watch::spawn_watcher(Arc::clone(&shared), loader, path, overrides, cancel.clone(), &tasks)?;
         }

@@ -260,7 +260,17 @@ async fn serve(
     let pool = if up.is_empty() { server.endpoints.clone() } else { up };
     let cands: Vec<kthena_sched::Candidate> = pool.iter().map(|e| e.candidate()).collect();
     let lora = m.is_lora.then(|| parsed.model.clone());
+    let token_ids = snap
+        .kv
+        .request_tokens(shared, &parsed.model, &upstream_model, &parsed.prompt, pool.first().map(|e| e.base_url()).as_deref())
+        .await;
+    if let Some(t) = &token_ids {
+        ctx.entry.input_tokens = t.len() as u64;
+    }
     let mut sreq = SchedRequest::new(&parsed.model).with_prompt(&parsed.prompt_text);
+    if let Some(t) = &token_ids {
+        sreq = sreq.with_token_ids(t);
+    }
     if let Some(l) = &lora {
         sreq = sreq.with_lora(l);
     }

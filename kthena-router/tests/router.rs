@@ -49,7 +49,7 @@ async fn chat_round_trip_metrics_and_access_log() {
     assert_eq!(last["upstream_model"], "real-model");
     assert_eq!(last["upstream_attempts"], 1);
     assert_eq!(last["output_tokens"], 5);
-    assert_eq!(last["input_tokens"], 8); // ceil(len("<|im_start|>user\nhello there<|im_end|>\n") / 4)
+    assert_eq!(last["input_tokens"], 10); // ceil(39 chars of "<|im_start|>user\nhello there<|im_end|>\n" / 4)
 
     // GET /v1/models lists route names.
     let (status, text) = get(&format!("{}/v1/models", r.url())).await;
@@ -538,4 +538,21 @@ async fn scrapes_engine_metrics_and_keeps_stale_values() {
     assert_eq!(st.ttft_ms, Some(ttft));
     assert_eq!(st.models, vec!["m".to_owned()]);
     r.router.shutdown().await;
+}
+
+/// The shipped standalone example loads: two ModelServers, two ModelRoutes, endpoints
+/// selected by labels, the chart-default scheduler.
+#[test]
+fn example_standalone_config_loads() {
+    let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/standalone/router.yaml"));
+    let cfg = kthena_router::load_config(path, &HashMap::<String, String>::new(), kthena_router::Overrides::default()).unwrap();
+    assert_eq!(cfg.port, 8080);
+    assert_eq!(cfg.standalone.endpoints.len(), 3);
+    let snap = kthena_router::Loader::new().load(&cfg, Some(path)).unwrap();
+    assert_eq!(snap.routes.model_names(), vec!["deepseek-multi-models".to_owned(), "deepseek-simple".to_owned()]);
+    let small = &snap.servers["default/deepseek-r1-1-5b"];
+    assert_eq!(small.endpoints.len(), 2);
+    assert_eq!(small.model.as_deref(), Some("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"));
+    assert_eq!(small.timeout, Some(Duration::from_secs(10)));
+    assert_eq!(snap.servers["default/deepseek-r1-7b"].endpoints.len(), 1);
 }

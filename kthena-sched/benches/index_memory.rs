@@ -4,9 +4,14 @@
 //! `cargo bench -p kthena-sched --bench index_memory`
 
 #![allow(clippy::unwrap_used, reason = "benchmark setup")]
-#![allow(clippy::print_stdout, reason = "a benchmark that prints its measurements")]
+#![allow(
+    clippy::print_stdout,
+    reason = "a benchmark that prints its measurements"
+)]
 
-use kthena_sched::{EndpointId, InMemoryKvIndex, KvEvent, KvIndex, PrefixStore, prefix_block_hashes};
+use kthena_sched::{
+    EndpointId, InMemoryKvIndex, KvEvent, KvIndex, PrefixStore, prefix_block_hashes,
+};
 
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;
@@ -23,7 +28,9 @@ fn main() {
     let cap = 1usize << 18;
     let before = heap_bytes();
     let idx = InMemoryKvIndex::new(16, cap).unwrap();
-    let eps: Vec<EndpointId> = (0..64).map(|i| EndpointId::from(format!("default/qwen3-{i:04}"))).collect();
+    let eps: Vec<EndpointId> = (0..64)
+        .map(|i| EndpointId::from(format!("default/qwen3-{i:04}")))
+        .collect();
     let per_event = 16usize;
     let mut parent = vec![None::<u64>; eps.len()];
     let mut next = 0u64;
@@ -31,7 +38,9 @@ fn main() {
     while stored < cap + cap / 10 {
         for (i, ep) in eps.iter().enumerate() {
             let hashes: Vec<u64> = (0..per_event as u64).map(|k| next + k).collect();
-            let tokens: Vec<u32> = (0..(per_event * 16) as u32).map(|t| t ^ (next as u32)).collect();
+            let tokens: Vec<u32> = (0..(per_event * 16) as u32)
+                .map(|t| t ^ (next as u32))
+                .collect();
             idx.apply(
                 ep,
                 &KvEvent::BlockStored {

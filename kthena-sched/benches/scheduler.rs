@@ -37,10 +37,18 @@ fn endpoints(n: usize) -> Vec<Candidate> {
 /// of the length, then a per-request question.
 fn prompt(tokens: usize, group: usize, req: usize) -> String {
     let bytes = tokens * BYTES_PER_TOKEN;
-    let sys = format!("[system prompt of group {group}] ").repeat(bytes / 4 / 31 + 1);
-    let q = format!("(question {req}) ").repeat(bytes / 15 + 1);
-    let mut s = sys[..bytes / 4].to_owned();
-    s.push_str(&q[..bytes - bytes / 4]);
+    let sys_len = bytes / 4;
+    let mut s: String = format!("[system prompt of group {group}] ")
+        .chars()
+        .cycle()
+        .take(sys_len)
+        .collect();
+    s.extend(
+        format!("(question {req}) ")
+            .chars()
+            .cycle()
+            .take(bytes - sys_len),
+    );
     s
 }
 
@@ -51,7 +59,10 @@ fn scheduler_with_history(yaml: Option<&str>, cands: &[Candidate], tokens: usize
     for g in 0..32 {
         for r in 0..8 {
             let p = prompt(tokens, g, r);
-            s.on_scheduled(&Request::new("qwen3").with_prompt(&p), &cands[(g * 3 + r) % cands.len()]);
+            s.on_scheduled(
+                &Request::new("qwen3").with_prompt(&p),
+                &cands[(g * 3 + r) % cands.len()],
+            );
         }
     }
     s
@@ -67,7 +78,11 @@ fn chain(c: &mut Criterion) {
             let label = format!("{n}ep/{}k", tokens / 1024);
             let default = scheduler_with_history(None, &cands, tokens);
             g.bench_function(BenchmarkId::new("default", &label), |b| {
-                b.iter(|| default.schedule(black_box(&req), black_box(&cands)).unwrap());
+                b.iter(|| {
+                    default
+                        .schedule(black_box(&req), black_box(&cands))
+                        .unwrap()
+                });
             });
             let random = scheduler_with_history(
                 Some("plugins: {Score: {enabled: [{name: random}]}}"),
@@ -90,7 +105,9 @@ fn chain(c: &mut Criterion) {
         )
         .unwrap();
         let idx = s.kv_index().unwrap();
-        let tokens: Vec<u32> = (0..8192u32).map(|t| t.wrapping_mul(2_654_435_761) % 151_000).collect();
+        let tokens: Vec<u32> = (0..8192u32)
+            .map(|t| t.wrapping_mul(2_654_435_761) % 151_000)
+            .collect();
         for (i, c) in cands.iter().enumerate() {
             let blocks = 1 + i % 64;
             idx.apply(
@@ -106,9 +123,12 @@ fn chain(c: &mut Criterion) {
         }
         for &t in &[1024usize, 8192] {
             let req = Request::new("qwen3").with_token_ids(&tokens[..t]);
-            g.bench_function(BenchmarkId::new("kvcache-aware", format!("{n}ep/{}k", t / 1024)), |b| {
-                b.iter(|| s.schedule(black_box(&req), black_box(&cands)).unwrap());
-            });
+            g.bench_function(
+                BenchmarkId::new("kvcache-aware", format!("{n}ep/{}k", t / 1024)),
+                |b| {
+                    b.iter(|| s.schedule(black_box(&req), black_box(&cands)).unwrap());
+                },
+            );
         }
     }
     g.finish();
@@ -136,11 +156,23 @@ fn prefix_store(c: &mut Criterion) {
     let mut hashes = Vec::new();
     for grp in 0..64 {
         for r in 0..16 {
-            prefix_block_hashes("qwen3", prompt(2048, grp, r).as_bytes(), 64, 128, &mut hashes);
+            prefix_block_hashes(
+                "qwen3",
+                prompt(2048, grp, r).as_bytes(),
+                64,
+                128,
+                &mut hashes,
+            );
             store.insert(&cands[(grp + r) % 64].id, &hashes);
         }
     }
-    prefix_block_hashes("qwen3", prompt(2048, 7, 99).as_bytes(), 64, 128, &mut hashes);
+    prefix_block_hashes(
+        "qwen3",
+        prompt(2048, 7, 99).as_bytes(),
+        64,
+        128,
+        &mut hashes,
+    );
     let mut i = 0usize;
     g.bench_function("insert/128-blocks", |b| {
         b.iter(|| {
@@ -160,7 +192,9 @@ fn kv_index(c: &mut Criterion) {
     let cands = endpoints(64);
     let refs: Vec<&Candidate> = cands.iter().collect();
     let idx = Arc::new(InMemoryKvIndex::new(16, 1 << 20).unwrap());
-    let tokens: Vec<u32> = (0..2048u32).map(|t| t.wrapping_mul(40_503) % 151_000).collect();
+    let tokens: Vec<u32> = (0..2048u32)
+        .map(|t| t.wrapping_mul(40_503) % 151_000)
+        .collect();
     for (i, c) in cands.iter().enumerate() {
         idx.apply(
             &c.id,

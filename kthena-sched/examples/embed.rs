@@ -38,7 +38,12 @@ fn endpoint(id: &str, in_flight: u32, usage: f64) -> Candidate {
     })
 }
 
-fn print(title: &str, scheduler: &Scheduler, req: &Request<'_>, cands: &[Candidate]) -> anyhow::Result<usize> {
+fn print(
+    title: &str,
+    scheduler: &Scheduler,
+    req: &Request<'_>,
+    cands: &[Candidate],
+) -> anyhow::Result<usize> {
     let decision = scheduler.schedule(req, cands)?;
     println!("{title}");
     for (rank, r) in decision.ranked.iter().enumerate() {
@@ -73,10 +78,17 @@ fn main() -> anyhow::Result<()> {
 
     let prompt2 = format!("{system}And of Germany?");
     let req2 = Request::new("qwen3").with_prompt(&prompt2);
-    print("same system prompt again (prefix-cache affinity):", &scheduler, &req2, &endpoints)?;
+    print(
+        "same system prompt again (prefix-cache affinity):",
+        &scheduler,
+        &req2,
+        &endpoints,
+    )?;
 
     // An engine reports a cached block of 4 tokens through its KV events.
-    let index = scheduler.kv_index().ok_or_else(|| anyhow::anyhow!("kvcache-aware not enabled"))?;
+    let index = scheduler
+        .kv_index()
+        .ok_or_else(|| anyhow::anyhow!("kvcache-aware not enabled"))?;
     index.apply(
         &endpoints[0].id,
         &KvEvent::BlockStored {
@@ -87,8 +99,15 @@ fn main() -> anyhow::Result<()> {
         },
     )?;
     let tokens = [151_644, 8948, 198, 2610, 525, 264, 10950, 17847];
-    let req3 = Request::new("qwen3").with_prompt("tokenized").with_token_ids(&tokens);
-    print("tokenized request (kvcache-aware):", &scheduler, &req3, &endpoints)?;
+    let req3 = Request::new("qwen3")
+        .with_prompt("tokenized")
+        .with_token_ids(&tokens);
+    print(
+        "tokenized request (kvcache-aware):",
+        &scheduler,
+        &req3,
+        &endpoints,
+    )?;
 
     let pd = vec![
         endpoint("decode-0", 3, 0.5).with_pd(PdRole::Decode, "group-a"),
@@ -98,7 +117,10 @@ fn main() -> anyhow::Result<()> {
     ];
     println!("prefill/decode pairs:");
     for pair in scheduler.schedule_pd(&req, &pd)?.pairs {
-        println!("  decode {:<10} prefill {}", pair.decode.id, pair.prefill.id);
+        println!(
+            "  decode {:<10} prefill {}",
+            pair.decode.id, pair.prefill.id
+        );
     }
     Ok(())
 }

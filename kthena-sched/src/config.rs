@@ -180,7 +180,8 @@ impl Config {
     /// [`Error::Yaml`] for malformed YAML, [`Error::NoPlugins`] when the file has no
     /// `scheduler:` section (Go Kthena would then answer every request with 503).
     pub fn from_router_yaml(text: &str) -> Result<Self> {
-        let file: RouterFile = serde_saphyr::from_str(text).map_err(|e| Error::Yaml(Box::new(e)))?;
+        let file: RouterFile =
+            serde_saphyr::from_str(text).map_err(|e| Error::Yaml(Box::new(e)))?;
         file.scheduler.ok_or(Error::NoPlugins)
     }
 

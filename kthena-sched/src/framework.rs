@@ -1,5 +1,6 @@
 //! Plugin traits, the plugin registry and the [`Scheduler`] itself (spec §3.1, STYLE §2.4).
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -290,14 +291,14 @@ impl SchedulerBuilder {
         }
         let mut scores = Vec::new();
         for wp in &config.plugins.score.enabled {
-            let factory = self
-                .registry
-                .scores
-                .get(&wp.name)
-                .ok_or_else(|| Error::UnknownPlugin {
-                    list: "plugins.Score.enabled",
-                    name: wp.name.clone(),
-                })?;
+            let factory =
+                self.registry
+                    .scores
+                    .get(&wp.name)
+                    .ok_or_else(|| Error::UnknownPlugin {
+                        list: "plugins.Score.enabled",
+                        name: wp.name.clone(),
+                    })?;
             scores.push((factory(config.args(&wp.name), &ctx)?, wp.weight));
         }
         Ok(Scheduler {
@@ -472,16 +473,33 @@ impl Scheduler {
         idx: &[usize],
         limit: usize,
     ) -> Result<Ranking> {
-        let mut idx: Vec<usize> = idx.to_vec();
+        SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut scratch) => self.rank_with(&mut scratch, req, all, idx, limit),
+            // Re-entered from a plugin: use fresh buffers.
+            Err(_) => self.rank_with(&mut Scratch::default(), req, all, idx, limit),
+        })
+    }
+
+    fn rank_with(
+        &self,
+        s: &mut Scratch,
+        req: &Request<'_>,
+        all: &[Candidate],
+        idx: &[usize],
+        limit: usize,
+    ) -> Result<Ranking> {
+        s.idx.clear();
+        s.idx.extend_from_slice(idx);
         let mut refs: Vec<&Candidate> = idx.iter().map(|&i| &all[i]).collect();
         if !self.filters.is_empty() {
-            let mut keep = vec![true; refs.len()];
-            let mut tmp = vec![true; refs.len()];
+            s.keep.clear();
+            s.keep.resize(refs.len(), true);
             for f in &self.filters {
-                tmp.copy_from_slice(&keep);
-                f.filter(req, &refs, &mut tmp);
+                s.tmp.clear();
+                s.tmp.extend_from_slice(&s.keep);
+                f.filter(req, &refs, &mut s.tmp);
                 let mut any = false;
-                for (k, t) in keep.iter_mut().zip(&tmp) {
+                for (k, t) in s.keep.iter_mut().zip(&s.tmp) {
                     *k &= *t;
                     any |= *k;
                 }
@@ -491,36 +509,41 @@ impl Scheduler {
                     });
                 }
             }
-            if keep.iter().any(|k| !k) {
+            if s.keep.iter().any(|k| !k) {
                 let mut j = 0;
-                idx.retain(|_| {
+                let keep = &s.keep;
+                s.idx.retain(|_| {
                     j += 1;
                     keep[j - 1]
                 });
-                refs = idx.iter().map(|&i| &all[i]).collect();
+                refs.clear();
+                refs.extend(s.idx.iter().map(|&i| &all[i]));
             }
         }
         let n = refs.len();
-        let mut totals = vec![0.0f64; n];
-        let mut scratch = vec![0.0f64; n];
+        s.totals.clear();
+        s.totals.resize(n, 0.0);
         let mut match_ratios = Vec::new();
         for (p, w) in &self.scores {
-            scratch.fill(0.0);
-            let note = p.score(req, &refs, &mut scratch);
+            s.scores.clear();
+            s.scores.resize(n, 0.0);
+            let note = p.score(req, &refs, &mut s.scores);
             if let Some(r) = note.match_ratio {
                 match_ratios.push((p.name(), r));
             }
-            for (t, s) in totals.iter_mut().zip(&scratch) {
-                let s = if s.is_finite() && (0.0..=100.0).contains(s) {
-                    *s
+            for (t, v) in s.totals.iter_mut().zip(&s.scores) {
+                let v = if v.is_finite() && (0.0..=100.0).contains(v) {
+                    *v
                 } else {
                     self.violations.fetch_add(1, Ordering::Relaxed);
-                    if s.is_nan() { 0.0 } else { s.clamp(0.0, 100.0) }
+                    if v.is_nan() { 0.0 } else { v.clamp(0.0, 100.0) }
                 };
-                *t += w * s;
+                *t += w * v;
             }
         }
-        let mut order: Vec<usize> = (0..n).collect();
+        s.order.clear();
+        s.order.extend(0..n);
+        let totals = &s.totals;
         let cmp = |a: &usize, b: &usize| {
             totals[*b]
                 .total_cmp(&totals[*a])
@@ -528,14 +551,15 @@ impl Scheduler {
         };
         let limit = limit.min(n);
         if limit < n {
-            order.select_nth_unstable_by(limit - 1, cmp);
-            order.truncate(limit);
+            s.order.select_nth_unstable_by(limit - 1, cmp);
+            s.order.truncate(limit);
         }
-        order.sort_unstable_by(cmp);
-        let ranked = order
-            .into_iter()
-            .map(|k| Ranked {
-                index: idx[k],
+        s.order.sort_unstable_by(cmp);
+        let ranked = s
+            .order
+            .iter()
+            .map(|&k| Ranked {
+                index: s.idx[k],
                 id: refs[k].id.clone(),
                 score: totals[k],
             })
@@ -545,6 +569,22 @@ impl Scheduler {
             match_ratios,
         })
     }
+}
+
+/// Per-thread buffers reused across `rank` calls (no per-request allocation for masks,
+/// scores and ordering).
+#[derive(Default)]
+struct Scratch {
+    idx: Vec<usize>,
+    keep: Vec<bool>,
+    tmp: Vec<bool>,
+    totals: Vec<f64>,
+    scores: Vec<f64>,
+    order: Vec<usize>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
 fn role_indices(cands: &[Candidate], role: PdRole, group: Option<&str>) -> Vec<usize> {

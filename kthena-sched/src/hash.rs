@@ -78,22 +78,35 @@ pub fn prefix_block_hashes(
 /// ```
 pub fn token_block_hash(parent: Option<u64>, tokens: &[u32]) -> u64 {
     let seed = parent.unwrap_or(TOKEN_CHAIN_ROOT);
-    let mut buf = [0u8; STACK_TOKENS * 4];
-    if tokens.len() <= STACK_TOKENS {
-        let bytes = fill_le(&mut buf, tokens);
-        return xxh3_64_with_seed(bytes, seed);
+    // Small stack buffers for common block sizes (vLLM 16, SGLang 1..64); larger blocks
+    // stream through the hasher.
+    match tokens.len() {
+        0..=16 => xxh3_64_with_seed(fill_le::<64>(&mut [0; 64], tokens), seed),
+        17..=64 => xxh3_64_with_seed(fill_le::<256>(&mut [0; 256], tokens), seed),
+        65..=STACK_TOKENS => xxh3_64_with_seed(
+            fill_le::<{ STACK_TOKENS * 4 }>(&mut [0; STACK_TOKENS * 4], tokens),
+            seed,
+        ),
+        _ => {
+            let mut buf = [0u8; STACK_TOKENS * 4];
+            let mut hasher = Xxh3::with_seed(seed);
+            for part in tokens.chunks(STACK_TOKENS) {
+                hasher.update(fill_le(&mut buf, part));
+            }
+            hasher.digest()
+        }
     }
-    let mut hasher = Xxh3::with_seed(seed);
-    for part in tokens.chunks(STACK_TOKENS) {
-        hasher.update(fill_le(&mut buf, part));
-    }
-    hasher.digest()
 }
 
 /// Chained hashes of the token blocks of `tokens`: blocks of `block_size` tokens (the last may
 /// be shorter), at most `max_blocks` of them, each hashed with [`token_block_hash`] chained to
 /// the previous one. `out` is cleared first. `block_size == 0` gives no hashes.
-pub fn token_block_hashes(tokens: &[u32], block_size: usize, max_blocks: usize, out: &mut Vec<u64>) {
+pub fn token_block_hashes(
+    tokens: &[u32],
+    block_size: usize,
+    max_blocks: usize,
+    out: &mut Vec<u64>,
+) {
     out.clear();
     if block_size == 0 {
         return;
@@ -106,7 +119,8 @@ pub fn token_block_hashes(tokens: &[u32], block_size: usize, max_blocks: usize, 
     }
 }
 
-fn fill_le<'b>(buf: &'b mut [u8; STACK_TOKENS * 4], tokens: &[u32]) -> &'b [u8] {
+/// Writes `tokens` (at most `N / 4`) as little-endian bytes into `buf`; returns the written part.
+fn fill_le<'b, const N: usize>(buf: &'b mut [u8; N], tokens: &[u32]) -> &'b [u8] {
     for (dst, t) in buf.chunks_exact_mut(4).zip(tokens) {
         dst.copy_from_slice(&t.to_le_bytes());
     }

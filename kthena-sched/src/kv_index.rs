@@ -1,16 +1,16 @@
 //! The KV-cache index behind `kvcache-aware`: which endpoint holds which token blocks,
 //! learned from the engines' KV events (`spec/engines-and-peers.md` §5.5).
 
-use std::collections::HashMap;
 use std::fmt;
 use std::num::NonZeroUsize;
 use std::sync::{PoisonError, RwLock};
 
 use lru::LruCache;
+use smallvec::SmallVec;
 
 use crate::hash::token_block_hash;
 use crate::types::{Candidate, EndpointId};
-use crate::{Error, Result};
+use crate::{Error, FastMap, Result};
 
 /// One engine KV-cache event, decoded by the host from the engine's wire format (vLLM's
 /// msgpack `BlockStored` / `BlockRemoved` / `AllBlocksCleared`; SGLang's equivalents).
@@ -97,18 +97,20 @@ pub trait KvIndex: Send + Sync + fmt::Debug {
 /// When `max_entries` is reached, storing a block evicts the least recently stored entry of
 /// any endpoint. Matching is `O(blocks matched × holders per block)`; removing an endpoint or
 /// clearing it scans the entries (`O(max_entries)`), which only happens on pod churn.
-/// Memory is about 100-150 bytes per entry (see `docs/scheduler.md` for the measured value).
+/// Memory is about 160 heap bytes per entry at capacity (measured by
+/// `benches/index_memory.rs`; see `docs/scheduler.md`).
 pub struct InMemoryKvIndex {
     block_size: usize,
     inner: RwLock<KvInner>,
 }
 
 struct KvInner {
-    slots: HashMap<EndpointId, u32>,
+    slots: FastMap<EndpointId, u32>,
     next_slot: u32,
-    entries: LruCache<(u32, u64), u64>,
+    entries: LruCache<(u32, u64), u64, foldhash::fast::RandomState>,
     cap: NonZeroUsize,
-    blocks: HashMap<u64, Vec<(u32, u32)>>,
+    /// Holders as (slot, refcount); two fit inline.
+    blocks: FastMap<u64, SmallVec<[(u32, u32); 2]>>,
 }
 
 impl fmt::Debug for InMemoryKvIndex {
@@ -139,15 +141,16 @@ impl InMemoryKvIndex {
         if block_size == 0 {
             return Err(bad("blockSizeToHash must be > 0"));
         }
-        let cap = NonZeroUsize::new(max_entries).ok_or_else(|| bad("maxIndexEntries must be > 0"))?;
+        let cap =
+            NonZeroUsize::new(max_entries).ok_or_else(|| bad("maxIndexEntries must be > 0"))?;
         Ok(Self {
             block_size,
             inner: RwLock::new(KvInner {
-                slots: HashMap::new(),
+                slots: FastMap::default(),
                 next_slot: 0,
-                entries: LruCache::unbounded(),
+                entries: LruCache::unbounded_with_hasher(foldhash::fast::RandomState::default()),
                 cap,
-                blocks: HashMap::new(),
+                blocks: FastMap::default(),
             }),
         })
     }
@@ -264,7 +267,8 @@ impl KvIndex for InMemoryKvIndex {
                     let local = token_block_hash(prev, tokens);
                     prev = Some(local);
                     let cap = g.cap.get();
-                    match crate::plugins::push_bounded(&mut g.entries, cap, (slot, *engine), local) {
+                    match crate::plugins::push_bounded(&mut g.entries, cap, (slot, *engine), local)
+                    {
                         Some((k, old)) if k == (slot, *engine) => {
                             // Re-stored: the value was replaced.
                             g.unhold(slot, old);
@@ -300,25 +304,35 @@ impl KvIndex for InMemoryKvIndex {
             return;
         }
         let g = self.inner.read().unwrap_or_else(PoisonError::into_inner);
-        let mut alive: Vec<(usize, u32)> = cands
-            .iter()
-            .enumerate()
-            .filter_map(|(i, c)| g.slots.get(&c.id).map(|s| (i, *s)))
-            .collect();
-        for (n, h) in query.block_hashes.iter().enumerate() {
-            if alive.is_empty() {
-                break;
+        // slot → candidate index + 1 (0: not a candidate).
+        let mut by_slot = vec![0u32; g.next_slot as usize];
+        let mut any = false;
+        for (i, c) in cands.iter().enumerate() {
+            if let Some(&s) = g.slots.get(&c.id) {
+                by_slot[s as usize] = u32::try_from(i + 1).unwrap_or(0);
+                any = true;
             }
+        }
+        if !any {
+            return;
+        }
+        // A candidate is still matching at block n iff out[i] == n.
+        for (n, h) in query.block_hashes.iter().enumerate() {
             let Some(holders) = g.blocks.get(h) else {
                 break;
             };
-            alive.retain(|(i, s)| {
-                let held = holders.iter().any(|(hs, _)| hs == s);
-                if held {
-                    out[*i] = u32::try_from(n + 1).unwrap_or(u32::MAX);
+            let n = u32::try_from(n).unwrap_or(u32::MAX);
+            let mut extended = false;
+            for (s, _) in holders {
+                let ci = by_slot[*s as usize];
+                if ci != 0 && out[ci as usize - 1] == n {
+                    out[ci as usize - 1] = n + 1;
+                    extended = true;
                 }
-                held
-            });
+            }
+            if !extended {
+                break;
+            }
         }
     }
 

@@ -63,15 +63,15 @@ mod types;
 
 pub use config::{Config, FilterPlugins, PluginConfig, Plugins, ScorePlugins, WeightedPlugin};
 pub use framework::{
-    BuildContext, DEFAULT_TOP_N, Decision, FilterFactory, FilterPlugin, PdDecision, PdPair,
-    Ranked, Registry, ScoreFactory, ScoreNote, ScorePlugin, Scheduler, SchedulerBuilder,
+    BuildContext, DEFAULT_TOP_N, Decision, FilterFactory, FilterPlugin, PdDecision, PdPair, Ranked,
+    Registry, Scheduler, SchedulerBuilder, ScoreFactory, ScoreNote, ScorePlugin,
 };
 pub use hash::{TOKEN_CHAIN_ROOT, prefix_block_hashes, token_block_hash, token_block_hashes};
 pub use kv_index::{InMemoryKvIndex, KvEvent, KvIndex, KvQuery};
 pub use plugins::{
     GpuUsage, KvCacheAware, KvCacheAwareArgs, LeastLatency, LeastLatencyArgs, LeastRequest,
-    LeastRequestArgs, LoadImbalance, LoadImbalanceArgs, LoraAffinity, PrefixCache,
-    PrefixCacheArgs, PrefixStore, Random,
+    LeastRequestArgs, LoadImbalance, LoadImbalanceArgs, LoraAffinity, PrefixCache, PrefixCacheArgs,
+    PrefixStore, Random,
 };
 pub use types::{Candidate, Completion, EndpointId, Metrics, PdMember, PdRole, Request};
 
@@ -145,6 +145,10 @@ pub enum Error {
     #[error("invalid KV event: {0}")]
     InvalidKvEvent(String),
 }
+
+/// Hash map with foldhash's fast, per-map randomly seeded hasher (internal maps keyed by
+/// endpoint ids and block hashes are on the per-request path).
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

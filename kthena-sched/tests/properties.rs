@@ -46,7 +46,11 @@ fn candidates(max: usize) -> impl Strategy<Value = Vec<Candidate>> {
             .map(|(i, (id, m, lora))| {
                 // Duplicate-looking ids are made unique by the index suffix.
                 let c = Candidate::new(format!("ep-{id}-{i}"), "m").with_metrics(m);
-                if lora { c.with_lora_adapters(["sql"]) } else { c }
+                if lora {
+                    c.with_lora_adapters(["sql"])
+                } else {
+                    c
+                }
             })
             .collect()
     })
@@ -164,10 +168,23 @@ proptest! {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Store { ep: u8, first: u64, n: usize, chain: bool, tok: u32 },
-    Remove { ep: u8, hash: u64 },
-    Clear { ep: u8 },
-    Drop { ep: u8 },
+    Store {
+        ep: u8,
+        first: u64,
+        n: usize,
+        chain: bool,
+        tok: u32,
+    },
+    Remove {
+        ep: u8,
+        hash: u64,
+    },
+    Clear {
+        ep: u8,
+    },
+    Drop {
+        ep: u8,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -269,5 +286,78 @@ proptest! {
                 }
             }
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Without eviction, the index answers exactly what a naive model of "endpoint → set of
+    /// chained block hashes it stored" answers.
+    #[test]
+    fn kv_index_matches_reference_model(
+        ops in prop::collection::vec(op(), 1..60),
+        query in prop::collection::vec(0u32..3, 0..24),
+    ) {
+        use std::collections::HashMap;
+        let idx = InMemoryKvIndex::new(2, 10_000).unwrap();
+        let mut model: HashMap<u8, HashMap<u64, u64>> = HashMap::new();
+        for op in ops {
+            match op {
+                Op::Store { ep: e, first, n, chain, tok } => {
+                    let parent = if chain && first > 0 { Some(first - 1) } else { None };
+                    let tokens: Vec<u32> = (0..n * 2).map(|i| (i as u32 + tok) % 3).collect();
+                    let ev = KvEvent::BlockStored {
+                        block_hashes: (first..first + n as u64).collect(),
+                        parent_block_hash: parent,
+                        token_ids: tokens.clone(),
+                        block_size: 2,
+                    };
+                    let m = model.entry(e).or_default();
+                    let known_parent = parent.map(|p| m.get(&p).copied());
+                    let res = idx.apply(&ep(e), &ev);
+                    if known_parent == Some(None) {
+                        prop_assert!(res.is_err());
+                        continue;
+                    }
+                    prop_assert!(res.is_ok());
+                    let mut prev = known_parent.flatten();
+                    for (k, block) in tokens.chunks(2).enumerate() {
+                        let h = kthena_sched::token_block_hash(prev, block);
+                        m.insert(first + k as u64, h);
+                        prev = Some(h);
+                    }
+                }
+                Op::Remove { ep: e, hash } => {
+                    idx.apply(&ep(e), &KvEvent::BlockRemoved { block_hashes: vec![hash] }).unwrap();
+                    if let Some(m) = model.get_mut(&e) { m.remove(&hash); }
+                }
+                Op::Clear { ep: e } => {
+                    idx.apply(&ep(e), &KvEvent::AllBlocksCleared).unwrap();
+                    model.remove(&e);
+                }
+                Op::Drop { ep: e } => {
+                    idx.remove_endpoint(&ep(e));
+                    model.remove(&e);
+                }
+            }
+        }
+        let cands: Vec<Candidate> = (0..4).map(|i| Candidate::new(ep(i), "m")).collect();
+        let refs: Vec<&Candidate> = cands.iter().collect();
+        let mut hashes = Vec::new();
+        kthena_sched::token_block_hashes(&query, 2, 128, &mut hashes);
+        let mut out = vec![0u32; 4];
+        idx.match_prefix(
+            &kthena_sched::KvQuery { model: "m", token_ids: &query, block_size: 2, block_hashes: &hashes },
+            &refs,
+            &mut out,
+        );
+        for e in 0..4u8 {
+            let held: std::collections::HashSet<u64> =
+                model.get(&e).map(|m| m.values().copied().collect()).unwrap_or_default();
+            let expect = hashes.iter().take_while(|h| held.contains(h)).count() as u32;
+            prop_assert_eq!(out[e as usize], expect, "endpoint {}", e);
+        }
+        prop_assert_eq!(idx.len(), model.values().map(HashMap::len).sum::<usize>());
     }
 }

@@ -150,7 +150,8 @@ fn json_response(status: StatusCode, body: &impl Serialize) -> Response {
 }
 
 fn parse<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, ApiError> {
-    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("Invalid request body: {e}")))
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("Invalid request body: {e}")))
 }
 
 // === request types ===
@@ -459,11 +460,21 @@ async fn models(State(s): State<Arc<Shared>>) -> Response {
         }],
     };
     let mut data = vec![card(&s.cfg.model, &s.cfg.model, None)];
-    let loras = s.loras.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    let loras = s
+        .loras
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
     for (name, path) in &loras {
         data.push(card(name, path, Some(&s.cfg.model)));
     }
-    json_response(StatusCode::OK, &ModelList { object: "list", data })
+    json_response(
+        StatusCode::OK,
+        &ModelList {
+            object: "list",
+            data,
+        },
+    )
 }
 
 #[derive(Debug, Deserialize)]
@@ -479,7 +490,11 @@ async fn tokenize(State(s): State<Arc<Shared>>, body: Bytes) -> Result<Response,
     let tokens = match (req.prompt, req.messages) {
         (Some(p), _) => s.tokenizer.encode(&p),
         (None, Some(m)) => s.tokenizer.encode(&render_chat(&flatten_messages(m))),
-        (None, None) => return Err(ApiError::bad_request("Either prompt or messages is required")),
+        (None, None) => {
+            return Err(ApiError::bad_request(
+                "Either prompt or messages is required",
+            ));
+        }
     };
     Ok(json_response(
         StatusCode::OK,
@@ -504,7 +519,10 @@ async fn load_lora(State(s): State<Arc<Shared>>, body: Bytes) -> Result<Response
     let path = req
         .lora_path
         .ok_or_else(|| ApiError::bad_request("'lora_name' and 'lora_path' must be provided."))?;
-    let mut loras = s.loras.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut loras = s
+        .loras
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if loras.contains_key(&req.lora_name) {
         return Err(ApiError::bad_request(format!(
             "The lora adapter '{}' has already been loaded.",
@@ -513,12 +531,18 @@ async fn load_lora(State(s): State<Arc<Shared>>, body: Bytes) -> Result<Response
         .with_param("lora_name"));
     }
     loras.insert(req.lora_name.clone(), path);
-    Ok(text_ok(format!("Success: LoRA adapter '{}' added successfully.", req.lora_name)))
+    Ok(text_ok(format!(
+        "Success: LoRA adapter '{}' added successfully.",
+        req.lora_name
+    )))
 }
 
 async fn unload_lora(State(s): State<Arc<Shared>>, body: Bytes) -> Result<Response, ApiError> {
     let req: LoraRequest = parse(&body)?;
-    let mut loras = s.loras.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut loras = s
+        .loras
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if loras.remove(&req.lora_name).is_none() {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -526,7 +550,10 @@ async fn unload_lora(State(s): State<Arc<Shared>>, body: Bytes) -> Result<Respon
         )
         .with_param("lora_name"));
     }
-    Ok(text_ok(format!("Success: LoRA adapter '{}' removed successfully.", req.lora_name)))
+    Ok(text_ok(format!(
+        "Success: LoRA adapter '{}' removed successfully.",
+        req.lora_name
+    )))
 }
 
 async fn reset_prefix_cache(State(s): State<Arc<Shared>>) -> StatusCode {
@@ -558,8 +585,10 @@ async fn bootstrap_wait(
 
 fn text_ok(msg: String) -> Response {
     let mut resp = Response::new(Body::from(msg));
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     resp
 }
 
@@ -570,7 +599,11 @@ fn flatten_messages(messages: Vec<Message>) -> Vec<(String, String)> {
             let content = match m.content {
                 None => String::new(),
                 Some(Content::Text(t)) => t,
-                Some(Content::Parts(parts)) => parts.into_iter().filter_map(|p| p.text).collect::<Vec<_>>().join(""),
+                Some(Content::Parts(parts)) => parts
+                    .into_iter()
+                    .filter_map(|p| p.text)
+                    .collect::<Vec<_>>()
+                    .join(""),
             };
             (m.role, content)
         })
@@ -610,7 +643,10 @@ async fn completions(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
             PromptInput::Texts(mut v) if v.len() == 1 => s.tokenizer.encode(&v.remove(0)),
             PromptInput::TokenLists(mut v) if v.len() == 1 => v.remove(0),
             PromptInput::Texts(_) | PromptInput::TokenLists(_) => {
-                return Err(ApiError::bad_request("Batched prompts are not supported by this engine").with_param("prompt"));
+                return Err(ApiError::bad_request(
+                    "Batched prompts are not supported by this engine",
+                )
+                .with_param("prompt"));
             }
         };
         prepare(&s, Api::Completions, req.common, prompt)
@@ -674,7 +710,10 @@ fn prepare(s: &Shared, api: Api, c: Common, prompt: Vec<u32>) -> Result<Gen, Api
     let room = max_len - prompt.len();
     let max_tokens = match requested {
         Some(0) => {
-            return Err(ApiError::bad_request("max_tokens must be at least 1, got 0.").with_param("max_tokens"));
+            return Err(
+                ApiError::bad_request("max_tokens must be at least 1, got 0.")
+                    .with_param("max_tokens"),
+            );
         }
         Some(m) if m > room => {
             return Err(ApiError::bad_request(format!(
@@ -727,7 +766,10 @@ fn injected_error(s: &Shared) -> Option<StatusCode> {
     if faults.error_rate <= 0.0 {
         return None;
     }
-    let mut rng = s.fault_rng.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut rng = s
+        .fault_rng
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if rng.random::<f64>() >= faults.error_rate {
         return None;
     }
@@ -738,16 +780,24 @@ fn injected_error(s: &Shared) -> Option<StatusCode> {
 /// Waits on the prefill peer for an SGLang bootstrap room (decode role).
 async fn wait_bootstrap(s: &Shared, room: u64, host: Option<&str>) -> Result<(), ApiError> {
     let Some(host) = host else {
-        return Err(ApiError::bad_request("bootstrap_host is required with bootstrap_room on a decode engine")
-            .with_param("bootstrap_host"));
+        return Err(ApiError::bad_request(
+            "bootstrap_host is required with bootstrap_room on a decode engine",
+        )
+        .with_param("bootstrap_host"));
     };
-    let addr = if host.contains(':') && !host.starts_with('[') && host.parse::<std::net::Ipv6Addr>().is_err() {
+    let addr = if host.contains(':')
+        && !host.starts_with('[')
+        && host.parse::<std::net::Ipv6Addr>().is_err()
+    {
         host.to_owned()
     } else {
         format!("{host}:{}", s.addr.port())
     };
     let Ok(uri) = format!("http://{addr}/bootstrap/{room}").parse::<http::Uri>() else {
-        return Err(ApiError::bad_request(format!("invalid bootstrap_host {host}")).with_param("bootstrap_host"));
+        return Err(
+            ApiError::bad_request(format!("invalid bootstrap_host {host}"))
+                .with_param("bootstrap_host"),
+        );
     };
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build_http::<http_body_util::Empty<Bytes>>();
@@ -789,7 +839,11 @@ async fn generate(s: Arc<Shared>, g: Gen) -> Response {
         tx,
     };
     if s.engine.send(Command::Submit(submit)).is_err() {
-        return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "The engine is shutting down").into_response();
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "The engine is shutting down",
+        )
+        .into_response();
     }
     let created = unix_secs();
     if !g.stream {
@@ -797,7 +851,11 @@ async fn generate(s: Arc<Shared>, g: Gen) -> Response {
         let mut ids = Vec::new();
         let finished = loop {
             match rx.recv().await {
-                Some(Output { id, text: t, finished }) => {
+                Some(Output {
+                    id,
+                    text: t,
+                    finished,
+                }) => {
                     ids.push(id);
                     text.push_str(&t);
                     if let Some(f) = finished {
@@ -805,7 +863,8 @@ async fn generate(s: Arc<Shared>, g: Gen) -> Response {
                     }
                 }
                 None => {
-                    return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "The engine stopped").into_response();
+                    return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "The engine stopped")
+                        .into_response();
                 }
             }
         };
@@ -896,7 +955,10 @@ async fn generate(s: Arc<Shared>, g: Gen) -> Response {
                 model: &g.model,
                 choices: vec![ChunkChoice {
                     index: 0,
-                    delta: Some(Delta { role: Some("assistant"), content: String::new() }),
+                    delta: Some(Delta {
+                        role: Some("assistant"),
+                        content: String::new(),
+                    }),
                     text: None,
                     logprobs: None,
                     finish_reason: None,
@@ -927,14 +989,21 @@ async fn generate(s: Arc<Shared>, g: Gen) -> Response {
             };
             let choice = ChunkChoice {
                 index: 0,
-                delta: (g.api == Api::Chat).then(|| Delta { role: None, content: text.clone() }),
+                delta: (g.api == Api::Chat).then(|| Delta {
+                    role: None,
+                    content: text.clone(),
+                }),
                 text: (g.api == Api::Completions).then(|| text.clone()),
                 logprobs: None,
                 finish_reason: finished.as_ref().map(|f| f.reason.as_str()),
                 stop_reason: finished.as_ref().map(|_| None),
                 token_ids: Some(None),
             };
-            let object = if g.api == Api::Chat { "chat.completion.chunk" } else { "text_completion" };
+            let object = if g.api == Api::Chat {
+                "chat.completion.chunk"
+            } else {
+                "text_completion"
+            };
             frames.push(sse(&Chunk {
                 id: &g.id,
                 object,
@@ -984,11 +1053,14 @@ async fn generate(s: Arc<Shared>, g: Gen) -> Response {
     });
     let stream = futures_util::stream::select(
         body_stream,
-        futures_util::stream::once(producer).filter_map(|()| async { None::<Result<Bytes, std::io::Error>> }),
+        futures_util::stream::once(producer)
+            .filter_map(|()| async { None::<Result<Bytes, std::io::Error>> }),
     );
     let mut resp = Response::new(Body::from_stream(stream));
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream; charset=utf-8"));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    );
     resp
 }
 
@@ -1004,7 +1076,10 @@ fn finish_pd(s: &Shared, g: &Gen) {
     if let Some((room, _)) = g.bootstrap
         && s.cfg.role != Role::Decode
     {
-        let mut rooms = s.rooms_done.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut rooms = s
+            .rooms_done
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         rooms.push(room);
         if rooms.len() > 4096 {
             rooms.remove(0);
@@ -1039,7 +1114,10 @@ fn unix_secs() -> u64 {
 
 impl std::fmt::Debug for Gen {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gen").field("id", &self.id).field("model", &self.model).finish_non_exhaustive()
+        f.debug_struct("Gen")
+            .field("id", &self.id)
+            .field("model", &self.model)
+            .finish_non_exhaustive()
     }
 }
 

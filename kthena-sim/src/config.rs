@@ -89,12 +89,12 @@ impl Default for Faults {
 #[serde(default)]
 pub struct Profile {
     /// Maximum sequences in the running batch (vLLM `--max-num-seqs`; vLLM's default for the
-    /// OpenAI server on a GPU with >= 70 GiB is 1024, but 256 is the long-standing documented
-    /// default and what most H100 benchmarks use).
-    #[arg(long, default_value_t = 256)]
+    /// OpenAI server on a GPU with >= 70 GiB that is not an A100 is 1024,
+    /// `EngineArgs.get_batch_defaults` in `vllm/engine/arg_utils.py`).
+    #[arg(long, default_value_t = 1024)]
     pub max_num_seqs: usize,
     /// Token budget per engine step for chunked prefill (vLLM `--max-num-batched-tokens`;
-    /// vLLM V1 default for the OpenAI server on H100-class GPUs: 8192).
+    /// vLLM's default for the OpenAI server on H100-class GPUs is 8192, same source).
     #[arg(long, default_value_t = 8192)]
     pub max_num_batched_tokens: usize,
     /// Tokens per KV block (vLLM `--block-size`, default 16 on CUDA).
@@ -109,28 +109,30 @@ pub struct Profile {
     /// `max_position_embeddings` = 32768).
     #[arg(long, default_value_t = 32_768)]
     pub max_model_len: usize,
-    /// Fixed cost of a step that contains prefill tokens, in ms (scheduling, input
-    /// preparation, sampling; vLLM V1 CPU overhead measurements put this at a few ms).
+    /// Fixed cost of a step that contains prefill tokens, in ms: one forward pass reads all
+    /// 15.2 GB of weights (4.5 ms at 3.35 TB/s) however few tokens it computes.
     #[arg(long, default_value_t = 5.0)]
     pub prefill_overhead_ms: f64,
-    /// Prefill cost per uncached prompt token, in ms. 2 x 7.6e9 FLOP/token at ~40% of the
-    /// H100's 989 TFLOP/s dense bf16 gives 0.038 ms; we round to 0.04 (25k tokens/s).
-    #[arg(long, default_value_t = 0.04)]
+    /// Prefill cost per uncached prompt token, in ms: 2 x 7.6e9 FLOP/token at 50% of the
+    /// H100 SXM's 989 TFLOP/s dense bf16 is 0.031 ms (33k tokens/s).
+    #[arg(long, default_value_t = 0.03)]
     pub prefill_per_token_ms: f64,
-    /// Base time of a decode step, in ms: reading 15.2 GB of weights at 3.35 TB/s is 4.5 ms,
-    /// plus launch and sampling overhead; SMG's mock worker uses 6.0.
+    /// Base time of a decode step, in ms: reading 15.2 GB of weights at 3.35 TB/s is 4.5 ms;
+    /// batch-1 decode measured on vLLM runs at ~77% of the bandwidth roofline, giving 5.9 ms
+    /// (SMG's mock worker also uses 6.0).
     #[arg(long, default_value_t = 6.0)]
     pub decode_base_ms: f64,
-    /// Extra decode-step time per running sequence, in ms (KV reads and per-sequence
-    /// attention; a 1k-token context is 59 MB of KV, 0.018 ms at 3.35 TB/s, plus compute).
+    /// Extra decode-step time per running sequence, in ms: 15.2 GFLOP per token at 50% of
+    /// 989 TFLOP/s (0.031 ms) plus reading a 1k-token context's 59 MB of KV at 3.35 TB/s
+    /// (0.018 ms).
     #[arg(long, default_value_t = 0.05)]
     pub decode_per_seq_ms: f64,
     /// Maximum LoRA adapters resident on the GPU at once (vLLM `--max-loras`, default 1).
     #[arg(long, default_value_t = 1)]
     pub max_loras: usize,
-    /// Time to make a non-resident LoRA adapter resident, in ms (copying a rank-16 adapter
-    /// of ~40 MB from host memory over PCIe 5 plus setup).
-    #[arg(long, default_value_t = 20.0)]
+    /// Time to make a non-resident LoRA adapter resident, in ms (reported per-swap reload
+    /// overhead of vLLM multi-LoRA serving with `max_loras` below the adapter count).
+    #[arg(long, default_value_t = 50.0)]
     pub lora_load_ms: f64,
     /// Fixed KV-transfer latency for a remote-prefilled request on a decode engine, in ms.
     #[arg(long, default_value_t = 2.0)]
@@ -144,17 +146,17 @@ pub struct Profile {
 impl Default for Profile {
     fn default() -> Self {
         Self {
-            max_num_seqs: 256,
+            max_num_seqs: 1024,
             max_num_batched_tokens: 8192,
             block_size: 16,
             num_gpu_blocks: 62_000,
             max_model_len: 32_768,
             prefill_overhead_ms: 5.0,
-            prefill_per_token_ms: 0.04,
+            prefill_per_token_ms: 0.03,
             decode_base_ms: 6.0,
             decode_per_seq_ms: 0.05,
             max_loras: 1,
-            lora_load_ms: 20.0,
+            lora_load_ms: 50.0,
             kv_transfer_base_ms: 2.0,
             kv_transfer_per_token_ms: 0.00115,
         }
@@ -180,7 +182,7 @@ pub struct Config {
     /// P/D role of this engine.
     #[arg(long, value_enum, default_value_t = Role::Both)]
     pub role: Role,
-    /// Wall time runs this many times faster than model time (1 = real time). Latencies in
+    /// Model time runs this many times faster than wall time (1 = real time). Latencies in
     /// metrics and in every formula are model time; only sleeps are divided by this.
     #[arg(long, default_value_t = 1.0)]
     pub time_scale: f64,
@@ -297,9 +299,16 @@ impl Config {
             return bad("fault_error_rate", "must be in 0..=1");
         }
         if self.faults.error_codes.is_empty()
-            || self.faults.error_codes.iter().any(|c| !(400..=599).contains(c))
+            || self
+                .faults
+                .error_codes
+                .iter()
+                .any(|c| !(400..=599).contains(c))
         {
-            return bad("fault_error_codes", "must be non-empty HTTP error codes 400..=599");
+            return bad(
+                "fault_error_codes",
+                "must be non-empty HTTP error codes 400..=599",
+            );
         }
         Ok(self)
     }
@@ -353,12 +362,18 @@ mod tests {
 
     #[test]
     fn validate_rejects_bad_values() {
-        let mut c = Config::default();
-        c.time_scale = 0.0;
+        let c = Config::default().with_time_scale(0.0);
         assert!(matches!(c.validate(), Err(Error::Config { field, .. }) if field == "time_scale"));
-        let mut c = Config::default();
-        c.faults.error_rate = 1.5;
+        let c = Config::default().with_faults(Faults {
+            error_rate: 1.5,
+            ..Faults::default()
+        });
         assert!(c.validate().is_err());
+        let mut c = Config::default();
+        c.profile.num_gpu_blocks = 100;
+        assert!(
+            matches!(c.validate(), Err(Error::Config { field, .. }) if field == "max_model_len")
+        );
         assert!(Config::default().validate().is_ok());
     }
 }

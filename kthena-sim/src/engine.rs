@@ -13,9 +13,9 @@
 //!    `max_num_seqs` run, budget remains, blocks can be allocated and the LoRA slots allow it.
 //!    Admission looks up the longest cached prefix of full blocks (capped at `prompt - 1`
 //!    tokens, so at least one token is computed).
-//! 3. Step time (ms) = `[D > 0] (decode_base + decode_per_seq x D)
-//!    + [P > 0] (prefill_overhead + prefill_per_token x P) + lora_load x adapters loaded`,
-//!    with D decoding sequences and P prefill tokens in the step.
+//! 3. Step time (ms) = `[D > 0] (decode_base + decode_per_seq x D) + [P > 0]
+//!    (prefill_overhead + prefill_per_token x P) + lora_load x adapters loaded`, with D
+//!    decoding sequences and P prefill tokens in the step.
 //! 4. At the end of the step every sequence whose KV caught up samples one token; full
 //!    blocks are hashed and committed to the prefix cache.
 
@@ -136,10 +136,17 @@ pub(crate) struct Scheduler {
     resident_loras: LruCache<String, ()>,
     tokenizer: Tokenizer,
     metrics: Arc<Metrics>,
+    /// Preemptions so far.
+    pub(crate) preemptions: usize,
 }
 
 impl Scheduler {
-    pub(crate) fn new(profile: Profile, seed: u64, tokenizer: Tokenizer, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(
+        profile: Profile,
+        seed: u64,
+        tokenizer: Tokenizer,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let kv = KvCache::new(profile.num_gpu_blocks, profile.block_size);
         Self {
             profile,
@@ -151,13 +158,18 @@ impl Scheduler {
             resident_loras: LruCache::unbounded(),
             tokenizer,
             metrics,
+            preemptions: 0,
         }
     }
 
     /// Queues a request that arrived at model time `now`.
     pub(crate) fn add(&mut self, s: Submit, now: f64) {
-        let prompt_hashes =
-            prompt_block_hashes(self.seed, &s.prompt, self.profile.block_size, s.lora.as_deref());
+        let prompt_hashes = prompt_block_hashes(
+            self.seed,
+            &s.prompt,
+            self.profile.block_size,
+            s.lora.as_deref(),
+        );
         let mut seed_bytes = self.seed ^ s.seed.rotate_left(17);
         for (i, t) in s.prompt.iter().enumerate().take(64) {
             seed_bytes = seed_bytes
@@ -245,13 +257,18 @@ impl Scheduler {
             victim.lora.as_deref(),
         );
         self.metrics.inc_preemptions();
+        self.preemptions += 1;
         self.waiting.push_front(victim);
         true
     }
 
     fn lora_fits(&self, lora: Option<&str>) -> bool {
         let Some(name) = lora else { return true };
-        let active: HashSet<&str> = self.running.iter().filter_map(|s| s.lora.as_deref()).collect();
+        let active: HashSet<&str> = self
+            .running
+            .iter()
+            .filter_map(|s| s.lora.as_deref())
+            .collect();
         active.contains(name) || active.len() < self.profile.max_loras
     }
 
@@ -308,17 +325,28 @@ impl Scheduler {
         if !preempted {
             let mut skipped: Vec<Seq> = Vec::new();
             while self.running.len() < self.profile.max_num_seqs && budget > 0 {
-                let Some(mut seq) = self.waiting.pop_front() else { break };
+                let Some(mut seq) = self.waiting.pop_front() else {
+                    break;
+                };
                 if !self.lora_fits(seq.lora.as_deref()) {
                     skipped.push(seq);
                     continue;
                 }
                 let max_hit_blocks = (seq.tokens.len().saturating_sub(1)) / bs;
-                let hit_blocks = self.kv.longest_prefix(&seq.prompt_hashes).min(max_hit_blocks);
+                let hit_blocks = self
+                    .kv
+                    .longest_prefix(&seq.prompt_hashes)
+                    .min(max_hit_blocks);
                 let hit_tokens = hit_blocks * bs;
                 let (new, transfer) = if seq.remote_prefill {
                     // KV for all but the last prompt token arrives by transfer.
-                    (seq.tokens.len().saturating_sub(1).saturating_sub(hit_tokens), true)
+                    (
+                        seq.tokens
+                            .len()
+                            .saturating_sub(1)
+                            .saturating_sub(hit_tokens),
+                        true,
+                    )
                 } else {
                     ((seq.tokens.len() - hit_tokens).min(budget), false)
                 };
@@ -400,7 +428,8 @@ impl Scheduler {
             }
             return result;
         }
-        self.metrics.observe_iteration_tokens(decode_seqs + prefill_tokens);
+        self.metrics
+            .observe_iteration_tokens(decode_seqs + prefill_tokens);
         let duration = ms / 1e3;
         let end = now + duration;
 
@@ -424,7 +453,12 @@ impl Scheduler {
                         seq.lora.as_deref(),
                     ),
                 };
-                self.kv.commit(hash, parent, &seq.tokens[n * bs..(n + 1) * bs], seq.lora.as_deref());
+                self.kv.commit(
+                    hash,
+                    parent,
+                    &seq.tokens[n * bs..(n + 1) * bs],
+                    seq.lora.as_deref(),
+                );
                 seq.committed.push(hash);
                 seq.private = seq.private.saturating_sub(1);
             }
@@ -447,7 +481,14 @@ impl Scheduler {
             }
             seq.last_token = end;
             self.metrics.inc_generation(1);
-            outputs.push((seq.tx.clone(), Output { id, text, finished: None }));
+            outputs.push((
+                seq.tx.clone(),
+                Output {
+                    id,
+                    text,
+                    finished: None,
+                },
+            ));
             if seq.generated >= seq.max_tokens || seq.tokens.len() >= self.profile.max_model_len {
                 finished.push((i, outputs.len() - 1));
             }
@@ -549,9 +590,13 @@ pub(crate) async fn run(
         }
         let result = sched.step(sim_now);
         let (run, wait) = sched.lora_sets();
-        sched
-            .metrics
-            .set_state(sched.num_running(), sched.num_waiting(), sched.kv_usage(), &run, &wait);
+        sched.metrics.set_state(
+            sched.num_running(),
+            sched.num_waiting(),
+            sched.kv_usage(),
+            &run,
+            &wait,
+        );
         if result.duration > 0.0 {
             sim_now += result.duration;
             let target = start + std::time::Duration::from_secs_f64(sim_now / time_scale);

@@ -48,7 +48,12 @@ pub fn block_hash(parent: u64, tokens: &[u32], lora: Option<&str>) -> u64 {
 /// from `root_hash(seed)`. Returns `tokens.len() / block_size` hashes; empty if
 /// `block_size == 0`.
 #[must_use]
-pub fn prompt_block_hashes(seed: u64, tokens: &[u32], block_size: usize, lora: Option<&str>) -> Vec<u64> {
+pub fn prompt_block_hashes(
+    seed: u64,
+    tokens: &[u32],
+    block_size: usize,
+    lora: Option<&str>,
+) -> Vec<u64> {
     if block_size == 0 {
         return Vec::new();
     }

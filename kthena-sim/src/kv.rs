@@ -97,7 +97,10 @@ impl KvCache {
 
     /// Number of leading hashes of `hashes` that are cached (does not touch LRU order).
     pub(crate) fn longest_prefix(&self, hashes: &[u64]) -> usize {
-        hashes.iter().take_while(|h| self.cached.contains_key(h)).count()
+        hashes
+            .iter()
+            .take_while(|h| self.cached.contains_key(h))
+            .count()
     }
 
     /// Takes a reference on cached blocks (a prefix hit). Every hash must be cached.
@@ -134,7 +137,10 @@ impl KvCache {
             }
         }
         self.private += n;
-        debug_assert!(self.private + self.cached.len() <= self.total, "invariant: pool overflow");
+        debug_assert!(
+            self.private + self.cached.len() <= self.total,
+            "invariant: pool overflow"
+        );
         true
     }
 
@@ -198,7 +204,8 @@ impl KvCache {
     /// Drops every free cached block (referenced blocks stay); emits `AllBlocksCleared`
     /// when the cache held no referenced blocks, else `BlockRemoved`.
     pub(crate) fn reset(&mut self) {
-        let removed: Vec<u64> = std::iter::from_fn(|| self.free_cached.pop_lru().map(|(h, ())| h)).collect();
+        let removed: Vec<u64> =
+            std::iter::from_fn(|| self.free_cached.pop_lru().map(|(h, ())| h)).collect();
         for h in &removed {
             self.cached.remove(h);
         }

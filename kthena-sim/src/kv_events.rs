@@ -141,10 +141,13 @@ impl Publisher {
             std::net::IpAddr::V6(a) => format!("tcp://[{a}]:{port}"),
         };
         let mut socket = zeromq::PubSocket::new();
-        let bound = socket.bind(&endpoint).await.map_err(|source| Error::KvEvents {
-            endpoint: endpoint.clone(),
-            source,
-        })?;
+        let bound = socket
+            .bind(&endpoint)
+            .await
+            .map_err(|source| Error::KvEvents {
+                endpoint: endpoint.clone(),
+                source,
+            })?;
         let port = match bound {
             zeromq::Endpoint::Tcp(_, p) => p,
             _ => port,
@@ -200,13 +203,27 @@ mod tests {
         assert_eq!(arr.len(), 3);
         assert_eq!(arr[0].as_f64(), Some(1.5));
         let ev = &arr[1].as_array().unwrap()[0];
-        let keys: Vec<&str> = ev.as_map().unwrap().iter().map(|(k, _)| k.as_str().unwrap()).collect();
+        let keys: Vec<&str> = ev
+            .as_map()
+            .unwrap()
+            .iter()
+            .map(|(k, _)| k.as_str().unwrap())
+            .collect();
         // Same keys, same order as the captured vLLM 0.32 frame (kv-events.json).
         assert_eq!(
             keys,
             [
-                "type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
-                "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind"
+                "type",
+                "block_hashes",
+                "parent_block_hash",
+                "token_ids",
+                "block_size",
+                "lora_id",
+                "medium",
+                "lora_name",
+                "extra_keys",
+                "group_idx",
+                "kv_cache_spec_kind"
             ]
         );
         // The captured frame starts with fixarray(3), float64 ts, fixarray(1), fixmap(11).

@@ -36,6 +36,7 @@ mod hash;
 mod kv;
 mod kv_events;
 mod metrics;
+mod offline;
 mod server;
 mod tokenize;
 
@@ -44,6 +45,7 @@ pub use error::Error;
 pub use hash::{block_hash, prompt_block_hashes, root_hash};
 pub use kv::KvEvent;
 pub use kv_events::{encode_batch, event_value};
+pub use offline::{OfflineReport, OfflineRequest, simulate};
 pub use server::{SimHandle, spawn, spawn_many};
 pub use tokenize::{FALLBACK_VOCAB, Tokenizer, render_chat};
 

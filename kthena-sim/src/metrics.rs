@@ -309,7 +309,11 @@ impl Metrics {
                 ("page_size".to_owned(), p.block_size.to_string()),
             ];
             cache_info.get_or_create(&info).set(1);
-            registry.register("sglang:cache_config_info", "Cache configuration.", cache_info);
+            registry.register(
+                "sglang:cache_config_info",
+                "Cache configuration.",
+                cache_info,
+            );
         }
         Self {
             registry,
@@ -362,7 +366,10 @@ impl Metrics {
             g.set(free.round() as i64);
         }
         if let Some(fam) = &self.lora_info {
-            let mut st = self.lora_state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut st = self
+                .lora_state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             if !st.initialized || st.running != running_loras || st.waiting != waiting_loras {
                 st.initialized = true;
                 st.running = running_loras.to_vec();
@@ -430,7 +437,12 @@ mod tests {
 
     #[test]
     fn one_two_five_buckets() {
-        assert_eq!(buckets_1_2_5(2048), vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0]);
+        assert_eq!(
+            buckets_1_2_5(2048),
+            vec![
+                1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0
+            ]
+        );
     }
 
     #[test]
@@ -440,12 +452,21 @@ mod tests {
         m.observe_ttft(0.02);
         m.observe_prefix(100, 32);
         let text = m.encode();
-        assert!(text.contains("vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 3\n"), "{text}");
+        assert!(
+            text.contains("vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 3\n"),
+            "{text}"
+        );
         assert!(text.contains("vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 2\n"));
         assert!(text.contains("vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"m\"} 0.5\n"));
         assert!(text.contains("vllm:prefix_cache_hits_total{engine=\"0\",model_name=\"m\"} 32\n"));
-        assert!(text.contains("vllm:time_to_first_token_seconds_count{engine=\"0\",model_name=\"m\"} 1\n"));
-        assert!(text.contains("max_lora=\"1\",running_lora_adapters=\"a\",waiting_lora_adapters=\"\""));
+        assert!(
+            text.contains(
+                "vllm:time_to_first_token_seconds_count{engine=\"0\",model_name=\"m\"} 1\n"
+            )
+        );
+        assert!(
+            text.contains("max_lora=\"1\",running_lora_adapters=\"a\",waiting_lora_adapters=\"\"")
+        );
         assert!(text.contains("num_gpu_blocks=\"62000\""));
     }
 }

@@ -219,9 +219,10 @@ pub async fn spawn(config: Config) -> Result<SimHandle> {
             let app = app.clone();
             let k = k.clone();
             conn_tracker.spawn(async move {
-                let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                    app.clone().oneshot(req.map(axum::body::Body::new))
-                });
+                let svc =
+                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        app.clone().oneshot(req.map(axum::body::Body::new))
+                    });
                 let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
                 let conn = builder.serve_connection(TokioIo::new(stream), svc);
                 tokio::select! {

@@ -10,7 +10,10 @@ use kthena_sim::{Config, Faults, Flavor, spawn, spawn_many};
 use serde_json::{Value, json};
 
 fn cfg() -> Config {
-    Config::default().with_ephemeral_port().with_model("tiny-qwen3").with_time_scale(10.0)
+    Config::default()
+        .with_ephemeral_port()
+        .with_model("tiny-qwen3")
+        .with_time_scale(10.0)
 }
 
 fn keys(v: &Value) -> Vec<&str> {
@@ -21,16 +24,24 @@ fn keys(v: &Value) -> Vec<&str> {
 async fn completion_shape_matches_vllm() {
     let sim = spawn(cfg()).await.unwrap();
     let url = format!("{}/v1/completions", sim.base_url());
-    let (status, body) = post_json(&url, &json!({"model": "tiny-qwen3", "prompt": [1, 2, 3, 4, 5, 6, 7], "max_tokens": 5})).await;
+    let (status, body) = post_json(
+        &url,
+        &json!({"model": "tiny-qwen3", "prompt": [1, 2, 3, 4, 5, 6, 7], "max_tokens": 5}),
+    )
+    .await;
     assert_eq!(status, 200);
     assert_eq!(body["object"], "text_completion");
     assert!(body["id"].as_str().unwrap().starts_with("cmpl-"));
     assert_eq!(body["model"], "tiny-qwen3");
     assert_eq!(body["choices"][0]["finish_reason"], "length");
-    assert_eq!(body["usage"], json!({"prompt_tokens": 7, "total_tokens": 12, "completion_tokens": 5, "prompt_tokens_details": null, "completion_tokens_details": null}));
+    assert_eq!(
+        body["usage"],
+        json!({"prompt_tokens": 7, "total_tokens": 12, "completion_tokens": 5, "prompt_tokens_details": null, "completion_tokens_details": null})
+    );
     let mut k = keys(&body);
     k.sort_unstable();
-    let sample: Value = serde_json::from_str(include_str!("fixtures/vllm-0.32-cpu/completion.json")).unwrap();
+    let sample: Value =
+        serde_json::from_str(include_str!("fixtures/vllm-0.32-cpu/completion.json")).unwrap();
     let mut sk = keys(&sample);
     sk.sort_unstable();
     assert_eq!(k, sk);
@@ -40,7 +51,11 @@ async fn completion_shape_matches_vllm() {
     sck.sort_unstable();
     assert_eq!(ck, sck);
     // Same prompt, same seed: same text (determinism).
-    let (_, again) = post_json(&url, &json!({"model": "tiny-qwen3", "prompt": [1, 2, 3, 4, 5, 6, 7], "max_tokens": 5})).await;
+    let (_, again) = post_json(
+        &url,
+        &json!({"model": "tiny-qwen3", "prompt": [1, 2, 3, 4, 5, 6, 7], "max_tokens": 5}),
+    )
+    .await;
     assert_eq!(again["choices"][0]["text"], body["choices"][0]["text"]);
     // Completions default to 16 tokens, as in vLLM.
     let (_, dflt) = post_json(&url, &json!({"model": "tiny-qwen3", "prompt": "Hello"})).await;
@@ -55,7 +70,8 @@ async fn chat_shape_and_stream_match_vllm() {
     let req = json!({"model": "tiny-qwen3", "messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 6});
     let (status, body) = post_json(&url, &req).await;
     assert_eq!(status, 200);
-    let sample: Value = serde_json::from_str(include_str!("fixtures/vllm-0.32-cpu/chat.json")).unwrap();
+    let sample: Value =
+        serde_json::from_str(include_str!("fixtures/vllm-0.32-cpu/chat.json")).unwrap();
     let (mut a, mut b) = (keys(&body), keys(&sample));
     a.sort_unstable();
     b.sort_unstable();
@@ -73,8 +89,14 @@ async fn chat_shape_and_stream_match_vllm() {
     // role chunk + 6 token chunks + usage chunk + [DONE]
     assert_eq!(events.len(), 9, "{events:?}");
     assert_eq!(events.last().unwrap(), "[DONE]");
-    let chunks: Vec<Value> = events[..8].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
-    assert_eq!(chunks[0]["choices"][0]["delta"], json!({"role": "assistant", "content": ""}));
+    let chunks: Vec<Value> = events[..8]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert_eq!(
+        chunks[0]["choices"][0]["delta"],
+        json!({"role": "assistant", "content": ""})
+    );
     assert_eq!(chunks[0]["prompt_token_ids"], Value::Null);
     assert!(chunks[0].as_object().unwrap().contains_key("prompt_text"));
     for c in &chunks[1..6] {
@@ -83,10 +105,18 @@ async fn chat_shape_and_stream_match_vllm() {
         assert!(c["choices"][0]["delta"]["content"].as_str().is_some());
     }
     assert_eq!(chunks[6]["choices"][0]["finish_reason"], "length");
-    assert!(chunks[6]["choices"][0].as_object().unwrap().contains_key("stop_reason"));
+    assert!(
+        chunks[6]["choices"][0]
+            .as_object()
+            .unwrap()
+            .contains_key("stop_reason")
+    );
     assert_eq!(chunks[7]["choices"], json!([]));
     assert_eq!(chunks[7]["usage"]["completion_tokens"], 6);
-    assert_eq!(chunks[7]["usage"]["total_tokens"], chunks[7]["usage"]["prompt_tokens"].as_u64().unwrap() + 6);
+    assert_eq!(
+        chunks[7]["usage"]["total_tokens"],
+        chunks[7]["usage"]["prompt_tokens"].as_u64().unwrap() + 6
+    );
     // The captured vLLM stream has the same chunk layout.
     let sample = include_str!("fixtures/vllm-0.32-cpu/chat-stream.sse");
     let sample_events: Vec<Value> = sample
@@ -95,7 +125,12 @@ async fn chat_shape_and_stream_match_vllm() {
         .filter(|e| *e != "[DONE]")
         .map(|e| serde_json::from_str(e).unwrap())
         .collect();
-    for (ours, theirs) in [(&chunks[0], &sample_events[0]), (&chunks[1], &sample_events[1]), (&chunks[6], &sample_events[6]), (&chunks[7], &sample_events[7])] {
+    for (ours, theirs) in [
+        (&chunks[0], &sample_events[0]),
+        (&chunks[1], &sample_events[1]),
+        (&chunks[6], &sample_events[6]),
+        (&chunks[7], &sample_events[7]),
+    ] {
         let (mut a, mut b) = (keys(ours), keys(theirs));
         a.sort_unstable();
         b.sort_unstable();
@@ -119,7 +154,11 @@ async fn chat_shape_and_stream_match_vllm() {
 async fn completion_stream_ends_with_done() {
     let sim = spawn(cfg()).await.unwrap();
     let url = format!("{}/v1/completions", sim.base_url());
-    let (status, events, clean) = stream(&url, &json!({"model": "tiny-qwen3", "prompt": "Hi", "max_tokens": 3, "stream": true})).await;
+    let (status, events, clean) = stream(
+        &url,
+        &json!({"model": "tiny-qwen3", "prompt": "Hi", "max_tokens": 3, "stream": true}),
+    )
+    .await;
     assert_eq!(status, 200);
     assert!(clean);
     assert_eq!(events.len(), 4);
@@ -148,7 +187,11 @@ async fn errors_use_the_engine_shape() {
     assert_eq!(status, 404);
     assert_eq!(body["error"]["type"], "NotFoundError");
     assert_eq!(body["error"]["message"], "The model `nope` does not exist.");
-    let (status, body) = post_json(&url, &json!({"model": "tiny-qwen3", "prompt": [1, 2], "max_tokens": 2047})).await;
+    let (status, body) = post_json(
+        &url,
+        &json!({"model": "tiny-qwen3", "prompt": [1, 2], "max_tokens": 2047}),
+    )
+    .await;
     assert_eq!(status, 400);
     assert_eq!(body["error"]["param"], "max_tokens");
     let (status, _) = send("POST", &url, None).await;
@@ -160,18 +203,35 @@ async fn errors_use_the_engine_shape() {
 async fn lora_load_unload_visible_in_models_and_metrics() {
     let sim = spawn(cfg()).await.unwrap();
     let base = sim.base_url();
-    let (status, _) = send("POST", &format!("{base}/v1/load_lora_adapter"), Some(&json!({"lora_name": "lora-A", "lora_path": "/adapters/a"}))).await;
+    let (status, _) = send(
+        "POST",
+        &format!("{base}/v1/load_lora_adapter"),
+        Some(&json!({"lora_name": "lora-A", "lora_path": "/adapters/a"})),
+    )
+    .await;
     assert_eq!(status, 200);
     let models = get_json(&format!("{base}/v1/models")).await;
-    let ids: Vec<&str> = models["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, ["tiny-qwen3", "lora-A"]);
     assert_eq!(models["data"][1]["parent"], "tiny-qwen3");
     assert_eq!(models["data"][1]["root"], "/adapters/a");
     // A LoRA request is reported in vllm:lora_requests_info while it runs.
     let url = format!("{base}/v1/completions");
-    let long = tokio::spawn({
+    let mut long = tokio::task::JoinSet::new();
+    long.spawn({
         let url = url.clone();
-        async move { post_json(&url, &json!({"model": "lora-A", "prompt": "x", "max_tokens": 200})).await }
+        async move {
+            post_json(
+                &url,
+                &json!({"model": "lora-A", "prompt": "x", "max_tokens": 200}),
+            )
+            .await
+        }
     });
     let mut seen = false;
     for _ in 0..100 {
@@ -184,14 +244,24 @@ async fn lora_load_unload_visible_in_models_and_metrics() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert!(seen);
-    let (status, body) = long.await.unwrap();
+    let (status, body) = long.join_next().await.unwrap().unwrap();
     assert_eq!(status, 200);
     assert_eq!(body["model"], "lora-A");
-    let (status, _) = send("POST", &format!("{base}/v1/unload_lora_adapter"), Some(&json!({"lora_name": "lora-A"}))).await;
+    let (status, _) = send(
+        "POST",
+        &format!("{base}/v1/unload_lora_adapter"),
+        Some(&json!({"lora_name": "lora-A"})),
+    )
+    .await;
     assert_eq!(status, 200);
     let models = get_json(&format!("{base}/v1/models")).await;
     assert_eq!(models["data"].as_array().unwrap().len(), 1);
-    let (status, _) = send("POST", &format!("{base}/v1/unload_lora_adapter"), Some(&json!({"lora_name": "lora-A"}))).await;
+    let (status, _) = send(
+        "POST",
+        &format!("{base}/v1/unload_lora_adapter"),
+        Some(&json!({"lora_name": "lora-A"})),
+    )
+    .await;
     assert_eq!(status, 404);
     let (status, _) = post_json(&url, &json!({"model": "lora-A", "prompt": "x"})).await;
     assert_eq!(status, 404);
@@ -201,12 +271,20 @@ async fn lora_load_unload_visible_in_models_and_metrics() {
 #[tokio::test]
 async fn tokenize_with_the_qwen3_tokenizer() {
     let mut c = cfg();
-    c.tokenizer = Some(std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/tokenizers/qwen3/tokenizer.json")));
+    c.tokenizer = Some(std::path::PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/tokenizers/qwen3/tokenizer.json"
+    )));
     c.profile.max_model_len = 2048;
     let sim = spawn(c).await.unwrap();
-    let (status, body) = post_json(&format!("{}/tokenize", sim.base_url()), &json!({"model": "tiny-qwen3", "prompt": "Hello, world!"})).await;
+    let (status, body) = post_json(
+        &format!("{}/tokenize", sim.base_url()),
+        &json!({"model": "tiny-qwen3", "prompt": "Hello, world!"}),
+    )
+    .await;
     assert_eq!(status, 200);
-    let sample: Value = serde_json::from_str(include_str!("fixtures/vllm-0.32-cpu/tokenize.json")).unwrap();
+    let sample: Value =
+        serde_json::from_str(include_str!("fixtures/vllm-0.32-cpu/tokenize.json")).unwrap();
     assert_eq!(body, sample);
     sim.kill().await;
 }
@@ -243,14 +321,24 @@ async fn sglang_mode_uses_sglang_names() {
     let mut c = cfg();
     c.flavor = Flavor::Sglang;
     let sim = spawn(c).await.unwrap();
-    let (status, _) = post_json(&format!("{}/v1/completions", sim.base_url()), &json!({"model": "tiny-qwen3", "prompt": "a b c", "max_tokens": 3})).await;
+    let (status, _) = post_json(
+        &format!("{}/v1/completions", sim.base_url()),
+        &json!({"model": "tiny-qwen3", "prompt": "a b c", "max_tokens": 3}),
+    )
+    .await;
     assert_eq!(status, 200);
     let text = metrics(&sim.base_url()).await;
     assert_eq!(metric(&text, "sglang:num_running_reqs"), 0.0);
     assert_eq!(metric(&text, "sglang:num_queue_reqs"), 0.0);
     assert_eq!(metric(&text, "sglang:token_usage"), 0.0);
-    assert_eq!(metric(&text, "sglang:time_to_first_token_seconds_count"), 1.0);
-    assert_eq!(metric(&text, "sglang:inter_token_latency_seconds_count"), 2.0);
+    assert_eq!(
+        metric(&text, "sglang:time_to_first_token_seconds_count"),
+        1.0
+    );
+    assert_eq!(
+        metric(&text, "sglang:inter_token_latency_seconds_count"),
+        2.0
+    );
     assert_eq!(metric(&text, "sglang:generation_tokens_total"), 3.0);
     assert!(!text.contains("vllm:"));
     sim.kill().await;
@@ -258,22 +346,38 @@ async fn sglang_mode_uses_sglang_names() {
 
 #[tokio::test]
 async fn fault_injection() {
-    let sim = spawn(cfg().with_faults(Faults { error_rate: 1.0, error_codes: vec![503], ..Faults::default() })).await.unwrap();
+    let sim = spawn(cfg().with_faults(Faults {
+        error_rate: 1.0,
+        error_codes: vec![503],
+        ..Faults::default()
+    }))
+    .await
+    .unwrap();
     let url = format!("{}/v1/chat/completions", sim.base_url());
     let req = json!({"model": "tiny-qwen3", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": true});
     let (status, body) = post_json(&url, &req).await;
     assert_eq!(status, 503);
     assert_eq!(body["error"]["code"], 503);
     // Drop after 3 chunks: role chunk + 2 tokens, then the connection is cut.
-    sim.set_faults(Faults { drop_after_chunks: Some(3), ..Faults::default() });
+    sim.set_faults(Faults {
+        drop_after_chunks: Some(3),
+        ..Faults::default()
+    });
     let (status, events, clean) = stream(&url, &req).await;
     assert_eq!(status, 200);
     assert!(!clean);
     assert_eq!(events.len(), 3);
     // First-byte delay (wall time).
-    sim.set_faults(Faults { first_byte_delay_ms: 150, ..Faults::default() });
+    sim.set_faults(Faults {
+        first_byte_delay_ms: 150,
+        ..Faults::default()
+    });
     let t0 = tokio::time::Instant::now();
-    let (status, _) = post_json(&url.replace("chat/completions", "completions"), &json!({"model": "tiny-qwen3", "prompt": "x", "max_tokens": 1})).await;
+    let (status, _) = post_json(
+        &url.replace("chat/completions", "completions"),
+        &json!({"model": "tiny-qwen3", "prompt": "x", "max_tokens": 1}),
+    )
+    .await;
     assert_eq!(status, 200);
     assert!(t0.elapsed() >= Duration::from_millis(150));
     sim.kill().await;
@@ -287,19 +391,28 @@ async fn kill_cuts_a_stream_and_closes_the_port() {
     let victim = sims.next().unwrap();
     let other = sims.next().unwrap();
     let url = format!("{}/v1/completions", victim.base_url());
-    let reader = tokio::spawn(async move {
-        stream(&url, &json!({"model": "tiny-qwen3", "prompt": "x", "max_tokens": 2000, "stream": true})).await
+    let mut reader = tokio::task::JoinSet::new();
+    reader.spawn(async move {
+        stream(
+            &url,
+            &json!({"model": "tiny-qwen3", "prompt": "x", "max_tokens": 2000, "stream": true}),
+        )
+        .await
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
     let addr = victim.addr();
     victim.kill().await;
-    let (status, events, clean) = reader.await.unwrap();
+    let (status, events, clean) = reader.join_next().await.unwrap().unwrap();
     assert_eq!(status, 200);
     assert!(!clean, "stream must be cut, got {} events", events.len());
     assert!(events.len() < 2000);
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
     // The other engine still serves.
-    let (status, _) = post_json(&format!("{}/v1/completions", other.base_url()), &json!({"model": "tiny-qwen3", "prompt": "x", "max_tokens": 1})).await;
+    let (status, _) = post_json(
+        &format!("{}/v1/completions", other.base_url()),
+        &json!({"model": "tiny-qwen3", "prompt": "x", "max_tokens": 1}),
+    )
+    .await;
     assert_eq!(status, 200);
     other.shutdown(Duration::from_secs(1)).await;
 }

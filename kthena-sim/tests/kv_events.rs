@@ -17,7 +17,10 @@ use zeromq::{Socket, SocketRecv};
 const BS: usize = 4;
 
 fn cfg(format: KvEventsFormat) -> Config {
-    let mut c = Config::default().with_ephemeral_port().with_model("m").with_time_scale(50.0);
+    let mut c = Config::default()
+        .with_ephemeral_port()
+        .with_model("m")
+        .with_time_scale(50.0);
     c.kv_events_port = Some(0);
     c.kv_events_format = format;
     c.profile.block_size = BS;
@@ -35,7 +38,10 @@ type Ev = (String, Vec<u64>, Option<u64>, Vec<u64>);
 
 fn field<'a>(ev: &'a Value, key: &str, pos: usize) -> Option<&'a Value> {
     match ev {
-        Value::Map(m) => m.iter().find(|(k, _)| k.as_str() == Some(key)).map(|(_, v)| v),
+        Value::Map(m) => m
+            .iter()
+            .find(|(k, _)| k.as_str() == Some(key))
+            .map(|(_, v)| v),
         Value::Array(a) => a.get(pos),
         _ => None,
     }
@@ -53,16 +59,23 @@ fn decode(payload: &[u8], format: KvEventsFormat) -> Vec<Ev> {
         .iter()
         .map(|ev| {
             let kind = match (format, ev) {
-                (KvEventsFormat::Map, Value::Map(_)) => field(ev, "type", 0).unwrap().as_str().unwrap().to_owned(),
+                (KvEventsFormat::Map, Value::Map(_)) => {
+                    field(ev, "type", 0).unwrap().as_str().unwrap().to_owned()
+                }
                 (KvEventsFormat::Array, Value::Array(a)) => a[0].as_str().unwrap().to_owned(),
                 _ => panic!("wrong encoding: {ev}"),
             };
             let ints = |v: Option<&Value>| -> Vec<u64> {
-                v.and_then(Value::as_array).map(|a| a.iter().map(|x| x.as_u64().unwrap()).collect()).unwrap_or_default()
+                v.and_then(Value::as_array)
+                    .map(|a| a.iter().map(|x| x.as_u64().unwrap()).collect())
+                    .unwrap_or_default()
             };
             let hashes = ints(field(ev, "block_hashes", 1));
             if kind == "BlockStored" {
-                assert_eq!(field(ev, "block_size", 4).unwrap().as_u64(), Some(BS as u64));
+                assert_eq!(
+                    field(ev, "block_size", 4).unwrap().as_u64(),
+                    Some(BS as u64)
+                );
                 assert_eq!(field(ev, "medium", 6).unwrap().as_str(), Some("GPU"));
                 assert!(field(ev, "lora_name", 7).unwrap().is_nil());
                 let parent = field(ev, "parent_block_hash", 2).unwrap().as_u64();
@@ -75,14 +88,23 @@ fn decode(payload: &[u8], format: KvEventsFormat) -> Vec<Ev> {
 }
 
 async fn complete(sim: &SimHandle, p: &[u32]) {
-    let (status, _) = post_json(&format!("{}/v1/completions", sim.base_url()), &json!({"model": "m", "prompt": p, "max_tokens": 1})).await;
+    let (status, _) = post_json(
+        &format!("{}/v1/completions", sim.base_url()),
+        &json!({"model": "m", "prompt": p, "max_tokens": 1}),
+    )
+    .await;
     assert_eq!(status, 200);
 }
 
 async fn rust_subscriber_decodes(format: KvEventsFormat) {
     let sim = spawn(cfg(format)).await.unwrap();
     let mut sub = zeromq::SubSocket::new();
-    sub.connect(&format!("tcp://127.0.0.1:{}", sim.kv_events_port().unwrap())).await.unwrap();
+    sub.connect(&format!(
+        "tcp://127.0.0.1:{}",
+        sim.kv_events_port().unwrap()
+    ))
+    .await
+    .unwrap();
     sub.subscribe("kv@").await.unwrap();
     // Wait until the subscription is live (ZMQ drops messages for late joiners).
     let mut n = 0u32;
@@ -107,20 +129,38 @@ async fn rust_subscriber_decodes(format: KvEventsFormat) {
     for f in &frames {
         assert_eq!(f.len(), 3);
         assert_eq!(f.get(0).unwrap().as_ref(), b"kv@127.0.0.1@m");
-        seqs.push(u64::from_be_bytes(f.get(1).unwrap().as_ref().try_into().unwrap()));
+        seqs.push(u64::from_be_bytes(
+            f.get(1).unwrap().as_ref().try_into().unwrap(),
+        ));
         events.extend(decode(f.get(2).unwrap(), format));
     }
-    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "gaps in {seqs:?}");
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "gaps in {seqs:?}"
+    );
     let p0 = prompt(0);
     let stored = events
         .iter()
-        .find(|e| e.0 == "BlockStored" && e.3 == p0.iter().map(|&t| u64::from(t)).collect::<Vec<_>>())
+        .find(|e| {
+            e.0 == "BlockStored" && e.3 == p0.iter().map(|&t| u64::from(t)).collect::<Vec<_>>()
+        })
         .expect("BlockStored for prompt 0");
     assert_eq!(stored.1, prompt_block_hashes(0, &p0, BS, None));
     assert_eq!(stored.2, None);
-    let removed: Vec<u64> = events.iter().filter(|e| e.0 == "BlockRemoved").flat_map(|e| e.1.clone()).collect();
+    let removed: Vec<u64> = events
+        .iter()
+        .filter(|e| e.0 == "BlockRemoved")
+        .flat_map(|e| e.1.clone())
+        .collect();
     assert!(!removed.is_empty(), "no BlockRemoved in {events:?}");
-    // Tails go first: the last block of some chain is removed before its parent.
+    // Resetting the prefix cache of an idle engine clears everything.
+    let (status, _) = common::send("POST", &format!("{}/reset_prefix_cache", sim.base_url()), None).await;
+    assert_eq!(status, 200);
+    let m = tokio::time::timeout(Duration::from_secs(2), sub.recv()).await.unwrap().unwrap();
+    let seq = u64::from_be_bytes(m.get(1).unwrap().as_ref().try_into().unwrap());
+    assert_eq!(seq, seqs.last().unwrap() + 1);
+    let evs = decode(m.get(2).unwrap(), format);
+    assert_eq!(evs.last().unwrap().0, "AllBlocksCleared");
     sim.kill().await;
 }
 
@@ -166,7 +206,9 @@ async fn pyzmq_subscriber_interoperates() {
         n += 1;
         assert!(n < 200, "pyzmq subscriber received nothing");
         complete(&sim, &prompt(n)).await;
-        while let Ok(Ok(Some(line))) = tokio::time::timeout(Duration::from_millis(50), lines.next_line()).await {
+        while let Ok(Ok(Some(line))) =
+            tokio::time::timeout(Duration::from_millis(50), lines.next_line()).await
+        {
             got.push(serde_json::from_str::<serde_json::Value>(&line).unwrap());
         }
     }
@@ -180,8 +222,18 @@ async fn pyzmq_subscriber_interoperates() {
     assert_eq!(ev["medium"], "GPU");
     assert_eq!(ev["kv_cache_spec_kind"], "full_attention");
     assert_eq!(ev["token_ids"].as_array().unwrap().len(), 8);
-    let tokens: Vec<u32> = ev["token_ids"].as_array().unwrap().iter().map(|t| u32::try_from(t.as_u64().unwrap()).unwrap()).collect();
-    let hashes: Vec<u64> = ev["block_hashes"].as_array().unwrap().iter().map(|h| h.as_u64().unwrap()).collect();
+    let tokens: Vec<u32> = ev["token_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| u32::try_from(t.as_u64().unwrap()).unwrap())
+        .collect();
+    let hashes: Vec<u64> = ev["block_hashes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h.as_u64().unwrap())
+        .collect();
     assert_eq!(hashes, prompt_block_hashes(0, &tokens, BS, None));
     child.wait().await.unwrap();
     sim.kill().await;

@@ -36,9 +36,15 @@ fn section(yaml: &str) -> Result<Scheduler> {
 #[test]
 fn spec_router_config_loads_and_matches_default() {
     let cfg = Config::from_router_yaml(SPEC_ROUTER_CONFIG).unwrap();
-    assert_eq!(cfg.plugins.filter.enabled, Config::default().plugins.filter.enabled);
+    assert_eq!(
+        cfg.plugins.filter.enabled,
+        Config::default().plugins.filter.enabled
+    );
     assert_eq!(cfg.plugins.score, Config::default().plugins.score);
-    assert_eq!(cfg.args("prefix-cache"), Config::default().args("prefix-cache"));
+    assert_eq!(
+        cfg.args("prefix-cache"),
+        Config::default().args("prefix-cache")
+    );
     assert_eq!(cfg.args("kvcache-aware")["sglangTokenizerPort"], 30000);
     let s = Scheduler::from_config(&cfg).unwrap();
     assert_eq!(s.filters.len(), 1);
@@ -99,19 +105,33 @@ fn load_time_errors() {
     let e = section("pluginConfig: [{name: prefix-cache, args: {topK: 1}}]\nplugins: {Score: {enabled: [{name: prefix-cache}]}}")
         .unwrap_err();
     assert!(e.to_string().contains("unknown field `topK`"), "{e}");
-    assert!(matches!(Config::from_yaml("plugins: [1"), Err(Error::Yaml(_))));
-    assert!(matches!(Config::from_router_yaml("auth: {}"), Err(Error::NoPlugins)));
+    assert!(matches!(
+        Config::from_yaml("plugins: [1"),
+        Err(Error::Yaml(_))
+    ));
+    assert!(matches!(
+        Config::from_router_yaml("auth: {}"),
+        Err(Error::NoPlugins)
+    ));
 }
 
 #[test]
 fn random_alone_is_allowed_and_seeded() {
     let yaml = "plugins: {Score: {enabled: [{name: random}]}}";
     let cfg = Config::from_yaml(yaml).unwrap();
-    let cands: Vec<Candidate> = (0..20).map(|i| Candidate::new(format!("e{i:02}"), "m")).collect();
+    let cands: Vec<Candidate> = (0..20)
+        .map(|i| Candidate::new(format!("e{i:02}"), "m"))
+        .collect();
     let pick = |seed| {
         let s = Scheduler::builder(cfg.clone()).seed(seed).build().unwrap();
         (0..10)
-            .map(|_| s.schedule(&Request::new("m"), &cands).unwrap().best().id.clone())
+            .map(|_| {
+                s.schedule(&Request::new("m"), &cands)
+                    .unwrap()
+                    .best()
+                    .id
+                    .clone()
+            })
             .collect::<Vec<_>>()
     };
     assert_eq!(pick(1), pick(1));
@@ -151,13 +171,18 @@ fn ranks_by_weighted_total_with_ties_by_id() {
 
 #[test]
 fn top_n_is_configurable() {
-    let s = Scheduler::builder(Config::from_yaml("plugins: {Score: {enabled: [{name: gpu-usage}]}}").unwrap())
-        .top_n(2)
-        .build()
-        .unwrap();
+    let s = Scheduler::builder(
+        Config::from_yaml("plugins: {Score: {enabled: [{name: gpu-usage}]}}").unwrap(),
+    )
+    .top_n(2)
+    .build()
+    .unwrap();
     let cands = [usage("a", 0.3), usage("b", 0.2), usage("c", 0.1)];
     let d = s.schedule(&Request::new("m"), &cands).unwrap();
-    assert_eq!(d.ranked.iter().map(|r| r.index).collect::<Vec<_>>(), vec![2, 1]);
+    assert_eq!(
+        d.ranked.iter().map(|r| r.index).collect::<Vec<_>>(),
+        vec![2, 1]
+    );
 }
 
 #[test]
@@ -174,9 +199,17 @@ fn filters_narrow_and_report_the_emptying_filter() {
         .unwrap();
     assert_eq!(d.ranked.len(), 1);
     assert_eq!(d.best().index, 1);
-    let e = s.schedule(&Request::new("m"), &[busy("a", 10)]).unwrap_err();
-    assert_eq!(e.to_string(), "pods have all been filtered out by \"least-request\"");
-    assert!(matches!(s.schedule(&Request::new("m"), &[]), Err(Error::NoCandidates)));
+    let e = s
+        .schedule(&Request::new("m"), &[busy("a", 10)])
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "pods have all been filtered out by \"least-request\""
+    );
+    assert!(matches!(
+        s.schedule(&Request::new("m"), &[]),
+        Err(Error::NoCandidates)
+    ));
 }
 
 #[test]
@@ -226,7 +259,10 @@ fn kvcache_aware_exposes_its_index() {
 fn injected_kv_index_is_used() {
     let idx: Arc<dyn KvIndex> = Arc::new(crate::InMemoryKvIndex::new(4, 16).unwrap());
     let cfg = Config::from_yaml("plugins: {Score: {enabled: [{name: kvcache-aware}]}}").unwrap();
-    let s = Scheduler::builder(cfg).kv_index(idx.clone()).build().unwrap();
+    let s = Scheduler::builder(cfg)
+        .kv_index(idx.clone())
+        .build()
+        .unwrap();
     assert!(Arc::ptr_eq(s.kv_index().unwrap(), &idx));
 }
 
@@ -266,7 +302,10 @@ fn pd_errors() {
     let e = s
         .schedule_pd(
             &Request::new("m"),
-            &[pd("d", PdRole::Decode, "g1", 0.0), pd("p", PdRole::Prefill, "g2", 0.0)],
+            &[
+                pd("d", PdRole::Decode, "g1", 0.0),
+                pd("p", PdRole::Prefill, "g2", 0.0),
+            ],
         )
         .unwrap_err();
     assert_eq!(e.to_string(), "no valid prefill-decode pod pairs found");
@@ -315,7 +354,10 @@ fn host_plugins_are_registered_and_checked() {
     )
     .unwrap();
     let s = Scheduler::builder(cfg).registry(reg).build().unwrap();
-    let mut cands: Vec<Candidate> = ["a", "b", "c", "d", "e"].iter().map(|i| Candidate::new(*i, "m")).collect();
+    let mut cands: Vec<Candidate> = ["a", "b", "c", "d", "e"]
+        .iter()
+        .map(|i| Candidate::new(*i, "m"))
+        .collect();
     cands[0].metrics.waiting_requests = 99; // removed by least-request, not re-admitted
     let d = s.schedule(&Request::new("m"), &cands).unwrap();
     // Scores for b..e: NaN→0, 250→100, −3→0, 40.

@@ -21,7 +21,10 @@ fn setup(cap: usize) -> (Arc<InMemoryKvIndex>, KvCacheAware, Vec<Candidate>) {
         ..KvCacheAwareArgs::default()
     };
     let plugin = KvCacheAware::new(args, idx.clone()).unwrap();
-    let cands = ["a", "b", "c"].iter().map(|id| Candidate::new(*id, "m")).collect();
+    let cands = ["a", "b", "c"]
+        .iter()
+        .map(|id| Candidate::new(*id, "m"))
+        .collect();
     (idx, plugin, cands)
 }
 
@@ -36,26 +39,47 @@ fn scores(p: &KvCacheAware, tokens: &[u32], cands: &[Candidate]) -> (Vec<f64>, O
 fn scores_contiguous_prefix_from_events() {
     let (idx, p, cands) = setup(100);
     let a = EndpointId::from("a");
-    idx.apply(&a, &stored(&[101, 102], None, &[1, 2, 3, 4])).unwrap();
-    idx.apply(&"b".into(), &stored(&[201], None, &[1, 2])).unwrap();
+    idx.apply(&a, &stored(&[101, 102], None, &[1, 2, 3, 4]))
+        .unwrap();
+    idx.apply(&"b".into(), &stored(&[201], None, &[1, 2]))
+        .unwrap();
     // Blocks [1,2] [3,4] [5]: a holds 2 of 3, b 1 of 3.
-    assert_eq!(scores(&p, &[1, 2, 3, 4, 5], &cands), (vec![66.0, 33.0, 0.0], Some(2.0 / 3.0)));
+    assert_eq!(
+        scores(&p, &[1, 2, 3, 4, 5], &cands),
+        (vec![66.0, 33.0, 0.0], Some(2.0 / 3.0))
+    );
     // A continuation chained through the engine's parent hash.
     idx.apply(&a, &stored(&[103], Some(102), &[5, 6])).unwrap();
-    assert_eq!(scores(&p, &[1, 2, 3, 4, 5, 6], &cands).0, vec![100.0, 33.0, 0.0]);
+    assert_eq!(
+        scores(&p, &[1, 2, 3, 4, 5, 6], &cands).0,
+        vec![100.0, 33.0, 0.0]
+    );
     assert_eq!(idx.len(), 4);
     // A gap at block 0 means no match, whatever follows.
-    idx.apply(&a, &KvEvent::BlockRemoved { block_hashes: vec![101] }).unwrap();
-    assert_eq!(scores(&p, &[1, 2, 3, 4, 5, 6], &cands).0, vec![0.0, 33.0, 0.0]);
+    idx.apply(
+        &a,
+        &KvEvent::BlockRemoved {
+            block_hashes: vec![101],
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        scores(&p, &[1, 2, 3, 4, 5, 6], &cands).0,
+        vec![0.0, 33.0, 0.0]
+    );
     idx.apply(&"b".into(), &KvEvent::AllBlocksCleared).unwrap();
-    assert_eq!(scores(&p, &[1, 2, 3, 4, 5, 6], &cands).0, vec![0.0, 0.0, 0.0]);
+    assert_eq!(
+        scores(&p, &[1, 2, 3, 4, 5, 6], &cands).0,
+        vec![0.0, 0.0, 0.0]
+    );
     assert_eq!(idx.len(), 2);
 }
 
 #[test]
 fn no_token_ids_scores_zero() {
     let (idx, p, cands) = setup(100);
-    idx.apply(&"a".into(), &stored(&[1], None, &[1, 2])).unwrap();
+    idx.apply(&"a".into(), &stored(&[1], None, &[1, 2]))
+        .unwrap();
     let refs: Vec<&Candidate> = cands.iter().collect();
     let mut out = vec![5.0; 3];
     let note = p.score(&Request::new("m").with_prompt("text only"), &refs, &mut out);
@@ -68,9 +92,15 @@ fn rejects_inconsistent_events_without_change() {
     let (idx, _, _) = setup(100);
     let a = EndpointId::from("a");
     let e = idx.apply(&a, &stored(&[1], Some(99), &[1, 2])).unwrap_err();
-    assert_eq!(e.to_string(), "invalid KV event: parent block 99 is unknown for endpoint a");
+    assert_eq!(
+        e.to_string(),
+        "invalid KV event: parent block 99 is unknown for endpoint a"
+    );
     let e = idx.apply(&a, &stored(&[1, 2], None, &[1, 2])).unwrap_err();
-    assert_eq!(e.to_string(), "invalid KV event: 2 token ids for 2 blocks of 2");
+    assert_eq!(
+        e.to_string(),
+        "invalid KV event: 2 token ids for 2 blocks of 2"
+    );
     let e = idx
         .apply(
             &a,
@@ -82,15 +112,20 @@ fn rejects_inconsistent_events_without_change() {
             },
         )
         .unwrap_err();
-    assert_eq!(e.to_string(), "invalid KV event: block size 4 differs from the index's 2");
+    assert_eq!(
+        e.to_string(),
+        "invalid KV event: block size 4 differs from the index's 2"
+    );
     assert_eq!(idx.len(), 0);
 }
 
 #[test]
 fn cap_evicts_least_recently_stored() {
     let (idx, p, cands) = setup(2);
-    idx.apply(&"a".into(), &stored(&[1, 2], None, &[1, 2, 3, 4])).unwrap();
-    idx.apply(&"b".into(), &stored(&[9], None, &[1, 2])).unwrap();
+    idx.apply(&"a".into(), &stored(&[1, 2], None, &[1, 2, 3, 4]))
+        .unwrap();
+    idx.apply(&"b".into(), &stored(&[9], None, &[1, 2]))
+        .unwrap();
     // a's block 0 was the oldest entry and is gone.
     assert_eq!(idx.len(), 2);
     assert_eq!(scores(&p, &[1, 2, 3, 4], &cands).0, vec![0.0, 50.0, 0.0]);
@@ -104,7 +139,13 @@ fn restored_block_keeps_one_entry() {
     idx.apply(&a, &stored(&[1], None, &[1, 2])).unwrap();
     assert_eq!(idx.len(), 1);
     assert_eq!(idx.distinct_blocks(), 1);
-    idx.apply(&a, &KvEvent::BlockRemoved { block_hashes: vec![1] }).unwrap();
+    idx.apply(
+        &a,
+        &KvEvent::BlockRemoved {
+            block_hashes: vec![1],
+        },
+    )
+    .unwrap();
     assert_eq!(idx.distinct_blocks(), 0);
     assert_eq!(scores(&p, &[1, 2], &cands).0, vec![0.0, 0.0, 0.0]);
 }
@@ -112,11 +153,15 @@ fn restored_block_keeps_one_entry() {
 #[test]
 fn removed_endpoint_is_forgotten() {
     let (idx, p, cands) = setup(10);
-    idx.apply(&"a".into(), &stored(&[1, 2], None, &[1, 2, 3, 4])).unwrap();
+    idx.apply(&"a".into(), &stored(&[1, 2], None, &[1, 2, 3, 4]))
+        .unwrap();
     idx.remove_endpoint(&"a".into());
     assert!(idx.is_empty());
     assert_eq!(idx.distinct_blocks(), 0);
     assert_eq!(scores(&p, &[1, 2, 3, 4], &cands).0, vec![0.0, 0.0, 0.0]);
     // Events for the same id afterwards start from scratch.
-    assert!(idx.apply(&"a".into(), &stored(&[3], Some(2), &[5, 6])).is_err());
+    assert!(
+        idx.apply(&"a".into(), &stored(&[3], Some(2), &[5, 6]))
+            .is_err()
+    );
 }

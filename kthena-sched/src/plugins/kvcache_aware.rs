@@ -6,11 +6,11 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{invalid, ratio_score};
+use crate::Result;
 use crate::framework::{BuildContext, ScoreNote, ScorePlugin};
 use crate::hash::token_block_hashes;
 use crate::kv_index::{InMemoryKvIndex, KvIndex, KvQuery};
 use crate::types::{Candidate, Request};
-use crate::Result;
 
 /// Args of `kvcache-aware` (spec §3.8), plus `maxIndexEntries` for the in-memory index.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -66,7 +66,10 @@ impl KvCacheAwareArgs {
             ("sglangTokenizerPort", self.sglang_tokenizer_port),
         ] {
             if !(1..=65535).contains(&v) {
-                return Err(invalid("kvcache-aware", format!("{k} must be in 1..=65535, got {v}")));
+                return Err(invalid(
+                    "kvcache-aware",
+                    format!("{k} must be in 1..=65535, got {v}"),
+                ));
             }
         }
         Ok(self)

@@ -4,9 +4,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::invalid;
+use crate::Result;
 use crate::framework::FilterPlugin;
 use crate::types::{Candidate, Request};
-use crate::Result;
 
 /// Args of `load-imbalance`, named as in SGLang Model Gateway's `cache_aware` policy.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

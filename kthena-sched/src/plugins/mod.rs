@@ -19,20 +19,32 @@ use crate::{Error, Result};
 
 pub(crate) fn register_builtin(r: &mut Registry) {
     r.register_filter("least-request", |a, _| {
-        Ok(Box::new(LeastRequest::new(parse_args("least-request", a)?)?))
+        Ok(Box::new(LeastRequest::new(parse_args(
+            "least-request",
+            a,
+        )?)?))
     });
     r.register_score("least-request", |a, _| {
-        Ok(Box::new(LeastRequest::new(parse_args("least-request", a)?)?))
+        Ok(Box::new(LeastRequest::new(parse_args(
+            "least-request",
+            a,
+        )?)?))
     });
     r.register_filter("lora-affinity", |a, _| {
         no_args("lora-affinity", a)?;
         Ok(Box::new(LoraAffinity))
     });
     r.register_filter("load-imbalance", |a, _| {
-        Ok(Box::new(LoadImbalance::new(parse_args("load-imbalance", a)?)?))
+        Ok(Box::new(LoadImbalance::new(parse_args(
+            "load-imbalance",
+            a,
+        )?)?))
     });
     r.register_score("least-latency", |a, _| {
-        Ok(Box::new(LeastLatency::new(parse_args("least-latency", a)?)?))
+        Ok(Box::new(LeastLatency::new(parse_args(
+            "least-latency",
+            a,
+        )?)?))
     });
     r.register_score("gpu-usage", |a, _| {
         no_args("gpu-usage", a)?;
@@ -89,8 +101,8 @@ pub(crate) fn ratio_score(part: usize, total: usize) -> f64 {
 /// `LruCache::push` with a capacity enforced here, so an unbounded cache (which does not
 /// pre-allocate `cap` slots as `LruCache::new` does) stays within `cap` entries. Returns the
 /// replaced entry (same key) or the evicted least-recently-used one.
-pub(crate) fn push_bounded<K: std::hash::Hash + Eq + Copy, V>(
-    lru: &mut lru::LruCache<K, V>,
+pub(crate) fn push_bounded<K: std::hash::Hash + Eq + Copy, V, S: std::hash::BuildHasher>(
+    lru: &mut lru::LruCache<K, V, S>,
     cap: usize,
     k: K,
     v: V,
@@ -98,7 +110,11 @@ pub(crate) fn push_bounded<K: std::hash::Hash + Eq + Copy, V>(
     if lru.contains(&k) {
         return lru.push(k, v);
     }
-    let evicted = if lru.len() >= cap { lru.pop_lru() } else { None };
+    let evicted = if lru.len() >= cap {
+        lru.pop_lru()
+    } else {
+        None
+    };
     lru.put(k, v);
     evicted
 }

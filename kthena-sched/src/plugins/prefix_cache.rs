@@ -1,18 +1,18 @@
 //! `prefix-cache` (spec §3.7): an approximate index of which endpoint saw which prompt
 //! prefix, learned from the scheduler's own decisions.
 
-use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::{PoisonError, RwLock};
 
 use lru::LruCache;
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 
 use super::{invalid, push_bounded, ratio_score};
 use crate::framework::{ScoreNote, ScorePlugin};
 use crate::hash::prefix_block_hashes;
 use crate::types::{Candidate, EndpointId, Request};
-use crate::Result;
+use crate::{FastMap, Result};
 
 /// Args of `prefix-cache` (spec §3.7). Every value must be > 0 (Go Kthena silently replaces
 /// values `<= 0` with the defaults).
@@ -56,10 +56,11 @@ pub struct PrefixStore {
 
 #[derive(Debug, Default)]
 struct StoreInner {
-    slots: HashMap<EndpointId, u32>,
+    slots: FastMap<EndpointId, u32>,
     next_slot: u32,
-    lrus: HashMap<u32, LruCache<u64, ()>>,
-    holders: HashMap<u64, Vec<u32>>,
+    lrus: FastMap<u32, LruCache<u64, (), foldhash::fast::RandomState>>,
+    /// Endpoint slots holding each hash; four fit inline.
+    holders: FastMap<u64, SmallVec<[u32; 4]>>,
 }
 
 impl PrefixStore {
@@ -89,7 +90,9 @@ impl PrefixStore {
             }
         };
         let cap = self.cap.get();
-        let lru = g.lrus.entry(slot).or_insert_with(LruCache::unbounded);
+        let lru = g.lrus.entry(slot).or_insert_with(|| {
+            LruCache::unbounded_with_hasher(foldhash::fast::RandomState::default())
+        });
         for &h in hashes.iter().rev() {
             match push_bounded(lru, cap, h, ()) {
                 Some((k, ())) if k == h => {}
@@ -105,7 +108,13 @@ impl PrefixStore {
     /// Go Kthena's `FindTopMatches`: walks `hashes` from last to first; each candidate holding
     /// hash `i` and not matched yet gets match length `i + 1`; stops once `top_k` candidates
     /// matched. Writes match lengths (blocks) into `out` (0 = no match).
-    pub fn find_top_matches(&self, hashes: &[u64], cands: &[&Candidate], top_k: usize, out: &mut [u32]) {
+    pub fn find_top_matches(
+        &self,
+        hashes: &[u64],
+        cands: &[&Candidate],
+        top_k: usize,
+        out: &mut [u32],
+    ) {
         out.fill(0);
         let g = self.inner.read().unwrap_or_else(PoisonError::into_inner);
         // slot → candidate index + 1 (0 = not a candidate).
@@ -171,7 +180,7 @@ impl PrefixStore {
     }
 }
 
-fn unhold(holders: &mut HashMap<u64, Vec<u32>>, h: u64, slot: u32) {
+fn unhold(holders: &mut FastMap<u64, SmallVec<[u32; 4]>>, h: u64, slot: u32) {
     if let Some(v) = holders.get_mut(&h) {
         v.retain(|s| *s != slot);
         if v.is_empty() {

@@ -8,9 +8,9 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use super::invalid;
+use crate::Result;
 use crate::framework::{FilterPlugin, ScoreNote, ScorePlugin};
 use crate::types::{Candidate, Request};
-use crate::Result;
 
 /// Args of `least-request` (filter and score share them).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -48,7 +48,10 @@ impl LeastRequest {
     /// [`Error::InvalidArgs`](crate::Error::InvalidArgs) if `maxWaitingRequests` is 0.
     pub fn new(args: LeastRequestArgs) -> Result<Self> {
         if args.max_waiting_requests == 0 {
-            return Err(invalid("least-request", "maxWaitingRequests must be > 0".to_owned()));
+            return Err(invalid(
+                "least-request",
+                "maxWaitingRequests must be > 0".to_owned(),
+            ));
         }
         Ok(Self {
             max_waiting: args.max_waiting_requests,
@@ -157,8 +160,12 @@ impl ScorePlugin for LeastLatency {
 
     fn score(&self, _req: &Request<'_>, cands: &[&Candidate], out: &mut [f64]) -> ScoreNote {
         let lat = |c: &Candidate| Some((known(c.metrics.ttft_ms)?, known(c.metrics.tpot_ms)?));
-        let (mut t_min, mut t_max, mut p_min, mut p_max) =
-            (f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY, f64::NEG_INFINITY);
+        let (mut t_min, mut t_max, mut p_min, mut p_max) = (
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+        );
         for (t, p) in cands.iter().filter_map(|c| lat(c)) {
             t_min = t_min.min(t);
             t_max = t_max.max(t);

@@ -39,7 +39,10 @@ fn least_request_score_formula() {
         cand("d", load(3, 0, 0)), // base 3 + 300 = 303
     ];
     // trunc((303 - base) / 303 * 100)
-    assert_eq!(scores(&p, &Request::new("m"), &cands), vec![100.0, 66.0, 98.0, 0.0]);
+    assert_eq!(
+        scores(&p, &Request::new("m"), &cands),
+        vec![100.0, 66.0, 98.0, 0.0]
+    );
 }
 
 #[test]
@@ -52,8 +55,15 @@ fn least_request_all_idle_scores_100() {
 #[test]
 fn least_request_filter_uses_waiting() {
     let p = LeastRequest::new(LeastRequestArgs::default()).unwrap();
-    let cands = [cand("a", load(50, 0, 9)), cand("b", load(0, 0, 10)), cand("c", load(0, 0, 11))];
-    assert_eq!(kept(&p, &Request::new("m"), &cands), vec![true, false, false]);
+    let cands = [
+        cand("a", load(50, 0, 9)),
+        cand("b", load(0, 0, 10)),
+        cand("c", load(0, 0, 11)),
+    ];
+    assert_eq!(
+        kept(&p, &Request::new("m"), &cands),
+        vec![true, false, false]
+    );
 }
 
 fn lat(ttft: Option<f64>, tpot: Option<f64>) -> Metrics {
@@ -91,7 +101,10 @@ fn least_latency_formula_and_unknown_pods() {
 #[test]
 fn least_latency_single_known_pod_scores_100() {
     let p = LeastLatency::new(LeastLatencyArgs::default()).unwrap();
-    let cands = [cand("a", lat(Some(10.0), Some(1.0))), cand("b", lat(None, Some(1.0)))];
+    let cands = [
+        cand("a", lat(Some(10.0), Some(1.0))),
+        cand("b", lat(None, Some(1.0))),
+    ];
     assert_eq!(scores(&p, &Request::new("m"), &cands), vec![100.0, 50.0]);
 }
 
@@ -129,13 +142,18 @@ fn gpu_usage_formula() {
 
 #[test]
 fn random_is_seeded_and_in_range() {
-    let cands: Vec<Candidate> = (0..50).map(|i| cand(&i.to_string(), Metrics::default())).collect();
+    let cands: Vec<Candidate> = (0..50)
+        .map(|i| cand(&i.to_string(), Metrics::default()))
+        .collect();
     let a = scores(&Random::new(7), &Request::new("m"), &cands);
     let b = scores(&Random::new(7), &Request::new("m"), &cands);
     let c = scores(&Random::new(8), &Request::new("m"), &cands);
     assert_eq!(a, b);
     assert_ne!(a, c);
-    assert!(a.iter().all(|s| s.fract() == 0.0 && (0.0..=100.0).contains(s)));
+    assert!(
+        a.iter()
+            .all(|s| s.fract() == 0.0 && (0.0..=100.0).contains(s))
+    );
 }
 
 #[test]
@@ -147,7 +165,10 @@ fn lora_affinity_keeps_endpoints_serving_the_target() {
     ];
     let req = Request::new("base").with_lora("sql");
     assert_eq!(kept(&LoraAffinity, &req, &cands), vec![true, false, true]);
-    assert_eq!(kept(&LoraAffinity, &Request::new("base"), &cands), vec![true, true, false]);
+    assert_eq!(
+        kept(&LoraAffinity, &Request::new("base"), &cands),
+        vec![true, true, false]
+    );
 }
 
 fn pc(block: usize, cap: usize, top_k: usize) -> PrefixCache {
@@ -163,7 +184,11 @@ fn pc(block: usize, cap: usize, top_k: usize) -> PrefixCache {
 #[test]
 fn prefix_cache_scores_match_ratio() {
     let p = pc(4, 100, 5);
-    let cands = [cand("a", Metrics::default()), cand("b", Metrics::default()), cand("c", Metrics::default())];
+    let cands = [
+        cand("a", Metrics::default()),
+        cand("b", Metrics::default()),
+        cand("c", Metrics::default()),
+    ];
     let full = Request::new("m").with_prompt("0123456789abcdef"); // 4 blocks
     p.on_scheduled(&full, &cands[0]);
     p.on_scheduled(&Request::new("m").with_prompt("01234567zzzz"), &cands[1]);
@@ -173,11 +198,19 @@ fn prefix_cache_scores_match_ratio() {
     assert_eq!(out, vec![100.0, 50.0, 0.0]);
     assert_eq!(note.match_ratio, Some(1.0));
     // A 3-block prompt sharing 1 block with b only: trunc(1/3 * 100) = 33.
-    let note = p.score(&Request::new("m").with_prompt("0123xxxxyyyy"), &refs, &mut out);
+    let note = p.score(
+        &Request::new("m").with_prompt("0123xxxxyyyy"),
+        &refs,
+        &mut out,
+    );
     assert_eq!(out, vec![33.0, 33.0, 0.0]);
     assert_eq!(note.match_ratio, Some(1.0 / 3.0));
     // Another model never matches: the model seeds the chain.
-    p.score(&Request::new("other").with_prompt("0123456789abcdef"), &refs, &mut out);
+    p.score(
+        &Request::new("other").with_prompt("0123456789abcdef"),
+        &refs,
+        &mut out,
+    );
     assert_eq!(out, vec![0.0, 0.0, 0.0]);
 }
 
@@ -244,10 +277,17 @@ fn load_imbalance_keeps_least_loaded_only_when_imbalanced() {
     let p = LoadImbalance::new(LoadImbalanceArgs::default()).unwrap();
     let req = Request::new("m");
     let with = |loads: &[u32]| -> Vec<Candidate> {
-        loads.iter().enumerate().map(|(i, l)| cand(&i.to_string(), load(*l, 0, 0))).collect()
+        loads
+            .iter()
+            .enumerate()
+            .map(|(i, l)| cand(&i.to_string(), load(*l, 0, 0)))
+            .collect()
     };
     // 40 - 0 > 32 and 40 > 1.1 * 0.
-    assert_eq!(kept(&p, &req, &with(&[0, 40, 10, 0])), vec![true, false, false, true]);
+    assert_eq!(
+        kept(&p, &req, &with(&[0, 40, 10, 0])),
+        vec![true, false, false, true]
+    );
     // 30 is not > 32.
     assert_eq!(kept(&p, &req, &with(&[10, 40])), vec![true, true]);
     // 33 > 32 and 333 > 330.
@@ -262,7 +302,11 @@ fn load_imbalance_keeps_least_loaded_only_when_imbalanced() {
 #[test]
 fn load_imbalance_ignores_already_filtered() {
     let p = LoadImbalance::new(LoadImbalanceArgs::default()).unwrap();
-    let cands = [cand("a", load(0, 0, 0)), cand("b", load(40, 0, 0)), cand("c", load(45, 0, 0))];
+    let cands = [
+        cand("a", load(0, 0, 0)),
+        cand("b", load(40, 0, 0)),
+        cand("c", load(45, 0, 0)),
+    ];
     let refs: Vec<&Candidate> = cands.iter().collect();
     let mut keep = vec![false, true, true];
     p.filter(&Request::new("m"), &refs, &mut keep);

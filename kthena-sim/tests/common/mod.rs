@@ -1,5 +1,8 @@
 //! Shared helpers for the integration tests: a small HTTP client and metric lookups.
-#![allow(clippy::unwrap_used, reason = "test helpers fail the test on unexpected errors")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers fail the test on unexpected errors"
+)]
 #![allow(dead_code, reason = "each test binary uses a subset of the helpers")]
 
 use bytes::Bytes;
@@ -20,7 +23,9 @@ pub(crate) async fn send(method: &str, url: &str, body: Option<&Value>) -> (u16,
         .method(method)
         .uri(url)
         .header("content-type", "application/json")
-        .body(Full::new(body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()))))
+        .body(Full::new(
+            body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string())),
+        ))
         .unwrap();
     let resp = client().request(req).await.unwrap();
     let status = resp.status().as_u16();
@@ -30,7 +35,10 @@ pub(crate) async fn send(method: &str, url: &str, body: Option<&Value>) -> (u16,
 
 pub(crate) async fn post_json(url: &str, body: &Value) -> (u16, Value) {
     let (status, bytes) = send("POST", url, Some(body)).await;
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 pub(crate) async fn get_json(url: &str) -> Value {

@@ -1,0 +1,145 @@
+//! PNG bar charts of a scenario's results (`plotters`, bitmap backend).
+//!
+//! Labels need a TrueType font; the chart looks for DejaVu Sans or Liberation Sans in the
+//! usual system folders and draws bars without text when none is found.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use plotters::prelude::*;
+use plotters::style::{FontStyle, register_font};
+
+use crate::report::PolicyResult;
+
+const FONT_PATHS: &[&str] = &[
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+    "/System/Library/Fonts/Supplemental/Arial.ttf",
+];
+
+/// Registers a system font as `sans-serif` once; returns whether one was found.
+fn font_ready() -> bool {
+    static READY: OnceLock<bool> = OnceLock::new();
+    *READY.get_or_init(|| {
+        for p in FONT_PATHS {
+            if let Ok(bytes) = std::fs::read(p) {
+                // The font must live as long as the process: plotters keeps a reference.
+                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+                if register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
+                    return true;
+                }
+            }
+        }
+        false
+    })
+}
+
+/// Draws throughput (req/s) and mean TTFT (s) per policy of one scenario, side by side, into
+/// a PNG at `path`.
+///
+/// # Errors
+/// A message when the file cannot be written or there is nothing to draw.
+pub fn draw_scenario(path: &Path, scenario: &str, rows: &[PolicyResult]) -> Result<(), String> {
+    let rows: Vec<&PolicyResult> = rows.iter().filter(|r| r.scenario == scenario).collect();
+    if rows.is_empty() {
+        return Err(format!("no results for scenario {scenario:?}"));
+    }
+    let text = font_ready();
+    let root = BitMapBackend::new(path, (1400, 620)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let root = if text {
+        root.titled(
+            &format!("kthena-bench: {scenario} scenario (3 simulated engines, model seconds)"),
+            ("sans-serif", 24),
+        )
+        .map_err(|e| e.to_string())?
+    } else {
+        root
+    };
+    let panels = root.split_evenly((1, 2));
+    let metrics: [(&str, fn(&PolicyResult) -> f64); 2] = [
+        ("throughput (req/s, higher is better)", |r| r.throughput_rps),
+        ("mean TTFT (s, lower is better)", |r| r.ttft_mean_s),
+    ];
+    for (panel, (title, value)) in panels.iter().zip(metrics) {
+        let max = rows.iter().map(|r| value(r)).fold(0.0f64, f64::max);
+        let top = if max > 0.0 { max * 1.15 } else { 1.0 };
+        let n = rows.len();
+        let mut builder = ChartBuilder::on(panel);
+        builder.margin(12);
+        if text {
+            builder
+                .caption(title, ("sans-serif", 18))
+                .x_label_area_size(150)
+                .y_label_area_size(60);
+        }
+        let mut chart = builder
+            .build_cartesian_2d(0f64..n as f64, 0f64..top)
+            .map_err(|e| e.to_string())?;
+        if text {
+            let names: Vec<String> = rows.iter().map(|r| short_name(&r.policy)).collect();
+            chart
+                .configure_mesh()
+                .disable_x_mesh()
+                .x_labels(n * 2 + 1)
+                .x_label_formatter(&|x| {
+                    let i = x.floor();
+                    if (x - i - 0.5).abs() < 1e-6 && i >= 0.0 {
+                        names.get(i as usize).cloned().unwrap_or_default()
+                    } else {
+                        String::new()
+                    }
+                })
+                .x_label_style(
+                    ("sans-serif", 13)
+                        .into_font()
+                        .transform(FontTransform::Rotate90),
+                )
+                .draw()
+                .map_err(|e| e.to_string())?;
+        }
+        let colors = [
+            RGBColor(150, 150, 150),
+            RGBColor(31, 119, 180),
+            RGBColor(255, 127, 14),
+            RGBColor(44, 160, 44),
+            RGBColor(214, 39, 40),
+            RGBColor(148, 103, 189),
+            RGBColor(140, 86, 75),
+            RGBColor(227, 119, 194),
+        ];
+        chart
+            .draw_series(rows.iter().enumerate().map(|(i, r)| {
+                let c = colors[i % colors.len()];
+                Rectangle::new(
+                    [(i as f64 + 0.15, 0.0), (i as f64 + 0.85, value(r))],
+                    c.filled(),
+                )
+            }))
+            .map_err(|e| e.to_string())?;
+        if text {
+            chart
+                .draw_series(rows.iter().enumerate().map(|(i, r)| {
+                    Text::new(
+                        format!("{:.2}", value(r)),
+                        (i as f64 + 0.2, value(r) + top * 0.02),
+                        ("sans-serif", 14),
+                    )
+                }))
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    root.present().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// A policy name short enough for an axis label.
+fn short_name(policy: &str) -> String {
+    policy
+        .replace("least-request", "LR")
+        .replace("kvcache-aware", "KV")
+        .replace("prefix-cache", "prefix")
+        .replace("load-imbalance", "guard")
+}

@@ -1,0 +1,343 @@
+//! `kthena-bench`: replays Go Kthena's published routing benchmark on simulated engines, and
+//! measures the router's overhead. See `docs/benchmarks.md`.
+
+mod harness;
+mod overhead;
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use kthena_bench::report::{self, PolicyResult};
+use kthena_bench::scenario::{self, Policy, Scenario};
+use kthena_bench::workload::{Workload, poisson_arrivals};
+use tracing_subscriber::EnvFilter;
+
+use crate::harness::{Load, MODEL, Runtimes};
+
+/// Which benchmark to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Which {
+    /// 4096-token shared system prompt, 256-token question.
+    Long,
+    /// 256-token shared system prompt, 4096-token question.
+    Short,
+    /// `long` then `short`.
+    Both,
+    /// Router latency overhead with zero-latency engines.
+    Overhead,
+}
+
+/// Benchmarks kthena-router's routing policies on three simulated engines (Go Kthena's
+/// published setup), or the router's latency overhead.
+#[derive(Debug, Parser)]
+#[command(name = "kthena-bench", version)]
+struct Args {
+    /// Scenario to run.
+    #[arg(long, value_enum, default_value_t = Which::Long)]
+    scenario: Which,
+    /// Scaled-down run: 4 prompts per group instead of 32 (1,024 requests per policy), and
+    /// 2-second overhead points.
+    #[arg(long)]
+    quick: bool,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Folder for the PNG charts (`<scenario>.png`); created if missing.
+    #[arg(long, default_value = "docs/benchmarks")]
+    chart_dir: PathBuf,
+    /// Do not draw charts.
+    #[arg(long)]
+    no_chart: bool,
+    /// Simulated engines run this many times faster than real time; every reported time is
+    /// in model seconds (wall × time scale).
+    #[arg(long, default_value_t = 4.0)]
+    time_scale: f64,
+    /// Engines behind the router.
+    #[arg(long, default_value_t = 3)]
+    engines: usize,
+    /// Only these policies (comma separated names as in the report; `best` for the best
+    /// combination, `direct` for the single-engine anchor).
+    #[arg(long, value_delimiter = ',')]
+    policies: Vec<String>,
+    /// Seed of the workload text, its order and the arrivals.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Override the number of groups (system prompts).
+    #[arg(long)]
+    num_groups: Option<usize>,
+    /// Override the prompts per group.
+    #[arg(long)]
+    prompts_per_group: Option<usize>,
+    /// Turns per chat session (follow-ups extend the conversation).
+    #[arg(long, default_value_t = 1)]
+    turns: usize,
+    /// Override the max concurrency.
+    #[arg(long)]
+    max_concurrency: Option<usize>,
+    /// Override the request rate (requests per model second; `inf` sends all at once).
+    #[arg(long)]
+    request_rate: Option<f64>,
+    /// Hugging Face `tokenizer.json` for the engines and the workload (default: the
+    /// simulator's built-in tokenizer).
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// Overhead mode: offered rates in requests per wall second.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1000.0, 5000.0])]
+    rates: Vec<f64>,
+    /// Overhead mode: seconds per point [default: 5, or 2 with --quick].
+    #[arg(long)]
+    seconds: Option<f64>,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")))
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    if !(args.time_scale.is_finite() && args.time_scale > 0.0) {
+        bail!("--time-scale must be a positive number");
+    }
+    if args.engines == 0 {
+        bail!("--engines must be at least 1");
+    }
+    let build = |name: &str, threads: usize| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name(name)
+            .enable_all()
+            .build()
+    };
+    let sims_rt = build("sims", 2)?;
+    let router_rt = build("router", 2)?;
+    let client_rt = build("client", 2)?;
+    let rt = Runtimes {
+        sims: sims_rt.handle().clone(),
+        router: router_rt.handle().clone(),
+    };
+    let result = client_rt.block_on(run(&args, &rt));
+    drop(client_rt);
+    drop(router_rt);
+    drop(sims_rt);
+    result
+}
+
+async fn run(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
+    if args.scenario == Which::Overhead {
+        return run_overhead(args, rt).await;
+    }
+    let scenarios = match args.scenario {
+        Which::Long => vec![Scenario::long(args.quick, args.seed)],
+        Which::Short => vec![Scenario::short(args.quick, args.seed)],
+        _ => vec![
+            Scenario::long(args.quick, args.seed),
+            Scenario::short(args.quick, args.seed),
+        ],
+    };
+    let tokenizer = match &args.tokenizer {
+        Some(p) => kthena_sim::Tokenizer::from_file(p)?,
+        None => kthena_sim::Tokenizer::fallback(),
+    };
+    let mut rows = Vec::new();
+    for mut sc in scenarios {
+        if let Some(v) = args.num_groups {
+            sc.workload.num_groups = v;
+        }
+        if let Some(v) = args.prompts_per_group {
+            sc.workload.prompts_per_group = v;
+        }
+        if let Some(v) = args.max_concurrency {
+            sc.max_concurrency = v;
+        }
+        if let Some(v) = args.request_rate {
+            sc.request_rate = v;
+        }
+        sc.workload.turns = args.turns.max(1);
+        let started = tokio::time::Instant::now();
+        let mut scenario_rows = run_scenario(args, rt, &sc, &tokenizer).await?;
+        report::fill_ratios(&mut scenario_rows);
+        tracing::info!(scenario = sc.name, wall_s = started.elapsed().as_secs_f64(), "Scenario done");
+        if !args.no_chart {
+            std::fs::create_dir_all(&args.chart_dir)
+                .with_context(|| format!("creating {}", args.chart_dir.display()))?;
+            let path = args.chart_dir.join(format!("{}.png", sc.name));
+            match kthena_bench::chart::draw_scenario(&path, &sc.name, &scenario_rows) {
+                Ok(()) => eprintln!("chart: {}", path.display()),
+                Err(e) => eprintln!("chart {} not drawn: {e}", path.display()),
+            }
+        }
+        rows.extend(scenario_rows);
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", report::markdown_table(&rows))?;
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&rows)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn wanted(args: &Args, name: &str) -> bool {
+    args.policies.is_empty()
+        || args
+            .policies
+            .iter()
+            .any(|p| p == name || (p == "best" && name == scenario::BEST))
+}
+
+async fn run_scenario(
+    args: &Args,
+    rt: &Runtimes,
+    sc: &Scenario,
+    tokenizer: &kthena_sim::Tokenizer,
+) -> anyhow::Result<Vec<PolicyResult>> {
+    let workload = Arc::new(Workload::generate(sc.workload, tokenizer));
+    let mut rows = Vec::new();
+    for policy in scenario::policies() {
+        if !wanted(args, &policy.name) {
+            continue;
+        }
+        rows.push(run_policy(args, rt, sc, &workload, &policy).await?);
+    }
+    if wanted(args, "direct") {
+        rows.push(run_direct(args, rt, sc, &workload).await?);
+    }
+    Ok(rows)
+}
+
+fn sim_config(args: &Args, kv_events: bool) -> kthena_sim::Config {
+    let mut cfg = kthena_sim::Config::default()
+        .with_model(MODEL)
+        .with_time_scale(args.time_scale);
+    cfg.tokenizer.clone_from(&args.tokenizer);
+    if kv_events {
+        cfg.kv_events_port = Some(0);
+    }
+    cfg
+}
+
+fn progress(len: usize, label: String) -> ProgressBar {
+    let pb = ProgressBar::new(len as u64);
+    if let Ok(style) =
+        ProgressStyle::with_template("{prefix:>42} [{bar:30}] {pos}/{len} {elapsed} eta {eta}")
+    {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb.set_prefix(label);
+    pb
+}
+
+/// Arrival times in wall seconds: the scenario's rate is per model second.
+fn arrivals(args: &Args, sc: &Scenario, n: usize) -> Vec<f64> {
+    poisson_arrivals(n, sc.request_rate * args.time_scale, args.seed)
+}
+
+async fn run_policy(
+    args: &Args,
+    rt: &Runtimes,
+    sc: &Scenario,
+    workload: &Arc<Workload>,
+    policy: &Policy,
+) -> anyhow::Result<PolicyResult> {
+    let sims = harness::start_sims(rt, args.engines, sim_config(args, policy.needs_kv_events)).await?;
+    // Scrape as often in model time as Go Kthena's default 1 s in real time.
+    let scrape = Duration::from_secs_f64((1.0 / args.time_scale).max(0.01));
+    let router = match harness::start_router(rt, &sims, &policy.scheduler_yaml, scrape, policy.needs_kv_events).await {
+        Ok(r) => r,
+        Err(e) => {
+            harness::stop_sims(rt, sims).await;
+            return Err(e.context(format!("starting the router for {}", policy.name)));
+        }
+    };
+    let client = harness::http_client();
+    let target = format!("http://{}", router.router.addr);
+    let result = async {
+        harness::wait_ready(&client, &target).await?;
+        let load = Load {
+            target: target.clone(),
+            arrivals: arrivals(args, sc, workload.sessions.len()),
+            max_concurrency: sc.max_concurrency,
+            time_scale: args.time_scale,
+        };
+        let pb = progress(workload.num_requests(), format!("{} {}", sc.name, policy.name));
+        let (samples, wall) = harness::drive(&client, workload, &load, &pb).await;
+        pb.finish();
+        let mut counters = Vec::new();
+        for s in &sims {
+            counters.push(harness::engine_counters(&client, &s.base_url()).await?);
+        }
+        Ok::<_, anyhow::Error>(PolicyResult::from_samples(
+            &sc.name,
+            &policy.name,
+            &samples,
+            wall.as_secs_f64() * args.time_scale,
+            &counters,
+        ))
+    }
+    .await;
+    harness::stop_router(rt, router).await;
+    harness::stop_sims(rt, sims).await;
+    result
+}
+
+/// The anchor: one engine, no router, sent the share of one engine under perfect affinity
+/// (the first `groups / engines` groups, `1 / engines` of the concurrency and rate).
+async fn run_direct(
+    args: &Args,
+    rt: &Runtimes,
+    sc: &Scenario,
+    workload: &Arc<Workload>,
+) -> anyhow::Result<PolicyResult> {
+    let n = args.engines;
+    let groups = sc.workload.num_groups.div_ceil(n);
+    let share = Arc::new(Workload::clone(workload).with_groups(groups));
+    let sims = harness::start_sims(rt, 1, sim_config(args, false)).await?;
+    let client = harness::http_client();
+    let result = async {
+        let load = Load {
+            target: sims[0].base_url(),
+            arrivals: poisson_arrivals(
+                share.sessions.len(),
+                sc.request_rate * args.time_scale / n as f64,
+                args.seed,
+            ),
+            max_concurrency: sc.max_concurrency.div_ceil(n),
+            time_scale: args.time_scale,
+        };
+        let pb = progress(share.num_requests(), format!("{} direct (1 engine)", sc.name));
+        let (samples, wall) = harness::drive(&client, &share, &load, &pb).await;
+        pb.finish();
+        let counters = vec![harness::engine_counters(&client, &sims[0].base_url()).await?];
+        Ok::<_, anyhow::Error>(PolicyResult::from_samples(
+            &sc.name,
+            &format!("direct (1 engine, 1/{n} of the load)"),
+            &samples,
+            wall.as_secs_f64() * args.time_scale,
+            &counters,
+        ))
+    }
+    .await;
+    harness::stop_sims(rt, sims).await;
+    result
+}
+
+async fn run_overhead(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
+    let seconds = args.seconds.unwrap_or(if args.quick { 2.0 } else { 5.0 });
+    let rows = overhead::run(rt, &args.rates, seconds).await?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", overhead::table(&rows))?;
+    let nginx = std::process::Command::new("nginx").arg("-v").output().is_ok();
+    if !nginx {
+        writeln!(out, "nginx is not installed: no plain L7 proxy baseline.")?;
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&rows)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,257 @@
+//! Per-policy results, their aggregation from per-request samples, and the markdown table.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+/// What the client saw of one request. Times are model seconds (wall × time scale).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// Whether the request finished with status 200 and a complete stream.
+    pub ok: bool,
+    /// Time to the first generated token.
+    pub ttft_s: f64,
+    /// Time to the last byte of the answer.
+    pub e2e_s: f64,
+    /// Generated tokens received.
+    pub output_tokens: usize,
+}
+
+/// Counters read from one engine's `/metrics` after a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct EngineCounters {
+    /// `vllm:request_success_total` (all finish reasons).
+    pub requests: u64,
+    /// `vllm:prefix_cache_queries_total` (prompt tokens looked up).
+    pub prefix_queries: u64,
+    /// `vllm:prefix_cache_hits_total` (prompt tokens found cached).
+    pub prefix_hits: u64,
+    /// `vllm:num_preemptions_total`.
+    pub preemptions: u64,
+}
+
+impl EngineCounters {
+    /// Parses the counters from a Prometheus text exposition (series summed over labels;
+    /// missing series count 0).
+    #[must_use]
+    pub fn from_metrics_text(text: &str) -> Self {
+        let mut c = Self::default();
+        for line in text.lines() {
+            if line.starts_with('#') {
+                continue;
+            }
+            let Some((series, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let name = series.split('{').next().unwrap_or(series);
+            let Ok(v) = value.trim().parse::<f64>() else {
+                continue;
+            };
+            // Counters are whole numbers; the cast saturates for absurd values.
+            let v = v.max(0.0).round() as u64;
+            match name {
+                "vllm:request_success_total" => c.requests += v,
+                "vllm:prefix_cache_queries_total" => c.prefix_queries += v,
+                "vllm:prefix_cache_hits_total" => c.prefix_hits += v,
+                "vllm:num_preemptions_total" => c.preemptions += v,
+                _ => {}
+            }
+        }
+        c
+    }
+}
+
+/// One row of the report: a policy in a scenario.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyResult {
+    /// Scenario name (`long`, `short`, ...).
+    pub scenario: String,
+    /// Policy name (`random`, `least-request+kvcache-aware`, `direct`, ...).
+    pub policy: String,
+    /// Requests sent.
+    pub requests: usize,
+    /// Requests that failed (non-200 or broken stream).
+    pub failed: usize,
+    /// Model seconds from the first send to the last completion.
+    pub duration_s: f64,
+    /// Successful requests per model second.
+    pub throughput_rps: f64,
+    /// Generated tokens per model second.
+    pub output_tps: f64,
+    /// Mean time to first token, model seconds (successful requests).
+    pub ttft_mean_s: f64,
+    /// Median time to first token.
+    pub ttft_p50_s: f64,
+    /// 99th percentile time to first token.
+    pub ttft_p99_s: f64,
+    /// Mean end-to-end latency.
+    pub e2e_mean_s: f64,
+    /// 99th percentile end-to-end latency.
+    pub e2e_p99_s: f64,
+    /// Prompt tokens served from the engines' prefix caches / prompt tokens looked up.
+    pub cache_hit_rate: f64,
+    /// Requests each engine finished (engine order), from its metrics.
+    pub requests_per_engine: Vec<u64>,
+    /// Preemptions over all engines.
+    pub preemptions: u64,
+    /// Throughput / random's throughput in the same run (when random ran).
+    pub throughput_vs_random: Option<f64>,
+    /// Mean TTFT / random's mean TTFT in the same run (when random ran).
+    pub ttft_vs_random: Option<f64>,
+}
+
+/// Nearest-rank percentile (`q` in 0..=1) of sorted values; 0 for an empty slice.
+#[must_use]
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = (q.clamp(0.0, 1.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+impl PolicyResult {
+    /// Aggregates the samples of one run that took `duration_s` model seconds, with the
+    /// engines' counters (one entry per engine).
+    #[must_use]
+    pub fn from_samples(
+        scenario: &str,
+        policy: &str,
+        samples: &[Sample],
+        duration_s: f64,
+        engines: &[EngineCounters],
+    ) -> Self {
+        let ok: Vec<&Sample> = samples.iter().filter(|s| s.ok).collect();
+        let mut ttft: Vec<f64> = ok.iter().map(|s| s.ttft_s).collect();
+        let mut e2e: Vec<f64> = ok.iter().map(|s| s.e2e_s).collect();
+        ttft.sort_by(f64::total_cmp);
+        e2e.sort_by(f64::total_cmp);
+        let tokens: usize = ok.iter().map(|s| s.output_tokens).sum();
+        let per_s = |n: f64| if duration_s > 0.0 { n / duration_s } else { 0.0 };
+        let queries: u64 = engines.iter().map(|e| e.prefix_queries).sum();
+        let hits: u64 = engines.iter().map(|e| e.prefix_hits).sum();
+        Self {
+            scenario: scenario.to_owned(),
+            policy: policy.to_owned(),
+            requests: samples.len(),
+            failed: samples.len() - ok.len(),
+            duration_s,
+            throughput_rps: per_s(ok.len() as f64),
+            output_tps: per_s(tokens as f64),
+            ttft_mean_s: mean(&ttft),
+            ttft_p50_s: percentile(&ttft, 0.5),
+            ttft_p99_s: percentile(&ttft, 0.99),
+            e2e_mean_s: mean(&e2e),
+            e2e_p99_s: percentile(&e2e, 0.99),
+            cache_hit_rate: if queries == 0 {
+                0.0
+            } else {
+                hits as f64 / queries as f64
+            },
+            requests_per_engine: engines.iter().map(|e| e.requests).collect(),
+            preemptions: engines.iter().map(|e| e.preemptions).sum(),
+            throughput_vs_random: None,
+            ttft_vs_random: None,
+        }
+    }
+}
+
+/// Fills the `*_vs_random` ratios of every row from the `random` row of the same scenario.
+pub fn fill_ratios(rows: &mut [PolicyResult]) {
+    let baselines: Vec<(String, f64, f64)> = rows
+        .iter()
+        .filter(|r| r.policy == "random")
+        .map(|r| (r.scenario.clone(), r.throughput_rps, r.ttft_mean_s))
+        .collect();
+    for r in rows.iter_mut() {
+        if let Some((_, tput, ttft)) = baselines.iter().find(|b| b.0 == r.scenario) {
+            r.throughput_vs_random = (*tput > 0.0).then(|| r.throughput_rps / tput);
+            r.ttft_vs_random = (*ttft > 0.0).then(|| r.ttft_mean_s / ttft);
+        }
+    }
+}
+
+fn ratio(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |x| format!("{x:.2}x"))
+}
+
+/// The markdown table of the rows (one table; rows in the given order).
+#[must_use]
+pub fn markdown_table(rows: &[PolicyResult]) -> String {
+    let mut s = String::new();
+    s.push_str(
+        "| scenario | policy | ok/sent | req/s | out tok/s | TTFT mean | TTFT p50 | TTFT p99 \
+         | E2E mean | E2E p99 | cache hit | req per engine | req/s vs random | TTFT vs random |\n",
+    );
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for r in rows {
+        let per_engine = r
+            .requests_per_engine
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join("/");
+        let _ = writeln!(
+            s,
+            "| {} | {} | {}/{} | {:.2} | {:.0} | {:.3} | {:.3} | {:.3} | {:.2} | {:.2} | {:.1}% | {} | {} | {} |",
+            r.scenario,
+            r.policy,
+            r.requests - r.failed,
+            r.requests,
+            r.throughput_rps,
+            r.output_tps,
+            r.ttft_mean_s,
+            r.ttft_p50_s,
+            r.ttft_p99_s,
+            r.e2e_mean_s,
+            r.e2e_p99_s,
+            r.cache_hit_rate * 100.0,
+            per_engine,
+            ratio(r.throughput_vs_random),
+            ratio(r.ttft_vs_random),
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentile_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.5), 50.0);
+        assert_eq!(percentile(&v, 0.99), 99.0);
+        assert_eq!(percentile(&v, 1.0), 100.0);
+        assert_eq!(percentile(&v, 0.0), 1.0);
+        assert_eq!(percentile(&[], 0.5), 0.0);
+    }
+
+    #[test]
+    fn counters_from_metrics_text() {
+        let text = "# HELP x\nvllm:request_success_total{finished_reason=\"length\"} 7\n\
+                    vllm:request_success_total{finished_reason=\"stop\"} 3\n\
+                    vllm:prefix_cache_queries_total{engine=\"0\"} 1000\n\
+                    vllm:prefix_cache_hits_total{engine=\"0\"} 250\n\
+                    vllm:num_preemptions_total 2\ngarbage\n";
+        let c = EngineCounters::from_metrics_text(text);
+        assert_eq!(
+            c,
+            EngineCounters {
+                requests: 10,
+                prefix_queries: 1000,
+                prefix_hits: 250,
+                preemptions: 2
+            }
+        );
+    }
+}

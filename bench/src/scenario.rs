@@ -1,0 +1,161 @@
+//! The benchmark scenarios and the routing policies they compare.
+
+use serde::{Deserialize, Serialize};
+
+use crate::workload::WorkloadSpec;
+
+/// One scenario: a workload shape and the client's load settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Scenario {
+    /// Name (`long` or `short`).
+    pub name: String,
+    /// The workload.
+    pub workload: WorkloadSpec,
+    /// Open-loop arrival rate in requests per model second (SGLang `--request-rate`).
+    pub request_rate: f64,
+    /// Most requests in flight at once (SGLang `--max-concurrency`).
+    pub max_concurrency: usize,
+}
+
+/// Requests per group in `--quick` mode (the published runs use 32).
+pub const QUICK_PROMPTS_PER_GROUP: usize = 4;
+
+impl Scenario {
+    /// Go Kthena's "long system prompt" run (spec §10): 256 groups × 32 prompts, 4096-token
+    /// system prompt, 256-token question, 128 output tokens, rate 800, concurrency 300.
+    /// `quick` keeps every per-request and load parameter and sends
+    /// [`QUICK_PROMPTS_PER_GROUP`] prompts per group instead of 32 (1,024 requests).
+    #[must_use]
+    pub fn long(quick: bool, seed: u64) -> Self {
+        Self::published("long", 4096, 256, quick, seed)
+    }
+
+    /// Go Kthena's "short system prompt" run: as [`Scenario::long`] with a 256-token system
+    /// prompt and a 4096-token question.
+    #[must_use]
+    pub fn short(quick: bool, seed: u64) -> Self {
+        Self::published("short", 256, 4096, quick, seed)
+    }
+
+    fn published(name: &str, system: usize, question: usize, quick: bool, seed: u64) -> Self {
+        Self {
+            name: name.to_owned(),
+            workload: WorkloadSpec {
+                num_groups: 256,
+                prompts_per_group: if quick { QUICK_PROMPTS_PER_GROUP } else { 32 },
+                system_prompt_len: system,
+                question_len: question,
+                output_len: 128,
+                turns: 1,
+                seed,
+            },
+            request_rate: 800.0,
+            max_concurrency: 300,
+        }
+    }
+}
+
+/// A routing policy: a name and the router's `scheduler:` section (Kthena's format).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Policy {
+    /// Name used in the report.
+    pub name: String,
+    /// The `scheduler:` section, YAML, indented to sit under `scheduler:`.
+    pub scheduler_yaml: String,
+    /// Whether the policy needs the engines' KV events.
+    pub needs_kv_events: bool,
+}
+
+fn scores(plugins: &[(&str, u32)]) -> String {
+    let mut s = String::from("  plugins:\n    Score:\n      enabled:\n");
+    for (name, w) in plugins {
+        s.push_str(&format!("      - {{name: {name}, weight: {w}}}\n"));
+    }
+    s
+}
+
+/// `pluginConfig` of the cache plugins: Go Kthena's defaults for `prefix-cache`; for
+/// `kvcache-aware`, hashing blocks of the engines' block size (16 tokens, as the published
+/// run matched vLLM's block size 128 with `blockSizeToHash: 128`).
+const CACHE_ARGS: &str = "  pluginConfig:
+  - name: prefix-cache
+    args: {blockSizeToHash: 64, maxBlocksToMatch: 128, maxHashCacheSize: 50000, topKMatches: 5}
+  - name: kvcache-aware
+    args: {blockSizeToHash: 16, maxBlocksToMatch: 128}
+";
+
+/// The name of the recommended combination in the report.
+pub const BEST: &str = "best: load-imbalance + least-request + kvcache-aware";
+
+/// Every policy of the published table, in its order, then our best combination.
+///
+/// The single-plugin policies and the `least-request + X` pairs use weight 1 each and no
+/// filter, as the published table names only score plugins. The best combination adds the
+/// `load-imbalance` filter (SGLang Model Gateway's imbalance guard, thresholds 32 requests
+/// and 1.1×) in front of `least-request` (weight 1) and `kvcache-aware` (weight 2).
+#[must_use]
+pub fn policies() -> Vec<Policy> {
+    let p = |name: &str, yaml: String, kv: bool| Policy {
+        name: name.to_owned(),
+        scheduler_yaml: yaml,
+        needs_kv_events: kv,
+    };
+    vec![
+        p("random", scores(&[("random", 1)]), false),
+        p("least-request", scores(&[("least-request", 1)]), false),
+        p("gpu-usage", scores(&[("gpu-usage", 1)]), false),
+        p("least-latency", scores(&[("least-latency", 1)]), false),
+        p(
+            "least-request+prefix-cache",
+            format!(
+                "{CACHE_ARGS}{}",
+                scores(&[("least-request", 1), ("prefix-cache", 1)])
+            ),
+            false,
+        ),
+        p(
+            "least-request+kvcache-aware",
+            format!(
+                "{CACHE_ARGS}{}",
+                scores(&[("least-request", 1), ("kvcache-aware", 1)])
+            ),
+            true,
+        ),
+        p(
+            BEST,
+            format!(
+                "{CACHE_ARGS}  - name: load-imbalance\n    args: {{balanceAbsThreshold: 32, balanceRelThreshold: 1.1}}\n{}",
+                scores(&[("least-request", 1), ("kvcache-aware", 2)])
+                    .replace("    Score:", "    Filter:\n      enabled: [load-imbalance]\n    Score:")
+            ),
+            true,
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_policy_is_a_valid_scheduler_config() {
+        for p in policies() {
+            let yaml = format!("scheduler:\n{}", p.scheduler_yaml);
+            let cfg: serde_json::Value = serde_json::to_value(
+                kthena_router::Config::from_yaml(std::path::Path::new("r.yaml"), &yaml)
+                    .map(|c| c.scheduler)
+                    .unwrap(),
+            )
+            .unwrap();
+            assert!(cfg["plugins"]["Score"]["enabled"].is_array(), "{}", p.name);
+            kthena_router::build_scheduler(
+                &kthena_router::Config::from_yaml(std::path::Path::new("r.yaml"), &yaml)
+                    .unwrap()
+                    .scheduler,
+            )
+            .unwrap();
+        }
+        assert_eq!(Scenario::long(true, 0).workload.prompts_per_group, 4);
+        assert_eq!(Scenario::short(false, 0).workload.question_len, 4096);
+    }
+}

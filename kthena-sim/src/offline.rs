@@ -1,0 +1,218 @@
+//! Offline replay: run the cost model over a list of requests in model time, with no HTTP and
+//! no sleeping. Useful to size a profile (saturation throughput, TTFT under load) and for
+//! benchmarks.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use crate::config::{Config, Profile};
+use crate::engine::{Scheduler, Submit};
+use crate::metrics::Metrics;
+use crate::tokenize::Tokenizer;
+use crate::{Error, Result};
+
+/// One request of an offline replay.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OfflineRequest {
+    /// Arrival time in model seconds from the start of the replay.
+    pub arrival: f64,
+    /// Prompt token ids (non-empty).
+    pub prompt: Vec<u32>,
+    /// Output tokens to generate (>= 1).
+    pub max_tokens: usize,
+    /// LoRA adapter, if any (adapters are always registered in an offline replay).
+    pub lora: Option<String>,
+}
+
+/// Result of [`simulate`]. Times are model seconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OfflineReport {
+    /// Time from the first arrival to the last token.
+    pub makespan: f64,
+    /// Generated tokens in total.
+    pub output_tokens: usize,
+    /// `output_tokens / makespan`, tokens per second.
+    pub output_throughput: f64,
+    /// Time to first token of each request, in input order.
+    pub ttft: Vec<f64>,
+    /// Engine steps run.
+    pub steps: usize,
+    /// Sequences preempted (KV cache full) and recomputed later.
+    pub preemptions: usize,
+}
+
+/// Replays `requests` through the cost model of `profile` (prefix caching included) and
+/// reports throughput and per-request TTFT.
+///
+/// # Errors
+/// [`Error::Config`] if `profile` is invalid or a request has an empty prompt, a zero
+/// `max_tokens` or does not fit in `max_model_len`.
+pub fn simulate(profile: &Profile, seed: u64, requests: &[OfflineRequest]) -> Result<OfflineReport> {
+    let mut cfg = Config::default();
+    cfg.profile = profile.clone();
+    let cfg = cfg.validate()?;
+    for (i, r) in requests.iter().enumerate() {
+        if r.prompt.is_empty()
+            || r.max_tokens == 0
+            || r.prompt.len() + r.max_tokens > profile.max_model_len
+            || !(r.arrival.is_finite() && r.arrival >= 0.0)
+        {
+            return Err(Error::Config {
+                field: format!("requests[{i}]"),
+                reason: "needs a prompt, max_tokens >= 1, a finite arrival >= 0, and must fit in max_model_len".to_owned(),
+            });
+        }
+    }
+    let metrics = Arc::new(Metrics::new(&cfg));
+    let mut sched = Scheduler::new(cfg.profile.clone(), seed, Tokenizer::fallback(), metrics);
+    let mut order: Vec<usize> = (0..requests.len()).collect();
+    order.sort_by(|&a, &b| requests[a].arrival.total_cmp(&requests[b].arrival));
+    let mut receivers: Vec<Option<mpsc::UnboundedReceiver<crate::engine::Output>>> =
+        (0..requests.len()).map(|_| None).collect();
+    let mut ttft = vec![f64::NAN; requests.len()];
+    let mut remaining = requests.len();
+    let mut next = 0;
+    let mut now = order.first().map_or(0.0, |&i| requests[i].arrival);
+    let start = now;
+    let mut output_tokens = 0;
+    let mut steps = 0;
+    while remaining > 0 {
+        while next < order.len() && requests[order[next]].arrival <= now {
+            let i = order[next];
+            let (tx, rx) = mpsc::unbounded_channel();
+            sched.add(
+                Submit {
+                    prompt: requests[i].prompt.clone(),
+                    max_tokens: requests[i].max_tokens,
+                    lora: requests[i].lora.clone(),
+                    remote_prefill: false,
+                    seed: i as u64,
+                    tx,
+                },
+                requests[i].arrival,
+            );
+            receivers[i] = Some(rx);
+            next += 1;
+        }
+        if sched.is_idle() {
+            if let Some(&i) = order.get(next) {
+                now = requests[i].arrival;
+                continue;
+            }
+            break;
+        }
+        let result = sched.step(now);
+        steps += 1;
+        now += result.duration;
+        if result.outputs.is_empty() {
+            continue;
+        }
+        for (tx, out) in result.outputs {
+            let _ = tx.send(out);
+        }
+        for (i, slot) in receivers.iter_mut().enumerate() {
+            let Some(rx) = slot else { continue };
+            let mut done = false;
+            while let Ok(out) = rx.try_recv() {
+                output_tokens += 1;
+                if ttft[i].is_nan() {
+                    ttft[i] = now - requests[i].arrival;
+                }
+                done |= out.finished.is_some();
+            }
+            if done {
+                remaining -= 1;
+                *slot = None;
+            }
+        }
+    }
+    let makespan = now - start;
+    Ok(OfflineReport {
+        makespan,
+        output_tokens,
+        output_throughput: if makespan > 0.0 { output_tokens as f64 / makespan } else { 0.0 },
+        ttft,
+        steps,
+        preemptions: sched.preemptions,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(arrival: f64, seed: u32, prompt: usize, out: usize) -> OfflineRequest {
+        OfflineRequest {
+            arrival,
+            prompt: (0..prompt as u32).map(|i| seed * 100_000 + i).collect(),
+            max_tokens: out,
+            lora: None,
+        }
+    }
+
+    #[test]
+    fn single_request_latency_is_the_formula() {
+        let p = Profile::default();
+        let r = simulate(&p, 0, &[req(0.0, 1, 4096, 3)]).unwrap();
+        // Prefill step, then two decode steps of one sequence.
+        let prefill = (5.0 + 4096.0 * 0.03) / 1e3;
+        let decode = (6.0 + 0.05) / 1e3;
+        assert!((r.ttft[0] - prefill).abs() < 1e-12);
+        assert!((r.makespan - (prefill + 2.0 * decode)).abs() < 1e-12);
+        assert_eq!(r.output_tokens, 3);
+        assert_eq!(r.steps, 3);
+    }
+
+    #[test]
+    fn chunked_prefill_splits_long_prompts() {
+        let p = Profile::default();
+        let r = simulate(&p, 0, &[req(0.0, 1, 10_000, 1)]).unwrap();
+        let expected = (5.0 + 8192.0 * 0.03 + 5.0 + 1808.0 * 0.03) / 1e3;
+        assert!((r.ttft[0] - expected).abs() < 1e-12);
+        assert_eq!(r.steps, 2);
+    }
+
+    #[test]
+    fn deterministic_and_queueing_raises_ttft() {
+        let mut p = Profile::default();
+        p.max_num_seqs = 2;
+        let reqs: Vec<_> = (0..6).map(|i| req(0.0, i, 100, 20)).collect();
+        let a = simulate(&p, 7, &reqs).unwrap();
+        let b = simulate(&p, 7, &reqs).unwrap();
+        assert_eq!(a, b);
+        // Requests 4 and 5 wait for two full batches.
+        assert!(a.ttft[5] > 2.0 * 19.0 * 0.006);
+        assert!(a.ttft[0] < 0.02);
+    }
+
+    #[test]
+    fn kv_pressure_preempts_and_still_finishes() {
+        let mut p = Profile::default();
+        p.num_gpu_blocks = 20; // 320 tokens
+        p.max_model_len = 320;
+        // Two 150-token prompts each growing by 100 tokens cannot both stay resident.
+        let reqs = vec![req(0.0, 1, 150, 100), req(0.0, 2, 150, 100)];
+        let r = simulate(&p, 0, &reqs).unwrap();
+        assert_eq!(r.output_tokens, 200);
+        assert!(r.preemptions >= 1);
+        assert!(simulate(&p, 0, &[req(0.0, 1, 0, 1)]).is_err());
+    }
+
+    #[test]
+    fn lora_load_cost_and_slot_limit() {
+        let p = Profile::default(); // max_loras = 1, lora_load_ms = 50
+        let mut a = req(0.0, 1, 16, 1);
+        a.lora = Some("a".to_owned());
+        let mut b = req(0.0, 2, 16, 1);
+        b.lora = Some("b".to_owned());
+        let r = simulate(&p, 0, &[a.clone(), b]).unwrap();
+        let step = (5.0 + 16.0 * 0.03 + 50.0) / 1e3;
+        // Adapter b waits for a's slot, then pays its own load.
+        assert!((r.ttft[0] - step).abs() < 1e-12);
+        assert!((r.ttft[1] - 2.0 * step).abs() < 1e-12);
+        // A resident adapter is not loaded again.
+        let r = simulate(&p, 0, &[a.clone(), OfflineRequest { arrival: 1.0, ..a }]).unwrap();
+        assert!((r.ttft[1] - (5.0 + 16.0 * 0.03) / 1e3).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,87 @@
+//! The `kthena-sim` binary: `--help` documents every knob with its default, and the process
+//! serves the API on the requested port.
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::json;
+
+const BIN: &str = env!("CARGO_BIN_EXE_kthena-sim");
+
+#[test]
+fn help_documents_every_knob_and_default() {
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    for (flag, default) in [
+        ("--host", Some("127.0.0.1")),
+        ("--port", Some("8000")),
+        ("--model", Some("Qwen/Qwen2.5-7B-Instruct")),
+        ("--flavor", Some("vllm")),
+        ("--role", Some("both")),
+        ("--time-scale", Some("1")),
+        ("--seed", Some("0")),
+        ("--tokenizer", None),
+        ("--default-max-tokens", Some("128")),
+        ("--kv-events-port", None),
+        ("--kv-events-format", Some("map")),
+        ("--kv-events-topic", None),
+        ("--lora-modules", None),
+        ("--max-num-seqs", Some("1024")),
+        ("--max-num-batched-tokens", Some("8192")),
+        ("--block-size", Some("16")),
+        ("--num-gpu-blocks", Some("62000")),
+        ("--max-model-len", Some("32768")),
+        ("--prefill-overhead-ms", Some("5")),
+        ("--prefill-per-token-ms", Some("0.03")),
+        ("--decode-base-ms", Some("6")),
+        ("--decode-per-seq-ms", Some("0.05")),
+        ("--max-loras", Some("1")),
+        ("--lora-load-ms", Some("50")),
+        ("--kv-transfer-base-ms", Some("2")),
+        ("--kv-transfer-per-token-ms", Some("0.00115")),
+        ("--fault-error-rate", Some("0")),
+        ("--fault-error-codes", Some("500")),
+        ("--fault-first-byte-delay-ms", Some("0")),
+        ("--fault-drop-after-chunks", None),
+    ] {
+        let start = help.find(&format!("{flag} <")).unwrap_or_else(|| panic!("{flag} missing"));
+        let section = &help[start..];
+        let end = section[2..].find("\n      --").map_or(section.len(), |e| e + 2);
+        let section = &section[..end];
+        // Every flag has a description line.
+        assert!(section.lines().count() >= 2, "{flag} has no description");
+        if let Some(d) = default {
+            assert!(section.contains(&format!("[default: {d}]")), "{flag}: {section}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn binary_serves_on_the_given_port() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = tokio::process::Command::new(BIN)
+        .args(["--port", &port.to_string(), "--model", "cli-model", "--time-scale", "10"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut up = false;
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(up, "kthena-sim did not start");
+    let (status, body) = common::post_json(&format!("{base}/v1/completions"), &json!({"model": "cli-model", "prompt": "hi", "max_tokens": 2})).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["usage"]["completion_tokens"], 2);
+    child.kill().await.unwrap();
+}
