@@ -295,11 +295,6 @@ impl ModelRoute {
             if rl.output_tokens_per_unit == Some(0) {
                 e.push("spec.rateLimit.outputTokensPerUnit", "must be at least 1");
             }
-            if let Some(redis) = rl.global.as_ref().and_then(|g| g.redis.as_ref())
-                && redis.address.is_empty()
-            {
-                e.push("spec.rateLimit.global.redis.address", "must not be empty");
-            }
         }
         e.finish()
     }
@@ -576,7 +571,8 @@ impl ModelServer {
         self
     }
 
-    /// Checks the CRD schema limits and the router's admission webhook rules.
+    /// Checks the CRD schema limits: `model` length, port range, and that the durations
+    /// parse (the API server rejects a malformed `metav1.Duration` when decoding).
     ///
     /// # Errors
     /// One [`FieldError`] per problem, with the JSON path of the field.
@@ -590,32 +586,9 @@ impl ModelServer {
             1,
             65535,
         );
-        if let Some(pd) = &s.workload_selector.pd_group {
-            if pd.group_key.is_empty() {
-                e.push(
-                    "spec.workloadSelector.pdGroup.groupKey",
-                    "must not be empty",
-                );
-            }
-            if pd.prefill_labels.is_empty() {
-                e.push(
-                    "spec.workloadSelector.pdGroup.prefillLabels",
-                    "must not be empty",
-                );
-            }
-            if pd.decode_labels.is_empty() {
-                e.push(
-                    "spec.workloadSelector.pdGroup.decodeLabels",
-                    "must not be empty",
-                );
-            }
-        }
         if let Some(tp) = &s.traffic_policy {
             e.duration("spec.trafficPolicy.timeout", tp.timeout.as_ref());
             if let Some(r) = &tp.retry {
-                if r.attempts.is_some_and(|a| a < 0) {
-                    e.push("spec.trafficPolicy.retry.attempts", "must be at least 0");
-                }
                 e.duration(
                     "spec.trafficPolicy.retry.retryInterval",
                     r.retry_interval.as_ref(),
@@ -745,13 +718,10 @@ impl ExternalModelProvider {
         } else {
             e.pattern("spec.baseURL", &s.base_url, "^https://.+");
         }
-        if let Some(auth) = &s.auth {
-            if auth.secret_ref.optional == Some(true) {
-                e.push("spec.auth", "secretRef.optional must be false or unset");
-            }
-            if auth.secret_ref.key.is_empty() {
-                e.push("spec.auth.secretRef.key", "must not be empty");
-            }
+        if let Some(auth) = &s.auth
+            && auth.secret_ref.optional == Some(true)
+        {
+            e.push("spec.auth", "secretRef.optional must be false or unset");
         }
         e.finish()
     }

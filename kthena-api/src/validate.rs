@@ -873,11 +873,12 @@ fn sources(e: &mut Errors, path: &str, map: &BTreeMap<String, MetricSource>) {
                 e.push(format!("{p}.prometheus.serverURL"), "must not be empty");
             } else if !crate::common::matches_pattern(
                 &prom.server_url,
-                r"^[A-Za-z][A-Za-z0-9+.-]*://\S+$",
+                // Go `url.ParseRequestURI` (the `uri` format): an absolute URI or path.
+                r"^([A-Za-z][A-Za-z0-9+.-]*:\S+|/\S*)$",
             ) {
                 e.push(
                     format!("{p}.prometheus.serverURL"),
-                    "must be an absolute URI",
+                    "must be an absolute URI or path",
                 );
             }
             if prom.query.is_empty() {

@@ -300,18 +300,6 @@ fn model_route_rules() -> Result<()> {
                 vec![("/spec/rateLimit", json!({"outputTokensPerUnit": 0}))],
                 &[("spec.rateLimit.outputTokensPerUnit", "must be at least 1")],
             ),
-            case(
-                "rateLimit redis address required",
-                vec![(
-                    "/spec/rateLimit",
-                    json!({"inputTokensPerUnit": 5, "global": {"redis": {"address": "redis:6379"}}}),
-                )],
-                vec![(
-                    "/spec/rateLimit",
-                    json!({"inputTokensPerUnit": 5, "global": {"redis": {"address": ""}}}),
-                )],
-                &[("spec.rateLimit.global.redis.address", "must not be empty")],
-            ),
         ],
     )
 }
@@ -378,39 +366,6 @@ fn model_server_rules() -> Result<()> {
                 &[("spec.workloadPort.port", "must be between 1 and 65535")],
             ),
             case(
-                "pdGroup groupKey required",
-                vec![(
-                    "/spec/workloadSelector/pdGroup",
-                    json!({"groupKey": "g", "prefillLabels": {"r": "p"}, "decodeLabels": {"r": "d"}}),
-                )],
-                vec![(
-                    "/spec/workloadSelector/pdGroup",
-                    json!({"groupKey": "", "prefillLabels": {"r": "p"}, "decodeLabels": {"r": "d"}}),
-                )],
-                &[(
-                    "spec.workloadSelector.pdGroup.groupKey",
-                    "must not be empty",
-                )],
-            ),
-            case(
-                "pdGroup labels required",
-                vec![],
-                vec![(
-                    "/spec/workloadSelector/pdGroup",
-                    json!({"groupKey": "g", "prefillLabels": {}, "decodeLabels": {}}),
-                )],
-                &[
-                    (
-                        "spec.workloadSelector.pdGroup.prefillLabels",
-                        "must not be empty",
-                    ),
-                    (
-                        "spec.workloadSelector.pdGroup.decodeLabels",
-                        "must not be empty",
-                    ),
-                ],
-            ),
-            case(
                 "trafficPolicy.timeout is a duration",
                 vec![("/spec/trafficPolicy/timeout", json!("1m30s"))],
                 vec![("/spec/trafficPolicy/timeout", json!("-5s"))],
@@ -418,12 +373,6 @@ fn model_server_rules() -> Result<()> {
                     "spec.trafficPolicy.timeout",
                     "invalid duration \"-5s\": must not be negative",
                 )],
-            ),
-            case(
-                "retry.attempts non-negative",
-                vec![("/spec/trafficPolicy/retry/attempts", json!(0))],
-                vec![("/spec/trafficPolicy/retry/attempts", json!(-1))],
-                &[("spec.trafficPolicy.retry.attempts", "must be at least 0")],
             ),
             case(
                 "retry.retryInterval is a duration",
@@ -479,12 +428,6 @@ fn external_model_provider_rules() -> Result<()> {
                 vec![("/spec/auth/secretRef/optional", json!(false))],
                 vec![("/spec/auth/secretRef/optional", json!(true))],
                 &[("spec.auth", "secretRef.optional must be false or unset")],
-            ),
-            case(
-                "secretRef.key required",
-                vec![],
-                vec![("/spec/auth/secretRef/key", json!(""))],
-                &[("spec.auth.secretRef.key", "must not be empty")],
             ),
         ],
     )
@@ -1376,14 +1319,17 @@ fn autoscaling_policy_rules() -> Result<()> {
             ),
             case(
                 "prometheus serverURL format uri",
-                vec![],
+                vec![(
+                    src,
+                    json!({"prometheus": {"serverURL": "/prometheus", "query": "up"}}),
+                )],
                 vec![(
                     src,
                     json!({"prometheus": {"serverURL": "prometheus", "query": "up"}}),
                 )],
                 &[(
                     "spec.homogeneousTarget.target.metricSources[kv].prometheus.serverURL",
-                    "must be an absolute URI",
+                    "must be an absolute URI or path",
                 )],
             ),
             case(

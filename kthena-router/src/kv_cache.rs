@@ -206,8 +206,11 @@ enum IndexKey {
 #[derive(Debug, Default)]
 pub struct KvLoader {
     index: Option<(IndexKey, Arc<dyn KvIndex>)>,
-    tokenizers: Option<((Vec<TokenizerConfig>, usize, bool, Duration, PathBuf), Arc<Tokenizers>)>,
+    tokenizers: Option<(TokenizersKey, Arc<Tokenizers>)>,
 }
+
+/// What the loaded tokenizers depend on: the list, cache size, remote settings, base folder.
+type TokenizersKey = (Vec<TokenizerConfig>, usize, bool, Duration, PathBuf);
 
 impl KvLoader {
     /// Builds the state for `cfg`, reusing the previous index and tokenizers when their

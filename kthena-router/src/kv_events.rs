@@ -175,10 +175,13 @@ fn is_set(v: Option<&Value>) -> bool {
     v.is_some_and(|v| !v.is_nil())
 }
 
+/// Looks a field up by name.
+type FieldGetter<'v> = Box<dyn Fn(&str) -> Option<&'v Value> + 'v>;
+
 /// Fields of one event, positional or by name.
 struct Fields<'v> {
     tag: &'v str,
-    get: Box<dyn Fn(&str) -> Option<&'v Value> + 'v>,
+    get: FieldGetter<'v>,
 }
 
 fn fields(ev: &Value) -> std::result::Result<Fields<'_>, String> {
@@ -286,22 +289,32 @@ pub enum SeqStep {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SeqTracker {
     last: Option<u64>,
+    reconnected: bool,
 }
 
 impl SeqTracker {
     /// Classifies `seq` and, unless it is a duplicate, makes it the last one seen.
     pub fn observe(&mut self, seq: u64) -> SeqStep {
+        let reconnected = std::mem::take(&mut self.reconnected);
         let step = match self.last {
             None => SeqStep::First,
             Some(last) if seq == last.wrapping_add(1) => SeqStep::InOrder,
             Some(last) if seq > last => SeqStep::Gap { from: last + 1, missed: seq - last - 1 },
-            Some(last) if seq == last => SeqStep::Duplicate,
+            // Across a reconnection the same number comes from a new publisher.
+            Some(last) if seq == last && !reconnected => SeqStep::Duplicate,
             Some(_) => SeqStep::Rollback,
         };
         if step != SeqStep::Duplicate {
             self.last = Some(seq);
         }
         step
+    }
+
+    /// The connection to the publisher was lost and re-established: if the next number is
+    /// not larger than the last one, the publisher restarted (a [`SeqStep::Rollback`], even
+    /// when it is equal).
+    pub fn reconnected(&mut self) {
+        self.reconnected = true;
     }
 
     /// The last sequence number seen.
@@ -479,52 +492,70 @@ pub async fn replay(addr: &str, from: u64, until: u64) -> Result<Vec<(u64, Bytes
 
 /// Subscribes to one endpoint's KV events until `cancel` fires: connects (retrying with
 /// backoff up to 2 s while the engine is not listening), subscribes to every topic and
-/// applies each message. The ZMQ socket reconnects by itself after the engine restarts.
+/// applies each message. When the engine goes away (the connection drops) the socket is
+/// rebuilt the same way, and the next sequence number decides whether the engine restarted
+/// (see [`SeqTracker::reconnected`]).
 pub async fn subscribe(source: KvSource, index: Arc<dyn KvIndex>, metrics: KvMetrics, cancel: CancellationToken) {
     let mut ingest = Ingest::new(source.clone(), index, metrics);
+    let ep = source.endpoint.as_str().to_owned();
+    loop {
+        let Some(mut sock) = connect(&source, &cancel).await else {
+            return;
+        };
+        let mut monitor = sock.monitor();
+        tracing::info!(endpoint = %ep, address = %source.events, "Subscribed to KV events");
+        ingest.metrics.set_subscribed(&ep, true);
+        loop {
+            let msg = tokio::select! {
+                () = cancel.cancelled() => return,
+                ev = futures_util::StreamExt::next(&mut monitor) => match ev {
+                    Some(zeromq::SocketEvent::Disconnected(_)) | None => break,
+                    Some(_) => continue,
+                },
+                m = sock.recv() => m,
+            };
+            match msg {
+                Ok(m) => {
+                    let frames = m.into_vec();
+                    if cancel.is_cancelled() {
+                        return;
+                    }
+                    ingest.handle(&frames).await;
+                }
+                Err(e) => {
+                    tracing::debug!(endpoint = %ep, error = %e, "KV-event receive failed; reconnecting");
+                    break;
+                }
+            }
+        }
+        ingest.metrics.set_subscribed(&ep, false);
+        ingest.seq.reconnected();
+        tracing::info!(endpoint = %ep, "KV-event publisher disconnected; reconnecting");
+    }
+}
+
+/// Connects a SUB socket to `source.events` and subscribes to every topic, retrying with
+/// backoff (50 ms doubling to 2 s); `None` when cancelled.
+async fn connect(source: &KvSource, cancel: &CancellationToken) -> Option<zeromq::SubSocket> {
     let mut backoff = Duration::from_millis(50);
-    let mut sock = loop {
+    loop {
         let mut s = zeromq::SubSocket::new();
         let attempt = async {
             s.connect(&source.events).await?;
             s.subscribe("").await
         };
         tokio::select! {
-            () = cancel.cancelled() => return,
+            () = cancel.cancelled() => return None,
             r = attempt => match r {
-                Ok(()) => break s,
+                Ok(()) => return Some(s),
                 Err(e) => tracing::debug!(endpoint = %source.endpoint, address = %source.events, error = %e, "KV-event connect failed; retrying"),
             },
         }
         tokio::select! {
-            () = cancel.cancelled() => return,
+            () = cancel.cancelled() => return None,
             () = tokio::time::sleep(backoff) => {}
         }
         backoff = (backoff * 2).min(Duration::from_secs(2));
-    };
-    tracing::info!(endpoint = %source.endpoint, address = %source.events, "Subscribed to KV events");
-    loop {
-        let msg = tokio::select! {
-            () = cancel.cancelled() => return,
-            m = sock.recv() => m,
-        };
-        match msg {
-            Ok(m) => {
-                let frames = m.into_vec();
-                if cancel.is_cancelled() {
-                    return;
-                }
-                ingest.handle(&frames).await;
-            }
-            Err(e) => {
-                // The publisher went away; the socket reconnects in the background.
-                tracing::debug!(endpoint = %source.endpoint, error = %e, "KV-event receive failed");
-                tokio::select! {
-                    () = cancel.cancelled() => return,
-                    () = tokio::time::sleep(Duration::from_millis(50)) => {}
-                }
-            }
-        }
     }
 }
 
@@ -659,5 +690,8 @@ mod tests {
         assert_eq!(t.observe(0), SeqStep::Rollback);
         assert_eq!(t.observe(1), SeqStep::InOrder);
         assert_eq!(t.last(), Some(1));
+        t.reconnected();
+        assert_eq!(t.observe(1), SeqStep::Rollback);
+        assert_eq!(t.observe(1), SeqStep::Duplicate);
     }
 }

@@ -11,6 +11,7 @@
 //! | `kthena_router_kv_events_replays_total` | counter | `endpoint`, `result` | replay requests (`ok`, `failed`) |
 //! | `kthena_router_kv_events_rollbacks_total` | counter | `endpoint` | sequence rollbacks (engine restarts; entries cleared) |
 //! | `kthena_router_kv_events_uncertain` | gauge | `endpoint` | 1 while the endpoint's entries may be incomplete (gap without replay) |
+//! | `kthena_router_kv_events_subscribed` | gauge | `endpoint` | 1 while the ZMQ subscription is connected and subscribed |
 //! | `kthena_router_kv_index_entries` | gauge | | (endpoint, block) entries held by the KV index |
 //! | `kthena_router_tokenize_duration_seconds` | histogram | `source` | prompt tokenization time, `local` (in-process) or `remote` (engine `/tokenize`) |
 //! | `kthena_router_tokenize_prefix_cache_total` | counter | `result` | prompt-prefix cache lookups (`hit`, `miss`) |
@@ -72,6 +73,7 @@ pub struct KvMetrics {
     replays: Family<ResultLabels, Counter>,
     rollbacks: Family<EndpointLabel, Counter>,
     uncertain: Family<EndpointLabel, Gauge>,
+    subscribed: Family<EndpointLabel, Gauge>,
     index_entries: Gauge,
     tokenize: Family<SourceLabel, Histogram, fn() -> Histogram>,
     tokenize_cache: Family<CacheLabel, Counter>,
@@ -89,6 +91,7 @@ impl KvMetrics {
             replays: Family::default(),
             rollbacks: Family::default(),
             uncertain: Family::default(),
+            subscribed: Family::default(),
             index_entries: Gauge::default(),
             tokenize: Family::new_with_constructor(tokenize_hist),
             tokenize_cache: Family::default(),
@@ -120,6 +123,11 @@ impl KvMetrics {
             "kthena_router_kv_events_uncertain",
             "1 while an endpoint's KV index entries may be incomplete after an unrecovered gap",
             m.uncertain.clone(),
+        );
+        registry.register(
+            "kthena_router_kv_events_subscribed",
+            "1 while the KV-event subscription of an endpoint is connected",
+            m.subscribed.clone(),
         );
         registry.register(
             "kthena_router_kv_index_entries",
@@ -180,9 +188,15 @@ impl KvMetrics {
         self.uncertain.get_or_create(&Self::ep(endpoint)).set(i64::from(on));
     }
 
+    /// Sets the subscribed flag of an endpoint.
+    pub fn set_subscribed(&self, endpoint: &str, on: bool) {
+        self.subscribed.get_or_create(&Self::ep(endpoint)).set(i64::from(on));
+    }
+
     /// Forgets the per-endpoint gauges of a removed endpoint (counters are kept).
     pub fn remove_endpoint(&self, endpoint: &str) {
         self.uncertain.remove(&Self::ep(endpoint));
+        self.subscribed.remove(&Self::ep(endpoint));
     }
 
     /// Sets the index size gauge.

@@ -198,7 +198,7 @@ impl KvIndex for RedisKvIndex {
         };
         for (c, o) in cands.iter().zip(out.iter_mut()) {
             let me = owner_of(&c.id);
-            let n = owners.iter().take_while(|b| b.iter().any(|x| *x == me)).count();
+            let n = owners.iter().take_while(|b| b.contains(&me)).count();
             *o = u32::try_from(n).unwrap_or(u32::MAX);
         }
     }

@@ -63,6 +63,9 @@ pub enum CacheOutcome {
     Uncacheable,
 }
 
+/// A cached prefix: its length in bytes (checked on lookup) and its token ids.
+type CachedPrefix = (usize, Arc<[u32]>);
+
 struct ChatTemplate {
     env: minijinja::Environment<'static>,
     bos: String,
@@ -79,7 +82,7 @@ pub struct ModelTokenizer {
     /// Ids the post-processor adds to an empty input (e.g. BOS), prepended when
     /// `add_special_tokens` is requested.
     lead: Vec<u32>,
-    cache: Mutex<LruCache<u64, (usize, Arc<[u32]>)>>,
+    cache: Mutex<LruCache<u64, CachedPrefix>>,
 }
 
 impl std::fmt::Debug for ModelTokenizer {

@@ -259,7 +259,8 @@ impl SchedulerBuilder {
     /// # Errors
     /// Everything [`Config::validate`] returns, plus [`Error::UnknownPlugin`] for a name the
     /// registry does not know (in an enabled list or in `pluginConfig`), and
-    /// [`Error::InvalidArgs`] when a plugin rejects its arguments.
+    /// [`Error::InvalidArgs`] when a plugin rejects its arguments (also for plugins that have
+    /// a `pluginConfig` entry but are not enabled).
     pub fn build(self) -> Result<Scheduler> {
         let config = self.config.validate()?;
         let ctx = BuildContext {
@@ -275,6 +276,22 @@ impl SchedulerBuilder {
                     list: "pluginConfig",
                     name: pc.name.clone(),
                 });
+            }
+            let enabled = config.plugins.filter.enabled.contains(&pc.name)
+                || config.plugins.score.enabled.iter().any(|w| w.name == pc.name);
+            if !enabled {
+                // Check the args of configured but disabled plugins too, in a throwaway
+                // context, so a typo never waits until the plugin is switched on.
+                let scratch = BuildContext {
+                    seed: self.seed,
+                    kv_index: OnceLock::new(),
+                };
+                if let Some(f) = self.registry.filters.get(&pc.name) {
+                    f(&pc.args, &scratch)?;
+                }
+                if let Some(f) = self.registry.scores.get(&pc.name) {
+                    f(&pc.args, &scratch)?;
+                }
             }
         }
         let mut filters = Vec::new();

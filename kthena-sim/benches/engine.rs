@@ -10,7 +10,9 @@ use kthena_sim::{OfflineRequest, Profile, simulate};
 fn req(arrival: f64, seed: u32, prompt: usize, out: usize) -> OfflineRequest {
     OfflineRequest {
         arrival,
-        prompt: (0..prompt as u32).map(|i| seed.wrapping_mul(1_000_003).wrapping_add(i)).collect(),
+        prompt: (0..prompt as u32)
+            .map(|i| seed.wrapping_mul(1_000_003).wrapping_add(i))
+            .collect(),
         max_tokens: out,
         lora: None,
     }
@@ -50,8 +52,12 @@ fn bench(c: &mut Criterion) {
     let batch = saturating(1024);
     let mut g = c.benchmark_group("simulate");
     g.sample_size(10);
-    g.bench_function("baseline_1_request_256_steps", |b| b.iter(|| simulate(&p, 0, &single).unwrap()));
-    g.bench_function("1024_requests_saturated", |b| b.iter(|| simulate(&p, 0, &batch).unwrap()));
+    g.bench_function("baseline_1_request_256_steps", |b| {
+        b.iter(|| simulate(&p, 0, &single).unwrap())
+    });
+    g.bench_function("1024_requests_saturated", |b| {
+        b.iter(|| simulate(&p, 0, &batch).unwrap())
+    });
     g.finish();
 }
 

@@ -975,6 +975,8 @@ async fn generate(s: Arc<Shared>, g: Gen) -> Response {
         loop {
             for f in frames.drain(..) {
                 if drop_after.is_some_and(|k| sent >= k) {
+                    // Let the chunks already produced reach the socket, then abort.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
                     let _ = send(Err(std::io::Error::other("injected connection drop"))).await;
                     return;
                 }
@@ -1036,6 +1038,8 @@ async fn generate(s: Arc<Shared>, g: Gen) -> Response {
                 frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
                 for f in frames.drain(..) {
                     if drop_after.is_some_and(|k| sent >= k) {
+                        // Let the chunks already produced reach the socket, then abort.
+                        tokio::time::sleep(Duration::from_millis(20)).await;
                         let _ = send(Err(std::io::Error::other("injected connection drop"))).await;
                         return;
                     }

@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::config::Profile;
-use crate::hash::{block_hash, prompt_block_hashes, root_hash};
+use crate::hash::{block_hash, prompt_block_hashes};
 use crate::kv::{KvCache, KvEvent};
 use crate::metrics::Metrics;
 use crate::tokenize::Tokenizer;
@@ -128,7 +128,6 @@ pub(crate) struct StepResult {
 pub(crate) struct Scheduler {
     profile: Profile,
     seed: u64,
-    root: u64,
     kv: KvCache,
     waiting: VecDeque<Seq>,
     running: Vec<Seq>,
@@ -151,7 +150,6 @@ impl Scheduler {
         Self {
             profile,
             seed,
-            root: root_hash(seed),
             kv,
             waiting: VecDeque::new(),
             running: Vec::new(),
@@ -164,12 +162,8 @@ impl Scheduler {
 
     /// Queues a request that arrived at model time `now`.
     pub(crate) fn add(&mut self, s: Submit, now: f64) {
-        let prompt_hashes = prompt_block_hashes(
-            self.seed,
-            &s.prompt,
-            self.profile.block_size,
-            s.lora.as_deref(),
-        );
+        let prompt_hashes =
+            prompt_block_hashes(&s.prompt, self.profile.block_size, s.lora.as_deref());
         let mut seed_bytes = self.seed ^ s.seed.rotate_left(17);
         for (i, t) in s.prompt.iter().enumerate().take(64) {
             seed_bytes = seed_bytes
@@ -251,7 +245,6 @@ impl Scheduler {
         victim.remote_prefill = false;
         // Generated tokens stay part of the sequence and are recomputed with the prompt.
         victim.prompt_hashes = prompt_block_hashes(
-            self.seed,
             &victim.tokens,
             self.profile.block_size,
             victim.lora.as_deref(),
@@ -438,7 +431,6 @@ impl Scheduler {
         // (index into running, index into outputs)
         let mut finished: Vec<(usize, usize)> = Vec::new();
         for &(i, new) in &scheduled {
-            let root = self.root;
             let seq = &mut self.running[i];
             seq.ready_at = None;
             seq.computed += new;
@@ -448,7 +440,7 @@ impl Scheduler {
                 let hash = match seq.prompt_hashes.get(n) {
                     Some(h) => *h,
                     None => block_hash(
-                        parent.unwrap_or(root),
+                        parent,
                         &seq.tokens[n * bs..(n + 1) * bs],
                         seq.lora.as_deref(),
                     ),

@@ -1,68 +1,51 @@
-//! Chained token-block hashes, in the shape of vLLM's prefix-cache keys.
+//! Chained token-block hashes: the prefix-cache keys and the `block_hashes` of KV events.
 //!
-//! vLLM hashes each full block as `H(parent_hash, token_ids, extra_keys)` with SHA-256 and, for
-//! KV events, publishes the low 64 bits of the digest (the last 8 bytes, big-endian;
-//! `VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1`, `engines-and-peers.md` §5.5). The chain starts from
-//! a root `NONE_HASH` that is random unless seeded. We keep that structure with a fixed byte
-//! layout instead of Python's CBOR/pickle serialisation:
+//! The chain is `kthena_sched::token_block_hash`, the function the router's `kvcache-aware`
+//! index uses too, so hashes published in KV events match what the router computes from the
+//! same token ids:
 //!
 //! ```text
-//! root        = low64(SHA-256("kthena-sim-none-hash" || seed as 8 B big-endian))
-//! hash(block) = low64(SHA-256(parent as 8 B BE || each token id as 4 B BE || lora name UTF-8))
+//! h_0 = token_block_hash(None, block_0)          // chained from kthena_sched::TOKEN_CHAIN_ROOT
+//! h_i = token_block_hash(Some(h_{i-1}), block_i)
 //! ```
 //!
-//! so the same tokens, LoRA and seed always give the same hashes, in any process.
+//! Blocks of a LoRA request chain from `token_block_hash(None, lora name bytes as u32s)`
+//! instead, so the same tokens under different adapters never share cache entries (vLLM puts
+//! the LoRA name in the block's extra keys for the same reason). Only full blocks are hashed.
+//! Like vLLM, the chain has one structure (parent hash + block tokens + extra keys); unlike
+//! vLLM it uses XXH3 and no per-process random root, so every engine agrees.
 
-use sha2::{Digest, Sha256};
+use kthena_sched::token_block_hash;
 
-fn low64(digest: &[u8]) -> u64 {
-    let mut tail = [0u8; 8];
-    tail.copy_from_slice(&digest[digest.len() - 8..]);
-    u64::from_be_bytes(tail)
+/// The parent to use for the first block of a sequence under `lora`.
+fn chain_start(lora: Option<&str>) -> Option<u64> {
+    lora.map(|name| {
+        let salt: Vec<u32> = name.bytes().map(u32::from).collect();
+        token_block_hash(None, &salt)
+    })
 }
 
-/// The root of the hash chain (vLLM's `NONE_HASH`) for `seed`.
+/// Hash of one full block given its parent's hash (`None` for the first block).
 #[must_use]
-pub fn root_hash(seed: u64) -> u64 {
-    let mut h = Sha256::new();
-    h.update(b"kthena-sim-none-hash");
-    h.update(seed.to_be_bytes());
-    low64(&h.finalize())
+pub fn block_hash(parent: Option<u64>, tokens: &[u32], lora: Option<&str>) -> u64 {
+    token_block_hash(parent.or_else(|| chain_start(lora)), tokens)
 }
 
-/// Hash of one full block given its parent's hash (or [`root_hash`] for the first block).
-#[must_use]
-pub fn block_hash(parent: u64, tokens: &[u32], lora: Option<&str>) -> u64 {
-    let mut h = Sha256::new();
-    h.update(parent.to_be_bytes());
-    for t in tokens {
-        h.update(t.to_be_bytes());
-    }
-    if let Some(name) = lora {
-        h.update(name.as_bytes());
-    }
-    low64(&h.finalize())
-}
-
-/// Hashes of every full block of `tokens` (a trailing partial block is not hashed), chained
-/// from `root_hash(seed)`. Returns `tokens.len() / block_size` hashes; empty if
+/// Hashes of every full block of `tokens` (a trailing partial block is not hashed), chained as
+/// described in the module docs. Returns `tokens.len() / block_size` hashes; empty if
 /// `block_size == 0`.
 #[must_use]
-pub fn prompt_block_hashes(
-    seed: u64,
-    tokens: &[u32],
-    block_size: usize,
-    lora: Option<&str>,
-) -> Vec<u64> {
+pub fn prompt_block_hashes(tokens: &[u32], block_size: usize, lora: Option<&str>) -> Vec<u64> {
     if block_size == 0 {
         return Vec::new();
     }
-    let mut parent = root_hash(seed);
+    let mut parent = None;
     tokens
         .chunks_exact(block_size)
         .map(|block| {
-            parent = block_hash(parent, block, lora);
-            parent
+            let h = block_hash(parent, block, lora);
+            parent = Some(h);
+            h
         })
         .collect()
 }
@@ -76,14 +59,17 @@ mod tests {
         let a: Vec<u32> = (0..48).collect();
         let mut b = a.clone();
         b[0] = 999;
-        let ha = prompt_block_hashes(0, &a, 16, None);
-        let hb = prompt_block_hashes(0, &b, 16, None);
+        let ha = prompt_block_hashes(&a, 16, None);
+        let hb = prompt_block_hashes(&b, 16, None);
         assert_eq!(ha.len(), 3);
         // A change in the first block changes every later hash (chaining).
         assert!(ha.iter().zip(&hb).all(|(x, y)| x != y));
-        assert_ne!(ha, prompt_block_hashes(0, &a, 16, Some("lora-a")));
-        assert_ne!(ha, prompt_block_hashes(1, &a, 16, None));
+        assert_ne!(ha, prompt_block_hashes(&a, 16, Some("lora-a")));
         // A trailing partial block is not hashed; full blocks keep their hashes.
-        assert_eq!(prompt_block_hashes(0, &a[..40], 16, None), ha[..2]);
+        assert_eq!(prompt_block_hashes(&a[..40], 16, None), ha[..2]);
+        // Identical to the scheduler crate's chain without LoRA.
+        let mut sched = Vec::new();
+        kthena_sched::token_block_hashes(&a, 16, 128, &mut sched);
+        assert_eq!(ha, sched);
     }
 }

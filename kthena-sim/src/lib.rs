@@ -42,7 +42,7 @@ mod tokenize;
 
 pub use config::{Config, Faults, Flavor, KvEventsFormat, Profile, Role};
 pub use error::Error;
-pub use hash::{block_hash, prompt_block_hashes, root_hash};
+pub use hash::{block_hash, prompt_block_hashes};
 pub use kv::KvEvent;
 pub use kv_events::{encode_batch, event_value};
 pub use offline::{OfflineReport, OfflineRequest, simulate};

@@ -113,7 +113,8 @@ impl Metrics {
         } else {
             vec![(Cow::Borrowed("model_name"), Cow::Owned(cfg.model.clone()))]
         };
-        let mut registry = Registry::with_labels(labels.into_iter());
+        let mut root = Registry::default();
+        let registry = root.sub_registry_with_labels(labels.into_iter());
         let p = &cfg.profile;
         let running = Gauge::default();
         let waiting = Gauge::default();
@@ -133,6 +134,7 @@ impl Metrics {
         let request_prompt = hist(&len_buckets);
         let request_generation = hist(&len_buckets);
         let mut lora_info = None;
+        let mut vllm_cache_info = None;
         let mut kv_available_tokens = None;
         if vllm {
             registry.register(
@@ -215,6 +217,13 @@ impl Metrics {
                 "Histogram of time spent in WAITING phase for request.",
                 queue.clone(),
             );
+            let fam = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+            registry.register(
+                "vllm:lora_requests_info",
+                "Running stats on lora requests.",
+                fam.clone(),
+            );
+            lora_info = Some(fam);
             let cache_info = Family::<Labels, Gauge>::default();
             let mut info: Labels = vec![
                 ("block_size".to_owned(), p.block_size.to_string()),
@@ -232,18 +241,7 @@ impl Metrics {
                 ("prefix_caching_hash_algo".to_owned(), "sha256".to_owned()),
             ]);
             cache_info.get_or_create(&info).set(1);
-            registry.register(
-                "vllm:cache_config_info",
-                "Information of the LLMEngine CacheConfig",
-                cache_info,
-            );
-            let fam = Family::<Labels, Gauge<f64, AtomicU64>>::default();
-            registry.register(
-                "vllm:lora_requests_info",
-                "Running stats on lora requests.",
-                fam.clone(),
-            );
-            lora_info = Some(fam);
+            vllm_cache_info = Some(cache_info);
         } else {
             registry.register(
                 "sglang:num_running_reqs",
@@ -315,8 +313,20 @@ impl Metrics {
                 cache_info,
             );
         }
+        if let Some(cache_info) = vllm_cache_info {
+            // vLLM labels this info metric with `engine` only (no `model_name`).
+            root.sub_registry_with_labels(std::iter::once((
+                Cow::Borrowed("engine"),
+                Cow::Borrowed("0"),
+            )))
+            .register(
+                "vllm:cache_config_info",
+                "Information of the LLMEngine CacheConfig",
+                cache_info,
+            );
+        }
         Self {
-            registry,
+            registry: root,
             running,
             waiting,
             kv_usage,

@@ -48,10 +48,16 @@ pub struct OfflineReport {
 /// # Errors
 /// [`Error::Config`] if `profile` is invalid or a request has an empty prompt, a zero
 /// `max_tokens` or does not fit in `max_model_len`.
-pub fn simulate(profile: &Profile, seed: u64, requests: &[OfflineRequest]) -> Result<OfflineReport> {
-    let mut cfg = Config::default();
-    cfg.profile = profile.clone();
-    let cfg = cfg.validate()?;
+pub fn simulate(
+    profile: &Profile,
+    seed: u64,
+    requests: &[OfflineRequest],
+) -> Result<OfflineReport> {
+    let cfg = Config {
+        profile: profile.clone(),
+        ..Config::default()
+    }
+    .validate()?;
     for (i, r) in requests.iter().enumerate() {
         if r.prompt.is_empty()
             || r.max_tokens == 0
@@ -65,7 +71,7 @@ pub fn simulate(profile: &Profile, seed: u64, requests: &[OfflineRequest]) -> Re
         }
     }
     let metrics = Arc::new(Metrics::new(&cfg));
-    let mut sched = Scheduler::new(cfg.profile.clone(), seed, Tokenizer::fallback(), metrics);
+    let mut sched = Scheduler::new(cfg.profile, seed, Tokenizer::fallback(), metrics);
     let mut order: Vec<usize> = (0..requests.len()).collect();
     order.sort_by(|&a, &b| requests[a].arrival.total_cmp(&requests[b].arrival));
     let mut receivers: Vec<Option<mpsc::UnboundedReceiver<crate::engine::Output>>> =
@@ -131,7 +137,11 @@ pub fn simulate(profile: &Profile, seed: u64, requests: &[OfflineRequest]) -> Re
     Ok(OfflineReport {
         makespan,
         output_tokens,
-        output_throughput: if makespan > 0.0 { output_tokens as f64 / makespan } else { 0.0 },
+        output_throughput: if makespan > 0.0 {
+            output_tokens as f64 / makespan
+        } else {
+            0.0
+        },
         ttft,
         steps,
         preemptions: sched.preemptions,
@@ -175,8 +185,10 @@ mod tests {
 
     #[test]
     fn deterministic_and_queueing_raises_ttft() {
-        let mut p = Profile::default();
-        p.max_num_seqs = 2;
+        let p = Profile {
+            max_num_seqs: 2,
+            ..Profile::default()
+        };
         let reqs: Vec<_> = (0..6).map(|i| req(0.0, i, 100, 20)).collect();
         let a = simulate(&p, 7, &reqs).unwrap();
         let b = simulate(&p, 7, &reqs).unwrap();
@@ -188,9 +200,11 @@ mod tests {
 
     #[test]
     fn kv_pressure_preempts_and_still_finishes() {
-        let mut p = Profile::default();
-        p.num_gpu_blocks = 20; // 320 tokens
-        p.max_model_len = 320;
+        let p = Profile {
+            num_gpu_blocks: 20, // 320 tokens
+            max_model_len: 320,
+            ..Profile::default()
+        };
         // Two 150-token prompts each growing by 100 tokens cannot both stay resident.
         let reqs = vec![req(0.0, 1, 150, 100), req(0.0, 2, 150, 100)];
         let r = simulate(&p, 0, &reqs).unwrap();

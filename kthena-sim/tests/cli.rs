@@ -48,23 +48,41 @@ fn help_documents_every_knob_and_default() {
         ("--fault-first-byte-delay-ms", Some("0")),
         ("--fault-drop-after-chunks", None),
     ] {
-        let start = help.find(&format!("{flag} <")).unwrap_or_else(|| panic!("{flag} missing"));
+        let start = help
+            .find(&format!("{flag} <"))
+            .unwrap_or_else(|| panic!("{flag} missing"));
         let section = &help[start..];
-        let end = section[2..].find("\n      --").map_or(section.len(), |e| e + 2);
+        let end = section[2..]
+            .find("\n      --")
+            .map_or(section.len(), |e| e + 2);
         let section = &section[..end];
         // Every flag has a description line.
         assert!(section.lines().count() >= 2, "{flag} has no description");
         if let Some(d) = default {
-            assert!(section.contains(&format!("[default: {d}]")), "{flag}: {section}");
+            assert!(
+                section.contains(&format!("[default: {d}]")),
+                "{flag}: {section}"
+            );
         }
     }
 }
 
 #[tokio::test]
 async fn binary_serves_on_the_given_port() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let mut child = tokio::process::Command::new(BIN)
-        .args(["--port", &port.to_string(), "--model", "cli-model", "--time-scale", "10"])
+        .args([
+            "--port",
+            &port.to_string(),
+            "--model",
+            "cli-model",
+            "--time-scale",
+            "10",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -73,14 +91,21 @@ async fn binary_serves_on_the_given_port() {
     let base = format!("http://127.0.0.1:{port}");
     let mut up = false;
     for _ in 0..200 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
             up = true;
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(up, "kthena-sim did not start");
-    let (status, body) = common::post_json(&format!("{base}/v1/completions"), &json!({"model": "cli-model", "prompt": "hi", "max_tokens": 2})).await;
+    let (status, body) = common::post_json(
+        &format!("{base}/v1/completions"),
+        &json!({"model": "cli-model", "prompt": "hi", "max_tokens": 2}),
+    )
+    .await;
     assert_eq!(status, 200);
     assert_eq!(body["usage"]["completion_tokens"], 2);
     child.kill().await.unwrap();

@@ -145,7 +145,7 @@ async fn rust_subscriber_decodes(format: KvEventsFormat) {
             e.0 == "BlockStored" && e.3 == p0.iter().map(|&t| u64::from(t)).collect::<Vec<_>>()
         })
         .expect("BlockStored for prompt 0");
-    assert_eq!(stored.1, prompt_block_hashes(0, &p0, BS, None));
+    assert_eq!(stored.1, prompt_block_hashes(&p0, BS, None));
     assert_eq!(stored.2, None);
     let removed: Vec<u64> = events
         .iter()
@@ -154,9 +154,17 @@ async fn rust_subscriber_decodes(format: KvEventsFormat) {
         .collect();
     assert!(!removed.is_empty(), "no BlockRemoved in {events:?}");
     // Resetting the prefix cache of an idle engine clears everything.
-    let (status, _) = common::send("POST", &format!("{}/reset_prefix_cache", sim.base_url()), None).await;
+    let (status, _) = common::send(
+        "POST",
+        &format!("{}/reset_prefix_cache", sim.base_url()),
+        None,
+    )
+    .await;
     assert_eq!(status, 200);
-    let m = tokio::time::timeout(Duration::from_secs(2), sub.recv()).await.unwrap().unwrap();
+    let m = tokio::time::timeout(Duration::from_secs(2), sub.recv())
+        .await
+        .unwrap()
+        .unwrap();
     let seq = u64::from_be_bytes(m.get(1).unwrap().as_ref().try_into().unwrap());
     assert_eq!(seq, seqs.last().unwrap() + 1);
     let evs = decode(m.get(2).unwrap(), format);
@@ -234,7 +242,7 @@ async fn pyzmq_subscriber_interoperates() {
         .iter()
         .map(|h| h.as_u64().unwrap())
         .collect();
-    assert_eq!(hashes, prompt_block_hashes(0, &tokens, BS, None));
+    assert_eq!(hashes, prompt_block_hashes(&tokens, BS, None));
     child.wait().await.unwrap();
     sim.kill().await;
 }

@@ -102,6 +102,15 @@ fn load_time_errors() {
         let e = section(yaml).unwrap_err();
         assert_eq!(e.to_string(), msg, "{yaml}");
     }
+    // Args of a configured but disabled plugin are checked too.
+    let e = section(
+        "pluginConfig: [{name: kvcache-aware, args: {maxBlocksToMatch: 0}}]\nplugins: {Score: {enabled: [{name: gpu-usage}]}}",
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid args for scheduler plugin \"kvcache-aware\": maxBlocksToMatch must be > 0"
+    );
     let e = section("pluginConfig: [{name: prefix-cache, args: {topK: 1}}]\nplugins: {Score: {enabled: [{name: prefix-cache}]}}")
         .unwrap_err();
     assert!(e.to_string().contains("unknown field `topK`"), "{e}");

@@ -89,39 +89,19 @@ pub(crate) async fn stream(url: &str, body: &Value) -> (u16, Vec<String>, bool) 
     (status, events, clean)
 }
 
-/// Value of the (last) sample named `name` in a Prometheus text exposition; histogram sums
-/// and counts are addressed as `<name>_sum` / `<name>_count`.
+/// Value of the sample `name` (with any labels) in our own `/metrics` output, e.g.
+/// `vllm:num_requests_waiting` or `vllm:time_to_first_token_seconds_sum`. The exposition
+/// itself is validated with the reference parser in `tests/metrics_format.rs`; this only
+/// picks one sample line out of text we produced.
 pub(crate) fn metric(text: &str, name: &str) -> f64 {
-    let lines = text.lines().map(|l| Ok(l.to_owned()));
-    let scrape = prometheus_parse::Scrape::parse(lines).unwrap();
-    let mut found = None;
-    for s in &scrape.samples {
-        let v = match &s.value {
-            prometheus_parse::Value::Counter(v)
-            | prometheus_parse::Value::Gauge(v)
-            | prometheus_parse::Value::Untyped(v) => Some(*v),
-            prometheus_parse::Value::Histogram(_) | prometheus_parse::Value::Summary(_) => None,
-        };
-        if s.metric == name {
-            found = v.or(found);
-        }
-        if let prometheus_parse::Value::Histogram(h) = &s.value {
-            let _ = h;
-        }
-    }
-    if let Some(v) = found {
-        return v;
-    }
-    // Histogram sum/count lines.
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix(name)
-            && (rest.starts_with('{') || rest.starts_with(' '))
-        {
-            let v = line.rsplit(' ').next().unwrap();
-            return v.parse().unwrap();
-        }
-    }
-    panic!("metric {name} not found in\n{text}");
+    text.lines()
+        .find(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("metric {name} not found in\n{text}"))
 }
 
 pub(crate) async fn metrics(base: &str) -> String {
