@@ -8,5 +8,19 @@ ensure_services() {
     # pyzmq + msgpack: the libzmq peer of kthena-sim's KV-event interop test; prometheus_client:
     # the reference parser its /metrics conformance test uses.
     python3 -c 'import zmq, msgpack, prometheus_client' 2>/dev/null || pip install -q pyzmq msgpack prometheus_client
+    # Redis on 127.0.0.1:6379: the Go-Kthena-compatible KV index test (kthena-router).
+    if ! command -v redis-server >/dev/null; then
+        apt-get install -y redis-server >/dev/null 2>&1 \
+            || { apt-get update >/dev/null && apt-get install -y redis-server >/dev/null; }
+    fi
+    if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+        redis-server --port 6379 --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
+            --pidfile /tmp/kthena-redis-6379.pid --dir /tmp >/dev/null
+        for _ in $(seq 50); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 0.1; done
+    fi
+    # llama.cpp llama-server + SmolLM2-135M for the real-engine test (cached under
+    # /var/cache/kthena; built only when missing, about 10 minutes on 2 cores).
+    eval "$(nice -n 19 scripts/llama-server.sh)"
+    export LLAMA_SERVER_BIN LLAMA_MODEL
     :
 }

@@ -117,10 +117,10 @@ impl RedisKvIndex {
     fn with_conn<T>(&self, f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>) -> Result<T> {
         let mut g = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
         if g.is_none() {
-            let c = self
-                .client
-                .get_connection_with_timeout(self.timeout)
-                .map_err(|e| Error::Redis { reason: e.to_string() })?;
+            let c = self.client.get_connection_with_timeout(self.timeout).map_err(|e| {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                Error::Redis { reason: e.to_string() }
+            })?;
             c.set_read_timeout(Some(self.timeout)).map_err(|e| Error::Redis { reason: e.to_string() })?;
             c.set_write_timeout(Some(self.timeout)).map_err(|e| Error::Redis { reason: e.to_string() })?;
             *g = Some(c);

@@ -239,6 +239,10 @@ impl ProxyBody {
         {
             self.output_tokens = u.completion_tokens;
         }
+        // An upstream 4xx passed through unchanged is still an error of the request.
+        let error = error.or_else(|| {
+            (self.status >= 400).then(|| ("upstream_response", format!("upstream answered {}", self.status)))
+        });
         let origin = if error.as_ref().is_some_and(|(k, _)| *k == "client_disconnect") { "downstream" } else { "upstream" };
         if let Some(mut ctx) = self.ctx.take() {
             ctx.settle(self.status, error, origin, self.output_tokens);

@@ -225,7 +225,8 @@ async fn routes_to_the_engine_holding_the_prefix() {
     assert_eq!(ctx.r.wait_metric(subscribed, Duration::from_secs(5), |v| v == 1.0).await, 1.0);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let rollbacks = r#"kthena_router_kv_events_rollbacks_total{endpoint="default/sim-1"}"#;
-    direct_completion(addrs[1].0, "the restarted engine serves its first request").await;
+    // Long enough to fill full blocks (short prompts publish no event).
+    direct_completion(addrs[1].0, &filler(9)).await;
     ctx.r.wait_metric(rollbacks, Duration::from_secs(5), |v| v >= 1.0).await;
     let text = ctx.r.metrics().await;
     let sim1_lines: Vec<&str> = text.lines().filter(|l| l.contains("default/sim-1")).collect();
@@ -246,11 +247,23 @@ async fn routes_to_the_engine_holding_the_prefix() {
     }
     assert!(ctx.r.router.generation() > generation, "config was not reloaded");
     assert_eq!(ctx.wait_matched("sim-2", &filler_tokens, |m| m == 0).await, 0);
+    // The supervisor stops the subscription on its next round.
+    let mut text = String::new();
+    for _ in 0..250 {
+        text = ctx.r.metrics().await;
+        if !text.contains(r#"kthena_router_kv_events_subscribed{endpoint="default/sim-2"}"#) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!text.contains(r#"kthena_router_kv_events_subscribed{endpoint="default/sim-2"}"#), "{text}");
     let entries_after = ctx.r.router.snapshot().scheduler.kv_index().unwrap().len();
     assert!(entries_after < entries_before, "{entries_after} >= {entries_before}");
-    let text = ctx.r.metrics().await;
-    assert!(!text.contains(r#"kthena_router_kv_events_subscribed{endpoint="default/sim-2"}"#), "{text}");
-    assert_eq!(metric_in(&text, "kthena_router_kv_index_entries"), entries_after as f64);
+    let gauge = ctx
+        .r
+        .wait_metric("kthena_router_kv_index_entries", Duration::from_secs(2), |v| v == entries_after as f64)
+        .await;
+    assert_eq!(gauge, entries_after as f64);
     // Nothing undecodable came from either encoding.
     assert!(!text.contains("kthena_router_kv_events_decode_errors_total{"), "{text}");
 

@@ -278,7 +278,12 @@ impl SchedulerBuilder {
                 });
             }
             let enabled = config.plugins.filter.enabled.contains(&pc.name)
-                || config.plugins.score.enabled.iter().any(|w| w.name == pc.name);
+                || config
+                    .plugins
+                    .score
+                    .enabled
+                    .iter()
+                    .any(|w| w.name == pc.name);
             if !enabled {
                 // Check the args of configured but disabled plugins too, in a throwaway
                 // context, so a typo never waits until the plugin is switched on.

@@ -24,7 +24,7 @@ use tokio::sync::{Notify, mpsc};
 use crate::config::{Config, Faults, Flavor, Role};
 use crate::engine::{Command, Finished, Output, Submit};
 use crate::metrics::Metrics;
-use crate::tokenize::{Tokenizer, render_chat};
+use crate::tokenize::Tokenizer;
 
 /// `system_fingerprint` of every response.
 const FINGERPRINT: &str = "vllm-0.32.0-kthena-sim";
@@ -483,13 +483,28 @@ struct TokenizeRequest {
     prompt: Option<String>,
     #[serde(default)]
     messages: Option<Vec<Message>>,
+    /// vLLM's default: true for prompts, false for messages.
+    #[serde(default)]
+    add_special_tokens: Option<bool>,
+}
+
+/// Renders chat messages with the model's template (or ChatML); template errors are 400s.
+fn render_messages(s: &Shared, messages: Vec<Message>) -> Result<String, ApiError> {
+    s.tokenizer
+        .render_chat(&flatten_messages(messages))
+        .map_err(|e| ApiError::bad_request(e).with_param("messages"))
 }
 
 async fn tokenize(State(s): State<Arc<Shared>>, body: Bytes) -> Result<Response, ApiError> {
     let req: TokenizeRequest = parse(&body)?;
     let tokens = match (req.prompt, req.messages) {
-        (Some(p), _) => s.tokenizer.encode(&p),
-        (None, Some(m)) => s.tokenizer.encode(&render_chat(&flatten_messages(m))),
+        (Some(p), _) => s
+            .tokenizer
+            .encode(&p, req.add_special_tokens.unwrap_or(true)),
+        (None, Some(m)) => s.tokenizer.encode(
+            &render_messages(&s, m)?,
+            req.add_special_tokens.unwrap_or(false),
+        ),
         (None, None) => {
             return Err(ApiError::bad_request(
                 "Either prompt or messages is required",
@@ -635,43 +650,44 @@ struct Gen {
 }
 
 async fn completions(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
-    let result = async {
-        let req: CompletionRequest = parse(&body)?;
-        let prompt = match req.prompt {
-            PromptInput::Text(t) => s.tokenizer.encode(&t),
-            PromptInput::Tokens(t) => t,
-            PromptInput::Texts(mut v) if v.len() == 1 => s.tokenizer.encode(&v.remove(0)),
-            PromptInput::TokenLists(mut v) if v.len() == 1 => v.remove(0),
-            PromptInput::Texts(_) | PromptInput::TokenLists(_) => {
-                return Err(ApiError::bad_request(
-                    "Batched prompts are not supported by this engine",
-                )
-                .with_param("prompt"));
-            }
-        };
-        prepare(&s, Api::Completions, req.common, prompt)
-    }
-    .await;
-    match result {
-        Ok(gen_req) => generate(s, gen_req).await,
+    match completion_request(&s, &body) {
+        Ok(g) => generate(s, g).await,
         Err(e) => e.into_response(),
     }
 }
 
 async fn chat_completions(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
-    let result = (|| {
-        let req: ChatRequest = parse(&body)?;
-        if req.messages.is_empty() {
-            return Err(ApiError::bad_request("messages must not be empty").with_param("messages"));
-        }
-        let text = render_chat(&flatten_messages(req.messages));
-        let prompt = s.tokenizer.encode(&text);
-        prepare(&s, Api::Chat, req.common, prompt)
-    })();
-    match result {
-        Ok(gen_req) => generate(s, gen_req).await,
+    match chat_request(&s, &body) {
+        Ok(g) => generate(s, g).await,
         Err(e) => e.into_response(),
     }
+}
+
+fn completion_request(s: &Shared, body: &Bytes) -> Result<Gen, ApiError> {
+    let req: CompletionRequest = parse(body)?;
+    let prompt = match req.prompt {
+        PromptInput::Text(t) => s.tokenizer.encode(&t, true),
+        PromptInput::Tokens(t) => t,
+        PromptInput::Texts(mut v) if v.len() == 1 => s.tokenizer.encode(&v.remove(0), true),
+        PromptInput::TokenLists(mut v) if v.len() == 1 => v.remove(0),
+        PromptInput::Texts(_) | PromptInput::TokenLists(_) => {
+            return Err(
+                ApiError::bad_request("Batched prompts are not supported by this engine")
+                    .with_param("prompt"),
+            );
+        }
+    };
+    prepare(s, Api::Completions, req.common, prompt)
+}
+
+fn chat_request(s: &Shared, body: &Bytes) -> Result<Gen, ApiError> {
+    let req: ChatRequest = parse(body)?;
+    if req.messages.is_empty() {
+        return Err(ApiError::bad_request("messages must not be empty").with_param("messages"));
+    }
+    let text = render_messages(s, req.messages)?;
+    let prompt = s.tokenizer.encode(&text, false);
+    prepare(s, Api::Chat, req.common, prompt)
 }
 
 fn prepare(s: &Shared, api: Api, c: Common, prompt: Vec<u32>) -> Result<Gen, ApiError> {

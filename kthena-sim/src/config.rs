@@ -186,10 +186,11 @@ pub struct Config {
     /// metrics and in every formula are model time; only sleeps are divided by this.
     #[arg(long, default_value_t = 1.0)]
     pub time_scale: f64,
-    /// Seed for generated tokens, fault injection and the block-hash chain root.
+    /// Seed for generated tokens and fault injection.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Path to a Hugging Face `tokenizer.json`; unset uses the built-in fallback tokenizer.
+    /// Path to a Hugging Face `tokenizer.json` (a `tokenizer_config.json` next to it supplies
+    /// the chat template); unset uses the built-in fallback tokenizer.
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
     /// Output tokens when a chat request sets no `max_tokens` (vLLM would use the rest of the

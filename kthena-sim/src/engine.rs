@@ -592,7 +592,12 @@ pub(crate) async fn run(
         if result.duration > 0.0 {
             sim_now += result.duration;
             let target = start + std::time::Duration::from_secs_f64(sim_now / time_scale);
-            tokio::time::sleep_until(target).await;
+            if target > Instant::now() {
+                tokio::time::sleep_until(target).await;
+            } else {
+                // Behind wall time (large time scales): do not wait for a timer tick.
+                tokio::task::yield_now().await;
+            }
         } else {
             // Nothing could be scheduled (cannot happen with a validated config); do not spin.
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;

@@ -229,4 +229,44 @@ mod tests {
         let r = simulate(&p, 0, &[a.clone(), OfflineRequest { arrival: 1.0, ..a }]).unwrap();
         assert!((r.ttft[1] - (5.0 + 16.0 * 0.03) / 1e3).abs() < 1e-12);
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        /// Any workload on a small cache finishes with exactly the requested tokens: no
+        /// request is lost or stuck, whatever the preemptions, prefix sharing and LoRA mix.
+        #[test]
+        fn every_request_finishes(
+            reqs in proptest::collection::vec(
+                (0u32..4, 1usize..120, 1usize..40, 0.0f64..0.5, proptest::option::of(0u8..3)),
+                1..24,
+            ),
+            blocks in 40usize..80,
+            max_seqs in 1usize..8,
+            budget in 8usize..256,
+        ) {
+            let p = Profile {
+                num_gpu_blocks: blocks,
+                block_size: 4,
+                max_model_len: 160,
+                max_num_seqs: max_seqs,
+                max_num_batched_tokens: budget,
+                ..Profile::default()
+            };
+            let reqs: Vec<OfflineRequest> = reqs
+                .into_iter()
+                .map(|(group, prompt, out, arrival, lora)| OfflineRequest {
+                    arrival,
+                    // Requests of a group share a prefix.
+                    prompt: (0..prompt as u32).map(|i| group * 1000 + i).collect(),
+                    max_tokens: out,
+                    lora: lora.map(|l| format!("lora-{l}")),
+                })
+                .collect();
+            let want: usize = reqs.iter().map(|r| r.max_tokens).sum();
+            let r = simulate(&p, 3, &reqs).unwrap();
+            proptest::prop_assert_eq!(r.output_tokens, want);
+            proptest::prop_assert!(r.ttft.iter().all(|t| t.is_finite() && *t > 0.0));
+        }
+    }
 }

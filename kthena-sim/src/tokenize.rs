@@ -86,10 +86,85 @@ enum Inner {
     Fallback,
 }
 
+/// A model's Jinja chat template (`chat_template` of `tokenizer_config.json`).
+struct ChatTemplate {
+    env: minijinja::Environment<'static>,
+    bos: String,
+    eos: String,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate").finish_non_exhaustive()
+    }
+}
+
+fn raise_exception(msg: String) -> std::result::Result<String, minijinja::Error> {
+    Err(minijinja::Error::new(
+        minijinja::ErrorKind::InvalidOperation,
+        msg,
+    ))
+}
+
+/// A special-token field of `tokenizer_config.json`: a string or `{"content": ...}`.
+fn token_text(v: Option<&serde_json::Value>) -> String {
+    match v {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(o) => o
+            .get("content")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        None => String::new(),
+    }
+}
+
+/// Loads the chat template from a `tokenizer_config.json`, if it has one.
+fn load_template(path: &Path) -> Result<Option<ChatTemplate>> {
+    let err = |reason: String| Error::Tokenizer {
+        path: path.display().to_string(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    let cfg: serde_json::Value = serde_json::from_str(&text).map_err(|e| err(e.to_string()))?;
+    let source = match cfg.get("chat_template") {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        // A list of named templates: use "default".
+        Some(serde_json::Value::Array(list)) => match list
+            .iter()
+            .find(|t| t.get("name").and_then(serde_json::Value::as_str) == Some("default"))
+            .and_then(|t| t.get("template"))
+            .and_then(serde_json::Value::as_str)
+        {
+            Some(s) => s.to_owned(),
+            None => return Ok(None),
+        },
+        _ => return Ok(None),
+    };
+    let mut env = minijinja::Environment::new();
+    // Hugging Face renders templates with trim_blocks and lstrip_blocks.
+    let syntax = minijinja::syntax::SyntaxConfig::builder()
+        .trim_blocks(true)
+        .lstrip_blocks(true)
+        .build()
+        .map_err(|e| err(format!("chat template syntax: {e}")))?;
+    env.set_syntax(syntax);
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_function("raise_exception", raise_exception);
+    env.add_template_owned("chat", source)
+        .map_err(|e| err(format!("chat template: {e}")))?;
+    Ok(Some(ChatTemplate {
+        env,
+        bos: token_text(cfg.get("bos_token")),
+        eos: token_text(cfg.get("eos_token")),
+    }))
+}
+
 /// A tokenizer shared by all requests. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Tokenizer {
     inner: Arc<Inner>,
+    template: Option<Arc<ChatTemplate>>,
     /// `(id, text)` pairs generated output is drawn from.
     vocab: Arc<Vec<(u32, String)>>,
 }
@@ -105,14 +180,17 @@ impl Tokenizer {
         vocab.dedup_by(|a, b| a.0 == b.0);
         Self {
             inner: Arc::new(Inner::Fallback),
+            template: None,
             vocab: Arc::new(vocab),
         }
     }
 
-    /// Loads a Hugging Face `tokenizer.json`.
+    /// Loads a Hugging Face `tokenizer.json`, and the chat template of the
+    /// `tokenizer_config.json` next to it when there is one (Hugging Face's model layout).
     ///
     /// # Errors
-    /// [`Error::Tokenizer`] if the file cannot be read or parsed.
+    /// [`Error::Tokenizer`] if a file cannot be read or parsed, or the template does not
+    /// compile.
     pub fn from_file(path: &Path) -> Result<Self> {
         let err = |reason: String| Error::Tokenizer {
             path: path.display().to_string(),
@@ -132,19 +210,27 @@ impl Tokenizer {
         if vocab.is_empty() {
             return Err(err("the tokenizer produced no output vocabulary".to_owned()));
         }
+        let config = path.with_file_name("tokenizer_config.json");
+        let template = if config.exists() {
+            load_template(&config)?.map(Arc::new)
+        } else {
+            None
+        };
         Ok(Self {
             inner: Arc::new(Inner::Hf(Box::new(tok))),
+            template,
             vocab: Arc::new(vocab),
         })
     }
 
-    /// Token ids of `text` (no special tokens added, as vLLM's `/tokenize` with
-    /// `add_special_tokens` false for chat-rendered prompts).
+    /// Token ids of `text`. `add_special_tokens` adds the tokenizer's BOS/EOS decorations
+    /// (vLLM: true for completion prompts, false for rendered chat); the fallback tokenizer
+    /// has none.
     #[must_use]
-    pub fn encode(&self, text: &str) -> Vec<u32> {
+    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Vec<u32> {
         match &*self.inner {
             Inner::Hf(tok) => tok
-                .encode(text, false)
+                .encode(text, add_special_tokens)
                 .map(|e| e.get_ids().to_vec())
                 .unwrap_or_default(),
             Inner::Fallback => fallback_pieces(text).into_iter().map(fallback_id).collect(),
@@ -162,11 +248,50 @@ impl Tokenizer {
     pub fn is_hf(&self) -> bool {
         matches!(&*self.inner, Inner::Hf(_))
     }
+
+    /// Whether a model chat template was loaded.
+    #[must_use]
+    pub fn has_chat_template(&self) -> bool {
+        self.template.is_some()
+    }
+
+    /// Renders `(role, content)` messages into the prompt text, with the generation prompt
+    /// appended: the model's chat template when one was loaded (evaluated with `minijinja`
+    /// and its Python-compatible methods, `add_generation_prompt=True`), else
+    /// [`render_chat`].
+    ///
+    /// # Errors
+    /// The template's error message (for example from `raise_exception`).
+    pub fn render_chat(
+        &self,
+        messages: &[(String, String)],
+    ) -> std::result::Result<String, String> {
+        let Some(t) = &self.template else {
+            return Ok(render_chat(messages));
+        };
+        let msgs: Vec<std::collections::BTreeMap<&'static str, String>> = messages
+            .iter()
+            .map(|(role, content)| {
+                std::collections::BTreeMap::from([
+                    ("role", role.clone()),
+                    ("content", content.clone()),
+                ])
+            })
+            .collect();
+        let tmpl = t.env.get_template("chat").map_err(|e| e.to_string())?;
+        tmpl.render(minijinja::context! {
+            messages => msgs,
+            add_generation_prompt => true,
+            bos_token => t.bos.clone(),
+            eos_token => t.eos.clone(),
+        })
+        .map_err(|e| format!("chat template: {e}"))
+    }
 }
 
 /// Renders chat messages into one prompt with the ChatML layout used by Qwen models
 /// (`<|im_start|>{role}\n{content}<|im_end|>\n` per message, then
-/// `<|im_start|>assistant\n`). Model-specific Jinja templates are not evaluated.
+/// `<|im_start|>assistant\n`); used when no model chat template is loaded.
 #[must_use]
 pub fn render_chat(messages: &[(String, String)]) -> String {
     let mut out = String::new();
@@ -192,8 +317,11 @@ mod tests {
             vec!["Hell", "o,", " wor", "ld!", "  to", "keni", "zati", "on"]
         );
         let t = Tokenizer::fallback();
-        assert_eq!(t.encode("Hello, world!").len(), 4);
-        assert_eq!(t.encode("a b"), vec![fallback_id("a"), fallback_id(" b")]);
+        assert_eq!(t.encode("Hello, world!", true).len(), 4);
+        assert_eq!(
+            t.encode("a b", false),
+            vec![fallback_id("a"), fallback_id(" b")]
+        );
         assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
         assert!(!t.output_vocab().is_empty());
     }
@@ -209,7 +337,17 @@ mod tests {
         };
         let t = Tokenizer::from_file(&path).unwrap();
         // spec/samples/vllm-0.32-cpu/tokenize.json
-        assert_eq!(t.encode("Hello, world!"), vec![9707, 11, 1879, 0]);
+        assert_eq!(t.encode("Hello, world!", true), vec![9707, 11, 1879, 0]);
         assert!(t.is_hf());
+        // The model's own chat template (tokenizer_config.json next to tokenizer.json).
+        assert!(t.has_chat_template());
+        let msgs = [
+            ("system".to_owned(), "Be brief.".to_owned()),
+            ("user".to_owned(), "Hello".to_owned()),
+        ];
+        assert_eq!(
+            t.render_chat(&msgs).unwrap(),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n"
+        );
     }
 }

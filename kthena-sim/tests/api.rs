@@ -286,6 +286,18 @@ async fn tokenize_with_the_qwen3_tokenizer() {
     let sample: Value =
         serde_json::from_str(include_str!("fixtures/vllm-0.32-cpu/tokenize.json")).unwrap();
     assert_eq!(body, sample);
+    // Chat messages go through the model's chat template (tokenizer_config.json).
+    let (status, body) = post_json(
+        &format!("{}/tokenize", sim.base_url()),
+        &json!({"model": "tiny-qwen3", "messages": [{"role": "user", "content": "Hello"}]}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    // <|im_start|> user \n Hello <|im_end|> \n <|im_start|> assistant \n
+    assert_eq!(
+        body["tokens"],
+        json!([151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198])
+    );
     sim.kill().await;
 }
 

@@ -374,3 +374,13 @@ fn host_plugins_are_registered_and_checked() {
     assert_eq!(got, [("c", 100.0), ("e", 40.0), ("b", 0.0), ("d", 0.0)]);
     assert_eq!(s.score_violations(), 3);
 }
+
+#[test]
+fn config_round_trips_through_serde() {
+    let cfg = Config::default();
+    let json = serde_json::to_value(&cfg).unwrap();
+    assert_eq!(json["plugins"]["Score"]["enabled"][3]["name"], "prefix-cache");
+    assert_eq!(json["pluginConfig"][1]["args"]["TTFTTPOTWeightFactor"], 0.5);
+    let back: Config = serde_json::from_value(json).unwrap();
+    assert_eq!(back, cfg);
+}
