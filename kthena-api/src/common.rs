@@ -1,6 +1,8 @@
 //! Types shared by several kinds: durations, field errors, validation helpers.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::{LazyLock, RwLock};
 use std::time::Duration;
 
 use schemars::JsonSchema;
@@ -122,7 +124,7 @@ impl Errors {
         }
     }
 
-    pub(crate) fn pattern(&mut self, path: &str, value: &str, pattern: &str) {
+    pub(crate) fn pattern(&mut self, path: &str, value: &str, pattern: &'static str) {
         if !matches_pattern(value, pattern) {
             self.push(path, format!("must match pattern {pattern}"));
         }
@@ -137,10 +139,22 @@ impl Errors {
     }
 }
 
-/// Whether `value` matches `pattern` (a regex compiled on the fly; patterns are constants of
-/// this crate, so a compile failure means "no match").
-pub(crate) fn matches_pattern(value: &str, pattern: &str) -> bool {
-    regex::Regex::new(pattern).is_ok_and(|re| re.is_match(value))
+/// Whether `value` matches `pattern`. Patterns are constants of this crate; each is compiled
+/// once and cached (a compile failure, which the tests rule out, means "no match").
+pub(crate) fn matches_pattern(value: &str, pattern: &'static str) -> bool {
+    type Cache = HashMap<&'static str, Option<regex::Regex>>;
+    static CACHE: LazyLock<RwLock<Cache>> = LazyLock::new(RwLock::default);
+    if let Ok(cache) = CACHE.read()
+        && let Some(re) = cache.get(pattern)
+    {
+        return re.as_ref().is_some_and(|re| re.is_match(value));
+    }
+    let re = regex::Regex::new(pattern).ok();
+    let matched = re.as_ref().is_some_and(|re| re.is_match(value));
+    if let Ok(mut cache) = CACHE.write() {
+        cache.insert(pattern, re);
+    }
+    matched
 }
 
 /// Kubernetes DNS-1035 label check (`[a-z]([-a-z0-9]*[a-z0-9])?`, at most 63 characters),

@@ -14,7 +14,11 @@ use kthena_router::{CacheOutcome, Message, ModelTokenizer};
 
 fn qwen3_dir() -> PathBuf {
     let local = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/tokenizers/qwen3");
-    if local.exists() { local } else { PathBuf::from("/work/shared/tokenizers/qwen3") }
+    if local.exists() {
+        local
+    } else {
+        PathBuf::from("/work/shared/tokenizers/qwen3")
+    }
 }
 
 /// A system prompt of about `tokens` Qwen3 tokens (varied English text).
@@ -27,7 +31,12 @@ fn system_prompt(tok: &ModelTokenizer, tokens: usize) -> String {
     let mut i = 0usize;
     while tok.encode_uncached(&s, false).unwrap().len() < tokens {
         for _ in 0..200 {
-            s.push_str(&format!("{} {} rule {}; ", words[i % words.len()], words[(i * 7 + 3) % words.len()], i));
+            s.push_str(&format!(
+                "{} {} rule {}; ",
+                words[i % words.len()],
+                words[(i * 7 + 3) % words.len()],
+                i
+            ));
             i += 1;
         }
         s.push('\n');
@@ -47,8 +56,14 @@ fn bench(c: &mut Criterion) {
     let system = system_prompt(&tok, 8000);
     let msgs = |q: u64| {
         vec![
-            Message { role: "system".into(), content: system.clone() },
-            Message { role: "user".into(), content: format!("Where is my order number {q}?") },
+            Message {
+                role: "system".into(),
+                content: system.clone(),
+            },
+            Message {
+                role: "user".into(),
+                content: format!("Where is my order number {q}?"),
+            },
         ]
     };
     let text0 = tok.render_chat(&msgs(0)).unwrap();

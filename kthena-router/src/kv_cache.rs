@@ -76,7 +76,10 @@ pub struct RedisConfig {
 impl Default for RedisConfig {
     /// `redis://127.0.0.1:6379`, 500 ms.
     fn default() -> Self {
-        Self { url: "redis://127.0.0.1:6379".to_owned(), timeout: Duration::from_millis(500) }
+        Self {
+            url: "redis://127.0.0.1:6379".to_owned(),
+            timeout: Duration::from_millis(500),
+        }
     }
 }
 
@@ -134,7 +137,11 @@ fn go_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
 }
 
 fn resolve(base: &Path, p: &Path) -> PathBuf {
-    if p.is_absolute() { p.to_path_buf() } else { base.join(p) }
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
 }
 
 /// The KV-routing state of one snapshot: immutable, shared by its requests.
@@ -166,8 +173,12 @@ impl KvState {
     /// The scheduler's reason.
     pub fn build_scheduler(&self, cfg: &kthena_sched::Config) -> Result<Scheduler, String> {
         let cfg = cfg.clone().validate().map_err(|e| e.to_string())?;
-        let seed = u64::try_from(jiff::Timestamp::now().as_nanosecond().rem_euclid(i128::from(u64::MAX)))
-            .unwrap_or(0x9e37_79b9_7f4a_7c15);
+        let seed = u64::try_from(
+            jiff::Timestamp::now()
+                .as_nanosecond()
+                .rem_euclid(i128::from(u64::MAX)),
+        )
+        .unwrap_or(0x9e37_79b9_7f4a_7c15);
         let mut b = Scheduler::builder(cfg).seed(seed);
         if let Some(idx) = &self.index {
             b = b.kv_index(Arc::clone(idx));
@@ -189,9 +200,19 @@ impl KvState {
         if !self.wants_tokens() {
             return None;
         }
-        let remote = if self.index.is_some() { remote_url } else { None };
+        let remote = if self.index.is_some() {
+            remote_url
+        } else {
+            None
+        };
         self.tokenizers
-            .tokens(&shared.client, &shared.metrics.kv, &[upstream_model, model], prompt, remote)
+            .tokens(
+                &shared.client,
+                &shared.metrics.kv,
+                &[upstream_model, model],
+                prompt,
+                remote,
+            )
             .await
     }
 }
@@ -221,28 +242,39 @@ impl KvLoader {
     /// tokenizer that cannot be loaded.
     pub fn prepare(&self, cfg: &Config) -> Result<KvState, String> {
         let kc = &cfg.kv_cache;
-        let enabled = cfg.scheduler.plugins.score.enabled.iter().any(|p| p.name == "kvcache-aware");
+        let enabled = cfg
+            .scheduler
+            .plugins
+            .score
+            .enabled
+            .iter()
+            .any(|p| p.name == "kvcache-aware");
         let args_v = cfg.scheduler.args("kvcache-aware");
         let args = if args_v.is_null() {
             KvCacheAwareArgs::default()
         } else {
-            KvCacheAwareArgs::deserialize(args_v).map_err(|e| format!("scheduler: kvcache-aware args: {e}"))?
+            KvCacheAwareArgs::deserialize(args_v)
+                .map_err(|e| format!("scheduler: kvcache-aware args: {e}"))?
         };
         let index = if enabled {
             let key = match kc.index {
-                IndexBackend::Memory => {
-                    IndexKey::Memory { block_size: args.block_size_to_hash, cap: args.max_index_entries }
-                }
+                IndexBackend::Memory => IndexKey::Memory {
+                    block_size: args.block_size_to_hash,
+                    cap: args.max_index_entries,
+                },
                 IndexBackend::Redis => IndexKey::Redis(kc.redis.clone()),
             };
             match &self.index {
                 Some((k, idx)) if *k == key => Some(Arc::clone(idx)),
                 _ => Some(match &key {
                     IndexKey::Memory { block_size, cap } => Arc::new(
-                        InMemoryKvIndex::new(*block_size, *cap).map_err(|e| format!("scheduler: kvcache-aware: {e}"))?,
-                    ) as Arc<dyn KvIndex>,
+                        InMemoryKvIndex::new(*block_size, *cap)
+                            .map_err(|e| format!("scheduler: kvcache-aware: {e}"))?,
+                    )
+                        as Arc<dyn KvIndex>,
                     IndexKey::Redis(r) => Arc::new(
-                        RedisKvIndex::new(&r.url, r.timeout).map_err(|e| format!("kvCache.redis.url: {e}"))?,
+                        RedisKvIndex::new(&r.url, r.timeout)
+                            .map_err(|e| format!("kvCache.redis.url: {e}"))?,
                     ) as Arc<dyn KvIndex>,
                 }),
             }
@@ -262,19 +294,35 @@ impl KvLoader {
                 let mut list = Vec::with_capacity(kc.tokenizers.len());
                 for (i, t) in kc.tokenizers.iter().enumerate() {
                     let json = resolve(&cfg.base_dir, &t.tokenizer);
-                    let tc = t.tokenizer_config.as_ref().map(|p| resolve(&cfg.base_dir, p));
-                    let m = ModelTokenizer::load(&t.model, &json, tc.as_deref(), kc.tokenize_cache_entries)
-                        .map_err(|e| format!("kvCache.tokenizers[{i}]: {e}"))?;
+                    let tc = t
+                        .tokenizer_config
+                        .as_ref()
+                        .map(|p| resolve(&cfg.base_dir, p));
+                    let m = ModelTokenizer::load(
+                        &t.model,
+                        &json,
+                        tc.as_deref(),
+                        kc.tokenize_cache_entries,
+                    )
+                    .map_err(|e| format!("kvCache.tokenizers[{i}]: {e}"))?;
                     list.push(Arc::new(m));
                 }
-                Arc::new(Tokenizers::new(list, kc.remote_tokenize, kc.remote_tokenize_timeout))
+                Arc::new(Tokenizers::new(
+                    list,
+                    kc.remote_tokenize,
+                    kc.remote_tokenize_timeout,
+                ))
             }
         };
         let sources = cfg
             .standalone
             .endpoints
             .iter()
-            .filter_map(|e| e.kv_events.clone().map(|a| (e.name.clone(), (a, e.kv_events_replay.clone()))))
+            .filter_map(|e| {
+                e.kv_events
+                    .clone()
+                    .map(|a| (e.name.clone(), (a, e.kv_events_replay.clone())))
+            })
             .collect();
         Ok(KvState {
             feeds_events: index.is_some() && kc.index == IndexBackend::Memory,
@@ -290,9 +338,10 @@ impl KvLoader {
         let kc = &cfg.kv_cache;
         self.index = state.index.as_ref().map(|idx| {
             let key = match kc.index {
-                IndexBackend::Memory => {
-                    IndexKey::Memory { block_size: state.args.block_size_to_hash, cap: state.args.max_index_entries }
-                }
+                IndexBackend::Memory => IndexKey::Memory {
+                    block_size: state.args.block_size_to_hash,
+                    cap: state.args.max_index_entries,
+                },
                 IndexBackend::Redis => IndexKey::Redis(kc.redis.clone()),
             };
             (key, Arc::clone(idx))
@@ -339,7 +388,11 @@ pub async fn supervise(shared: Arc<Shared>, cancel: CancellationToken, tasks: Ta
         if let Some(index) = snap.kv.index.as_ref().filter(|_| snap.kv.feeds_events) {
             for ep in &snap.endpoints {
                 if let Some((events, replay)) = snap.kv.sources.get(&ep.name) {
-                    let source = KvSource { endpoint: ep.id.clone(), events: events.clone(), replay: replay.clone() };
+                    let source = KvSource {
+                        endpoint: ep.id.clone(),
+                        events: events.clone(),
+                        replay: replay.clone(),
+                    };
                     desired.insert(ep.id.clone(), (source, Arc::clone(index)));
                 }
             }
@@ -347,7 +400,9 @@ pub async fn supervise(shared: Arc<Shared>, cancel: CancellationToken, tasks: Ta
         let stale: Vec<EndpointId> = running
             .iter()
             .filter(|(id, r)| {
-                desired.get(*id).is_none_or(|(s, idx)| *s != r.source || !Arc::ptr_eq(idx, &r.index))
+                desired
+                    .get(*id)
+                    .is_none_or(|(s, idx)| *s != r.source || !Arc::ptr_eq(idx, &r.index))
             })
             .map(|(id, _)| id.clone())
             .collect();
@@ -371,7 +426,15 @@ pub async fn supervise(shared: Arc<Shared>, cancel: CancellationToken, tasks: Ta
                 metrics.clone(),
                 token.clone(),
             ));
-            running.insert(id, Running { source, index, cancel: token, done });
+            running.insert(
+                id,
+                Running {
+                    source,
+                    index,
+                    cancel: token,
+                    done,
+                },
+            );
         }
         if let Some(index) = &snap.kv.index {
             metrics.set_index_entries(index.len());

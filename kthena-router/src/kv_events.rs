@@ -67,7 +67,9 @@ pub struct EventBatch {
 }
 
 fn bad(reason: impl Into<String>) -> Error {
-    Error::KvEventDecode { reason: reason.into() }
+    Error::KvEventDecode {
+        reason: reason.into(),
+    }
 }
 
 /// Splits a ZMQ message into `(topic, seq, payload)`.
@@ -77,11 +79,17 @@ fn bad(reason: impl Into<String>) -> Error {
 /// 8 bytes long.
 pub fn split_frames(frames: &[Bytes]) -> Result<(&Bytes, u64, &Bytes)> {
     let [topic, seq, payload] = frames else {
-        return Err(bad(format!("expected 3 frames (topic, seq, payload), got {}", frames.len())));
+        return Err(bad(format!(
+            "expected 3 frames (topic, seq, payload), got {}",
+            frames.len()
+        )));
     };
-    let seq: [u8; 8] = seq[..]
-        .try_into()
-        .map_err(|_| bad(format!("sequence frame has {} bytes, expected 8", seq.len())))?;
+    let seq: [u8; 8] = seq[..].try_into().map_err(|_| {
+        bad(format!(
+            "sequence frame has {} bytes, expected 8",
+            seq.len()
+        ))
+    })?;
     Ok((topic, u64::from_be_bytes(seq), payload))
 }
 
@@ -92,14 +100,24 @@ pub fn split_frames(frames: &[Bytes]) -> Result<(&Bytes, u64, &Bytes)> {
 /// whose required fields are missing or of the wrong type.
 pub fn decode_batch(payload: &[u8]) -> Result<EventBatch> {
     let mut rd = payload;
-    let value = rmpv::decode::read_value(&mut rd).map_err(|e| bad(format!("invalid msgpack: {e}")))?;
+    let value =
+        rmpv::decode::read_value(&mut rd).map_err(|e| bad(format!("invalid msgpack: {e}")))?;
     if !rd.is_empty() {
         return Err(bad(format!("{} trailing bytes after the batch", rd.len())));
     }
     let (ts, events, rank) = match &value {
         Value::Array(items) => (items.first(), items.get(1), items.get(2)),
-        Value::Map(_) => (map_get(&value, "ts"), map_get(&value, "events"), map_get(&value, "data_parallel_rank")),
-        other => return Err(bad(format!("batch is neither an array nor a map: {}", kind(other)))),
+        Value::Map(_) => (
+            map_get(&value, "ts"),
+            map_get(&value, "events"),
+            map_get(&value, "data_parallel_rank"),
+        ),
+        other => {
+            return Err(bad(format!(
+                "batch is neither an array nor a map: {}",
+                kind(other)
+            )));
+        }
     };
     let ts = match ts {
         None | Some(Value::Nil) => 0.0,
@@ -109,7 +127,12 @@ pub fn decode_batch(payload: &[u8]) -> Result<EventBatch> {
         return Err(bad("batch has no events list"));
     };
     let dp_rank = rank.and_then(Value::as_i64);
-    let mut batch = EventBatch { ts, events: Vec::with_capacity(raw_events.len()), dp_rank, ignored: 0 };
+    let mut batch = EventBatch {
+        ts,
+        events: Vec::with_capacity(raw_events.len()),
+        dp_rank,
+        ignored: 0,
+    };
     for (i, ev) in raw_events.iter().enumerate() {
         match decode_event(ev).map_err(|e| bad(format!("event {i}: {e}")))? {
             Some(e) => batch.events.push(e),
@@ -134,7 +157,10 @@ fn kind(v: &Value) -> &'static str {
 }
 
 fn map_get<'v>(v: &'v Value, key: &str) -> Option<&'v Value> {
-    v.as_map()?.iter().find(|(k, _)| k.as_str() == Some(key)).map(|(_, v)| v)
+    v.as_map()?
+        .iter()
+        .find(|(k, _)| k.as_str() == Some(key))
+        .map(|(_, v)| v)
 }
 
 fn number(v: &Value) -> Option<f64> {
@@ -159,7 +185,10 @@ fn hash(v: &Value) -> std::result::Result<u64, String> {
             tail[8 - n..].copy_from_slice(&b[b.len() - n..]);
             Ok(u64::from_be_bytes(tail))
         }
-        other => Err(format!("block hash is {}, expected int or bytes", kind(other))),
+        other => Err(format!(
+            "block hash is {}, expected int or bytes",
+            kind(other)
+        )),
     }
 }
 
@@ -187,24 +216,47 @@ struct Fields<'v> {
 fn fields(ev: &Value) -> std::result::Result<Fields<'_>, String> {
     match ev {
         Value::Array(items) => {
-            let tag = items.first().and_then(Value::as_str).ok_or("array event without a type tag")?;
+            let tag = items
+                .first()
+                .and_then(Value::as_str)
+                .ok_or("array event without a type tag")?;
             let layout: &'static [&'static str] = match tag {
-                "BlockStored" => {
-                    &["", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name"]
-                }
+                "BlockStored" => &[
+                    "",
+                    "block_hashes",
+                    "parent_block_hash",
+                    "token_ids",
+                    "block_size",
+                    "lora_id",
+                    "medium",
+                    "lora_name",
+                ],
                 "BlockRemoved" => &["", "block_hashes", "medium"],
                 _ => &[],
             };
             Ok(Fields {
                 tag,
-                get: Box::new(move |name| layout.iter().position(|n| *n == name).and_then(|i| items.get(i))),
+                get: Box::new(move |name| {
+                    layout
+                        .iter()
+                        .position(|n| *n == name)
+                        .and_then(|i| items.get(i))
+                }),
             })
         }
         Value::Map(_) => {
-            let tag = map_get(ev, "type").and_then(Value::as_str).ok_or("map event without a string `type`")?;
-            Ok(Fields { tag, get: Box::new(move |name| map_get(ev, name)) })
+            let tag = map_get(ev, "type")
+                .and_then(Value::as_str)
+                .ok_or("map event without a string `type`")?;
+            Ok(Fields {
+                tag,
+                get: Box::new(move |name| map_get(ev, name)),
+            })
         }
-        other => Err(format!("event is {}, expected an array or a map", kind(other))),
+        other => Err(format!(
+            "event is {}, expected an array or a map",
+            kind(other)
+        )),
     }
 }
 
@@ -214,7 +266,9 @@ fn primary_tier(f: &Fields<'_>) -> bool {
         None | Some(Value::Nil) => true,
         Some(m) => m.as_str().is_some_and(|m| m.eq_ignore_ascii_case("GPU")),
     };
-    let group_ok = (f.get)("group_idx").and_then(Value::as_u64).is_none_or(|g| g == 0);
+    let group_ok = (f.get)("group_idx")
+        .and_then(Value::as_u64)
+        .is_none_or(|g| g == 0);
     medium_ok && group_ok
 }
 
@@ -230,7 +284,11 @@ fn decode_event(ev: &Value) -> std::result::Result<Option<KvEvent>, String> {
             let token_ids = match (f.get)("token_ids") {
                 Some(Value::Array(items)) => items
                     .iter()
-                    .map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()).ok_or("token id is not a u32"))
+                    .map(|t| {
+                        t.as_u64()
+                            .and_then(|t| u32::try_from(t).ok())
+                            .ok_or("token id is not a u32")
+                    })
                     .collect::<std::result::Result<Vec<u32>, _>>()?,
                 _ => return Err("token_ids is missing or not a list".to_owned()),
             };
@@ -241,7 +299,12 @@ fn decode_event(ev: &Value) -> std::result::Result<Option<KvEvent>, String> {
             if is_set((f.get)("lora_id")) || is_set((f.get)("lora_name")) || !primary_tier(&f) {
                 return Ok(None);
             }
-            Ok(Some(KvEvent::BlockStored { block_hashes, parent_block_hash, token_ids, block_size }))
+            Ok(Some(KvEvent::BlockStored {
+                block_hashes,
+                parent_block_hash,
+                token_ids,
+                block_size,
+            }))
         }
         "BlockRemoved" => {
             let block_hashes = hashes((f.get)("block_hashes"))?;
@@ -299,7 +362,10 @@ impl SeqTracker {
         let step = match self.last {
             None => SeqStep::First,
             Some(last) if seq == last.wrapping_add(1) => SeqStep::InOrder,
-            Some(last) if seq > last => SeqStep::Gap { from: last + 1, missed: seq - last - 1 },
+            Some(last) if seq > last => SeqStep::Gap {
+                from: last + 1,
+                missed: seq - last - 1,
+            },
             // Across a reconnection the same number comes from a new publisher.
             Some(last) if seq == last && !reconnected => SeqStep::Duplicate,
             Some(_) => SeqStep::Rollback,
@@ -350,7 +416,13 @@ impl Ingest {
     #[must_use]
     pub fn new(source: KvSource, index: Arc<dyn KvIndex>, metrics: KvMetrics) -> Self {
         metrics.set_uncertain(source.endpoint.as_str(), false);
-        Self { source, index, metrics, seq: SeqTracker::default(), uncertain: false }
+        Self {
+            source,
+            index,
+            metrics,
+            seq: SeqTracker::default(),
+            uncertain: false,
+        }
     }
 
     /// Whether the endpoint's entries may be incomplete (a gap that was not replayed).
@@ -361,7 +433,8 @@ impl Ingest {
 
     fn set_uncertain(&mut self, on: bool) {
         self.uncertain = on;
-        self.metrics.set_uncertain(self.source.endpoint.as_str(), on);
+        self.metrics
+            .set_uncertain(self.source.endpoint.as_str(), on);
     }
 
     /// Handles one ZMQ message: sequence bookkeeping (replaying a gap when possible), then
@@ -389,7 +462,8 @@ impl Ingest {
                 tracing::info!(endpoint = %ep, from, missed, "KV-event sequence gap");
                 let replayed = match self.source.replay.clone() {
                     Some(addr) => {
-                        let r = tokio::time::timeout(REPLAY_TIMEOUT, replay(&addr, from, seq)).await;
+                        let r =
+                            tokio::time::timeout(REPLAY_TIMEOUT, replay(&addr, from, seq)).await;
                         match r {
                             Ok(Ok(batches)) => {
                                 for (_, p) in &batches {
@@ -477,7 +551,9 @@ pub async fn replay(addr: &str, from: u64, until: u64) -> Result<Vec<(u64, Bytes
         if seq[..] == END_SEQ {
             break;
         }
-        let seq: [u8; 8] = seq[..].try_into().map_err(|_| bad("replay sequence frame is not 8 bytes"))?;
+        let seq: [u8; 8] = seq[..]
+            .try_into()
+            .map_err(|_| bad("replay sequence frame is not 8 bytes"))?;
         let seq = u64::from_be_bytes(seq);
         if (from..until).contains(&seq) {
             out.push((seq, payload.clone()));
@@ -485,7 +561,11 @@ pub async fn replay(addr: &str, from: u64, until: u64) -> Result<Vec<(u64, Bytes
     }
     out.sort_by_key(|(s, _)| *s);
     if out.len() as u64 != until - from {
-        return Err(bad(format!("replay returned {} of {} missing batches", out.len(), until - from)));
+        return Err(bad(format!(
+            "replay returned {} of {} missing batches",
+            out.len(),
+            until - from
+        )));
     }
     Ok(out)
 }
@@ -495,7 +575,12 @@ pub async fn replay(addr: &str, from: u64, until: u64) -> Result<Vec<(u64, Bytes
 /// applies each message. When the engine goes away (the connection drops) the socket is
 /// rebuilt the same way, and the next sequence number decides whether the engine restarted
 /// (see [`SeqTracker::reconnected`]).
-pub async fn subscribe(source: KvSource, index: Arc<dyn KvIndex>, metrics: KvMetrics, cancel: CancellationToken) {
+pub async fn subscribe(
+    source: KvSource,
+    index: Arc<dyn KvIndex>,
+    metrics: KvMetrics,
+    cancel: CancellationToken,
+) {
     let mut ingest = Ingest::new(source.clone(), index, metrics);
     let ep = source.endpoint.as_str().to_owned();
     loop {
@@ -582,8 +667,16 @@ mod tests {
             Value::Array((0..4u32).map(Value::from).collect()),
             Value::from(2),
         ]);
-        let removed = Value::Array(vec![s("BlockRemoved"), Value::Array(vec![Value::from(u64::MAX)]), s("GPU"), s("extra")]);
-        let batch = Value::Array(vec![Value::F64(1.5), Value::Array(vec![stored, removed, Value::Array(vec![s("Fancy")])])]);
+        let removed = Value::Array(vec![
+            s("BlockRemoved"),
+            Value::Array(vec![Value::from(u64::MAX)]),
+            s("GPU"),
+            s("extra"),
+        ]);
+        let batch = Value::Array(vec![
+            Value::F64(1.5),
+            Value::Array(vec![stored, removed, Value::Array(vec![s("Fancy")])]),
+        ]);
         let b = decode_batch(&enc(&batch)).unwrap();
         assert_eq!(b.ts, 1.5);
         assert_eq!(b.dp_rank, None);
@@ -597,7 +690,9 @@ mod tests {
                     token_ids: vec![0, 1, 2, 3],
                     block_size: 2
                 },
-                KvEvent::BlockRemoved { block_hashes: vec![u64::MAX] },
+                KvEvent::BlockRemoved {
+                    block_hashes: vec![u64::MAX]
+                },
             ]
         );
     }
@@ -610,13 +705,22 @@ mod tests {
             (s("type"), s("BlockStored")),
             (s("block_hashes"), Value::Array(vec![Value::Binary(digest)])),
             (s("parent_block_hash"), Value::from(9)),
-            (s("token_ids"), Value::Array(vec![Value::from(5), Value::from(6)])),
+            (
+                s("token_ids"),
+                Value::Array(vec![Value::from(5), Value::from(6)]),
+            ),
             (s("block_size"), Value::from(2)),
             (s("future_field"), Value::Map(vec![])),
         ]);
         let batch = Value::Map(vec![
             (s("ts"), Value::from(3)),
-            (s("events"), Value::Array(vec![ev, Value::Map(vec![(s("type"), s("AllBlocksCleared"))])])),
+            (
+                s("events"),
+                Value::Array(vec![
+                    ev,
+                    Value::Map(vec![(s("type"), s("AllBlocksCleared"))]),
+                ]),
+            ),
             (s("data_parallel_rank"), Value::from(1)),
         ]);
         let b = decode_batch(&enc(&batch)).unwrap();
@@ -668,15 +772,24 @@ mod tests {
         assert!(decode_batch(&enc(&Value::Array(vec![Value::F64(0.0)]))).is_err());
         let bad_hash = Value::Array(vec![
             Value::F64(0.0),
-            Value::Array(vec![Value::Array(vec![s("BlockRemoved"), Value::Array(vec![s("x")])])]),
+            Value::Array(vec![Value::Array(vec![
+                s("BlockRemoved"),
+                Value::Array(vec![s("x")]),
+            ])]),
         ]);
         assert!(decode_batch(&enc(&bad_hash)).is_err());
         let mut two = enc(&Value::Array(vec![Value::F64(0.0), Value::Array(vec![])]));
         two.push(0xc0);
         assert!(decode_batch(&two).is_err());
         assert!(split_frames(&[Bytes::new(), Bytes::from_static(b"1234567")]).is_err());
-        assert!(split_frames(&[Bytes::new(), Bytes::from_static(b"1234567"), Bytes::new()]).is_err());
-        let f = [Bytes::from_static(b"t"), Bytes::copy_from_slice(&5u64.to_be_bytes()), Bytes::from_static(b"p")];
+        assert!(
+            split_frames(&[Bytes::new(), Bytes::from_static(b"1234567"), Bytes::new()]).is_err()
+        );
+        let f = [
+            Bytes::from_static(b"t"),
+            Bytes::copy_from_slice(&5u64.to_be_bytes()),
+            Bytes::from_static(b"p"),
+        ];
         assert_eq!(split_frames(&f).unwrap().1, 5);
     }
 

@@ -27,8 +27,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// Tokenization duration buckets in seconds: 50 µs .. 2.5 s.
-pub const TOKENIZE_BUCKETS: [f64; 12] =
-    [0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5];
+pub const TOKENIZE_BUCKETS: [f64; 12] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5,
+];
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct EndpointLabel {
@@ -96,7 +97,11 @@ impl KvMetrics {
             tokenize: Family::new_with_constructor(tokenize_hist),
             tokenize_cache: Family::default(),
         };
-        registry.register("kthena_router_kv_events", "KV events applied to the index, per endpoint and event type", m.events.clone());
+        registry.register(
+            "kthena_router_kv_events",
+            "KV events applied to the index, per endpoint and event type",
+            m.events.clone(),
+        );
         registry.register(
             "kthena_router_kv_events_decode_errors",
             "KV-event messages that could not be decoded, per endpoint",
@@ -107,13 +112,21 @@ impl KvMetrics {
             "Decoded KV events the index refused (unknown parent block, block size mismatch)",
             m.rejected.clone(),
         );
-        registry.register("kthena_router_kv_events_gaps", "KV-event sequence gaps, per endpoint", m.gaps.clone());
+        registry.register(
+            "kthena_router_kv_events_gaps",
+            "KV-event sequence gaps, per endpoint",
+            m.gaps.clone(),
+        );
         registry.register(
             "kthena_router_kv_events_missed_batches",
             "KV-event batches lost in sequence gaps, per endpoint",
             m.missed.clone(),
         );
-        registry.register("kthena_router_kv_events_replays", "KV-event replay requests by result", m.replays.clone());
+        registry.register(
+            "kthena_router_kv_events_replays",
+            "KV-event replay requests by result",
+            m.replays.clone(),
+        );
         registry.register(
             "kthena_router_kv_events_rollbacks",
             "KV-event sequence rollbacks (engine restarts), per endpoint",
@@ -148,12 +161,19 @@ impl KvMetrics {
     }
 
     fn ep(endpoint: &str) -> EndpointLabel {
-        EndpointLabel { endpoint: endpoint.to_owned() }
+        EndpointLabel {
+            endpoint: endpoint.to_owned(),
+        }
     }
 
     /// Counts `n` applied events of `kind` from `endpoint`.
     pub fn event(&self, endpoint: &str, kind: &str, n: u64) {
-        self.events.get_or_create(&EventLabels { endpoint: endpoint.to_owned(), r#type: kind.to_owned() }).inc_by(n);
+        self.events
+            .get_or_create(&EventLabels {
+                endpoint: endpoint.to_owned(),
+                r#type: kind.to_owned(),
+            })
+            .inc_by(n);
     }
 
     /// Counts one undecodable message.
@@ -169,13 +189,20 @@ impl KvMetrics {
     /// Counts one gap of `missed` batches.
     pub fn gap(&self, endpoint: &str, missed: u64) {
         self.gaps.get_or_create(&Self::ep(endpoint)).inc();
-        self.missed.get_or_create(&Self::ep(endpoint)).inc_by(missed);
+        self.missed
+            .get_or_create(&Self::ep(endpoint))
+            .inc_by(missed);
     }
 
     /// Counts one replay request.
     pub fn replay(&self, endpoint: &str, ok: bool) {
         let result = if ok { "ok" } else { "failed" };
-        self.replays.get_or_create(&ResultLabels { endpoint: endpoint.to_owned(), result: result.to_owned() }).inc();
+        self.replays
+            .get_or_create(&ResultLabels {
+                endpoint: endpoint.to_owned(),
+                result: result.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts one sequence rollback.
@@ -185,12 +212,16 @@ impl KvMetrics {
 
     /// Sets the uncertain flag of an endpoint.
     pub fn set_uncertain(&self, endpoint: &str, on: bool) {
-        self.uncertain.get_or_create(&Self::ep(endpoint)).set(i64::from(on));
+        self.uncertain
+            .get_or_create(&Self::ep(endpoint))
+            .set(i64::from(on));
     }
 
     /// Sets the subscribed flag of an endpoint.
     pub fn set_subscribed(&self, endpoint: &str, on: bool) {
-        self.subscribed.get_or_create(&Self::ep(endpoint)).set(i64::from(on));
+        self.subscribed
+            .get_or_create(&Self::ep(endpoint))
+            .set(i64::from(on));
     }
 
     /// Forgets the per-endpoint gauges of a removed endpoint (counters are kept).
@@ -206,12 +237,20 @@ impl KvMetrics {
 
     /// Observes one tokenization of `secs` seconds from `source` (`local` or `remote`).
     pub fn tokenize(&self, source: &str, secs: f64) {
-        self.tokenize.get_or_create(&SourceLabel { source: source.to_owned() }).observe(secs);
+        self.tokenize
+            .get_or_create(&SourceLabel {
+                source: source.to_owned(),
+            })
+            .observe(secs);
     }
 
     /// Counts one prompt-prefix cache lookup.
     pub fn tokenize_cache(&self, hit: bool) {
         let result = if hit { "hit" } else { "miss" };
-        self.tokenize_cache.get_or_create(&CacheLabel { result: result.to_owned() }).inc();
+        self.tokenize_cache
+            .get_or_create(&CacheLabel {
+                result: result.to_owned(),
+            })
+            .inc();
     }
 }

@@ -97,7 +97,9 @@ impl RedisKvIndex {
     /// # Errors
     /// [`Error::Redis`] for an invalid URL.
     pub fn new(url: &str, timeout: Duration) -> Result<Self> {
-        let client = redis::Client::open(url).map_err(|e| Error::Redis { reason: format!("{url}: {e}") })?;
+        let client = redis::Client::open(url).map_err(|e| Error::Redis {
+            reason: format!("{url}: {e}"),
+        })?;
         Ok(Self {
             client,
             url: url.to_owned(),
@@ -114,26 +116,44 @@ impl RedisKvIndex {
         self.errors.load(Ordering::Relaxed)
     }
 
-    fn with_conn<T>(&self, f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>) -> Result<T> {
+    fn with_conn<T>(
+        &self,
+        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T> {
         let mut g = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
         if g.is_none() {
-            let c = self.client.get_connection_with_timeout(self.timeout).map_err(|e| {
-                self.errors.fetch_add(1, Ordering::Relaxed);
-                Error::Redis { reason: e.to_string() }
-            })?;
-            c.set_read_timeout(Some(self.timeout)).map_err(|e| Error::Redis { reason: e.to_string() })?;
-            c.set_write_timeout(Some(self.timeout)).map_err(|e| Error::Redis { reason: e.to_string() })?;
+            let c = self
+                .client
+                .get_connection_with_timeout(self.timeout)
+                .map_err(|e| {
+                    self.errors.fetch_add(1, Ordering::Relaxed);
+                    Error::Redis {
+                        reason: e.to_string(),
+                    }
+                })?;
+            c.set_read_timeout(Some(self.timeout))
+                .map_err(|e| Error::Redis {
+                    reason: e.to_string(),
+                })?;
+            c.set_write_timeout(Some(self.timeout))
+                .map_err(|e| Error::Redis {
+                    reason: e.to_string(),
+                })?;
             *g = Some(c);
         }
         let Some(conn) = g.as_mut() else {
-            return Err(Error::Redis { reason: "no connection".to_owned() });
+            return Err(Error::Redis {
+                reason: "no connection".to_owned(),
+            });
         };
         match f(conn) {
             Ok(v) => Ok(v),
             Err(e) => {
                 *g = None;
                 self.errors.fetch_add(1, Ordering::Relaxed);
-                Err(Error::Redis { reason: e.to_string() })
+                Err(Error::Redis {
+                    reason: e.to_string(),
+                })
             }
         }
     }
@@ -148,15 +168,23 @@ impl RedisKvIndex {
         }
         let mut pipe = redis::pipe();
         let mut n = 0;
-        for block in query.token_ids.chunks(query.block_size).take(query.block_hashes.len()) {
-            pipe.cmd("HGETALL").arg(block_key(query.model, kthena_block_hash(block)));
+        for block in query
+            .token_ids
+            .chunks(query.block_size)
+            .take(query.block_hashes.len())
+        {
+            pipe.cmd("HGETALL")
+                .arg(block_key(query.model, kthena_block_hash(block)));
             n += 1;
         }
         if n == 0 {
             return Ok(Vec::new());
         }
         let maps: Vec<Vec<(String, String)>> = self.with_conn(|c| pipe.query(c))?;
-        Ok(maps.into_iter().map(|m| m.into_iter().map(|(k, _)| k).collect()).collect())
+        Ok(maps
+            .into_iter()
+            .map(|m| m.into_iter().map(|(k, _)| k).collect())
+            .collect())
     }
 
     fn scan_len(&self) -> Result<usize> {
@@ -209,7 +237,10 @@ impl KvIndex for RedisKvIndex {
     /// Number of block keys (`SCAN MATCH matrix:kv:block:*`), refreshed at most every 10 s;
     /// 0 when Redis cannot be reached.
     fn len(&self) -> usize {
-        let mut g = self.len_cache.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut g = self
+            .len_cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if let Some((at, n)) = *g
             && at.elapsed() < LEN_TTL
         {

@@ -30,12 +30,20 @@ pub fn llamacpp_sample(scrape: &Scrape, mark: &str) -> Option<EngineSample> {
     }
     let last = |name: &str| -> Option<f64> {
         let name = name.replace(':', mark);
-        scrape.samples.iter().rev().find(|s| s.metric == name).map(|s| match s.value {
-            Value::Gauge(v) | Value::Untyped(v) | Value::Counter(v) => v,
-            _ => 0.0,
-        })
+        scrape
+            .samples
+            .iter()
+            .rev()
+            .find(|s| s.metric == name)
+            .map(|s| match s.value {
+                Value::Gauge(v) | Value::Untyped(v) | Value::Counter(v) => v,
+                _ => 0.0,
+            })
     };
-    let tpot = match (last("llamacpp:tokens_predicted_seconds_total"), last("llamacpp:tokens_predicted_total")) {
+    let tpot = match (
+        last("llamacpp:tokens_predicted_seconds_total"),
+        last("llamacpp:tokens_predicted_total"),
+    ) {
         (Some(secs), Some(tokens)) => Some((secs, tokens)),
         _ => None,
     };
@@ -66,11 +74,23 @@ mod tests {
             assert_eq!(s.tpot, Some((0.121914, 4.0)));
         }
         let busy = SAMPLE
-            .replace("llamacpp:requests_processing 0", "llamacpp:requests_processing 2")
-            .replace("llamacpp:requests_deferred 0", "llamacpp:requests_deferred 5");
+            .replace(
+                "llamacpp:requests_processing 0",
+                "llamacpp:requests_processing 2",
+            )
+            .replace(
+                "llamacpp:requests_deferred 0",
+                "llamacpp:requests_deferred 5",
+            );
         let s = parse_metrics(&busy, VLLM).unwrap();
         assert_eq!((s.running, s.waiting), (2.0, 5.0));
         // A vLLM answer is not mistaken for llama.cpp.
-        assert!(super::llamacpp_sample(&prometheus_parse::Scrape::parse(std::iter::empty()).unwrap(), "_").is_none());
+        assert!(
+            super::llamacpp_sample(
+                &prometheus_parse::Scrape::parse(std::iter::empty()).unwrap(),
+                "_"
+            )
+            .is_none()
+        );
     }
 }

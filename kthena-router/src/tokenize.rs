@@ -90,7 +90,14 @@ impl std::fmt::Debug for ModelTokenizer {
         f.debug_struct("ModelTokenizer")
             .field("model", &self.model)
             .field("chat_template", &self.template.is_some())
-            .field("cached_prefixes", &self.cache.lock().unwrap_or_else(PoisonError::into_inner).len())
+            .field(
+                "cached_prefixes",
+                &self
+                    .cache
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .len(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -98,13 +105,20 @@ impl std::fmt::Debug for ModelTokenizer {
 fn token_text(v: Option<&serde_json::Value>) -> String {
     match v {
         Some(serde_json::Value::String(s)) => s.clone(),
-        Some(serde_json::Value::Object(o)) => o.get("content").and_then(|c| c.as_str()).unwrap_or_default().to_owned(),
+        Some(serde_json::Value::Object(o)) => o
+            .get("content")
+            .and_then(|c| c.as_str())
+            .unwrap_or_default()
+            .to_owned(),
         _ => String::new(),
     }
 }
 
 fn raise_exception(msg: String) -> std::result::Result<String, minijinja::Error> {
-    Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+    Err(minijinja::Error::new(
+        minijinja::ErrorKind::InvalidOperation,
+        msg,
+    ))
 }
 
 // === impl ModelTokenizer ===
@@ -117,15 +131,24 @@ impl ModelTokenizer {
     /// # Errors
     /// [`Error::Tokenizer`] when a file cannot be read or parsed, or the template does not
     /// compile.
-    pub fn load(model: &str, tokenizer_json: &Path, tokenizer_config: Option<&Path>, cache_entries: usize) -> Result<Self> {
-        let err = |reason: String| Error::Tokenizer { model: model.to_owned(), reason };
+    pub fn load(
+        model: &str,
+        tokenizer_json: &Path,
+        tokenizer_config: Option<&Path>,
+        cache_entries: usize,
+    ) -> Result<Self> {
+        let err = |reason: String| Error::Tokenizer {
+            model: model.to_owned(),
+            reason,
+        };
         let tok = tokenizers::Tokenizer::from_file(tokenizer_json)
             .map_err(|e| err(format!("{}: {e}", tokenizer_json.display())))?;
         let template = match tokenizer_config {
             Some(p) => {
-                let text = std::fs::read_to_string(p).map_err(|e| err(format!("{}: {e}", p.display())))?;
-                let cfg: serde_json::Value =
-                    serde_json::from_str(&text).map_err(|e| err(format!("{}: {e}", p.display())))?;
+                let text =
+                    std::fs::read_to_string(p).map_err(|e| err(format!("{}: {e}", p.display())))?;
+                let cfg: serde_json::Value = serde_json::from_str(&text)
+                    .map_err(|e| err(format!("{}: {e}", p.display())))?;
                 let source = match cfg.get("chat_template") {
                     Some(serde_json::Value::String(s)) => Some(s.clone()),
                     // A list of named templates: use "default".
@@ -146,9 +169,12 @@ impl ModelTokenizer {
                             .build()
                             .map_err(|e| err(format!("chat template syntax: {e}")))?;
                         env.set_syntax(syntax);
-                        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+                        env.set_unknown_method_callback(
+                            minijinja_contrib::pycompat::unknown_method_callback,
+                        );
                         env.add_function("raise_exception", raise_exception);
-                        env.add_template_owned("chat", src).map_err(|e| err(format!("chat template: {e}")))?;
+                        env.add_template_owned("chat", src)
+                            .map_err(|e| err(format!("chat template: {e}")))?;
                         Some(ChatTemplate {
                             env,
                             bos: token_text(cfg.get("bos_token")),
@@ -163,16 +189,24 @@ impl ModelTokenizer {
         let mut specials: Vec<String> = tok
             .get_added_tokens_decoder()
             .into_values()
-            .filter(|t| t.special && !t.lstrip && !t.rstrip && !t.single_word && !t.content.is_empty())
+            .filter(|t| {
+                t.special && !t.lstrip && !t.rstrip && !t.single_word && !t.content.is_empty()
+            })
             .map(|t| regex::escape(&t.content))
             .collect();
         specials.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         let cuts = if specials.is_empty() {
             None
         } else {
-            Some(regex::Regex::new(&specials.join("|")).map_err(|e| err(format!("special tokens: {e}")))?)
+            Some(
+                regex::Regex::new(&specials.join("|"))
+                    .map_err(|e| err(format!("special tokens: {e}")))?,
+            )
         };
-        let lead = tok.encode_fast("", true).map(|e| e.get_ids().to_vec()).unwrap_or_default();
+        let lead = tok
+            .encode_fast("", true)
+            .map(|e| e.get_ids().to_vec())
+            .unwrap_or_default();
         let cache = LruCache::new(NonZeroUsize::new(cache_entries).unwrap_or(NonZeroUsize::MIN));
         Ok(Self {
             model: model.to_owned(),
@@ -211,21 +245,30 @@ impl ModelTokenizer {
             .iter()
             .map(|m| HashMap::from([("role", m.role.clone()), ("content", m.content.clone())]))
             .collect();
-        let tmpl = t.env.get_template("chat").map_err(|e| Error::Tokenizer { model: self.model.clone(), reason: e.to_string() })?;
+        let tmpl = t.env.get_template("chat").map_err(|e| Error::Tokenizer {
+            model: self.model.clone(),
+            reason: e.to_string(),
+        })?;
         tmpl.render(minijinja::context! {
             messages => msgs,
             add_generation_prompt => true,
             bos_token => t.bos.clone(),
             eos_token => t.eos.clone(),
         })
-        .map_err(|e| Error::Tokenizer { model: self.model.clone(), reason: format!("chat template: {e}") })
+        .map_err(|e| Error::Tokenizer {
+            model: self.model.clone(),
+            reason: format!("chat template: {e}"),
+        })
     }
 
     fn encode_piece(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
         self.tok
             .encode_fast(text, add_special_tokens)
             .map(|e| e.get_ids().to_vec())
-            .map_err(|e| Error::Tokenizer { model: self.model.clone(), reason: e.to_string() })
+            .map_err(|e| Error::Tokenizer {
+                model: self.model.clone(),
+                reason: e.to_string(),
+            })
     }
 
     /// Token ids of `text` without the prefix cache (the reference result).
@@ -243,7 +286,10 @@ impl ModelTokenizer {
     /// [`Error::Tokenizer`] when the tokenizer fails.
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<(Vec<u32>, CacheOutcome)> {
         let Some(re) = &self.cuts else {
-            return Ok((self.encode_piece(text, add_special_tokens)?, CacheOutcome::Uncacheable));
+            return Ok((
+                self.encode_piece(text, add_special_tokens)?,
+                CacheOutcome::Uncacheable,
+            ));
         };
         // Cut points: 0, every special-token start, len.
         let mut cuts: Vec<usize> = Vec::with_capacity(16);
@@ -252,7 +298,10 @@ impl ModelTokenizer {
         cuts.push(text.len());
         cuts.dedup();
         if cuts.len() <= 2 && text.len() < MIN_CACHED_PREFIX_BYTES {
-            return Ok((self.encode_piece(text, add_special_tokens)?, CacheOutcome::Uncacheable));
+            return Ok((
+                self.encode_piece(text, add_special_tokens)?,
+                CacheOutcome::Uncacheable,
+            ));
         }
         // hashes[k]: the prefix text[..cuts[k]], chained piece by piece.
         let seed = u64::from(add_special_tokens);
@@ -280,7 +329,13 @@ impl ModelTokenizer {
                 }
             }
         }
-        let outcome = if start > 0 { CacheOutcome::Hit { prefix_bytes: cuts[start] } } else { CacheOutcome::Miss };
+        let outcome = if start > 0 {
+            CacheOutcome::Hit {
+                prefix_bytes: cuts[start],
+            }
+        } else {
+            CacheOutcome::Miss
+        };
         if start == 0 && add_special_tokens {
             ids.extend_from_slice(&self.lead);
         }
@@ -331,7 +386,11 @@ impl Tokenizers {
     /// A set from loaded tokenizers.
     #[must_use]
     pub fn new(list: Vec<Arc<ModelTokenizer>>, remote: bool, remote_timeout: Duration) -> Self {
-        Self { by_model: list.into_iter().map(|t| (t.model.clone(), t)).collect(), remote, remote_timeout }
+        Self {
+            by_model: list.into_iter().map(|t| (t.model.clone(), t)).collect(),
+            remote,
+            remote_timeout,
+        }
     }
 
     /// The tokenizer of the first of `models` that has one.
@@ -372,9 +431,14 @@ impl Tokenizers {
             } > BLOCKING_THRESHOLD_BYTES;
             let res = if big {
                 let (t, p) = (Arc::clone(t), prompt.clone());
-                tokio::task::spawn_blocking(move || t.tokenize_prompt(&p)).await.unwrap_or_else(|e| {
-                    Err(Error::Tokenizer { model: String::new(), reason: format!("tokenizer task failed: {e}") })
-                })
+                tokio::task::spawn_blocking(move || t.tokenize_prompt(&p))
+                    .await
+                    .unwrap_or_else(|e| {
+                        Err(Error::Tokenizer {
+                            model: String::new(),
+                            reason: format!("tokenizer task failed: {e}"),
+                        })
+                    })
             } else {
                 t.tokenize_prompt(prompt)
             };
@@ -417,8 +481,10 @@ pub fn remote_body(model: &str, prompt: &Prompt) -> serde_json::Value {
             "model": model, "prompt": t, "content": t, "add_special_tokens": true, "return_token_strs": false
         }),
         Prompt::Messages(m) => {
-            let msgs: Vec<serde_json::Value> =
-                m.iter().map(|m| serde_json::json!({"role": m.role, "content": m.content})).collect();
+            let msgs: Vec<serde_json::Value> = m
+                .iter()
+                .map(|m| serde_json::json!({"role": m.role, "content": m.content}))
+                .collect();
             serde_json::json!({
                 "model": model, "messages": msgs, "add_special_tokens": false,
                 "add_generation_prompt": true, "return_token_strs": false
@@ -455,11 +521,21 @@ pub async fn remote_tokenize(
         if !status.is_success() {
             return Err(format!("/tokenize answered {status}"));
         }
-        let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| format!("invalid /tokenize answer: {e}"))?;
-        let list = v.get("tokens").and_then(|t| t.as_array()).ok_or("/tokenize answer has no tokens list")?;
+        let v: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|e| format!("invalid /tokenize answer: {e}"))?;
+        let list = v
+            .get("tokens")
+            .and_then(|t| t.as_array())
+            .ok_or("/tokenize answer has no tokens list")?;
         list.iter()
-            .map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()).ok_or_else(|| "token id is not a u32".to_owned()))
+            .map(|t| {
+                t.as_u64()
+                    .and_then(|t| u32::try_from(t).ok())
+                    .ok_or_else(|| "token id is not a u32".to_owned())
+            })
             .collect()
     };
-    tokio::time::timeout(timeout, fut).await.map_err(|_| format!("timed out after {timeout:?}"))?
+    tokio::time::timeout(timeout, fut)
+        .await
+        .map_err(|_| format!("timed out after {timeout:?}"))?
 }

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kthena_router::{Ingest, KvMetrics, KvSource, decode_batch, split_frames};
-use kthena_sched::{Candidate, EndpointId, InMemoryKvIndex, KvEvent, KvIndex, KvQuery, token_block_hashes};
+use kthena_sched::{
+    Candidate, EndpointId, InMemoryKvIndex, KvEvent, KvIndex, KvQuery, token_block_hashes,
+};
 use kv_support::*;
 use rmpv::Value;
 use zeromq::{Socket, SocketRecv, SocketSend, ZmqMessage};
@@ -33,7 +35,10 @@ fn b64(s: &str) -> Vec<u8> {
 }
 
 fn hex(s: &str) -> Vec<u8> {
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 /// The real frames captured from vLLM 0.32 on CPU: an array batch holding one map event.
@@ -56,7 +61,13 @@ fn decodes_captured_vllm_frames() {
     assert_eq!(batch.dp_rank, Some(0));
     assert_eq!(batch.ignored, 0);
     assert_eq!(batch.events.len(), 1);
-    let KvEvent::BlockStored { block_hashes, parent_block_hash, token_ids, block_size } = &batch.events[0] else {
+    let KvEvent::BlockStored {
+        block_hashes,
+        parent_block_hash,
+        token_ids,
+        block_size,
+    } = &batch.events[0]
+    else {
         panic!("expected BlockStored, got {:?}", batch.events[0]);
     };
     assert_eq!(
@@ -72,7 +83,10 @@ fn decodes_captured_vllm_frames() {
     assert_eq!(*parent_block_hash, None);
     assert_eq!(*block_size, 128);
     assert_eq!(token_ids.len(), 640);
-    assert_eq!(token_ids[..10], [4340, 83165, 11307, 3974, 2994, 723, 13703, 70761, 7784, 0]);
+    assert_eq!(
+        token_ids[..10],
+        [4340, 83165, 11307, 3974, 2994, 723, 13703, 70761, 7784, 0]
+    );
 
     // The index takes it and matches the same tokens to this endpoint.
     let index = InMemoryKvIndex::new(128, 1000).unwrap();
@@ -84,7 +98,12 @@ fn decodes_captured_vllm_frames() {
     let cand = Candidate::new(ep, "tiny-qwen3");
     let mut out = [0u32];
     index.match_prefix(
-        &KvQuery { model: "tiny-qwen3", token_ids, block_size: 128, block_hashes: &hashes },
+        &KvQuery {
+            model: "tiny-qwen3",
+            token_ids,
+            block_size: 128,
+            block_hashes: &hashes,
+        },
         &[&cand],
         &mut out,
     );
@@ -92,11 +111,23 @@ fn decodes_captured_vllm_frames() {
 }
 
 fn stored(first: u32, blocks: u32, parent: Option<u64>, block_size: u32) -> Value {
-    let tokens: Vec<Value> = (first..first + blocks * block_size).map(Value::from).collect();
+    let tokens: Vec<Value> = (first..first + blocks * block_size)
+        .map(Value::from)
+        .collect();
     Value::Map(vec![
         (Value::from("type"), Value::from("BlockStored")),
-        (Value::from("block_hashes"), Value::Array((0..blocks).map(|i| Value::from(u64::from(first + i) + 1000)).collect())),
-        (Value::from("parent_block_hash"), parent.map_or(Value::Nil, Value::from)),
+        (
+            Value::from("block_hashes"),
+            Value::Array(
+                (0..blocks)
+                    .map(|i| Value::from(u64::from(first + i) + 1000))
+                    .collect(),
+            ),
+        ),
+        (
+            Value::from("parent_block_hash"),
+            parent.map_or(Value::Nil, Value::from),
+        ),
         (Value::from("token_ids"), Value::Array(tokens)),
         (Value::from("block_size"), Value::from(block_size)),
     ])
@@ -104,12 +135,20 @@ fn stored(first: u32, blocks: u32, parent: Option<u64>, block_size: u32) -> Valu
 
 fn batch(events: Vec<Value>) -> Bytes {
     let mut out = Vec::new();
-    rmpv::encode::write_value(&mut out, &Value::Array(vec![Value::F64(1.0), Value::Array(events), Value::from(0)])).unwrap();
+    rmpv::encode::write_value(
+        &mut out,
+        &Value::Array(vec![Value::F64(1.0), Value::Array(events), Value::from(0)]),
+    )
+    .unwrap();
     Bytes::from(out)
 }
 
 fn frames(seq: u64, payload: Bytes) -> Vec<Bytes> {
-    vec![Bytes::from_static(b"kv@test"), Bytes::copy_from_slice(&seq.to_be_bytes()), payload]
+    vec![
+        Bytes::from_static(b"kv@test"),
+        Bytes::copy_from_slice(&seq.to_be_bytes()),
+        payload,
+    ]
 }
 
 /// A gap is replayed from the engine's ROUTER socket; a rollback clears the endpoint.
@@ -118,7 +157,10 @@ async fn gap_replay_and_rollback() {
     // A vLLM-style replay server: answers [id, "", start] with every buffered batch >= start.
     let mut router = zeromq::RouterSocket::new();
     let ep = router.bind("tcp://127.0.0.1:0").await.unwrap();
-    let buffered: Vec<(u64, Bytes)> = vec![(1, batch(vec![stored(1, 1, Some(1000), 1)])), (2, batch(vec![stored(2, 1, Some(1001), 1)]))];
+    let buffered: Vec<(u64, Bytes)> = vec![
+        (1, batch(vec![stored(1, 1, Some(1000), 1)])),
+        (2, batch(vec![stored(2, 1, Some(1001), 1)])),
+    ];
     let replay_server = async move {
         let req = router.recv().await.unwrap().into_vec();
         assert_eq!(req.len(), 3, "{req:?}");
@@ -146,10 +188,15 @@ async fn gap_replay_and_rollback() {
     let source = KvSource {
         endpoint: id.clone(),
         events: "tcp://127.0.0.1:1".to_owned(),
-        replay: Some(format!("tcp://{}", ep.to_string().trim_start_matches("tcp://"))),
+        replay: Some(format!(
+            "tcp://{}",
+            ep.to_string().trim_start_matches("tcp://")
+        )),
     };
     let mut ingest = Ingest::new(source, Arc::clone(&index), metrics.clone());
-    ingest.handle(&frames(0, batch(vec![stored(0, 1, None, 1)]))).await;
+    ingest
+        .handle(&frames(0, batch(vec![stored(0, 1, None, 1)])))
+        .await;
     assert_eq!(index.len(), 1);
     // seq 3 arrives after 0: batches 1 and 2 are replayed, then 3 applies on top of them.
     let third = frames(3, batch(vec![stored(3, 1, Some(1002), 1)]));
@@ -158,39 +205,108 @@ async fn gap_replay_and_rollback() {
     assert!(!ingest.uncertain());
     assert_eq!(index.len(), 4);
     let text = encode(&registry);
-    assert_eq!(metric_in(&text, r#"kthena_router_kv_events_gaps_total{endpoint="default/e"}"#), 1.0);
-    assert_eq!(metric_in(&text, r#"kthena_router_kv_events_missed_batches_total{endpoint="default/e"}"#), 2.0);
-    assert_eq!(metric_in(&text, r#"kthena_router_kv_events_replays_total{endpoint="default/e",result="ok"}"#), 1.0);
-    assert_eq!(metric_in(&text, r#"kthena_router_kv_events_total{endpoint="default/e",type="BlockStored"}"#), 4.0);
+    assert_eq!(
+        metric_in(
+            &text,
+            r#"kthena_router_kv_events_gaps_total{endpoint="default/e"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric_in(
+            &text,
+            r#"kthena_router_kv_events_missed_batches_total{endpoint="default/e"}"#
+        ),
+        2.0
+    );
+    assert_eq!(
+        metric_in(
+            &text,
+            r#"kthena_router_kv_events_replays_total{endpoint="default/e",result="ok"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric_in(
+            &text,
+            r#"kthena_router_kv_events_total{endpoint="default/e",type="BlockStored"}"#
+        ),
+        4.0
+    );
     // The chain 0,1,2,3 matches fully.
     let mut out = [0u32];
     let tokens = [0u32, 1, 2, 3];
     let mut hashes = Vec::new();
     token_block_hashes(&tokens, 1, 128, &mut hashes);
     let cand = Candidate::new(id.clone(), "m");
-    index.match_prefix(&KvQuery { model: "m", token_ids: &tokens, block_size: 1, block_hashes: &hashes }, &[&cand], &mut out);
+    index.match_prefix(
+        &KvQuery {
+            model: "m",
+            token_ids: &tokens,
+            block_size: 1,
+            block_hashes: &hashes,
+        },
+        &[&cand],
+        &mut out,
+    );
     assert_eq!(out, [4]);
 
     // A duplicate is dropped; a rollback (engine restart) clears the endpoint first.
-    ingest.handle(&frames(3, batch(vec![stored(9, 1, None, 1)]))).await;
+    ingest
+        .handle(&frames(3, batch(vec![stored(9, 1, None, 1)])))
+        .await;
     assert_eq!(index.len(), 4);
-    ingest.handle(&frames(0, batch(vec![stored(50, 2, None, 1)]))).await;
+    ingest
+        .handle(&frames(0, batch(vec![stored(50, 2, None, 1)])))
+        .await;
     assert_eq!(index.len(), 2);
     let text = encode(&registry);
-    assert_eq!(metric_in(&text, r#"kthena_router_kv_events_rollbacks_total{endpoint="default/e"}"#), 1.0);
+    assert_eq!(
+        metric_in(
+            &text,
+            r#"kthena_router_kv_events_rollbacks_total{endpoint="default/e"}"#
+        ),
+        1.0
+    );
 
     // A gap whose replay fails (nobody listens any more) marks the endpoint uncertain.
     ingest.handle(&frames(7, batch(vec![]))).await;
     assert!(ingest.uncertain());
     let text = encode(&registry);
-    assert_eq!(metric_in(&text, r#"kthena_router_kv_events_replays_total{endpoint="default/e",result="failed"}"#), 1.0);
-    assert_eq!(metric_in(&text, r#"kthena_router_kv_events_uncertain{endpoint="default/e"}"#), 1.0);
-    assert_eq!(metric_in(&text, r#"kthena_router_kv_events_gaps_total{endpoint="default/e"}"#), 2.0);
+    assert_eq!(
+        metric_in(
+            &text,
+            r#"kthena_router_kv_events_replays_total{endpoint="default/e",result="failed"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric_in(
+            &text,
+            r#"kthena_router_kv_events_uncertain{endpoint="default/e"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric_in(
+            &text,
+            r#"kthena_router_kv_events_gaps_total{endpoint="default/e"}"#
+        ),
+        2.0
+    );
     // An undecodable payload and a malformed message are counted, not fatal.
     ingest.handle(&frames(8, Bytes::from_static(b"\xc1"))).await;
-    ingest.handle(&[Bytes::from_static(b"only-one-frame")]).await;
+    ingest
+        .handle(&[Bytes::from_static(b"only-one-frame")])
+        .await;
     let text = encode(&registry);
-    assert_eq!(metric_in(&text, r#"kthena_router_kv_events_decode_errors_total{endpoint="default/e"}"#), 2.0);
+    assert_eq!(
+        metric_in(
+            &text,
+            r#"kthena_router_kv_events_decode_errors_total{endpoint="default/e"}"#
+        ),
+        2.0
+    );
 }
 
 fn encode(r: &prometheus_client::registry::Registry) -> String {
@@ -232,23 +348,61 @@ standalone:
         m
     };
     // Until the subscription is live, repeat seq 0 (later copies are duplicates, dropped).
-    let cleared = r#"kthena_router_kv_events_total{endpoint="default/pub",type="AllBlocksCleared"}"#;
+    let cleared =
+        r#"kthena_router_kv_events_total{endpoint="default/pub",type="AllBlocksCleared"}"#;
     for _ in 0..200 {
-        publisher.send(send(0, vec![Value::Map(vec![(Value::from("type"), Value::from("AllBlocksCleared"))])])).await.unwrap();
+        publisher
+            .send(send(
+                0,
+                vec![Value::Map(vec![(
+                    Value::from("type"),
+                    Value::from("AllBlocksCleared"),
+                )])],
+            ))
+            .await
+            .unwrap();
         if r.metric(cleared).await >= 1.0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     assert_eq!(r.metric(cleared).await, 1.0);
-    publisher.send(send(1, vec![stored(0, 2, None, 16)])).await.unwrap();
-    publisher.send(send(5, vec![stored(32, 1, Some(1001), 16)])).await.unwrap();
+    publisher
+        .send(send(1, vec![stored(0, 2, None, 16)]))
+        .await
+        .unwrap();
+    publisher
+        .send(send(5, vec![stored(32, 1, Some(1001), 16)]))
+        .await
+        .unwrap();
     let gaps = r#"kthena_router_kv_events_gaps_total{endpoint="default/pub"}"#;
-    assert_eq!(r.wait_metric(gaps, Duration::from_secs(5), |v| v >= 1.0).await, 1.0);
+    assert_eq!(
+        r.wait_metric(gaps, Duration::from_secs(5), |v| v >= 1.0)
+            .await,
+        1.0
+    );
     let text = r.metrics().await;
-    assert_eq!(metric_in(&text, r#"kthena_router_kv_events_missed_batches_total{endpoint="default/pub"}"#), 3.0);
-    assert_eq!(metric_in(&text, r#"kthena_router_kv_events_uncertain{endpoint="default/pub"}"#), 1.0);
-    assert_eq!(metric_in(&text, r#"kthena_router_kv_events_total{endpoint="default/pub",type="BlockStored"}"#), 2.0);
+    assert_eq!(
+        metric_in(
+            &text,
+            r#"kthena_router_kv_events_missed_batches_total{endpoint="default/pub"}"#
+        ),
+        3.0
+    );
+    assert_eq!(
+        metric_in(
+            &text,
+            r#"kthena_router_kv_events_uncertain{endpoint="default/pub"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric_in(
+            &text,
+            r#"kthena_router_kv_events_total{endpoint="default/pub",type="BlockStored"}"#
+        ),
+        2.0
+    );
     assert_eq!(metric_in(&text, "kthena_router_kv_index_entries"), 3.0);
     assert_eq!(r.router.snapshot().scheduler.kv_index().unwrap().len(), 3);
     drop(http);

@@ -20,16 +20,31 @@ fn redis() -> redis::Connection {
 }
 
 /// Writes `owner` for the first `blocks` blocks of `tokens` as the sidecar does.
-fn write_owner(conn: &mut redis::Connection, model: &str, tokens: &[u32], blocks: usize, owner: &str) {
+fn write_owner(
+    conn: &mut redis::Connection,
+    model: &str,
+    tokens: &[u32],
+    blocks: usize,
+    owner: &str,
+) {
     for block in tokens.chunks(16).take(blocks) {
         let key = block_key(model, kthena_block_hash(block));
-        let _: () = redis::cmd("HSET").arg(&key).arg(owner).arg(1_800_000_000).query(conn).unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg(&key)
+            .arg(owner)
+            .arg(1_800_000_000)
+            .query(conn)
+            .unwrap();
         let _: () = redis::cmd("EXPIRE").arg(&key).arg(600).query(conn).unwrap();
     }
 }
 
 fn unique(prefix: &str) -> String {
-    format!("{prefix}-{}-{}", std::process::id(), jiff::Timestamp::now().as_nanosecond())
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        jiff::Timestamp::now().as_nanosecond()
+    )
 }
 
 #[test]
@@ -44,14 +59,30 @@ fn matches_go_kthena_layout() {
     let index = RedisKvIndex::new(REDIS, Duration::from_secs(1)).unwrap();
     let mut hashes = Vec::new();
     token_block_hashes(&tokens, 16, 128, &mut hashes);
-    let cands = [Candidate::new("prod/vllm-0", "m"), Candidate::new("prod/vllm-1", "m"), Candidate::new("prod/vllm-2", "m")];
+    let cands = [
+        Candidate::new("prod/vllm-0", "m"),
+        Candidate::new("prod/vllm-1", "m"),
+        Candidate::new("prod/vllm-2", "m"),
+    ];
     let refs: Vec<&Candidate> = cands.iter().collect();
     let mut out = [9u32; 3];
-    let q = KvQuery { model: &model, token_ids: &tokens, block_size: 16, block_hashes: &hashes };
+    let q = KvQuery {
+        model: &model,
+        token_ids: &tokens,
+        block_size: 16,
+        block_hashes: &hashes,
+    };
     index.match_prefix(&q, &refs, &mut out);
     assert_eq!(out, [2, 7, 0]);
     // maxBlocksToMatch caps the lookup.
-    index.match_prefix(&KvQuery { block_hashes: &hashes[..3], ..q }, &refs, &mut out);
+    index.match_prefix(
+        &KvQuery {
+            block_hashes: &hashes[..3],
+            ..q
+        },
+        &refs,
+        &mut out,
+    );
     assert_eq!(out, [2, 3, 0]);
     assert!(index.len() >= 7, "{}", index.len()); // block 3 is shared with vllm-2
     assert_eq!(index.errors(), 0);
@@ -69,7 +100,10 @@ fn matches_go_kthena_layout() {
 async fn router_routes_by_redis_index() {
     let mut sims = Vec::new();
     for _ in 0..2 {
-        let c = kthena_sim::Config::default().with_ephemeral_port().with_model("qwen3").with_time_scale(100.0);
+        let c = kthena_sim::Config::default()
+            .with_ephemeral_port()
+            .with_model("qwen3")
+            .with_time_scale(100.0);
         sims.push(kthena_sim::spawn(c).await.unwrap());
     }
     let model = unique("public");
@@ -98,12 +132,31 @@ standalone:
         sims[0].addr(),
         sims[1].addr()
     );
-    let r = KvRouter::start(&config, &manifests("qwen3", "s").replace("modelName: public", &format!("modelName: {model}"))).await;
+    let r = KvRouter::start(
+        &config,
+        &manifests("qwen3", "s").replace("modelName: public", &format!("modelName: {model}")),
+    )
+    .await;
     r.wait_ready().await;
     let system = "You answer questions about trains. ".repeat(40);
-    let tok = ModelTokenizer::load("qwen3", &dir.join("tokenizer.json"), Some(&dir.join("tokenizer_config.json")), 0).unwrap();
+    let tok = ModelTokenizer::load(
+        "qwen3",
+        &dir.join("tokenizer.json"),
+        Some(&dir.join("tokenizer_config.json")),
+        0,
+    )
+    .unwrap();
     let text = tok
-        .render_chat(&[Message { role: "system".into(), content: system.clone() }, Message { role: "user".into(), content: "When?".into() }])
+        .render_chat(&[
+            Message {
+                role: "system".into(),
+                content: system.clone(),
+            },
+            Message {
+                role: "user".into(),
+                content: "When?".into(),
+            },
+        ])
         .unwrap();
     let tokens = tok.encode_uncached(&text, false).unwrap();
     let total = tokens.len().div_ceil(16);
@@ -114,7 +167,11 @@ standalone:
     let (status, v) = post_json(&format!("{}/v1/chat/completions", r.url()), &body).await;
     assert_eq!(status, StatusCode::OK, "{v}");
     assert_eq!(r.access_log().last().unwrap()["selected_pod"], "sim-1");
-    let sum = r.metric(&format!("kthena_router_kvcache_aware_match_ratio_sum{{model=\"{model}\"}}")).await;
+    let sum = r
+        .metric(&format!(
+            "kthena_router_kvcache_aware_match_ratio_sum{{model=\"{model}\"}}"
+        ))
+        .await;
     assert_eq!(sum, (total - 1) as f64 / total as f64);
     for s in sims {
         s.kill().await;

@@ -17,7 +17,10 @@ const MODEL: &str = "qwen3";
 const RATIO: &str = r#"kthena_router_kvcache_aware_match_ratio"#;
 
 fn sim_config(format: KvEventsFormat) -> kthena_sim::Config {
-    let mut c = kthena_sim::Config::default().with_ephemeral_port().with_model(MODEL).with_time_scale(100.0);
+    let mut c = kthena_sim::Config::default()
+        .with_ephemeral_port()
+        .with_model(MODEL)
+        .with_time_scale(100.0);
     c.tokenizer = Some(qwen3_dir().join("tokenizer.json"));
     c.kv_events_port = Some(0);
     c.kv_events_format = format;
@@ -30,7 +33,10 @@ fn sim_config(format: KvEventsFormat) -> kthena_sim::Config {
 fn system_prompt(topic: &str) -> String {
     let mut s = format!("You are an assistant for {topic}. Follow these rules carefully.\n");
     for i in 0..60 {
-        s.push_str(&format!("Rule {i}: answer questions about {topic} politely and cite section {}.\n", i * 7 % 13));
+        s.push_str(&format!(
+            "Rule {i}: answer questions about {topic} politely and cite section {}.\n",
+            i * 7 % 13
+        ));
     }
     s
 }
@@ -103,19 +109,41 @@ impl Ctx {
         token_block_hashes(tokens, 16, 256, &mut hashes);
         let cand = Candidate::new(EndpointId::new(format!("default/{endpoint}")), MODEL);
         let mut out = [0u32];
-        index.match_prefix(&KvQuery { model: "public", token_ids: tokens, block_size: 16, block_hashes: &hashes }, &[&cand], &mut out);
+        index.match_prefix(
+            &KvQuery {
+                model: "public",
+                token_ids: tokens,
+                block_size: 16,
+                block_hashes: &hashes,
+            },
+            &[&cand],
+            &mut out,
+        );
         out[0]
     }
 
     fn chat_tokens(&self, system: &str, question: &str) -> Vec<u32> {
         let msgs = [
-            Message { role: "system".into(), content: system.to_owned() },
-            Message { role: "user".into(), content: question.to_owned() },
+            Message {
+                role: "system".into(),
+                content: system.to_owned(),
+            },
+            Message {
+                role: "user".into(),
+                content: question.to_owned(),
+            },
         ];
-        self.tok.encode_uncached(&self.tok.render_chat(&msgs).unwrap(), false).unwrap()
+        self.tok
+            .encode_uncached(&self.tok.render_chat(&msgs).unwrap(), false)
+            .unwrap()
     }
 
-    async fn wait_matched(&self, endpoint: &str, tokens: &[u32], pred: impl Fn(u32) -> bool) -> u32 {
+    async fn wait_matched(
+        &self,
+        endpoint: &str,
+        tokens: &[u32],
+        pred: impl Fn(u32) -> bool,
+    ) -> u32 {
         for _ in 0..250 {
             let m = self.matched(endpoint, tokens);
             if pred(m) {
@@ -131,15 +159,25 @@ impl Ctx {
         let text = self.r.metrics().await;
         let sum0 = metric_in(&text, &format!("{RATIO}_sum{{model=\"public\"}}"));
         let count0 = metric_in(&text, &format!("{RATIO}_count{{model=\"public\"}}"));
-        let (status, body) = post_json(&format!("{}/v1/chat/completions", self.r.url()), &chat(system, question)).await;
+        let (status, body) = post_json(
+            &format!("{}/v1/chat/completions", self.r.url()),
+            &chat(system, question),
+        )
+        .await;
         assert_eq!(status, StatusCode::OK, "{body}");
         let text = self.r.metrics().await;
-        assert_eq!(metric_in(&text, &format!("{RATIO}_count{{model=\"public\"}}")), count0 + 1.0);
+        assert_eq!(
+            metric_in(&text, &format!("{RATIO}_count{{model=\"public\"}}")),
+            count0 + 1.0
+        );
         let ratio = metric_in(&text, &format!("{RATIO}_sum{{model=\"public\"}}")) - sum0;
         let log = self.r.access_log();
         let last = log.last().unwrap();
         // Input tokens are counted with the real tokenizer.
-        assert_eq!(last["input_tokens"].as_u64().unwrap(), self.chat_tokens(system, question).len() as u64);
+        assert_eq!(
+            last["input_tokens"].as_u64().unwrap(),
+            self.chat_tokens(system, question).len() as u64
+        );
         (last["selected_pod"].as_str().unwrap().to_owned(), ratio)
     }
 }
@@ -163,19 +201,42 @@ async fn direct_completion(sim: SocketAddr, prompt: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routes_to_the_engine_holding_the_prefix() {
     let mut sims = Vec::new();
-    for f in [KvEventsFormat::Map, KvEventsFormat::Array, KvEventsFormat::Map] {
+    for f in [
+        KvEventsFormat::Map,
+        KvEventsFormat::Array,
+        KvEventsFormat::Map,
+    ] {
         sims.push(kthena_sim::spawn(sim_config(f)).await.unwrap());
     }
-    let addrs: Vec<(SocketAddr, u16)> = sims.iter().map(|s| (s.addr(), s.kv_events_port().unwrap())).collect();
-    let all = [("sim-0", addrs[0].0, addrs[0].1), ("sim-1", addrs[1].0, addrs[1].1), ("sim-2", addrs[2].0, addrs[2].1)];
+    let addrs: Vec<(SocketAddr, u16)> = sims
+        .iter()
+        .map(|s| (s.addr(), s.kv_events_port().unwrap()))
+        .collect();
+    let all = [
+        ("sim-0", addrs[0].0, addrs[0].1),
+        ("sim-1", addrs[1].0, addrs[1].1),
+        ("sim-2", addrs[2].0, addrs[2].1),
+    ];
     let r = KvRouter::start(&config(&all), &manifests(MODEL, "sim")).await;
     let dir = qwen3_dir();
-    let tok = ModelTokenizer::load(MODEL, &dir.join("tokenizer.json"), Some(&dir.join("tokenizer_config.json")), 0).unwrap();
+    let tok = ModelTokenizer::load(
+        MODEL,
+        &dir.join("tokenizer.json"),
+        Some(&dir.join("tokenizer_config.json")),
+        0,
+    )
+    .unwrap();
     let ctx = Ctx { r, tok };
     ctx.r.wait_ready().await;
     for n in ["sim-0", "sim-1", "sim-2"] {
         let series = format!("kthena_router_kv_events_subscribed{{endpoint=\"default/{n}\"}}");
-        assert_eq!(ctx.r.wait_metric(&series, Duration::from_secs(5), |v| v == 1.0).await, 1.0, "{n}");
+        assert_eq!(
+            ctx.r
+                .wait_metric(&series, Duration::from_secs(5), |v| v == 1.0)
+                .await,
+            1.0,
+            "{n}"
+        );
     }
     // Give the publishers a moment to register the subscriptions (ZMQ slow joiner).
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -185,13 +246,20 @@ async fn routes_to_the_engine_holding_the_prefix() {
     direct_chat(addrs[2].0, &sys, "What are your opening hours?").await;
     let probe = ctx.chat_tokens(&sys, "Do you repair tires?");
     let held = ctx.wait_matched("sim-2", &probe, |m| m > 0).await;
-    assert!(held >= 30, "sim-2 holds only {held} blocks of {}", probe.len().div_ceil(16));
+    assert!(
+        held >= 30,
+        "sim-2 holds only {held} blocks of {}",
+        probe.len().div_ceil(16)
+    );
 
     // 2. A request sharing the prefix goes to sim-2 with a ratio >= 0.9.
     let (pod, ratio) = ctx.route(&sys, "Do you repair tires?").await;
     assert_eq!(pod, "sim-2");
     let total = probe.len().div_ceil(16) as f64;
-    assert_eq!(ratio, f64::from(ctx.matched("sim-2", &probe).min(held)) / total);
+    assert_eq!(
+        ratio,
+        f64::from(ctx.matched("sim-2", &probe).min(held)) / total
+    );
     assert!(ratio >= 0.9, "match ratio {ratio}");
 
     // 3. sim-2 evicts those blocks (BlockRemoved): the match drops to 0.
@@ -199,7 +267,14 @@ async fn routes_to_the_engine_holding_the_prefix() {
         direct_completion(addrs[2].0, &filler(n)).await;
     }
     assert_eq!(ctx.wait_matched("sim-2", &probe, |m| m == 0).await, 0);
-    assert!(ctx.r.metric(r#"kthena_router_kv_events_total{endpoint="default/sim-2",type="BlockRemoved"}"#).await >= 1.0);
+    assert!(
+        ctx.r
+            .metric(
+                r#"kthena_router_kv_events_total{endpoint="default/sim-2",type="BlockRemoved"}"#
+            )
+            .await
+            >= 1.0
+    );
     let (_, ratio) = ctx.route(&sys, "Do you sell helmets?").await;
     assert_eq!(ratio, 0.0);
 
@@ -217,19 +292,34 @@ async fn routes_to_the_engine_holding_the_prefix() {
     let subscribed = r#"kthena_router_kv_events_subscribed{endpoint="default/sim-1"}"#;
     let sim1 = sims.remove(1);
     sim1.kill().await;
-    assert_eq!(ctx.r.wait_metric(subscribed, Duration::from_secs(5), |v| v == 0.0).await, 0.0);
+    assert_eq!(
+        ctx.r
+            .wait_metric(subscribed, Duration::from_secs(5), |v| v == 0.0)
+            .await,
+        0.0
+    );
     let mut cfg = sim_config(KvEventsFormat::Array);
     cfg.port = addrs[1].0.port();
     cfg.kv_events_port = Some(addrs[1].1);
     let sim1 = kthena_sim::spawn(cfg).await.unwrap();
-    assert_eq!(ctx.r.wait_metric(subscribed, Duration::from_secs(5), |v| v == 1.0).await, 1.0);
+    assert_eq!(
+        ctx.r
+            .wait_metric(subscribed, Duration::from_secs(5), |v| v == 1.0)
+            .await,
+        1.0
+    );
     tokio::time::sleep(Duration::from_millis(200)).await;
     let rollbacks = r#"kthena_router_kv_events_rollbacks_total{endpoint="default/sim-1"}"#;
     // Long enough to fill full blocks (short prompts publish no event).
     direct_completion(addrs[1].0, &filler(9)).await;
-    ctx.r.wait_metric(rollbacks, Duration::from_secs(5), |v| v >= 1.0).await;
+    ctx.r
+        .wait_metric(rollbacks, Duration::from_secs(5), |v| v >= 1.0)
+        .await;
     let text = ctx.r.metrics().await;
-    let sim1_lines: Vec<&str> = text.lines().filter(|l| l.contains("default/sim-1")).collect();
+    let sim1_lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("default/sim-1"))
+        .collect();
     assert_eq!(metric_in(&text, rollbacks), 1.0, "{sim1_lines:#?}");
     assert_eq!(ctx.matched("sim-1", &probe2), 0);
 
@@ -245,8 +335,14 @@ async fn routes_to_the_engine_holding_the_prefix() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(ctx.r.router.generation() > generation, "config was not reloaded");
-    assert_eq!(ctx.wait_matched("sim-2", &filler_tokens, |m| m == 0).await, 0);
+    assert!(
+        ctx.r.router.generation() > generation,
+        "config was not reloaded"
+    );
+    assert_eq!(
+        ctx.wait_matched("sim-2", &filler_tokens, |m| m == 0).await,
+        0
+    );
     // The supervisor stops the subscription on its next round.
     let mut text = String::new();
     for _ in 0..250 {
@@ -256,16 +352,29 @@ async fn routes_to_the_engine_holding_the_prefix() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(!text.contains(r#"kthena_router_kv_events_subscribed{endpoint="default/sim-2"}"#), "{text}");
+    assert!(
+        !text.contains(r#"kthena_router_kv_events_subscribed{endpoint="default/sim-2"}"#),
+        "{text}"
+    );
     let entries_after = ctx.r.router.snapshot().scheduler.kv_index().unwrap().len();
-    assert!(entries_after < entries_before, "{entries_after} >= {entries_before}");
+    assert!(
+        entries_after < entries_before,
+        "{entries_after} >= {entries_before}"
+    );
     let gauge = ctx
         .r
-        .wait_metric("kthena_router_kv_index_entries", Duration::from_secs(2), |v| v == entries_after as f64)
+        .wait_metric(
+            "kthena_router_kv_index_entries",
+            Duration::from_secs(2),
+            |v| v == entries_after as f64,
+        )
         .await;
     assert_eq!(gauge, entries_after as f64);
     // Nothing undecodable came from either encoding.
-    assert!(!text.contains("kthena_router_kv_events_decode_errors_total{"), "{text}");
+    assert!(
+        !text.contains("kthena_router_kv_events_decode_errors_total{"),
+        "{text}"
+    );
 
     sim1.kill().await;
     for s in sims {

@@ -37,7 +37,19 @@ async fn start_engine(bin: &PathBuf, model: &PathBuf) -> Engine {
     let child = tokio::process::Command::new(bin)
         .args(["-m"])
         .arg(model)
-        .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--metrics", "-np", "2", "-c", "4096", "-t", "1"])
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--metrics",
+            "-np",
+            "2",
+            "-c",
+            "4096",
+            "-t",
+            "1",
+        ])
         .args(["-a", ALIAS, "--log-disable"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -52,7 +64,10 @@ async fn start_engine(bin: &PathBuf, model: &PathBuf) -> Engine {
         {
             drop(s);
             if get(&format!("http://127.0.0.1:{port}/health")).await.0 == StatusCode::OK {
-                return Engine { port, _child: child };
+                return Engine {
+                    port,
+                    _child: child,
+                };
             }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -68,11 +83,28 @@ async fn llama_metric(port: u16, name: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_client_through_router_to_llama_cpp() {
-    let bin = path_from("LLAMA_SERVER_BIN", "/var/cache/kthena/llama.cpp-11434/bin/llama-server");
-    let model = path_from("LLAMA_MODEL", "/var/cache/kthena/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(bin.is_file(), "{} is missing: run scripts/llama-server.sh (scripts/services.sh does)", bin.display());
-    assert!(model.is_file(), "{} is missing: run scripts/llama-server.sh (scripts/services.sh does)", model.display());
-    let engines = [start_engine(&bin, &model).await, start_engine(&bin, &model).await];
+    let bin = path_from(
+        "LLAMA_SERVER_BIN",
+        "/var/cache/kthena/llama.cpp-11434/bin/llama-server",
+    );
+    let model = path_from(
+        "LLAMA_MODEL",
+        "/var/cache/kthena/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+    );
+    assert!(
+        bin.is_file(),
+        "{} is missing: run scripts/llama-server.sh (scripts/services.sh does)",
+        bin.display()
+    );
+    assert!(
+        model.is_file(),
+        "{} is missing: run scripts/llama-server.sh (scripts/services.sh does)",
+        model.display()
+    );
+    let engines = [
+        start_engine(&bin, &model).await,
+        start_engine(&bin, &model).await,
+    ];
 
     // The scraper maps llama.cpp's metrics (the ModelServer says vLLM; the names decide).
     let (_, text) = get(&format!("http://127.0.0.1:{}/metrics", engines[0].port)).await;
@@ -105,7 +137,12 @@ standalone:
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_llama.py");
     let url = r.url();
     let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("python3").arg(script).arg(&url).arg("public").output().unwrap()
+        std::process::Command::new("python3")
+            .arg(script)
+            .arg(&url)
+            .arg("public")
+            .output()
+            .unwrap()
     })
     .await
     .unwrap();
@@ -118,13 +155,19 @@ standalone:
     assert_eq!(v["chat"]["model"], ALIAS, "{v}");
     assert!(v["chat"]["content_len"].as_u64().unwrap() > 0, "{v}");
     assert!(v["chat"]["prompt_tokens"].as_u64().unwrap() > 0, "{v}");
-    assert!(v["completion"]["completion_tokens"].as_u64().unwrap() > 0, "{v}");
+    assert!(
+        v["completion"]["completion_tokens"].as_u64().unwrap() > 0,
+        "{v}"
+    );
     assert!(v["stream"]["chunks"].as_u64().unwrap() >= 2, "{v}");
     assert!(v["stream"]["text_len"].as_u64().unwrap() > 0, "{v}");
 
     let log = r.access_log();
     let pod_of = |id: &str| -> String {
-        let e = log.iter().find(|e| e["request_id"] == id).unwrap_or_else(|| panic!("no access-log line for {id}"));
+        let e = log
+            .iter()
+            .find(|e| e["request_id"] == id)
+            .unwrap_or_else(|| panic!("no access-log line for {id}"));
         assert_eq!(e["status_code"], 200, "{e}");
         e["selected_pod"].as_str().unwrap().to_owned()
     };
@@ -136,12 +179,29 @@ standalone:
     let prompt_tokens = v["A2"]["prompt_tokens"].as_u64().unwrap();
     let cached = v["A2"]["cached_tokens"].as_u64().unwrap();
     assert!(prompt_tokens > 500, "{v}");
-    assert!(cached * 10 >= prompt_tokens * 9, "A2 reused only {cached} of {prompt_tokens} tokens: {v}");
-    let a_port = if a1 == "llama-0" { engines[0].port } else { engines[1].port };
-    let other_port = if a1 == "llama-0" { engines[1].port } else { engines[0].port };
+    assert!(
+        cached * 10 >= prompt_tokens * 9,
+        "A2 reused only {cached} of {prompt_tokens} tokens: {v}"
+    );
+    let a_port = if a1 == "llama-0" {
+        engines[0].port
+    } else {
+        engines[1].port
+    };
+    let other_port = if a1 == "llama-0" {
+        engines[1].port
+    } else {
+        engines[0].port
+    };
     let on_a = llama_metric(a_port, "llamacpp:prompt_tokens_cached_total").await;
     let on_other = llama_metric(other_port, "llamacpp:prompt_tokens_cached_total").await;
-    assert!(on_a >= cached as f64, "{a1}: llamacpp:prompt_tokens_cached_total {on_a} < {cached}");
-    assert!(on_other < cached as f64, "the other engine cached {on_other} tokens");
+    assert!(
+        on_a >= cached as f64,
+        "{a1}: llamacpp:prompt_tokens_cached_total {on_a} < {cached}"
+    );
+    assert!(
+        on_other < cached as f64,
+        "the other engine cached {on_other} tokens"
+    );
     r.router.shutdown().await;
 }

@@ -17,9 +17,10 @@ pub const DEFAULT_TOP_N: usize = 5;
 
 /// A filter plugin: removes candidates that cannot serve a request.
 ///
-/// Called once per request with every candidate still in the running (`cands`) and an
-/// index-aligned mask `keep` (`keep.len() == cands.len()`, all `true` on entry). The plugin
-/// clears `keep[i]` for candidates it rejects. Setting an entry to `true` has no effect: the
+/// Called once per request, in configuration order, with the candidates and an index-aligned
+/// mask `keep` (`keep.len() == cands.len()`); `keep[i]` is already `false` for candidates an
+/// earlier filter removed, and a filter that compares candidates (like `load-imbalance`)
+/// should only look at the kept ones. The plugin clears `keep[i]` for candidates it rejects. Setting an entry to `true` has no effect: the
 /// framework ANDs the mask with the previous one, so a filter can never re-admit a candidate.
 /// If a filter rejects every candidate, scheduling fails with [`Error::AllFiltered`].
 pub trait FilterPlugin: Send + Sync + fmt::Debug {

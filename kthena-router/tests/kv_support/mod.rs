@@ -1,8 +1,17 @@
 //! Helpers of the KV-cache routing tests: a router started from YAML text, HTTP calls, and
 //! `/metrics` lookups.
-#![allow(clippy::unwrap_used, reason = "test helpers fail the test on any error")]
-#![allow(dead_code, reason = "each test binary uses a different subset of the helpers")]
-#![allow(unreachable_pub, reason = "helpers are shared by several test binaries")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers fail the test on any error"
+)]
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different subset of the helpers"
+)]
+#![allow(
+    unreachable_pub,
+    reason = "helpers are shared by several test binaries"
+)]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -19,13 +28,22 @@ use kthena_router::{Overrides, Router};
 /// `/work/shared/tokenizers/qwen3` (found relative to the crate first).
 pub fn qwen3_dir() -> PathBuf {
     let local = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/tokenizers/qwen3");
-    if local.exists() { local } else { PathBuf::from("/work/shared/tokenizers/qwen3") }
+    if local.exists() {
+        local
+    } else {
+        PathBuf::from("/work/shared/tokenizers/qwen3")
+    }
 }
 
 /// `/work/shared/spec/samples/vllm-0.32-cpu` (found relative to the crate first).
 pub fn vllm_samples() -> PathBuf {
-    let local = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/spec/samples/vllm-0.32-cpu");
-    if local.exists() { local } else { PathBuf::from("/work/shared/spec/samples/vllm-0.32-cpu") }
+    let local =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/spec/samples/vllm-0.32-cpu");
+    if local.exists() {
+        local
+    } else {
+        PathBuf::from("/work/shared/spec/samples/vllm-0.32-cpu")
+    }
 }
 
 /// A ModelServer selecting `app` plus a route `public → server`.
@@ -70,7 +88,10 @@ impl KvRouter {
 
     fn text(dir: &tempfile::TempDir, config: &str) -> String {
         let log = dir.path().join("access.log");
-        format!("{config}\naccessLog: {{format: json, output: \"{}\"}}\n", log.display())
+        format!(
+            "{config}\naccessLog: {{format: json, output: \"{}\"}}\n",
+            log.display()
+        )
     }
 
     /// Rewrites `router.yaml` (the router reloads it).
@@ -88,12 +109,16 @@ impl KvRouter {
     /// Access-log lines written so far.
     pub fn access_log(&self) -> Vec<serde_json::Value> {
         let text = std::fs::read_to_string(self.dir.path().join("access.log")).unwrap_or_default();
-        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
     }
 
     /// The `/metrics` text.
     pub async fn metrics(&self) -> String {
-        get(&format!("http://{}/metrics", self.router.metrics_addr)).await.1
+        get(&format!("http://{}/metrics", self.router.metrics_addr))
+            .await
+            .1
     }
 
     /// The value of one exact series of `/metrics` (0 when absent).
@@ -102,7 +127,12 @@ impl KvRouter {
     }
 
     /// Polls `series` until `pred` holds (at most `timeout`); returns the last value.
-    pub async fn wait_metric(&self, series: &str, timeout: Duration, pred: impl Fn(f64) -> bool) -> f64 {
+    pub async fn wait_metric(
+        &self,
+        series: &str,
+        timeout: Duration,
+        pred: impl Fn(f64) -> bool,
+    ) -> f64 {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let v = self.metric(series).await;
@@ -134,9 +164,15 @@ pub fn metric_in(text: &str, series: &str) -> f64 {
 
 /// Starts a router from a config file, all ports ephemeral.
 pub async fn start_router_at(path: &Path) -> Router {
-    let ov = Overrides { port: Some(0), metrics_port: Some(0), debug_port: Some(0) };
+    let ov = Overrides {
+        port: Some(0),
+        metrics_port: Some(0),
+        debug_port: Some(0),
+    };
     let cfg = kthena_router::load_config(path, &HashMap::<String, String>::new(), ov).unwrap();
-    Router::start(cfg, Some(path.to_path_buf()), ov).await.unwrap()
+    Router::start(cfg, Some(path.to_path_buf()), ov)
+        .await
+        .unwrap()
 }
 
 fn client() -> Client<HttpConnector, Full<Bytes>> {
@@ -145,7 +181,10 @@ fn client() -> Client<HttpConnector, Full<Bytes>> {
 
 /// `GET url` → (status, body text).
 pub async fn get(url: &str) -> (StatusCode, String) {
-    let resp = client().request(Request::get(url).body(Full::new(Bytes::new())).unwrap()).await.unwrap();
+    let resp = client()
+        .request(Request::get(url).body(Full::new(Bytes::new())).unwrap())
+        .await
+        .unwrap();
     let status = resp.status();
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     (status, String::from_utf8_lossy(&body).into_owned())
@@ -160,6 +199,7 @@ pub async fn post_json(url: &str, body: &serde_json::Value) -> (StatusCode, serd
     let resp = client().request(req).await.unwrap();
     let status = resp.status();
     let b = resp.into_body().collect().await.unwrap().to_bytes();
-    let v = serde_json::from_slice(&b).unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&b).into_owned()));
+    let v = serde_json::from_slice(&b)
+        .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&b).into_owned()));
     (status, v)
 }

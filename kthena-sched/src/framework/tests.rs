@@ -379,7 +379,10 @@ fn host_plugins_are_registered_and_checked() {
 fn config_round_trips_through_serde() {
     let cfg = Config::default();
     let json = serde_json::to_value(&cfg).unwrap();
-    assert_eq!(json["plugins"]["Score"]["enabled"][3]["name"], "prefix-cache");
+    assert_eq!(
+        json["plugins"]["Score"]["enabled"][3]["name"],
+        "prefix-cache"
+    );
     assert_eq!(json["pluginConfig"][1]["args"]["TTFTTPOTWeightFactor"], 0.5);
     let back: Config = serde_json::from_value(json).unwrap();
     assert_eq!(back, cfg);
