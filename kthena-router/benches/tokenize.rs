@@ -30,7 +30,7 @@ fn system_prompt(tok: &ModelTokenizer, tokens: usize) -> String {
     let mut s = String::from("You are the support assistant of an online store. Rules:\n");
     let mut i = 0usize;
     while tok.encode_uncached(&s, false).unwrap().len() < tokens {
-        for _ in 0..200 {
+        for _ in 0..20 {
             s.push_str(&format!(
                 "{} {} rule {}; ",
                 words[i % words.len()],

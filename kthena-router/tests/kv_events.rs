@@ -1,6 +1,8 @@
 //! KV-event ingestion over real ZMQ sockets: the captured vLLM 0.32 frames, sequence gaps
 //! (counted, replayed from a ROUTER socket, or marked uncertain) and rollbacks.
 
+#![allow(clippy::unwrap_used, reason = "test helpers fail the test on any error")]
+
 mod kv_support;
 
 use std::sync::Arc;

@@ -1,6 +1,8 @@
 //! In-process tokenization with Qwen3's real tokenizer and chat template, the prompt-prefix
 //! cache, and the engine `/tokenize` fallback through the router.
 
+#![allow(clippy::unwrap_used, reason = "test helpers fail the test on any error")]
+
 mod kv_support;
 
 use std::time::Duration;

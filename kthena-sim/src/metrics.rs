@@ -238,7 +238,7 @@ impl Metrics {
                 ),
                 ("num_cpu_blocks".to_owned(), "None".to_owned()),
                 ("num_gpu_blocks".to_owned(), p.num_gpu_blocks.to_string()),
-                ("prefix_caching_hash_algo".to_owned(), "sha256".to_owned()),
+                ("prefix_caching_hash_algo".to_owned(), "xxhash".to_owned()),
             ]);
             cache_info.get_or_create(&info).set(1);
             vllm_cache_info = Some(cache_info);
