@@ -2,7 +2,7 @@
 # Dependency-direction guard (STYLE.md §2.2).
 # - kthena-sched and kthena-autoscale (without default features) must never depend on
 #   kube, hyper, tower or tokio: they are leaf crates other proxies embed.
-# - No library crate may depend on anyhow (normal dependencies; dev-dependencies are fine).
+# - No library code may use anyhow: binaries, tests and examples may.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,16 +30,42 @@ leaf_check() {
 leaf_check kthena-sched
 leaf_check kthena-autoscale --no-default-features
 
-while read -r pkg kind; do
-    [ "$kind" = "lib" ] || continue
-    # Only the library target's normal dependencies count: binaries and examples may use anyhow.
-    if cargo tree -p "$pkg" -e normal --depth 1 --prefix none | awk 'NR>1{print $1}' | grep -qx anyhow; then
-        # A package whose only anyhow users are its binaries declares it optional or as a
-        # dev-dependency; a plain normal dependency reaches the library too.
-        echo "check-deps: library crate $pkg depends on anyhow (use its thiserror Error)" >&2
-        fail=1
-    fi
-done <<<"$members"
+# A package may hold a library and a binary; cargo has no binary-only dependencies, so
+# check the library's sources: any file under src/ that is not the binary's own (src/main.rs,
+# the modules it declares, src/bin/) must not use anyhow.
+lib_anyhow=$(cargo metadata --no-deps --format-version 1 | python3 -c '
+import json, os, re, sys
+m = json.load(sys.stdin)
+for p in m["packages"]:
+    libs = [t for t in p["targets"] if "lib" in t["kind"] or "rlib" in t["kind"]]
+    if not libs:
+        continue
+    src = os.path.dirname(libs[0]["src_path"])
+    bin_only = set()
+    for t in p["targets"]:
+        if "bin" in t["kind"]:
+            bin_only.add(os.path.abspath(t["src_path"]))
+            with open(t["src_path"]) as f:
+                for mod in re.findall(r"^\s*mod\s+(\w+)\s*;", f.read(), re.M):
+                    d = os.path.dirname(t["src_path"])
+                    bin_only.add(os.path.abspath(os.path.join(d, mod + ".rs")))
+    for root, _, files in os.walk(src):
+        if os.path.join(src, "bin") in root:
+            continue
+        for name in files:
+            path = os.path.abspath(os.path.join(root, name))
+            if not name.endswith(".rs") or path in bin_only:
+                continue
+            with open(path) as f:
+                if re.search(r"\banyhow\b", f.read()):
+                    print(p["name"], os.path.relpath(path))
+')
+if [ -n "$lib_anyhow" ]; then
+    while read -r pkg file; do
+        echo "check-deps: library crate $pkg uses anyhow in $file (use its thiserror Error)" >&2
+    done <<<"$lib_anyhow"
+    fail=1
+fi
 
 if [ "$fail" -ne 0 ]; then exit 1; fi
 echo "check-deps: ok"

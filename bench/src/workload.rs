@@ -24,7 +24,7 @@ pub trait TokenCounter {
 
 impl TokenCounter for kthena_sim::Tokenizer {
     fn count(&self, text: &str) -> usize {
-        self.encode(text).len()
+        self.encode(text, false).len()
     }
 }
 

@@ -29,15 +29,15 @@ fn generated_shared_prefix_has_exact_counts_and_sharing() {
         assert_eq!(w.sessions.iter().filter(|s| s.group == g).count(), 3);
     }
     for sys in &w.system_prompts {
-        assert_eq!(tok.encode(sys).len(), 64);
+        assert_eq!(tok.encode(sys, false).len(), 64);
     }
     let mut prompts = Vec::new();
     for s in &w.sessions {
         let p = w.first_prompt(s);
-        let ids = tok.encode(&p);
+        let ids = tok.encode(&p, false);
         assert_eq!(ids.len(), 80, "system + question tokens");
         // The first 64 token ids are the group's system prompt, shared by its requests.
-        assert_eq!(ids[..64], tok.encode(&w.system_prompts[s.group])[..]);
+        assert_eq!(ids[..64], tok.encode(&w.system_prompts[s.group], false)[..]);
         prompts.push((s.group, ids));
     }
     for (g1, a) in &prompts {
@@ -78,7 +78,7 @@ fn multi_turn_sessions_extend_the_conversation() {
     let p1 = w.first_prompt(s);
     let p2 = follow_up(&p1, " the and", &s.questions[1]);
     assert!(p2.starts_with(&p1));
-    assert_eq!(tok.encode(&p2).len(), 80 + 2 + 16);
+    assert_eq!(tok.encode(&p2, false).len(), 80 + 2 + 16);
     // Keeping the first groups keeps exactly their sessions.
     let part = w.clone().with_groups(2);
     assert_eq!(part.sessions.len(), 6);
