@@ -36,7 +36,11 @@ struct Setup {
 const BODY: &str = r#"{"model":"m","prompt":"hello","max_tokens":1}"#;
 
 fn setup() -> Setup {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let (sim, router, dir) = rt.block_on(async {
         let sim = kthena_sim::spawn(
             kthena_sim::Config::default().with_ephemeral_port().with_model("m").with_time_scale(1.0e6),
@@ -88,7 +92,10 @@ spec:
 
 async fn one(client: &HttpClient, url: &str) -> Duration {
     let start = Instant::now();
-    let req = http::Request::post(url).header("content-type", "application/json").body(Full::new(Bytes::from_static(BODY.as_bytes()))).unwrap();
+    let req = http::Request::post(url)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(BODY.as_bytes())))
+        .unwrap();
     let resp = client.request(req).await.unwrap();
     assert!(resp.status().is_success());
     resp.into_body().collect().await.unwrap();
@@ -116,10 +123,23 @@ fn percentiles(s: &Setup) {
     direct.sort();
     routed.sort();
     let us = |d: Duration| d.as_secs_f64() * 1e6;
-    let (dm, d99, rm, r99) = (pct(&direct, 0.5), pct(&direct, 0.99), pct(&routed, 0.5), pct(&routed, 0.99));
+    let (dm, d99, rm, r99) = (
+        pct(&direct, 0.5),
+        pct(&direct, 0.99),
+        pct(&routed, 0.5),
+        pct(&routed, 0.99),
+    );
     println!("overhead ({n} interleaved requests each, zero-latency engine, same run):");
-    println!("  direct to engine : median {:8.1} us   p99 {:8.1} us", us(dm), us(d99));
-    println!("  through router   : median {:8.1} us   p99 {:8.1} us", us(rm), us(r99));
+    println!(
+        "  direct to engine : median {:8.1} us   p99 {:8.1} us",
+        us(dm),
+        us(d99)
+    );
+    println!(
+        "  through router   : median {:8.1} us   p99 {:8.1} us",
+        us(rm),
+        us(r99)
+    );
     println!(
         "  router overhead  : median {:+8.1} us ({:.2}x)   p99 {:+8.1} us ({:.2}x)",
         us(rm) - us(dm),
@@ -133,8 +153,12 @@ fn bench(c: &mut Criterion) {
     let s = setup();
     percentiles(&s);
     let mut g = c.benchmark_group("overhead");
-    g.bench_function("direct", |b| b.iter(|| s.rt.block_on(one(&s.client, &s.direct))));
-    g.bench_function("through_router", |b| b.iter(|| s.rt.block_on(one(&s.client, &s.routed))));
+    g.bench_function("direct", |b| {
+        b.iter(|| s.rt.block_on(one(&s.client, &s.direct)))
+    });
+    g.bench_function("through_router", |b| {
+        b.iter(|| s.rt.block_on(one(&s.client, &s.routed)))
+    });
     g.finish();
 }
 

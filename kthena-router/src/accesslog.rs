@@ -101,7 +101,10 @@ impl Entry {
     /// `[ts] "METHOD path proto" status[ error=t:m][ k=v]...[ tokens=in/out] timings=T ms(a+b+c)`.
     #[must_use]
     pub fn to_text(&self) -> String {
-        let mut s = format!("[{}] \"{} {} {}\" {}", self.timestamp, self.method, self.path, self.protocol, self.status_code);
+        let mut s = format!(
+            "[{}] \"{} {} {}\" {}",
+            self.timestamp, self.method, self.path, self.protocol, self.status_code
+        );
         if let Some(e) = &self.error {
             let _ = write!(s, " error={}:{}", e.kind, e.message);
         }
@@ -188,11 +191,18 @@ impl AccessLog {
                     .create(true)
                     .append(true)
                     .open(path)
-                    .map_err(|source| Error::ReadFile { path: path.into(), source })?;
+                    .map_err(|source| Error::ReadFile {
+                        path: path.into(),
+                        source,
+                    })?;
                 Output::File(f)
             }
         };
-        Ok(Self { enabled: cfg.enabled, format: cfg.format, out: Mutex::new(out) })
+        Ok(Self {
+            enabled: cfg.enabled,
+            format: cfg.format,
+            out: Mutex::new(out),
+        })
     }
 
     /// Whether entries are written at all.
@@ -266,7 +276,10 @@ mod tests {
         );
         let mut e = entry();
         e.status_code = 404;
-        e.error = Some(EntryError { kind: "route_not_found".into(), message: "model x not found".into() });
+        e.error = Some(EntryError {
+            kind: "route_not_found".into(),
+            message: "model x not found".into(),
+        });
         assert!(e.to_text().starts_with("[2026-01-09T14:35:22.147Z] \"POST /v1/chat/completions HTTP/1.1\" 404 error=route_not_found:model x not found model_name="));
     }
 
@@ -278,9 +291,7 @@ mod tests {
         assert_eq!(v["duration_upstream_processing"], 2180);
         assert!(v.get("error").is_none());
         assert!(v.get("upstream_attempts").is_none());
-        let mut e = Entry::default();
-        e.model_name = String::new();
-        let v: serde_json::Value = serde_json::from_str(&e.to_json()).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&Entry::default().to_json()).unwrap();
         assert_eq!(v["model_name"], "");
     }
 }

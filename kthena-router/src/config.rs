@@ -148,7 +148,11 @@ impl Default for Config {
 impl Default for AccessLogConfig {
     /// Enabled, text, stdout.
     fn default() -> Self {
-        Self { enabled: true, format: AccessLogFormat::Text, output: "stdout".into() }
+        Self {
+            enabled: true,
+            format: AccessLogFormat::Text,
+            output: "stdout".into(),
+        }
     }
 }
 
@@ -162,8 +166,10 @@ impl Config {
         let mut cfg: Self = if text.trim().is_empty() {
             Self::default()
         } else {
-            serde_saphyr::from_str(text)
-                .map_err(|e| Error::Config { path: path.to_owned(), reason: e.to_string() })?
+            serde_saphyr::from_str(text).map_err(|e| Error::Config {
+                path: path.to_owned(),
+                reason: e.to_string(),
+            })?
         };
         cfg.base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         if cfg.base_dir.as_os_str().is_empty() {
@@ -177,8 +183,10 @@ impl Config {
     /// # Errors
     /// [`Error::ReadFile`] or [`Error::Config`].
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| Error::ReadFile { path: path.to_owned(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| Error::ReadFile {
+            path: path.to_owned(),
+            source,
+        })?;
         Self::from_yaml(path, &text)
     }
 
@@ -188,8 +196,11 @@ impl Config {
     /// [`Error::Env`] for an unparsable or out-of-range value (never a silent default).
     pub fn apply_env(mut self, env: &dyn Env) -> Result<Self> {
         if let Some(v) = env.var("METRICS_SCRAPE_INTERVAL") {
-            let d = parse_go_duration(&v)
-                .map_err(|reason| Error::Env { name: "METRICS_SCRAPE_INTERVAL", value: v.clone(), reason })?;
+            let d = parse_go_duration(&v).map_err(|reason| Error::Env {
+                name: "METRICS_SCRAPE_INTERVAL",
+                value: v.clone(),
+                reason,
+            })?;
             if d.is_zero() {
                 return Err(Error::Env {
                     name: "METRICS_SCRAPE_INTERVAL",
@@ -200,8 +211,11 @@ impl Config {
             self.metrics_scrape_interval = d;
         }
         if let Some(v) = env.var("DRAIN_TIMEOUT") {
-            self.drain_timeout = parse_go_duration(&v)
-                .map_err(|reason| Error::Env { name: "DRAIN_TIMEOUT", value: v.clone(), reason })?;
+            self.drain_timeout = parse_go_duration(&v).map_err(|reason| Error::Env {
+                name: "DRAIN_TIMEOUT",
+                value: v.clone(),
+                reason,
+            })?;
         }
         if let Some(v) = env.var("ACCESS_LOG_ENABLED") {
             self.access_log.enabled = match v.to_ascii_lowercase().as_str() {
@@ -244,7 +258,10 @@ impl Config {
     /// # Errors
     /// [`Error::Config`] naming the field.
     pub fn validate(self, path: &Path) -> Result<Self> {
-        let err = |reason: String| Error::Config { path: path.to_owned(), reason };
+        let err = |reason: String| Error::Config {
+            path: path.to_owned(),
+            reason,
+        };
         if self.metrics_scrape_concurrency == 0 {
             return Err(err("metricsScrapeConcurrency: must be at least 1".into()));
         }
@@ -254,7 +271,9 @@ impl Config {
         let mut seen = std::collections::HashSet::new();
         for (i, ep) in self.standalone.endpoints.iter().enumerate() {
             if ep.name.is_empty() {
-                return Err(err(format!("standalone.endpoints[{i}].name: must not be empty")));
+                return Err(err(format!(
+                    "standalone.endpoints[{i}].name: must not be empty"
+                )));
             }
             if !seen.insert(ep.name.as_str()) {
                 return Err(err(format!(
@@ -276,7 +295,13 @@ impl Config {
         self.standalone
             .manifests
             .iter()
-            .map(|p| if p.is_absolute() { p.clone() } else { self.base_dir.join(p) })
+            .map(|p| {
+                if p.is_absolute() {
+                    p.clone()
+                } else {
+                    self.base_dir.join(p)
+                }
+            })
             .collect()
     }
 }
@@ -374,7 +399,10 @@ standalone:
     #[test]
     fn parses_file_env_and_defaults() {
         let path = Path::new("/etc/kthena/router.yaml");
-        let cfg = Config::from_yaml(path, FILE).unwrap().validate(path).unwrap();
+        let cfg = Config::from_yaml(path, FILE)
+            .unwrap()
+            .validate(path)
+            .unwrap();
         assert_eq!(cfg.port, 18080);
         assert_eq!(cfg.metrics_port, 9090);
         assert_eq!(cfg.debug_port, 15000);
@@ -383,8 +411,14 @@ standalone:
         assert!(cfg.access_log.enabled);
         assert_eq!(cfg.standalone.endpoints[1].address, "[::1]:8002");
         assert_eq!(cfg.standalone.endpoints[1].namespace, "default");
-        assert_eq!(cfg.standalone.endpoints[1].kv_events.as_deref(), Some("tcp://127.0.0.1:5557"));
-        assert_eq!(cfg.manifest_paths(), vec![PathBuf::from("/etc/kthena/manifests/")]);
+        assert_eq!(
+            cfg.standalone.endpoints[1].kv_events.as_deref(),
+            Some("tcp://127.0.0.1:5557")
+        );
+        assert_eq!(
+            cfg.manifest_paths(),
+            vec![PathBuf::from("/etc/kthena/manifests/")]
+        );
 
         let env: HashMap<String, String> = [
             ("METRICS_SCRAPE_INTERVAL", "2s"),
@@ -408,21 +442,39 @@ standalone:
     fn rejects_bad_values() {
         let path = Path::new("r.yaml");
         let bad_env: HashMap<String, String> =
-            [("METRICS_SCRAPE_INTERVAL".to_owned(), "0s".to_owned())].into_iter().collect();
+            [("METRICS_SCRAPE_INTERVAL".to_owned(), "0s".to_owned())]
+                .into_iter()
+                .collect();
         assert!(matches!(
             Config::default().apply_env(&bad_env),
-            Err(Error::Env { name: "METRICS_SCRAPE_INTERVAL", .. })
+            Err(Error::Env {
+                name: "METRICS_SCRAPE_INTERVAL",
+                ..
+            })
         ));
-        let bad_env: HashMap<String, String> =
-            [("ACCESS_LOG_FORMAT".to_owned(), "xml".to_owned())].into_iter().collect();
+        let bad_env: HashMap<String, String> = [("ACCESS_LOG_FORMAT".to_owned(), "xml".to_owned())]
+            .into_iter()
+            .collect();
         assert!(Config::default().apply_env(&bad_env).is_err());
 
         let dup = "standalone:\n  endpoints:\n  - {name: a, address: '127.0.0.1:1'}\n  - {name: a, address: '127.0.0.1:2'}\n";
-        let e = Config::from_yaml(path, dup).unwrap().validate(path).unwrap_err();
-        assert!(e.to_string().contains("standalone.endpoints[1].name"), "{e}");
+        let e = Config::from_yaml(path, dup)
+            .unwrap()
+            .validate(path)
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("standalone.endpoints[1].name"),
+            "{e}"
+        );
         let noport = "standalone:\n  endpoints:\n  - {name: a, address: '127.0.0.1'}\n";
-        let e = Config::from_yaml(path, noport).unwrap().validate(path).unwrap_err();
-        assert!(e.to_string().contains("standalone.endpoints[0].address"), "{e}");
+        let e = Config::from_yaml(path, noport)
+            .unwrap()
+            .validate(path)
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("standalone.endpoints[0].address"),
+            "{e}"
+        );
         assert!(Config::from_yaml(path, "port: [1]\n").is_err());
         assert!(Config::from_yaml(path, "metricsScrapeInterval: soon\n").is_err());
     }

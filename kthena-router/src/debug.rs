@@ -17,7 +17,10 @@ use crate::service::Shared;
 fn answer(status: StatusCode, v: &Value) -> Response<RespBody> {
     let mut r = Response::new(full(v.to_string()));
     *r.status_mut() = status;
-    r.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
     r
 }
 
@@ -44,7 +47,12 @@ fn server_json(s: &crate::discovery::Server) -> Value {
 fn pod_json(snap: &Snapshot, e: &Endpoint, detail: bool) -> Value {
     let st = e.state().clone();
     let servers: Vec<String> = {
-        let mut v: Vec<String> = snap.servers.values().filter(|s| s.endpoints.iter().any(|x| x.name == e.name)).map(|s| s.key.clone()).collect();
+        let mut v: Vec<String> = snap
+            .servers
+            .values()
+            .filter(|s| s.endpoints.iter().any(|x| x.name == e.name))
+            .map(|s| s.key.clone())
+            .collect();
         v.sort();
         v
     };
@@ -79,29 +87,52 @@ pub(crate) fn config_dump(shared: &Shared, path: &str) -> Response<RespBody> {
     let parts: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
     match parts.as_slice() {
         ["modelroutes"] => {
-            let list: Vec<Value> = snap.route_objects.iter().map(|r| route_json(&snap, r)).collect();
+            let list: Vec<Value> = snap
+                .route_objects
+                .iter()
+                .map(|r| route_json(&snap, r))
+                .collect();
             answer(StatusCode::OK, &json!({ "modelroutes": list }))
         }
         ["modelservers"] => {
             let mut keys: Vec<&String> = snap.servers.keys().collect();
             keys.sort();
-            let list: Vec<Value> = keys.into_iter().map(|k| server_json(&snap.servers[k])).collect();
+            let list: Vec<Value> = keys
+                .into_iter()
+                .map(|k| server_json(&snap.servers[k]))
+                .collect();
             answer(StatusCode::OK, &json!({ "modelservers": list }))
         }
         ["pods"] => {
-            let list: Vec<Value> = snap.endpoints.iter().map(|e| pod_json(&snap, e, false)).collect();
+            let list: Vec<Value> = snap
+                .endpoints
+                .iter()
+                .map(|e| pod_json(&snap, e, false))
+                .collect();
             answer(StatusCode::OK, &json!({ "pods": list }))
         }
-        [kind @ ("gateways" | "httproutes" | "inferencepools")] => answer(StatusCode::OK, &json!({ *kind: null })),
+        [kind @ ("gateways" | "httproutes" | "inferencepools")] => {
+            answer(StatusCode::OK, &json!({ *kind: null }))
+        }
         ["namespaces", ns, kind, name] => {
             let found = match *kind {
                 "modelroutes" => snap
                     .route_objects
                     .iter()
-                    .find(|r| r.metadata.namespace.as_deref().unwrap_or("default") == *ns && r.metadata.name.as_deref() == Some(*name))
+                    .find(|r| {
+                        r.metadata.namespace.as_deref().unwrap_or("default") == *ns
+                            && r.metadata.name.as_deref() == Some(*name)
+                    })
                     .map(|r| route_json(&snap, r)),
-                "modelservers" => snap.servers.get(&format!("{ns}/{name}")).map(|s| server_json(s)),
-                "pods" => snap.endpoints.iter().find(|e| e.namespace == *ns && e.name == *name).map(|e| pod_json(&snap, e, true)),
+                "modelservers" => snap
+                    .servers
+                    .get(&format!("{ns}/{name}"))
+                    .map(|s| server_json(s)),
+                "pods" => snap
+                    .endpoints
+                    .iter()
+                    .find(|e| e.namespace == *ns && e.name == *name)
+                    .map(|e| pod_json(&snap, e, true)),
                 _ => None,
             };
             let kind_name = match *kind {
@@ -112,7 +143,10 @@ pub(crate) fn config_dump(shared: &Shared, path: &str) -> Response<RespBody> {
             };
             match found {
                 Some(v) => answer(StatusCode::OK, &v),
-                None => answer(StatusCode::NOT_FOUND, &json!({"error": format!("{kind_name} not found")})),
+                None => answer(
+                    StatusCode::NOT_FOUND,
+                    &json!({"error": format!("{kind_name} not found")}),
+                ),
             }
         }
         _ => answer(StatusCode::NOT_FOUND, &json!({"error": "not found"})),

@@ -77,7 +77,12 @@ impl Snapshot {
         }
         self.endpoints
             .iter()
-            .map(|e| (Arc::clone(e), engine_of.get(e.name.as_str()).copied().unwrap_or_default()))
+            .map(|e| {
+                (
+                    Arc::clone(e),
+                    engine_of.get(e.name.as_str()).copied().unwrap_or_default(),
+                )
+            })
             .collect()
     }
 }
@@ -110,37 +115,54 @@ impl Loader {
             path: config_path.map(Path::to_path_buf).unwrap_or_default(),
             reason,
         })?;
-        let scheduler = kv.build_scheduler(&cfg.scheduler).map_err(|reason| Error::Config {
-            path: config_path.map(Path::to_path_buf).unwrap_or_default(),
-            reason: format!("scheduler: {reason}"),
-        })?;
+        let scheduler = kv
+            .build_scheduler(&cfg.scheduler)
+            .map_err(|reason| Error::Config {
+                path: config_path.map(Path::to_path_buf).unwrap_or_default(),
+                reason: format!("scheduler: {reason}"),
+            })?;
         let manifest_paths = cfg.manifest_paths();
-        let dirs: Vec<PathBuf> = manifest_paths.iter().filter(|p| p.is_dir()).cloned().collect();
+        let dirs: Vec<PathBuf> = manifest_paths
+            .iter()
+            .filter(|p| p.is_dir())
+            .cloned()
+            .collect();
         let mut files = manifest_files(&manifest_paths)?;
         let mut routes = Vec::new();
         let mut servers_raw = Vec::new();
         let mut seen = HashSet::new();
         for f in &files {
-            let docs = kthena_api::load_file(f)
-                .map_err(|e| Error::Manifest { path: f.clone(), reason: e.to_string() })?;
+            let docs = kthena_api::load_file(f).map_err(|e| Error::Manifest {
+                path: f.clone(),
+                reason: e.to_string(),
+            })?;
             for doc in docs {
                 let obj = doc.object.with_defaults();
                 let id = format!("{} {}/{}", obj.kind(), obj.namespace(), obj.name());
                 let what = format!("document {} (line {}) {id}", doc.index, doc.line);
                 if let Err(errs) = obj.validate() {
                     let list: Vec<String> = errs.iter().map(ToString::to_string).collect();
-                    return Err(Error::Manifest { path: f.clone(), reason: format!("{what}: {}", list.join("; ")) });
+                    return Err(Error::Manifest {
+                        path: f.clone(),
+                        reason: format!("{what}: {}", list.join("; ")),
+                    });
                 }
                 match obj {
                     Object::ModelRoute(r) => {
                         if !seen.insert(id.clone()) {
-                            return Err(Error::Manifest { path: f.clone(), reason: format!("{what}: defined twice") });
+                            return Err(Error::Manifest {
+                                path: f.clone(),
+                                reason: format!("{what}: defined twice"),
+                            });
                         }
                         routes.push((f.clone(), what, *r));
                     }
                     Object::ModelServer(s) => {
                         if !seen.insert(id.clone()) {
-                            return Err(Error::Manifest { path: f.clone(), reason: format!("{what}: defined twice") });
+                            return Err(Error::Manifest {
+                                path: f.clone(),
+                                reason: format!("{what}: defined twice"),
+                            });
                         }
                         servers_raw.push((f.clone(), what, *s));
                     }
@@ -166,10 +188,18 @@ impl Loader {
 
         let mut servers = HashMap::new();
         for (path, what, s) in servers_raw {
-            let namespace = s.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+            let namespace = s
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into());
             let name = s.metadata.name.clone().unwrap_or_default();
             let spec = &s.spec;
-            let timeout = match spec.traffic_policy.as_ref().and_then(|t| t.timeout.as_ref()) {
+            let timeout = match spec
+                .traffic_policy
+                .as_ref()
+                .and_then(|t| t.timeout.as_ref())
+            {
                 Some(d) => Some(d.parse().map_err(|r| Error::Manifest {
                     path: path.clone(),
                     reason: format!("{what}: spec.trafficPolicy.timeout: {r}"),
@@ -185,9 +215,9 @@ impl Loader {
                         })?,
                         None => Duration::from_millis(100),
                     };
-                    let attempts = r
-                        .attempts
-                        .map_or(crate::service::DEFAULT_ATTEMPTS, |a| usize::try_from(a.max(1)).unwrap_or(1));
+                    let attempts = r.attempts.map_or(crate::service::DEFAULT_ATTEMPTS, |a| {
+                        usize::try_from(a.max(1)).unwrap_or(1)
+                    });
                     Some((attempts, pause))
                 }
                 None => None,
@@ -225,14 +255,25 @@ impl Loader {
         let mut compiled = Vec::with_capacity(routes.len());
         let mut route_objects = Vec::with_capacity(routes.len());
         for (path, what, r) in routes {
-            let key = format!("{}/{}", r.metadata.namespace.as_deref().unwrap_or("default"), r.metadata.name.as_deref().unwrap_or(""));
+            let key = format!(
+                "{}/{}",
+                r.metadata.namespace.as_deref().unwrap_or("default"),
+                r.metadata.name.as_deref().unwrap_or("")
+            );
             let (seen_at, seq) = *first_seen.entry(key).or_insert_with(|| {
                 next_seq += 1;
                 (jiff::Timestamp::now().as_nanosecond(), next_seq)
             });
-            let created = r.metadata.creation_timestamp.as_ref().map_or(seen_at, |t| t.0.as_nanosecond());
-            let c = CompiledRoute::compile(&r, (created, seq))
-                .map_err(|reason| Error::Manifest { path: path.clone(), reason: format!("{what}: {reason}") })?;
+            let created = r
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(seen_at, |t| t.0.as_nanosecond());
+            let c =
+                CompiledRoute::compile(&r, (created, seq)).map_err(|reason| Error::Manifest {
+                    path: path.clone(),
+                    reason: format!("{what}: {reason}"),
+                })?;
             compiled.push(c);
             route_objects.push(r);
         }
@@ -282,14 +323,22 @@ fn labels_match(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, S
 pub fn manifest_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in paths {
-        let meta = std::fs::metadata(p).map_err(|source| Error::ReadFile { path: p.clone(), source })?;
+        let meta = std::fs::metadata(p).map_err(|source| Error::ReadFile {
+            path: p.clone(),
+            source,
+        })?;
         if meta.is_dir() {
             let mut files: Vec<PathBuf> = std::fs::read_dir(p)
-                .map_err(|source| Error::ReadFile { path: p.clone(), source })?
+                .map_err(|source| Error::ReadFile {
+                    path: p.clone(),
+                    source,
+                })?
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|f| {
                     f.is_file()
-                        && f.extension().and_then(|x| x.to_str()).is_some_and(|x| matches!(x, "yaml" | "yml" | "json"))
+                        && f.extension()
+                            .and_then(|x| x.to_str())
+                            .is_some_and(|x| matches!(x, "yaml" | "yml" | "json"))
                 })
                 .collect();
             files.sort();

@@ -113,7 +113,9 @@ impl Endpoint {
     #[must_use]
     pub fn begin_request(self: &Arc<Self>) -> InFlightGuard {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        InFlightGuard { endpoint: Arc::clone(self) }
+        InFlightGuard {
+            endpoint: Arc::clone(self),
+        }
     }
 
     /// Locks the engine state (short critical sections only).

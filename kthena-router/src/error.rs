@@ -317,7 +317,12 @@ impl Error {
     /// The OpenAI-shaped JSON body: `{"error":{"message","type","param","code"}}`.
     #[must_use]
     pub fn to_body(&self) -> Bytes {
-        openai_error_body(&self.to_string(), self.openai_type(), self.param(), self.code())
+        openai_error_body(
+            &self.to_string(),
+            self.openai_type(),
+            self.param(),
+            self.code(),
+        )
     }
 }
 
@@ -338,11 +343,24 @@ mod tests {
     fn statuses_and_shapes() {
         let cases: Vec<(Error, u16, &str)> = vec![
             (Error::MissingModel, 400, "missing_model"),
-            (Error::ModelNotFound { model: "x".into() }, 404, "model_not_found"),
-            (Error::BodyTooLarge { limit: 1 }, 413, "request_too_large"),
-            (Error::NoReadyEndpoint { server: "a/b".into() }, 503, "no_ready_endpoint"),
             (
-                Error::UpstreamTimeout { endpoint: "e".into(), timeout: Duration::from_secs(1) },
+                Error::ModelNotFound { model: "x".into() },
+                404,
+                "model_not_found",
+            ),
+            (Error::BodyTooLarge { limit: 1 }, 413, "request_too_large"),
+            (
+                Error::NoReadyEndpoint {
+                    server: "a/b".into(),
+                },
+                503,
+                "no_ready_endpoint",
+            ),
+            (
+                Error::UpstreamTimeout {
+                    endpoint: "e".into(),
+                    timeout: Duration::from_secs(1),
+                },
                 504,
                 "upstream_timeout",
             ),

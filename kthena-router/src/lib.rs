@@ -60,26 +60,39 @@ mod watch;
 
 pub use accesslog::{AccessLog, Entry as AccessLogEntry, EntryError as AccessLogError};
 pub use config::{
-    AccessLogConfig, AccessLogFormat, Config, EndpointConfig, Env, ProcessEnv, SchedulerConfig, Standalone,
-    parse_go_duration, resolve_address,
+    AccessLogConfig, AccessLogFormat, Config, EndpointConfig, Env, ProcessEnv, SchedulerConfig,
+    Standalone, parse_go_duration, resolve_address,
 };
 pub use discovery::{Loader, Server, Snapshot, manifest_files};
 pub use endpoint::{DOWN_AFTER_FAILURES, Endpoint, EngineState, InFlightGuard};
 pub use error::{Error, Result, Side, openai_error_body};
-pub use kv_cache::{IndexBackend, KvCacheConfig, KvLoader, KvState, RedisConfig, SUPERVISE_INTERVAL, TokenizerConfig, supervise};
-pub use kv_events::{END_SEQ, EventBatch, Ingest, KvSource, REPLAY_TIMEOUT, SeqStep, SeqTracker, decode_batch, event_type, replay, split_frames, subscribe};
+pub use kv_cache::{
+    IndexBackend, KvCacheConfig, KvLoader, KvState, RedisConfig, SUPERVISE_INTERVAL,
+    TokenizerConfig, supervise,
+};
+pub use kv_events::{
+    END_SEQ, EventBatch, Ingest, KvSource, REPLAY_TIMEOUT, SeqStep, SeqTracker, decode_batch,
+    event_type, replay, split_frames, subscribe,
+};
 pub use kv_metrics::{KvMetrics, TOKENIZE_BUCKETS};
 pub use kv_redis::{KEY_PREFIX, RedisKvIndex, block_key, kthena_block_hash, owner_of};
 pub use llamacpp::{LLAMACPP_PREFIX, llamacpp_sample};
-pub use tokenize::{BLOCKING_THRESHOLD_BYTES, CacheOutcome, MIN_CACHED_PREFIX_BYTES, ModelTokenizer, Tokenizers, remote_body, remote_tokenize};
 pub use metrics::{DURATION_BUCKETS, Destination, Metrics, RATIO_BUCKETS, RequestRecord};
-pub use openai::{Message, ParsedRequest, Prompt, UpstreamBody, Usage, estimate_tokens, parse_request, usage_of};
+pub use openai::{
+    Message, ParsedRequest, Prompt, UpstreamBody, Usage, estimate_tokens, parse_request, usage_of,
+};
 pub use proxy::{BoxError, ProxyBody, RequestCtx, RespBody, SchedDone, SseFilter};
-pub use route::{CompiledRoute, CompiledRule, MatchError, RouteMatch, RouteTable, StringMatcher, TargetRef};
+pub use route::{
+    CompiledRoute, CompiledRule, MatchError, RouteMatch, RouteTable, StringMatcher, TargetRef,
+};
 pub use sched::build_scheduler;
 pub use scrape::{
-    EngineMetricNames, EngineSample, HttpClient, SGLANG, VLLM, interval_mean_ms, names_for, parse_metrics, parse_models,
-    scrape_all, scrape_endpoint,
+    EngineMetricNames, EngineSample, HttpClient, SGLANG, VLLM, interval_mean_ms, names_for,
+    parse_metrics, parse_models, scrape_all, scrape_endpoint,
 };
 pub use server::{Overrides, Router, load_config, run};
 pub use service::{DEFAULT_ATTEMPTS, RouterService, Shared, error_response};
+pub use tokenize::{
+    BLOCKING_THRESHOLD_BYTES, CacheOutcome, MIN_CACHED_PREFIX_BYTES, ModelTokenizer, Tokenizers,
+    remote_body, remote_tokenize,
+};

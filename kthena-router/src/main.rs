@@ -29,11 +29,16 @@ fn main() -> ExitCode {
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
         .init();
-    let overrides = Overrides { port: args.port, metrics_port: args.metrics_port, debug_port: args.debug_port };
+    let overrides = Overrides {
+        port: args.port,
+        metrics_port: args.metrics_port,
+        debug_port: args.debug_port,
+    };
     let cfg = match kthena_router::load_config(&args.config, &ProcessEnv, overrides) {
         Ok(c) => c,
         Err(e) => {
@@ -41,7 +46,10 @@ fn main() -> ExitCode {
             return ExitCode::from(64);
         }
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "Cannot start the async runtime");
@@ -50,7 +58,12 @@ fn main() -> ExitCode {
     };
     match rt.block_on(kthena_router::run(cfg, Some(args.config), overrides)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e @ (Error::Config { .. } | Error::Manifest { .. } | Error::Env { .. } | Error::ReadFile { .. })) => {
+        Err(
+            e @ (Error::Config { .. }
+            | Error::Manifest { .. }
+            | Error::Env { .. }
+            | Error::ReadFile { .. }),
+        ) => {
             tracing::error!(error = %e, "Invalid configuration");
             ExitCode::from(64)
         }

@@ -9,8 +9,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// Request latency buckets in seconds (spec §2.15).
-pub const DURATION_BUCKETS: [f64; 13] =
-    [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+pub const DURATION_BUCKETS: [f64; 13] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
 /// Match-ratio buckets, ratios 0..1 (spec §2.15).
 pub const RATIO_BUCKETS: [f64; 9] = [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0];
 
@@ -169,14 +170,26 @@ impl Metrics {
             "Configuration and manifest reloads by result (success, failure)",
             reloads.clone(),
         );
-        registry.register("kthena_router_requests", "Total number of requests handled by the router", requests.clone());
+        registry.register(
+            "kthena_router_requests",
+            "Total number of requests handled by the router",
+            requests.clone(),
+        );
         registry.register(
             "kthena_router_request_duration_seconds",
             "End-to-end request latency in seconds",
             duration.clone(),
         );
-        registry.register("kthena_router_tokens", "Total number of input and output tokens", tokens.clone());
-        registry.register("kthena_router_active_requests", "Requests being handled by the router", active_requests.clone());
+        registry.register(
+            "kthena_router_tokens",
+            "Total number of input and output tokens",
+            tokens.clone(),
+        );
+        registry.register(
+            "kthena_router_active_requests",
+            "Requests being handled by the router",
+            active_requests.clone(),
+        );
         registry.register(
             "kthena_router_active_downstream_requests",
             "Client requests in flight per model",
@@ -216,7 +229,11 @@ impl Metrics {
     /// token counters (input, and output when > 0).
     pub fn record_request(&self, r: &RequestRecord<'_>) {
         let status = r.status.to_string();
-        let error_type = r.error_type.unwrap_or(if r.status < 400 { "successful_request" } else { "request_failed" });
+        let error_type = r.error_type.unwrap_or(if r.status < 400 {
+            "successful_request"
+        } else {
+            "request_failed"
+        });
         let d = r.dest;
         self.requests
             .get_or_create(&RequestLabels {
@@ -266,13 +283,20 @@ impl Metrics {
 
     /// `kthena_router_active_downstream_requests{model}` ±1.
     pub fn active_downstream(&self, model: &str, delta: i64) {
-        self.active_downstream.get_or_create(&ModelLabel { model: model.into() }).inc_by(delta);
+        self.active_downstream
+            .get_or_create(&ModelLabel {
+                model: model.into(),
+            })
+            .inc_by(delta);
     }
 
     /// `kthena_router_active_upstream_requests{...}` ±1.
     pub fn active_upstream(&self, d: &Destination, delta: i64) {
-        let model_server =
-            if d.backend_type == "model_server" { d.backend_name.clone() } else { "none".into() };
+        let model_server = if d.backend_type == "model_server" {
+            d.backend_name.clone()
+        } else {
+            "none".into()
+        };
         self.active_upstream
             .get_or_create(&UpstreamLabels {
                 model_server,
@@ -287,7 +311,11 @@ impl Metrics {
     /// Counts a reload attempt (`kthena_router_config_reloads_total{result}`).
     pub fn reload(&self, ok: bool) {
         let result = if ok { "success" } else { "failure" };
-        self.reloads.get_or_create(&ResultLabel { result: result.into() }).inc();
+        self.reloads
+            .get_or_create(&ResultLabel {
+                result: result.into(),
+            })
+            .inc();
     }
 
     /// Observes a scheduler plugin's match ratio (`prefix-cache` or `kvcache-aware`).
@@ -297,7 +325,10 @@ impl Metrics {
             "kvcache-aware" => &self.kv_match,
             _ => return,
         };
-        fam.get_or_create(&ModelLabel { model: model.into() }).observe(ratio);
+        fam.get_or_create(&ModelLabel {
+            model: model.into(),
+        })
+        .observe(ratio);
     }
 
     /// The Prometheus text exposition of every family.
@@ -332,9 +363,18 @@ mod tests {
         m.match_ratio("prefix-cache", "m", 0.5);
         let text = m.encode();
         assert!(text.contains(r#"kthena_router_requests_total{model="unknown",path="/v1/chat/completions",status_code="404",error_type="route_not_found",model_route="none",backend_type="unresolved",backend_name="none",upstream_model="none"} 1"#), "{text}");
-        assert!(text.contains("kthena_router_request_duration_seconds_bucket{"), "{text}");
+        assert!(
+            text.contains("kthena_router_request_duration_seconds_bucket{"),
+            "{text}"
+        );
         assert!(text.contains(r#"token_type="input""#), "{text}");
         assert!(!text.contains(r#"token_type="output""#), "{text}");
-        assert!(text.contains(r#"kthena_router_prefix_cache_match_ratio_bucket{le="0.5",model="m"} 1"#) || text.contains(r#"kthena_router_prefix_cache_match_ratio_bucket{model="m",le="0.5"} 1"#), "{text}");
+        assert!(
+            text.contains(r#"kthena_router_prefix_cache_match_ratio_bucket{le="0.5",model="m"} 1"#)
+                || text.contains(
+                    r#"kthena_router_prefix_cache_match_ratio_bucket{model="m",le="0.5"} 1"#
+                ),
+            "{text}"
+        );
     }
 }

@@ -85,10 +85,13 @@ pub fn estimate_tokens(prompt: &str) -> u64 {
 /// [`Error::BadJson`] for invalid JSON or a non-object, [`Error::MissingModel`] when `model` is
 /// missing, not a string or blank, [`Error::PromptNotFound`] when no prompt field is usable.
 pub fn parse_request(raw: Bytes) -> Result<ParsedRequest> {
-    let value: Value =
-        serde_json::from_slice(&raw).map_err(|e| Error::BadJson { reason: e.to_string() })?;
+    let value: Value = serde_json::from_slice(&raw).map_err(|e| Error::BadJson {
+        reason: e.to_string(),
+    })?;
     let Value::Object(body) = value else {
-        return Err(Error::BadJson { reason: "the body must be a JSON object".into() });
+        return Err(Error::BadJson {
+            reason: "the body must be a JSON object".into(),
+        });
     };
     let model = match body.get("model") {
         Some(Value::String(m)) if !m.trim().is_empty() => m.clone(),
@@ -103,7 +106,16 @@ pub fn parse_request(raw: Bytes) -> Result<ParsedRequest> {
     let user = body.get("user").and_then(Value::as_str).map(str::to_owned);
     let prompt = parse_prompt(&body).ok_or(Error::PromptNotFound)?;
     let prompt_text = prompt.render();
-    Ok(ParsedRequest { raw, body, model, stream, client_wants_usage, user, prompt, prompt_text })
+    Ok(ParsedRequest {
+        raw,
+        body,
+        model,
+        stream,
+        client_wants_usage,
+        user,
+        prompt,
+        prompt_text,
+    })
 }
 
 fn parse_prompt(body: &Map<String, Value>) -> Option<Prompt> {
@@ -127,12 +139,22 @@ fn parse_prompt(body: &Map<String, Value>) -> Option<Prompt> {
     if let Some(Value::Array(items)) = body.get("messages") {
         let mut msgs = Vec::new();
         if let Some(system) = body.get("system").and_then(content_text) {
-            msgs.push(Message { role: "system".into(), content: system });
+            msgs.push(Message {
+                role: "system".into(),
+                content: system,
+            });
         }
         for m in items {
-            let Some(role) = m.get("role").and_then(Value::as_str) else { continue };
-            let Some(content) = m.get("content").and_then(content_text) else { continue };
-            msgs.push(Message { role: role.to_owned(), content });
+            let Some(role) = m.get("role").and_then(Value::as_str) else {
+                continue;
+            };
+            let Some(content) = m.get("content").and_then(content_text) else {
+                continue;
+            };
+            msgs.push(Message {
+                role: role.to_owned(),
+                content,
+            });
         }
         return Some(Prompt::Messages(msgs));
     }
@@ -141,21 +163,32 @@ fn parse_prompt(body: &Map<String, Value>) -> Option<Prompt> {
         if let Some(Value::String(instr)) = body.get("instructions")
             && !instr.is_empty()
         {
-            msgs.push(Message { role: "developer".into(), content: instr.clone() });
+            msgs.push(Message {
+                role: "developer".into(),
+                content: instr.clone(),
+            });
         }
         match input {
-            Value::String(s) => msgs.push(Message { role: "user".into(), content: s.clone() }),
+            Value::String(s) => msgs.push(Message {
+                role: "user".into(),
+                content: s.clone(),
+            }),
             Value::Array(items) => {
                 for it in items {
                     let ty = it.get("type").and_then(Value::as_str);
                     if ty.is_some_and(|t| t != "message") {
                         continue;
                     }
-                    let Some(role) = it.get("role").and_then(Value::as_str) else { continue };
+                    let Some(role) = it.get("role").and_then(Value::as_str) else {
+                        continue;
+                    };
                     let Some(content) = it.get("content").and_then(content_text) else {
                         continue;
                     };
-                    msgs.push(Message { role: role.to_owned(), content });
+                    msgs.push(Message {
+                        role: role.to_owned(),
+                        content,
+                    });
                 }
             }
             _ => return None,
@@ -180,7 +213,11 @@ fn content_text(v: &Value) -> Option<String> {
                 })
                 .filter_map(|p| p.get("text").and_then(Value::as_str))
                 .collect();
-            if texts.is_empty() { None } else { Some(texts.join("\n")) }
+            if texts.is_empty() {
+                None
+            } else {
+                Some(texts.join("\n"))
+            }
         }
         _ => None,
     }
@@ -206,14 +243,19 @@ impl ParsedRequest {
         let rewrite = rewrite_model.filter(|m| *m != self.model);
         let inject = self.stream && !self.client_wants_usage;
         if rewrite.is_none() && !inject {
-            return UpstreamBody { bytes: self.raw.clone(), injected_usage: false };
+            return UpstreamBody {
+                bytes: self.raw.clone(),
+                injected_usage: false,
+            };
         }
         let mut body = self.body.clone();
         if let Some(m) = rewrite {
             body.insert("model".into(), Value::String(m.to_owned()));
         }
         if inject {
-            let opts = body.entry("stream_options").or_insert_with(|| Value::Object(Map::new()));
+            let opts = body
+                .entry("stream_options")
+                .or_insert_with(|| Value::Object(Map::new()));
             if !opts.is_object() {
                 *opts = Value::Object(Map::new());
             }
@@ -221,8 +263,13 @@ impl ParsedRequest {
                 o.insert("include_usage".into(), Value::Bool(true));
             }
         }
-        let bytes = serde_json::to_vec(&Value::Object(body)).map(Bytes::from).unwrap_or_else(|_| self.raw.clone());
-        UpstreamBody { bytes, injected_usage: inject }
+        let bytes = serde_json::to_vec(&Value::Object(body))
+            .map(Bytes::from)
+            .unwrap_or_else(|_| self.raw.clone());
+        UpstreamBody {
+            bytes,
+            injected_usage: inject,
+        }
     }
 }
 
@@ -238,9 +285,14 @@ pub struct Usage {
 /// Reads `usage` from a response or chunk object; `None` when absent or all zero.
 #[must_use]
 pub fn usage_of(v: &Value) -> Option<Usage> {
-    let u = v.get("usage").or_else(|| v.get("response").and_then(|r| r.get("usage")))?;
+    let u = v
+        .get("usage")
+        .or_else(|| v.get("response").and_then(|r| r.get("usage")))?;
     let get = |a: &str, b: &str| {
-        u.get(a).or_else(|| u.get(b)).and_then(Value::as_u64).unwrap_or(0)
+        u.get(a)
+            .or_else(|| u.get(b))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
     };
     let usage = Usage {
         prompt_tokens: get("prompt_tokens", "input_tokens"),
@@ -266,9 +318,15 @@ mod tests {
             r#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{}},{"text":"b"}]},{"role":"user"}]}"#,
         )
         .unwrap();
-        assert_eq!(r.prompt_text, "<|im_start|>system\ns<|im_end|>\n<|im_start|>user\na\nb<|im_end|>\n");
+        assert_eq!(
+            r.prompt_text,
+            "<|im_start|>system\ns<|im_end|>\n<|im_start|>user\na\nb<|im_end|>\n"
+        );
         let r = parse(r#"{"model":"m","instructions":"be brief","input":"q"}"#).unwrap();
-        assert_eq!(r.prompt_text, "<|im_start|>developer\nbe brief<|im_end|>\n<|im_start|>user\nq<|im_end|>\n");
+        assert_eq!(
+            r.prompt_text,
+            "<|im_start|>developer\nbe brief<|im_end|>\n<|im_start|>user\nq<|im_end|>\n"
+        );
         let r = parse(
             r#"{"model":"m","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"z"}]},{"type":"function_call"}]}"#,
         )
@@ -280,10 +338,22 @@ mod tests {
     fn errors() {
         assert!(matches!(parse("{nope"), Err(Error::BadJson { .. })));
         assert!(matches!(parse("[1]"), Err(Error::BadJson { .. })));
-        assert!(matches!(parse(r#"{"prompt":"x"}"#), Err(Error::MissingModel)));
-        assert!(matches!(parse(r#"{"model":"  ","prompt":"x"}"#), Err(Error::MissingModel)));
-        assert!(matches!(parse(r#"{"model":3,"prompt":"x"}"#), Err(Error::MissingModel)));
-        assert!(matches!(parse(r#"{"model":"m"}"#), Err(Error::PromptNotFound)));
+        assert!(matches!(
+            parse(r#"{"prompt":"x"}"#),
+            Err(Error::MissingModel)
+        ));
+        assert!(matches!(
+            parse(r#"{"model":"  ","prompt":"x"}"#),
+            Err(Error::MissingModel)
+        ));
+        assert!(matches!(
+            parse(r#"{"model":3,"prompt":"x"}"#),
+            Err(Error::MissingModel)
+        ));
+        assert!(matches!(
+            parse(r#"{"model":"m"}"#),
+            Err(Error::PromptNotFound)
+        ));
     }
 
     #[test]
@@ -314,16 +384,32 @@ mod tests {
         assert_eq!(v["stream_options"]["include_usage"], true);
         assert_eq!(v["stream_options"]["continuous_usage_stats"], false);
 
-        let r = parse(r#"{"model":"a","prompt":"x","stream":true,"stream_options":{"include_usage":true}}"#).unwrap();
+        let r = parse(
+            r#"{"model":"a","prompt":"x","stream":true,"stream_options":{"include_usage":true}}"#,
+        )
+        .unwrap();
         assert!(!r.upstream_body(None).injected_usage);
     }
 
     #[test]
     fn usage_parsing() {
         let v: Value = serde_json::json!({"usage":{"prompt_tokens":3,"completion_tokens":5}});
-        assert_eq!(usage_of(&v), Some(Usage { prompt_tokens: 3, completion_tokens: 5 }));
-        let v: Value = serde_json::json!({"response":{"usage":{"input_tokens":2,"output_tokens":4}}});
-        assert_eq!(usage_of(&v), Some(Usage { prompt_tokens: 2, completion_tokens: 4 }));
+        assert_eq!(
+            usage_of(&v),
+            Some(Usage {
+                prompt_tokens: 3,
+                completion_tokens: 5
+            })
+        );
+        let v: Value =
+            serde_json::json!({"response":{"usage":{"input_tokens":2,"output_tokens":4}}});
+        assert_eq!(
+            usage_of(&v),
+            Some(Usage {
+                prompt_tokens: 2,
+                completion_tokens: 4
+            })
+        );
         assert_eq!(usage_of(&serde_json::json!({"usage":null})), None);
     }
 }

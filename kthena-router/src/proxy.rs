@@ -29,7 +29,9 @@ pub type RespBody = UnsyncBoxBody<Bytes, BoxError>;
 /// A whole body from bytes.
 #[must_use]
 pub(crate) fn full(b: impl Into<Bytes>) -> RespBody {
-    http_body_util::Full::new(b.into()).map_err(|never| match never {}).boxed_unsync()
+    http_body_util::Full::new(b.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
 }
 
 /// Pause between the SSE error event and breaking the stream, so the event is flushed.
@@ -120,14 +122,21 @@ impl RequestCtx {
 
     pub(crate) fn set_upstream_active(&mut self, on: bool) {
         if on != self.upstream_active {
-            self.metrics.active_upstream(&self.dest, if on { 1 } else { -1 });
+            self.metrics
+                .active_upstream(&self.dest, if on { 1 } else { -1 });
             self.upstream_active = on;
         }
     }
 
     /// Settles the request: gauges back, one `requests_total`, one access-log line, the
     /// scheduler's completion hook.
-    pub(crate) fn settle(&mut self, status: u16, error: Option<(&str, String)>, origin: &str, output_tokens: u64) {
+    pub(crate) fn settle(
+        &mut self,
+        status: u16,
+        error: Option<(&str, String)>,
+        origin: &str,
+        output_tokens: u64,
+    ) {
         if self.settled {
             return;
         }
@@ -150,7 +159,10 @@ impl RequestCtx {
         e.duration_response_processing = ms(now.saturating_duration_since(up_end));
         let error_type = error.as_ref().map(|(t, _)| (*t).to_owned());
         if let Some((kind, message)) = error {
-            e.error = Some(EntryError { kind: kind.to_owned(), message });
+            e.error = Some(EntryError {
+                kind: kind.to_owned(),
+                message,
+            });
             e.error_origin = origin.to_owned();
         }
         if self.record_metrics {
@@ -183,7 +195,15 @@ impl RequestCtx {
 impl Drop for RequestCtx {
     fn drop(&mut self) {
         if !self.settled {
-            self.settle(499, Some(("client_disconnect", "client closed the connection before the answer".into())), "downstream", 0);
+            self.settle(
+                499,
+                Some((
+                    "client_disconnect",
+                    "client closed the connection before the answer".into(),
+                )),
+                "downstream",
+                0,
+            );
         }
     }
 }
@@ -241,9 +261,21 @@ impl ProxyBody {
         }
         // An upstream 4xx passed through unchanged is still an error of the request.
         let error = error.or_else(|| {
-            (self.status >= 400).then(|| ("upstream_response", format!("upstream answered {}", self.status)))
+            (self.status >= 400).then(|| {
+                (
+                    "upstream_response",
+                    format!("upstream answered {}", self.status),
+                )
+            })
         });
-        let origin = if error.as_ref().is_some_and(|(k, _)| *k == "client_disconnect") { "downstream" } else { "upstream" };
+        let origin = if error
+            .as_ref()
+            .is_some_and(|(k, _)| *k == "client_disconnect")
+        {
+            "downstream"
+        } else {
+            "upstream"
+        };
         if let Some(mut ctx) = self.ctx.take() {
             ctx.settle(self.status, error, origin, self.output_tokens);
         }
@@ -268,7 +300,10 @@ impl SseFilter {
     /// A filter; `hide_usage_chunk` drops the usage-only chunk.
     #[must_use]
     pub fn new(hide_usage_chunk: bool) -> Self {
-        Self { hide_usage_chunk, ..Self::default() }
+        Self {
+            hide_usage_chunk,
+            ..Self::default()
+        }
     }
 
     /// Feeds upstream bytes; returns the bytes to forward now (complete lines only).
@@ -296,7 +331,9 @@ impl SseFilter {
                         self.output_tokens = u.completion_tokens;
                     }
                     let usage_only = v.get("usage").is_some_and(|u| !u.is_null())
-                        && v.get("choices").and_then(|c| c.as_array()).is_some_and(Vec::is_empty);
+                        && v.get("choices")
+                            .and_then(|c| c.as_array())
+                            .is_some_and(Vec::is_empty);
                     if self.hide_usage_chunk && usage_only {
                         skip_blank = true;
                         continue;
@@ -323,7 +360,10 @@ impl Body for ProxyBody {
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
         if let Some((_, pause)) = this.pending_error.as_mut() {
             if pause.as_mut().poll(cx).is_pending() {
@@ -354,7 +394,12 @@ impl Body for ProxyBody {
                     if this.sse.is_some() {
                         // Tell SSE clients why, then break the chunked stream so the client
                         // sees an incomplete response, never a clean end.
-                        let body = crate::error::openai_error_body(&msg, "server_error", None, "upstream_stream_error");
+                        let body = crate::error::openai_error_body(
+                            &msg,
+                            "server_error",
+                            None,
+                            "upstream_stream_error",
+                        );
                         let mut ev = BytesMut::from(&b"data: "[..]);
                         ev.extend_from_slice(&body);
                         ev.extend_from_slice(b"\n\n");
@@ -402,7 +447,11 @@ impl Body for ProxyBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        if self.sse.is_some() { SizeHint::default() } else { self.inner.size_hint() }
+        if self.sse.is_some() {
+            SizeHint::default()
+        } else {
+            self.inner.size_hint()
+        }
     }
 }
 
@@ -413,7 +462,10 @@ impl Drop for ProxyBody {
         } else if !self.finished {
             // The client went away mid-body: dropping `inner` closes the upstream connection,
             // which cancels the engine's work; the in-flight guard gives the slot back.
-            self.finish(Some(("client_disconnect", "client closed the connection during the response".into())));
+            self.finish(Some((
+                "client_disconnect",
+                "client closed the connection during the response".into(),
+            )));
         }
     }
 }
@@ -426,7 +478,10 @@ mod tests {
     fn sse_filter_hides_injected_usage_chunk() {
         let mut f = SseFilter::new(true);
         let a = f.push(b"data: {\"choices\":[{\"text\":\"hi\"}],\"usage\":null}\n\ndata: {\"cho");
-        assert_eq!(&a[..], b"data: {\"choices\":[{\"text\":\"hi\"}],\"usage\":null}\n\n");
+        assert_eq!(
+            &a[..],
+            b"data: {\"choices\":[{\"text\":\"hi\"}],\"usage\":null}\n\n"
+        );
         let b = f.push(b"ices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":7}}\n\ndata: [DONE]\n\n");
         assert_eq!(&b[..], b"data: [DONE]\n\n");
         assert_eq!(f.output_tokens, 7);
@@ -435,7 +490,10 @@ mod tests {
 
         let mut keep = SseFilter::new(false);
         let c = keep.push(b"data: {\"choices\":[],\"usage\":{\"completion_tokens\":2}}\n\n");
-        assert_eq!(&c[..], b"data: {\"choices\":[],\"usage\":{\"completion_tokens\":2}}\n\n");
+        assert_eq!(
+            &c[..],
+            b"data: {\"choices\":[],\"usage\":{\"completion_tokens\":2}}\n\n"
+        );
         assert_eq!(keep.output_tokens, 2);
         assert!(keep.push(b"data: partial").is_empty());
         assert_eq!(&keep.flush()[..], b"data: partial");

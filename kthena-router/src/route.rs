@@ -142,15 +142,19 @@ impl CompiledRoute {
                         })?;
                         headers.push((k.to_ascii_lowercase(), m));
                     }
-                    let uri = match &mm.uri {
-                        Some(sm) => Some(
-                            StringMatcher::compile(sm)
-                                .map_err(|e| format!("spec.rules[{i}].modelMatch.uri.regex: {e}"))?,
-                        ),
-                        None => None,
-                    };
+                    let uri =
+                        match &mm.uri {
+                            Some(sm) => Some(StringMatcher::compile(sm).map_err(|e| {
+                                format!("spec.rules[{i}].modelMatch.uri.regex: {e}")
+                            })?),
+                            None => None,
+                        };
                     let body_model = mm.body.as_ref().and_then(|b| b.model.clone());
-                    Some(RuleMatcher { body_model, headers, uri })
+                    Some(RuleMatcher {
+                        body_model,
+                        headers,
+                        uri,
+                    })
                 }
             };
             let weighted = r.target_models.first().is_some_and(|t| t.weight.is_some());
@@ -169,10 +173,18 @@ impl CompiledRoute {
                 // Go skips such a route at match time; an empty target list does the same.
                 targets.clear();
             }
-            rules.push(CompiledRule { name: r.name.clone(), matcher, targets });
+            rules.push(CompiledRule {
+                name: r.name.clone(),
+                matcher,
+                targets,
+            });
         }
         Ok(Self {
-            namespace: route.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+            namespace: route
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
             name: route.metadata.name.clone().unwrap_or_default(),
             model_name: route.spec.model_name.clone(),
             lora_adapters: route.spec.lora_adapters.clone(),
@@ -193,7 +205,10 @@ impl CompiledRoute {
             Some(m) => {
                 m.body_model.as_deref().is_none_or(|bm| bm == model)
                     && m.headers.iter().all(|(k, sm)| {
-                        let v = headers.get(k.as_str()).and_then(|v| v.to_str().ok()).unwrap_or("");
+                        let v = headers
+                            .get(k.as_str())
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("");
                         sm.matches(v)
                     })
                     && m.uri.as_ref().is_none_or(|u| u.matches(path))
@@ -240,13 +255,20 @@ impl RouteTable {
         let mut by_lora: HashMap<String, Vec<Arc<CompiledRoute>>> = HashMap::new();
         for r in &all {
             if !r.model_name.is_empty() {
-                by_model.entry(r.model_name.clone()).or_default().push(Arc::clone(r));
+                by_model
+                    .entry(r.model_name.clone())
+                    .or_default()
+                    .push(Arc::clone(r));
             }
             for l in &r.lora_adapters {
                 by_lora.entry(l.clone()).or_default().push(Arc::clone(r));
             }
         }
-        Self { by_model, by_lora, all }
+        Self {
+            by_model,
+            by_lora,
+            all,
+        }
     }
 
     /// Every route, oldest first.
@@ -264,7 +286,12 @@ impl RouteTable {
     /// Sorted, deduplicated model names and LoRA adapters (for `GET /v1/models`).
     #[must_use]
     pub fn model_names(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.by_model.keys().chain(self.by_lora.keys()).cloned().collect();
+        let mut v: Vec<String> = self
+            .by_model
+            .keys()
+            .chain(self.by_lora.keys())
+            .cloned()
+            .collect();
         v.sort();
         v.dedup();
         v
@@ -291,9 +318,18 @@ impl RouteTable {
             },
         };
         for route in routes {
-            let Some(rule) = route.select_rule(model, headers, path) else { continue };
-            let Some(target) = route.rules[rule].pick(rng) else { continue };
-            return Ok(RouteMatch { route: Arc::clone(route), rule, target: target.clone(), is_lora });
+            let Some(rule) = route.select_rule(model, headers, path) else {
+                continue;
+            };
+            let Some(target) = route.rules[rule].pick(rng) else {
+                continue;
+            };
+            return Ok(RouteMatch {
+                route: Arc::clone(route),
+                rule,
+                target: target.clone(),
+                is_lora,
+            });
         }
         Err(MatchError::NoRule)
     }
@@ -350,19 +386,69 @@ spec:
         let t = RouteTable::new(vec![route(MULTI, 0)]);
         let mut rng = SmallRng::seed_from_u64(1);
         let m = |h: &HeaderMap, p: &str, model: &str, rng: &mut SmallRng| {
-            t.match_request(model, h, p, rng).map(|m| (m.target, m.is_lora, m.rule))
+            t.match_request(model, h, p, rng)
+                .map(|m| (m.target, m.is_lora, m.rule))
         };
         let big = TargetRef::ModelServer("big".into());
         let small = TargetRef::ModelServer("small".into());
         let beta = TargetRef::ModelServer("beta".into());
-        assert_eq!(m(&hm(&[("user-type", "premium")]), "/v1/chat/completions", "deepseek", &mut rng), Ok((big, false, 0)));
-        assert_eq!(m(&hm(&[("user-type", "basic")]), "/v1/chat/completions", "deepseek", &mut rng), Ok((small.clone(), false, 2)));
-        assert_eq!(m(&hm(&[("user-type", "")]), "/v1/chat/completions", "deepseek", &mut rng), Ok((small.clone(), false, 2)));
-        assert_eq!(m(&hm(&[("x-tier", "golden")]), "/v1/completions", "deepseek", &mut rng), Ok((beta, false, 1)));
-        assert_eq!(m(&hm(&[("x-tier", "golden")]), "/v1/chat/completions", "deepseek", &mut rng), Ok((small.clone(), false, 2)));
-        assert_eq!(m(&HeaderMap::new(), "/v1/completions", "lora-A", &mut rng), Ok((small, true, 2)));
-        assert_eq!(m(&HeaderMap::new(), "/v1/completions", "nope", &mut rng), Err(MatchError::UnknownModel));
-        assert_eq!(t.model_names(), vec!["deepseek".to_owned(), "lora-A".to_owned()]);
+        assert_eq!(
+            m(
+                &hm(&[("user-type", "premium")]),
+                "/v1/chat/completions",
+                "deepseek",
+                &mut rng
+            ),
+            Ok((big, false, 0))
+        );
+        assert_eq!(
+            m(
+                &hm(&[("user-type", "basic")]),
+                "/v1/chat/completions",
+                "deepseek",
+                &mut rng
+            ),
+            Ok((small.clone(), false, 2))
+        );
+        assert_eq!(
+            m(
+                &hm(&[("user-type", "")]),
+                "/v1/chat/completions",
+                "deepseek",
+                &mut rng
+            ),
+            Ok((small.clone(), false, 2))
+        );
+        assert_eq!(
+            m(
+                &hm(&[("x-tier", "golden")]),
+                "/v1/completions",
+                "deepseek",
+                &mut rng
+            ),
+            Ok((beta, false, 1))
+        );
+        assert_eq!(
+            m(
+                &hm(&[("x-tier", "golden")]),
+                "/v1/chat/completions",
+                "deepseek",
+                &mut rng
+            ),
+            Ok((small.clone(), false, 2))
+        );
+        assert_eq!(
+            m(&HeaderMap::new(), "/v1/completions", "lora-A", &mut rng),
+            Ok((small, true, 2))
+        );
+        assert_eq!(
+            m(&HeaderMap::new(), "/v1/completions", "nope", &mut rng),
+            Err(MatchError::UnknownModel)
+        );
+        assert_eq!(
+            t.model_names(),
+            vec!["deepseek".to_owned(), "lora-A".to_owned()]
+        );
     }
 
     #[test]
@@ -376,12 +462,16 @@ spec:
   rules:
   - targetModels: [{modelServerName: v1, weight: 70}, {modelServerName: v2, weight: 30}]
 "#;
-        let newer = split.replace("subset", "zz-newer").replace("v1, weight: 70", "v3, weight: 70");
+        let newer = split
+            .replace("subset", "zz-newer")
+            .replace("v1, weight: 70", "v3, weight: 70");
         let t = RouteTable::new(vec![route(&newer, 5), route(split, 1)]);
         let mut rng = SmallRng::seed_from_u64(7);
         let mut v1 = 0;
         for _ in 0..10_000 {
-            let m = t.match_request("ds", &HeaderMap::new(), "/", &mut rng).unwrap();
+            let m = t
+                .match_request("ds", &HeaderMap::new(), "/", &mut rng)
+                .unwrap();
             assert_eq!(m.route.name, "subset");
             if m.target == TargetRef::ModelServer("v1".into()) {
                 v1 += 1;
@@ -401,12 +491,20 @@ spec:
   rules:
   - targetModels: [{modelServerName: v1, weight: 0}]
 "#;
-        let other = zero.replace("a-zero", "b-other").replace("weight: 0", "weight: 10");
+        let other = zero
+            .replace("a-zero", "b-other")
+            .replace("weight: 0", "weight: 10");
         let t = RouteTable::new(vec![route(zero, 0), route(&other, 1)]);
         let mut rng = SmallRng::seed_from_u64(1);
-        let m = t.match_request("ds", &HeaderMap::new(), "/", &mut rng).unwrap();
+        let m = t
+            .match_request("ds", &HeaderMap::new(), "/", &mut rng)
+            .unwrap();
         assert_eq!(m.route.name, "b-other");
         let t = RouteTable::new(vec![route(zero, 0)]);
-        assert_eq!(t.match_request("ds", &HeaderMap::new(), "/", &mut rng).unwrap_err(), MatchError::NoRule);
+        assert_eq!(
+            t.match_request("ds", &HeaderMap::new(), "/", &mut rng)
+                .unwrap_err(),
+            MatchError::NoRule
+        );
     }
 }

@@ -10,7 +10,10 @@ use kthena_sched::{Config, Scheduler};
 /// The scheduler's reason (unknown plugin, invalid args, no score plugin, ...).
 pub fn build_scheduler(cfg: &Config) -> Result<Scheduler, String> {
     let cfg = cfg.clone().validate().map_err(|e| e.to_string())?;
-    Scheduler::builder(cfg).seed(seed()).build().map_err(|e| e.to_string())
+    Scheduler::builder(cfg)
+        .seed(seed())
+        .build()
+        .map_err(|e| e.to_string())
 }
 
 /// A seed from the clock (the workspace builds `rand` without an OS RNG).

@@ -17,7 +17,7 @@ use kthena_api::networking::InferenceEngine;
 use prometheus_parse::{Scrape, Value};
 use tokio::time::Instant;
 
-use crate::endpoint::{EngineState, Endpoint};
+use crate::endpoint::{Endpoint, EngineState};
 
 /// The HTTP client used for engines (upstream requests and scrapes).
 pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
@@ -100,13 +100,21 @@ pub fn parse_metrics(text: &str, names: EngineMetricNames) -> Result<EngineSampl
     }
     let last = |name: &str| -> Option<f64> {
         let name = name.replace(':', COLON_MARK);
-        scrape.samples.iter().rev().find(|s| s.metric == name).map(|s| match s.value {
-            Value::Gauge(v) | Value::Untyped(v) => v,
-            _ => 0.0,
-        })
+        scrape
+            .samples
+            .iter()
+            .rev()
+            .find(|s| s.metric == name)
+            .map(|s| match s.value {
+                Value::Gauge(v) | Value::Untyped(v) => v,
+                _ => 0.0,
+            })
     };
     let hist = |name: &str| -> Option<(f64, f64)> {
-        Some((last(&format!("{name}_sum"))?, last(&format!("{name}_count"))?))
+        Some((
+            last(&format!("{name}_sum"))?,
+            last(&format!("{name}_count"))?,
+        ))
     };
     Ok(EngineSample {
         running: last(names.running).unwrap_or(0.0),
@@ -129,12 +137,18 @@ fn escape_name_colons(line: &str) -> String {
             if let Some(after) = rest.strip_prefix(kw) {
                 let after = after.trim_start();
                 let end = after.find(char::is_whitespace).unwrap_or(after.len());
-                return format!("# {kw} {}{}", after[..end].replace(':', COLON_MARK), &after[end..]);
+                return format!(
+                    "# {kw} {}{}",
+                    after[..end].replace(':', COLON_MARK),
+                    &after[end..]
+                );
             }
         }
         return line.to_owned();
     }
-    let end = t.find(|c: char| c == '{' || c.is_whitespace()).unwrap_or(t.len());
+    let end = t
+        .find(|c: char| c == '{' || c.is_whitespace())
+        .unwrap_or(t.len());
     format!("{}{}", t[..end].replace(':', COLON_MARK), &t[end..])
 }
 
@@ -146,7 +160,11 @@ pub fn interval_mean_ms(prev: Option<(f64, f64)>, now: (f64, f64)) -> Option<f64
     let (sum, count) = now;
     let (psum, pcount) = prev?;
     let mean = if count < pcount || sum < psum {
-        if count > 0.0 { sum / count } else { return None }
+        if count > 0.0 {
+            sum / count
+        } else {
+            return None;
+        }
     } else if count > pcount {
         (sum - psum) / (count - pcount)
     } else {
@@ -163,7 +181,11 @@ impl EngineState {
     pub fn apply(&mut self, s: &EngineSample, now: Instant) {
         self.running = clamp_u32(s.running);
         self.waiting = clamp_u32(s.waiting);
-        self.kv_cache_usage = if s.kv_cache_usage.is_finite() { s.kv_cache_usage.clamp(0.0, 1.0) } else { 0.0 };
+        self.kv_cache_usage = if s.kv_cache_usage.is_finite() {
+            s.kv_cache_usage.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
         if let Some(h) = s.ttft {
             if let Some(ms) = interval_mean_ms(self.prev_ttft, h) {
                 self.ttft_ms = Some(ms);
@@ -192,7 +214,11 @@ impl EngineState {
 fn clamp_u32(v: f64) -> u32 {
     if v.is_finite() && v > 0.0 {
         // Engine gauges are small counts; saturate on absurd values.
-        if v >= f64::from(u32::MAX) { u32::MAX } else { v as u32 }
+        if v >= f64::from(u32::MAX) {
+            u32::MAX
+        } else {
+            v as u32
+        }
     } else {
         0
     }
@@ -203,17 +229,30 @@ fn clamp_u32(v: f64) -> u32 {
 /// # Errors
 /// A reason when the body is not `{"data":[{"id":..}]}`.
 pub fn parse_models(body: &[u8]) -> Result<Vec<String>, String> {
-    let v: serde_json::Value = serde_json::from_slice(body).map_err(|e| format!("invalid /v1/models: {e}"))?;
-    let data = v.get("data").and_then(|d| d.as_array()).ok_or("invalid /v1/models: no data list")?;
-    Ok(data.iter().filter_map(|m| m.get("id").and_then(|i| i.as_str()).map(str::to_owned)).collect())
+    let v: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| format!("invalid /v1/models: {e}"))?;
+    let data = v
+        .get("data")
+        .and_then(|d| d.as_array())
+        .ok_or("invalid /v1/models: no data list")?;
+    Ok(data
+        .iter()
+        .filter_map(|m| m.get("id").and_then(|i| i.as_str()).map(str::to_owned))
+        .collect())
 }
 
 /// `GET url` with a timeout; returns the status and body (at most 16 MiB).
 ///
 /// # Errors
 /// A reason for connect errors, timeouts and oversized bodies.
-pub(crate) async fn http_get(client: &HttpClient, url: &str, timeout: Duration) -> Result<(http::StatusCode, Bytes), String> {
-    let req = http::Request::get(url).body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
+pub(crate) async fn http_get(
+    client: &HttpClient,
+    url: &str,
+    timeout: Duration,
+) -> Result<(http::StatusCode, Bytes), String> {
+    let req = http::Request::get(url)
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| e.to_string())?;
     let fut = async {
         let resp = client.request(req).await.map_err(|e| format!("{e:?}"))?;
         let status = resp.status();
@@ -224,11 +263,18 @@ pub(crate) async fn http_get(client: &HttpClient, url: &str, timeout: Duration) 
             .to_bytes();
         Ok::<_, String>((status, body))
     };
-    tokio::time::timeout(timeout, fut).await.map_err(|_| format!("timed out after {timeout:?}"))?
+    tokio::time::timeout(timeout, fut)
+        .await
+        .map_err(|_| format!("timed out after {timeout:?}"))?
 }
 
 /// Scrapes one endpoint once and updates its state.
-pub async fn scrape_endpoint(client: &HttpClient, ep: &Endpoint, engine: InferenceEngine, timeout: Duration) {
+pub async fn scrape_endpoint(
+    client: &HttpClient,
+    ep: &Endpoint,
+    engine: InferenceEngine,
+    timeout: Duration,
+) {
     let base = ep.base_url();
     let metrics = async {
         let (status, body) = http_get(client, &format!("{base}/metrics"), timeout).await?;
@@ -302,7 +348,10 @@ mod tests {
     fn histogram_deltas() {
         assert_eq!(interval_mean_ms(None, (1.0, 10.0)), None);
         assert_eq!(interval_mean_ms(Some((1.0, 10.0)), (1.0, 10.0)), None);
-        assert_eq!(interval_mean_ms(Some((1.0, 10.0)), (1.5, 12.0)), Some(250.0));
+        assert_eq!(
+            interval_mean_ms(Some((1.0, 10.0)), (1.5, 12.0)),
+            Some(250.0)
+        );
         // restart: counters went down
         assert_eq!(interval_mean_ms(Some((5.0, 50.0)), (0.2, 2.0)), Some(100.0));
     }
@@ -315,7 +364,9 @@ mod tests {
         st.apply(&parse_metrics(text, VLLM).unwrap(), now);
         assert_eq!((st.waiting, st.running, st.kv_cache_usage), (4, 2, 0.25));
         assert_eq!(st.ttft_ms, None);
-        let text2 = text.replace("_sum 1.0", "_sum 1.2").replace("_count 10", "_count 12");
+        let text2 = text
+            .replace("_sum 1.0", "_sum 1.2")
+            .replace("_count 10", "_count 12");
         st.apply(&parse_metrics(&text2, VLLM).unwrap(), now);
         let ttft = st.ttft_ms.unwrap();
         assert!((ttft - 100.0).abs() < 1e-9, "{ttft}");

@@ -97,16 +97,29 @@ impl Router {
     ///
     /// # Errors
     /// Snapshot errors ([`Error::Manifest`], ...), [`Error::Bind`], [`Error::Watch`].
-    pub async fn start(cfg: Config, config_path: Option<PathBuf>, overrides: Overrides) -> Result<Self> {
+    pub async fn start(
+        cfg: Config,
+        config_path: Option<PathBuf>,
+        overrides: Overrides,
+    ) -> Result<Self> {
         let mut loader = Loader::new();
         let snapshot = loader.load(&cfg, config_path.as_deref())?;
         let metrics = Arc::new(Metrics::new());
         let access_log = Arc::new(AccessLog::open(&cfg.access_log)?);
         let client = http_client();
-        let shared = Arc::new(Shared::new(snapshot, client, metrics, access_log, cfg.max_body_bytes));
+        let shared = Arc::new(Shared::new(
+            snapshot,
+            client,
+            metrics,
+            access_log,
+            cfg.max_body_bytes,
+        ));
 
         let bind = |addr: SocketAddr| async move {
-            TcpListener::bind(addr).await.map_err(|source| Error::Bind { addr: addr.to_string(), source })
+            TcpListener::bind(addr).await.map_err(|source| Error::Bind {
+                addr: addr.to_string(),
+                source,
+            })
         };
         let inference = bind(SocketAddr::new(cfg.bind_address, cfg.port)).await?;
         let metrics_l = bind(SocketAddr::new(cfg.bind_address, cfg.metrics_port)).await?;
@@ -118,16 +131,35 @@ impl Router {
         let cancel = CancellationToken::new();
         let tasks = TaskTracker::new();
         let svc = RouterService::new(Arc::clone(&shared));
-        tasks.spawn(serve(inference, cancel.clone(), tasks.clone(), cfg.drain_timeout, move || svc.clone()));
+        tasks.spawn(serve(
+            inference,
+            cancel.clone(),
+            tasks.clone(),
+            cfg.drain_timeout,
+            move || svc.clone(),
+        ));
         let s2 = Arc::clone(&shared);
-        tasks.spawn(serve(metrics_l, cancel.clone(), tasks.clone(), Duration::from_secs(15), move || {
-            MiniService { shared: Arc::clone(&s2), kind: Mini::Metrics }
-        }));
+        tasks.spawn(serve(
+            metrics_l,
+            cancel.clone(),
+            tasks.clone(),
+            Duration::from_secs(15),
+            move || MiniService {
+                shared: Arc::clone(&s2),
+                kind: Mini::Metrics,
+            },
+        ));
         let s3 = Arc::clone(&shared);
-        tasks.spawn(serve(debug_l, cancel.clone(), tasks.clone(), Duration::from_secs(15), move || MiniService {
-            shared: Arc::clone(&s3),
-            kind: Mini::Debug,
-        }));
+        tasks.spawn(serve(
+            debug_l,
+            cancel.clone(),
+            tasks.clone(),
+            Duration::from_secs(15),
+            move || MiniService {
+                shared: Arc::clone(&s3),
+                kind: Mini::Debug,
+            },
+        ));
         tasks.spawn(scrape_loop(
             Arc::clone(&shared),
             cancel.clone(),
@@ -135,12 +167,31 @@ impl Router {
             cfg.metrics_scrape_timeout,
             cfg.metrics_scrape_concurrency,
         ));
-        tasks.spawn(crate::kv_cache::supervise(Arc::clone(&shared), cancel.clone(), tasks.clone()));
+        tasks.spawn(crate::kv_cache::supervise(
+            Arc::clone(&shared),
+            cancel.clone(),
+            tasks.clone(),
+        ));
         if let Some(path) = config_path {
-            crate::watch::spawn_watcher(Arc::clone(&shared), loader, path, overrides, cancel.clone(), &tasks)?;
+            crate::watch::spawn_watcher(
+                Arc::clone(&shared),
+                loader,
+                path,
+                overrides,
+                cancel.clone(),
+                &tasks,
+            )?;
         }
         tracing::info!(%addr, %metrics_addr, %debug_addr, "Router listening");
-        Ok(Self { addr, metrics_addr, debug_addr, shared, cancel, tasks, drain_timeout: cfg.drain_timeout })
+        Ok(Self {
+            addr,
+            metrics_addr,
+            debug_addr,
+            shared,
+            cancel,
+            tasks,
+            drain_timeout: cfg.drain_timeout,
+        })
     }
 
     /// The current snapshot's generation (increases with every accepted reload).
@@ -160,7 +211,13 @@ impl Router {
     pub async fn shutdown(self) {
         self.cancel.cancel();
         self.tasks.close();
-        if tokio::time::timeout(self.drain_timeout + Duration::from_secs(1), self.tasks.wait()).await.is_err() {
+        if tokio::time::timeout(
+            self.drain_timeout + Duration::from_secs(1),
+            self.tasks.wait(),
+        )
+        .await
+        .is_err()
+        {
             tracing::warn!("Drain timeout reached; closing remaining connections");
         }
     }
@@ -200,10 +257,18 @@ async fn shutdown_signal() {
     }
 }
 
-async fn serve<F, S>(listener: TcpListener, cancel: CancellationToken, tasks: TaskTracker, drain: Duration, make: F)
-where
+async fn serve<F, S>(
+    listener: TcpListener,
+    cancel: CancellationToken,
+    tasks: TaskTracker,
+    drain: Duration,
+    make: F,
+) where
     F: Fn() -> S,
-    S: tower::Service<Request<Incoming>, Response = Response<RespBody>, Error = Infallible> + Clone + Send + 'static,
+    S: tower::Service<Request<Incoming>, Response = Response<RespBody>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
     S::Future: Send + 'static,
 {
     let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -222,7 +287,9 @@ where
             }
         };
         let _ = stream.set_nodelay(true);
-        let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(make())).into_owned();
+        let conn = builder
+            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(make()))
+            .into_owned();
         let conn = graceful.watch(conn);
         tasks.spawn(async move {
             if let Err(err) = conn.await {
@@ -231,12 +298,21 @@ where
         });
     }
     drop(listener);
-    if tokio::time::timeout(drain, graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(drain, graceful.shutdown())
+        .await
+        .is_err()
+    {
         tracing::warn!(?drain, "Connections still open after the drain timeout");
     }
 }
 
-async fn scrape_loop(shared: Arc<Shared>, cancel: CancellationToken, every: Duration, timeout: Duration, concurrency: usize) {
+async fn scrape_loop(
+    shared: Arc<Shared>,
+    cancel: CancellationToken,
+    every: Duration,
+    timeout: Duration,
+    concurrency: usize,
+) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -271,7 +347,10 @@ impl tower::Service<Request<Incoming>> for MiniService {
     type Error = Infallible;
     type Future = std::future::Ready<std::result::Result<Response<RespBody>, Infallible>>;
 
-    fn poll_ready(&mut self, _cx: &mut std::task::Context<'_>) -> std::task::Poll<std::result::Result<(), Infallible>> {
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::result::Result<(), Infallible>> {
         std::task::Poll::Ready(Ok(()))
     }
 

@@ -61,8 +61,19 @@ pub struct Shared {
 impl Shared {
     /// Shared state around a first snapshot.
     #[must_use]
-    pub fn new(snapshot: Snapshot, client: HttpClient, metrics: Arc<Metrics>, access_log: Arc<AccessLog>, max_body_bytes: usize) -> Self {
-        let seed = u64::try_from(jiff::Timestamp::now().as_nanosecond().rem_euclid(i128::from(u64::MAX))).unwrap_or(7);
+    pub fn new(
+        snapshot: Snapshot,
+        client: HttpClient,
+        metrics: Arc<Metrics>,
+        access_log: Arc<AccessLog>,
+        max_body_bytes: usize,
+    ) -> Self {
+        let seed = u64::try_from(
+            jiff::Timestamp::now()
+                .as_nanosecond()
+                .rem_euclid(i128::from(u64::MAX)),
+        )
+        .unwrap_or(7);
         Self {
             snapshot: ArcSwap::from_pointee(snapshot),
             client,
@@ -107,7 +118,10 @@ impl tower::Service<Request<Incoming>> for RouterService {
 fn json_response(status: StatusCode, body: impl Into<Bytes>) -> Response<RespBody> {
     let mut r = Response::new(full(body));
     *r.status_mut() = status;
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     r
 }
 
@@ -125,7 +139,10 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<RespBod
             return if shared.ready.load(Ordering::Acquire) {
                 json_response(StatusCode::OK, r#"{"message":"router is ready"}"#)
             } else {
-                json_response(StatusCode::SERVICE_UNAVAILABLE, r#"{"message":"router is not ready"}"#)
+                json_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    r#"{"message":"router is not ready"}"#,
+                )
             };
         }
         (&Method::GET, "/v1/models" | "/models") => return list_models(&shared),
@@ -145,7 +162,11 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<RespBod
         request_id: request_id.clone(),
         ..Entry::default()
     };
-    let mut ctx = RequestCtx::new(Arc::clone(&shared.metrics), Arc::clone(&shared.access_log), entry);
+    let mut ctx = RequestCtx::new(
+        Arc::clone(&shared.metrics),
+        Arc::clone(&shared.access_log),
+        entry,
+    );
     let mut resp = match serve(&shared, req, &mut ctx, &path, &request_id).await {
         Ok(r) => r,
         Err(e) => {
@@ -154,12 +175,18 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<RespBod
                 crate::error::Side::Upstream => "upstream",
                 crate::error::Side::Internal => "internal",
             };
-            ctx.settle(e.status().as_u16(), Some((e.finish_reason(), e.to_string())), origin, 0);
+            ctx.settle(
+                e.status().as_u16(),
+                Some((e.finish_reason(), e.to_string())),
+                origin,
+                0,
+            );
             error_response(&e)
         }
     };
     if let Ok(v) = HeaderValue::from_str(&request_id) {
-        resp.headers_mut().insert(HeaderName::from_static("x-request-id"), v);
+        resp.headers_mut()
+            .insert(HeaderName::from_static("x-request-id"), v);
     }
     resp
 }
@@ -172,20 +199,37 @@ fn list_models(shared: &Shared) -> Response<RespBody> {
         .into_iter()
         .map(|id| serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": "kthena"}))
         .collect();
-    json_response(StatusCode::OK, serde_json::json!({"object": "list", "data": data}).to_string())
+    json_response(
+        StatusCode::OK,
+        serde_json::json!({"object": "list", "data": data}).to_string(),
+    )
 }
 
-async fn read_body(req: Request<Incoming>, limit: usize) -> Result<(http::request::Parts, Bytes), Error> {
+async fn read_body(
+    req: Request<Incoming>,
+    limit: usize,
+) -> Result<(http::request::Parts, Bytes), Error> {
     let (parts, body) = req.into_parts();
-    if let Some(len) = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
+    if let Some(len) = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
         && len > limit as u64
     {
         return Err(Error::BodyTooLarge { limit });
     }
     match Limited::new(body, limit).collect().await {
         Ok(c) => Ok((parts, c.to_bytes())),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(Error::BodyTooLarge { limit }),
-        Err(e) => Err(Error::BodyRead { reason: e.to_string() }),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(Error::BodyTooLarge { limit })
+        }
+        Err(e) => Err(Error::BodyRead {
+            reason: e.to_string(),
+        }),
     }
 }
 
@@ -196,11 +240,19 @@ async fn serve(
     path: &str,
     request_id: &str,
 ) -> Result<Response<RespBody>, Error> {
-    if !matches!(path, "/v1/chat/completions" | "/v1/completions" | "/v1/responses") {
-        return Err(Error::UnknownPath { path: path.to_owned() });
+    if !matches!(
+        path,
+        "/v1/chat/completions" | "/v1/completions" | "/v1/responses"
+    ) {
+        return Err(Error::UnknownPath {
+            path: path.to_owned(),
+        });
     }
     if req.method() != Method::POST {
-        return Err(Error::MethodNotAllowed { method: req.method().to_string(), path: path.to_owned() });
+        return Err(Error::MethodNotAllowed {
+            method: req.method().to_string(),
+            path: path.to_owned(),
+        });
     }
     let (parts, raw) = read_body(req, shared.max_body_bytes).await?;
     let parsed = parse_request(raw)?;
@@ -218,12 +270,21 @@ async fn serve(
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
-        snap.routes.match_request(&parsed.model, &parts.headers, path, &mut *rng)
+        snap.routes
+            .match_request(&parsed.model, &parts.headers, path, &mut *rng)
     };
     let m = match m {
         Ok(m) => m,
-        Err(MatchError::UnknownModel) => return Err(Error::ModelNotFound { model: parsed.model.clone() }),
-        Err(MatchError::NoRule) => return Err(Error::NoRuleMatched { model: parsed.model.clone() }),
+        Err(MatchError::UnknownModel) => {
+            return Err(Error::ModelNotFound {
+                model: parsed.model.clone(),
+            });
+        }
+        Err(MatchError::NoRule) => {
+            return Err(Error::NoRuleMatched {
+                model: parsed.model.clone(),
+            });
+        }
     };
     ctx.dest.model_route = m.route.key();
     ctx.entry.model_route = m.route.key();
@@ -231,7 +292,10 @@ async fn serve(
         TargetRef::ModelServer(s) => s.clone(),
         TargetRef::ExternalProvider(p) => {
             return Err(Error::ServerNotFound {
-                server: format!("{}/{p} (ExternalModelProvider targets are not served in standalone mode)", m.route.namespace),
+                server: format!(
+                    "{}/{p} (ExternalModelProvider targets are not served in standalone mode)",
+                    m.route.namespace
+                ),
             });
         }
     };
@@ -239,7 +303,11 @@ async fn serve(
     let Some(server) = snap.servers.get(&server_key).cloned() else {
         return Err(Error::ServerNotFound { server: server_key });
     };
-    let upstream_model = if m.is_lora { parsed.model.clone() } else { server.model.clone().unwrap_or_else(|| parsed.model.clone()) };
+    let upstream_model = if m.is_lora {
+        parsed.model.clone()
+    } else {
+        server.model.clone().unwrap_or_else(|| parsed.model.clone())
+    };
     ctx.dest = Destination {
         model_route: m.route.key(),
         backend_type: "model_server".into(),
@@ -254,15 +322,32 @@ async fn serve(
     // Candidates: endpoints whose scrapes work, or all of them when none does (a scrape
     // failure does not prove the inference port is down).
     if server.endpoints.is_empty() {
-        return Err(Error::NoReadyEndpoint { server: server.key.clone() });
+        return Err(Error::NoReadyEndpoint {
+            server: server.key.clone(),
+        });
     }
-    let up: Vec<Arc<Endpoint>> = server.endpoints.iter().filter(|e| e.is_up()).cloned().collect();
-    let pool = if up.is_empty() { server.endpoints.clone() } else { up };
+    let up: Vec<Arc<Endpoint>> = server
+        .endpoints
+        .iter()
+        .filter(|e| e.is_up())
+        .cloned()
+        .collect();
+    let pool = if up.is_empty() {
+        server.endpoints.clone()
+    } else {
+        up
+    };
     let cands: Vec<kthena_sched::Candidate> = pool.iter().map(|e| e.candidate()).collect();
     let lora = m.is_lora.then(|| parsed.model.clone());
     let token_ids = snap
         .kv
-        .request_tokens(shared, &parsed.model, &upstream_model, &parsed.prompt, pool.first().map(|e| e.base_url()).as_deref())
+        .request_tokens(
+            shared,
+            &parsed.model,
+            &upstream_model,
+            &parsed.prompt,
+            pool.first().map(|e| e.base_url()).as_deref(),
+        )
         .await;
     if let Some(t) = &token_ids {
         ctx.entry.input_tokens = t.len() as u64;
@@ -280,7 +365,10 @@ async fn serve(
     let decision = snap
         .scheduler
         .schedule(&sreq, &cands)
-        .map_err(|e| Error::Scheduling { server: server.key.clone(), reason: e.to_string() })?;
+        .map_err(|e| Error::Scheduling {
+            server: server.key.clone(),
+            reason: e.to_string(),
+        })?;
     for (plugin, ratio) in &decision.match_ratios {
         shared.metrics.match_ratio(plugin, &parsed.model, *ratio);
     }
@@ -289,7 +377,11 @@ async fn serve(
     let rewrite = (!m.is_lora).then_some(server.model.as_deref()).flatten();
     let body = parsed.upstream_body(rewrite);
     let headers = upstream_headers(&parts.headers, request_id);
-    let pq = parts.uri.path_and_query().map_or(path, |p| p.as_str()).to_owned();
+    let pq = parts
+        .uri
+        .path_and_query()
+        .map_or(path, |p| p.as_str())
+        .to_owned();
 
     let (attempts, pause) = match server.retry {
         Some((n, pause)) => (n, pause),
@@ -313,14 +405,21 @@ async fn serve(
         if let Some(h) = up.headers_mut() {
             *h = headers.clone();
         }
-        let up = up.body(Full::new(body.bytes.clone())).map_err(|e| Error::BodyRead { reason: e.to_string() })?;
+        let up = up
+            .body(Full::new(body.bytes.clone()))
+            .map_err(|e| Error::BodyRead {
+                reason: e.to_string(),
+            })?;
         let fut = shared.client.request(up);
         let res = match server.timeout {
             Some(t) => match tokio::time::timeout(t, fut).await {
                 Ok(r) => r,
                 Err(_) => {
                     ctx.upstream_end = Some(Instant::now());
-                    return Err(Error::UpstreamTimeout { endpoint: ep.name.clone(), timeout: t });
+                    return Err(Error::UpstreamTimeout {
+                        endpoint: ep.name.clone(),
+                        timeout: t,
+                    });
                 }
             },
             None => fut.await,
@@ -338,7 +437,11 @@ async fn serve(
                 ctx.entry.upstream_status_code = status.as_u16();
                 if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
                     let (p, b) = resp.into_parts();
-                    let bytes = Limited::new(b, MAX_ERROR_BODY).collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+                    let bytes = Limited::new(b, MAX_ERROR_BODY)
+                        .collect()
+                        .await
+                        .map(|c| c.to_bytes())
+                        .unwrap_or_default();
                     ctx.set_upstream_active(false);
                     drop(guard);
                     last_fail = Some(format!("{} answered {status}", ep.name));
@@ -356,7 +459,13 @@ async fn serve(
                         endpoint: Arc::clone(ep),
                     });
                 }
-                return Ok(stream_response(resp, ctx, guard, &parsed, body.injected_usage));
+                return Ok(stream_response(
+                    resp,
+                    ctx,
+                    guard,
+                    &parsed,
+                    body.injected_usage,
+                ));
             }
         }
     }
@@ -364,12 +473,21 @@ async fn serve(
     if let Some((p, b)) = last_resp {
         // The last answer was 429/5xx: hand it to the client unchanged.
         let status = p.status;
-        ctx.settle(status.as_u16(), Some(("upstream_response", last_fail.unwrap_or_default())), "upstream", 0);
+        ctx.settle(
+            status.as_u16(),
+            Some(("upstream_response", last_fail.unwrap_or_default())),
+            "upstream",
+            0,
+        );
         let mut r = Response::from_parts(p, full(b));
         strip_hop_by_hop(r.headers_mut());
         return Ok(r);
     }
-    Err(Error::AllUpstreamsFailed { server: server.key.clone(), attempts, last: last_fail.unwrap_or_default() })
+    Err(Error::AllUpstreamsFailed {
+        server: server.key.clone(),
+        attempts,
+        last: last_fail.unwrap_or_default(),
+    })
 }
 
 fn stream_response(
@@ -385,19 +503,36 @@ fn stream_response(
         .headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream") || v.starts_with("application/x-ndjson"));
+        .is_some_and(|v| {
+            v.starts_with("text/event-stream") || v.starts_with("application/x-ndjson")
+        });
     if parsed.stream || sse {
         parts.headers.remove(header::CONTENT_LENGTH);
     }
     let status = parts.status.as_u16();
     // Move the accounting into the body: it settles when the body ends or is dropped.
     let owned = ctx.detach();
-    let body = ProxyBody::new(body, owned, guard, status, sse, injected_usage && !parsed.client_wants_usage);
+    let body = ProxyBody::new(
+        body,
+        owned,
+        guard,
+        status,
+        sse,
+        injected_usage && !parsed.client_wants_usage,
+    );
     Response::from_parts(parts, http_body_util::BodyExt::boxed_unsync(body))
 }
 
-const HOP_BY_HOP: [&str; 8] =
-    ["connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade"];
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
 
 fn strip_hop_by_hop(h: &mut HeaderMap) {
     let listed: Vec<String> = h
@@ -419,7 +554,10 @@ fn upstream_headers(client: &HeaderMap, request_id: &str) -> HeaderMap {
     strip_hop_by_hop(&mut h);
     h.remove(header::HOST);
     h.remove(header::CONTENT_LENGTH);
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     if let Ok(v) = HeaderValue::from_str(request_id) {
         h.insert(HeaderName::from_static("x-request-id"), v);
     }

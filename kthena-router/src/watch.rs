@@ -121,6 +121,8 @@ fn is_relevant(ev: &notify::Event, cfg: &Path) -> bool {
     }
     ev.paths.iter().any(|p| {
         p == cfg
-            || p.extension().and_then(|x| x.to_str()).is_some_and(|x| matches!(x, "yaml" | "yml" | "json"))
+            || p.extension()
+                .and_then(|x| x.to_str())
+                .is_some_and(|x| matches!(x, "yaml" | "yml" | "json"))
     })
 }

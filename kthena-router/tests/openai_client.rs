@@ -7,19 +7,33 @@ use common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_python_client_sees_openai_answers() {
-    let sims = kthena_sim::spawn_many(2, sim_config("served-model")).await.unwrap();
-    let eps: String = sims.iter().enumerate().map(|(i, s)| endpoint(&format!("sim-{i}"), s.addr(), "demo")).collect();
+    let sims = kthena_sim::spawn_many(2, sim_config("served-model"))
+        .await
+        .unwrap();
+    let eps: String = sims
+        .iter()
+        .enumerate()
+        .map(|(i, s)| endpoint(&format!("sim-{i}"), s.addr(), "demo"))
+        .collect();
     let r = TestRouter::start(
         "metricsScrapeInterval: 200ms",
         &eps,
-        &[("s.yaml", model_server("srv", "served-model", "demo", "")), ("r.yaml", simple_route("route", "public-model", "srv"))],
+        &[
+            ("s.yaml", model_server("srv", "served-model", "demo", "")),
+            ("r.yaml", simple_route("route", "public-model", "srv")),
+        ],
     )
     .await;
     r.wait_ready().await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_client.py");
     let url = r.url();
     let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("python3").arg(script).arg(&url).arg("public-model").output().unwrap()
+        std::process::Command::new("python3")
+            .arg(script)
+            .arg(&url)
+            .arg("public-model")
+            .output()
+            .unwrap()
     })
     .await
     .unwrap();

@@ -13,7 +13,8 @@ use http_body_util::BodyExt;
 use tokio::time::Instant;
 
 fn json(b: &[u8]) -> serde_json::Value {
-    serde_json::from_slice(b).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(b)))
+    serde_json::from_slice(b)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(b)))
 }
 
 /// Completes a chat through the router: model rewritten, usage counted, access log written,
@@ -24,14 +25,21 @@ async fn chat_round_trip_metrics_and_access_log() {
     let r = TestRouter::start(
         "metricsScrapeInterval: 100ms",
         &endpoint("sim-a", sim.addr(), "demo"),
-        &[("s.yaml", model_server("srv", "real-model", "demo", "")), ("r.yaml", simple_route("route", "public", "srv"))],
+        &[
+            ("s.yaml", model_server("srv", "real-model", "demo", "")),
+            ("r.yaml", simple_route("route", "public", "srv")),
+        ],
     )
     .await;
     r.wait_ready().await;
     let series = r#"kthena_router_requests_total{model="public",path="/v1/chat/completions",status_code="200",error_type="successful_request",model_route="default/route",backend_type="model_server",backend_name="default/srv",upstream_model="real-model"}"#;
     let before = r.metric(series).await;
-    let (status, headers, body) =
-        post(&format!("{}/v1/chat/completions", r.url()), chat("public", "hello there", false, 5), &[("x-request-id", "req-1")]).await;
+    let (status, headers, body) = post(
+        &format!("{}/v1/chat/completions", r.url()),
+        chat("public", "hello there", false, 5),
+        &[("x-request-id", "req-1")],
+    )
+    .await;
     assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
     assert_eq!(headers["x-request-id"], "req-1");
     let v = json(&body);
@@ -59,13 +67,20 @@ async fn chat_round_trip_metrics_and_access_log() {
     assert_eq!(v["data"][0]["owned_by"], "kthena");
 
     // The debug listener dumps routes and pods with scraped models.
-    let (status, text) = get(&format!("http://{}/debug/config_dump/pods", r.router.debug_addr)).await;
+    let (status, text) = get(&format!(
+        "http://{}/debug/config_dump/pods",
+        r.router.debug_addr
+    ))
+    .await;
     assert_eq!(status, StatusCode::OK);
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["pods"][0]["name"], "sim-a");
     assert_eq!(v["pods"][0]["models"][0], "real-model");
-    let (status, text) =
-        get(&format!("http://{}/debug/config_dump/namespaces/default/modelroutes/nope", r.router.debug_addr)).await;
+    let (status, text) = get(&format!(
+        "http://{}/debug/config_dump/namespaces/default/modelroutes/nope",
+        r.router.debug_addr
+    ))
+    .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(text, r#"{"error":"ModelRoute not found"}"#);
     r.router.shutdown().await;
@@ -76,15 +91,25 @@ async fn chat_round_trip_metrics_and_access_log() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streaming_first_byte_before_upstream_finishes() {
     // Real time: about 5 ms per decode step, so 60 tokens take ~300 ms upstream.
-    let sim = kthena_sim::spawn(sim_config("m").with_time_scale(1.0)).await.unwrap();
+    let sim = kthena_sim::spawn(sim_config("m").with_time_scale(1.0))
+        .await
+        .unwrap();
     let r = TestRouter::start(
         "metricsScrapeInterval: 1h",
         &endpoint("sim-a", sim.addr(), "demo"),
-        &[("s.yaml", model_server("srv", "m", "demo", "")), ("r.yaml", simple_route("route", "m", "srv"))],
+        &[
+            ("s.yaml", model_server("srv", "m", "demo", "")),
+            ("r.yaml", simple_route("route", "m", "srv")),
+        ],
     )
     .await;
     let start = Instant::now();
-    let resp = post_stream(&format!("{}/v1/chat/completions", r.url()), chat("m", "hi", true, 60), &[]).await;
+    let resp = post_stream(
+        &format!("{}/v1/chat/completions", r.url()),
+        chat("m", "hi", true, 60),
+        &[],
+    )
+    .await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert!(resp.headers().get("content-length").is_none());
     let mut body = resp.into_body();
@@ -110,7 +135,10 @@ async fn streaming_first_byte_before_upstream_finishes() {
     assert!(!text.contains(r#""choices":[]"#), "{text}");
     // ... but the router read it.
     for _ in 0..50 {
-        if r.access_log().last().is_some_and(|l| l["output_tokens"] == 60) {
+        if r.access_log()
+            .last()
+            .is_some_and(|l| l["output_tokens"] == 60)
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -122,8 +150,12 @@ async fn streaming_first_byte_before_upstream_finishes() {
 /// Weighted targets split 70/30 within ±5% over 1000 requests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn weighted_targets_split_70_30() {
-    let v1 = kthena_sim::spawn(sim_config("ds-v1").with_time_scale(1000.0)).await.unwrap();
-    let v2 = kthena_sim::spawn(sim_config("ds-v2").with_time_scale(1000.0)).await.unwrap();
+    let v1 = kthena_sim::spawn(sim_config("ds-v1").with_time_scale(1000.0))
+        .await
+        .unwrap();
+    let v2 = kthena_sim::spawn(sim_config("ds-v2").with_time_scale(1000.0))
+        .await
+        .unwrap();
     let route = "apiVersion: networking.serving.volcano.sh/v1alpha1
 kind: ModelRoute
 metadata: {name: subset, namespace: default}
@@ -134,7 +166,11 @@ spec:
     - {modelServerName: v1, weight: 70}
     - {modelServerName: v2, weight: 30}
 ";
-    let eps = format!("{}{}", endpoint("sim-v1", v1.addr(), "v1"), endpoint("sim-v2", v2.addr(), "v2"));
+    let eps = format!(
+        "{}{}",
+        endpoint("sim-v1", v1.addr(), "v1"),
+        endpoint("sim-v2", v2.addr(), "v2")
+    );
     let r = TestRouter::start(
         "metricsScrapeInterval: 1h",
         &eps,
@@ -206,12 +242,23 @@ spec:
   rules:
   - targetModels: [{modelServerName: big}]
 ";
-    let eps = format!("{}{}", endpoint("big-0", big.addr(), "big"), endpoint("small-0", small.addr(), "small"));
+    let eps = format!(
+        "{}{}",
+        endpoint("big-0", big.addr(), "big"),
+        endpoint("small-0", small.addr(), "small")
+    );
     let r = TestRouter::start(
         "metricsScrapeInterval: 1h",
         &eps,
         &[
-            ("servers.yaml", format!("{}---\n{}", model_server("big", "ds-7b", "big", ""), model_server("small", "ds-1.5b", "small", ""))),
+            (
+                "servers.yaml",
+                format!(
+                    "{}---\n{}",
+                    model_server("big", "ds-7b", "big", ""),
+                    model_server("small", "ds-1.5b", "small", "")
+                ),
+            ),
             ("multi.yaml", MULTI.to_owned()),
             ("z-dup-old.yaml", dup_old.to_owned()),
             ("a-dup-new.yaml", dup_new.to_owned()),
@@ -220,9 +267,18 @@ spec:
     .await;
     let url = format!("{}/v1/chat/completions", r.url());
     let model_of = |b: &Bytes| json(b)["model"].as_str().unwrap().to_owned();
-    let (_, _, b) = post(&url, chat("deepseek", "q", false, 1), &[("user-type", "premium")]).await;
+    let (_, _, b) = post(
+        &url,
+        chat("deepseek", "q", false, 1),
+        &[("user-type", "premium")],
+    )
+    .await;
     assert_eq!(model_of(&b), "ds-7b");
-    for h in [&[("user-type", "basic")][..], &[("user-type", "")][..], &[][..]] {
+    for h in [
+        &[("user-type", "basic")][..],
+        &[("user-type", "")][..],
+        &[][..],
+    ] {
         let (_, _, b) = post(&url, chat("deepseek", "q", false, 1), h).await;
         assert_eq!(model_of(&b), "ds-1.5b", "headers {h:?}");
     }
@@ -248,7 +304,12 @@ spec:
     }
     assert_eq!(r.metric(failures).await, 1.0);
     assert_eq!(r.router.generation(), generation);
-    let (status, _, b) = post(&url, chat("deepseek", "q", false, 1), &[("user-type", "premium")]).await;
+    let (status, _, b) = post(
+        &url,
+        chat("deepseek", "q", false, 1),
+        &[("user-type", "premium")],
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(model_of(&b), "ds-7b");
     r.router.shutdown().await;
@@ -282,7 +343,10 @@ async fn retries_with_identical_body_and_passes_4xx() {
     let r = TestRouter::start(
         &format!("metricsScrapeInterval: 1h\n{LEAST_REQUEST_ONLY}"),
         &eps,
-        &[("s.yaml", model_server("srv", "upstream-name", "x", "")), ("r.yaml", simple_route("route", "m", "srv"))],
+        &[
+            ("s.yaml", model_server("srv", "upstream-name", "x", "")),
+            ("r.yaml", simple_route("route", "m", "srv")),
+        ],
     )
     .await;
     let sent = r#"{"model":"m","prompt":"same bytes","max_tokens":3,"temperature":0.5}"#;
@@ -294,7 +358,8 @@ async fn retries_with_identical_body_and_passes_4xx() {
     assert_eq!(b1.len(), 1);
     assert_eq!(b2.len(), 1);
     assert_eq!(b1[0], b2[0], "retry body differs");
-    let expected = r#"{"max_tokens":3,"model":"upstream-name","prompt":"same bytes","temperature":0.5}"#;
+    let expected =
+        r#"{"max_tokens":3,"model":"upstream-name","prompt":"same bytes","temperature":0.5}"#;
     assert_eq!(&b2[0][..], expected.as_bytes());
     let log = r.access_log();
     let last = log.last().unwrap();
@@ -303,34 +368,81 @@ async fn retries_with_identical_body_and_passes_4xx() {
     r.router.shutdown().await;
 
     // Upstream 4xx is passed through unchanged, never retried.
-    let bad = Upstream::start(Script::Status(400, r#"{"error":{"message":"context length exceeded","code":400}}"#)).await;
+    let bad = Upstream::start(Script::Status(
+        400,
+        r#"{"error":{"message":"context length exceeded","code":400}}"#,
+    ))
+    .await;
     let other = Upstream::start(Script::Status(200, r#"{"ok":true}"#)).await;
-    let eps = format!("{}{}", endpoint("a-bad", bad.addr, "x"), endpoint("b-other", other.addr, "x"));
+    let eps = format!(
+        "{}{}",
+        endpoint("a-bad", bad.addr, "x"),
+        endpoint("b-other", other.addr, "x")
+    );
     let r = TestRouter::start(
         &format!("metricsScrapeInterval: 1h\n{LEAST_REQUEST_ONLY}"),
         &eps,
-        &[("s.yaml", model_server("srv", "u", "x", "")), ("r.yaml", simple_route("route", "m", "srv"))],
+        &[
+            ("s.yaml", model_server("srv", "u", "x", "")),
+            ("r.yaml", simple_route("route", "m", "srv")),
+        ],
     )
     .await;
     let (status, _, body) = post(&format!("{}/v1/completions", r.url()), sent, &[]).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert_eq!(&body[..], br#"{"error":{"message":"context length exceeded","code":400}}"#);
+    assert_eq!(
+        &body[..],
+        br#"{"error":{"message":"context length exceeded","code":400}}"#
+    );
     assert!(other.bodies.lock().unwrap().is_empty());
+    let log = r.access_log();
+    assert_eq!(log.last().unwrap()["error"]["type"], "upstream_response");
+    assert_eq!(log.last().unwrap()["upstream_status_code"], 400);
+
+    // The Responses API path is proxied the same way (`input` as the prompt).
+    let (status, _, body) = post(
+        &format!("{}/v1/responses", r.url()),
+        r#"{"model":"m","input":"hi","instructions":"be brief"}"#,
+        &[],
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    let sent = bad.bodies.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(json(&sent)["model"], "u");
+    assert_eq!(json(&sent)["instructions"], "be brief");
     r.router.shutdown().await;
 }
 
 /// An engine killed mid-stream ends the client stream with an error, never `[DONE]`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_upstream_mid_stream_errors_the_client_stream() {
-    let faults = kthena_sim::Faults { drop_after_chunks: Some(3), ..kthena_sim::Faults::default() };
-    let sim = kthena_sim::spawn(sim_config("m").with_faults(faults)).await.unwrap();
+    let faults = kthena_sim::Faults {
+        drop_after_chunks: Some(3),
+        ..kthena_sim::Faults::default()
+    };
+    let sim = kthena_sim::spawn(sim_config("m").with_faults(faults))
+        .await
+        .unwrap();
     let r = TestRouter::start(
         "metricsScrapeInterval: 1h",
         &endpoint("sim-a", sim.addr(), "demo"),
-        &[("s.yaml", model_server("srv", "m", "demo", "")), ("r.yaml", simple_route("route", "m", "srv"))],
+        &[
+            ("s.yaml", model_server("srv", "m", "demo", "")),
+            ("r.yaml", simple_route("route", "m", "srv")),
+        ],
     )
     .await;
-    let resp = post_stream(&format!("{}/v1/chat/completions", r.url()), chat("m", "hi", true, 50), &[]).await;
+    let resp = post_stream(
+        &format!("{}/v1/chat/completions", r.url()),
+        chat("m", "hi", true, 50),
+        &[],
+    )
+    .await;
     assert_eq!(resp.status(), StatusCode::OK);
     let mut body = resp.into_body();
     let mut text = String::new();
@@ -352,7 +464,10 @@ async fn killed_upstream_mid_stream_errors_the_client_stream() {
     assert!(!text.contains("[DONE]"), "{text}");
     assert!(text.contains("upstream_stream_error"), "{text}");
     for _ in 0..50 {
-        if r.access_log().last().is_some_and(|l| l["error"]["type"] == "upstream_transport") {
+        if r.access_log()
+            .last()
+            .is_some_and(|l| l["error"]["type"] == "upstream_transport")
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -367,14 +482,26 @@ async fn killed_upstream_mid_stream_errors_the_client_stream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_disconnect_frees_upstream_and_in_flight() {
     let (closed_tx, mut closed_rx) = tokio::sync::mpsc::unbounded_channel();
-    let up = Upstream::start(Script::EndlessStream { every: Duration::from_millis(20), closed: closed_tx }).await;
+    let up = Upstream::start(Script::EndlessStream {
+        every: Duration::from_millis(20),
+        closed: closed_tx,
+    })
+    .await;
     let r = TestRouter::start(
         "metricsScrapeInterval: 1h",
         &endpoint("slow", up.addr, "x"),
-        &[("s.yaml", model_server("srv", "u", "x", "")), ("r.yaml", simple_route("route", "m", "srv"))],
+        &[
+            ("s.yaml", model_server("srv", "u", "x", "")),
+            ("r.yaml", simple_route("route", "m", "srv")),
+        ],
     )
     .await;
-    let resp = post_stream(&format!("{}/v1/completions", r.url()), r#"{"model":"m","prompt":"p","stream":true}"#, &[]).await;
+    let resp = post_stream(
+        &format!("{}/v1/completions", r.url()),
+        r#"{"model":"m","prompt":"p","stream":true}"#,
+        &[],
+    )
+    .await;
     let mut body = resp.into_body();
     let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
     assert!(first.starts_with(b"data: "));
@@ -383,7 +510,9 @@ async fn client_disconnect_frees_upstream_and_in_flight() {
     let gauge = r#"kthena_router_active_upstream_requests{model_server="default/srv",model_route="default/route",backend_type="model_server",backend_name="default/srv",upstream_model="u"}"#;
     assert_eq!(r.metric(gauge).await, 1.0);
     drop(body);
-    tokio::time::timeout(Duration::from_secs(2), closed_rx.recv()).await.expect("upstream never saw the disconnect");
+    tokio::time::timeout(Duration::from_secs(2), closed_rx.recv())
+        .await
+        .expect("upstream never saw the disconnect");
     assert_eq!(snap.endpoints[0].in_flight(), 0);
     assert_eq!(r.metric(gauge).await, 0.0);
     let log = r.access_log();
@@ -401,14 +530,26 @@ async fn ipv6_endpoint() {
     let r = TestRouter::start(
         "metricsScrapeInterval: 100ms",
         &endpoint("v6", sim.addr(), "demo"),
-        &[("s.yaml", model_server("srv", "v6-model", "demo", "")), ("r.yaml", simple_route("route", "m", "srv"))],
+        &[
+            ("s.yaml", model_server("srv", "v6-model", "demo", "")),
+            ("r.yaml", simple_route("route", "m", "srv")),
+        ],
     )
     .await;
     r.wait_ready().await;
-    let (status, _, body) = post(&format!("{}/v1/chat/completions", r.url()), chat("m", "hi", false, 2), &[]).await;
+    let (status, _, body) = post(
+        &format!("{}/v1/chat/completions", r.url()),
+        chat("m", "hi", false, 2),
+        &[],
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(json(&body)["model"], "v6-model");
-    let (_, text) = get(&format!("http://{}/debug/config_dump/pods", r.router.debug_addr)).await;
+    let (_, text) = get(&format!(
+        "http://{}/debug/config_dump/pods",
+        r.router.debug_addr
+    ))
+    .await;
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["pods"][0]["models"][0], "v6-model");
     r.router.shutdown().await;
@@ -425,13 +566,21 @@ async fn error_cases_status_and_shape() {
     .await
     .unwrap();
     let manifests = [
-        ("s.yaml", model_server("srv", "m", "demo", "  trafficPolicy: {timeout: 200ms}\n")),
+        (
+            "s.yaml",
+            model_server("srv", "m", "demo", "  trafficPolicy: {timeout: 200ms}\n"),
+        ),
         ("empty.yaml", model_server("nobody", "m", "none", "")),
         ("r.yaml", simple_route("route", "m", "srv")),
         ("r2.yaml", simple_route("route2", "orphan", "nobody")),
         ("r3.yaml", simple_route("route3", "ghost", "missing")),
     ];
-    let r = TestRouter::start("metricsScrapeInterval: 1h\nmaxBodyBytes: 1000", &endpoint("slow", slow.addr(), "demo"), &manifests).await;
+    let r = TestRouter::start(
+        "metricsScrapeInterval: 1h\nmaxBodyBytes: 1000",
+        &endpoint("slow", slow.addr(), "demo"),
+        &manifests,
+    )
+    .await;
     let url = format!("{}/v1/chat/completions", r.url());
     let unknown = r#"kthena_router_requests_total{model="unknown",path="/v1/chat/completions",status_code="404",error_type="route_not_found",model_route="none",backend_type="unresolved",backend_name="none",upstream_model="none"}"#;
     assert_eq!(r.metric(unknown).await, 0.0);
@@ -448,7 +597,12 @@ async fn error_cases_status_and_shape() {
     ];
     for (body, status, code) in cases {
         let (s, h, b) = post(&url, body.clone(), &[]).await;
-        assert_eq!(s.as_u16(), status, "{body:.60}: {}", String::from_utf8_lossy(&b));
+        assert_eq!(
+            s.as_u16(),
+            status,
+            "{body:.60}: {}",
+            String::from_utf8_lossy(&b)
+        );
         assert_eq!(h["content-type"], "application/json");
         let v = json(&b);
         let e = &v["error"];
@@ -466,8 +620,14 @@ async fn error_cases_status_and_shape() {
 /// Prefix-cache routing sends ≥ 90% of repeated long-prefix requests to one engine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prefix_cache_affinity() {
-    let sims = kthena_sim::spawn_many(3, sim_config("m").with_time_scale(1000.0)).await.unwrap();
-    let eps: String = sims.iter().enumerate().map(|(i, s)| endpoint(&format!("sim-{i}"), s.addr(), "demo")).collect();
+    let sims = kthena_sim::spawn_many(3, sim_config("m").with_time_scale(1000.0))
+        .await
+        .unwrap();
+    let eps: String = sims
+        .iter()
+        .enumerate()
+        .map(|(i, s)| endpoint(&format!("sim-{i}"), s.addr(), "demo"))
+        .collect();
     let head = "metricsScrapeInterval: 1h
 scheduler:
   pluginConfig:
@@ -478,7 +638,15 @@ scheduler:
       enabled:
       - {name: prefix-cache, weight: 1}
 ";
-    let r = TestRouter::start(head, &eps, &[("s.yaml", model_server("srv", "m", "demo", "")), ("r.yaml", simple_route("route", "m", "srv"))]).await;
+    let r = TestRouter::start(
+        head,
+        &eps,
+        &[
+            ("s.yaml", model_server("srv", "m", "demo", "")),
+            ("r.yaml", simple_route("route", "m", "srv")),
+        ],
+    )
+    .await;
     let prompt = "You are a helpful assistant. ".repeat(40);
     let url = format!("{}/v1/completions", r.url());
     for i in 0..230 {
@@ -489,11 +657,17 @@ scheduler:
     let log = r.access_log();
     let mut counts: HashMap<String, usize> = HashMap::new();
     for l in log.iter().skip(30) {
-        *counts.entry(l["selected_pod"].as_str().unwrap().to_owned()).or_default() += 1;
+        *counts
+            .entry(l["selected_pod"].as_str().unwrap().to_owned())
+            .or_default() += 1;
     }
     let top = counts.values().copied().max().unwrap();
     assert!(top * 100 >= 200 * 90, "{counts:?}");
-    assert!(r.metric(r#"kthena_router_prefix_cache_match_ratio_count{model="m"}"#).await >= 230.0);
+    assert!(
+        r.metric(r#"kthena_router_prefix_cache_match_ratio_count{model="m"}"#)
+            .await
+            >= 230.0
+    );
     r.router.shutdown().await;
 }
 
@@ -504,12 +678,20 @@ async fn scrapes_engine_metrics_and_keeps_stale_values() {
     let r = TestRouter::start(
         "metricsScrapeInterval: 50ms",
         &endpoint("sim-a", sim.addr(), "demo"),
-        &[("s.yaml", model_server("srv", "m", "demo", "")), ("r.yaml", simple_route("route", "m", "srv"))],
+        &[
+            ("s.yaml", model_server("srv", "m", "demo", "")),
+            ("r.yaml", simple_route("route", "m", "srv")),
+        ],
     )
     .await;
     r.wait_ready().await;
     for _ in 0..3 {
-        let (s, _, _) = post(&format!("{}/v1/chat/completions", r.url()), chat("m", "hello", false, 4), &[]).await;
+        let (s, _, _) = post(
+            &format!("{}/v1/chat/completions", r.url()),
+            chat("m", "hello", false, 4),
+            &[],
+        )
+        .await;
         assert_eq!(s, StatusCode::OK);
     }
     let ep = std::sync::Arc::clone(&r.router.snapshot().endpoints[0]);
@@ -544,15 +726,32 @@ async fn scrapes_engine_metrics_and_keeps_stale_values() {
 /// selected by labels, the chart-default scheduler.
 #[test]
 fn example_standalone_config_loads() {
-    let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/standalone/router.yaml"));
-    let cfg = kthena_router::load_config(path, &HashMap::<String, String>::new(), kthena_router::Overrides::default()).unwrap();
+    let path = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/standalone/router.yaml"
+    ));
+    let cfg = kthena_router::load_config(
+        path,
+        &HashMap::<String, String>::new(),
+        kthena_router::Overrides::default(),
+    )
+    .unwrap();
     assert_eq!(cfg.port, 8080);
     assert_eq!(cfg.standalone.endpoints.len(), 3);
     let snap = kthena_router::Loader::new().load(&cfg, Some(path)).unwrap();
-    assert_eq!(snap.routes.model_names(), vec!["deepseek-multi-models".to_owned(), "deepseek-simple".to_owned()]);
+    assert_eq!(
+        snap.routes.model_names(),
+        vec![
+            "deepseek-multi-models".to_owned(),
+            "deepseek-simple".to_owned()
+        ]
+    );
     let small = &snap.servers["default/deepseek-r1-1-5b"];
     assert_eq!(small.endpoints.len(), 2);
-    assert_eq!(small.model.as_deref(), Some("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"));
+    assert_eq!(
+        small.model.as_deref(),
+        Some("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")
+    );
     assert_eq!(small.timeout, Some(Duration::from_secs(10)));
     assert_eq!(snap.servers["default/deepseek-r1-7b"].endpoints.len(), 1);
 }

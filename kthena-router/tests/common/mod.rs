@@ -1,7 +1,13 @@
 //! Shared helpers of the router integration tests: start a router from YAML, engines
 //! (kthena-sim or scripted upstreams), and an HTTP client.
-#![allow(clippy::unwrap_used, reason = "test helpers fail the test on any error")]
-#![allow(dead_code, reason = "each test binary uses a different subset of the helpers")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers fail the test on any error"
+)]
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different subset of the helpers"
+)]
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -23,12 +29,15 @@ use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 
 /// A sim config for fast tests: ephemeral port, the given model, 100x faster than real time.
-pub fn sim_config(model: &str) -> kthena_sim::Config {
-    kthena_sim::Config::default().with_ephemeral_port().with_model(model).with_time_scale(100.0)
+pub(crate) fn sim_config(model: &str) -> kthena_sim::Config {
+    kthena_sim::Config::default()
+        .with_ephemeral_port()
+        .with_model(model)
+        .with_time_scale(100.0)
 }
 
 /// A ModelServer manifest.
-pub fn model_server(name: &str, model: &str, app: &str, extra_spec: &str) -> String {
+pub(crate) fn model_server(name: &str, model: &str, app: &str, extra_spec: &str) -> String {
     format!(
         "apiVersion: networking.serving.volcano.sh/v1alpha1
 kind: ModelServer
@@ -43,7 +52,7 @@ spec:
 }
 
 /// A one-rule ModelRoute manifest to one server.
-pub fn simple_route(name: &str, model_name: &str, server: &str) -> String {
+pub(crate) fn simple_route(name: &str, model_name: &str, server: &str) -> String {
     format!(
         "apiVersion: networking.serving.volcano.sh/v1alpha1
 kind: ModelRoute
@@ -57,12 +66,12 @@ spec:
 }
 
 /// One `standalone.endpoints` entry.
-pub fn endpoint(name: &str, addr: SocketAddr, app: &str) -> String {
+pub(crate) fn endpoint(name: &str, addr: SocketAddr, app: &str) -> String {
     format!("  - {{name: {name}, address: \"{addr}\", labels: {{app: {app}}}}}\n")
 }
 
 /// Scheduler section ranking by least-request only (ties by endpoint name).
-pub const LEAST_REQUEST_ONLY: &str = "scheduler:
+pub(crate) const LEAST_REQUEST_ONLY: &str = "scheduler:
   plugins:
     Score:
       enabled:
@@ -70,7 +79,7 @@ pub const LEAST_REQUEST_ONLY: &str = "scheduler:
 ";
 
 /// A router started from files in a temporary folder.
-pub struct TestRouter {
+pub(crate) struct TestRouter {
     pub dir: tempfile::TempDir,
     pub router: Router,
 }
@@ -78,7 +87,7 @@ pub struct TestRouter {
 impl TestRouter {
     /// Writes `router.yaml` (`head` + access log + endpoints) and `manifests/*.yaml`, then
     /// starts a router on ephemeral ports.
-    pub async fn start(head: &str, endpoints: &str, manifests: &[(&str, String)]) -> Self {
+    pub(crate) async fn start(head: &str, endpoints: &str, manifests: &[(&str, String)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mdir = dir.path().join("manifests");
         std::fs::create_dir_all(&mdir).unwrap();
@@ -97,23 +106,25 @@ impl TestRouter {
     }
 
     /// `http://addr`.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.router.addr)
     }
 
     /// The manifests folder.
-    pub fn manifests(&self) -> PathBuf {
+    pub(crate) fn manifests(&self) -> PathBuf {
         self.dir.path().join("manifests")
     }
 
     /// Access-log lines (JSON objects) written so far.
-    pub fn access_log(&self) -> Vec<serde_json::Value> {
+    pub(crate) fn access_log(&self) -> Vec<serde_json::Value> {
         let text = std::fs::read_to_string(self.dir.path().join("access.log")).unwrap_or_default();
-        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
     }
 
     /// The value of one exact series line of `/metrics` (0 when absent).
-    pub async fn metric(&self, series: &str) -> f64 {
+    pub(crate) async fn metric(&self, series: &str) -> f64 {
         let (_, body) = get(&format!("http://{}/metrics", self.router.metrics_addr)).await;
         body.lines()
             .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
@@ -121,7 +132,7 @@ impl TestRouter {
     }
 
     /// Waits until every endpoint was scraped at least once.
-    pub async fn wait_ready(&self) {
+    pub(crate) async fn wait_ready(&self) {
         for _ in 0..200 {
             let (status, _) = get(&format!("{}/readyz", self.url())).await;
             if status == StatusCode::OK {
@@ -134,10 +145,16 @@ impl TestRouter {
 }
 
 /// Starts a router from a config file, all ports ephemeral.
-pub async fn start_router_at(path: &Path) -> Router {
-    let ov = Overrides { port: Some(0), metrics_port: Some(0), debug_port: Some(0) };
+pub(crate) async fn start_router_at(path: &Path) -> Router {
+    let ov = Overrides {
+        port: Some(0),
+        metrics_port: Some(0),
+        debug_port: Some(0),
+    };
     let cfg = kthena_router::load_config(path, &HashMap::<String, String>::new(), ov).unwrap();
-    Router::start(cfg, Some(path.to_path_buf()), ov).await.unwrap()
+    Router::start(cfg, Some(path.to_path_buf()), ov)
+        .await
+        .unwrap()
 }
 
 fn client() -> Client<HttpConnector, Full<Bytes>> {
@@ -145,24 +162,38 @@ fn client() -> Client<HttpConnector, Full<Bytes>> {
 }
 
 /// `GET url` → (status, body text).
-pub async fn get(url: &str) -> (StatusCode, String) {
-    let resp = client().request(Request::get(url).body(Full::new(Bytes::new())).unwrap()).await.unwrap();
+pub(crate) async fn get(url: &str) -> (StatusCode, String) {
+    let resp = client()
+        .request(Request::get(url).body(Full::new(Bytes::new())).unwrap())
+        .await
+        .unwrap();
     let status = resp.status();
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// `POST` a body with headers; returns the streaming response.
-pub async fn post_stream(url: &str, body: impl Into<Bytes>, headers: &[(&str, &str)]) -> Response<Incoming> {
+pub(crate) async fn post_stream(
+    url: &str,
+    body: impl Into<Bytes>,
+    headers: &[(&str, &str)],
+) -> Response<Incoming> {
     let mut req = Request::post(url).header("content-type", "application/json");
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    client().request(req.body(Full::new(body.into())).unwrap()).await.unwrap()
+    client()
+        .request(req.body(Full::new(body.into())).unwrap())
+        .await
+        .unwrap()
 }
 
 /// `POST` and read the whole answer.
-pub async fn post(url: &str, body: impl Into<Bytes>, headers: &[(&str, &str)]) -> (StatusCode, HeaderMap, Bytes) {
+pub(crate) async fn post(
+    url: &str,
+    body: impl Into<Bytes>,
+    headers: &[(&str, &str)],
+) -> (StatusCode, HeaderMap, Bytes) {
     let resp = post_stream(url, body, headers).await;
     let status = resp.status();
     let h = resp.headers().clone();
@@ -171,7 +202,7 @@ pub async fn post(url: &str, body: impl Into<Bytes>, headers: &[(&str, &str)]) -
 }
 
 /// A chat request body.
-pub fn chat(model: &str, text: &str, stream: bool, max_tokens: u32) -> String {
+pub(crate) fn chat(model: &str, text: &str, stream: bool, max_tokens: u32) -> String {
     serde_json::json!({
         "model": model,
         "messages": [{"role": "user", "content": text}],
@@ -183,16 +214,19 @@ pub fn chat(model: &str, text: &str, stream: bool, max_tokens: u32) -> String {
 
 /// What a scripted upstream does with each request.
 #[derive(Clone)]
-pub enum Script {
+pub(crate) enum Script {
     /// Answer with this status and JSON body.
     Status(u16, &'static str),
     /// Stream SSE events every `every` until the client goes away; `closed` is told when it
     /// noticed.
-    EndlessStream { every: Duration, closed: mpsc::UnboundedSender<()> },
+    EndlessStream {
+        every: Duration,
+        closed: mpsc::UnboundedSender<()>,
+    },
 }
 
 /// A scripted HTTP upstream that records every request body it gets.
-pub struct Upstream {
+pub(crate) struct Upstream {
     pub addr: SocketAddr,
     pub bodies: Arc<Mutex<Vec<Bytes>>>,
     tasks: TaskTracker,
@@ -200,7 +234,7 @@ pub struct Upstream {
 
 impl Upstream {
     /// Starts on 127.0.0.1:0.
-    pub async fn start(script: Script) -> Self {
+    pub(crate) async fn start(script: Script) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let bodies: Arc<Mutex<Vec<Bytes>>> = Arc::default();
@@ -209,7 +243,9 @@ impl Upstream {
         let t2 = tasks.clone();
         tasks.spawn(async move {
             loop {
-                let Ok((stream, _)) = listener.accept().await else { return };
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
                 let bodies = Arc::clone(&b2);
                 let script = script.clone();
                 let t3 = t2.clone();
@@ -226,7 +262,11 @@ impl Upstream {
                 });
             }
         });
-        Self { addr, bodies, tasks }
+        Self {
+            addr,
+            bodies,
+            tasks,
+        }
     }
 }
 
@@ -238,21 +278,31 @@ impl Drop for Upstream {
 
 type ScriptBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
-async fn answer(req: Request<Incoming>, bodies: Arc<Mutex<Vec<Bytes>>>, script: Script, tasks: &TaskTracker) -> Response<ScriptBody> {
+async fn answer(
+    req: Request<Incoming>,
+    bodies: Arc<Mutex<Vec<Bytes>>>,
+    script: Script,
+    tasks: &TaskTracker,
+) -> Response<ScriptBody> {
     let path = req.uri().path().to_owned();
     let body = req.into_body().collect().await.unwrap().to_bytes();
     if path == "/metrics" {
-        return Response::new(Full::new(Bytes::from_static(b"vllm:num_requests_waiting 0\n")).boxed());
+        return Response::new(
+            Full::new(Bytes::from_static(b"vllm:num_requests_waiting 0\n")).boxed(),
+        );
     }
     if path == "/v1/models" {
-        return Response::new(Full::new(Bytes::from_static(br#"{"data":[{"id":"scripted"}]}"#)).boxed());
+        return Response::new(
+            Full::new(Bytes::from_static(br#"{"data":[{"id":"scripted"}]}"#)).boxed(),
+        );
     }
     bodies.lock().unwrap().push(body);
     match script {
         Script::Status(code, text) => {
             let mut r = Response::new(Full::new(Bytes::from_static(text.as_bytes())).boxed());
             *r.status_mut() = StatusCode::from_u16(code).unwrap();
-            r.headers_mut().insert("content-type", "application/json".parse().unwrap());
+            r.headers_mut()
+                .insert("content-type", "application/json".parse().unwrap());
             r
         }
         Script::EndlessStream { every, closed } => {
@@ -260,7 +310,9 @@ async fn answer(req: Request<Incoming>, bodies: Arc<Mutex<Vec<Bytes>>>, script: 
             tasks.spawn(async move {
                 let mut n = 0u64;
                 loop {
-                    let ev = Bytes::from(format!("data: {{\"choices\":[{{\"index\":0,\"text\":\"t{n}\"}}]}}\n\n"));
+                    let ev = Bytes::from(format!(
+                        "data: {{\"choices\":[{{\"index\":0,\"text\":\"t{n}\"}}]}}\n\n"
+                    ));
                     if tx.send(ev).await.is_err() {
                         let _ = closed.send(());
                         return;
@@ -270,10 +322,13 @@ async fn answer(req: Request<Incoming>, bodies: Arc<Mutex<Vec<Bytes>>>, script: 
                 }
             });
             let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-                rx.recv().await.map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+                rx.recv()
+                    .await
+                    .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
             });
             let mut r = Response::new(StreamBody::new(stream).boxed());
-            r.headers_mut().insert("content-type", "text/event-stream".parse().unwrap());
+            r.headers_mut()
+                .insert("content-type", "text/event-stream".parse().unwrap());
             r
         }
     }
