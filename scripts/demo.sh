@@ -37,8 +37,15 @@ start_sim 18002 deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B
 start_sim 18003 deepseek-ai/DeepSeek-R1-Distill-Qwen-7B
 
 wait_http() { # url what
+    local hostport=${1#http://}
+    hostport=${hostport%%/*}
     for _ in $(seq 1 100); do
-        if curl -fsS -o /dev/null "$1" 2>/dev/null; then return 0; fi
+        if command -v curl >/dev/null; then
+            if curl -fsS -o /dev/null "$1" 2>/dev/null; then return 0; fi
+        elif (exec 3<>"/dev/tcp/${hostport%:*}/${hostport##*:}") 2>/dev/null; then
+            sleep 1 # no curl: the port is open; give the first scrape a moment
+            return 0
+        fi
         sleep 0.1
     done
     echo "$2 did not come up ($1)" >&2

@@ -276,17 +276,20 @@ async fn complete(
                 done = true;
                 continue;
             }
-            let Ok(v) = serde_json::from_str::<serde_json::Value>(payload) else {
+            // A chunk with a `text` field carries one generated token. Only multi-turn
+            // sessions need the text itself, so only they pay for parsing the JSON.
+            if !payload.contains("\"text\":") {
                 continue;
-            };
-            if let Some(text) = v["choices"][0]["text"].as_str() {
-                if answer.tokens == 0 {
-                    answer.ttft = start.elapsed();
-                }
-                answer.tokens += 1;
-                if keep_text {
-                    answer.text.push_str(text);
-                }
+            }
+            if answer.tokens == 0 {
+                answer.ttft = start.elapsed();
+            }
+            answer.tokens += 1;
+            if keep_text
+                && let Ok(v) = serde_json::from_str::<serde_json::Value>(payload)
+                && let Some(text) = v["choices"][0]["text"].as_str()
+            {
+                answer.text.push_str(text);
             }
         }
     }

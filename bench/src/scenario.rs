@@ -130,6 +130,23 @@ pub fn policies() -> Vec<Policy> {
             ),
             true,
         ),
+        p(
+            "cand-a",
+            format!(
+                "{CACHE_ARGS}{}",
+                scores(&[("least-request", 1), ("prefix-cache", 1), ("kvcache-aware", 1)])
+            ),
+            true,
+        ),
+        p(
+            "cand-b",
+            format!(
+                "{CACHE_ARGS}  - name: load-imbalance\n    args: {{balanceAbsThreshold: 64, balanceRelThreshold: 1.5}}\n{}",
+                scores(&[("least-request", 1), ("prefix-cache", 1), ("kvcache-aware", 1)])
+                    .replace("    Score:", "    Filter:\n      enabled: [load-imbalance]\n    Score:")
+            ),
+            true,
+        ),
     ]
 }
 

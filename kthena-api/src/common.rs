@@ -31,6 +31,14 @@ impl GoDuration {
     /// # Errors
     /// Returns a human-readable message when the text is not a Go duration or is negative.
     pub fn parse(&self) -> std::result::Result<Duration, String> {
+        // Go's `time.ParseDuration` refuses an empty string, and anything beyond the largest
+        // `time.Duration` (i64 nanoseconds, about 2562047h).
+        if self.0.trim().is_empty() {
+            return Err(format!(
+                "invalid duration {:?} (expected e.g. \"100ms\" or \"1m30s\"): empty string",
+                self.0
+            ));
+        }
         let parsed: kube::core::Duration = self.0.parse().map_err(|e| {
             format!(
                 "invalid duration {:?} (expected e.g. \"100ms\" or \"1m30s\"): {e}",
@@ -43,7 +51,14 @@ impl GoDuration {
                 self.0
             ));
         }
-        Ok(Duration::from(parsed))
+        let parsed = Duration::from(parsed);
+        if parsed.as_nanos() > i64::MAX as u128 {
+            return Err(format!(
+                "invalid duration {:?}: larger than the maximum Go duration (2562047h47m16.854775807s)",
+                self.0
+            ));
+        }
+        Ok(parsed)
     }
 
     /// The text as written.
@@ -193,4 +208,25 @@ pub(crate) fn preserve_unknown_fields(_: &mut schemars::SchemaGenerator) -> sche
 /// schema gives no default.
 pub(crate) fn no_default(schema: &mut schemars::Schema) {
     schema.remove("default");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GoDuration;
+
+    #[test]
+    fn durations_go_refuses_are_errors() {
+        for text in ["", " ", "99999999999h", "2562048h"] {
+            assert!(
+                GoDuration::new(text).parse().is_err(),
+                "{text:?} was accepted"
+            );
+        }
+        for text in ["0", "0s", "100ms", "1m30s", "2562047h"] {
+            assert!(
+                GoDuration::new(text).parse().is_ok(),
+                "{text:?} was refused"
+            );
+        }
+    }
 }

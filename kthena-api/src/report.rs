@@ -13,7 +13,7 @@ pub struct Report {
     /// * `skip <apiVersion> <kind> <name>`: a document of another kind;
     /// * `invalid <kind> <name>: <path>: <message>`: one line per problem;
     /// * `error <file>: document <n>, line <l>, column <c>[, field <path>]: <message>`: a
-    ///   document that cannot be parsed.
+    ///   document that cannot be parsed or lacks `apiVersion` or `kind`.
     pub lines: Vec<String>,
     /// Whether any document was invalid or unparsable.
     pub failed: bool,
@@ -53,6 +53,21 @@ pub fn validate_manifests(source: &str, text: &str) -> Report {
         }
         let obj = doc.object.with_defaults();
         if !obj.is_kthena() {
+            let missing = if obj.api_version().is_empty() {
+                Some("apiVersion")
+            } else if obj.kind().is_empty() {
+                Some("kind")
+            } else {
+                None
+            };
+            if let Some(field) = missing {
+                report.failed = true;
+                report.lines.push(format!(
+                    "error {source}: document {}, line {}, column 1: {field} must be set",
+                    doc.index, doc.line
+                ));
+                continue;
+            }
             report.lines.push(format!(
                 "skip {} {} {}",
                 obj.api_version(),

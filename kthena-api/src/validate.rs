@@ -822,6 +822,7 @@ fn metrics(e: &mut Errors, path: &str, list: &[AutoscalingPolicyMetric]) {
         }
         match quantity::to_f64(&m.target_value) {
             Ok(v) if v.is_finite() && v > 0.0 => {}
+            Ok(v) if v > 0.0 => e.push(format!("{p}.targetValue"), "targetValue must be finite"),
             Ok(_) => e.push(
                 format!("{p}.targetValue"),
                 "targetValue must be greater than 0",

@@ -355,3 +355,25 @@ spec:
     assert!(!report.failed);
     Ok(())
 }
+
+#[test]
+fn a_document_without_api_version_or_kind_is_an_error_not_a_skip() {
+    // kubectl refuses such a document ("apiVersion not set"); reporting it as a skipped
+    // foreign object would let a ModelRoute with a forgotten apiVersion pass unnoticed.
+    let yaml = "kind: ModelRoute
+metadata: {name: r}
+spec: {modelName: m, rules: [{targetModels: [{modelServerName: s}]}]}
+---
+apiVersion: v1
+metadata: {name: c}
+";
+    let report = validate_manifests("r.yaml", yaml);
+    assert_eq!(
+        report.lines,
+        [
+            "error r.yaml: document 1, line 1, column 1: apiVersion must be set",
+            "error r.yaml: document 2, line 5, column 1: kind must be set",
+        ]
+    );
+    assert!(report.failed);
+}

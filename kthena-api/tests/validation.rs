@@ -1192,6 +1192,12 @@ fn autoscaling_policy_rules() -> Result<()> {
                 &[("spec.metrics[1].name", "duplicate metric name \"kv\"")],
             ),
             case(
+                "targetValue finite",
+                vec![("/spec/metrics/0/targetValue", json!("1e300"))],
+                vec![("/spec/metrics/0/targetValue", json!("1e400"))],
+                &[("spec.metrics[0].targetValue", "targetValue must be finite")],
+            ),
+            case(
                 "webhook: targetValue > 0",
                 vec![("/spec/metrics/0/targetValue", json!("500m"))],
                 vec![("/spec/metrics/0/targetValue", json!("0"))],

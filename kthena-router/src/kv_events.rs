@@ -34,6 +34,8 @@
 //! replayed when the endpoint has a replay address, else the endpoint is marked uncertain);
 //! a smaller one is a rollback, which only happens when the engine restarted, so its index
 //! entries are cleared before the batch is applied; an equal one is a duplicate and dropped.
+//! When the first message seen has a number above 0 (the router joined late) and the engine
+//! has a replay address, the earlier batches its buffer still holds are replayed first.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -465,11 +467,15 @@ impl Ingest {
                         let r =
                             tokio::time::timeout(REPLAY_TIMEOUT, replay(&addr, from, seq)).await;
                         match r {
-                            Ok(Ok(batches)) => {
+                            Ok(Ok(batches)) if batches.len() as u64 == missed => {
                                 for (_, p) in &batches {
                                     self.apply_payload(p);
                                 }
                                 true
+                            }
+                            Ok(Ok(batches)) => {
+                                tracing::info!(endpoint = %ep, got = batches.len(), missed, "KV-event replay incomplete");
+                                false
                             }
                             Ok(Err(e)) => {
                                 tracing::info!(endpoint = %ep, error = %e, "KV-event replay failed");
@@ -485,6 +491,20 @@ impl Ingest {
                 }
                 if !replayed {
                     self.set_uncertain(true);
+                }
+            }
+            SeqStep::First if seq > 0 => {
+                // Joined after the engine started: ask for what it published before, as far
+                // as its replay buffer reaches (older batches are simply not indexed).
+                if let Some(addr) = self.source.replay.clone() {
+                    let r = tokio::time::timeout(REPLAY_TIMEOUT, replay(&addr, 0, seq)).await;
+                    let ok = matches!(&r, Ok(Ok(_)));
+                    if let Ok(Ok(batches)) = r {
+                        for (_, p) in &batches {
+                            self.apply_payload(p);
+                        }
+                    }
+                    self.metrics.replay(&ep, ok);
                 }
             }
             SeqStep::First | SeqStep::InOrder => {}
@@ -526,7 +546,8 @@ impl Ingest {
 
 /// Asks a vLLM replay (ROUTER) socket for the batches `from..until` (`until` excluded):
 /// sends `["", from as 8 bytes BE]` from a DEALER socket and reads `["", seq, payload]`
-/// replies until the `END_SEQ` marker.
+/// replies until the `END_SEQ` marker. Returns the batches of that range it got, in order
+/// (fewer than asked when the engine's buffer no longer holds them).
 ///
 /// # Errors
 /// [`Error::KvEventDecode`] when the socket fails or a reply is malformed.
@@ -560,13 +581,6 @@ pub async fn replay(addr: &str, from: u64, until: u64) -> Result<Vec<(u64, Bytes
         }
     }
     out.sort_by_key(|(s, _)| *s);
-    if out.len() as u64 != until - from {
-        return Err(bad(format!(
-            "replay returned {} of {} missing batches",
-            out.len(),
-            until - from
-        )));
-    }
     Ok(out)
 }
 
@@ -693,6 +707,48 @@ mod tests {
                 KvEvent::BlockRemoved {
                     block_hashes: vec![u64::MAX]
                 },
+            ]
+        );
+    }
+
+    /// SGLang (`sglang/srt/disaggregation/kv_events.py`): msgspec tagged arrays,
+    /// `[ts, events, attn_dp_rank]`, no `medium`, possibly negative Python hashes.
+    #[test]
+    fn decodes_sglang_batch() {
+        let batch = Value::Array(vec![
+            Value::F64(2.0),
+            Value::Array(vec![
+                Value::Array(vec![
+                    s("BlockStored"),
+                    Value::Array(vec![Value::from(-5i64)]),
+                    Value::from(-4i64),
+                    Value::Array(vec![Value::from(7), Value::from(8)]),
+                    Value::from(2),
+                    Value::Nil,
+                ]),
+                Value::Array(vec![
+                    s("BlockRemoved"),
+                    Value::Array(vec![Value::from(-5i64)]),
+                ]),
+                Value::Array(vec![s("AllBlocksCleared")]),
+            ]),
+            Value::from(3),
+        ]);
+        let b = decode_batch(&enc(&batch)).unwrap();
+        assert_eq!(b.dp_rank, Some(3));
+        assert_eq!(
+            b.events,
+            vec![
+                KvEvent::BlockStored {
+                    block_hashes: vec![(-5i64) as u64],
+                    parent_block_hash: Some((-4i64) as u64),
+                    token_ids: vec![7, 8],
+                    block_size: 2
+                },
+                KvEvent::BlockRemoved {
+                    block_hashes: vec![(-5i64) as u64]
+                },
+                KvEvent::AllBlocksCleared,
             ]
         );
     }

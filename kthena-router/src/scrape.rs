@@ -345,6 +345,23 @@ mod tests {
     }
 
     #[test]
+    fn parses_sglang_names() {
+        let text = "# TYPE sglang:token_usage gauge\nsglang:token_usage{model_name=\"q\"} 0.42\n\
+                    sglang:num_queue_reqs{model_name=\"q\"} 3\nsglang:num_running_reqs{model_name=\"q\"} 7\n\
+                    sglang:time_to_first_token_seconds_sum 2.5\nsglang:time_to_first_token_seconds_count 5\n\
+                    sglang:inter_token_latency_seconds_sum 0.5\nsglang:inter_token_latency_seconds_count 50\n";
+        let s = parse_metrics(text, SGLANG).unwrap();
+        assert_eq!(s.kv_cache_usage, 0.42);
+        assert_eq!((s.waiting, s.running), (3.0, 7.0));
+        assert_eq!(s.ttft, Some((2.5, 5.0)));
+        assert_eq!(s.tpot, Some((0.5, 50.0)));
+        assert_eq!(
+            names_for(InferenceEngine::SgLang).waiting,
+            "sglang:num_queue_reqs"
+        );
+    }
+
+    #[test]
     fn histogram_deltas() {
         assert_eq!(interval_mean_ms(None, (1.0, 10.0)), None);
         assert_eq!(interval_mean_ms(Some((1.0, 10.0)), (1.0, 10.0)), None);

@@ -554,6 +554,9 @@ fn upstream_headers(client: &HeaderMap, request_id: &str) -> HeaderMap {
     strip_hop_by_hop(&mut h);
     h.remove(header::HOST);
     h.remove(header::CONTENT_LENGTH);
+    // The router has read the whole body already; the engine must not wait for a
+    // `100 Continue` exchange.
+    h.remove(header::EXPECT);
     h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),

@@ -1,7 +1,10 @@
 //! KV-event ingestion over real ZMQ sockets: the captured vLLM 0.32 frames, sequence gaps
 //! (counted, replayed from a ROUTER socket, or marked uncertain) and rollbacks.
 
-#![allow(clippy::unwrap_used, reason = "test helpers fail the test on any error")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers fail the test on any error"
+)]
 
 mod kv_support;
 
@@ -163,26 +166,7 @@ async fn gap_replay_and_rollback() {
         (1, batch(vec![stored(1, 1, Some(1000), 1)])),
         (2, batch(vec![stored(2, 1, Some(1001), 1)])),
     ];
-    let replay_server = async move {
-        let req = router.recv().await.unwrap().into_vec();
-        assert_eq!(req.len(), 3, "{req:?}");
-        assert!(req[1].is_empty());
-        let start = u64::from_be_bytes(req[2][..].try_into().unwrap());
-        assert_eq!(start, 1);
-        for (seq, p) in buffered.iter().filter(|(s, _)| *s >= start) {
-            let mut m = ZmqMessage::from(req[0].clone());
-            m.push_back(Bytes::new());
-            m.push_back(Bytes::copy_from_slice(&seq.to_be_bytes()));
-            m.push_back(p.clone());
-            router.send(m).await.unwrap();
-        }
-        let mut end = ZmqMessage::from(req[0].clone());
-        end.push_back(Bytes::new());
-        end.push_back(Bytes::copy_from_slice(&kthena_router::END_SEQ));
-        end.push_back(Bytes::new());
-        router.send(end).await.unwrap();
-        router
-    };
+    let replay_server = serve_replay(router, buffered, 1);
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = KvMetrics::register(&mut registry);
     let index: Arc<dyn KvIndex> = Arc::new(InMemoryKvIndex::new(1, 100).unwrap());
@@ -190,10 +174,7 @@ async fn gap_replay_and_rollback() {
     let source = KvSource {
         endpoint: id.clone(),
         events: "tcp://127.0.0.1:1".to_owned(),
-        replay: Some(format!(
-            "tcp://{}",
-            ep.to_string().trim_start_matches("tcp://")
-        )),
+        replay: Some(ep.to_string()),
     };
     let mut ingest = Ingest::new(source, Arc::clone(&index), metrics.clone());
     ingest
@@ -308,6 +289,72 @@ async fn gap_replay_and_rollback() {
             r#"kthena_router_kv_events_decode_errors_total{endpoint="default/e"}"#
         ),
         2.0
+    );
+}
+
+/// Answers one replay request like vLLM: every buffered batch with seq >= start, then
+/// `END_SEQ`; checks the requested start.
+async fn serve_replay(
+    mut router: zeromq::RouterSocket,
+    buffered: Vec<(u64, Bytes)>,
+    expect_start: u64,
+) -> zeromq::RouterSocket {
+    let req = router.recv().await.unwrap().into_vec();
+    assert_eq!(req.len(), 3, "{req:?}");
+    assert!(req[1].is_empty());
+    let start = u64::from_be_bytes(req[2][..].try_into().unwrap());
+    assert_eq!(start, expect_start);
+    for (seq, p) in buffered.iter().filter(|(s, _)| *s >= start) {
+        let mut m = ZmqMessage::from(req[0].clone());
+        m.push_back(Bytes::new());
+        m.push_back(Bytes::copy_from_slice(&seq.to_be_bytes()));
+        m.push_back(p.clone());
+        router.send(m).await.unwrap();
+    }
+    let mut end = ZmqMessage::from(req[0].clone());
+    end.push_back(Bytes::new());
+    end.push_back(Bytes::copy_from_slice(&kthena_router::END_SEQ));
+    end.push_back(Bytes::new());
+    router.send(end).await.unwrap();
+    router
+}
+
+/// A router that connects after the engine published batches 0 and 1 replays them first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_join_replays_from_zero() {
+    let mut router = zeromq::RouterSocket::new();
+    let ep = router.bind("tcp://127.0.0.1:0").await.unwrap();
+    let buffered = vec![
+        (0, batch(vec![stored(0, 1, None, 1)])),
+        (1, batch(vec![stored(1, 1, Some(1000), 1)])),
+    ];
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = KvMetrics::register(&mut registry);
+    let index: Arc<dyn KvIndex> = Arc::new(InMemoryKvIndex::new(1, 100).unwrap());
+    let source = KvSource {
+        endpoint: EndpointId::new("default/late"),
+        events: "tcp://127.0.0.1:1".to_owned(),
+        replay: Some(ep.to_string()),
+    };
+    let mut ingest = Ingest::new(source, Arc::clone(&index), metrics);
+    let third = frames(2, batch(vec![stored(2, 1, Some(1001), 1)]));
+    let (_router, ()) = tokio::join!(serve_replay(router, buffered, 0), ingest.handle(&third));
+    assert_eq!(index.len(), 3);
+    assert!(!ingest.uncertain());
+    let text = encode(&registry);
+    assert_eq!(
+        metric_in(
+            &text,
+            r#"kthena_router_kv_events_replays_total{endpoint="default/late",result="ok"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric_in(
+            &text,
+            r#"kthena_router_kv_events_rejected_total{endpoint="default/late"}"#
+        ),
+        0.0
     );
 }
 

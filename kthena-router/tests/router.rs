@@ -755,3 +755,114 @@ fn example_standalone_config_loads() {
     assert_eq!(small.timeout, Some(Duration::from_secs(10)));
     assert_eq!(snap.servers["default/deepseek-r1-7b"].endpoints.len(), 1);
 }
+
+/// `trafficPolicy.retry` is honoured: `attempts` tries (cycling over the ranked endpoints)
+/// with `retryInterval` between them; the last 5xx answer reaches the client unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traffic_policy_retry_attempts_and_interval() {
+    let flaky = Upstream::start(Script::Status(503, r#"{"error":"busy"}"#)).await;
+    let r = TestRouter::start(
+        "metricsScrapeInterval: 1h",
+        &endpoint("only", flaky.addr, "x"),
+        &[
+            (
+                "s.yaml",
+                model_server(
+                    "srv",
+                    "u",
+                    "x",
+                    "  trafficPolicy:\n    retry: {attempts: 3, retryInterval: 60ms}\n",
+                ),
+            ),
+            ("r.yaml", simple_route("route", "m", "srv")),
+        ],
+    )
+    .await;
+    let start = Instant::now();
+    let (status, _, body) = post(
+        &format!("{}/v1/completions", r.url()),
+        r#"{"model":"m","prompt":"p"}"#,
+        &[],
+    )
+    .await;
+    let took = start.elapsed();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(&body[..], br#"{"error":"busy"}"#);
+    assert_eq!(flaky.bodies.lock().unwrap().len(), 3);
+    assert!(took >= Duration::from_millis(120), "{took:?}");
+    let log = r.access_log();
+    assert_eq!(log.last().unwrap()["upstream_attempts"], 3);
+    assert_eq!(log.last().unwrap()["error"]["type"], "upstream_response");
+    r.router.shutdown().await;
+}
+
+/// Editing the config file itself (here: an endpoint's address) swaps the snapshot too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_file_reload_moves_an_endpoint() {
+    let a = Upstream::start(Script::Status(200, r#"{"who":"a"}"#)).await;
+    let b = Upstream::start(Script::Status(200, r#"{"who":"b"}"#)).await;
+    let r = TestRouter::start(
+        "metricsScrapeInterval: 1h",
+        &endpoint("engine", a.addr, "x"),
+        &[
+            ("s.yaml", model_server("srv", "m", "x", "")),
+            ("r.yaml", simple_route("route", "m", "srv")),
+        ],
+    )
+    .await;
+    let url = format!("{}/v1/completions", r.url());
+    let body = r#"{"model":"m","prompt":"p","max_tokens":1}"#;
+    let (_, _, got) = post(&url, body, &[]).await;
+    assert_eq!(json(&got)["who"], "a");
+    let path = r.dir.path().join("router.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let generation = r.router.generation();
+    std::fs::write(
+        &path,
+        text.replace(&a.addr.to_string(), &b.addr.to_string()),
+    )
+    .unwrap();
+    wait_generation(&r, generation + 1).await;
+    let (_, _, got) = post(&url, body, &[]).await;
+    assert_eq!(json(&got)["who"], "b");
+    r.router.shutdown().await;
+}
+
+/// Scrapes run at most `metricsScrapeConcurrency` endpoints at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scrape_concurrency_is_bounded() {
+    let seen: std::sync::Arc<(
+        std::sync::atomic::AtomicUsize,
+        std::sync::atomic::AtomicUsize,
+    )> = std::sync::Arc::default();
+    let mut ups = Vec::new();
+    let mut eps = String::new();
+    for i in 0..6 {
+        let u = Upstream::start(Script::SlowMetrics {
+            delay: Duration::from_millis(80),
+            seen: std::sync::Arc::clone(&seen),
+        })
+        .await;
+        eps.push_str(&endpoint(&format!("e{i}"), u.addr, "x"));
+        ups.push(u);
+    }
+    let r = TestRouter::start(
+        "metricsScrapeInterval: 1h\nmetricsScrapeConcurrency: 2",
+        &eps,
+        &[
+            ("s.yaml", model_server("srv", "u", "x", "")),
+            ("r.yaml", simple_route("route", "m", "srv")),
+        ],
+    )
+    .await;
+    let start = Instant::now();
+    r.wait_ready().await;
+    // 6 endpoints, 2 at a time, 80 ms each: at least three rounds.
+    assert!(
+        start.elapsed() >= Duration::from_millis(200),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(seen.1.load(std::sync::atomic::Ordering::SeqCst), 2);
+    r.router.shutdown().await;
+}

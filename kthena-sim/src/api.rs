@@ -124,16 +124,40 @@ impl ApiError {
     }
 }
 
+/// vLLM's error body, fields in vLLM's order.
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: ErrorDetail<'a>,
+}
+
+#[derive(Serialize)]
+struct ErrorDetail<'a> {
+    message: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    param: Option<&'a str>,
+    code: u16,
+}
+
+/// `/tokenize` response, fields in vLLM's order.
+#[derive(Serialize)]
+struct TokenizeResponse<'a> {
+    count: usize,
+    max_model_len: usize,
+    tokens: &'a [u32],
+    token_strs: Option<Vec<String>>,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({
-            "error": {
-                "message": self.message,
-                "type": self.kind(),
-                "param": self.param,
-                "code": self.status.as_u16(),
-            }
-        });
+        let body = ErrorBody {
+            error: ErrorDetail {
+                message: &self.message,
+                kind: self.kind(),
+                param: self.param.as_deref(),
+                code: self.status.as_u16(),
+            },
+        };
         json_response(self.status, &body)
     }
 }
@@ -513,12 +537,12 @@ async fn tokenize(State(s): State<Arc<Shared>>, body: Bytes) -> Result<Response,
     };
     Ok(json_response(
         StatusCode::OK,
-        &json!({
-            "count": tokens.len(),
-            "max_model_len": s.cfg.profile.max_model_len,
-            "tokens": tokens,
-            "token_strs": null,
-        }),
+        &TokenizeResponse {
+            count: tokens.len(),
+            max_model_len: s.cfg.profile.max_model_len,
+            tokens: &tokens,
+            token_strs: None,
+        },
     ))
 }
 
@@ -533,7 +557,10 @@ async fn load_lora(State(s): State<Arc<Shared>>, body: Bytes) -> Result<Response
     let req: LoraRequest = parse(&body)?;
     let path = req
         .lora_path
-        .ok_or_else(|| ApiError::bad_request("'lora_name' and 'lora_path' must be provided."))?;
+        .filter(|p| !p.is_empty() && !req.lora_name.is_empty())
+        .ok_or_else(|| {
+            ApiError::bad_request("Both 'lora_name' and 'lora_path' must be provided.")
+        })?;
     let mut loras = s
         .loras
         .lock()
@@ -724,6 +751,15 @@ fn prepare(s: &Shared, api: Api, c: Common, prompt: Vec<u32>) -> Result<Gen, Api
     }
     let requested = c.max_completion_tokens.or(c.max_tokens);
     let room = max_len - prompt.len();
+    if room == 0 && requested.is_none() {
+        // Every request generates at least one token, so a prompt that fills the context is
+        // refused even when the client asked for no particular output length.
+        return Err(ApiError::bad_request(format!(
+            "The decoder prompt (length {}) plus the number of requested output tokens (at least 1) is longer than the maximum model length of {max_len}. Make sure that `max_model_len` is no smaller than the number of text tokens plus the number of requested output tokens.",
+            prompt.len()
+        ))
+        .with_param("input_tokens"));
+    }
     let max_tokens = match requested {
         Some(0) => {
             return Err(

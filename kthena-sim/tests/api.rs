@@ -428,3 +428,86 @@ async fn kill_cuts_a_stream_and_closes_the_port() {
     assert_eq!(status, 200);
     other.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test]
+async fn a_prompt_filling_the_whole_context_leaves_no_room_for_output() {
+    let mut c = cfg();
+    c.profile.max_model_len = 64;
+    let sim = spawn(c).await.unwrap();
+    let url = format!("{}/v1/completions", sim.base_url());
+    let prompt: Vec<u32> = (1..=64).collect();
+    // Without max_tokens, as with it: prompt + output must fit max_model_len (vLLM rejects
+    // a prompt of exactly max_model_len tokens).
+    for req in [
+        json!({"model": "tiny-qwen3", "prompt": prompt}),
+        json!({"model": "tiny-qwen3", "prompt": prompt, "stream": true}),
+    ] {
+        let (status, body) = post_json(&url, &req).await;
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(body["error"]["type"], "BadRequestError");
+    }
+    let url = format!("{}/v1/chat/completions", sim.base_url());
+    let long = "a ".repeat(200);
+    let (status, _) = post_json(
+        &url,
+        &json!({"model": "tiny-qwen3", "messages": [{"role": "user", "content": long}]}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    sim.kill().await;
+}
+
+#[tokio::test]
+async fn a_lora_adapter_needs_a_name_and_a_path() {
+    let sim = spawn(cfg()).await.unwrap();
+    let url = format!("{}/v1/load_lora_adapter", sim.base_url());
+    for body in [
+        json!({"lora_name": "", "lora_path": "/adapters/a"}),
+        json!({"lora_name": "a", "lora_path": ""}),
+    ] {
+        let (status, _) = send("POST", &url, Some(&body)).await;
+        assert_eq!(status, 400, "{body}");
+    }
+    let models = get_json(&format!("{}/v1/models", sim.base_url())).await;
+    assert_eq!(models["data"].as_array().unwrap().len(), 1);
+    sim.kill().await;
+}
+
+#[tokio::test]
+async fn error_and_tokenize_bodies_keep_the_engine_key_order() {
+    let mut c = cfg();
+    c.profile.max_model_len = 2048;
+    let sim = spawn(c).await.unwrap();
+    let prompt: Vec<u32> = (0..2049).collect();
+    let (status, body) = send(
+        "POST",
+        &format!("{}/v1/completions", sim.base_url()),
+        Some(&json!({"model": "tiny-qwen3", "prompt": prompt})),
+    )
+    .await;
+    assert_eq!(status, 400);
+    let capture = include_str!("fixtures/vllm-0.32-cpu/error-context-length.json");
+    assert_eq!(
+        std::str::from_utf8(&body).unwrap(),
+        capture.lines().next().unwrap()
+    );
+    let (status, body) = send(
+        "POST",
+        &format!("{}/tokenize", sim.base_url()),
+        Some(&json!({"prompt": "Hello, world!"})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let text = std::str::from_utf8(&body).unwrap();
+    let order: Vec<usize> = [
+        "\"count\"",
+        "\"max_model_len\"",
+        "\"tokens\"",
+        "\"token_strs\"",
+    ]
+    .iter()
+    .map(|k| text.find(k).unwrap())
+    .collect();
+    assert!(order.is_sorted(), "{text}");
+    sim.kill().await;
+}

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -223,6 +224,11 @@ pub(crate) enum Script {
         every: Duration,
         closed: mpsc::UnboundedSender<()>,
     },
+    /// Answer `/metrics` after `delay`, tracking `(in progress, most at once)` in `seen`.
+    SlowMetrics {
+        delay: Duration,
+        seen: Arc<(AtomicUsize, AtomicUsize)>,
+    },
 }
 
 /// A scripted HTTP upstream that records every request body it gets.
@@ -286,6 +292,14 @@ async fn answer(
 ) -> Response<ScriptBody> {
     let path = req.uri().path().to_owned();
     let body = req.into_body().collect().await.unwrap().to_bytes();
+    if path == "/metrics"
+        && let Script::SlowMetrics { delay, seen } = &script
+    {
+        let now = seen.0.fetch_add(1, Ordering::SeqCst) + 1;
+        seen.1.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(*delay).await;
+        seen.0.fetch_sub(1, Ordering::SeqCst);
+    }
     if path == "/metrics" {
         return Response::new(
             Full::new(Bytes::from_static(b"vllm:num_requests_waiting 0\n")).boxed(),
@@ -298,6 +312,7 @@ async fn answer(
     }
     bodies.lock().unwrap().push(body);
     match script {
+        Script::SlowMetrics { .. } => Response::new(Full::new(Bytes::from_static(b"{}")).boxed()),
         Script::Status(code, text) => {
             let mut r = Response::new(Full::new(Bytes::from_static(text.as_bytes())).boxed());
             *r.status_mut() = StatusCode::from_u16(code).unwrap();
