@@ -3,6 +3,7 @@
 # scripts/test.sh; idempotent, so running it twice is cheap.
 
 ensure_services() {
+    export DEBIAN_FRONTEND=noninteractive
     # Python packages used by the client-compatibility tests.
     python3 -c 'import openai' 2>/dev/null || pip install -q openai
     # pyzmq + msgpack: the libzmq peer of kthena-sim's KV-event interop test; prometheus_client:
