@@ -40,8 +40,8 @@ struct Args {
     /// Scenario to run.
     #[arg(long, value_enum, default_value_t = Which::Long)]
     scenario: Which,
-    /// Scaled-down run: 4 prompts per group instead of 32 (1,024 requests per policy), and
-    /// 2-second overhead points.
+    /// Scaled-down run: 8 (long) or 4 (short) prompts per group instead of 32, and 2-second
+    /// overhead points.
     #[arg(long)]
     quick: bool,
     /// Write the results as JSON to this file.
@@ -64,6 +64,10 @@ struct Args {
     /// combination, `direct` for the single-engine anchor).
     #[arg(long, value_delimiter = ',')]
     policies: Vec<String>,
+    /// Extra policy: a file holding a `scheduler:` section (Kthena's format) or just its
+    /// contents; named after the file stem. Repeatable.
+    #[arg(long)]
+    policy_file: Vec<PathBuf>,
     /// Seed of the workload text, its order and the arrivals.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -198,7 +202,11 @@ async fn run_scenario(
 ) -> anyhow::Result<Vec<PolicyResult>> {
     let workload = Arc::new(Workload::generate(sc.workload, tokenizer));
     let mut rows = Vec::new();
-    for policy in scenario::policies() {
+    let mut all = scenario::policies();
+    for path in &args.policy_file {
+        all.push(policy_from_file(path)?);
+    }
+    for policy in all {
         if !wanted(args, &policy.name) {
             continue;
         }
@@ -208,6 +216,33 @@ async fn run_scenario(
         rows.push(run_direct(args, rt, sc, &workload).await?);
     }
     Ok(rows)
+}
+
+/// A policy from a file with a `scheduler:` section (or only its contents).
+fn policy_from_file(path: &std::path::Path) -> anyhow::Result<Policy> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let section = match kthena_router::Config::from_yaml(path, &text) {
+        Ok(cfg) if text.contains("scheduler:") => cfg.scheduler,
+        _ => {
+            let wrapped = format!("scheduler:\n{}", indent(&text));
+            kthena_router::Config::from_yaml(path, &wrapped)?.scheduler
+        }
+    };
+    kthena_router::build_scheduler(&section)
+        .map_err(|e| anyhow::anyhow!("{}: scheduler: {e}", path.display()))?;
+    let needs_kv_events = section.plugins.score.enabled.iter().any(|p| p.name == "kvcache-aware");
+    let name = path
+        .file_stem()
+        .map_or_else(|| "custom".to_owned(), |s| s.to_string_lossy().into_owned());
+    Ok(Policy {
+        name,
+        scheduler_yaml: format!("  {}\n", serde_json::to_string(&section)?),
+        needs_kv_events,
+    })
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("  {l}\n")).collect()
 }
 
 fn sim_config(args: &Args, kv_events: bool) -> kthena_sim::Config {

@@ -97,7 +97,7 @@ fn quick_scenarios_keep_the_published_shape() {
             long.workload.output_len,
             long.max_concurrency
         ),
-        (256, 4, 4096, 256, 128, 300)
+        (256, 8, 4096, 256, 128, 300)
     );
     let short = Scenario::short(false, 1);
     assert_eq!(

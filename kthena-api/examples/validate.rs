@@ -10,7 +10,7 @@
 //! * `skip <apiVersion> <kind> <name>` for other kinds,
 //! * `invalid <kind> <name>: <path>: <message>` once per problem,
 //! * `error <file>: document <n>, line <l>, column <c>[, field <path>]: <message>` for a
-//!   document (or file) that cannot be read, or a document without `apiVersion` or `kind`.
+//!   document (or file) that cannot be read.
 //!
 //! Unknown fields (which the API server would prune) are reported as warnings on stderr.
 //!

@@ -377,6 +377,14 @@ fn decode(value: Value) -> std::result::Result<Object, (String, String)> {
             typed(value, Object::AutoscalingPolicy)
         }
         _ => {
+            // As kubectl: every object needs both (a Kthena kind with a forgotten apiVersion
+            // must not pass as an unknown foreign object).
+            if api_version.is_empty() {
+                return Err((
+                    "apiVersion".to_owned(),
+                    "missing field `apiVersion`".to_owned(),
+                ));
+            }
             if kind.is_empty() {
                 return Err(("kind".to_owned(), "missing field `kind`".to_owned()));
             }

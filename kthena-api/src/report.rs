@@ -53,21 +53,6 @@ pub fn validate_manifests(source: &str, text: &str) -> Report {
         }
         let obj = doc.object.with_defaults();
         if !obj.is_kthena() {
-            let missing = if obj.api_version().is_empty() {
-                Some("apiVersion")
-            } else if obj.kind().is_empty() {
-                Some("kind")
-            } else {
-                None
-            };
-            if let Some(field) = missing {
-                report.failed = true;
-                report.lines.push(format!(
-                    "error {source}: document {}, line {}, column 1: {field} must be set",
-                    doc.index, doc.line
-                ));
-                continue;
-            }
             report.lines.push(format!(
                 "skip {} {} {}",
                 obj.api_version(),

@@ -371,8 +371,8 @@ metadata: {name: c}
     assert_eq!(
         report.lines,
         [
-            "error r.yaml: document 1, line 1, column 1: apiVersion must be set",
-            "error r.yaml: document 2, line 5, column 1: kind must be set",
+            "error r.yaml: document 1, line 1, column 1, field apiVersion: missing field `apiVersion`",
+            "error r.yaml: document 2, line 5, column 1, field kind: missing field `kind`",
         ]
     );
     assert!(report.failed);

@@ -206,7 +206,8 @@ pub struct Config {
     /// ZMQ topic of KV-event messages; unset uses `kv@<host>@<model>`.
     #[arg(long)]
     pub kv_events_topic: Option<String>,
-    /// LoRA adapters loaded at start (comma separated names).
+    /// LoRA adapters loaded at start, comma separated: `name=path` as vLLM, or a bare name
+    /// (path = name).
     #[arg(long, value_delimiter = ',')]
     pub lora_modules: Vec<String>,
     /// Cost-model profile.
@@ -299,6 +300,13 @@ impl Config {
         if !(0.0..=1.0).contains(&self.faults.error_rate) {
             return bad("fault_error_rate", "must be in 0..=1");
         }
+        if self
+            .lora_modules
+            .iter()
+            .any(|m| lora_module(m).0.trim().is_empty())
+        {
+            return bad("lora_modules", "adapter names must not be empty");
+        }
         if self.faults.error_codes.is_empty()
             || self
                 .faults
@@ -312,6 +320,14 @@ impl Config {
             );
         }
         Ok(self)
+    }
+
+    /// The adapters of `lora_modules` as `(name, path)` pairs.
+    pub(crate) fn lora_module_pairs(&self) -> impl Iterator<Item = (String, String)> + '_ {
+        self.lora_modules.iter().map(|m| {
+            let (name, path) = lora_module(m);
+            (name.to_owned(), path.to_owned())
+        })
     }
 
     /// Returns this config with `port` set to 0 (pick a free port), for tests.
@@ -341,6 +357,11 @@ impl Config {
         self.faults = faults;
         self
     }
+}
+
+/// Splits a `--lora-modules` entry into name and path (`name=path`, or a bare name).
+fn lora_module(entry: &str) -> (&str, &str) {
+    entry.split_once('=').unwrap_or((entry, entry))
 }
 
 #[cfg(test)]
@@ -376,5 +397,21 @@ mod tests {
             matches!(c.validate(), Err(Error::Config { field, .. }) if field == "max_model_len")
         );
         assert!(Config::default().validate().is_ok());
+    }
+
+    #[test]
+    fn validate_rejects_empty_lora_module_names() {
+        for modules in [
+            vec![String::new()],
+            vec!["a".to_owned(), "=/path".to_owned()],
+        ] {
+            let c = Config {
+                lora_modules: modules,
+                ..Config::default()
+            };
+            assert!(
+                matches!(c.validate(), Err(Error::Config { field, .. }) if field == "lora_modules")
+            );
+        }
     }
 }

@@ -113,6 +113,7 @@ impl Metrics {
         } else {
             vec![(Cow::Borrowed("model_name"), Cow::Owned(cfg.model.clone()))]
         };
+        // `prometheus-client` ends every help text with a period: the texts below omit theirs.
         let mut root = Registry::default();
         let registry = root.sub_registry_with_labels(labels.into_iter());
         let p = &cfg.profile;
@@ -139,88 +140,88 @@ impl Metrics {
         if vllm {
             registry.register(
                 "vllm:num_requests_running",
-                "Number of requests in model execution batches.",
+                "Number of requests in model execution batches",
                 running.clone(),
             );
             registry.register(
                 "vllm:num_requests_waiting",
-                "Number of requests waiting to be processed.",
+                "Number of requests waiting to be processed",
                 waiting.clone(),
             );
             registry.register(
                 "vllm:kv_cache_usage_perc",
-                "KV-cache usage. 1 means 100 percent usage.",
+                "KV-cache usage. 1 means 100 percent usage",
                 kv_usage.clone(),
             );
             registry.register(
                 "vllm:prefix_cache_queries",
-                "Prefix cache queries, in terms of number of queried tokens.",
+                "Prefix cache queries, in terms of number of queried tokens",
                 prefix_queries.clone(),
             );
             registry.register(
                 "vllm:prefix_cache_hits",
-                "Prefix cache hits, in terms of number of cached tokens.",
+                "Prefix cache hits, in terms of number of cached tokens",
                 prefix_hits.clone(),
             );
             registry.register(
                 "vllm:num_preemptions",
-                "Cumulative number of preemption from the engine.",
+                "Cumulative number of preemption from the engine",
                 preemptions.clone(),
             );
             registry.register(
                 "vllm:prompt_tokens",
-                "Number of prefill tokens processed.",
+                "Number of prefill tokens processed",
                 prompt_tokens.clone(),
             );
             registry.register(
                 "vllm:generation_tokens",
-                "Number of generation tokens processed.",
+                "Number of generation tokens processed",
                 generation_tokens.clone(),
             );
             registry.register(
                 "vllm:request_success",
-                "Count of successfully processed requests.",
+                "Count of successfully processed requests",
                 success.clone(),
             );
             registry.register(
                 "vllm:request_prompt_tokens",
-                "Number of prefill tokens processed.",
+                "Number of prefill tokens processed",
                 request_prompt.clone(),
             );
             registry.register(
                 "vllm:request_generation_tokens",
-                "Number of generation tokens processed.",
+                "Number of generation tokens processed",
                 request_generation.clone(),
             );
             registry.register(
                 "vllm:iteration_tokens_total",
-                "Histogram of number of tokens per engine_step.",
+                "Histogram of number of tokens per engine_step",
                 iteration_tokens.clone(),
             );
             registry.register(
                 "vllm:time_to_first_token_seconds",
-                "Histogram of time to first token in seconds.",
+                "Histogram of time to first token in seconds",
                 ttft.clone(),
             );
             registry.register(
                 "vllm:inter_token_latency_seconds",
-                "Histogram of inter-token latency in seconds.",
+                "Histogram of inter-token latency in seconds",
                 itl.clone(),
             );
             registry.register(
                 "vllm:e2e_request_latency_seconds",
-                "Histogram of e2e request latency in seconds.",
+                "Histogram of e2e request latency in seconds",
                 e2e.clone(),
             );
             registry.register(
                 "vllm:request_queue_time_seconds",
-                "Histogram of time spent in WAITING phase for request.",
+                "Histogram of time spent in WAITING phase for request",
                 queue.clone(),
             );
             let fam = Family::<Labels, Gauge<f64, AtomicU64>>::default();
             registry.register(
                 "vllm:lora_requests_info",
-                "Running stats on lora requests.",
+                "Running stats on lora requests",
                 fam.clone(),
             );
             lora_info = Some(fam);
@@ -245,50 +246,50 @@ impl Metrics {
         } else {
             registry.register(
                 "sglang:num_running_reqs",
-                "The number of running requests.",
+                "The number of running requests",
                 running.clone(),
             );
             registry.register(
                 "sglang:num_queue_reqs",
-                "The number of requests in the waiting queue.",
+                "The number of requests in the waiting queue",
                 waiting.clone(),
             );
-            registry.register("sglang:token_usage", "The token usage.", kv_usage.clone());
+            registry.register("sglang:token_usage", "The token usage", kv_usage.clone());
             let avail = Gauge::default();
             registry.register(
                 "sglang:kv_available_tokens",
-                "The number of available KV cache tokens.",
+                "The number of available KV cache tokens",
                 avail.clone(),
             );
             kv_available_tokens = Some((avail, p.num_gpu_blocks * p.block_size));
             registry.register(
                 "sglang:prompt_tokens",
-                "Number of prefill tokens processed.",
+                "Number of prefill tokens processed",
                 prompt_tokens.clone(),
             );
             registry.register(
                 "sglang:generation_tokens",
-                "Number of generation tokens processed.",
+                "Number of generation tokens processed",
                 generation_tokens.clone(),
             );
             registry.register(
                 "sglang:cached_tokens",
-                "Number of cached prompt tokens.",
+                "Number of cached prompt tokens",
                 prefix_hits.clone(),
             );
             registry.register(
                 "sglang:num_requests",
-                "Number of requests processed.",
+                "Number of requests processed",
                 success.clone(),
             );
             registry.register(
                 "sglang:time_to_first_token_seconds",
-                "Histogram of time to first token in seconds.",
+                "Histogram of time to first token in seconds",
                 ttft.clone(),
             );
             registry.register(
                 "sglang:inter_token_latency_seconds",
-                "Histogram of inter-token latency in seconds.",
+                "Histogram of inter-token latency in seconds",
                 itl.clone(),
             );
             registry.register(
@@ -298,7 +299,7 @@ impl Metrics {
             );
             registry.register(
                 "sglang:queue_time_seconds",
-                "Histogram of queueing time in seconds.",
+                "Histogram of queueing time in seconds",
                 queue.clone(),
             );
             let cache_info = Family::<Labels, Gauge>::default();
@@ -309,7 +310,7 @@ impl Metrics {
             cache_info.get_or_create(&info).set(1);
             registry.register(
                 "sglang:cache_config_info",
-                "Cache configuration.",
+                "Cache configuration",
                 cache_info,
             );
         }

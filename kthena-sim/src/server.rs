@@ -172,11 +172,7 @@ pub async fn spawn(config: Config) -> Result<SimHandle> {
         }
     });
 
-    let loras = config
-        .lora_modules
-        .iter()
-        .map(|n| (n.clone(), n.clone()))
-        .collect();
+    let loras = config.lora_module_pairs().collect();
     let created = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())

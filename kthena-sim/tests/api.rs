@@ -511,3 +511,26 @@ async fn error_and_tokenize_bodies_keep_the_engine_key_order() {
     assert!(order.is_sorted(), "{text}");
     sim.kill().await;
 }
+
+#[tokio::test]
+async fn lora_modules_take_vllm_name_equals_path() {
+    let mut c = cfg();
+    c.lora_modules = vec!["sql=/adapters/sql".to_owned(), "plain".to_owned()];
+    let sim = spawn(c).await.unwrap();
+    let models = get_json(&format!("{}/v1/models", sim.base_url())).await;
+    let ids: Vec<(&str, &str)> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["id"].as_str().unwrap(), m["root"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            ("tiny-qwen3", "tiny-qwen3"),
+            ("plain", "plain"),
+            ("sql", "/adapters/sql")
+        ]
+    );
+    sim.kill().await;
+}

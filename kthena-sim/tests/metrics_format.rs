@@ -105,3 +105,44 @@ async fn reference_parser_reads_our_metrics_like_vllms() {
     );
     sim.kill().await;
 }
+
+#[tokio::test]
+async fn help_texts_are_vllms() {
+    let sim = spawn(
+        Config::default()
+            .with_ephemeral_port()
+            .with_model("tiny-qwen3"),
+    )
+    .await
+    .unwrap();
+    let ours = common::metrics(&sim.base_url()).await;
+    let vllm = include_str!("fixtures/vllm-0.32-cpu/metrics.txt");
+    let help = |text: &str| -> BTreeMap<String, String> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("# HELP "))
+            .filter_map(|l| l.split_once(' '))
+            .map(|(name, help)| (name.to_owned(), help.to_owned()))
+            .collect()
+    };
+    let theirs = help(vllm);
+    let mut compared = 0;
+    for (name, text) in help(&ours) {
+        assert!(!text.ends_with(".."), "{name}: {text}");
+        // Counter families are announced without `_total` by the OpenMetrics writer.
+        let Some(expected) = theirs
+            .get(&name)
+            .or_else(|| theirs.get(&format!("{name}_total")))
+        else {
+            continue;
+        };
+        // `prometheus-client` always ends a help text with a period; vLLM's cache info has none.
+        assert_eq!(
+            text.trim_end_matches('.'),
+            expected.trim_end_matches('.'),
+            "{name}"
+        );
+        compared += 1;
+    }
+    assert!(compared >= 10, "only {compared} families compared");
+    sim.kill().await;
+}
