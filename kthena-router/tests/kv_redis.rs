@@ -1,7 +1,10 @@
 //! The Redis-backed KV index against a real `redis-server` on 127.0.0.1:6379 (started by
 //! `scripts/services.sh`), with keys written exactly as Go Kthena's runtime sidecar writes them.
 
-#![allow(clippy::unwrap_used, reason = "test helpers fail the test on any error")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers fail the test on any error"
+)]
 
 mod kv_support;
 

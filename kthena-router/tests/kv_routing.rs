@@ -2,7 +2,10 @@
 //! that publish KV events over ZMQ (map and array encodings) and tokenize with Qwen3's
 //! tokenizer, as the router does in-process.
 
-#![allow(clippy::unwrap_used, reason = "test helpers fail the test on any error")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers fail the test on any error"
+)]
 
 mod kv_support;
 

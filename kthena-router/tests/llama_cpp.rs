@@ -7,7 +7,10 @@
 //! `LLAMA_SERVER_BIN` and `LLAMA_MODEL` override the cached paths. A missing binary fails the
 //! test.
 
-#![allow(clippy::unwrap_used, reason = "test helpers fail the test on any error")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers fail the test on any error"
+)]
 
 mod kv_support;
 

@@ -1,7 +1,10 @@
 //! In-process tokenization with Qwen3's real tokenizer and chat template, the prompt-prefix
 //! cache, and the engine `/tokenize` fallback through the router.
 
-#![allow(clippy::unwrap_used, reason = "test helpers fail the test on any error")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers fail the test on any error"
+)]
 
 mod kv_support;
 
