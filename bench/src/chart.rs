@@ -11,6 +11,9 @@ use plotters::style::{FontStyle, register_font};
 
 use crate::report::PolicyResult;
 
+/// Reads one plotted value of a row.
+type Metric = fn(&PolicyResult) -> f64;
+
 const FONT_PATHS: &[&str] = &[
     "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
     "/usr/share/fonts/dejavu/DejaVuSans.ttf",
@@ -59,7 +62,7 @@ pub fn draw_scenario(path: &Path, scenario: &str, rows: &[PolicyResult]) -> Resu
         root
     };
     let panels = root.split_evenly((1, 2));
-    let metrics: [(&str, fn(&PolicyResult) -> f64); 2] = [
+    let metrics: [(&str, Metric); 2] = [
         ("throughput (req/s, higher is better)", |r| r.throughput_rps),
         ("mean TTFT (s, lower is better)", |r| r.ttft_mean_s),
     ];
@@ -72,7 +75,7 @@ pub fn draw_scenario(path: &Path, scenario: &str, rows: &[PolicyResult]) -> Resu
         if text {
             builder
                 .caption(title, ("sans-serif", 18))
-                .x_label_area_size(150)
+                .x_label_area_size(40)
                 .y_label_area_size(60);
         }
         let mut chart = builder
@@ -92,11 +95,7 @@ pub fn draw_scenario(path: &Path, scenario: &str, rows: &[PolicyResult]) -> Resu
                         String::new()
                     }
                 })
-                .x_label_style(
-                    ("sans-serif", 13)
-                        .into_font()
-                        .transform(FontTransform::Rotate90),
-                )
+                .x_label_style(("sans-serif", 13))
                 .draw()
                 .map_err(|e| e.to_string())?;
         }
@@ -135,11 +134,19 @@ pub fn draw_scenario(path: &Path, scenario: &str, rows: &[PolicyResult]) -> Resu
     Ok(())
 }
 
-/// A policy name short enough for an axis label.
+/// A policy name short enough for an axis label (`LR` = least-request, `KV` =
+/// kvcache-aware).
 fn short_name(policy: &str) -> String {
+    if policy.starts_with("best") {
+        return "best".to_owned();
+    }
+    if policy.starts_with("direct") {
+        return "direct/1 eng".to_owned();
+    }
     policy
         .replace("least-request", "LR")
         .replace("kvcache-aware", "KV")
         .replace("prefix-cache", "prefix")
-        .replace("load-imbalance", "guard")
+        .replace("least-latency", "latency")
+        .replace("gpu-usage", "gpu")
 }

@@ -131,10 +131,7 @@ spec:
             s.addr()
         ));
         if kv_events && let Some(port) = s.kv_events_port() {
-            endpoints.push_str(&format!(
-                ", kvEvents: \"tcp://{}:{port}\"",
-                s.addr().ip()
-            ));
+            endpoints.push_str(&format!(", kvEvents: \"tcp://{}:{port}\"", s.addr().ip()));
         }
         endpoints.push_str("}\n");
     }

@@ -100,7 +100,9 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")))
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+        )
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
@@ -165,7 +167,11 @@ async fn run(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
         let started = tokio::time::Instant::now();
         let mut scenario_rows = run_scenario(args, rt, &sc, &tokenizer).await?;
         report::fill_ratios(&mut scenario_rows);
-        tracing::info!(scenario = sc.name, wall_s = started.elapsed().as_secs_f64(), "Scenario done");
+        tracing::info!(
+            scenario = sc.name,
+            wall_s = started.elapsed().as_secs_f64(),
+            "Scenario done"
+        );
         if !args.no_chart {
             std::fs::create_dir_all(&args.chart_dir)
                 .with_context(|| format!("creating {}", args.chart_dir.display()))?;
@@ -220,7 +226,8 @@ async fn run_scenario(
 
 /// A policy from a file with a `scheduler:` section (or only its contents).
 fn policy_from_file(path: &std::path::Path) -> anyhow::Result<Policy> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let section = match kthena_router::Config::from_yaml(path, &text) {
         Ok(cfg) if text.contains("scheduler:") => cfg.scheduler,
         _ => {
@@ -230,7 +237,12 @@ fn policy_from_file(path: &std::path::Path) -> anyhow::Result<Policy> {
     };
     kthena_router::build_scheduler(&section)
         .map_err(|e| anyhow::anyhow!("{}: scheduler: {e}", path.display()))?;
-    let needs_kv_events = section.plugins.score.enabled.iter().any(|p| p.name == "kvcache-aware");
+    let needs_kv_events = section
+        .plugins
+        .score
+        .enabled
+        .iter()
+        .any(|p| p.name == "kvcache-aware");
     let name = path
         .file_stem()
         .map_or_else(|| "custom".to_owned(), |s| s.to_string_lossy().into_owned());
@@ -279,10 +291,19 @@ async fn run_policy(
     workload: &Arc<Workload>,
     policy: &Policy,
 ) -> anyhow::Result<PolicyResult> {
-    let sims = harness::start_sims(rt, args.engines, sim_config(args, policy.needs_kv_events)).await?;
+    let sims =
+        harness::start_sims(rt, args.engines, sim_config(args, policy.needs_kv_events)).await?;
     // Scrape as often in model time as Go Kthena's default 1 s in real time.
     let scrape = Duration::from_secs_f64((1.0 / args.time_scale).max(0.01));
-    let router = match harness::start_router(rt, &sims, &policy.scheduler_yaml, scrape, policy.needs_kv_events).await {
+    let router = match harness::start_router(
+        rt,
+        &sims,
+        &policy.scheduler_yaml,
+        scrape,
+        policy.needs_kv_events,
+    )
+    .await
+    {
         Ok(r) => r,
         Err(e) => {
             harness::stop_sims(rt, sims).await;
@@ -299,7 +320,10 @@ async fn run_policy(
             max_concurrency: sc.max_concurrency,
             time_scale: args.time_scale,
         };
-        let pb = progress(workload.num_requests(), format!("{} {}", sc.name, policy.name));
+        let pb = progress(
+            workload.num_requests(),
+            format!("{} {}", sc.name, policy.name),
+        );
         let (samples, wall) = harness::drive(&client, workload, &load, &pb).await;
         pb.finish();
         let mut counters = Vec::new();
@@ -344,7 +368,10 @@ async fn run_direct(
             max_concurrency: sc.max_concurrency.div_ceil(n),
             time_scale: args.time_scale,
         };
-        let pb = progress(share.num_requests(), format!("{} direct (1 engine)", sc.name));
+        let pb = progress(
+            share.num_requests(),
+            format!("{} direct (1 engine)", sc.name),
+        );
         let (samples, wall) = harness::drive(&client, &share, &load, &pb).await;
         pb.finish();
         let counters = vec![harness::engine_counters(&client, &sims[0].base_url()).await?];
@@ -366,7 +393,10 @@ async fn run_overhead(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
     let rows = overhead::run(rt, &args.rates, seconds).await?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", overhead::table(&rows))?;
-    let nginx = std::process::Command::new("nginx").arg("-v").output().is_ok();
+    let nginx = std::process::Command::new("nginx")
+        .arg("-v")
+        .output()
+        .is_ok();
     if !nginx {
         writeln!(out, "nginx is not installed: no plain L7 proxy baseline.")?;
     }

@@ -135,7 +135,13 @@ impl PolicyResult {
         ttft.sort_by(f64::total_cmp);
         e2e.sort_by(f64::total_cmp);
         let tokens: usize = ok.iter().map(|s| s.output_tokens).sum();
-        let per_s = |n: f64| if duration_s > 0.0 { n / duration_s } else { 0.0 };
+        let per_s = |n: f64| {
+            if duration_s > 0.0 {
+                n / duration_s
+            } else {
+                0.0
+            }
+        };
         let queries: u64 = engines.iter().map(|e| e.prefix_queries).sum();
         let hits: u64 = engines.iter().map(|e| e.prefix_hits).sum();
         Self {

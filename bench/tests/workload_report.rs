@@ -139,7 +139,11 @@ fn report_aggregates_and_compares_with_random() {
     let random = PolicyResult::from_samples(
         "long",
         "random",
-        &[sample(true, 1.0, 4.0), sample(true, 3.0, 6.0), sample(false, 9.0, 9.0)],
+        &[
+            sample(true, 1.0, 4.0),
+            sample(true, 3.0, 6.0),
+            sample(false, 9.0, 9.0),
+        ],
         2.0,
         &engines,
     );
@@ -158,7 +162,11 @@ fn report_aggregates_and_compares_with_random() {
     let best = PolicyResult::from_samples(
         "long",
         "best",
-        &[sample(true, 0.5, 1.0), sample(true, 0.5, 1.0), sample(true, 0.5, 1.0)],
+        &[
+            sample(true, 0.5, 1.0),
+            sample(true, 0.5, 1.0),
+            sample(true, 0.5, 1.0),
+        ],
         1.0,
         &engines,
     );

@@ -328,16 +328,56 @@ impl Error {
 
 /// Builds an OpenAI error body `{"error":{"message","type","param","code"}}`.
 #[must_use]
+///
+/// The keys come in OpenAI's order (`message`, `type`, `param`, `code`), as OpenAI and vLLM
+/// write them, so logs and byte-level comparisons match theirs.
 pub fn openai_error_body(message: &str, kind: &str, param: Option<&str>, code: &str) -> Bytes {
-    let v = serde_json::json!({
-        "error": {"message": message, "type": kind, "param": param, "code": code}
-    });
-    Bytes::from(v.to_string())
+    #[derive(serde::Serialize)]
+    struct Body<'a> {
+        error: Inner<'a>,
+    }
+    #[derive(serde::Serialize)]
+    struct Inner<'a> {
+        message: &'a str,
+        #[serde(rename = "type")]
+        kind: &'a str,
+        param: Option<&'a str>,
+        code: &'a str,
+    }
+    let body = Body {
+        error: Inner {
+            message,
+            kind,
+            param,
+            code,
+        },
+    };
+    // Serializing plain strings and options into a Vec cannot fail.
+    Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_body_keeps_openai_key_order() {
+        let body = openai_error_body(
+            "model `x` not found",
+            "invalid_request_error",
+            Some("model"),
+            "model_not_found",
+        );
+        assert_eq!(
+            std::str::from_utf8(&body).unwrap(),
+            r#"{"error":{"message":"model `x` not found","type":"invalid_request_error","param":"model","code":"model_not_found"}}"#
+        );
+        let body = openai_error_body("bad", "invalid_request_error", None, "invalid_json");
+        assert_eq!(
+            std::str::from_utf8(&body).unwrap(),
+            r#"{"error":{"message":"bad","type":"invalid_request_error","param":null,"code":"invalid_json"}}"#
+        );
+    }
 
     #[test]
     fn statuses_and_shapes() {

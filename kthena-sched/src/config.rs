@@ -1,6 +1,7 @@
 //! The `scheduler:` section of Kthena's router configuration file (spec §2.3).
 
-use serde::{Deserialize, Serialize};
+use serde::de::{DeserializeOwned, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::{Error, Result};
 
@@ -23,15 +24,33 @@ use crate::{Error, Result};
 /// arguments are checked when a [`Scheduler`](crate::Scheduler) is built from the config;
 /// [`Config::validate`] checks what can be checked without a plugin registry.
 ///
+/// Every key Go Kthena reads is accepted (`pluginConfig[].{name,args}`,
+/// `plugins.{Filter,Score}.{enabled,disabled}`, `enabled[].{name,weight}`); any other key,
+/// such as a misspelled `wieght` or a lowercase `pluginconfig`, is a load-time
+/// [`Error::Field`] naming its path, where Go Kthena would silently ignore it.
+///
 /// ```
 /// let cfg = kthena_sched::Config::from_yaml(
 ///     "plugins:\n  Score:\n    enabled:\n    - {name: gpu-usage, weight: 2}\n",
 /// )
 /// .unwrap();
 /// assert_eq!(cfg.plugins.score.enabled[0].weight, 2.0);
+///
+/// let err = kthena_sched::Config::from_yaml(
+///     "plugins:\n  Score:\n    enabled:\n    - {name: gpu-usage, wieght: 5}\n",
+/// )
+/// .unwrap_err();
+/// assert!(matches!(
+///     &err,
+///     kthena_sched::Error::Field { path, .. } if path == "plugins.Score.enabled[0].wieght"
+/// ));
+/// assert!(err.to_string().starts_with(
+///     "invalid scheduler configuration at `plugins.Score.enabled[0].wieght`: \
+///      error: line 4 column 25: unknown field `wieght`, expected one of name, weight"
+/// ));
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Config {
     /// Per-plugin arguments, `{name, args}`; a plugin without an entry uses its defaults.
     #[serde(default)]
@@ -44,6 +63,7 @@ pub struct Config {
 /// Arguments of one plugin. `args` is kept as raw data and parsed by the plugin's factory;
 /// unknown keys and out-of-range values are load-time errors.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PluginConfig {
     /// Plugin name, e.g. `prefix-cache`.
     pub name: String,
@@ -55,6 +75,7 @@ pub struct PluginConfig {
 /// The enabled filter and score plugins. The `disabled` lists are accepted for compatibility
 /// and ignored, as in Go Kthena.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Plugins {
     /// `plugins.Filter` (capital F, as in Kthena).
     #[serde(rename = "Filter", default)]
@@ -66,6 +87,7 @@ pub struct Plugins {
 
 /// `plugins.Filter`: filter plugin names, run in order.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct FilterPlugins {
     /// Names of the filters to run, in order.
     #[serde(default)]
@@ -77,6 +99,7 @@ pub struct FilterPlugins {
 
 /// `plugins.Score`: weighted score plugins.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ScorePlugins {
     /// The score plugins and their weights.
     #[serde(default)]
@@ -88,17 +111,51 @@ pub struct ScorePlugins {
 
 /// A score plugin and its weight: the candidate's total is `Σ weight × score`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct WeightedPlugin {
     /// Plugin name.
     pub name: String,
-    /// Weight, finite and `>= 0`; `1` when omitted. (Go Kthena clamps negative weights to 0
-    /// and treats an omitted weight as 0; here a negative weight is an error.)
-    #[serde(default = "one")]
+    /// Weight in `0..=`[`Self::MAX_WEIGHT`]; `1` when omitted. In YAML it must be a number:
+    /// a quoted `"2"` is an error, as in Go Kthena (whose weight is an `int`). (Go Kthena
+    /// clamps negative weights to 0 and treats an omitted weight as 0; here a negative weight
+    /// is an error.)
+    #[serde(default = "one", deserialize_with = "number")]
     pub weight: f64,
+}
+
+impl WeightedPlugin {
+    /// The largest accepted weight. Scores are in `0..=100`, so a weighted score stays below
+    /// `1e8` and a total over any realistic number of plugins stays far below `2^53`: sums of
+    /// integer weights times integer scores are exact, totals never overflow to `inf`, and
+    /// equal totals compare equal (ties then go by endpoint id). A ratio of a million to one
+    /// between two plugins is already beyond any useful configuration; Go Kthena's weights
+    /// are integers multiplied into integer totals.
+    pub const MAX_WEIGHT: f64 = 1_000_000.0;
 }
 
 fn one() -> f64 {
     1.0
+}
+
+/// Accepts a YAML (or JSON) number only, not a string that looks like one.
+fn number<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    struct Number;
+    impl Visitor<'_> for Number {
+        type Value = f64;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a number")
+        }
+        fn visit_f64<E>(self, v: f64) -> Result<f64, E> {
+            Ok(v)
+        }
+        fn visit_i64<E>(self, v: i64) -> Result<f64, E> {
+            Ok(v as f64)
+        }
+        fn visit_u64<E>(self, v: u64) -> Result<f64, E> {
+            Ok(v as f64)
+        }
+    }
+    d.deserialize_any(Number)
 }
 
 // === impl Config ===
@@ -164,24 +221,117 @@ struct RouterFile {
     scheduler: Option<Config>,
 }
 
+/// The top level of a YAML text: a mapping (with or without a `scheduler` key), null, or
+/// something else.
+enum TopLevel {
+    Mapping { has_scheduler: bool },
+    Null,
+    Other(&'static str),
+}
+
+impl<'de> Deserialize<'de> for TopLevel {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Top;
+        impl<'de> Visitor<'de> for Top {
+            type Value = TopLevel;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any YAML value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<TopLevel, A::Error> {
+                let mut has_scheduler = false;
+                while let Some(key) = map.next_key::<serde_json::Value>()? {
+                    has_scheduler |= key == "scheduler";
+                    map.next_value::<IgnoredAny>()?;
+                }
+                Ok(TopLevel::Mapping { has_scheduler })
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<TopLevel, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(TopLevel::Other("a sequence"))
+            }
+            fn visit_unit<E>(self) -> Result<TopLevel, E> {
+                Ok(TopLevel::Null)
+            }
+            fn visit_none<E>(self) -> Result<TopLevel, E> {
+                Ok(TopLevel::Null)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<TopLevel, E> {
+                Ok(TopLevel::Other("a boolean"))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<TopLevel, E> {
+                Ok(TopLevel::Other("an integer"))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<TopLevel, E> {
+                Ok(TopLevel::Other("an integer"))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<TopLevel, E> {
+                Ok(TopLevel::Other("a float"))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<TopLevel, E> {
+                Ok(TopLevel::Other("a string"))
+            }
+        }
+        d.deserialize_any(Top)
+    }
+}
+
+/// What the top level of `text` is. Any YAML document fits, so every error is a syntax error.
+fn top_level(text: &str) -> Result<TopLevel> {
+    serde_saphyr::from_str(text).map_err(|e| Error::Yaml(Box::new(e)))
+}
+
+/// Parses `text` into `T`; errors inside the document carry their path.
+fn parse<T: DeserializeOwned>(text: &str) -> Result<T> {
+    let mut path = None;
+    serde_saphyr::with_deserializer_from_str(text, |de| {
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            path = Some(e.path().to_string());
+            e.into_inner()
+        })
+    })
+    .map_err(|e| match path {
+        Some(path) if path != "." => Error::Field {
+            path,
+            source: Box::new(e),
+        },
+        _ => Error::Yaml(Box::new(e)),
+    })
+}
+
 impl Config {
     /// Parses the scheduler section alone (the value under `scheduler:`) from YAML.
     ///
     /// # Errors
-    /// [`Error::Yaml`] when the text is not YAML of this shape.
+    /// * [`Error::Yaml`]: the text is not YAML;
+    /// * [`Error::RouterFile`]: the text has a top-level `scheduler` key, i.e. it is a whole
+    ///   router file (use [`Config::from_router_yaml`]);
+    /// * [`Error::NotAMapping`]: the text is a scalar or a sequence;
+    /// * [`Error::Field`]: an unknown key or a value of the wrong type, with its path.
     pub fn from_yaml(text: &str) -> Result<Self> {
-        serde_saphyr::from_str(text).map_err(|e| Error::Yaml(Box::new(e)))
+        match top_level(text)? {
+            TopLevel::Mapping {
+                has_scheduler: true,
+            } => return Err(Error::RouterFile),
+            TopLevel::Other(found) => return Err(Error::NotAMapping { found }),
+            TopLevel::Mapping { .. } | TopLevel::Null => {}
+        }
+        parse(text)
     }
 
     /// Parses a whole router configuration file and returns its `scheduler:` section; other
     /// top-level keys are ignored.
     ///
     /// # Errors
-    /// [`Error::Yaml`] for malformed YAML, [`Error::NoPlugins`] when the file has no
-    /// `scheduler:` section (Go Kthena would then answer every request with 503).
+    /// [`Error::Yaml`] for malformed YAML, [`Error::Field`] for an unknown key or a wrong
+    /// type inside the `scheduler:` section (path from the top of the file, e.g.
+    /// `scheduler.plugins.Score.enabled[0].wieght`), [`Error::NoPlugins`] when the file has
+    /// no `scheduler:` section (Go Kthena would then answer every request with 503).
     pub fn from_router_yaml(text: &str) -> Result<Self> {
-        let file: RouterFile =
-            serde_saphyr::from_str(text).map_err(|e| Error::Yaml(Box::new(e)))?;
+        top_level(text)?;
+        let file: RouterFile = parse(text)?;
         file.scheduler.ok_or(Error::NoPlugins)
     }
 
@@ -199,7 +349,8 @@ impl Config {
     /// # Errors
     /// * [`Error::NoPlugins`]: no filter and no score plugin enabled;
     /// * [`Error::Duplicate`]: a name listed twice in one list or in `pluginConfig`;
-    /// * [`Error::InvalidWeight`]: a weight that is negative or not finite;
+    /// * [`Error::InvalidWeight`]: a weight outside `0..=`[`WeightedPlugin::MAX_WEIGHT`] or
+    ///   NaN;
     /// * [`Error::RandomMixed`]: `random` together with another score plugin (Go Kthena
     ///   silently drops `random` then).
     pub fn validate(self) -> Result<Self> {
@@ -218,7 +369,7 @@ impl Config {
         )?;
         dup_check("pluginConfig", self.plugin_config.iter().map(|p| &p.name))?;
         for p in &self.plugins.score.enabled {
-            if !p.weight.is_finite() || p.weight < 0.0 {
+            if !(0.0..=WeightedPlugin::MAX_WEIGHT).contains(&p.weight) {
                 return Err(Error::InvalidWeight {
                     plugin: p.name.clone(),
                     weight: p.weight,
@@ -251,4 +402,160 @@ fn dup_check<'a>(list: &'static str, names: impl Iterator<Item = &'a String>) ->
         seen.push(n);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field_error(yaml: &str) -> (String, String) {
+        match Config::from_yaml(yaml) {
+            Err(Error::Field { path, source }) => (path, source.to_string()),
+            other => panic!("{yaml}: expected a field error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_naming_key_and_path() {
+        let cases = [
+            (
+                "plugins: {Score: {enabled: [{name: gpu-usage, wieght: 5}]}}",
+                "plugins.Score.enabled[0].wieght",
+                "unknown field `wieght`, expected one of name, weight",
+            ),
+            (
+                "pluginconfig: [{name: least-request, args: {maxWaitingRequests: 3}}]\nplugins: {Score: {enabled: [{name: least-request}]}}",
+                "pluginconfig",
+                "unknown field `pluginconfig`, expected one of pluginConfig, plugins",
+            ),
+            (
+                "plugins: {filter: {enabled: [least-request]}, Score: {enabled: [{name: least-request}]}}",
+                "plugins.filter",
+                "unknown field `filter`, expected one of Filter, Score",
+            ),
+            (
+                "plugins: {Score: {enabeld: [{name: gpu-usage}]}}",
+                "plugins.Score.enabeld",
+                "unknown field `enabeld`, expected one of enabled, disabled",
+            ),
+            (
+                "pluginConfig: [{name: least-request, arg: {maxWaitingRequests: 3}}]\nplugins: {Score: {enabled: [{name: least-request}]}}",
+                "pluginConfig[0].arg",
+                "unknown field `arg`, expected one of name, args",
+            ),
+        ];
+        for (yaml, want_path, want_msg) in cases {
+            let (path, msg) = field_error(yaml);
+            assert_eq!(path, want_path, "{yaml}");
+            assert!(msg.contains(want_msg), "{yaml}: {msg}");
+        }
+        // Through a whole router file the path starts at `scheduler`.
+        match Config::from_router_yaml(
+            "auth: {issuer: x}\nscheduler:\n  plugins:\n    Score:\n      enabled:\n      - {name: gpu-usage, wieght: 5}\n",
+        ) {
+            Err(Error::Field { path, .. }) => {
+                assert_eq!(path, "scheduler.plugins.Score.enabled[0].wieght");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_key_go_kthena_reads_is_accepted() {
+        // Spec §2.3, including both `disabled` lists (strings for Filter, {name, weight} for
+        // Score) and `args` left out.
+        let cfg = Config::from_yaml(
+            "pluginConfig:\n- name: least-request\n  args: {maxWaitingRequests: 10}\n- name: gpu-usage\nplugins:\n  Filter:\n    enabled: [least-request]\n    disabled: [lora-affinity]\n  Score:\n    enabled:\n    - {name: least-request, weight: 1}\n    disabled:\n    - {name: random, weight: 1}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.plugins.filter.disabled,
+            vec![serde_json::json!("lora-affinity")]
+        );
+        assert_eq!(cfg.plugins.score.disabled.len(), 1);
+        assert_eq!(cfg.plugin_config[1].args, serde_json::Value::Null);
+    }
+
+    #[test]
+    fn weight_must_be_a_number() {
+        let (path, msg) =
+            field_error("plugins: {Score: {enabled: [{name: gpu-usage, weight: \"2\"}]}}");
+        assert_eq!(path, "plugins.Score.enabled[0].weight");
+        assert!(
+            msg.contains("invalid type: string \"2\", expected a number"),
+            "{msg}"
+        );
+        let (path, _) =
+            field_error("plugins: {Score: {enabled: [{name: gpu-usage, weight: true}]}}");
+        assert_eq!(path, "plugins.Score.enabled[0].weight");
+        let cfg = Config::from_yaml("plugins: {Score: {enabled: [{name: gpu-usage, weight: 3}, {name: least-request, weight: 0.5}]}}").unwrap();
+        assert_eq!(cfg.plugins.score.enabled[0].weight, 3.0);
+        assert_eq!(cfg.plugins.score.enabled[1].weight, 0.5);
+    }
+
+    #[test]
+    fn weight_is_bounded() {
+        let with = |w: &str| {
+            Config::from_yaml(&format!(
+                "plugins: {{Score: {{enabled: [{{name: gpu-usage, weight: {w}}}]}}}}"
+            ))
+            .unwrap()
+            .validate()
+        };
+        assert_eq!(
+            with("1000000").unwrap().plugins.score.enabled[0].weight,
+            1e6
+        );
+        for (w, shown) in [("1e7", "10000000"), ("1000001", "1000001"), ("-1", "-1")] {
+            assert_eq!(
+                with(w).unwrap_err().to_string(),
+                format!(
+                    "invalid weight {shown} for score plugin \"gpu-usage\": must be a number in [0, 1000000]"
+                ),
+            );
+        }
+        assert!(
+            matches!(with("1e308"), Err(Error::InvalidWeight { weight, .. }) if weight == 1e308)
+        );
+        let mut cfg = Config::default();
+        cfg.plugins.score.enabled[0].weight = f64::INFINITY;
+        assert!(
+            matches!(cfg.validate(), Err(Error::InvalidWeight { weight, .. }) if weight == f64::INFINITY)
+        );
+    }
+
+    #[test]
+    fn whole_router_file_is_not_a_section() {
+        let want = "expected the scheduler section alone, but the text has a top-level `scheduler` key: \
+                    pass the value under `scheduler:`, or read the whole router file with Config::from_router_yaml";
+        for yaml in [
+            "scheduler:\n  plugins: {Score: {enabled: [{name: gpu-usage}]}}\nauth: {issuer: x}\n",
+            "scheduler: 3",
+            "scheduler:",
+        ] {
+            let e = Config::from_yaml(yaml).unwrap_err();
+            assert!(matches!(e, Error::RouterFile), "{yaml}: {e:?}");
+            assert_eq!(e.to_string(), want);
+        }
+        let e = Config::from_yaml("3").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the scheduler section must be a mapping (keys `pluginConfig`, `plugins`), found an integer"
+        );
+        let e = Config::from_yaml("[a, b]").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the scheduler section must be a mapping (keys `pluginConfig`, `plugins`), found a sequence"
+        );
+        // A whole file whose `scheduler:` is not a mapping names the key.
+        match Config::from_router_yaml("scheduler: 3") {
+            Err(Error::Field { path, .. }) => assert_eq!(path, "scheduler"),
+            other => panic!("{other:?}"),
+        }
+        // Malformed YAML stays a YAML error.
+        assert!(matches!(
+            Config::from_yaml("plugins: [1"),
+            Err(Error::Yaml(_))
+        ));
+    }
 }

@@ -80,9 +80,34 @@ pub use types::{Candidate, Completion, EndpointId, Metrics, PdMember, PdRole, Re
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The configuration text is not valid YAML of the expected shape.
+    /// The configuration text is not valid YAML.
     #[error("invalid scheduler configuration: {0}")]
     Yaml(#[source] Box<serde_saphyr::Error>),
+    /// A key or value of the scheduler section does not fit the format: an unknown (for
+    /// example misspelled) key, or a value of the wrong type such as a quoted weight.
+    #[error("invalid scheduler configuration at `{path}`: {source}")]
+    Field {
+        /// Where, from the top of the parsed text: `plugins.Score.enabled[0].wieght`.
+        path: String,
+        /// The parser's error, with line and column.
+        #[source]
+        source: Box<serde_saphyr::Error>,
+    },
+    /// [`Config::from_yaml`] was given a whole router file (a top-level `scheduler` key).
+    #[error(
+        "expected the scheduler section alone, but the text has a top-level `scheduler` key: \
+         pass the value under `scheduler:`, or read the whole router file with \
+         Config::from_router_yaml"
+    )]
+    RouterFile,
+    /// The scheduler section is a scalar or a sequence instead of a mapping.
+    #[error(
+        "the scheduler section must be a mapping (keys `pluginConfig`, `plugins`), found {found}"
+    )]
+    NotAMapping {
+        /// What was found: `an integer`, `a sequence`, ...
+        found: &'static str,
+    },
     /// No score plugin is enabled (every request would fail).
     #[error("the scheduler configuration enables no score plugin")]
     NoPlugins,
@@ -111,8 +136,10 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
-    /// A score weight that is negative or not finite.
-    #[error("invalid weight {weight} for score plugin {plugin:?}: must be finite and >= 0")]
+    /// A score weight outside `0..=`[`WeightedPlugin::MAX_WEIGHT`] (or NaN).
+    #[error(
+        "invalid weight {weight} for score plugin {plugin:?}: must be a number in [0, 1000000]"
+    )]
     InvalidWeight {
         /// The plugin name.
         plugin: String,

@@ -18,7 +18,7 @@ use http::{HeaderValue, StatusCode, header};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::{Notify, mpsc};
 
 use crate::config::{Config, Faults, Flavor, Role};
@@ -42,6 +42,9 @@ pub(crate) struct Shared {
     pub(crate) faults: ArcSwap<Faults>,
     pub(crate) fault_rng: Mutex<SmallRng>,
     pub(crate) created: u64,
+    /// Random per engine instance (from the OS), so request ids differ between engines and
+    /// between restarts even with the same seed and port.
+    pub(crate) id_nonce: u64,
     pub(crate) next_id: AtomicU64,
     /// Generation requests in flight (for graceful shutdown).
     pub(crate) in_flight: AtomicUsize,
@@ -52,12 +55,12 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// `<prefix>-` and 32 hex digits, like vLLM's `cmpl-<uuid4 hex>`: the engine's random
+    /// nonce, then a counter scrambled into a distinct value per request.
     fn request_id(&self, prefix: &str) -> String {
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let mix = (n ^ self.cfg.seed)
-            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            .wrapping_add(u64::from(self.addr.port()));
-        format!("{prefix}-{mix:016x}")
+        let mix = n.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        format!("{prefix}-{:016x}{mix:016x}", self.id_nonce)
     }
 
     fn engine_id(&self) -> String {
@@ -301,7 +304,7 @@ struct CompletionResponse {
     service_tier: Option<Value>,
     system_fingerprint: &'static str,
     usage: Usage,
-    kv_transfer_params: Option<Value>,
+    kv_transfer_params: Option<KvTransferOut>,
     ec_transfer_params: Option<Value>,
     metrics: Option<Value>,
 }
@@ -341,7 +344,7 @@ struct ChatResponse {
     prompt_logprobs: Option<Value>,
     prompt_token_ids: Option<Vec<u32>>,
     prompt_text: Option<String>,
-    kv_transfer_params: Option<Value>,
+    kv_transfer_params: Option<KvTransferOut>,
     ec_transfer_params: Option<Value>,
     metrics: Option<Value>,
 }
@@ -387,7 +390,7 @@ struct Chunk<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     prompt_text: Option<Option<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    kv_transfer_params: Option<Value>,
+    kv_transfer_params: Option<KvTransferOut>,
 }
 
 #[derive(Debug, Serialize)]
@@ -1145,20 +1148,33 @@ fn finish_pd(s: &Shared, g: &Gen) {
 }
 
 /// vLLM NIXL-style `kv_transfer_params` returned by a prefill that was asked to
-/// `do_remote_decode` (fields of vLLM's `NixlConnectorScheduler.request_finished`).
-fn kv_transfer_out(s: &Shared, g: &Gen, f: &Finished) -> Option<Value> {
+/// `do_remote_decode`: the fields of vLLM's `NixlConnectorScheduler.request_finished`, in its
+/// order.
+#[derive(Debug, Serialize)]
+struct KvTransferOut {
+    do_remote_prefill: bool,
+    do_remote_decode: bool,
+    /// Physical ids of the prefill engine's KV blocks holding the prompt.
+    remote_block_ids: Vec<u32>,
+    remote_engine_id: String,
+    remote_host: String,
+    remote_port: u16,
+    tp_size: u32,
+}
+
+fn kv_transfer_out(s: &Shared, g: &Gen, f: &Finished) -> Option<KvTransferOut> {
     if !g.remote_decode {
         return None;
     }
-    Some(json!({
-        "do_remote_prefill": true,
-        "do_remote_decode": false,
-        "remote_block_ids": f.block_hashes,
-        "remote_engine_id": s.engine_id(),
-        "remote_host": s.addr.ip().to_string(),
-        "remote_port": s.addr.port(),
-        "tp_size": 1,
-    }))
+    Some(KvTransferOut {
+        do_remote_prefill: true,
+        do_remote_decode: false,
+        remote_block_ids: f.block_ids.clone(),
+        remote_engine_id: s.engine_id(),
+        remote_host: s.addr.ip().to_string(),
+        remote_port: s.addr.port(),
+        tp_size: 1,
+    })
 }
 
 fn unix_secs() -> u64 {
@@ -1175,6 +1191,19 @@ impl std::fmt::Debug for Gen {
             .field("model", &self.model)
             .finish_non_exhaustive()
     }
+}
+
+/// A random value from the operating system, for identifiers that must differ between
+/// processes (not for anything the seed should reproduce). Falls back to the clock and the
+/// process id if the OS generator fails.
+pub(crate) fn os_random_u64() -> u64 {
+    use rand::TryRngCore;
+    rand::rngs::OsRng.try_next_u64().unwrap_or_else(|_| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        (nanos as u64 ^ (u64::from(std::process::id()) << 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    })
 }
 
 pub(crate) fn seeded_rng(seed: u64) -> SmallRng {

@@ -66,8 +66,9 @@ pub(crate) struct Finished {
     pub(crate) completion_tokens: usize,
     /// Prompt tokens served from the prefix cache at (last) admission.
     pub(crate) cached_tokens: usize,
-    /// Hashes of the sequence's cached blocks at the end (prefill-role `remote_block_ids`).
-    pub(crate) block_hashes: Vec<u64>,
+    /// Physical ids of the sequence's cached blocks at the end (prefill-role
+    /// `remote_block_ids`).
+    pub(crate) block_ids: Vec<u32>,
 }
 
 /// A request handed to the engine.
@@ -213,17 +214,24 @@ impl Scheduler {
         self.kv.release(&seq.committed, seq.private);
     }
 
+    /// Aborts the sequences whose client went away (vLLM counts them as finished with
+    /// reason `abort`).
     fn drop_cancelled(&mut self) {
         let mut i = 0;
         while i < self.running.len() {
             if self.running[i].tx.is_closed() {
                 let seq = self.running.remove(i);
                 self.release(&seq);
+                self.metrics.inc_aborted();
             } else {
                 i += 1;
             }
         }
+        let before = self.waiting.len();
         self.waiting.retain(|s| !s.tx.is_closed());
+        for _ in self.waiting.len()..before {
+            self.metrics.inc_aborted();
+        }
     }
 
     /// Blocks a sequence needs to hold after computing `new` more tokens.
@@ -496,7 +504,7 @@ impl Scheduler {
                 prompt_tokens: seq.prompt_len,
                 completion_tokens: seq.generated,
                 cached_tokens: seq.cached_tokens,
-                block_hashes: seq.committed.clone(),
+                block_ids: self.kv.block_ids(&seq.committed),
             });
         }
         StepResult {

@@ -7,13 +7,18 @@
 //! `KVCacheManager` behaviour: usage counts private and referenced blocks, and cached free
 //! blocks sit in the free queue (`vllm/v1/core/block_pool.py`).
 //!
+//! Every block has a physical id in `1..=total` (vLLM reserves block 0 as its null block), as
+//! vLLM's block pool hands them out: never-used blocks in ascending order first, then freed
+//! ones in the order they were freed. A prefill engine reports the ids of a request's cached
+//! blocks as `kv_transfer_params.remote_block_ids`.
+//!
 //! | operation | cost |
 //! |---|---|
 //! | prefix lookup of n blocks | O(n) hash-map probes |
 //! | allocate k blocks | O(k) (evictions pop the LRU tail) |
 //! | commit / release a block | O(1) |
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use lru::LruCache;
 
@@ -45,6 +50,8 @@ pub enum KvEvent {
 #[derive(Debug)]
 struct Block {
     refs: u32,
+    /// Physical block id.
+    id: u32,
 }
 
 /// The block pool. Not thread-safe; owned by the engine loop.
@@ -55,7 +62,12 @@ pub(crate) struct KvCache {
     cached: HashMap<u64, Block>,
     /// Cached blocks with `refs == 0`, least recently used first to go.
     free_cached: LruCache<u64, ()>,
-    private: usize,
+    /// Ids of the private blocks (allocated, not yet cached).
+    private: VecDeque<u32>,
+    /// Next never-used id; ids above `total` do not exist.
+    next_fresh: usize,
+    /// Ids of blocks that held data and were freed, first freed first.
+    recycled: VecDeque<u32>,
     events: Vec<KvEvent>,
 }
 
@@ -66,14 +78,16 @@ impl KvCache {
             block_size,
             cached: HashMap::new(),
             free_cached: LruCache::unbounded(),
-            private: 0,
+            private: VecDeque::new(),
+            next_fresh: 1,
+            recycled: VecDeque::new(),
             events: Vec::new(),
         }
     }
 
     /// Blocks in use by running sequences (private plus referenced cached blocks).
     pub(crate) fn used(&self) -> usize {
-        self.private + self.cached.len() - self.free_cached.len()
+        self.private.len() + self.cached.len() - self.free_cached.len()
     }
 
     /// `used / total`, 0..=1 (vLLM `kv_cache_usage_perc`).
@@ -93,6 +107,25 @@ impl KvCache {
     #[cfg(test)]
     pub(crate) fn cached_blocks(&self) -> usize {
         self.cached.len()
+    }
+
+    /// Physical ids of the cached blocks among `hashes`, in order.
+    pub(crate) fn block_ids(&self, hashes: &[u64]) -> Vec<u32> {
+        hashes
+            .iter()
+            .filter_map(|h| self.cached.get(h).map(|b| b.id))
+            .collect()
+    }
+
+    /// Takes an empty block's id: never-used ids first, then freed ones.
+    fn take_empty(&mut self) -> Option<u32> {
+        if self.next_fresh <= self.total {
+            let id = u32::try_from(self.next_fresh).unwrap_or(u32::MAX);
+            self.next_fresh += 1;
+            Some(id)
+        } else {
+            self.recycled.pop_front()
+        }
     }
 
     /// Number of leading hashes of `hashes` that are cached (does not touch LRU order).
@@ -121,12 +154,14 @@ impl KvCache {
         if n > self.available() {
             return false;
         }
-        let empty = self.total - self.private - self.cached.len();
+        let empty = self.total - self.private.len() - self.cached.len();
         if n > empty {
             let mut removed = Vec::new();
             for _ in 0..n - empty {
                 if let Some((h, ())) = self.free_cached.pop_lru() {
-                    self.cached.remove(&h);
+                    if let Some(b) = self.cached.remove(&h) {
+                        self.recycled.push_back(b.id);
+                    }
                     removed.push(h);
                 }
             }
@@ -136,9 +171,13 @@ impl KvCache {
                 });
             }
         }
-        self.private += n;
+        for _ in 0..n {
+            if let Some(id) = self.take_empty() {
+                self.private.push_back(id);
+            }
+        }
         debug_assert!(
-            self.private + self.cached.len() <= self.total,
+            self.private.len() + self.cached.len() <= self.total,
             "invariant: pool overflow"
         );
         true
@@ -154,15 +193,20 @@ impl KvCache {
         tokens: &[u32],
         lora: Option<&str>,
     ) {
-        self.private = self.private.saturating_sub(1);
+        // Private blocks are counted, not owned by a sequence: the oldest one is filled.
+        let id = self.private.pop_front();
         if let Some(b) = self.cached.get_mut(&hash) {
             if b.refs == 0 {
                 self.free_cached.pop(&hash);
             }
             b.refs += 1;
+            if let Some(id) = id {
+                self.recycled.push_back(id);
+            }
             return;
         }
-        self.cached.insert(hash, Block { refs: 1 });
+        let id = id.or_else(|| self.take_empty()).unwrap_or(0);
+        self.cached.insert(hash, Block { refs: 1, id });
         // Merge with the previous event when it continues the same chain.
         if let Some(KvEvent::BlockStored {
             block_hashes,
@@ -190,7 +234,11 @@ impl KvCache {
     /// reference on each of `hashes`. Blocks that reach zero references become evictable, the
     /// last block of the chain first (vLLM frees in reverse order so that tails go first).
     pub(crate) fn release(&mut self, hashes: &[u64], private: usize) {
-        self.private = self.private.saturating_sub(private);
+        for _ in 0..private {
+            if let Some(id) = self.private.pop_back() {
+                self.recycled.push_back(id);
+            }
+        }
         for h in hashes.iter().rev() {
             if let Some(b) = self.cached.get_mut(h) {
                 b.refs = b.refs.saturating_sub(1);
@@ -207,7 +255,9 @@ impl KvCache {
         let removed: Vec<u64> =
             std::iter::from_fn(|| self.free_cached.pop_lru().map(|(h, ())| h)).collect();
         for h in &removed {
-            self.cached.remove(h);
+            if let Some(b) = self.cached.remove(h) {
+                self.recycled.push_back(b.id);
+            }
         }
         if self.cached.is_empty() {
             self.events.push(KvEvent::AllBlocksCleared);

@@ -1,4 +1,7 @@
-//! `kthena-sim`: run one simulated engine.
+//! `kthena-sim`: run one simulated engine. Exit code 64 for a bad configuration, 1 for other
+//! failures; errors are printed as one `error: <message>: <cause>...` line on stderr.
+
+use std::process::ExitCode;
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
@@ -12,18 +15,41 @@ struct Cli {
     config: kthena_sim::Config,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
+    let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
         .init();
-    let cli = Cli::parse();
-    let sim = kthena_sim::spawn(cli.config).await?;
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|rt| rt.block_on(run(cli.config)));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // `{:#}` prints the message and its causes on one line, never a backtrace.
+            eprintln!("error: {e:#}");
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+async fn run(config: kthena_sim::Config) -> anyhow::Result<()> {
+    let sim = kthena_sim::spawn(config).await?;
     tracing::info!(addr = %sim.addr(), model = sim.model(), kv_events_port = ?sim.kv_events_port(), "Engine simulator started.");
     tokio::signal::ctrl_c().await?;
     tracing::info!("Shutting down.");
     sim.shutdown(std::time::Duration::from_secs(5)).await;
     Ok(())
+}
+
+/// 64 (`EX_USAGE`) for a configuration the simulator refuses, 1 otherwise.
+fn exit_code(e: &anyhow::Error) -> u8 {
+    match e.downcast_ref::<kthena_sim::Error>() {
+        Some(kthena_sim::Error::Config { .. } | kthena_sim::Error::Tokenizer { .. }) => 64,
+        _ => 1,
+    }
 }

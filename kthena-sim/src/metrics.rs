@@ -19,6 +19,9 @@ use crate::config::{Config, Flavor};
 
 type Labels = Vec<(String, String)>;
 
+/// vLLM's `finished_reason` label values of `vllm:request_success_total`, in its order.
+const FINISHED_REASONS: [&str; 5] = ["stop", "length", "abort", "error", "repetition"];
+
 /// vLLM `vllm:time_to_first_token_seconds` buckets (`vllm/v1/metrics/loggers.py`).
 const TTFT_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -76,8 +79,10 @@ pub(crate) struct Metrics {
     prefix_queries: Counter,
     prefix_hits: Counter,
     preemptions: Counter,
-    /// `request_success_total{finished_reason="length"}`.
+    /// `request_success_total{finished_reason}` (vLLM) or `num_requests_total` (SGLang).
     success: Family<Labels, Counter>,
+    /// vLLM flavor: pre-created `finished_reason` series, and aborts counted.
+    vllm: bool,
     lora_info: Option<Family<Labels, Gauge<f64, AtomicU64>>>,
     lora_state: Mutex<LoraInfoState>,
     max_lora: usize,
@@ -126,6 +131,14 @@ impl Metrics {
         let prefix_hits = Counter::default();
         let preemptions = Counter::default();
         let success = Family::<Labels, Counter>::default();
+        if vllm {
+            // vLLM creates one series per finish reason at startup, all at 0.
+            for reason in FINISHED_REASONS {
+                drop(
+                    success.get_or_create(&vec![("finished_reason".to_owned(), reason.to_owned())]),
+                );
+            }
+        }
         let ttft = hist(TTFT_BUCKETS);
         let itl = hist(ITL_BUCKETS);
         let e2e = hist(REQUEST_BUCKETS);
@@ -345,6 +358,7 @@ impl Metrics {
             prefix_hits,
             preemptions,
             success,
+            vllm,
             lora_info,
             lora_state: Mutex::new(LoraInfoState::default()),
             max_lora: p.max_loras,
@@ -436,8 +450,20 @@ impl Metrics {
     pub(crate) fn observe_request(&self, prompt: usize, generated: usize) {
         self.request_prompt.observe(prompt as f64);
         self.request_generation.observe(generated as f64);
+        self.finished("length");
+    }
+
+    /// A request aborted because its client went away: vLLM counts it in
+    /// `request_success_total{finished_reason="abort"}`.
+    pub(crate) fn inc_aborted(&self) {
+        if self.vllm {
+            self.finished("abort");
+        }
+    }
+
+    fn finished(&self, reason: &str) {
         self.success
-            .get_or_create(&vec![("finished_reason".to_owned(), "length".to_owned())])
+            .get_or_create(&vec![("finished_reason".to_owned(), reason.to_owned())])
             .inc();
     }
 }

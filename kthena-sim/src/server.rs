@@ -187,6 +187,7 @@ pub async fn spawn(config: Config) -> Result<SimHandle> {
         engine: engine_tx,
         loras: Mutex::new(loras),
         created,
+        id_nonce: api::os_random_u64(),
         next_id: AtomicU64::new(0),
         in_flight: AtomicUsize::new(0),
         idle: Notify::new(),

@@ -534,3 +534,116 @@ async fn lora_modules_take_vllm_name_equals_path() {
     );
     sim.kill().await;
 }
+
+#[tokio::test]
+async fn request_ids_differ_between_engines_with_the_same_seed_and_port() {
+    let a = spawn(cfg()).await.unwrap();
+    let port = a.addr().port();
+    let mut c = cfg();
+    c.host = "127.0.0.2".parse().unwrap();
+    c.port = port;
+    let b = spawn(c).await.unwrap();
+    let body = json!({"model": "tiny-qwen3", "prompt": [1, 2, 3], "max_tokens": 1});
+    let mut ids = Vec::new();
+    for sim in [&a, &b] {
+        for _ in 0..2 {
+            let (status, out) =
+                post_json(&format!("{}/v1/completions", sim.base_url()), &body).await;
+            assert_eq!(status, 200);
+            ids.push(out["id"].as_str().unwrap().to_owned());
+        }
+    }
+    for id in &ids {
+        let hex = id.strip_prefix("cmpl-").unwrap();
+        assert_eq!(hex.len(), 32, "{id}");
+        assert!(
+            hex.bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()),
+            "{id}"
+        );
+    }
+    let mut unique = ids.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), 4, "{ids:?}");
+    // The generated text stays deterministic for the seed.
+    let (_, x) = post_json(&format!("{}/v1/completions", a.base_url()), &body).await;
+    let (_, y) = post_json(&format!("{}/v1/completions", b.base_url()), &body).await;
+    assert_eq!(x["choices"][0]["text"], y["choices"][0]["text"]);
+    a.kill().await;
+    b.kill().await;
+}
+
+fn success_line(text: &str, reason: &str) -> Option<String> {
+    let prefix = format!(
+        "vllm:request_success_total{{engine=\"0\",model_name=\"tiny-qwen3\",finished_reason=\"{reason}\"}} "
+    );
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix).map(str::to_owned))
+}
+
+#[tokio::test]
+async fn request_success_has_every_reason_and_counts_client_aborts() {
+    let sim = spawn(cfg().with_time_scale(1.0)).await.unwrap();
+    let text = metrics(&sim.base_url()).await;
+    for reason in ["stop", "length", "abort", "error", "repetition"] {
+        assert_eq!(
+            success_line(&text, reason).as_deref(),
+            Some("0"),
+            "{reason}\n{text}"
+        );
+    }
+    let (status, _) = post_json(
+        &format!("{}/v1/completions", sim.base_url()),
+        &json!({"model": "tiny-qwen3", "prompt": [1, 2, 3], "max_tokens": 2}),
+    )
+    .await;
+    assert_eq!(status, 200);
+
+    // A streaming client reads the first chunk, then goes away.
+    let body =
+        json!({"model": "tiny-qwen3", "prompt": [4, 5, 6], "max_tokens": 5000, "stream": true})
+            .to_string();
+    let mut sock = tokio::net::TcpStream::connect(sim.addr()).await.unwrap();
+    let req = format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut sock, req.as_bytes())
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let mut got = Vec::new();
+    while !String::from_utf8_lossy(&got).contains("data: ") {
+        let n = tokio::io::AsyncReadExt::read(&mut sock, &mut buf)
+            .await
+            .unwrap();
+        assert!(n > 0, "stream closed early");
+        got.extend_from_slice(&buf[..n]);
+    }
+    drop(sock);
+
+    let mut text = String::new();
+    for _ in 0..200 {
+        text = metrics(&sim.base_url()).await;
+        if metric(&text, "vllm:num_requests_running") == 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(metric(&text, "vllm:num_requests_running"), 0.0, "{text}");
+    for (reason, n) in [
+        ("stop", "0"),
+        ("length", "1"),
+        ("abort", "1"),
+        ("error", "0"),
+        ("repetition", "0"),
+    ] {
+        assert_eq!(
+            success_line(&text, reason).as_deref(),
+            Some(n),
+            "{reason}\n{text}"
+        );
+    }
+    sim.kill().await;
+}

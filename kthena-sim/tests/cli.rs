@@ -110,3 +110,31 @@ async fn binary_serves_on_the_given_port() {
     assert_eq!(body["usage"]["completion_tokens"], 2);
     child.kill().await.unwrap();
 }
+
+#[test]
+fn config_errors_print_one_line_and_exit_64() {
+    let out = Command::new(BIN)
+        .args(["--port", "0", "--time-scale", "0"])
+        .env("RUST_BACKTRACE", "1")
+        .env("RUST_LIB_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        "error: invalid config field `time_scale`: must be a positive number\n"
+    );
+    // A socket that cannot be bound is not a configuration error; its cause is printed.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let out = Command::new(BIN)
+        .args(["--port", &port.to_string()])
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        format!("error: cannot bind 127.0.0.1:{port}: Address already in use (os error 98)\n")
+    );
+}

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{metric, metrics, post_json};
+use common::{metric, metrics, post_json, send};
 use kthena_sim::{Config, Flavor, Role, spawn};
 use serde_json::{Value, json};
 
@@ -35,7 +35,15 @@ async fn nixl_style_prefill_then_decode() {
     let params = pre["kv_transfer_params"].clone();
     assert_eq!(params["do_remote_prefill"], true);
     assert_eq!(params["do_remote_decode"], false);
-    assert_eq!(params["remote_block_ids"].as_array().unwrap().len(), 256);
+    // Physical block indices of the prefill engine's KV cache (vLLM reserves block 0 as its
+    // null block, so a fresh engine hands out 1, 2, ...), not 64-bit block hashes.
+    let ids: Vec<u64> = params["remote_block_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, (1..=256).collect::<Vec<u64>>());
     assert_eq!(params["remote_host"], "127.0.0.1");
     assert_eq!(params["remote_port"], prefill.addr().port());
     assert!(
@@ -115,4 +123,38 @@ async fn sglang_bootstrap_pairs_concurrent_requests() {
     assert_eq!(err["error"]["param"], "bootstrap_host");
     prefill.kill().await;
     decode.kill().await;
+}
+
+#[tokio::test]
+async fn kv_transfer_params_keep_vllm_key_order() {
+    let prefill = spawn(cfg(Flavor::Vllm, Role::Prefill)).await.unwrap();
+    let prompt: Vec<u32> = (0..40).collect();
+    let (status, body) = send(
+        "POST",
+        &format!("{}/v1/completions", prefill.base_url()),
+        Some(&json!({"model": "m", "prompt": prompt, "max_tokens": 1,
+                     "kv_transfer_params": {"do_remote_decode": true, "do_remote_prefill": false}})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let text = std::str::from_utf8(&body).unwrap();
+    let start = text.find("\"kv_transfer_params\":").unwrap();
+    let want = format!(
+        "\"kv_transfer_params\":{{\"do_remote_prefill\":true,\"do_remote_decode\":false,\"remote_block_ids\":[1,2],\"remote_engine_id\":\"kthena-sim-{addr}\",\"remote_host\":\"127.0.0.1\",\"remote_port\":{port},\"tp_size\":1}}",
+        addr = prefill.addr(),
+        port = prefill.addr().port(),
+    );
+    assert_eq!(&text[start..start + want.len()], want, "{text}");
+    // A second request with the same prompt reuses the cached blocks.
+    let (_, again) = post_json(
+        &format!("{}/v1/completions", prefill.base_url()),
+        &json!({"model": "m", "prompt": prompt, "max_tokens": 1,
+                "kv_transfer_params": {"do_remote_decode": true, "do_remote_prefill": false}}),
+    )
+    .await;
+    assert_eq!(
+        again["kv_transfer_params"]["remote_block_ids"],
+        json!([1, 2])
+    );
+    prefill.kill().await;
 }

@@ -79,7 +79,7 @@ fn load_time_errors() {
         ),
         (
             "plugins: {Score: {enabled: [{name: gpu-usage, weight: -1}]}}",
-            "invalid weight -1 for score plugin \"gpu-usage\": must be finite and >= 0",
+            "invalid weight -1 for score plugin \"gpu-usage\": must be a number in [0, 1000000]",
         ),
         (
             "plugins: {Score: {enabled: [{name: gpu-usage}, {name: gpu-usage}]}}",
