@@ -477,6 +477,17 @@ mod tests {
     }
 
     #[test]
+    fn example_router_files_load() {
+        for (text, scores) in [
+            (include_str!("../../examples/standalone/router.yaml"), 4),
+            (include_str!("../../examples/kv-events/router.yaml"), 2),
+        ] {
+            let cfg = Config::from_router_yaml(text).unwrap().validate().unwrap();
+            assert_eq!(cfg.plugins.score.enabled.len(), scores);
+        }
+    }
+
+    #[test]
     fn weight_must_be_a_number() {
         let (path, msg) =
             field_error("plugins: {Score: {enabled: [{name: gpu-usage, weight: \"2\"}]}}");

@@ -80,7 +80,8 @@ pub use types::{Candidate, Completion, EndpointId, Metrics, PdMember, PdRole, Re
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The configuration text is not valid YAML.
+    /// The configuration text is not valid YAML, or its top level cannot hold the expected
+    /// mapping.
     #[error("invalid scheduler configuration: {0}")]
     Yaml(#[source] Box<serde_saphyr::Error>),
     /// A key or value of the scheduler section does not fit the format: an unknown (for

@@ -317,6 +317,24 @@ mod tests {
     }
 
     #[test]
+    fn physical_block_ids_are_handed_out_like_vllm() {
+        let mut kv = KvCache::new(3, 2);
+        assert!(kv.allocate(3));
+        kv.commit(10, None, &[1, 2], None);
+        kv.commit(11, Some(10), &[3, 4], None);
+        assert_eq!(kv.block_ids(&[10, 11]), vec![1, 2]);
+        // The third (private) block is freed; the next allocation reuses its id.
+        kv.release(&[10, 11], 1);
+        assert!(kv.allocate(1));
+        kv.commit(20, None, &[5, 6], None);
+        assert_eq!(kv.block_ids(&[20]), vec![3]);
+        // The next one evicts the least recently used cached block (11) and takes its id.
+        assert!(kv.allocate(1));
+        kv.commit(21, Some(20), &[7, 8], None);
+        assert_eq!(kv.block_ids(&[10, 11, 20, 21]), vec![1, 3, 2]);
+    }
+
+    #[test]
     fn duplicate_commit_shares_the_block() {
         let mut kv = KvCache::new(4, 2);
         assert!(kv.allocate(2));

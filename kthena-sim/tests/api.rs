@@ -623,10 +623,13 @@ async fn request_success_has_every_reason_and_counts_client_aborts() {
     }
     drop(sock);
 
+    // The engine notices at its next step; wait for that, then check every series.
     let mut text = String::new();
-    for _ in 0..200 {
+    for _ in 0..300 {
         text = metrics(&sim.base_url()).await;
-        if metric(&text, "vllm:num_requests_running") == 0.0 {
+        if success_line(&text, "abort").as_deref() == Some("1")
+            && metric(&text, "vllm:num_requests_running") == 0.0
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
