@@ -41,6 +41,93 @@ pub(crate) struct Point {
     pub(crate) p99_us: f64,
 }
 
+/// An nginx round-robin proxy in front of the engines, the baseline of a plain L7 proxy.
+/// Killed when dropped.
+#[derive(Debug)]
+struct Nginx {
+    child: std::process::Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Nginx {
+    /// Asks the master for a fast shutdown (SIGTERM, which also stops its workers), waits up
+    /// to 2 s, then kills it.
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        for _ in 0..200 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether an `nginx` binary can be run.
+pub(crate) fn nginx_installed() -> bool {
+    std::process::Command::new("nginx")
+        .arg("-v")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Starts nginx (foreground, its own prefix folder) proxying round-robin to `engines` with
+/// keep-alive upstream connections and no buffering, and waits until it accepts.
+async fn start_nginx(engines: &[std::net::SocketAddr]) -> anyhow::Result<Nginx> {
+    let dir = tempfile::tempdir()?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let d = dir.path().display();
+    let servers: String = engines
+        .iter()
+        .map(|a| format!("    server {a};\n"))
+        .collect();
+    let conf = format!(
+        "daemon off;\nworker_processes 2;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+         events {{ worker_connections 16384; }}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+         fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+         upstream engines {{\n{servers}    keepalive 512;\n  }}\n\
+         server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      proxy_pass http://engines;\n\
+         proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n      proxy_buffering off;\n    }}\n  }}\n}}\n"
+    );
+    let conf_path = dir.path().join("nginx.conf");
+    std::fs::write(&conf_path, conf)?;
+    let child = std::process::Command::new("nginx")
+        .arg("-p")
+        .arg(dir.path())
+        .arg("-c")
+        .arg(&conf_path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let nginx = Nginx {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+        _dir: dir,
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        if Instant::now() > deadline {
+            anyhow::bail!("nginx did not listen on port {port} within 10 s");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(nginx)
+}
+
 /// The overhead of the router over direct at one rate and mode.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Overhead {
@@ -56,6 +143,8 @@ pub(crate) struct Overhead {
     pub(crate) overhead_p50_us: f64,
     /// Router p99 − direct p99, microseconds.
     pub(crate) overhead_p99_us: f64,
+    /// Through nginx (round-robin), when nginx is installed.
+    pub(crate) nginx: Option<Point>,
 }
 
 async fn one(client: &HttpClient, url: &str, body: Bytes) -> (bool, Duration) {
@@ -163,6 +252,22 @@ pub(crate) async fn run(
     harness::wait_ready(&client, &router_url).await?;
     let direct: Vec<String> = sims.iter().map(kthena_sim::SimHandle::base_url).collect();
     let via: Vec<String> = vec![router_url];
+    let addrs: Vec<std::net::SocketAddr> = sims.iter().map(kthena_sim::SimHandle::addr).collect();
+    let nginx = if nginx_installed() {
+        match start_nginx(&addrs).await {
+            Ok(n) => Some(n),
+            Err(e) => {
+                tracing::warn!(error = %e, "nginx baseline skipped");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let nginx_url: Option<Vec<String>> = nginx.as_ref().map(|n| vec![n.url.clone()]);
+    if let Some(u) = &nginx_url {
+        let _ = measure(&client, u, "nginx", false, 200.0, 0.5).await;
+    }
     // Warm up both paths (connections, allocator).
     let _ = measure(&client, &direct, "direct", false, 200.0, 0.5).await;
     let _ = measure(&client, &via, "router", false, 200.0, 0.5).await;
@@ -171,7 +276,12 @@ pub(crate) async fn run(
         for stream in [false, true] {
             let d = measure(&client, &direct, "direct", stream, rate, seconds).await;
             let r = measure(&client, &via, "router", stream, rate, seconds).await;
+            let n = match &nginx_url {
+                Some(u) => Some(measure(&client, u, "nginx", stream, rate, seconds).await),
+                None => None,
+            };
             out.push(Overhead {
+                nginx: n,
                 rate,
                 stream,
                 overhead_p50_us: r.p50_us - d.p50_us,
@@ -181,6 +291,7 @@ pub(crate) async fn run(
             });
         }
     }
+    drop(nginx);
     harness::stop_router(rt, router).await;
     harness::stop_sims(rt, sims).await;
     Ok(out)
@@ -195,13 +306,14 @@ fn indent(json: &str) -> String {
 pub(crate) fn table(rows: &[Overhead]) -> String {
     let mut s = String::from(
         "| offered req/s | stream | direct achieved | router achieved | direct p50 µs | router p50 µs \
-         | direct p99 µs | router p99 µs | overhead p50 µs | overhead p99 µs | failed (direct/router) |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|\n",
+         | direct p99 µs | router p99 µs | overhead p50 µs | overhead p99 µs | failed (direct/router) \
+         | nginx achieved | nginx p50 µs | nginx p99 µs | nginx overhead p50 µs | nginx overhead p99 µs |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for o in rows {
         let _ = writeln!(
             s,
-            "| {:.0} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {}/{} |",
+            "| {:.0} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {}/{} | {} |",
             o.rate,
             if o.stream { "yes" } else { "no" },
             o.direct.achieved_rps,
@@ -214,6 +326,17 @@ pub(crate) fn table(rows: &[Overhead]) -> String {
             o.overhead_p99_us,
             o.direct.failed,
             o.router.failed,
+            o.nginx.as_ref().map_or_else(
+                || "- | - | - | - | -".to_owned(),
+                |n| format!(
+                    "{:.0} | {:.0} | {:.0} | {:.0} | {:.0}",
+                    n.achieved_rps,
+                    n.p50_us,
+                    n.p99_us,
+                    n.p50_us - o.direct.p50_us,
+                    n.p99_us - o.direct.p99_us
+                ),
+            ),
         );
     }
     s
