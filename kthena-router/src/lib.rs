@@ -79,7 +79,8 @@ pub use kv_redis::{KEY_PREFIX, RedisKvIndex, block_key, kthena_block_hash, owner
 pub use llamacpp::{LLAMACPP_PREFIX, llamacpp_sample};
 pub use metrics::{DURATION_BUCKETS, Destination, Metrics, RATIO_BUCKETS, RequestRecord};
 pub use openai::{
-    Message, ParsedRequest, Prompt, UpstreamBody, Usage, estimate_tokens, parse_request, usage_of,
+    Message, ParsedRequest, Prompt, ResponseProbe, UpstreamBody, Usage, estimate_tokens,
+    parse_request, usage_of,
 };
 pub use proxy::{BoxError, ProxyBody, RequestCtx, RespBody, SchedDone, SseFilter};
 pub use route::{

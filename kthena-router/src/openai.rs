@@ -288,6 +288,10 @@ pub fn usage_of(v: &Value) -> Option<Usage> {
     let u = v
         .get("usage")
         .or_else(|| v.get("response").and_then(|r| r.get("usage")))?;
+    usage_from(u)
+}
+
+fn usage_from(u: &Value) -> Option<Usage> {
     let get = |a: &str, b: &str| {
         u.get(a)
             .or_else(|| u.get(b))
@@ -299,6 +303,192 @@ pub fn usage_of(v: &Value) -> Option<Usage> {
         completion_tokens: get("completion_tokens", "output_tokens"),
     };
     (usage != Usage::default()).then_some(usage)
+}
+
+/// What the router reads from an engine's JSON response or stream chunk: the `usage` object
+/// (top-level, or the Responses API `response.usage`) and whether `choices` is an empty
+/// array. Everything else is skipped without building a [`Value`] tree. Reads the same as
+/// [`usage_of`] on the parsed [`Value`] (the last of duplicate keys wins).
+#[derive(Debug, Default)]
+pub struct ResponseProbe {
+    usage: Option<Value>,
+    response_usage: Option<Value>,
+    choices_empty: bool,
+}
+
+impl ResponseProbe {
+    /// Probes a JSON object; `None` when `bytes` is not valid UTF-8 JSON or not an object.
+    #[must_use]
+    pub fn parse(bytes: &[u8]) -> Option<Self> {
+        serde_json::from_str(std::str::from_utf8(bytes).ok()?).ok()
+    }
+
+    /// The usage, as [`usage_of`] reads it.
+    #[must_use]
+    pub fn usage(&self) -> Option<Usage> {
+        usage_from(self.usage.as_ref().or(self.response_usage.as_ref())?)
+    }
+
+    /// A usage-only chunk: non-null `usage` and `choices` an empty array.
+    #[must_use]
+    pub fn usage_only(&self) -> bool {
+        self.usage.as_ref().is_some_and(|u| !u.is_null()) && self.choices_empty
+    }
+}
+
+/// Top-level keys the probe looks at.
+enum ProbeKey {
+    Usage,
+    Choices,
+    Response,
+    Other,
+}
+
+impl<'de> serde::Deserialize<'de> for ProbeKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = ProbeKey;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_str<E: serde::de::Error>(self, k: &str) -> std::result::Result<ProbeKey, E> {
+                Ok(match k {
+                    "usage" => ProbeKey::Usage,
+                    "choices" => ProbeKey::Choices,
+                    "response" => ProbeKey::Response,
+                    _ => ProbeKey::Other,
+                })
+            }
+        }
+        d.deserialize_identifier(V)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ResponseProbe {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = ResponseProbe;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<ResponseProbe, A::Error> {
+                let mut p = ResponseProbe::default();
+                while let Some(k) = map.next_key::<ProbeKey>()? {
+                    match k {
+                        ProbeKey::Usage => p.usage = Some(map.next_value()?),
+                        ProbeKey::Choices => p.choices_empty = map.next_value::<EmptyArray>()?.0,
+                        ProbeKey::Response => p.response_usage = map.next_value::<InnerUsage>()?.0,
+                        ProbeKey::Other => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(p)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// Visitor methods for the JSON values a probe field skips (anything but its own shape).
+macro_rules! skip_scalars {
+    ($out:expr) => {
+        fn visit_unit<E: serde::de::Error>(self) -> std::result::Result<Self::Value, E> {
+            Ok($out)
+        }
+        fn visit_bool<E: serde::de::Error>(self, _: bool) -> std::result::Result<Self::Value, E> {
+            Ok($out)
+        }
+        fn visit_i64<E: serde::de::Error>(self, _: i64) -> std::result::Result<Self::Value, E> {
+            Ok($out)
+        }
+        fn visit_u64<E: serde::de::Error>(self, _: u64) -> std::result::Result<Self::Value, E> {
+            Ok($out)
+        }
+        fn visit_f64<E: serde::de::Error>(self, _: f64) -> std::result::Result<Self::Value, E> {
+            Ok($out)
+        }
+        fn visit_str<E: serde::de::Error>(self, _: &str) -> std::result::Result<Self::Value, E> {
+            Ok($out)
+        }
+    };
+}
+
+/// `true` when the value is an empty array.
+struct EmptyArray(bool);
+
+impl<'de> serde::Deserialize<'de> for EmptyArray {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = EmptyArray;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            skip_scalars!(EmptyArray(false));
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<EmptyArray, A::Error> {
+                let mut empty = true;
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                    empty = false;
+                }
+                Ok(EmptyArray(empty))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> std::result::Result<EmptyArray, A::Error> {
+                serde::de::IgnoredAny.visit_map(map)?;
+                Ok(EmptyArray(false))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The `usage` of an object value (`None` for other values or without `usage`).
+struct InnerUsage(Option<Value>);
+
+impl<'de> serde::Deserialize<'de> for InnerUsage {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = InnerUsage;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            skip_scalars!(InnerUsage(None));
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                seq: A,
+            ) -> std::result::Result<InnerUsage, A::Error> {
+                serde::de::IgnoredAny.visit_seq(seq)?;
+                Ok(InnerUsage(None))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<InnerUsage, A::Error> {
+                let mut usage = None;
+                while let Some(k) = map.next_key::<ProbeKey>()? {
+                    if matches!(k, ProbeKey::Usage) {
+                        usage = Some(map.next_value()?);
+                    } else {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(InnerUsage(usage))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 #[cfg(test)]
@@ -411,5 +601,24 @@ mod tests {
             })
         );
         assert_eq!(usage_of(&serde_json::json!({"usage":null})), None);
+        for body in [
+            r#"{"usage":{"completion_tokens":7},"choices":[]}"#,
+            r#"{"usage":null,"choices":[],"response":{"usage":{"output_tokens":3}}}"#,
+            r#"{"response":{"usage":{"input_tokens":2,"output_tokens":3}},"choices":[1]}"#,
+            r#"{"response":[{"usage":{"output_tokens":3}}],"usage":{"x":1},"choices":{}}"#,
+            r#"{"usage":{"completion_tokens":1},"usage":{"completion_tokens":2},"choices":"a"}"#,
+            r#"{"choices":[{"text":"hi"}],"usage":{"prompt_tokens":4}}"#,
+        ] {
+            let v: Value = serde_json::from_str(body).unwrap();
+            let p = ResponseProbe::parse(body.as_bytes()).unwrap();
+            assert_eq!(p.usage(), usage_of(&v), "{body}");
+            let usage_only = v.get("usage").is_some_and(|u| !u.is_null())
+                && v.get("choices")
+                    .and_then(Value::as_array)
+                    .is_some_and(Vec::is_empty);
+            assert_eq!(p.usage_only(), usage_only, "{body}");
+        }
+        assert!(ResponseProbe::parse(b"[1]").is_none());
+        assert!(ResponseProbe::parse(b"{\"usage\":").is_none());
     }
 }

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use crate::accesslog::{AccessLog, Entry, EntryError};
 use crate::endpoint::{Endpoint, InFlightGuard};
 use crate::metrics::{Destination, Metrics, RequestRecord};
-use crate::openai::usage_of;
+use crate::openai::ResponseProbe;
 
 /// Boxed error of response bodies.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -254,8 +254,7 @@ impl ProxyBody {
         if let Some(f) = &self.sse {
             self.output_tokens = f.output_tokens;
         } else if error.is_none()
-            && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&self.json_copy)
-            && let Some(u) = usage_of(&v)
+            && let Some(u) = ResponseProbe::parse(&self.json_copy).and_then(|p| p.usage())
         {
             self.output_tokens = u.completion_tokens;
         }
@@ -326,15 +325,11 @@ impl SseFilter {
                 let payload = payload.trim_ascii();
                 if payload == b"[DONE]" {
                     self.saw_done = true;
-                } else if let Ok(v) = serde_json::from_slice::<serde_json::Value>(payload) {
-                    if let Some(u) = usage_of(&v) {
+                } else if let Some(p) = ResponseProbe::parse(payload) {
+                    if let Some(u) = p.usage() {
                         self.output_tokens = u.completion_tokens;
                     }
-                    let usage_only = v.get("usage").is_some_and(|u| !u.is_null())
-                        && v.get("choices")
-                            .and_then(|c| c.as_array())
-                            .is_some_and(Vec::is_empty);
-                    if self.hide_usage_chunk && usage_only {
+                    if self.hide_usage_chunk && p.usage_only() {
                         skip_blank = true;
                         continue;
                     }
