@@ -60,6 +60,10 @@ struct Args {
     /// Engines behind the router.
     #[arg(long, default_value_t = 3)]
     engines: usize,
+    /// KV-cache size of each engine, in blocks of 16 tokens [default: the simulator's
+    /// profile].
+    #[arg(long)]
+    num_gpu_blocks: Option<usize>,
     /// Only these policies (comma separated names as in the report; `best` for the best
     /// combination, `direct` for the single-engine anchor).
     #[arg(long, value_delimiter = ',')]
@@ -262,6 +266,9 @@ fn sim_config(args: &Args, kv_events: bool) -> kthena_sim::Config {
         .with_model(MODEL)
         .with_time_scale(args.time_scale);
     cfg.tokenizer.clone_from(&args.tokenizer);
+    if let Some(n) = args.num_gpu_blocks {
+        cfg.profile.num_gpu_blocks = n;
+    }
     if kv_events {
         cfg.kv_events_port = Some(0);
     }

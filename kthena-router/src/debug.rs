@@ -68,6 +68,8 @@ fn pod_json(snap: &Snapshot, e: &Endpoint, detail: bool) -> Value {
             "ttft": st.ttft_ms.unwrap_or(0.0),
             "stale": st.stale,
             "inFlight": e.in_flight(),
+            "awaitingFirstToken": e.awaiting_first_token(),
+            "pendingPrefillTokens": e.pending_prefill_tokens(),
         },
         "models": st.models,
         "modelServers": servers,

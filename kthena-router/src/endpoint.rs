@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use kthena_api::networking::InferenceEngine;
@@ -35,6 +35,8 @@ pub struct Endpoint {
     /// Scheduler id (`namespace/name`).
     pub id: EndpointId,
     in_flight: AtomicU32,
+    awaiting_first_token: AtomicU32,
+    pending_prefill_tokens: AtomicU64,
     state: Mutex<EngineState>,
 }
 
@@ -87,6 +89,8 @@ impl Endpoint {
             kv_events: cfg.kv_events.clone(),
             id: EndpointId::new(format!("{}/{}", cfg.namespace, cfg.name)),
             in_flight: AtomicU32::new(0),
+            awaiting_first_token: AtomicU32::new(0),
+            pending_prefill_tokens: AtomicU64::new(0),
             state: Mutex::new(EngineState::default()),
         })
     }
@@ -109,12 +113,30 @@ impl Endpoint {
         self.in_flight.load(Ordering::Relaxed)
     }
 
-    /// Counts one more open request; the guard gives it back when dropped.
+    /// Requests sent to this endpoint that have not yet returned a response body byte.
     #[must_use]
-    pub fn begin_request(self: &Arc<Self>) -> InFlightGuard {
+    pub fn awaiting_first_token(&self) -> u32 {
+        self.awaiting_first_token.load(Ordering::Relaxed)
+    }
+
+    /// Prompt tokens those requests still have to prefill (estimated when each was sent).
+    #[must_use]
+    pub fn pending_prefill_tokens(&self) -> u64 {
+        self.pending_prefill_tokens.load(Ordering::Relaxed)
+    }
+
+    /// Counts one more open request that has `prefill_tokens` prompt tokens to prefill here;
+    /// the guard gives both back: the prefill part at [`InFlightGuard::first_byte`] (or on
+    /// drop), the request when dropped.
+    #[must_use]
+    pub fn begin_request(self: &Arc<Self>, prefill_tokens: u64) -> InFlightGuard {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.awaiting_first_token.fetch_add(1, Ordering::Relaxed);
+        self.pending_prefill_tokens
+            .fetch_add(prefill_tokens, Ordering::Relaxed);
         InFlightGuard {
             endpoint: Arc::clone(self),
+            prefill_tokens: Some(prefill_tokens),
         }
     }
 
@@ -148,18 +170,38 @@ impl Endpoint {
                 kv_cache_usage: st.kv_cache_usage,
                 ttft_ms: st.ttft_ms,
                 tpot_ms: st.tpot_ms,
+                awaiting_first_token: self.awaiting_first_token(),
+                pending_prefill_tokens: self.pending_prefill_tokens(),
             })
     }
 }
 
-/// Decrements an endpoint's in-flight count when dropped.
+/// Decrements an endpoint's in-flight count when dropped, and its prefill counters at the
+/// first response byte (or when dropped, whichever comes first).
 #[derive(Debug)]
 pub struct InFlightGuard {
     endpoint: Arc<Endpoint>,
+    /// `Some` until the first response byte.
+    prefill_tokens: Option<u64>,
+}
+
+impl InFlightGuard {
+    /// The first response body byte arrived: the request's prefill is over.
+    pub fn first_byte(&mut self) {
+        if let Some(t) = self.prefill_tokens.take() {
+            self.endpoint
+                .awaiting_first_token
+                .fetch_sub(1, Ordering::Relaxed);
+            self.endpoint
+                .pending_prefill_tokens
+                .fetch_sub(t, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
+        self.first_byte();
         self.endpoint.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }

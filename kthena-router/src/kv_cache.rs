@@ -37,7 +37,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kthena_sched::{EndpointId, InMemoryKvIndex, KvCacheAwareArgs, KvIndex, Scheduler};
+use kthena_sched::{
+    EndpointId, InMemoryKvIndex, KvCacheAwareArgs, KvIndex, LeastPrefillArgs, Scheduler,
+};
 use serde::{Deserialize, Deserializer};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -147,11 +149,12 @@ fn resolve(base: &Path, p: &Path) -> PathBuf {
 /// The KV-routing state of one snapshot: immutable, shared by its requests.
 #[derive(Debug, Default)]
 pub struct KvState {
-    /// The index `kvcache-aware` reads; `None` when the plugin is not enabled.
+    /// The index `kvcache-aware` and `least-prefill` read; `None` when neither is enabled.
     pub index: Option<Arc<dyn KvIndex>>,
     /// Whether the index is fed by KV events (the memory backend).
     pub feeds_events: bool,
-    /// The plugin's arguments (defaults when it is not configured).
+    /// `kvcache-aware`'s arguments (defaults when it is not configured; block size and index
+    /// cap from `least-prefill` when only that plugin is enabled).
     pub args: KvCacheAwareArgs,
     /// Tokenizers and the remote fallback.
     pub tokenizers: Arc<Tokenizers>,
@@ -160,8 +163,8 @@ pub struct KvState {
 }
 
 impl KvState {
-    /// Whether a request needs token ids: `kvcache-aware` is enabled, or a tokenizer is
-    /// configured (real input-token counts).
+    /// Whether a request needs token ids: `kvcache-aware` or `least-prefill` is enabled, or a
+    /// tokenizer is configured (real input-token counts).
     #[must_use]
     pub fn wants_tokens(&self) -> bool {
         self.index.is_some() || !self.tokenizers.is_empty()
@@ -242,20 +245,36 @@ impl KvLoader {
     /// tokenizer that cannot be loaded.
     pub fn prepare(&self, cfg: &Config) -> Result<KvState, String> {
         let kc = &cfg.kv_cache;
-        let enabled = cfg
-            .scheduler
-            .plugins
-            .score
-            .enabled
-            .iter()
-            .any(|p| p.name == "kvcache-aware");
+        let score_enabled = |name: &str| {
+            cfg.scheduler
+                .plugins
+                .score
+                .enabled
+                .iter()
+                .any(|p| p.name == name)
+        };
+        let kv_aware = score_enabled("kvcache-aware");
+        let least_prefill = score_enabled("least-prefill");
+        let enabled = kv_aware || least_prefill;
         let args_v = cfg.scheduler.args("kvcache-aware");
-        let args = if args_v.is_null() {
+        let mut args = if args_v.is_null() {
             KvCacheAwareArgs::default()
         } else {
             KvCacheAwareArgs::deserialize(args_v)
                 .map_err(|e| format!("scheduler: kvcache-aware args: {e}"))?
         };
+        if least_prefill && !kv_aware {
+            // The index is least-prefill's alone: its block size and cap decide.
+            let lp_v = cfg.scheduler.args("least-prefill");
+            let lp = if lp_v.is_null() {
+                LeastPrefillArgs::default()
+            } else {
+                LeastPrefillArgs::deserialize(lp_v)
+                    .map_err(|e| format!("scheduler: least-prefill args: {e}"))?
+            };
+            args.block_size_to_hash = lp.block_size_to_hash;
+            args.max_index_entries = lp.max_index_entries;
+        }
         let index = if enabled {
             let key = match kc.index {
                 IndexBackend::Memory => IndexKey::Memory {

@@ -234,6 +234,10 @@ impl KvIndex for RedisKvIndex {
     /// Does nothing: the sidecar's garbage collection removes stale owners.
     fn remove_endpoint(&self, _endpoint: &EndpointId) {}
 
+    fn block_size(&self) -> Option<usize> {
+        None
+    }
+
     /// Number of block keys (`SCAN MATCH matrix:kv:block:*`), refreshed at most every 10 s;
     /// 0 when Redis cannot be reached.
     fn len(&self) -> usize {

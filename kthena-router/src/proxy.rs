@@ -213,7 +213,7 @@ impl Drop for RequestCtx {
 pub struct ProxyBody {
     inner: Incoming,
     ctx: Option<RequestCtx>,
-    _in_flight: Option<InFlightGuard>,
+    in_flight: Option<InFlightGuard>,
     status: u16,
     sse: Option<SseFilter>,
     json_copy: BytesMut,
@@ -236,7 +236,7 @@ impl ProxyBody {
         Self {
             inner,
             ctx: Some(ctx),
-            _in_flight: Some(in_flight),
+            in_flight: Some(in_flight),
             status,
             sse: sse.then(|| SseFilter::new(hide_usage_chunk)),
             json_copy: BytesMut::new(),
@@ -278,7 +278,7 @@ impl ProxyBody {
         if let Some(mut ctx) = self.ctx.take() {
             ctx.settle(self.status, error, origin, self.output_tokens);
         }
-        self._in_flight = None;
+        self.in_flight = None;
     }
 }
 
@@ -408,6 +408,11 @@ impl Body for ProxyBody {
                     let at_end = this.inner.is_end_stream();
                     let frame = match frame.into_data() {
                         Ok(data) => {
+                            if !data.is_empty()
+                                && let Some(g) = this.in_flight.as_mut()
+                            {
+                                g.first_byte();
+                            }
                             if let Some(f) = this.sse.as_mut() {
                                 let mut out = BytesMut::from(&f.push(&data)[..]);
                                 if at_end {

@@ -398,7 +398,7 @@ async fn serve(
         let ep = &pool[idx];
         ctx.entry.selected_pod = ep.name.clone();
         ctx.entry.upstream_attempts = attempt + 1;
-        let guard = ep.begin_request();
+        let guard = ep.begin_request(snap.scheduler.prefill_tokens(&sreq, &cands[idx]));
         ctx.set_upstream_active(true);
         let uri = format!("{}{pq}", ep.base_url());
         let mut up = Request::builder().method(Method::POST).uri(&uri);

@@ -866,3 +866,98 @@ async fn scrape_concurrency_is_bounded() {
     assert_eq!(seen.1.load(std::sync::atomic::Ordering::SeqCst), 2);
     r.router.shutdown().await;
 }
+
+/// The router counts, per endpoint, the requests waiting for their first byte and their
+/// prompt tokens (`/debug/config_dump/pods`), and `least-prefill` sends the next request
+/// away from the endpoint with queued prefill work; both counters return to zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_prefill_follows_queued_prompt_tokens() {
+    let slow = kthena_sim::spawn(sim_config("m").with_faults(kthena_sim::Faults {
+        first_byte_delay_ms: 1500,
+        ..kthena_sim::Faults::default()
+    }))
+    .await
+    .unwrap();
+    let fast = kthena_sim::spawn(sim_config("m")).await.unwrap();
+    let eps = format!(
+        "{}{}",
+        endpoint("a-slow", slow.addr(), "demo"),
+        endpoint("b-fast", fast.addr(), "demo")
+    );
+    let r = TestRouter::start(
+        "metricsScrapeInterval: 100ms
+scheduler:
+  plugins:
+    Score:
+      enabled:
+      - {name: least-prefill, weight: 1}
+",
+        &eps,
+        &[
+            ("s.yaml", model_server("srv", "m", "demo", "")),
+            ("r.yaml", simple_route("route", "m", "srv")),
+        ],
+    )
+    .await;
+    r.wait_ready().await;
+    let pods = || async {
+        let (_, text) = get(&format!(
+            "http://{}/debug/config_dump/pods",
+            r.router.debug_addr
+        ))
+        .await;
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["name"].as_str().unwrap().to_owned(),
+                    (
+                        p["metrics"]["awaitingFirstToken"].as_u64().unwrap(),
+                        p["metrics"]["pendingPrefillTokens"].as_u64().unwrap(),
+                    ),
+                )
+            })
+            .collect::<HashMap<String, (u64, u64)>>()
+    };
+    let url = format!("{}/v1/completions", r.url());
+    let body = serde_json::json!({"model": "m", "prompt": "one two three four five six seven eight", "max_tokens": 2}).to_string();
+    // Both idle: the tie goes to the first id, the slow engine, which holds the answer back.
+    let first = tokio::spawn({
+        let (url, body) = (url.clone(), body.clone());
+        async move { post(&url, body, &[]).await }
+    });
+    let mut queued = (0, 0);
+    for _ in 0..100 {
+        queued = pods().await["a-slow"];
+        if queued.0 == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        queued.0, 1,
+        "the slow engine's request is awaiting its first byte"
+    );
+    assert!(queued.1 > 0);
+    assert_eq!(pods().await["b-fast"], (0, 0));
+    // The same prompt again: the slow engine has its tokens queued, the fast one nothing.
+    let (status, _, _) = post(&url, body.clone(), &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _, _) = first.await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    let log = r.access_log();
+    let pods_used: Vec<&str> = log
+        .iter()
+        .map(|l| l["selected_pod"].as_str().unwrap())
+        .collect();
+    assert_eq!(pods_used, ["b-fast", "a-slow"]);
+    // What was queued is the prompt's token count, as the access log reports it.
+    assert_eq!(Some(queued.1), log[1]["input_tokens"].as_u64());
+    let after = pods().await;
+    assert_eq!(after["a-slow"], (0, 0));
+    assert_eq!(after["b-fast"], (0, 0));
+    r.router.shutdown().await;
+}

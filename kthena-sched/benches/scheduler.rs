@@ -28,6 +28,8 @@ fn endpoints(n: usize) -> Vec<Candidate> {
                 kv_cache_usage: (i % 10) as f64 / 10.0,
                 ttft_ms: Some(100.0 + (i % 17) as f64 * 10.0),
                 tpot_ms: Some(10.0 + (i % 7) as f64),
+                awaiting_first_token: (i % 3) as u32,
+                pending_prefill_tokens: (i % 3 * 2048) as u64,
             })
         })
         .collect()

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::config::Config;
-use crate::kv_index::KvIndex;
+use crate::kv_index::{KvIndex, KvQuery};
 use crate::types::{Candidate, Completion, EndpointId, PdRole, Request};
 use crate::{Error, Result};
 
@@ -389,10 +389,40 @@ impl Scheduler {
         }
     }
 
-    /// The KV-cache index used by `kvcache-aware` (`None` when that plugin is not enabled).
+    /// The KV-cache index used by `kvcache-aware` and `least-prefill` (`None` when neither is
+    /// enabled).
     /// Feed it the engines' KV events with [`KvIndex::apply`].
     pub fn kv_index(&self) -> Option<&Arc<dyn KvIndex>> {
         self.kv_index.as_ref()
+    }
+
+    /// The prompt tokens `cand` would still have to prefill for `req`, in tokens: the prompt's
+    /// length minus the contiguous prefix the KV index says `cand` holds. Hosts add it to the
+    /// endpoint's [`Metrics::pending_prefill_tokens`](crate::Metrics::pending_prefill_tokens)
+    /// when they send the request, and subtract it at the first response byte. Without a KV
+    /// index or token ids: `ceil(prompt bytes / 4)` (Go Kthena's input-token estimate).
+    pub fn prefill_tokens(&self, req: &Request<'_>, cand: &Candidate) -> u64 {
+        let Some(tokens) = req.token_ids.filter(|t| !t.is_empty()) else {
+            return crate::plugins::estimated_tokens(req.prompt.len()) as u64;
+        };
+        let Some(index) = &self.kv_index else {
+            return tokens.len() as u64;
+        };
+        let Some(bs) = index.block_size().filter(|b| *b > 0) else {
+            return tokens.len() as u64;
+        };
+        let mut hashes = Vec::with_capacity(tokens.len() / bs + 1);
+        crate::hash::token_block_hashes(tokens, bs, usize::MAX, &mut hashes);
+        let query = KvQuery {
+            model: req.model,
+            token_ids: tokens,
+            block_size: bs,
+            block_hashes: &hashes,
+        };
+        let mut matched = [0u32];
+        index.match_prefix(&query, &[cand], &mut matched);
+        let cached = (matched[0] as usize * bs).min(tokens.len());
+        (tokens.len() - cached) as u64
     }
 
     /// How many scores plugins returned outside `0..=100` or non-finite (clamped).

@@ -75,6 +75,16 @@ pub trait KvIndex: Send + Sync + fmt::Debug {
     /// Forgets everything about `endpoint`.
     fn remove_endpoint(&self, endpoint: &EndpointId);
 
+    /// Tokens per block of the hashes this index matches; `None` when it matches any block
+    /// size a query brings.
+    fn block_size(&self) -> Option<usize>;
+
+    /// The host sent a request with `query`'s prompt to `endpoint`. An index may count the
+    /// prompt's full blocks as held there *provisionally*, so that the next request with the
+    /// same prefix follows this one before the engine has computed and reported the blocks
+    /// (the engine's `BlockStored` event later confirms them). Default: nothing.
+    fn record_routed(&self, _endpoint: &EndpointId, _query: &KvQuery<'_>) {}
+
     /// Number of (endpoint, block) entries held.
     fn len(&self) -> usize;
 
@@ -93,10 +103,20 @@ pub trait KvIndex: Send + Sync + fmt::Debug {
 /// | `entries` (LRU, capacity `max_entries`) | (endpoint slot, engine hash) → chained token hash | resolves parents and removals; bounds memory |
 /// | `blocks` | chained token hash → [(endpoint slot, refcount)] | answers matches |
 /// | `slots` | [`EndpointId`] → slot number | interns ids |
+/// | `provisional` (LRU, capacity `max_entries`) | (endpoint slot, chained token hash) | blocks routed to an endpoint and not yet confirmed by its events |
 ///
 /// When `max_entries` is reached, storing a block evicts the least recently stored entry of
-/// any endpoint. Matching is `O(blocks matched × holders per block)`; removing an endpoint or
+/// any endpoint. Matching is `O(blocks matched × candidates)`; removing an endpoint or
 /// clearing it scans the entries (`O(max_entries)`), which only happens on pod churn.
+///
+/// Provisional entries ([`KvIndex::record_routed`]) make the router's own decisions count
+/// at once, as in Dynamo's approximate KV routing mode: without them a burst of requests
+/// sharing a new prefix scatters over the endpoints during the tens of milliseconds before
+/// the first engine reports its blocks. A `BlockStored` event for the same block and
+/// endpoint turns the provisional entry into a confirmed one; an entry never confirmed (the
+/// request failed or was cancelled before its prefill, the engine does not publish events)
+/// stays until the provisional LRU evicts it, or its endpoint is cleared or removed.
+///
 /// Memory is about 160 heap bytes per entry at capacity (measured by
 /// `benches/index_memory.rs`; see `docs/scheduler.md`).
 pub struct InMemoryKvIndex {
@@ -111,6 +131,8 @@ struct KvInner {
     cap: NonZeroUsize,
     /// Holders as (slot, refcount); two fit inline.
     blocks: FastMap<u64, SmallVec<[(u32, u32); 2]>>,
+    /// (slot, chained token hash) routed there and not yet confirmed by an event.
+    provisional: LruCache<(u32, u64), (), foldhash::fast::RandomState>,
 }
 
 impl fmt::Debug for InMemoryKvIndex {
@@ -151,6 +173,7 @@ impl InMemoryKvIndex {
                 entries: LruCache::unbounded_with_hasher(foldhash::fast::RandomState::default()),
                 cap,
                 blocks: FastMap::default(),
+                provisional: LruCache::unbounded_with_hasher(foldhash::fast::RandomState::default()),
             }),
         })
     }
@@ -167,6 +190,15 @@ impl InMemoryKvIndex {
             .unwrap_or_else(PoisonError::into_inner)
             .cap
             .get()
+    }
+
+    /// Number of provisional (routed, not yet confirmed) (endpoint, block) entries.
+    pub fn provisional_len(&self) -> usize {
+        self.inner
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .provisional
+            .len()
     }
 
     /// Number of distinct block hashes held by at least one endpoint.
@@ -213,6 +245,15 @@ impl KvInner {
     }
 
     fn clear_slot(&mut self, slot: u32) {
+        let prov: Vec<(u32, u64)> = self
+            .provisional
+            .iter()
+            .filter(|((s, _), _)| *s == slot)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in prov {
+            self.provisional.pop(&k);
+        }
         let keys: Vec<(u32, u64)> = self
             .entries
             .iter()
@@ -277,6 +318,7 @@ impl KvIndex for InMemoryKvIndex {
                         None => {}
                     }
                     g.hold(slot, local);
+                    g.provisional.pop(&(slot, local));
                 }
             }
             KvEvent::BlockRemoved { block_hashes } => {
@@ -304,36 +346,55 @@ impl KvIndex for InMemoryKvIndex {
             return;
         }
         let g = self.inner.read().unwrap_or_else(PoisonError::into_inner);
-        // slot → candidate index + 1 (0: not a candidate).
-        let mut by_slot = vec![0u32; g.next_slot as usize];
-        let mut any = false;
-        for (i, c) in cands.iter().enumerate() {
-            if let Some(&s) = g.slots.get(&c.id) {
-                by_slot[s as usize] = u32::try_from(i + 1).unwrap_or(0);
-                any = true;
+        // (candidate index, slot) of the candidates still matching.
+        let mut active: SmallVec<[(usize, u32); 8]> = cands
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| g.slots.get(&c.id).map(|s| (i, *s)))
+            .collect();
+        let check_provisional = !g.provisional.is_empty();
+        for (n, h) in query.block_hashes.iter().enumerate() {
+            if active.is_empty() {
+                break;
             }
+            let holders = g.blocks.get(h);
+            let n = u32::try_from(n + 1).unwrap_or(u32::MAX);
+            active.retain(|(ci, slot)| {
+                let held = holders.is_some_and(|hs| hs.iter().any(|(s, _)| s == slot))
+                    || (check_provisional && g.provisional.peek(&(*slot, *h)).is_some());
+                if held {
+                    out[*ci] = n;
+                }
+                held
+            });
         }
-        if !any {
+    }
+
+    fn record_routed(&self, endpoint: &EndpointId, query: &KvQuery<'_>) {
+        if query.block_size != self.block_size {
             return;
         }
-        // A candidate is still matching at block n iff out[i] == n.
-        for (n, h) in query.block_hashes.iter().enumerate() {
-            let Some(holders) = g.blocks.get(h) else {
-                break;
-            };
-            let n = u32::try_from(n).unwrap_or(u32::MAX);
-            let mut extended = false;
-            for (s, _) in holders {
-                let ci = by_slot[*s as usize];
-                if ci != 0 && out[ci as usize - 1] == n {
-                    out[ci as usize - 1] = n + 1;
-                    extended = true;
-                }
-            }
-            if !extended {
-                break;
+        let full = (query.token_ids.len() / self.block_size).min(query.block_hashes.len());
+        if full == 0 {
+            return;
+        }
+        let mut g = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        let slot = g.slot(endpoint);
+        let cap = g.cap.get();
+        // Last block first, so that the LRU keeps a prompt's shorter prefixes longest.
+        for h in query.block_hashes[..full].iter().rev() {
+            let confirmed = g
+                .blocks
+                .get(h)
+                .is_some_and(|hs| hs.iter().any(|(s, _)| *s == slot));
+            if !confirmed {
+                crate::plugins::push_bounded(&mut g.provisional, cap, (slot, *h), ());
             }
         }
+    }
+
+    fn block_size(&self) -> Option<usize> {
+        Some(self.block_size)
     }
 
     fn remove_endpoint(&self, endpoint: &EndpointId) {

@@ -69,9 +69,9 @@ pub use framework::{
 pub use hash::{TOKEN_CHAIN_ROOT, prefix_block_hashes, token_block_hash, token_block_hashes};
 pub use kv_index::{InMemoryKvIndex, KvEvent, KvIndex, KvQuery};
 pub use plugins::{
-    GpuUsage, KvCacheAware, KvCacheAwareArgs, LeastLatency, LeastLatencyArgs, LeastRequest,
-    LeastRequestArgs, LoadImbalance, LoadImbalanceArgs, LoraAffinity, PrefixCache, PrefixCacheArgs,
-    PrefixStore, Random,
+    GpuUsage, KvCacheAware, KvCacheAwareArgs, LeastLatency, LeastLatencyArgs, LeastPrefill,
+    LeastPrefillArgs, LeastRequest, LeastRequestArgs, LoadImbalance, LoadImbalanceArgs,
+    LoraAffinity, PrefixCache, PrefixCacheArgs, PrefixStore, Random,
 };
 pub use types::{Candidate, Completion, EndpointId, Metrics, PdMember, PdRole, Request};
 

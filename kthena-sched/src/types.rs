@@ -79,6 +79,15 @@ pub struct Metrics {
     /// Mean time per output token (inter-token latency) in milliseconds; `None` (or `<= 0`)
     /// means "no data yet".
     pub tpot_ms: Option<f64>,
+    /// Requests the host has sent to this endpoint that have not yet returned their first
+    /// response byte (host-tracked, like `in_flight`): the engine's prefill queue as seen
+    /// from the router, without a scrape's delay.
+    pub awaiting_first_token: u32,
+    /// Prompt tokens those requests still have to prefill, in tokens: for each, its prompt
+    /// length minus what the KV index said the endpoint held when it was sent
+    /// ([`Scheduler::cached_tokens`](crate::Scheduler::cached_tokens)). Read by
+    /// `least-prefill`.
+    pub pending_prefill_tokens: u64,
 }
 
 /// The role of an endpoint in prefill/decode disaggregation (spec §3.1 step 3).

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use kthena_sched::{
     Candidate, Config, EndpointId, FilterPlugin, GpuUsage, InMemoryKvIndex, KvCacheAware,
-    KvCacheAwareArgs, KvEvent, KvIndex, LeastLatency, LeastLatencyArgs, LeastRequest,
-    LeastRequestArgs, LoadImbalance, LoadImbalanceArgs, LoraAffinity, Metrics, PrefixCache,
-    PrefixCacheArgs, Random, Request, Scheduler, ScorePlugin,
+    KvCacheAwareArgs, KvEvent, KvIndex, LeastLatency, LeastLatencyArgs, LeastPrefill,
+    LeastPrefillArgs, LeastRequest, LeastRequestArgs, LoadImbalance, LoadImbalanceArgs,
+    LoraAffinity, Metrics, PrefixCache, PrefixCacheArgs, Random, Request, Scheduler, ScorePlugin,
 };
 use proptest::prelude::*;
 
@@ -28,15 +28,20 @@ fn metrics() -> impl Strategy<Value = Metrics> {
         prop_oneof![-1.0f64..2.0, Just(f64::NAN), Just(0.0), Just(1.0)],
         lat.clone(),
         lat,
+        prop_oneof![Just(0u64), 0u64..1_000_000, Just(u64::MAX)],
     )
-        .prop_map(|(in_flight, running, waiting, usage, ttft, tpot)| Metrics {
-            in_flight,
-            running_requests: running,
-            waiting_requests: waiting,
-            kv_cache_usage: usage,
-            ttft_ms: ttft,
-            tpot_ms: tpot,
-        })
+        .prop_map(
+            |(in_flight, running, waiting, usage, ttft, tpot, pending)| Metrics {
+                in_flight,
+                running_requests: running,
+                waiting_requests: waiting,
+                kv_cache_usage: usage,
+                ttft_ms: ttft,
+                tpot_ms: tpot,
+                awaiting_first_token: u32::from(pending > 0),
+                pending_prefill_tokens: pending,
+            },
+        )
 }
 
 fn candidates(max: usize) -> impl Strategy<Value = Vec<Candidate>> {
@@ -76,6 +81,16 @@ fn score_plugins() -> Vec<Box<dyn ScorePlugin>> {
                 KvCacheAwareArgs {
                     block_size_to_hash: 4,
                     ..KvCacheAwareArgs::default()
+                },
+                idx.clone(),
+            )
+            .unwrap(),
+        ),
+        Box::new(
+            LeastPrefill::new(
+                LeastPrefillArgs {
+                    block_size_to_hash: 4,
+                    ..LeastPrefillArgs::default()
                 },
                 idx,
             )

@@ -267,12 +267,21 @@ fn kvcache_aware_exposes_its_index() {
 #[test]
 fn injected_kv_index_is_used() {
     let idx: Arc<dyn KvIndex> = Arc::new(crate::InMemoryKvIndex::new(4, 16).unwrap());
-    let cfg = Config::from_yaml("plugins: {Score: {enabled: [{name: kvcache-aware}]}}").unwrap();
-    let s = Scheduler::builder(cfg)
+    let yaml = "pluginConfig: [{name: kvcache-aware, args: {blockSizeToHash: 4}}]
+plugins: {Score: {enabled: [{name: kvcache-aware}]}}";
+    let s = Scheduler::builder(Config::from_yaml(yaml).unwrap())
         .kv_index(idx.clone())
         .build()
         .unwrap();
     assert!(Arc::ptr_eq(s.kv_index().unwrap(), &idx));
+    // An injected index of another block size would never match: a load-time error.
+    let cfg = Config::from_yaml("plugins: {Score: {enabled: [{name: kvcache-aware}]}}").unwrap();
+    let err = Scheduler::builder(cfg).kv_index(idx).build().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid args for scheduler plugin \"kvcache-aware\": blockSizeToHash 16 differs from \
+         the shared KV index's block size 4"
+    );
 }
 
 fn pd(id: &str, role: PdRole, group: &str, u: f64) -> Candidate {
@@ -386,4 +395,59 @@ fn config_round_trips_through_serde() {
     assert_eq!(json["pluginConfig"][1]["args"]["TTFTTPOTWeightFactor"], 0.5);
     let back: Config = serde_json::from_value(json).unwrap();
     assert_eq!(back, cfg);
+}
+
+#[test]
+fn least_prefill_shares_the_kv_index_and_estimates_prefill_tokens() {
+    let s = section(
+        "pluginConfig:
+- {name: kvcache-aware, args: {blockSizeToHash: 4}}
+- {name: least-prefill, args: {blockSizeToHash: 4}}
+plugins: {Score: {enabled: [{name: kvcache-aware}, {name: least-prefill}]}}",
+    )
+    .unwrap();
+    let idx = s.kv_index().unwrap();
+    let tokens: Vec<u32> = (0..10).collect();
+    let req = Request::new("m").with_token_ids(&tokens);
+    let (a, b) = (Candidate::new("a", "m"), Candidate::new("b", "m"));
+    assert_eq!(s.prefill_tokens(&req, &a), 10);
+    // An engine event for b's first block: 10 − 4 tokens left to prefill there.
+    idx.apply(
+        &"b".into(),
+        &crate::KvEvent::BlockStored {
+            block_hashes: vec![1],
+            parent_block_hash: None,
+            token_ids: vec![0, 1, 2, 3],
+            block_size: 4,
+        },
+    )
+    .unwrap();
+    assert_eq!(s.prefill_tokens(&req, &b), 6);
+    // Routing the request to a records both full blocks there (by both plugins).
+    s.on_scheduled(&req, &a);
+    assert_eq!(s.prefill_tokens(&req, &a), 2);
+    // No token ids: ceil(bytes / 4).
+    assert_eq!(
+        s.prefill_tokens(&Request::new("m").with_prompt("12345"), &a),
+        2
+    );
+    // Without an index every token counts.
+    let plain = section("plugins: {Score: {enabled: [{name: random}]}}").unwrap();
+    assert_eq!(plain.prefill_tokens(&req, &a), 10);
+}
+
+#[test]
+fn kv_plugins_must_agree_on_the_block_size() {
+    let err = section(
+        "pluginConfig:
+- {name: kvcache-aware, args: {blockSizeToHash: 16}}
+- {name: least-prefill, args: {blockSizeToHash: 64}}
+plugins: {Score: {enabled: [{name: kvcache-aware}, {name: least-prefill}]}}",
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid args for scheduler plugin \"least-prefill\": blockSizeToHash 64 differs from \
+         the shared KV index's block size 16 (kvcache-aware's blockSizeToHash)"
+    );
 }

@@ -165,3 +165,66 @@ fn removed_endpoint_is_forgotten() {
             .is_err()
     );
 }
+
+#[test]
+fn routed_requests_count_before_the_engine_reports_them() {
+    let (idx, p, cands) = setup(100);
+    let tokens = [1, 2, 3, 4, 5];
+    // Nothing known: every candidate scores 0.
+    assert_eq!(scores(&p, &tokens, &cands).0, vec![0.0, 0.0, 0.0]);
+    // The router sent the prompt to b: its two full blocks count for b at once (the short
+    // last block [5] is never stored by an engine, so it is not recorded).
+    p.on_scheduled(&Request::new("m").with_token_ids(&tokens), &cands[1]);
+    assert_eq!(idx.provisional_len(), 2);
+    assert_eq!(idx.len(), 0);
+    assert_eq!(
+        scores(&p, &[1, 2, 3, 4, 9, 9], &cands),
+        (vec![0.0, 66.0, 0.0], Some(2.0 / 3.0))
+    );
+    // b's engine stores the first block: that entry is confirmed, the second still provisional.
+    idx.apply(&"b".into(), &stored(&[901], None, &[1, 2]))
+        .unwrap();
+    assert_eq!((idx.len(), idx.provisional_len()), (1, 1));
+    assert_eq!(scores(&p, &[1, 2, 3, 4], &cands).0, vec![0.0, 100.0, 0.0]);
+    idx.apply(&"b".into(), &stored(&[902], Some(901), &[3, 4]))
+        .unwrap();
+    assert_eq!((idx.len(), idx.provisional_len()), (2, 0));
+    // The engine evicts the second block: the match shrinks to what the engine holds.
+    idx.apply(
+        &"b".into(),
+        &KvEvent::BlockRemoved {
+            block_hashes: vec![902],
+        },
+    )
+    .unwrap();
+    assert_eq!(scores(&p, &[1, 2, 3, 4], &cands).0, vec![0.0, 50.0, 0.0]);
+}
+
+#[test]
+fn provisional_entries_are_cleared_with_their_endpoint_and_bounded() {
+    let (idx, p, cands) = setup(3);
+    let req_tokens = [1, 2, 3, 4];
+    p.on_scheduled(&Request::new("m").with_token_ids(&req_tokens), &cands[0]);
+    p.on_scheduled(&Request::new("m").with_token_ids(&req_tokens), &cands[2]);
+    assert_eq!(idx.provisional_len(), 3);
+    // Four entries over a cap of 3: the least recently recorded one went. Blocks are
+    // recorded last block first, so that is a's [3,4]; a still matches one block, c both.
+    assert_eq!(scores(&p, &req_tokens, &cands).0, vec![50.0, 0.0, 100.0]);
+    idx.apply(&"c".into(), &KvEvent::AllBlocksCleared).unwrap();
+    assert_eq!(scores(&p, &req_tokens, &cands).0, vec![50.0, 0.0, 0.0]);
+    idx.remove_endpoint(&"a".into());
+    assert_eq!(idx.provisional_len(), 0);
+    assert_eq!(scores(&p, &req_tokens, &cands).0, vec![0.0, 0.0, 0.0]);
+    // A query of another block size records nothing.
+    let hashes = [7u64, 8];
+    idx.record_routed(
+        &"a".into(),
+        &KvQuery {
+            model: "m",
+            token_ids: &[1, 2, 3, 4, 5, 6, 7, 8],
+            block_size: 4,
+            block_hashes: &hashes,
+        },
+    );
+    assert_eq!(idx.provisional_len(), 0);
+}

@@ -118,6 +118,14 @@ impl KvCacheAware {
         if let Some(e) = err {
             return Err(e);
         }
+        if let Some(other) = index.block_size().filter(|b| *b != bs) {
+            return Err(invalid(
+                "kvcache-aware",
+                format!(
+                    "blockSizeToHash {bs} differs from the shared KV index's block size {other}"
+                ),
+            ));
+        }
         Self::new(args, index)
     }
 
@@ -159,6 +167,42 @@ impl ScorePlugin for KvCacheAware {
         }
         ScoreNote::with_match_ratio(longest as f64 / hashes.len() as f64)
     }
+
+    /// Records the prompt's full blocks as provisionally held by `chosen`
+    /// ([`KvIndex::record_routed`]).
+    fn on_scheduled(&self, req: &Request<'_>, chosen: &Candidate) {
+        let Some(tokens) = req.token_ids.filter(|t| !t.is_empty()) else {
+            return;
+        };
+        record_routed(
+            self.index.as_ref(),
+            req.model,
+            tokens,
+            self.args.block_size_to_hash,
+            self.args.max_blocks_to_match,
+            chosen,
+        );
+    }
+}
+
+/// Hashes `tokens` in blocks and tells `index` they were routed to `chosen`.
+pub(crate) fn record_routed(
+    index: &dyn KvIndex,
+    model: &str,
+    tokens: &[u32],
+    block_size: usize,
+    max_blocks: usize,
+    chosen: &Candidate,
+) {
+    let mut hashes = Vec::with_capacity(max_blocks.min(1024));
+    token_block_hashes(tokens, block_size, max_blocks, &mut hashes);
+    let query = KvQuery {
+        model,
+        token_ids: tokens,
+        block_size,
+        block_hashes: &hashes,
+    };
+    index.record_routed(&chosen.id, &query);
 }
 
 /// Stand-in used only while an index construction error is being returned.
@@ -173,6 +217,9 @@ impl KvIndex for Unavailable {
         out.fill(0);
     }
     fn remove_endpoint(&self, _: &crate::EndpointId) {}
+    fn block_size(&self) -> Option<usize> {
+        None
+    }
     fn len(&self) -> usize {
         0
     }

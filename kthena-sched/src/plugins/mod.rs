@@ -1,11 +1,14 @@
 //! The built-in plugins.
 
 mod kvcache_aware;
+mod least_prefill;
 mod load;
 mod prefix_cache;
 mod simple;
 
 pub use kvcache_aware::{KvCacheAware, KvCacheAwareArgs};
+pub(crate) use least_prefill::estimated_tokens;
+pub use least_prefill::{LeastPrefill, LeastPrefillArgs};
 pub use load::{LoadImbalance, LoadImbalanceArgs};
 pub use prefix_cache::{PrefixCache, PrefixCacheArgs, PrefixStore};
 pub use simple::{
@@ -60,6 +63,10 @@ pub(crate) fn register_builtin(r: &mut Registry) {
     r.register_score("kvcache-aware", |a, ctx| {
         let args: KvCacheAwareArgs = parse_args("kvcache-aware", a)?;
         KvCacheAware::from_context(args, ctx).map(|p| Box::new(p) as _)
+    });
+    r.register_score("least-prefill", |a, ctx| {
+        let args: LeastPrefillArgs = parse_args("least-prefill", a)?;
+        LeastPrefill::from_context(args, ctx).map(|p| Box::new(p) as _)
     });
 }
 

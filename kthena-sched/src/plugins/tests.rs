@@ -336,3 +336,57 @@ fn kvcache_aware_args_validation() {
         .unwrap_err();
     assert!(e.to_string().contains("unknown field `blockSize`"), "{e}");
 }
+
+fn pending(tokens: u64) -> Metrics {
+    Metrics {
+        pending_prefill_tokens: tokens,
+        ..Metrics::default()
+    }
+}
+
+#[test]
+fn least_prefill_cost_formula() {
+    let idx: std::sync::Arc<dyn crate::KvIndex> =
+        std::sync::Arc::new(crate::InMemoryKvIndex::new(4, 100).unwrap());
+    let p = LeastPrefill::new(
+        LeastPrefillArgs {
+            block_size_to_hash: 4,
+            ..LeastPrefillArgs::default()
+        },
+        idx,
+    )
+    .unwrap();
+    let tokens: Vec<u32> = (0..10).collect();
+    let req = Request::new("m").with_token_ids(&tokens);
+    let cands = [cand("a", pending(0)), cand("b", pending(20))];
+    // Nothing cached: cost a = 0 + 2×10 + 1 = 21, b = 20 + 20 + 1 = 41.
+    assert_eq!(scores(&p, &req, &cands), vec![100.0, 100.0 * 21.0 / 41.0]);
+    // b got the request (provisionally holds blocks [0..4) and [4..8)): its cost is now
+    // 20 + 2×(10 − 8) + 1 = 25 against a's 21, so a still wins, by less.
+    p.on_scheduled(&req, &cands[1]);
+    assert_eq!(scores(&p, &req, &cands), vec![100.0, 100.0 * 21.0 / 25.0]);
+    // With 10 tokens queued on b instead, b's cost (15) beats a's (21).
+    let cands = [cand("a", pending(0)), cand("b", pending(10))];
+    assert_eq!(scores(&p, &req, &cands), vec![100.0 * 15.0 / 21.0, 100.0]);
+    // No token ids: ceil(bytes / 4) tokens, no cache: a = 2×3 + 1 = 7, b = 10 + 6 + 1 = 17.
+    let req = Request::new("m").with_prompt("0123456789");
+    assert_eq!(scores(&p, &req, &cands), vec![100.0, 100.0 * 7.0 / 17.0]);
+}
+
+#[test]
+fn least_prefill_rejects_bad_args() {
+    let idx: std::sync::Arc<dyn crate::KvIndex> =
+        std::sync::Arc::new(crate::InMemoryKvIndex::new(16, 100).unwrap());
+    for w in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        let args = LeastPrefillArgs {
+            uncached_weight: w,
+            ..LeastPrefillArgs::default()
+        };
+        assert!(LeastPrefill::new(args, idx.clone()).is_err(), "{w}");
+    }
+    let args = LeastPrefillArgs {
+        block_size_to_hash: 0,
+        ..LeastPrefillArgs::default()
+    };
+    assert!(LeastPrefill::new(args, idx).is_err());
+}

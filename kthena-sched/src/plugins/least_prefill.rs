@@ -1,0 +1,241 @@
+//! `least-prefill`: scores endpoints by how soon they would finish this request's prefill:
+//! the prompt tokens already waiting for prefill there, plus this request's tokens the
+//! endpoint does not hold in its KV cache. Not in Go Kthena.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::invalid;
+use super::kvcache_aware::record_routed;
+use crate::Result;
+use crate::framework::{BuildContext, ScoreNote, ScorePlugin};
+use crate::hash::token_block_hashes;
+use crate::kv_index::{InMemoryKvIndex, KvIndex, KvQuery};
+use crate::types::{Candidate, Request};
+
+/// Args of `least-prefill`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct LeastPrefillArgs {
+    /// Tokens per block; must equal the engines' KV block size, and `kvcache-aware`'s
+    /// `blockSizeToHash` when both are configured (they share one index). Default 16.
+    pub block_size_to_hash: usize,
+    /// At most this many leading blocks are matched. Default 1024 (16,384 tokens at the
+    /// default block size).
+    pub max_blocks_to_match: usize,
+    /// Weight of the request's own uncached tokens against the tokens already queued, a
+    /// factor `> 0`. At 1 the plugin picks the endpoint where this request's first token
+    /// comes soonest; above 1 it prefers the endpoint that already holds the prefix even
+    /// when that one is busier, because tokens computed twice on two endpoints cost every
+    /// later request of the prefix too. Default 2.
+    pub uncached_weight: f64,
+    /// Cap of the in-memory index when this plugin creates it (when `kvcache-aware` is not
+    /// configured), in (endpoint, block) entries. Default 1,048,576.
+    pub max_index_entries: usize,
+}
+
+impl Default for LeastPrefillArgs {
+    /// `blockSizeToHash: 16, maxBlocksToMatch: 1024, uncachedWeight: 2,
+    /// maxIndexEntries: 1048576`.
+    fn default() -> Self {
+        Self {
+            block_size_to_hash: 16,
+            max_blocks_to_match: 1024,
+            uncached_weight: 2.0,
+            max_index_entries: 1 << 20,
+        }
+    }
+}
+
+impl LeastPrefillArgs {
+    /// Checks every value.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgs`](crate::Error::InvalidArgs) for a zero block size, block count
+    /// or index cap, or an `uncachedWeight` that is not a finite number `> 0`.
+    pub fn validate(self) -> Result<Self> {
+        for (k, v) in [
+            ("blockSizeToHash", self.block_size_to_hash),
+            ("maxBlocksToMatch", self.max_blocks_to_match),
+            ("maxIndexEntries", self.max_index_entries),
+        ] {
+            if v == 0 {
+                return Err(invalid("least-prefill", format!("{k} must be > 0")));
+            }
+        }
+        if !(self.uncached_weight.is_finite() && self.uncached_weight > 0.0) {
+            return Err(invalid(
+                "least-prefill",
+                format!(
+                    "uncachedWeight must be a number > 0, got {}",
+                    self.uncached_weight
+                ),
+            ));
+        }
+        Ok(self)
+    }
+}
+
+/// `least-prefill`: a cost-based score plugin that joins cache affinity and load.
+///
+/// For each candidate `i` it estimates the prefill work ahead of the request's first token,
+/// in tokens:
+///
+/// ```text
+/// cost_i = pending_prefill_tokens_i + uncachedWeight × (prompt_tokens − cached_tokens_i) + 1
+/// score_i = 100 × min_j(cost_j) / cost_i
+/// ```
+///
+/// `pending_prefill_tokens_i` is the host-tracked [`Metrics::pending_prefill_tokens`]
+/// (requests sent and not yet answered with a first byte); `cached_tokens_i` is the
+/// candidate's contiguous prefix match in the shared [`KvIndex`] times the block size, the
+/// same index `kvcache-aware` uses (fed by KV events), created here when `kvcache-aware` is
+/// not configured. The plugin records every routed request in the index
+/// ([`KvIndex::record_routed`]), so it also works without KV events, like Dynamo's
+/// approximate mode. A request without token ids counts `ceil(prompt bytes / 4)` tokens
+/// (Go Kthena's input-token estimate) and no cache.
+///
+/// The cost follows the KV router of NVIDIA Dynamo (`kv_router/scheduler.rs`: overlap
+/// weight × prefill blocks + decode blocks) with the decode term left to other plugins
+/// (`least-request`) and the prefill queue counted by the router instead of scraped, so it
+/// reacts within one request instead of one scrape interval.
+///
+/// [`Metrics::pending_prefill_tokens`]: crate::Metrics::pending_prefill_tokens
+#[derive(Debug)]
+pub struct LeastPrefill {
+    args: LeastPrefillArgs,
+    index: Arc<dyn KvIndex>,
+}
+
+impl LeastPrefill {
+    /// A plugin over `index`.
+    ///
+    /// # Errors
+    /// As [`LeastPrefillArgs::validate`].
+    pub fn new(args: LeastPrefillArgs, index: Arc<dyn KvIndex>) -> Result<Self> {
+        Ok(Self {
+            args: args.validate()?,
+            index,
+        })
+    }
+
+    pub(crate) fn from_context(args: LeastPrefillArgs, ctx: &BuildContext) -> Result<Self> {
+        let args = args.validate()?;
+        let (bs, cap) = (args.block_size_to_hash, args.max_index_entries);
+        let mut err = None;
+        let index = ctx.kv_index_or_init(|| match InMemoryKvIndex::new(bs, cap) {
+            Ok(i) => Arc::new(i),
+            Err(e) => {
+                err = Some(e);
+                Arc::new(InMemoryKvIndexStandIn)
+            }
+        });
+        if let Some(e) = err {
+            return Err(e);
+        }
+        if let Some(other) = index.block_size().filter(|b| *b != bs) {
+            return Err(invalid(
+                "least-prefill",
+                format!(
+                    "blockSizeToHash {bs} differs from the shared KV index's block size \
+                     {other} (kvcache-aware's blockSizeToHash)"
+                ),
+            ));
+        }
+        Self::new(args, index)
+    }
+
+    /// The index this plugin reads.
+    pub fn index(&self) -> &Arc<dyn KvIndex> {
+        &self.index
+    }
+}
+
+/// `ceil(bytes / 4)`: Go Kthena's token estimate for a prompt it did not tokenize.
+pub(crate) fn estimated_tokens(prompt_bytes: usize) -> usize {
+    prompt_bytes.div_ceil(4)
+}
+
+impl ScorePlugin for LeastPrefill {
+    fn name(&self) -> &'static str {
+        "least-prefill"
+    }
+
+    fn score(&self, req: &Request<'_>, cands: &[&Candidate], out: &mut [f64]) -> ScoreNote {
+        let w = self.args.uncached_weight;
+        let mut note = ScoreNote::default();
+        let mut cost = vec![0.0f64; cands.len()];
+        match req.token_ids.filter(|t| !t.is_empty()) {
+            Some(tokens) => {
+                let bs = self.args.block_size_to_hash;
+                let mut hashes = Vec::with_capacity(self.args.max_blocks_to_match.min(1024));
+                token_block_hashes(tokens, bs, self.args.max_blocks_to_match, &mut hashes);
+                let query = KvQuery {
+                    model: req.model,
+                    token_ids: tokens,
+                    block_size: bs,
+                    block_hashes: &hashes,
+                };
+                let mut matched = vec![0u32; cands.len()];
+                self.index.match_prefix(&query, cands, &mut matched);
+                let mut longest = 0usize;
+                for ((c, m), cand) in cost.iter_mut().zip(&matched).zip(cands) {
+                    let cached = (*m as usize * bs).min(tokens.len());
+                    longest = longest.max(*m as usize);
+                    *c = cand.metrics.pending_prefill_tokens as f64
+                        + w * (tokens.len() - cached) as f64
+                        + 1.0;
+                }
+                if !hashes.is_empty() {
+                    note = ScoreNote::with_match_ratio(longest as f64 / hashes.len() as f64);
+                }
+            }
+            None => {
+                let own = w * estimated_tokens(req.prompt.len()) as f64;
+                for (c, cand) in cost.iter_mut().zip(cands) {
+                    *c = cand.metrics.pending_prefill_tokens as f64 + own + 1.0;
+                }
+            }
+        }
+        let min = cost.iter().copied().fold(f64::INFINITY, f64::min);
+        for (o, c) in out.iter_mut().zip(&cost) {
+            *o = 100.0 * min / c;
+        }
+        note
+    }
+
+    /// Records the prompt's full blocks as provisionally held by `chosen`.
+    fn on_scheduled(&self, req: &Request<'_>, chosen: &Candidate) {
+        if let Some(tokens) = req.token_ids.filter(|t| !t.is_empty()) {
+            record_routed(
+                self.index.as_ref(),
+                req.model,
+                tokens,
+                self.args.block_size_to_hash,
+                self.args.max_blocks_to_match,
+                chosen,
+            );
+        }
+    }
+}
+
+/// Stand-in used only while an index construction error is being returned.
+#[derive(Debug)]
+struct InMemoryKvIndexStandIn;
+
+impl KvIndex for InMemoryKvIndexStandIn {
+    fn apply(&self, _: &crate::EndpointId, _: &crate::KvEvent) -> Result<()> {
+        Ok(())
+    }
+    fn match_prefix(&self, _: &KvQuery<'_>, _: &[&Candidate], out: &mut [u32]) {
+        out.fill(0);
+    }
+    fn remove_endpoint(&self, _: &crate::EndpointId) {}
+    fn block_size(&self) -> Option<usize> {
+        None
+    }
+    fn len(&self) -> usize {
+        0
+    }
+}
