@@ -13,7 +13,7 @@ use anyhow::{Context as _, bail};
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use kthena_bench::report::{self, PolicyResult};
-use kthena_bench::scenario::{self, Policy, Scenario};
+use kthena_bench::scenario::{self, BENCH_GPU_BLOCKS, Policy, Scenario};
 use kthena_bench::workload::{Workload, poisson_arrivals};
 use tracing_subscriber::EnvFilter;
 
@@ -60,10 +60,11 @@ struct Args {
     /// Engines behind the router.
     #[arg(long, default_value_t = 3)]
     engines: usize,
-    /// KV-cache size of each engine, in blocks of 16 tokens [default: the simulator's
-    /// profile].
-    #[arg(long)]
-    num_gpu_blocks: Option<usize>,
+    /// KV-cache size of each engine, in blocks of 16 tokens. The default, 28,000 blocks
+    /// (448,000 tokens), is what vLLM leaves for the KV cache of a 7B model (57,344 B/token) on
+    /// a 48 GB GPU at `gpu_memory_utilization` 0.9; 62000 is the simulator's H100 profile.
+    #[arg(long, default_value_t = BENCH_GPU_BLOCKS)]
+    num_gpu_blocks: usize,
     /// Only these policies (comma separated names as in the report; `best` for the best
     /// combination, `direct` for the single-engine anchor).
     #[arg(long, value_delimiter = ',')]
@@ -266,9 +267,7 @@ fn sim_config(args: &Args, kv_events: bool) -> kthena_sim::Config {
         .with_model(MODEL)
         .with_time_scale(args.time_scale);
     cfg.tokenizer.clone_from(&args.tokenizer);
-    if let Some(n) = args.num_gpu_blocks {
-        cfg.profile.num_gpu_blocks = n;
-    }
+    cfg.profile.num_gpu_blocks = args.num_gpu_blocks;
     if kv_events {
         cfg.kv_events_port = Some(0);
     }
