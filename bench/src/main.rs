@@ -111,6 +111,11 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    // Client, router and engines share this process: every routed request holds four of its
+    // sockets. Raise the soft open-files limit to the hard one, as the router binary does.
+    if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
+        tracing::warn!(error = %e, "Cannot raise the open-files limit");
+    }
     if !(args.time_scale.is_finite() && args.time_scale > 0.0) {
         bail!("--time-scale must be a positive number");
     }

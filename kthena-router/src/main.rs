@@ -34,6 +34,7 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    raise_open_files_limit();
     let overrides = Overrides {
         port: args.port,
         metrics_port: args.metrics_port,
@@ -71,5 +72,20 @@ fn main() -> ExitCode {
             tracing::error!(error = %e, "Router failed");
             ExitCode::from(1)
         }
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit, as the Go runtime does for Go
+/// Kthena's router: every proxied request holds two sockets, and the usual soft limit of
+/// 1,024 would refuse connections at about 500 concurrent requests.
+fn raise_open_files_limit() {
+    let before = rlimit::getrlimit(rlimit::Resource::NOFILE).map(|(soft, _)| soft);
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(now) => {
+            if before.as_ref().is_ok_and(|b| *b < now) {
+                tracing::debug!(before = ?before.ok(), now, "Raised the open-files limit");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "Cannot raise the open-files limit"),
     }
 }

@@ -1,0 +1,74 @@
+//! The `kthena-router` binary as a process: exit codes and the open-files limit.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// `(soft, hard)` "Max open files" of a running process, from `/proc/PID/limits`.
+fn open_files_limit(pid: u32) -> (u64, u64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let nums: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    (nums[0], nums[1])
+}
+
+/// A configuration error exits with 64 and names the file.
+#[test]
+fn missing_config_exits_64() {
+    let out = Command::new(env!("CARGO_BIN_EXE_kthena-router"))
+        .args(["--config", "/nonexistent/router.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent/router.yaml"), "{err}");
+}
+
+/// Started with a low soft limit on open files (as many systems default to 1,024), the router
+/// raises it to the hard limit, as Go programs do.
+#[test]
+fn raises_the_open_files_limit_to_the_hard_limit() {
+    let hard = open_files_limit(std::process::id()).1;
+    assert!(
+        hard > 256,
+        "this test needs a hard limit above 256, got {hard}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("router.yaml");
+    std::fs::write(&cfg, "standalone:\n  manifests: []\n  endpoints: []\n").unwrap();
+    // prlimit (util-linux) starts the router with a soft limit of 256.
+    let mut child = Command::new("prlimit")
+        .arg(format!("--nofile=256:{hard}"))
+        .arg(env!("CARGO_BIN_EXE_kthena-router"))
+        .args(["--config"])
+        .arg(&cfg)
+        .args(["--port", "0", "--metrics-port", "0", "--debug-port", "0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut seen = (0, 0);
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(20));
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("router exited early: {status}");
+        }
+        // Until prlimit has exec'd the router, /proc shows prlimit's own limits.
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+        if exe.ends_with("kthena-router") {
+            seen = open_files_limit(pid);
+            if seen.0 == hard {
+                break;
+            }
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(seen, (hard, hard));
+}
