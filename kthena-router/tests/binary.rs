@@ -5,11 +5,11 @@ use std::time::Duration;
 
 /// `(soft, hard)` "Max open files" of a running process, from `/proc/PID/limits`.
 fn open_files_limit(pid: u32) -> (u64, u64) {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("/proc/PID/limits");
     let line = text
         .lines()
         .find(|l| l.starts_with("Max open files"))
-        .unwrap();
+        .expect("a Max open files line");
     let nums: Vec<u64> = line
         .split_whitespace()
         .filter_map(|w| w.parse().ok())

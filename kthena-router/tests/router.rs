@@ -925,7 +925,8 @@ scheduler:
     let url = format!("{}/v1/completions", r.url());
     let body = serde_json::json!({"model": "m", "prompt": "one two three four five six seven eight", "max_tokens": 2}).to_string();
     // Both idle: the tie goes to the first id, the slow engine, which holds the answer back.
-    let first = tokio::spawn({
+    let mut first = tokio::task::JoinSet::new();
+    first.spawn({
         let (url, body) = (url.clone(), body.clone());
         async move { post(&url, body, &[]).await }
     });
@@ -946,7 +947,7 @@ scheduler:
     // The same prompt again: the slow engine has its tokens queued, the fast one nothing.
     let (status, _, _) = post(&url, body.clone(), &[]).await;
     assert_eq!(status, StatusCode::OK);
-    let (status, _, _) = first.await.unwrap();
+    let (status, _, _) = first.join_next().await.unwrap().unwrap();
     assert_eq!(status, StatusCode::OK);
     let log = r.access_log();
     let pods_used: Vec<&str> = log
