@@ -106,26 +106,12 @@ impl KvCacheAware {
 
     pub(crate) fn from_context(args: KvCacheAwareArgs, ctx: &BuildContext) -> Result<Self> {
         let args = args.validate()?;
-        let (bs, cap) = (args.block_size_to_hash, args.max_index_entries);
-        let mut err = None;
-        let index = ctx.kv_index_or_init(|| match InMemoryKvIndex::new(bs, cap) {
-            Ok(i) => Arc::new(i),
-            Err(e) => {
-                err = Some(e);
-                Arc::new(Unavailable)
-            }
-        });
-        if let Some(e) = err {
-            return Err(e);
-        }
-        if let Some(other) = index.block_size().filter(|b| *b != bs) {
-            return Err(invalid(
-                "kvcache-aware",
-                format!(
-                    "blockSizeToHash {bs} differs from the shared KV index's block size {other}"
-                ),
-            ));
-        }
+        let index = shared_index(
+            ctx,
+            "kvcache-aware",
+            args.block_size_to_hash,
+            args.max_index_entries,
+        )?;
         Self::new(args, index)
     }
 
@@ -145,27 +131,20 @@ impl ScorePlugin for KvCacheAware {
         let Some(tokens) = req.token_ids.filter(|t| !t.is_empty()) else {
             return ScoreNote::default();
         };
-        let mut hashes = Vec::with_capacity(self.args.max_blocks_to_match.min(1024));
-        token_block_hashes(
+        let (matched, total) = match_blocks(
+            self.index.as_ref(),
+            req.model,
             tokens,
             self.args.block_size_to_hash,
             self.args.max_blocks_to_match,
-            &mut hashes,
+            cands,
         );
-        let query = KvQuery {
-            model: req.model,
-            token_ids: tokens,
-            block_size: self.args.block_size_to_hash,
-            block_hashes: &hashes,
-        };
-        let mut matched = vec![0u32; cands.len()];
-        self.index.match_prefix(&query, cands, &mut matched);
         let mut longest = 0;
         for (o, m) in out.iter_mut().zip(&matched) {
             longest = longest.max(*m as usize);
-            *o = ratio_score(*m as usize, hashes.len());
+            *o = ratio_score(*m as usize, total);
         }
-        ScoreNote::with_match_ratio(longest as f64 / hashes.len() as f64)
+        ScoreNote::with_match_ratio(longest as f64 / total as f64)
     }
 
     /// Records the prompt's full blocks as provisionally held by `chosen`
@@ -185,6 +164,41 @@ impl ScorePlugin for KvCacheAware {
     }
 }
 
+/// The block hashes of `tokens` (at most `max_blocks` blocks of `block_size`) as a query.
+fn with_query<R>(
+    model: &str,
+    tokens: &[u32],
+    block_size: usize,
+    max_blocks: usize,
+    f: impl FnOnce(&KvQuery<'_>) -> R,
+) -> R {
+    let mut hashes = Vec::with_capacity(max_blocks.min(1024));
+    token_block_hashes(tokens, block_size, max_blocks, &mut hashes);
+    f(&KvQuery {
+        model,
+        token_ids: tokens,
+        block_size,
+        block_hashes: &hashes,
+    })
+}
+
+/// Each candidate's contiguous match in `index` (in blocks) and the number of blocks
+/// looked up (`>= 1` for non-empty `tokens`).
+pub(crate) fn match_blocks(
+    index: &dyn KvIndex,
+    model: &str,
+    tokens: &[u32],
+    block_size: usize,
+    max_blocks: usize,
+    cands: &[&Candidate],
+) -> (Vec<u32>, usize) {
+    with_query(model, tokens, block_size, max_blocks, |q| {
+        let mut matched = vec![0u32; cands.len()];
+        index.match_prefix(q, cands, &mut matched);
+        (matched, q.block_hashes.len())
+    })
+}
+
 /// Hashes `tokens` in blocks and tells `index` they were routed to `chosen`.
 pub(crate) fn record_routed(
     index: &dyn KvIndex,
@@ -194,15 +208,49 @@ pub(crate) fn record_routed(
     max_blocks: usize,
     chosen: &Candidate,
 ) {
-    let mut hashes = Vec::with_capacity(max_blocks.min(1024));
-    token_block_hashes(tokens, block_size, max_blocks, &mut hashes);
-    let query = KvQuery {
-        model,
-        token_ids: tokens,
-        block_size,
-        block_hashes: &hashes,
-    };
-    index.record_routed(&chosen.id, &query);
+    with_query(model, tokens, block_size, max_blocks, |q| {
+        index.record_routed(&chosen.id, q);
+    });
+}
+
+/// The KV index shared by the plugins of one scheduler: the host's, or an
+/// [`InMemoryKvIndex`] of `block_size` and `cap` created by the first plugin that asks.
+///
+/// # Errors
+/// [`Error::InvalidArgs`](crate::Error::InvalidArgs) for `plugin` when the index cannot be
+/// created or its block size differs from `block_size` (it would never match).
+pub(crate) fn shared_index(
+    ctx: &BuildContext,
+    plugin: &str,
+    block_size: usize,
+    cap: usize,
+) -> Result<Arc<dyn KvIndex>> {
+    let mut err = None;
+    let index = ctx.kv_index_or_init(|| match InMemoryKvIndex::new(block_size, cap) {
+        Ok(i) => Arc::new(i),
+        Err(e) => {
+            err = Some(e);
+            Arc::new(Unavailable)
+        }
+    });
+    if let Some(e) = err {
+        return Err(e);
+    }
+    if let Some(other) = index.block_size().filter(|b| *b != block_size) {
+        let hint = if plugin == "kvcache-aware" {
+            String::new()
+        } else {
+            " (kvcache-aware's blockSizeToHash)".to_owned()
+        };
+        return Err(invalid(
+            plugin,
+            format!(
+                "blockSizeToHash {block_size} differs from the shared KV index's block size \
+                 {other}{hint}"
+            ),
+        ));
+    }
+    Ok(index)
 }
 
 /// Stand-in used only while an index construction error is being returned.

@@ -7,11 +7,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::invalid;
-use super::kvcache_aware::record_routed;
+use super::kvcache_aware::{match_blocks, record_routed, shared_index};
 use crate::Result;
 use crate::framework::{BuildContext, ScoreNote, ScorePlugin};
-use crate::hash::token_block_hashes;
-use crate::kv_index::{InMemoryKvIndex, KvIndex, KvQuery};
+use crate::kv_index::KvIndex;
 use crate::types::{Candidate, Request};
 
 /// Args of `least-prefill`.
@@ -122,27 +121,12 @@ impl LeastPrefill {
 
     pub(crate) fn from_context(args: LeastPrefillArgs, ctx: &BuildContext) -> Result<Self> {
         let args = args.validate()?;
-        let (bs, cap) = (args.block_size_to_hash, args.max_index_entries);
-        let mut err = None;
-        let index = ctx.kv_index_or_init(|| match InMemoryKvIndex::new(bs, cap) {
-            Ok(i) => Arc::new(i),
-            Err(e) => {
-                err = Some(e);
-                Arc::new(InMemoryKvIndexStandIn)
-            }
-        });
-        if let Some(e) = err {
-            return Err(e);
-        }
-        if let Some(other) = index.block_size().filter(|b| *b != bs) {
-            return Err(invalid(
-                "least-prefill",
-                format!(
-                    "blockSizeToHash {bs} differs from the shared KV index's block size \
-                     {other} (kvcache-aware's blockSizeToHash)"
-                ),
-            ));
-        }
+        let index = shared_index(
+            ctx,
+            "least-prefill",
+            args.block_size_to_hash,
+            args.max_index_entries,
+        )?;
         Self::new(args, index)
     }
 
@@ -169,16 +153,14 @@ impl ScorePlugin for LeastPrefill {
         match req.token_ids.filter(|t| !t.is_empty()) {
             Some(tokens) => {
                 let bs = self.args.block_size_to_hash;
-                let mut hashes = Vec::with_capacity(self.args.max_blocks_to_match.min(1024));
-                token_block_hashes(tokens, bs, self.args.max_blocks_to_match, &mut hashes);
-                let query = KvQuery {
-                    model: req.model,
-                    token_ids: tokens,
-                    block_size: bs,
-                    block_hashes: &hashes,
-                };
-                let mut matched = vec![0u32; cands.len()];
-                self.index.match_prefix(&query, cands, &mut matched);
+                let (matched, total) = match_blocks(
+                    self.index.as_ref(),
+                    req.model,
+                    tokens,
+                    bs,
+                    self.args.max_blocks_to_match,
+                    cands,
+                );
                 let mut longest = 0usize;
                 for ((c, m), cand) in cost.iter_mut().zip(&matched).zip(cands) {
                     let cached = (*m as usize * bs).min(tokens.len());
@@ -187,8 +169,8 @@ impl ScorePlugin for LeastPrefill {
                         + w * (tokens.len() - cached) as f64
                         + 1.0;
                 }
-                if !hashes.is_empty() {
-                    note = ScoreNote::with_match_ratio(longest as f64 / hashes.len() as f64);
+                if total > 0 {
+                    note = ScoreNote::with_match_ratio(longest as f64 / total as f64);
                 }
             }
             None => {
@@ -217,25 +199,5 @@ impl ScorePlugin for LeastPrefill {
                 chosen,
             );
         }
-    }
-}
-
-/// Stand-in used only while an index construction error is being returned.
-#[derive(Debug)]
-struct InMemoryKvIndexStandIn;
-
-impl KvIndex for InMemoryKvIndexStandIn {
-    fn apply(&self, _: &crate::EndpointId, _: &crate::KvEvent) -> Result<()> {
-        Ok(())
-    }
-    fn match_prefix(&self, _: &KvQuery<'_>, _: &[&Candidate], out: &mut [u32]) {
-        out.fill(0);
-    }
-    fn remove_endpoint(&self, _: &crate::EndpointId) {}
-    fn block_size(&self) -> Option<usize> {
-        None
-    }
-    fn len(&self) -> usize {
-        0
     }
 }
