@@ -962,3 +962,70 @@ scheduler:
     assert_eq!(after["b-fast"], (0, 0));
     r.router.shutdown().await;
 }
+
+/// A streamed chat counts as awaiting its first token until the engine has prefilled the
+/// prompt, not merely until response headers or the chat role chunk arrive (vLLM sends the
+/// role chunk with the first token).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_request_awaits_its_first_token_through_the_prefill() {
+    let mut cfg = sim_config("m").with_time_scale(1.0);
+    // 600 ms of prefill for a prompt of about 300 tokens, in real time.
+    cfg.profile.prefill_per_token_ms = 2.0;
+    let sim = kthena_sim::spawn(cfg).await.unwrap();
+    let r = TestRouter::start(
+        "metricsScrapeInterval: 100ms
+scheduler:
+  plugins:
+    Score:
+      enabled:
+      - {name: least-prefill, weight: 1}
+",
+        &endpoint("e1", sim.addr(), "demo"),
+        &[
+            ("s.yaml", model_server("srv", "m", "demo", "")),
+            ("r.yaml", simple_route("route", "m", "srv")),
+        ],
+    )
+    .await;
+    r.wait_ready().await;
+    let pod = || async {
+        let (_, text) = get(&format!(
+            "http://{}/debug/config_dump/pods",
+            r.router.debug_addr
+        ))
+        .await;
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let m = &v["pods"][0]["metrics"];
+        (
+            m["awaitingFirstToken"].as_u64().unwrap(),
+            m["pendingPrefillTokens"].as_u64().unwrap(),
+        )
+    };
+    let text = "alpha beta gamma delta ".repeat(75);
+    let resp = post_stream(
+        &format!("{}/v1/chat/completions", r.url()),
+        chat("m", &text, true, 3),
+        &[],
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    // Headers are here; the prefill is not done: the request still awaits its first token.
+    let start = Instant::now();
+    let mut body = resp.into_body();
+    let (awaiting, pending) = pod().await;
+    assert_eq!(awaiting, 1);
+    assert!(pending >= 250, "{pending} tokens pending");
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300),
+        "first chunk after {waited:?}: {}",
+        String::from_utf8_lossy(&first)
+    );
+    assert_eq!(pod().await, (0, 0));
+    while let Some(f) = body.frame().await {
+        f.unwrap();
+    }
+    assert_eq!(pod().await, (0, 0));
+    r.router.shutdown().await;
+}

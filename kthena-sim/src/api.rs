@@ -1027,19 +1027,9 @@ async fn generate(s: Arc<Shared>, g: Gen) -> Response {
                 kv_transfer_params: None,
             }));
         }
+        // As vLLM (and SGLang) do, the chat role chunk leaves with the first token: a client
+        // (or a router) sees the first body byte when the prefill is done.
         loop {
-            for f in frames.drain(..) {
-                if drop_after.is_some_and(|k| sent >= k) {
-                    // Let the chunks already produced reach the socket, then abort.
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    let _ = send(Err(std::io::Error::other("injected connection drop"))).await;
-                    return;
-                }
-                if !send(Ok(f)).await {
-                    return;
-                }
-                sent += 1;
-            }
             let Some(Output { text, finished, .. }) = rx.recv().await else {
                 let _ = send(Err(std::io::Error::other("engine stopped"))).await;
                 return;
@@ -1073,6 +1063,7 @@ async fn generate(s: Arc<Shared>, g: Gen) -> Response {
                 prompt_text: None,
                 kv_transfer_params: None,
             }));
+            let last = finished.is_some();
             if let Some(f) = finished {
                 finish_pd(&s2, &g);
                 let kv = kv_transfer_out(&s2, &g, &f);
@@ -1091,18 +1082,20 @@ async fn generate(s: Arc<Shared>, g: Gen) -> Response {
                     }));
                 }
                 frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
-                for f in frames.drain(..) {
-                    if drop_after.is_some_and(|k| sent >= k) {
-                        // Let the chunks already produced reach the socket, then abort.
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        let _ = send(Err(std::io::Error::other("injected connection drop"))).await;
-                        return;
-                    }
-                    if !send(Ok(f)).await {
-                        return;
-                    }
-                    sent += 1;
+            }
+            for f in frames.drain(..) {
+                if drop_after.is_some_and(|k| sent >= k) {
+                    // Let the chunks already produced reach the socket, then abort.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    let _ = send(Err(std::io::Error::other("injected connection drop"))).await;
+                    return;
                 }
+                if !send(Ok(f)).await {
+                    return;
+                }
+                sent += 1;
+            }
+            if last {
                 return;
             }
         }
