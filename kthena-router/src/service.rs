@@ -399,6 +399,10 @@ async fn serve(
         ctx.entry.selected_pod = ep.name.clone();
         ctx.entry.upstream_attempts = attempt + 1;
         let guard = ep.begin_request(snap.scheduler.prefill_tokens(&sreq, &cands[idx]));
+        // Cache-affinity plugins learn the decision now, while the engine prefills, so that
+        // the next request with the same new prefix follows this one (Go Kthena's
+        // PostSchedule runs only after a successful answer).
+        snap.scheduler.on_scheduled(&sreq, &cands[idx]);
         ctx.set_upstream_active(true);
         let uri = format!("{}{pq}", ep.base_url());
         let mut up = Request::builder().method(Method::POST).uri(&uri);
@@ -450,7 +454,6 @@ async fn serve(
                 }
                 ctx.upstream_end = Some(Instant::now());
                 if status.is_success() {
-                    snap.scheduler.on_scheduled(&sreq, &cands[idx]);
                     ctx.sched = Some(SchedDone {
                         scheduler: Arc::clone(&snap.scheduler),
                         model: parsed.model.clone(),

@@ -1029,3 +1029,61 @@ scheduler:
     assert_eq!(pod().await, (0, 0));
     r.router.shutdown().await;
 }
+
+/// Requests that share a new prompt follow the first one while it is still being prefilled
+/// (the KV index's provisional entries are recorded when a request is sent, not when the
+/// engine answers), with no KV events at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_prefix_is_followed_before_the_first_answer() {
+    let sims = kthena_sim::spawn_many(
+        3,
+        sim_config("m").with_faults(kthena_sim::Faults {
+            first_byte_delay_ms: 1000,
+            ..kthena_sim::Faults::default()
+        }),
+    )
+    .await
+    .unwrap();
+    let eps: String = sims
+        .iter()
+        .enumerate()
+        .map(|(i, s)| endpoint(&format!("e{i}"), s.addr(), "demo"))
+        .collect();
+    let r = TestRouter::start(
+        "metricsScrapeInterval: 100ms
+scheduler:
+  plugins:
+    Score:
+      enabled:
+      - {name: least-request, weight: 1}
+      - {name: kvcache-aware, weight: 2}
+",
+        &eps,
+        &[
+            ("s.yaml", model_server("srv", "m", "demo", "")),
+            ("r.yaml", simple_route("route", "m", "srv")),
+        ],
+    )
+    .await;
+    r.wait_ready().await;
+    let url = format!("{}/v1/completions", r.url());
+    let prompt = "a shared system prompt that no engine has seen before ".repeat(20);
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..3 {
+        let body = serde_json::json!({"model": "m", "prompt": format!("{prompt}question {i}"), "max_tokens": 2}).to_string();
+        let url = url.clone();
+        tasks.spawn(async move { post(&url, body, &[]).await.0 });
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    while let Some(status) = tasks.join_next().await {
+        assert_eq!(status.unwrap(), StatusCode::OK);
+    }
+    let pods: Vec<String> = r
+        .access_log()
+        .iter()
+        .map(|l| l["selected_pod"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(pods.len(), 3);
+    assert!(pods.iter().all(|p| *p == pods[0]), "{pods:?}");
+    r.router.shutdown().await;
+}

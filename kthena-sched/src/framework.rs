@@ -50,8 +50,10 @@ pub trait ScorePlugin: Send + Sync + fmt::Debug {
     /// Writes one score per candidate into `out` and returns optional observations.
     fn score(&self, req: &Request<'_>, cands: &[&Candidate], out: &mut [f64]) -> ScoreNote;
 
-    /// The host sent `req` to `chosen` and it was accepted (Go Kthena `PostSchedule`):
-    /// cache-affinity plugins record what `chosen` now holds. Default: nothing.
+    /// The host sent `req` to `chosen` (Go Kthena's `PostSchedule`, which runs after a
+    /// successful answer; kthena-router calls it when it sends the request, so that affinity
+    /// covers the prefill): cache-affinity plugins record what `chosen` now holds. Default:
+    /// nothing.
     fn on_scheduled(&self, _req: &Request<'_>, _chosen: &Candidate) {}
 
     /// A scheduled request finished. Default: nothing.
