@@ -49,14 +49,14 @@ pub(crate) fn spawn_watcher(
                 ev = rx.recv() => ev,
             };
             let Some(ev) = ev else { return };
-            let mut relevant = is_relevant(&ev, &cfg_abs);
+            let mut relevant = is_relevant(&ev, &cfg_abs, &shared);
             // Debounce: collect events until the files are quiet.
             loop {
                 tokio::select! {
                     () = cancel.cancelled() => return,
                     () = tokio::time::sleep(DEBOUNCE) => break,
                     more = rx.recv() => match more {
-                        Some(ev) => relevant |= is_relevant(&ev, &cfg_abs),
+                        Some(ev) => relevant |= is_relevant(&ev, &cfg_abs, &shared),
                         None => return,
                     },
                 }
@@ -115,14 +115,24 @@ fn watch_all(w: &mut notify::RecommendedWatcher, watched: &mut HashSet<PathBuf>,
     }
 }
 
-fn is_relevant(ev: &notify::Event, cfg: &Path) -> bool {
+/// Whether an event touches the config file, a manifest file of the current snapshot, or a
+/// YAML/JSON file in a manifest folder it lists. Other files beside the config file (the
+/// config's folder is watched to see editors' atomic renames) do not trigger a reload.
+fn is_relevant(ev: &notify::Event, cfg: &Path, shared: &Shared) -> bool {
     if ev.kind.is_access() {
         return false;
     }
+    let snap = shared.snapshot.load();
     ev.paths.iter().any(|p| {
-        p == cfg
-            || p.extension()
-                .and_then(|x| x.to_str())
-                .is_some_and(|x| matches!(x, "yaml" | "yml" | "json"))
+        if p == cfg || snap.files.iter().any(|f| absolute(f) == *p) {
+            return true;
+        }
+        let manifest_like = p
+            .extension()
+            .and_then(|x| x.to_str())
+            .is_some_and(|x| matches!(x, "yaml" | "yml" | "json"));
+        manifest_like
+            && p.parent()
+                .is_some_and(|d| snap.dirs.iter().any(|m| absolute(m) == d))
     })
 }

@@ -1087,3 +1087,39 @@ scheduler:
     assert!(pods.iter().all(|p| *p == pods[0]), "{pods:?}");
     r.router.shutdown().await;
 }
+
+/// Files beside the config file that are neither the config nor a manifest do not reload the
+/// router; a manifest change still does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unrelated_files_beside_the_config_do_not_reload() {
+    let sim = kthena_sim::spawn(sim_config("m")).await.unwrap();
+    let r = TestRouter::start(
+        "metricsScrapeInterval: 1h",
+        &endpoint("e1", sim.addr(), "demo"),
+        &[
+            ("s.yaml", model_server("srv", "m", "demo", "")),
+            ("r.yaml", simple_route("route", "m", "srv")),
+        ],
+    )
+    .await;
+    let ok = r#"kthena_router_config_reloads_total{result="success"}"#;
+    let before = r.metric(ok).await;
+    std::fs::write(r.dir.path().join("notes.yaml"), "a: 1\n").unwrap();
+    std::fs::write(r.dir.path().join("other.json"), "{}").unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(r.metric(ok).await, before);
+    // A manifest change is still seen.
+    std::fs::write(
+        r.manifests().join("r2.yaml"),
+        simple_route("route2", "m2", "srv"),
+    )
+    .unwrap();
+    for _ in 0..100 {
+        if r.metric(ok).await > before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(r.metric(ok).await, before + 1.0);
+    r.router.shutdown().await;
+}

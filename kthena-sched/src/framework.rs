@@ -260,7 +260,8 @@ impl SchedulerBuilder {
     /// Validates the config and builds every enabled plugin.
     ///
     /// # Errors
-    /// Everything [`Config::validate`] returns, plus [`Error::UnknownPlugin`] for a name the
+    /// Everything [`Config::validate`] returns, plus [`Error::WrongPluginKind`] for a score
+    /// plugin listed among the filters (or the reverse), [`Error::UnknownPlugin`] for a name the
     /// registry does not know (in an enabled list or in `pluginConfig`), and
     /// [`Error::InvalidArgs`] when a plugin rejects its arguments (also for plugins that have
     /// a `pluginConfig` entry but are not enabled).
@@ -304,26 +305,40 @@ impl SchedulerBuilder {
         }
         let mut filters = Vec::new();
         for name in &config.plugins.filter.enabled {
-            let factory = self
-                .registry
-                .filters
-                .get(name)
-                .ok_or_else(|| Error::UnknownPlugin {
-                    list: "plugins.Filter.enabled",
-                    name: name.clone(),
-                })?;
+            let factory = self.registry.filters.get(name).ok_or_else(|| {
+                let list = "plugins.Filter.enabled";
+                if self.registry.scores.contains_key(name) {
+                    Error::WrongPluginKind {
+                        list,
+                        name: name.clone(),
+                        kind: "score",
+                    }
+                } else {
+                    Error::UnknownPlugin {
+                        list,
+                        name: name.clone(),
+                    }
+                }
+            })?;
             filters.push(factory(config.args(name), &ctx)?);
         }
         let mut scores = Vec::new();
         for wp in &config.plugins.score.enabled {
-            let factory =
-                self.registry
-                    .scores
-                    .get(&wp.name)
-                    .ok_or_else(|| Error::UnknownPlugin {
-                        list: "plugins.Score.enabled",
+            let factory = self.registry.scores.get(&wp.name).ok_or_else(|| {
+                let list = "plugins.Score.enabled";
+                if self.registry.filters.contains_key(&wp.name) {
+                    Error::WrongPluginKind {
+                        list,
                         name: wp.name.clone(),
-                    })?;
+                        kind: "filter",
+                    }
+                } else {
+                    Error::UnknownPlugin {
+                        list,
+                        name: wp.name.clone(),
+                    }
+                }
+            })?;
             scores.push((factory(config.args(&wp.name), &ctx)?, wp.weight));
         }
         Ok(Scheduler {

@@ -121,6 +121,17 @@ pub enum Error {
         /// The name.
         name: String,
     },
+    /// A known plugin listed where it cannot act (a score-only plugin among the filters, or
+    /// the reverse).
+    #[error("scheduler plugin {name:?} in {list} is a {kind} plugin only")]
+    WrongPluginKind {
+        /// Where the name appeared (`plugins.Filter.enabled` or `plugins.Score.enabled`).
+        list: &'static str,
+        /// The name.
+        name: String,
+        /// What it is: `score` or `filter`.
+        kind: &'static str,
+    },
     /// A name listed twice.
     #[error("scheduler plugin {name:?} is listed twice in {list}")]
     Duplicate {

@@ -62,7 +62,7 @@ fn load_time_errors() {
         ),
         (
             "plugins: {Filter: {enabled: [gpu-usage]}, Score: {enabled: [{name: gpu-usage}]}}",
-            "unknown scheduler plugin \"gpu-usage\" in plugins.Filter.enabled",
+            "scheduler plugin \"gpu-usage\" in plugins.Filter.enabled is a score plugin only",
         ),
         (
             "pluginConfig: [{name: typo}]\nplugins: {Score: {enabled: [{name: gpu-usage}]}}",
@@ -280,7 +280,8 @@ plugins: {Score: {enabled: [{name: kvcache-aware}]}}";
     assert_eq!(
         err.to_string(),
         "invalid args for scheduler plugin \"kvcache-aware\": blockSizeToHash 16 differs from \
-         the shared KV index's block size 4"
+         the shared KV index's block size 4 (kvcache-aware and least-prefill share one index: \
+         give both the same blockSizeToHash)"
     );
 }
 
@@ -448,6 +449,22 @@ plugins: {Score: {enabled: [{name: kvcache-aware}, {name: least-prefill}]}}",
     assert_eq!(
         err.to_string(),
         "invalid args for scheduler plugin \"least-prefill\": blockSizeToHash 64 differs from \
-         the shared KV index's block size 16 (kvcache-aware's blockSizeToHash)"
+         the shared KV index's block size 16 (kvcache-aware and least-prefill share one index: \
+         give both the same blockSizeToHash)"
+    );
+    // A score plugin among the filters, and the reverse.
+    assert_eq!(
+        section(
+            "plugins: {Filter: {enabled: [least-prefill]}, Score: {enabled: [{name: random}]}}"
+        )
+        .unwrap_err()
+        .to_string(),
+        "scheduler plugin \"least-prefill\" in plugins.Filter.enabled is a score plugin only"
+    );
+    assert_eq!(
+        section("plugins: {Score: {enabled: [{name: lora-affinity}]}}")
+            .unwrap_err()
+            .to_string(),
+        "scheduler plugin \"lora-affinity\" in plugins.Score.enabled is a filter plugin only"
     );
 }

@@ -237,16 +237,12 @@ pub(crate) fn shared_index(
         return Err(e);
     }
     if let Some(other) = index.block_size().filter(|b| *b != block_size) {
-        let hint = if plugin == "kvcache-aware" {
-            String::new()
-        } else {
-            " (kvcache-aware's blockSizeToHash)".to_owned()
-        };
         return Err(invalid(
             plugin,
             format!(
                 "blockSizeToHash {block_size} differs from the shared KV index's block size \
-                 {other}{hint}"
+                 {other} (kvcache-aware and least-prefill share one index: give both the same \
+                 blockSizeToHash)"
             ),
         ));
     }
