@@ -480,7 +480,7 @@ mod tests {
     fn example_router_files_load() {
         for (text, scores) in [
             (include_str!("../../examples/standalone/router.yaml"), 4),
-            (include_str!("../../examples/kv-events/router.yaml"), 2),
+            (include_str!("../../examples/kv-events/router.yaml"), 3),
         ] {
             let cfg = Config::from_router_yaml(text).unwrap().validate().unwrap();
             assert_eq!(cfg.plugins.score.enabled.len(), scores);
