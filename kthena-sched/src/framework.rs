@@ -96,7 +96,9 @@ pub struct Ranked {
 /// `top_n - 1` fallbacks to retry in order. Never empty.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
-    /// Best first; ties are broken by ascending [`EndpointId`].
+    /// Best first; equal totals are ordered by ascending [`EndpointId`], except that the
+    /// candidates tied for the best total take turns across calls (the first such call keeps
+    /// id order, each later one starts one further).
     pub ranked: Vec<Ranked>,
     /// `(plugin name, match ratio)` for each plugin that reported one.
     pub match_ratios: Vec<(&'static str, f64)>,
@@ -347,6 +349,7 @@ impl SchedulerBuilder {
             top_n: self.top_n,
             kv_index: ctx.kv_index.into_inner(),
             violations: AtomicU64::new(0),
+            ties: AtomicU64::new(0),
         })
     }
 }
@@ -377,6 +380,8 @@ pub struct Scheduler {
     top_n: usize,
     kv_index: Option<Arc<dyn KvIndex>>,
     violations: AtomicU64,
+    /// Rankings whose best total was shared by several candidates (rotates the tie).
+    ties: AtomicU64,
 }
 
 struct Ranking {
@@ -449,7 +454,8 @@ impl Scheduler {
 
     /// Ranks `cands` for `req` (aggregated serving, spec §3.1 step 2): runs every filter,
     /// sums `weight × score` of every score plugin, and returns the best `top_n` endpoints,
-    /// best first, ties by ascending id.
+    /// best first, ties by ascending id (candidates tied for the best total take turns across
+    /// calls, see [`Decision::ranked`]).
     ///
     /// # Errors
     /// [`Error::NoCandidates`] for an empty slice, [`Error::AllFiltered`] when a filter
@@ -625,6 +631,20 @@ impl Scheduler {
             s.order.truncate(limit);
         }
         s.order.sort_unstable_by(cmp);
+        // Candidates tied for the best total take turns: the first such ranking keeps id
+        // order, each later one starts one further. Always picking the smallest id would
+        // send every request to one endpoint while the scores cannot tell them apart
+        // (`least-latency` before any endpoint has latency data; Go's map order spreads them).
+        let tied = s
+            .order
+            .iter()
+            .take_while(|&&k| totals[k] == totals[s.order[0]])
+            .count();
+        if tied > 1 {
+            let turn = self.ties.fetch_add(1, Ordering::Relaxed);
+            let shift = usize::try_from(turn % tied as u64).unwrap_or(0);
+            s.order[..tied].rotate_left(shift);
+        }
         let ranked = s
             .order
             .iter()

@@ -114,7 +114,7 @@ pub struct PdMember {
 /// The scheduler never retains a `Candidate`; plugins that keep state key it by [`EndpointId`].
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Candidate {
-    /// Unique id; ties are broken by its order.
+    /// Unique id; equal totals are ordered by it (see [`Decision::ranked`](crate::Decision)).
     pub id: EndpointId,
     /// Base model the endpoint serves (the first id of its `GET /v1/models`).
     pub model: String,

@@ -238,7 +238,43 @@ fn prefix_affinity_learns_from_on_scheduled() {
     assert_eq!(d.best().score, 350.0);
     assert_eq!(d.match_ratios, vec![("prefix-cache", 1.0)]);
     s.on_endpoint_removed(&"b".into());
-    assert_eq!(s.schedule(&req, &cands).unwrap().best().id.as_str(), "a");
+    // b's affinity is forgotten: both tie again (without the prefix-cache 100).
+    let d = s.schedule(&req, &cands).unwrap();
+    assert_eq!((d.ranked[0].score, d.ranked[1].score), (250.0, 250.0));
+}
+
+#[test]
+fn candidates_tied_for_best_take_turns() {
+    // least-latency without any latency data scores every endpoint 50: a tie.
+    let s = section("plugins: {Score: {enabled: [{name: least-latency}]}}").unwrap();
+    let cands = [
+        Candidate::new("c", "m"),
+        Candidate::new("a", "m"),
+        Candidate::new("b", "m"),
+    ];
+    let best: Vec<String> = (0..4)
+        .map(|_| {
+            s.schedule(&Request::new("m"), &cands)
+                .unwrap()
+                .best()
+                .id
+                .to_string()
+        })
+        .collect();
+    assert_eq!(best, ["a", "b", "c", "a"]);
+    // A ranking without a tie at the top leaves the turn alone and keeps id order below.
+    let g = gpu_only();
+    let cands = [usage("z", 0.0), usage("y", 0.5), usage("x", 0.5)];
+    for _ in 0..3 {
+        let ids: Vec<String> = g
+            .schedule(&Request::new("m"), &cands)
+            .unwrap()
+            .ranked
+            .iter()
+            .map(|r| r.id.to_string())
+            .collect();
+        assert_eq!(ids, ["z", "x", "y"]);
+    }
 }
 
 #[test]
