@@ -139,24 +139,7 @@ standalone:
     );
     let r = KvRouter::start(&config, &manifests(ALIAS, "llama")).await;
     r.wait_ready().await;
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_llama.py");
-    let url = r.url();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("python3")
-            .arg(script)
-            .arg(&url)
-            .arg("public")
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "python client failed (scripts/services.sh installs `openai`):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = kv_support::common::run_python_client("openai_llama.py", r.url(), "public").await;
     assert_eq!(v["chat"]["model"], ALIAS, "{v}");
     assert!(v["chat"]["content_len"].as_u64().unwrap() > 0, "{v}");
     assert!(v["chat"]["prompt_tokens"].as_u64().unwrap() > 0, "{v}");

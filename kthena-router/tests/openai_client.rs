@@ -25,24 +25,7 @@ async fn openai_python_client_sees_openai_answers() {
     )
     .await;
     r.wait_ready().await;
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_client.py");
-    let url = r.url();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("python3")
-            .arg(script)
-            .arg(&url)
-            .arg("public-model")
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "python client failed (is the `openai` package installed? scripts/services.sh installs it):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = run_python_client("openai_client.py", r.url(), "public-model").await;
     assert_eq!(v["models"], serde_json::json!(["public-model"]));
     assert_eq!(v["chat"]["model"], "served-model");
     assert_eq!(v["chat"]["completion_tokens"], 7);

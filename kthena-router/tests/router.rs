@@ -896,28 +896,6 @@ scheduler:
     )
     .await;
     r.wait_ready().await;
-    let pods = || async {
-        let (_, text) = get(&format!(
-            "http://{}/debug/config_dump/pods",
-            r.router.debug_addr
-        ))
-        .await;
-        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        v["pods"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| {
-                (
-                    p["name"].as_str().unwrap().to_owned(),
-                    (
-                        p["metrics"]["awaitingFirstToken"].as_u64().unwrap(),
-                        p["metrics"]["pendingPrefillTokens"].as_u64().unwrap(),
-                    ),
-                )
-            })
-            .collect::<HashMap<String, (u64, u64)>>()
-    };
     let url = format!("{}/v1/completions", r.url());
     let body = serde_json::json!({"model": "m", "prompt": "one two three four five six seven eight", "max_tokens": 2}).to_string();
     // Both idle: the tie goes to the first id, the slow engine, which holds the answer back.
@@ -928,7 +906,7 @@ scheduler:
     });
     let mut queued = (0, 0);
     for _ in 0..100 {
-        queued = pods().await["a-slow"];
+        queued = r.prefill_counters().await["a-slow"];
         if queued.0 == 1 {
             break;
         }
@@ -939,7 +917,7 @@ scheduler:
         "the slow engine's request is awaiting its first byte"
     );
     assert!(queued.1 > 0);
-    assert_eq!(pods().await["b-fast"], (0, 0));
+    assert_eq!(r.prefill_counters().await["b-fast"], (0, 0));
     // The same prompt again: the slow engine has its tokens queued, the fast one nothing.
     let (status, _, _) = post(&url, body.clone(), &[]).await;
     assert_eq!(status, StatusCode::OK);
@@ -953,7 +931,7 @@ scheduler:
     assert_eq!(pods_used, ["b-fast", "a-slow"]);
     // What was queued is the prompt's token count, as the access log reports it.
     assert_eq!(Some(queued.1), log[1]["input_tokens"].as_u64());
-    let after = pods().await;
+    let after = r.prefill_counters().await;
     assert_eq!(after["a-slow"], (0, 0));
     assert_eq!(after["b-fast"], (0, 0));
     r.router.shutdown().await;
@@ -984,19 +962,6 @@ scheduler:
     )
     .await;
     r.wait_ready().await;
-    let pod = || async {
-        let (_, text) = get(&format!(
-            "http://{}/debug/config_dump/pods",
-            r.router.debug_addr
-        ))
-        .await;
-        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        let m = &v["pods"][0]["metrics"];
-        (
-            m["awaitingFirstToken"].as_u64().unwrap(),
-            m["pendingPrefillTokens"].as_u64().unwrap(),
-        )
-    };
     let text = "alpha beta gamma delta ".repeat(75);
     let resp = post_stream(
         &format!("{}/v1/chat/completions", r.url()),
@@ -1008,7 +973,7 @@ scheduler:
     // Headers are here; the prefill is not done: the request still awaits its first token.
     let start = Instant::now();
     let mut body = resp.into_body();
-    let (awaiting, pending) = pod().await;
+    let (awaiting, pending) = r.prefill_counters().await["e1"];
     assert_eq!(awaiting, 1);
     assert!(pending >= 250, "{pending} tokens pending");
     let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
@@ -1018,11 +983,11 @@ scheduler:
         "first chunk after {waited:?}: {}",
         String::from_utf8_lossy(&first)
     );
-    assert_eq!(pod().await, (0, 0));
+    assert_eq!(r.prefill_counters().await["e1"], (0, 0));
     while let Some(f) = body.frame().await {
         f.unwrap();
     }
-    assert_eq!(pod().await, (0, 0));
+    assert_eq!(r.prefill_counters().await["e1"], (0, 0));
     r.router.shutdown().await;
 }
 

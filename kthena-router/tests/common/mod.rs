@@ -132,6 +132,32 @@ impl TestRouter {
             .map_or(0.0, |v| v.trim().parse().unwrap())
     }
 
+    /// `(awaitingFirstToken, pendingPrefillTokens)` of every endpoint, by name, from
+    /// `/debug/config_dump/pods`.
+    pub(crate) async fn prefill_counters(&self) -> HashMap<String, (u64, u64)> {
+        let (_, text) = get(&format!(
+            "http://{}/debug/config_dump/pods",
+            self.router.debug_addr
+        ))
+        .await;
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let m = &p["metrics"];
+                (
+                    p["name"].as_str().unwrap().to_owned(),
+                    (
+                        m["awaitingFirstToken"].as_u64().unwrap(),
+                        m["pendingPrefillTokens"].as_u64().unwrap(),
+                    ),
+                )
+            })
+            .collect()
+    }
+
     /// Waits until every endpoint was scraped at least once.
     pub(crate) async fn wait_ready(&self) {
         for _ in 0..200 {
@@ -158,7 +184,8 @@ pub(crate) async fn start_router_at(path: &Path) -> Router {
         .unwrap()
 }
 
-fn client() -> Client<HttpConnector, Full<Bytes>> {
+/// A plain HTTP/1 client.
+pub(crate) fn client() -> Client<HttpConnector, Full<Bytes>> {
     Client::builder(TokioExecutor::new()).build(HttpConnector::new())
 }
 
@@ -347,4 +374,30 @@ async fn answer(
             r
         }
     }
+}
+
+/// Runs `tests/<script>` with `python3 script URL MODEL` off the async runtime and parses
+/// the JSON it prints. Fails the test with the script's stderr when it exits non-zero (the
+/// `openai` package comes from `scripts/services.sh`).
+pub(crate) async fn run_python_client(script: &str, url: String, model: &str) -> serde_json::Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join(script);
+    let model = model.to_owned();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .arg(&path)
+            .arg(&url)
+            .arg(&model)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "python client {script} failed (is the `openai` package installed? scripts/services.sh installs it):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }

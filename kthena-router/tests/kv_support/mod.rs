@@ -13,17 +13,17 @@
     reason = "helpers are shared by several test binaries"
 )]
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
-use kthena_router::{Overrides, Router};
+use kthena_router::Router;
+
+#[path = "../common/mod.rs"]
+pub(crate) mod common;
+pub(crate) use common::{get, start_router_at};
 
 /// `/work/shared/tokenizers/qwen3` (found relative to the crate first).
 pub fn qwen3_dir() -> PathBuf {
@@ -162,41 +162,13 @@ pub fn metric_in(text: &str, series: &str) -> f64 {
         .map_or(0.0, |v| v.trim().parse().unwrap())
 }
 
-/// Starts a router from a config file, all ports ephemeral.
-pub async fn start_router_at(path: &Path) -> Router {
-    let ov = Overrides {
-        port: Some(0),
-        metrics_port: Some(0),
-        debug_port: Some(0),
-    };
-    let cfg = kthena_router::load_config(path, &HashMap::<String, String>::new(), ov).unwrap();
-    Router::start(cfg, Some(path.to_path_buf()), ov)
-        .await
-        .unwrap()
-}
-
-fn client() -> Client<HttpConnector, Full<Bytes>> {
-    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
-}
-
-/// `GET url` → (status, body text).
-pub async fn get(url: &str) -> (StatusCode, String) {
-    let resp = client()
-        .request(Request::get(url).body(Full::new(Bytes::new())).unwrap())
-        .await
-        .unwrap();
-    let status = resp.status();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
-}
-
 /// `POST` JSON → (status, parsed body).
 pub async fn post_json(url: &str, body: &serde_json::Value) -> (StatusCode, serde_json::Value) {
     let req = Request::post(url)
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from(body.to_string())))
         .unwrap();
-    let resp = client().request(req).await.unwrap();
+    let resp = common::client().request(req).await.unwrap();
     let status = resp.status();
     let b = resp.into_body().collect().await.unwrap().to_bytes();
     let v = serde_json::from_slice(&b)

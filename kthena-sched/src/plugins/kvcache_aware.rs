@@ -150,13 +150,9 @@ impl ScorePlugin for KvCacheAware {
     /// Records the prompt's full blocks as provisionally held by `chosen`
     /// ([`KvIndex::record_routed`]).
     fn on_scheduled(&self, req: &Request<'_>, chosen: &Candidate) {
-        let Some(tokens) = req.token_ids.filter(|t| !t.is_empty()) else {
-            return;
-        };
         record_routed(
             self.index.as_ref(),
-            req.model,
-            tokens,
+            req,
             self.args.block_size_to_hash,
             self.args.max_blocks_to_match,
             chosen,
@@ -199,18 +195,20 @@ pub(crate) fn match_blocks(
     })
 }
 
-/// Hashes `tokens` in blocks and tells `index` they were routed to `chosen`.
+/// Hashes the request's token ids in blocks and tells `index` they were routed to `chosen`
+/// (nothing for a request without token ids).
 pub(crate) fn record_routed(
     index: &dyn KvIndex,
-    model: &str,
-    tokens: &[u32],
+    req: &Request<'_>,
     block_size: usize,
     max_blocks: usize,
     chosen: &Candidate,
 ) {
-    with_query(model, tokens, block_size, max_blocks, |q| {
-        index.record_routed(&chosen.id, q);
-    });
+    if let Some(tokens) = req.token_ids.filter(|t| !t.is_empty()) {
+        with_query(req.model, tokens, block_size, max_blocks, |q| {
+            index.record_routed(&chosen.id, q);
+        });
+    }
 }
 
 /// The KV index shared by the plugins of one scheduler: the host's, or an

@@ -189,15 +189,12 @@ impl ScorePlugin for LeastPrefill {
 
     /// Records the prompt's full blocks as provisionally held by `chosen`.
     fn on_scheduled(&self, req: &Request<'_>, chosen: &Candidate) {
-        if let Some(tokens) = req.token_ids.filter(|t| !t.is_empty()) {
-            record_routed(
-                self.index.as_ref(),
-                req.model,
-                tokens,
-                self.args.block_size_to_hash,
-                self.args.max_blocks_to_match,
-                chosen,
-            );
-        }
+        record_routed(
+            self.index.as_ref(),
+            req,
+            self.args.block_size_to_hash,
+            self.args.max_blocks_to_match,
+            chosen,
+        );
     }
 }
