@@ -23,5 +23,8 @@ ensure_services() {
     # /var/cache/kthena; built only when missing, about 10 minutes on 2 cores).
     eval "$(nice -n 19 scripts/llama-server.sh)"
     export LLAMA_SERVER_BIN LLAMA_MODEL
+    # The test control plane (kube-apiserver, kubectl, etcd built from their Go modules),
+    # cached under /var/cache/kthena/k8s; built only when missing.
+    nice -n 19 bash scripts/kube-env.sh build
     :
 }

@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# A real Kubernetes control plane (etcd + kube-apiserver, no kubelet) on loopback, for tests
+# and for trying the router's cluster mode on a laptop.
+#
+#   scripts/kube-env.sh build            build kube-apiserver, kubectl and etcd once per machine
+#                                        into $KTHENA_K8S_CACHE (default /var/cache/kthena/k8s)
+#   scripts/kube-env.sh up DIR           start etcd and kube-apiserver on free loopback ports,
+#                                        wait for /readyz, write DIR/kubeconfig and DIR/env
+#   scripts/kube-env.sh down DIR         stop what `up` started (by PID)
+#   scripts/kube-env.sh stop-apiserver DIR    stop only kube-apiserver (etcd keeps the data)
+#   scripts/kube-env.sh start-apiserver DIR   start it again with the same port and flags
+#   scripts/kube-env.sh paths            print the cache paths as shell assignments
+#
+# The binaries come from the official Go modules, pinned by the wrapper modules under
+# scripts/k8s/ (go.mod + go.sum, no Go source). Go is needed only for `build`.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+CACHE="${KTHENA_K8S_CACHE:-/var/cache/kthena/k8s}"
+K8S_VERSION="v1.37.2"
+K8S_MAJOR="1"
+K8S_MINOR="37"
+ETCD_VERSION="v3.6.16"
+GATEWAY_API_VERSION="v1.6.3"
+STAMP="kubernetes=$K8S_VERSION etcd=$ETCD_VERSION gateway-api=$GATEWAY_API_VERSION"
+
+log() { echo "kube-env: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+built() {
+    [[ -x "$CACHE/kube-apiserver" && -x "$CACHE/kubectl" && -x "$CACHE/etcd" \
+        && -f "$CACHE/crds/gateway-api/VERSION" && "$(cat "$CACHE/STAMP" 2>/dev/null)" == "$STAMP" ]]
+}
+
+go_build() { # MODULE_DIR PACKAGE OUTPUT [LDFLAGS]
+    local dir="$1" pkg="$2" out="$3" ldflags="${4:-}"
+    log "building $(basename "$out") from $pkg"
+    (cd "$dir" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-buildvcs=false \
+        go build -mod=readonly -tags selinux,notest -ldflags "-s -w $ldflags" \
+        -o "$out.tmp" "$pkg")
+    mv -f "$out.tmp" "$out"
+}
+
+cmd_build() {
+    if built; then
+        log "already built in $CACHE ($STAMP)"
+        return 0
+    fi
+    command -v go >/dev/null || die "go is needed to build the control plane (once per machine)"
+    mkdir -p "$CACHE/crds/gateway-api"
+    # One build at a time: a second caller waits for the first, then finds it done.
+    exec 9>"$CACHE/.build.lock"
+    flock 9
+    if built; then
+        return 0
+    fi
+    local start=$SECONDS ver=""
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        ver+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=$K8S_MAJOR"
+        ver+=" -X $pkg.gitMinor=$K8S_MINOR -X $pkg.gitTreeState=clean"
+    done
+    go_build "$ROOT/scripts/k8s/kubernetes" k8s.io/kubernetes/cmd/kube-apiserver "$CACHE/kube-apiserver" "$ver"
+    go_build "$ROOT/scripts/k8s/kubernetes" k8s.io/kubernetes/cmd/kubectl "$CACHE/kubectl" "$ver"
+    go_build "$ROOT/scripts/k8s/etcd" go.etcd.io/etcd/server/v3 "$CACHE/etcd"
+    # Gateway API's standard-channel CRDs, as published in its Go module.
+    local gw
+    gw="$(cd "$ROOT/scripts/k8s/kubernetes" && GOTOOLCHAIN=local GOFLAGS=-mod=mod \
+        go mod download -json "sigs.k8s.io/gateway-api@$GATEWAY_API_VERSION" \
+        | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+    for kind in gatewayclasses gateways httproutes grpcroutes referencegrants; do
+        install -m 644 "$gw/config/crd/standard/gateway.networking.k8s.io_$kind.yaml" "$CACHE/crds/gateway-api/"
+    done
+    echo "$GATEWAY_API_VERSION" >"$CACHE/crds/gateway-api/VERSION"
+    echo "$STAMP" >"$CACHE/STAMP"
+    log "built in $((SECONDS - start))s; $(du -sh "$CACHE" | cut -f1) in $CACHE"
+}
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# A CA and a serving certificate for 127.0.0.1/localhost, and the service-account key.
+make_certs() {
+    local d="$1/pki"
+    mkdir -p "$d"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=kthena-test-ca" \
+        -keyout "$d/ca.key" -out "$d/ca.crt" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" \
+        -keyout "$d/apiserver.key" -out "$d/apiserver.csr" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n' >"$d/ext.cnf"
+    openssl x509 -req -in "$d/apiserver.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" \
+        -CAcreateserial -days 30 -extfile "$d/ext.cnf" -out "$d/apiserver.crt" 2>/dev/null
+    openssl genrsa -out "$d/sa.key" 2048 2>/dev/null
+    openssl rsa -in "$d/sa.key" -pubout -out "$d/sa.pub" 2>/dev/null
+}
+
+start_etcd() {
+    local dir="$1" client="$2" peer="$3"
+    setsid nohup "$CACHE/etcd" --name default --data-dir "$dir/etcd" \
+        --listen-client-urls "http://127.0.0.1:$client" --advertise-client-urls "http://127.0.0.1:$client" \
+        --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+        --initial-cluster "default=http://127.0.0.1:$peer" --unsafe-no-fsync --log-level warn \
+        >"$dir/etcd.log" 2>&1 </dev/null &
+    echo $! >"$dir/etcd.pid"
+}
+
+start_apiserver() {
+    local dir="$1"
+    # shellcheck disable=SC1091
+    source "$dir/ports"
+    setsid nohup "$CACHE/kube-apiserver" \
+        --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+        --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
+        --cert-dir="$dir/pki" --tls-cert-file="$dir/pki/apiserver.crt" --tls-private-key-file="$dir/pki/apiserver.key" \
+        --client-ca-file="$dir/pki/ca.crt" \
+        --service-cluster-ip-range=10.0.0.0/24 --allow-privileged=true \
+        --disable-admission-plugins=ServiceAccount --authorization-mode=RBAC \
+        --service-account-key-file="$dir/pki/sa.pub" --service-account-signing-key-file="$dir/pki/sa.key" \
+        --service-account-issuer="https://127.0.0.1:$APISERVER_PORT" \
+        --token-auth-file="$dir/tokens.csv" --endpoint-reconciler-type=none \
+        >>"$dir/apiserver.log" 2>&1 </dev/null &
+    echo $! >"$dir/apiserver.pid"
+    wait_ready "$dir"
+}
+
+wait_ready() {
+    local dir="$1" token
+    token="$(cut -d, -f1 "$dir/tokens.csv")"
+    source "$dir/ports"
+    for _ in $(seq 600); do
+        if curl -fsS --cacert "$dir/pki/ca.crt" -H "Authorization: Bearer $token" \
+            "https://127.0.0.1:$APISERVER_PORT/readyz" >/dev/null 2>&1; then
+            return 0
+        fi
+        kill -0 "$(cat "$dir/apiserver.pid")" 2>/dev/null || { tail -20 "$dir/apiserver.log" >&2; die "kube-apiserver exited"; }
+        sleep 0.1
+    done
+    tail -20 "$dir/apiserver.log" >&2
+    die "kube-apiserver not ready after 60s"
+}
+
+write_kubeconfig() {
+    local dir="$1" token
+    token="$(cut -d, -f1 "$dir/tokens.csv")"
+    source "$dir/ports"
+    cat >"$dir/kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: kthena-test
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority-data: $(base64 -w0 "$dir/pki/ca.crt")
+users:
+- name: admin
+  user:
+    token: $token
+contexts:
+- name: kthena-test
+  context:
+    cluster: kthena-test
+    user: admin
+    namespace: default
+current-context: kthena-test
+EOF
+    cat >"$dir/env" <<EOF
+export KUBECONFIG=$dir/kubeconfig
+export KUBECTL=$CACHE/kubectl
+export KTHENA_APISERVER_URL=https://127.0.0.1:$APISERVER_PORT
+export KTHENA_APISERVER_PID=$(cat "$dir/apiserver.pid")
+export KTHENA_ETCD_PID=$(cat "$dir/etcd.pid")
+export KTHENA_GATEWAY_API_CRDS=$CACHE/crds/gateway-api
+EOF
+}
+
+cmd_up() {
+    local dir="${1:?usage: kube-env.sh up DIR}"
+    built || die "control plane not built: run scripts/kube-env.sh build"
+    mkdir -p "$dir"
+    dir="$(cd "$dir" && pwd)"
+    [[ -f "$dir/apiserver.pid" ]] && kill -0 "$(cat "$dir/apiserver.pid")" 2>/dev/null \
+        && die "a control plane already runs in $dir (kube-env.sh down $dir first)"
+    local start=$SECONDS
+    make_certs "$dir"
+    echo "$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n'),admin,admin-uid,system:masters" >"$dir/tokens.csv"
+    printf 'ETCD_PORT=%s\nETCD_PEER_PORT=%s\nAPISERVER_PORT=%s\n' "$(free_port)" "$(free_port)" "$(free_port)" >"$dir/ports"
+    source "$dir/ports"
+    start_etcd "$dir" "$ETCD_PORT" "$ETCD_PEER_PORT"
+    start_apiserver "$dir"
+    write_kubeconfig "$dir"
+    log "ready in $((SECONDS - start))s at https://127.0.0.1:$APISERVER_PORT (source $dir/env)"
+}
+
+stop_pid() { # PIDFILE
+    local f="$1" pid
+    [[ -f "$f" ]] || return 0
+    pid="$(cat "$f")"
+    if kill -0 "$pid" 2>/dev/null; then
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null || true
+    fi
+    rm -f "$f"
+}
+
+cmd_down() {
+    local dir="${1:?usage: kube-env.sh down DIR}"
+    stop_pid "$dir/apiserver.pid"
+    stop_pid "$dir/etcd.pid"
+}
+
+cmd_start_apiserver() {
+    local dir="${1:?usage: kube-env.sh start-apiserver DIR}"
+    dir="$(cd "$dir" && pwd)"
+    start_apiserver "$dir"
+    write_kubeconfig "$dir"
+}
+
+case "${1:-}" in
+    build) cmd_build ;;
+    up) cmd_up "${2:-}" ;;
+    down) cmd_down "${2:-}" ;;
+    stop-apiserver) stop_pid "${2:?usage: kube-env.sh stop-apiserver DIR}/apiserver.pid" ;;
+    start-apiserver) cmd_start_apiserver "${2:-}" ;;
+    paths) printf 'KTHENA_K8S_CACHE=%s\nKUBECTL=%s/kubectl\nKTHENA_GATEWAY_API_CRDS=%s/crds/gateway-api\n' "$CACHE" "$CACHE" "$CACHE" ;;
+    *) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+esac
