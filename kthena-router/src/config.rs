@@ -47,8 +47,12 @@ pub struct Config {
     pub drain_timeout: Duration,
     /// Access log settings.
     pub access_log: AccessLogConfig,
-    /// Standalone discovery: manifests and endpoints.
-    pub standalone: Standalone,
+    /// Standalone discovery: manifests and endpoints. Absent (the default): cluster mode,
+    /// where ModelRoutes, ModelServers and Pods come from the Kubernetes API server named
+    /// by the usual kube config inference (`KUBECONFIG`, `~/.kube/config`, in-cluster
+    /// service account).
+    #[serde(default)]
+    pub standalone: Option<Standalone>,
     /// KV-cache-aware routing: index backend, tokenizers (see `docs/kv-cache-routing.md`).
     pub kv_cache: crate::kv_cache::KvCacheConfig,
     /// The directory relative paths are resolved against (the config file's directory);
@@ -124,7 +128,7 @@ fn default_namespace() -> String {
 impl Default for Config {
     /// Defaults: ports 8080/9090/15000 on `0.0.0.0`, 10 MiB bodies, scrape every 1 s with a
     /// 5 s timeout and at most 100 concurrent scrapes, 5 min drain, text access log on stdout,
-    /// the scheduler's own defaults, no manifests and no endpoints.
+    /// the scheduler's own defaults, no `standalone` section (cluster mode).
     fn default() -> Self {
         Self {
             scheduler: SchedulerConfig::default(),
@@ -138,7 +142,7 @@ impl Default for Config {
             metrics_scrape_concurrency: 100,
             drain_timeout: Duration::from_secs(300),
             access_log: AccessLogConfig::default(),
-            standalone: Standalone::default(),
+            standalone: None,
             kv_cache: crate::kv_cache::KvCacheConfig::default(),
             base_dir: PathBuf::from("."),
         }
@@ -269,7 +273,7 @@ impl Config {
             return Err(err("maxBodyBytes: must be at least 1".into()));
         }
         let mut seen = std::collections::HashSet::new();
-        for (i, ep) in self.standalone.endpoints.iter().enumerate() {
+        for (i, ep) in self.endpoints().iter().enumerate() {
             if ep.name.is_empty() {
                 return Err(err(format!(
                     "standalone.endpoints[{i}].name: must not be empty"
@@ -289,12 +293,25 @@ impl Config {
         Ok(self)
     }
 
-    /// The manifest paths with relative ones resolved against [`Config::base_dir`].
+    /// Whether the config has no `standalone` section: discovery from the Kubernetes API.
+    #[must_use]
+    pub fn is_cluster_mode(&self) -> bool {
+        self.standalone.is_none()
+    }
+
+    /// `standalone.endpoints` (empty in cluster mode).
+    #[must_use]
+    pub fn endpoints(&self) -> &[EndpointConfig] {
+        self.standalone.as_ref().map_or(&[], |s| &s.endpoints)
+    }
+
+    /// The manifest paths with relative ones resolved against [`Config::base_dir`] (none
+    /// in cluster mode).
     #[must_use]
     pub fn manifest_paths(&self) -> Vec<PathBuf> {
         self.standalone
-            .manifests
             .iter()
+            .flat_map(|s| &s.manifests)
             .map(|p| {
                 if p.is_absolute() {
                     p.clone()
@@ -409,10 +426,11 @@ standalone:
         assert_eq!(cfg.metrics_scrape_interval, Duration::from_millis(250));
         assert_eq!(cfg.access_log.format, AccessLogFormat::Json);
         assert!(cfg.access_log.enabled);
-        assert_eq!(cfg.standalone.endpoints[1].address, "[::1]:8002");
-        assert_eq!(cfg.standalone.endpoints[1].namespace, "default");
+        assert!(!cfg.is_cluster_mode());
+        assert_eq!(cfg.endpoints()[1].address, "[::1]:8002");
+        assert_eq!(cfg.endpoints()[1].namespace, "default");
         assert_eq!(
-            cfg.standalone.endpoints[1].kv_events.as_deref(),
+            cfg.endpoints()[1].kv_events.as_deref(),
             Some("tcp://127.0.0.1:5557")
         );
         assert_eq!(
@@ -476,6 +494,17 @@ standalone:
             "{e}"
         );
         assert!(Config::from_yaml(path, "port: [1]\n").is_err());
+        assert!(
+            Config::from_yaml(path, "port: 1\n")
+                .unwrap()
+                .is_cluster_mode()
+        );
+        assert!(Config::from_yaml(path, "").unwrap().is_cluster_mode());
+        assert!(
+            !Config::from_yaml(path, "standalone: {}\n")
+                .unwrap()
+                .is_cluster_mode()
+        );
         assert!(Config::from_yaml(path, "metricsScrapeInterval: soon\n").is_err());
     }
 }

@@ -39,8 +39,8 @@ fn server_json(s: &crate::discovery::Server) -> Value {
         "namespace": s.namespace,
         "spec": serde_json::to_value(&s.object.spec).unwrap_or(Value::Null),
         "associatedPods": s.endpoints.iter().map(|e| format!("{}/{}", e.namespace, e.name)).collect::<Vec<_>>(),
-        "decodePods": [],
-        "prefillPods": [],
+        "decodePods": s.decode_endpoints.iter().map(|e| format!("{}/{}", e.namespace, e.name)).collect::<Vec<_>>(),
+        "prefillPods": s.prefill_endpoints.iter().map(|e| format!("{}/{}", e.namespace, e.name)).collect::<Vec<_>>(),
     })
 }
 

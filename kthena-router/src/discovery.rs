@@ -1,5 +1,7 @@
-//! Standalone discovery: the config file plus ModelRoute/ModelServer manifests become an
-//! immutable routing [`Snapshot`], swapped atomically on every valid change.
+//! Discovery: ModelRoutes, ModelServers and endpoints become an immutable routing
+//! [`Snapshot`], swapped atomically on every valid change. Two sources feed the one
+//! [`Loader`]: standalone mode (the config file plus manifest files, [`Loader::load`]) and
+//! cluster mode (the API server's objects and Pods, see `cluster.rs`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -10,7 +12,7 @@ use kthena_api::networking::InferenceEngine;
 use kthena_api::{ModelRoute, ModelServer, Object};
 use kthena_sched::Scheduler;
 
-use crate::config::Config;
+use crate::config::{Config, EndpointConfig};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::route::{CompiledRoute, RouteTable};
@@ -34,6 +36,10 @@ pub struct Server {
     pub retry: Option<(usize, Duration)>,
     /// Endpoints selected by `workloadSelector.matchLabels` in the same namespace.
     pub endpoints: Vec<Arc<Endpoint>>,
+    /// Of those, the prefill endpoints of its `pdGroup` (empty without one).
+    pub prefill_endpoints: Vec<Arc<Endpoint>>,
+    /// Of those, the decode endpoints of its `pdGroup` (empty without one).
+    pub decode_endpoints: Vec<Arc<Endpoint>>,
     /// The manifest object (for the debug dump).
     pub object: ModelServer,
 }
@@ -90,11 +96,45 @@ impl Snapshot {
 /// Builds snapshots, keeping endpoint state and route ages across reloads.
 #[derive(Debug, Default)]
 pub struct Loader {
+    /// Live endpoints by `namespace/name`.
     endpoints: HashMap<String, Arc<Endpoint>>,
     first_seen: HashMap<String, (i128, u64)>,
     next_seq: u64,
     generation: u64,
     kv: crate::kv_cache::KvLoader,
+    /// Cluster mode: the scheduler and KV state built once from the config and kept across
+    /// rebuilds (the config does not change, and the scheduler's state must survive).
+    fixed: Option<(Arc<Scheduler>, Arc<crate::kv_cache::KvState>)>,
+    /// ModelServers already warned about for an unserved `pdGroup`.
+    pd_warned: HashSet<String>,
+}
+
+/// A ModelRoute or ModelServer with where it came from, for error messages.
+#[derive(Debug)]
+struct Sourced<T> {
+    /// The manifest file (empty for objects from the API server).
+    path: PathBuf,
+    /// `document N (line L) Kind ns/name` or `Kind ns/name`.
+    what: String,
+    object: T,
+}
+
+/// What a snapshot is built from, whatever the discovery source.
+#[derive(Debug, Default)]
+struct Inputs {
+    routes: Vec<Sourced<ModelRoute>>,
+    servers: Vec<Sourced<ModelServer>>,
+    endpoints: Vec<EndpointConfig>,
+    files: Vec<PathBuf>,
+    dirs: Vec<PathBuf>,
+}
+
+/// How an invalid object is handled: a manifest file rejects the whole change, an object
+/// from the API server is skipped (logged) so the others keep serving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnInvalid {
+    Reject,
+    Skip,
 }
 
 impl Loader {
@@ -104,157 +144,266 @@ impl Loader {
         Self::default()
     }
 
-    /// Builds a snapshot from a validated config. On error nothing of the loader's history
-    /// changes, so the caller keeps serving the previous snapshot.
+    /// Builds a snapshot from a validated standalone config. On error nothing of the
+    /// loader's history changes, so the caller keeps serving the previous snapshot.
     ///
     /// # Errors
     /// [`Error::ReadFile`] or [`Error::Manifest`] (file, document, kind/name, field path,
     /// reason), [`Error::Config`] for a scheduler the registry rejects.
     pub fn load(&mut self, cfg: &Config, config_path: Option<&Path>) -> Result<Snapshot> {
-        let kv = self.kv.prepare(cfg).map_err(|reason| Error::Config {
+        let config_err = |reason: String| Error::Config {
             path: config_path.map(Path::to_path_buf).unwrap_or_default(),
             reason,
-        })?;
+        };
+        let kv = self.kv.prepare(cfg).map_err(config_err)?;
         let scheduler = kv
             .build_scheduler(&cfg.scheduler)
-            .map_err(|reason| Error::Config {
-                path: config_path.map(Path::to_path_buf).unwrap_or_default(),
-                reason: format!("scheduler: {reason}"),
-            })?;
-        let manifest_paths = cfg.manifest_paths();
-        let dirs: Vec<PathBuf> = manifest_paths
-            .iter()
-            .filter(|p| p.is_dir())
-            .cloned()
-            .collect();
-        let mut files = manifest_files(&manifest_paths)?;
-        let mut routes = Vec::new();
-        let mut servers_raw = Vec::new();
-        let mut seen = HashSet::new();
-        for f in &files {
-            let docs = kthena_api::load_file(f).map_err(|e| Error::Manifest {
-                path: f.clone(),
-                reason: e.to_string(),
-            })?;
-            for doc in docs {
-                let obj = doc.object.with_defaults();
-                let id = format!("{} {}/{}", obj.kind(), obj.namespace(), obj.name());
-                let what = format!("document {} (line {}) {id}", doc.index, doc.line);
-                if let Err(errs) = obj.validate() {
-                    let list: Vec<String> = errs.iter().map(ToString::to_string).collect();
-                    return Err(Error::Manifest {
-                        path: f.clone(),
-                        reason: format!("{what}: {}", list.join("; ")),
-                    });
-                }
-                match obj {
-                    Object::ModelRoute(r) => {
-                        if !seen.insert(id.clone()) {
-                            return Err(Error::Manifest {
-                                path: f.clone(),
-                                reason: format!("{what}: defined twice"),
-                            });
-                        }
-                        routes.push((f.clone(), what, *r));
-                    }
-                    Object::ModelServer(s) => {
-                        if !seen.insert(id.clone()) {
-                            return Err(Error::Manifest {
-                                path: f.clone(),
-                                reason: format!("{what}: defined twice"),
-                            });
-                        }
-                        servers_raw.push((f.clone(), what, *s));
-                    }
-                    _ => {}
-                }
-            }
+            .map_err(|reason| config_err(format!("scheduler: {reason}")))?;
+        let mut inputs = read_manifests(cfg)?;
+        inputs.endpoints = cfg.endpoints().to_vec();
+        if let Some(p) = config_path {
+            inputs.files.push(p.to_path_buf());
         }
+        let snap = self.build(
+            inputs,
+            OnInvalid::Reject,
+            Arc::new(scheduler),
+            Arc::new(kv),
+            config_path,
+        )?;
+        self.kv.commit(cfg, &snap.kv);
+        Ok(snap)
+    }
 
+    /// Builds a snapshot from the objects of the API server (cluster mode). Invalid
+    /// objects are skipped with a warning; the scheduler and KV state are built from `cfg`
+    /// at the first call and kept afterwards.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when the scheduler section is rejected (first call only).
+    pub(crate) fn load_cluster(
+        &mut self,
+        cfg: &Config,
+        routes: Vec<ModelRoute>,
+        servers: Vec<ModelServer>,
+        endpoints: Vec<EndpointConfig>,
+    ) -> Result<Snapshot> {
+        let (scheduler, kv) = match &self.fixed {
+            Some((s, k)) => (Arc::clone(s), Arc::clone(k)),
+            None => {
+                let config_err = |reason: String| Error::Config {
+                    path: PathBuf::new(),
+                    reason,
+                };
+                let kv = self.kv.prepare(cfg).map_err(config_err)?;
+                let s = kv
+                    .build_scheduler(&cfg.scheduler)
+                    .map_err(|reason| config_err(format!("scheduler: {reason}")))?;
+                self.kv.commit(cfg, &kv);
+                let fixed = (Arc::new(s), Arc::new(kv));
+                self.fixed = Some(fixed.clone());
+                fixed
+            }
+        };
+        let sourced = |kind: &str, m: &kube::core::ObjectMeta| {
+            format!(
+                "{kind} {}/{}",
+                m.namespace.as_deref().unwrap_or("default"),
+                m.name.as_deref().unwrap_or("")
+            )
+        };
+        let inputs = Inputs {
+            routes: routes
+                .into_iter()
+                .map(|r| Sourced {
+                    path: PathBuf::new(),
+                    what: sourced("ModelRoute", &r.metadata),
+                    object: r,
+                })
+                .collect(),
+            servers: servers
+                .into_iter()
+                .map(|s| Sourced {
+                    path: PathBuf::new(),
+                    what: sourced("ModelServer", &s.metadata),
+                    object: s,
+                })
+                .collect(),
+            endpoints,
+            ..Inputs::default()
+        };
+        self.build(inputs, OnInvalid::Skip, scheduler, kv, None)
+    }
+
+    /// The one snapshot builder of both discovery sources.
+    fn build(
+        &mut self,
+        inputs: Inputs,
+        on_invalid: OnInvalid,
+        scheduler: Arc<Scheduler>,
+        kv: Arc<crate::kv_cache::KvState>,
+        config_path: Option<&Path>,
+    ) -> Result<Snapshot> {
         // Endpoints: reuse the live state of unchanged ones.
-        let mut endpoints = Vec::with_capacity(cfg.standalone.endpoints.len());
+        let mut endpoints = Vec::with_capacity(inputs.endpoints.len());
         let mut new_registry = HashMap::new();
-        for ec in &cfg.standalone.endpoints {
-            let ep = match self.endpoints.get(&ec.name) {
+        for ec in &inputs.endpoints {
+            let key = format!("{}/{}", ec.namespace, ec.name);
+            let ep = match self.endpoints.get(&key) {
                 Some(e) if e.same_as(ec) => Arc::clone(e),
-                _ => Arc::new(Endpoint::from_config(ec).map_err(|reason| Error::Config {
-                    path: config_path.map(Path::to_path_buf).unwrap_or_default(),
-                    reason: format!("standalone.endpoints {}: {reason}", ec.name),
-                })?),
+                _ => match Endpoint::from_config(ec) {
+                    Ok(e) => Arc::new(e),
+                    Err(reason) if on_invalid == OnInvalid::Reject => {
+                        return Err(Error::Config {
+                            path: config_path.map(Path::to_path_buf).unwrap_or_default(),
+                            reason: format!("standalone.endpoints {}: {reason}", ec.name),
+                        });
+                    }
+                    Err(reason) => {
+                        tracing::warn!(endpoint = %key, %reason, "Skipping endpoint");
+                        continue;
+                    }
+                },
             };
-            new_registry.insert(ec.name.clone(), Arc::clone(&ep));
-            endpoints.push(ep);
+            new_registry.insert(key, Arc::clone(&ep));
+            endpoints.push((ep, &ec.labels));
         }
 
         let mut servers = HashMap::new();
-        for (path, what, s) in servers_raw {
-            let namespace = s
-                .metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".into());
-            let name = s.metadata.name.clone().unwrap_or_default();
-            let spec = &s.spec;
-            let timeout = match spec
-                .traffic_policy
-                .as_ref()
-                .and_then(|t| t.timeout.as_ref())
-            {
-                Some(d) => Some(d.parse().map_err(|r| Error::Manifest {
-                    path: path.clone(),
-                    reason: format!("{what}: spec.trafficPolicy.timeout: {r}"),
-                })?),
-                None => None,
-            };
-            let retry = match spec.traffic_policy.as_ref().and_then(|t| t.retry.as_ref()) {
-                Some(r) => {
-                    let pause = match &r.retry_interval {
-                        Some(d) => d.parse().map_err(|e| Error::Manifest {
-                            path: path.clone(),
-                            reason: format!("{what}: spec.trafficPolicy.retry.retryInterval: {e}"),
-                        })?,
-                        None => Duration::from_millis(100),
-                    };
-                    let attempts = r.attempts.map_or(crate::service::DEFAULT_ATTEMPTS, |a| {
-                        usize::try_from(a.max(1)).unwrap_or(1)
-                    });
-                    Some((attempts, pause))
+        for src in inputs.servers {
+            match self.compile_server(&src.object, &endpoints) {
+                Ok(parts) => {
+                    let key = format!("{}/{}", parts.namespace, parts.name);
+                    servers.insert(key, Arc::new(Server::new(parts, src.object)));
                 }
-                None => None,
-            };
-            let selector = &spec.workload_selector.match_labels;
-            if spec.workload_selector.pd_group.is_some() {
-                tracing::warn!(server = %name, "Prefill/decode groups are not served in standalone mode yet; routing to all selected endpoints");
+                Err(reason) if on_invalid == OnInvalid::Reject => {
+                    return Err(Error::Manifest {
+                        path: src.path,
+                        reason: format!("{}: {reason}", src.what),
+                    });
+                }
+                Err(reason) => {
+                    tracing::warn!(object = %src.what, %reason, "Skipping invalid ModelServer");
+                }
             }
-            let selected: Vec<Arc<Endpoint>> = endpoints
-                .iter()
-                .filter(|e| e.namespace == namespace && labels_match(selector, &e.labels))
-                .cloned()
-                .collect();
-            let key = format!("{namespace}/{name}");
-            servers.insert(
-                key.clone(),
-                Arc::new(Server {
-                    namespace,
-                    name,
-                    key,
-                    model: spec.model.clone(),
-                    engine: spec.inference_engine,
-                    timeout,
-                    retry,
-                    endpoints: selected,
-                    object: s,
-                }),
-            );
         }
+        let (table, route_objects, first_seen, next_seq) =
+            self.compile_routes(inputs.routes, on_invalid)?;
 
-        // Route ages: creationTimestamp when set, else the time this router first saw the
-        // route; the sequence number breaks ties in load order.
+        // Everything is valid: commit the history.
+        let removed: Vec<Arc<Endpoint>> = self
+            .endpoints
+            .iter()
+            .filter(|(n, e)| new_registry.get(*n).is_none_or(|ne| !Arc::ptr_eq(ne, e)))
+            .map(|(_, e)| Arc::clone(e))
+            .collect();
+        for e in removed {
+            scheduler.on_endpoint_removed(&e.id);
+        }
+        self.endpoints = new_registry;
+        self.first_seen = first_seen;
+        self.next_seq = next_seq;
+        self.generation += 1;
+        Ok(Snapshot {
+            generation: self.generation,
+            routes: table,
+            servers,
+            endpoints: endpoints.into_iter().map(|(e, _)| e).collect(),
+            scheduler,
+            kv,
+            route_objects,
+            files: inputs.files,
+            dirs: inputs.dirs,
+        })
+    }
+
+    /// Resolves one ModelServer against the endpoints: traffic policy, selected endpoints
+    /// (by the endpoints' current labels) and their prefill/decode roles.
+    fn compile_server(
+        &mut self,
+        s: &ModelServer,
+        endpoints: &[(Arc<Endpoint>, &BTreeMap<String, String>)],
+    ) -> std::result::Result<ServerParts, String> {
+        let namespace = s
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let name = s.metadata.name.clone().unwrap_or_default();
+        let spec = &s.spec;
+        let policy = spec.traffic_policy.as_ref();
+        let timeout = match policy.and_then(|t| t.timeout.as_ref()) {
+            Some(d) => Some(
+                d.parse()
+                    .map_err(|r| format!("spec.trafficPolicy.timeout: {r}"))?,
+            ),
+            None => None,
+        };
+        let retry = match policy.and_then(|t| t.retry.as_ref()) {
+            Some(r) => {
+                let pause = match &r.retry_interval {
+                    Some(d) => d
+                        .parse()
+                        .map_err(|e| format!("spec.trafficPolicy.retry.retryInterval: {e}"))?,
+                    None => Duration::from_millis(100),
+                };
+                let attempts = r.attempts.map_or(crate::service::DEFAULT_ATTEMPTS, |a| {
+                    usize::try_from(a.max(1)).unwrap_or(1)
+                });
+                Some((attempts, pause))
+            }
+            None => None,
+        };
+        let selector = &spec.workload_selector.match_labels;
+        let selected: Vec<(Arc<Endpoint>, &BTreeMap<String, String>)> = endpoints
+            .iter()
+            .filter(|(e, labels)| e.namespace == namespace && labels_match(selector, labels))
+            .map(|(e, l)| (Arc::clone(e), *l))
+            .collect();
+        let (mut prefill, mut decode) = (Vec::new(), Vec::new());
+        if let Some(pd) = &spec.workload_selector.pd_group {
+            if self.pd_warned.insert(format!("{namespace}/{name}")) {
+                tracing::warn!(server = %name, "Prefill/decode disaggregated proxying is not served yet; routing to all selected endpoints");
+            }
+            for (e, labels) in &selected {
+                match pd_role(pd, labels) {
+                    Some(PdRole::Decode) => decode.push(Arc::clone(e)),
+                    Some(PdRole::Prefill) => prefill.push(Arc::clone(e)),
+                    None => {}
+                }
+            }
+        }
+        Ok(ServerParts {
+            namespace,
+            name,
+            timeout,
+            retry,
+            endpoints: selected.into_iter().map(|(e, _)| e).collect(),
+            prefill,
+            decode,
+        })
+    }
+
+    /// Compiles the routes with their ages: creationTimestamp when set, else the time this
+    /// router first saw the route; the sequence number breaks ties in load order. Returns
+    /// the table, the route objects and the new age history (committed by the caller).
+    #[expect(clippy::type_complexity, reason = "private helper returning its parts")]
+    fn compile_routes(
+        &self,
+        routes: Vec<Sourced<ModelRoute>>,
+        on_invalid: OnInvalid,
+    ) -> Result<(
+        RouteTable,
+        Vec<ModelRoute>,
+        HashMap<String, (i128, u64)>,
+        u64,
+    )> {
         let mut first_seen = self.first_seen.clone();
         let mut next_seq = self.next_seq;
         let mut compiled = Vec::with_capacity(routes.len());
         let mut route_objects = Vec::with_capacity(routes.len());
-        for (path, what, r) in routes {
+        for src in routes {
+            let r = src.object;
             let key = format!(
                 "{}/{}",
                 r.metadata.namespace.as_deref().unwrap_or("default"),
@@ -269,46 +418,138 @@ impl Loader {
                 .creation_timestamp
                 .as_ref()
                 .map_or(seen_at, |t| t.0.as_nanosecond());
-            let c =
-                CompiledRoute::compile(&r, (created, seq)).map_err(|reason| Error::Manifest {
-                    path: path.clone(),
-                    reason: format!("{what}: {reason}"),
-                })?;
-            compiled.push(c);
-            route_objects.push(r);
+            match CompiledRoute::compile(&r, (created, seq)) {
+                Ok(c) => {
+                    compiled.push(c);
+                    route_objects.push(r);
+                }
+                Err(reason) if on_invalid == OnInvalid::Reject => {
+                    return Err(Error::Manifest {
+                        path: src.path,
+                        reason: format!("{}: {reason}", src.what),
+                    });
+                }
+                Err(reason) => {
+                    tracing::warn!(object = %src.what, %reason, "Skipping invalid ModelRoute");
+                }
+            }
         }
-        let table = RouteTable::new(compiled);
-
-        // Everything is valid: commit the history.
-        let removed: Vec<Arc<Endpoint>> = self
-            .endpoints
-            .iter()
-            .filter(|(n, e)| new_registry.get(*n).is_none_or(|ne| !Arc::ptr_eq(ne, e)))
-            .map(|(_, e)| Arc::clone(e))
-            .collect();
-        for e in removed {
-            scheduler.on_endpoint_removed(&e.id);
-        }
-        self.endpoints = new_registry;
-        self.kv.commit(cfg, &kv);
-        self.first_seen = first_seen;
-        self.next_seq = next_seq;
-        self.generation += 1;
-        if let Some(p) = config_path {
-            files.push(p.to_path_buf());
-        }
-        Ok(Snapshot {
-            generation: self.generation,
-            routes: table,
-            servers,
-            endpoints,
-            scheduler: Arc::new(scheduler),
-            kv: Arc::new(kv),
+        Ok((
+            RouteTable::new(compiled),
             route_objects,
-            files,
-            dirs,
-        })
+            first_seen,
+            next_seq,
+        ))
     }
+}
+
+/// A ModelServer's resolved parts, before the [`Server`] is assembled.
+#[derive(Debug)]
+struct ServerParts {
+    namespace: String,
+    name: String,
+    timeout: Option<Duration>,
+    retry: Option<(usize, Duration)>,
+    endpoints: Vec<Arc<Endpoint>>,
+    prefill: Vec<Arc<Endpoint>>,
+    decode: Vec<Arc<Endpoint>>,
+}
+
+impl Server {
+    fn new(p: ServerParts, object: ModelServer) -> Self {
+        Self {
+            key: format!("{}/{}", p.namespace, p.name),
+            namespace: p.namespace,
+            name: p.name,
+            model: object.spec.model.clone(),
+            engine: object.spec.inference_engine,
+            timeout: p.timeout,
+            retry: p.retry,
+            endpoints: p.endpoints,
+            prefill_endpoints: p.prefill,
+            decode_endpoints: p.decode,
+            object,
+        }
+    }
+}
+
+/// A pod's role in a prefill/decode group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PdRole {
+    Prefill,
+    Decode,
+}
+
+/// Go Kthena's categorisation (spec §2.16): a pod without the `groupKey` label has no role;
+/// decode when it matches all `decodeLabels` (checked first), else prefill when it matches
+/// all `prefillLabels`; an empty label map never matches.
+fn pd_role(
+    pd: &kthena_api::networking::PdGroup,
+    labels: &BTreeMap<String, String>,
+) -> Option<PdRole> {
+    if !labels.contains_key(&pd.group_key) {
+        return None;
+    }
+    let matches = |want: &BTreeMap<String, String>| !want.is_empty() && labels_match(want, labels);
+    if matches(&pd.decode_labels) {
+        Some(PdRole::Decode)
+    } else if matches(&pd.prefill_labels) {
+        Some(PdRole::Prefill)
+    } else {
+        None
+    }
+}
+
+/// Reads and validates the manifests a standalone config names.
+fn read_manifests(cfg: &Config) -> Result<Inputs> {
+    let manifest_paths = cfg.manifest_paths();
+    let dirs: Vec<PathBuf> = manifest_paths
+        .iter()
+        .filter(|p| p.is_dir())
+        .cloned()
+        .collect();
+    let files = manifest_files(&manifest_paths)?;
+    let mut inputs = Inputs::default();
+    let mut seen = HashSet::new();
+    for f in &files {
+        let docs = kthena_api::load_file(f).map_err(|e| Error::Manifest {
+            path: f.clone(),
+            reason: e.to_string(),
+        })?;
+        for doc in docs {
+            let obj = doc.object.with_defaults();
+            let id = format!("{} {}/{}", obj.kind(), obj.namespace(), obj.name());
+            let what = format!("document {} (line {}) {id}", doc.index, doc.line);
+            let reject = |reason: String| Error::Manifest {
+                path: f.clone(),
+                reason: format!("{what}: {reason}"),
+            };
+            if let Err(errs) = obj.validate() {
+                let list: Vec<String> = errs.iter().map(ToString::to_string).collect();
+                return Err(reject(list.join("; ")));
+            }
+            if matches!(obj, Object::ModelRoute(_) | Object::ModelServer(_)) && !seen.insert(id) {
+                return Err(reject("defined twice".into()));
+            }
+            let path = f.clone();
+            match obj {
+                Object::ModelRoute(r) => inputs.routes.push(Sourced {
+                    path,
+                    what,
+                    object: *r,
+                }),
+                Object::ModelServer(s) => inputs.servers.push(Sourced {
+                    path,
+                    what,
+                    object: *s,
+                }),
+                _ => {}
+            }
+        }
+    }
+    inputs.files = files;
+    inputs.dirs = dirs;
+    Ok(inputs)
 }
 
 fn labels_match(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {

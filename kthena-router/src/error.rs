@@ -167,6 +167,10 @@ pub enum Error {
     /// The file watcher failed.
     #[error("file watcher: {0}")]
     Watch(#[from] notify::Error),
+    /// No usable Kubernetes client configuration (cluster mode): no `KUBECONFIG`, no
+    /// `~/.kube/config`, not in a cluster, or an invalid one.
+    #[error("cannot reach the Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
     /// An I/O error while serving.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
@@ -224,6 +228,7 @@ impl Error {
             | Self::Env { .. }
             | Self::Bind { .. }
             | Self::Watch(_)
+            | Self::Kube(_)
             | Self::Io(_)
             | Self::KvEventDecode { .. }
             | Self::Tokenizer { .. }

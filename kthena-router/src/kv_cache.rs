@@ -334,8 +334,7 @@ impl KvLoader {
             }
         };
         let sources = cfg
-            .standalone
-            .endpoints
+            .endpoints()
             .iter()
             .filter_map(|e| {
                 e.kv_events

@@ -37,6 +37,7 @@
 //! with that error once streaming had started).
 
 mod accesslog;
+mod cluster;
 mod config;
 mod debug;
 mod discovery;

@@ -7,11 +7,11 @@ use std::process::ExitCode;
 use clap::Parser;
 use kthena_router::{Error, Overrides, ProcessEnv};
 
-/// Kthena's OpenAI-compatible LLM router (standalone mode).
+/// Kthena's OpenAI-compatible LLM router (standalone or cluster mode).
 #[derive(Debug, Parser)]
 #[command(name = "kthena-router", version)]
 struct Args {
-    /// Router configuration file (scheduler section plus the standalone section).
+    /// Router configuration file (scheduler section; a `standalone` section for standalone mode, none for cluster mode).
     #[arg(long, env = "KTHENA_ROUTER_CONFIG")]
     config: PathBuf,
     /// Inference listener port [default: 8080, or `port` in the config file].

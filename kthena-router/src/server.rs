@@ -93,27 +93,78 @@ fn http_client() -> HttpClient {
 
 impl Router {
     /// Builds the first snapshot, binds the three listeners and starts the scrape loop and,
-    /// when `config_path` is given, the file watcher.
+    /// when `config_path` is given, the file watcher. Without a `standalone` section
+    /// (cluster mode) it connects to the cluster named by kube config inference and starts
+    /// the reflectors instead (see [`Router::start_in_cluster`]).
     ///
     /// # Errors
-    /// Snapshot errors ([`Error::Manifest`], ...), [`Error::Bind`], [`Error::Watch`].
+    /// Snapshot errors ([`Error::Manifest`], ...), [`Error::Bind`], [`Error::Watch`],
+    /// [`Error::Kube`] when no cluster configuration is found.
     pub async fn start(
         cfg: Config,
         config_path: Option<PathBuf>,
         overrides: Overrides,
     ) -> Result<Self> {
+        if cfg.is_cluster_mode() {
+            let client = crate::cluster::connect().await?;
+            return Self::start_in_cluster(cfg, client).await;
+        }
         let mut loader = Loader::new();
         let snapshot = loader.load(&cfg, config_path.as_deref())?;
+        let router = Self::serve_snapshot(&cfg, snapshot, true).await?;
+        if let Some(path) = config_path {
+            crate::watch::spawn_watcher(
+                Arc::clone(&router.shared),
+                loader,
+                path,
+                overrides,
+                router.cancel.clone(),
+                &router.tasks,
+            )?;
+        }
+        Ok(router)
+    }
+
+    /// Starts the router in cluster mode on `client`: ModelRoutes, ModelServers and Pods of
+    /// all namespaces are watched; `standalone` (if any) is ignored. Serves an empty snapshot
+    /// (and `/readyz` 503) until the first full sync. The config file is read once (as Go
+    /// Kthena does).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a scheduler section the registry rejects, [`Error::Bind`].
+    pub async fn start_in_cluster(cfg: Config, client: kube::Client) -> Result<Self> {
+        let mut loader = Loader::new();
+        let snapshot = loader.load_cluster(&cfg, Vec::new(), Vec::new(), Vec::new())?;
+        let router = Self::serve_snapshot(&cfg, snapshot, false).await?;
+        let scrape = crate::cluster::ScrapeSettings {
+            concurrency: cfg.metrics_scrape_concurrency,
+            timeout: cfg.metrics_scrape_timeout,
+        };
+        crate::cluster::spawn(
+            Arc::clone(&router.shared),
+            loader,
+            cfg,
+            &client,
+            scrape,
+            &router.cancel,
+            &router.tasks,
+        );
+        Ok(router)
+    }
+
+    /// Binds the listeners and starts serving `snapshot` with the scrape loop and the KV
+    /// supervisor; `synced` is false while discovery still has to finish its first sync.
+    async fn serve_snapshot(cfg: &Config, snapshot: Snapshot, synced: bool) -> Result<Self> {
         let metrics = Arc::new(Metrics::new());
         let access_log = Arc::new(AccessLog::open(&cfg.access_log)?);
-        let client = http_client();
         let shared = Arc::new(Shared::new(
             snapshot,
-            client,
+            http_client(),
             metrics,
             access_log,
             cfg.max_body_bytes,
         ));
+        shared.synced.store(synced, Ordering::Release);
 
         let bind = |addr: SocketAddr| async move {
             TcpListener::bind(addr).await.map_err(|source| Error::Bind {
@@ -172,16 +223,6 @@ impl Router {
             cancel.clone(),
             tasks.clone(),
         ));
-        if let Some(path) = config_path {
-            crate::watch::spawn_watcher(
-                Arc::clone(&shared),
-                loader,
-                path,
-                overrides,
-                cancel.clone(),
-                &tasks,
-            )?;
-        }
         tracing::info!(%addr, %metrics_addr, %debug_addr, "Router listening");
         Ok(Self {
             addr,

@@ -55,6 +55,9 @@ pub struct Shared {
     pub max_body_bytes: usize,
     /// Set once the first scrape pass over every endpoint finished.
     pub ready: AtomicBool,
+    /// Set once discovery finished its first full sync (always in standalone mode; in
+    /// cluster mode after every reflector listed and the first endpoints were scraped).
+    pub synced: AtomicBool,
     rng: Mutex<SmallRng>,
 }
 
@@ -81,6 +84,7 @@ impl Shared {
             access_log,
             max_body_bytes,
             ready: AtomicBool::new(false),
+            synced: AtomicBool::new(true),
             rng: Mutex::new(SmallRng::seed_from_u64(seed)),
         }
     }
@@ -136,7 +140,8 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<RespBod
     match (req.method(), path.as_str()) {
         (&Method::GET, "/healthz") => return json_response(StatusCode::OK, r#"{"message":"ok"}"#),
         (&Method::GET, "/readyz") => {
-            return if shared.ready.load(Ordering::Acquire) {
+            return if shared.ready.load(Ordering::Acquire) && shared.synced.load(Ordering::Acquire)
+            {
                 json_response(StatusCode::OK, r#"{"message":"router is ready"}"#)
             } else {
                 json_response(

@@ -733,7 +733,7 @@ fn example_standalone_config_loads() {
     )
     .unwrap();
     assert_eq!(cfg.port, 8080);
-    assert_eq!(cfg.standalone.endpoints.len(), 3);
+    assert_eq!(cfg.endpoints().len(), 3);
     let snap = kthena_router::Loader::new().load(&cfg, Some(path)).unwrap();
     assert_eq!(
         snap.routes.model_names(),

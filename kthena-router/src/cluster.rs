@@ -1,0 +1,451 @@
+//! Cluster mode: kube-rs reflectors on ModelRoute, ModelServer and Pod (all namespaces)
+//! feed the same routing [`Snapshot`](crate::discovery::Snapshot) as standalone mode.
+//!
+//! Go Kthena's semantics (spec §2.16): a pod is an endpoint when it is `Running`, `Ready`
+//! and not being deleted, bound to every ModelServer of its namespace whose
+//! `workloadSelector.matchLabels` selects it, at `podIP:workloadPort` (the port of the first
+//! such ModelServer by `namespace/name`). Pods no ModelServer selects are not endpoints.
+//!
+//! Watch errors back off (kube-rs's default: exponential from 0.8 s to 30 s) and re-list;
+//! the stores keep their last state meanwhile, so the router keeps serving the last
+//! snapshot while the API server is away. Events are coalesced for [`REBUILD_DEBOUNCE`]
+//! before a rebuild; endpoints that persist keep their state (in-flight counts, scraped
+//! metrics, KV index entries). New endpoints are scraped at once. `/readyz` turns 200 once
+//! all three reflectors have listed and the first snapshot's endpoints were scraped.
+
+use std::collections::HashSet;
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kthena_api::networking::InferenceEngine;
+use kthena_api::{ModelRoute, ModelServer};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::{Config, EndpointConfig};
+use crate::discovery::Loader;
+use crate::error::Result;
+use crate::scrape::scrape_all;
+use crate::service::Shared;
+
+/// Quiet time after a watch event before the snapshot is rebuilt: a burst of events (a
+/// re-list, a scaled-up ModelServing) costs one rebuild.
+pub(crate) const REBUILD_DEBOUNCE: Duration = Duration::from_millis(20);
+
+/// Scrape settings for the immediate scrape of new endpoints.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ScrapeSettings {
+    /// Most endpoints scraped at once.
+    pub(crate) concurrency: usize,
+    /// Bound on one scrape.
+    pub(crate) timeout: Duration,
+}
+
+/// The client of the cluster named by kube config inference (`KUBECONFIG`,
+/// `~/.kube/config`, then the in-cluster service account).
+///
+/// # Errors
+/// [`crate::Error::Kube`] when no configuration is found or it is invalid.
+pub(crate) async fn connect() -> Result<Client> {
+    Ok(Client::try_default().await?)
+}
+
+/// The three stores the snapshot is built from.
+#[derive(Debug, Clone)]
+struct Stores {
+    routes: Store<ModelRoute>,
+    servers: Store<ModelServer>,
+    pods: Store<Pod>,
+}
+
+/// Starts the reflectors and the rebuild task, which marks `shared` synced after the first
+/// full sync.
+pub(crate) fn spawn(
+    shared: Arc<Shared>,
+    loader: Loader,
+    cfg: Config,
+    client: &Client,
+    scrape: ScrapeSettings,
+    cancel: &CancellationToken,
+    tasks: &TaskTracker,
+) {
+    let changed = Arc::new(Notify::new());
+    let stores = Stores {
+        routes: reflect(Api::all(client.clone()), &changed, cancel, tasks),
+        servers: reflect(Api::all(client.clone()), &changed, cancel, tasks),
+        pods: reflect(Api::all(client.clone()), &changed, cancel, tasks),
+    };
+    let mut rebuilder = Rebuilder {
+        shared,
+        loader,
+        cfg,
+        stores,
+        scrape,
+        warned: HashSet::new(),
+    };
+    let cancel = cancel.clone();
+    let tasks2 = tasks.clone();
+    tasks.spawn(async move {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            ready = rebuilder.stores.wait_until_ready() => if !ready { return },
+        }
+        rebuilder.rebuild(&tasks2, true).await;
+        tracing::info!("Cluster discovery synced");
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = changed.notified() => {}
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(REBUILD_DEBOUNCE) => {}
+            }
+            rebuilder.rebuild(&tasks2, false).await;
+        }
+    });
+}
+
+/// Runs a reflector for `K` on `api`, notifying `changed` after every watch event.
+fn reflect<K>(
+    api: Api<K>,
+    changed: &Arc<Notify>,
+    cancel: &CancellationToken,
+    tasks: &TaskTracker,
+) -> Store<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    let (store, writer) = reflector::store();
+    let kind = K::kind(&K::DynamicType::default()).into_owned();
+    let changed = Arc::clone(changed);
+    let cancel = cancel.clone();
+    tasks.spawn(async move {
+        let stream = reflector::reflector(
+            writer,
+            watcher(api, watcher::Config::default()).default_backoff(),
+        );
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            let ev = tokio::select! {
+                () = cancel.cancelled() => return,
+                ev = stream.next() => ev,
+            };
+            match ev {
+                Some(Ok(_)) => changed.notify_one(),
+                Some(Err(err)) => {
+                    tracing::warn!(%kind, %err, "Watch failed; serving the last snapshot and retrying");
+                }
+                None => return,
+            }
+        }
+    });
+    store
+}
+
+impl Stores {
+    /// Waits for the first list of all three; false when a reflector stopped first.
+    async fn wait_until_ready(&self) -> bool {
+        let (a, b, c) = tokio::join!(
+            self.routes.wait_until_ready(),
+            self.servers.wait_until_ready(),
+            self.pods.wait_until_ready()
+        );
+        a.is_ok() && b.is_ok() && c.is_ok()
+    }
+}
+
+/// Builds snapshots from the stores.
+#[derive(Debug)]
+struct Rebuilder {
+    shared: Arc<Shared>,
+    loader: Loader,
+    cfg: Config,
+    stores: Stores,
+    scrape: ScrapeSettings,
+    /// `Kind ns/name@resourceVersion` of invalid objects already logged.
+    warned: HashSet<String>,
+}
+
+impl Rebuilder {
+    /// Rebuilds and swaps the snapshot, then scrapes the new endpoints: awaited on the
+    /// first sync (which then marks the router synced), in the background afterwards.
+    async fn rebuild(&mut self, tasks: &TaskTracker, first: bool) {
+        let routes = valid_objects(&self.stores.routes.state(), &mut self.warned);
+        let servers = valid_objects(&self.stores.servers.state(), &mut self.warned);
+        let pods = self.stores.pods.state();
+        let endpoints = pod_endpoints(&pods, &servers);
+        let snap = match self
+            .loader
+            .load_cluster(&self.cfg, routes, servers, endpoints)
+        {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "Cannot build the routing snapshot");
+                return;
+            }
+        };
+        let old = self.shared.snapshot.load_full();
+        let generation = snap.generation;
+        let fresh: Vec<_> = snap
+            .scrape_targets()
+            .into_iter()
+            .filter(|(e, _)| !old.endpoints.iter().any(|o| Arc::ptr_eq(o, e)))
+            .collect();
+        tracing::debug!(
+            generation,
+            endpoints = snap.endpoints.len(),
+            new = fresh.len(),
+            "Routing snapshot rebuilt"
+        );
+        self.shared.snapshot.store(Arc::new(snap));
+        let shared = Arc::clone(&self.shared);
+        let ScrapeSettings {
+            concurrency,
+            timeout,
+        } = self.scrape;
+        let scrape = async move {
+            if !fresh.is_empty() {
+                scrape_all(&shared.client, fresh, concurrency, timeout).await;
+            }
+        };
+        if first {
+            scrape.await;
+            self.shared.synced.store(true, Ordering::Release);
+        } else {
+            tasks.spawn(scrape);
+        }
+    }
+}
+
+/// The objects whose schema defaults and validation pass (logged once per resource
+/// version otherwise).
+fn valid_objects<K>(objects: &[Arc<K>], warned: &mut HashSet<String>) -> Vec<K>
+where
+    K: Clone + Validated,
+{
+    let mut out = Vec::with_capacity(objects.len());
+    for o in objects {
+        let o = K::clone(o).with_defaults();
+        match o.check() {
+            Ok(()) => out.push(o),
+            Err(reason) => {
+                let id = o.id();
+                if warned.insert(id.clone()) {
+                    tracing::warn!(object = %id, %reason, "Ignoring invalid object");
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The kinds [`valid_objects`] checks.
+trait Validated: Sized {
+    fn with_defaults(self) -> Self;
+    fn check(&self) -> std::result::Result<(), String>;
+    fn id(&self) -> String;
+}
+
+macro_rules! validated {
+    ($t:ty, $kind:literal) => {
+        impl Validated for $t {
+            fn with_defaults(self) -> Self {
+                <$t>::with_defaults(self)
+            }
+            fn check(&self) -> std::result::Result<(), String> {
+                self.validate().map_err(|errs| {
+                    errs.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                })
+            }
+            fn id(&self) -> String {
+                let m = &self.metadata;
+                format!(
+                    "{} {}/{}@{}",
+                    $kind,
+                    m.namespace.as_deref().unwrap_or("default"),
+                    m.name.as_deref().unwrap_or(""),
+                    m.resource_version.as_deref().unwrap_or("")
+                )
+            }
+        }
+    };
+}
+validated!(ModelRoute, "ModelRoute");
+validated!(ModelServer, "ModelServer");
+
+/// Whether a pod serves traffic: phase `Running`, condition `Ready=True`, no
+/// `deletionTimestamp`, and a pod IP.
+#[must_use]
+pub(crate) fn pod_is_ready(pod: &Pod) -> bool {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    let Some(st) = &pod.status else { return false };
+    st.phase.as_deref() == Some("Running")
+        && st.pod_ip.as_deref().is_some_and(|ip| !ip.is_empty())
+        && st
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// The endpoints of the ready pods some ModelServer selects, sorted by `namespace/name`.
+/// The port is the `workloadPort` of the first selecting ModelServer by `namespace/name`
+/// (8000 for vLLM, 30000 for SGLang when 0, as Go Kthena).
+#[must_use]
+pub(crate) fn pod_endpoints(pods: &[Arc<Pod>], servers: &[ModelServer]) -> Vec<EndpointConfig> {
+    let mut servers: Vec<&ModelServer> = servers.iter().collect();
+    servers.sort_by_key(|s| (s.metadata.namespace.clone(), s.metadata.name.clone()));
+    let mut out: Vec<EndpointConfig> = pods
+        .iter()
+        .filter(|p| pod_is_ready(p))
+        .filter_map(|p| pod_endpoint(p, &servers))
+        .collect();
+    out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    out
+}
+
+fn pod_endpoint(pod: &Pod, servers: &[&ModelServer]) -> Option<EndpointConfig> {
+    let namespace = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    let first = servers.iter().find(|s| {
+        s.metadata.namespace.as_deref().unwrap_or("default") == namespace
+            && s.spec
+                .workload_selector
+                .match_labels
+                .iter()
+                .all(|(k, v)| labels.get(k) == Some(v))
+    })?;
+    let ip: IpAddr = pod.status.as_ref()?.pod_ip.as_deref()?.parse().ok()?;
+    let port = match (first.spec.workload_port.port, first.spec.inference_engine) {
+        (0, InferenceEngine::SgLang) => 30000,
+        (0, _) => 8000,
+        (p, _) => u16::try_from(p).ok()?,
+    };
+    Some(EndpointConfig {
+        name: pod.metadata.name.clone()?,
+        address: SocketAddr::new(ip, port).to_string(),
+        namespace,
+        labels,
+        kv_events: None,
+        kv_events_replay: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, labels: &[(&str, &str)], ip: &str, ready: bool) -> Arc<Pod> {
+        let v = serde_json::json!({
+            "metadata": {
+                "name": name,
+                "namespace": "ns",
+                "labels": labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect::<std::collections::BTreeMap<_, _>>(),
+            },
+            "status": {
+                "phase": "Running",
+                "podIP": ip,
+                "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
+            },
+        });
+        Arc::new(serde_json::from_value(v).unwrap())
+    }
+
+    fn server(name: &str, ns: &str, app: &str, port: i32) -> ModelServer {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "networking.serving.volcano.sh/v1alpha1",
+            "kind": "ModelServer",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "inferenceEngine": "vLLM",
+                "workloadSelector": {"matchLabels": {"app": app}},
+                "workloadPort": {"port": port},
+            },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn ready_selected_pods_become_endpoints_at_the_first_servers_port() {
+        let pods = vec![
+            pod("b", &[("app", "m")], "127.0.0.3", true),
+            pod("a", &[("app", "m"), ("x", "y")], "127.0.0.2", true),
+            pod("not-ready", &[("app", "m")], "127.0.0.4", false),
+            pod("unselected", &[("app", "other")], "127.0.0.5", true),
+            pod("v6", &[("app", "m")], "::1", true),
+        ];
+        let servers = vec![
+            server("z-second", "ns", "m", 9000),
+            server("a-first", "ns", "m", 8001),
+            server("elsewhere", "other-ns", "other", 7000),
+        ];
+        let eps = pod_endpoints(&pods, &servers);
+        let got: Vec<(&str, &str)> = eps
+            .iter()
+            .map(|e| (e.name.as_str(), e.address.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("a", "127.0.0.2:8001"),
+                ("b", "127.0.0.3:8001"),
+                ("v6", "[::1]:8001")
+            ]
+        );
+        assert_eq!(eps[0].namespace, "ns");
+        assert_eq!(eps[0].labels.get("x").map(String::as_str), Some("y"));
+    }
+
+    #[test]
+    fn deleting_pending_or_ipless_pods_are_not_ready() {
+        let mut p = (*pod("a", &[], "127.0.0.2", true)).clone();
+        assert!(pod_is_ready(&p));
+        p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            jiff::Timestamp::UNIX_EPOCH,
+        ));
+        assert!(!pod_is_ready(&p));
+        let mut p = (*pod("a", &[], "127.0.0.2", true)).clone();
+        if let Some(st) = p.status.as_mut() {
+            st.phase = Some("Pending".into());
+        }
+        assert!(!pod_is_ready(&p));
+        let mut p = (*pod("a", &[], "", true)).clone();
+        assert!(!pod_is_ready(&p));
+        p.status = None;
+        assert!(!pod_is_ready(&p));
+    }
+
+    #[test]
+    fn port_zero_falls_back_to_the_engine_default() {
+        let pods = vec![pod("a", &[("app", "m")], "127.0.0.2", true)];
+        let mut s = server("s", "ns", "m", 0);
+        assert_eq!(
+            pod_endpoints(&pods, &[s.clone()])[0].address,
+            "127.0.0.2:8000"
+        );
+        s.spec.inference_engine = InferenceEngine::SgLang;
+        assert_eq!(pod_endpoints(&pods, &[s])[0].address, "127.0.0.2:30000");
+    }
+}
