@@ -28,6 +28,13 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    /// An object could not be rendered as YAML.
+    #[error("cannot render object as YAML: {source}")]
+    SerializeYaml {
+        /// The YAML serializer error.
+        #[source]
+        source: Box<serde_saphyr::SerializeError>,
+    },
 }
 
 /// `Result` with this crate's [`Error`].

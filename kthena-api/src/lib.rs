@@ -53,11 +53,12 @@ mod load;
 pub mod networking;
 mod quantity;
 mod report;
+pub mod thirdparty;
 mod validate;
 pub mod workload;
 
 pub use common::{FieldError, GoDuration};
-pub use crd::crds;
+pub use crd::{crd_files, crds};
 pub use error::{Error, Result};
 pub use kube::CustomResourceExt;
 pub use load::{Document, Object, ParseError, decode_value, load_file, load_str, load_str_each};
