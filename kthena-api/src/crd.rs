@@ -45,8 +45,9 @@ pub fn crd_files() -> Result<Vec<(String, String)>> {
         .into_iter()
         .map(|crd| {
             let name = format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural);
-            let text = serde_saphyr::to_string(&crd)
-                .map_err(|source| Error::SerializeYaml { source: Box::new(source) })?;
+            let text = serde_saphyr::to_string(&crd).map_err(|source| Error::SerializeYaml {
+                source: Box::new(source),
+            })?;
             Ok((name, text))
         })
         .collect()

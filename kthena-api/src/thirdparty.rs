@@ -184,5 +184,15 @@ pub struct InferencePoolParentStatus {
 /// ```
 #[must_use]
 pub fn thirdparty_crds() -> Vec<CustomResourceDefinition> {
-    vec![PodGroup::crd(), InferencePool::crd()]
+    let mut pool = InferencePool::crd();
+    // `*.k8s.io` groups are protected: the API server wants the approval annotation.
+    pool.metadata.annotations = Some(BTreeMap::from([(
+        "api-approved.kubernetes.io".to_owned(),
+        API_APPROVED.to_owned(),
+    )]));
+    vec![PodGroup::crd(), pool]
 }
+
+/// The `api-approved.kubernetes.io` annotation of the `InferencePool` CRD (the Inference
+/// Extension project, whose API review approved the group).
+const API_APPROVED: &str = "https://github.com/kubernetes-sigs/gateway-api-inference-extension";

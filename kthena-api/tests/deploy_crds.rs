@@ -24,6 +24,9 @@ fn committed_crds_equal_generated() -> Result<()> {
         .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
         .collect::<Result<_>>()?;
     let present: BTreeSet<&str> = present.iter().map(String::as_str).collect();
-    assert_eq!(present, expected, "deploy/crds/ holds exactly the generated CRDs");
+    assert_eq!(
+        present, expected,
+        "deploy/crds/ holds exactly the generated CRDs"
+    );
     Ok(())
 }

@@ -3,8 +3,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use crate::error::{Error, Result, io_err};
+use tokio::time::Instant;
+
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::error::{Error, Result, io_err, kube_err};
 
 /// Environment variable naming the kubeconfig of a running cluster to reuse instead of
 /// starting a control plane (nothing is started or stopped then).
@@ -16,62 +22,195 @@ pub const CACHE_ENV: &str = "KTHENA_K8S_CACHE";
 /// Default build cache of `scripts/kube-env.sh`.
 pub const DEFAULT_CACHE: &str = "/var/cache/kthena/k8s";
 
-/// Where the control plane lives and how to reach it.
-#[derive(Debug, Clone)]
-pub(crate) struct Location {
-    pub(crate) kubeconfig: PathBuf,
-    pub(crate) kubectl: PathBuf,
-    /// `Some` when this process started it (then `DIR/env` exists there).
-    pub(crate) dir: Option<PathBuf>,
-    pub(crate) apiserver_pid: Option<u32>,
-    pub(crate) etcd_pid: Option<u32>,
+/// A control plane: its kubeconfig and kubectl, and when this process started it, its
+/// directory (`kube-env.sh up DIR`).
+///
+/// [`TestEnv`](crate::TestEnv) holds the one shared by a test binary; [`ControlPlane::start`]
+/// gives a test one of its own, e.g. to stop and restart its API server. Dropping a
+/// `ControlPlane` that this process started stops it (`kube-env.sh down`); a watchdog does
+/// the same if the process dies first.
+#[derive(Debug)]
+pub struct ControlPlane {
+    kubeconfig: PathBuf,
+    kubectl: PathBuf,
+    gateway_api_crds: PathBuf,
+    dir: Option<PathBuf>,
+    startup: Duration,
+}
+
+impl ControlPlane {
+    /// Starts a new control plane (for this caller alone) and installs the CRDs, like the
+    /// shared one of [`TestEnv::get`](crate::TestEnv::get). Runs on a blocking-pool thread.
+    ///
+    /// # Errors
+    /// As [`TestEnv::get`](crate::TestEnv::get).
+    pub async fn start() -> Result<Self> {
+        tokio::task::spawn_blocking(|| Self::start_blocking(false))
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    }
+
+    /// Starts a control plane (or, when `reuse` and `$KTHENA_TEST_KUBECONFIG` is set, uses that
+    /// cluster) and installs the CRDs, on a Tokio runtime of its own.
+    pub(crate) fn start_blocking(reuse: bool) -> Result<Self> {
+        let t0 = Instant::now();
+        let mut plane = match std::env::var_os(REUSE_ENV) {
+            Some(kubeconfig) if reuse => Self::reused(PathBuf::from(kubeconfig)),
+            _ => Self::up()?,
+        };
+        let crds = crate::crds::all_crds(&plane.gateway_api_crds)?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(io_err("building a Tokio runtime"))?;
+        rt.block_on(async {
+            let client = plane.client().await?;
+            crate::crds::install(&client, &crds).await
+        })?;
+        plane.startup = t0.elapsed();
+        tracing::info!(
+            startup_ms = plane.startup.as_millis(),
+            kubeconfig = %plane.kubeconfig.display(),
+            crds = crds.len(),
+            "Test control plane ready."
+        );
+        Ok(plane)
+    }
+
+    fn reused(kubeconfig: PathBuf) -> Self {
+        let kubectl =
+            std::env::var_os("KUBECTL").map_or_else(|| cache_dir().join("kubectl"), PathBuf::from);
+        Self {
+            kubeconfig,
+            kubectl,
+            gateway_api_crds: cache_dir().join("crds/gateway-api"),
+            dir: None,
+            startup: Duration::ZERO,
+        }
+    }
+
+    /// Runs `kube-env.sh up` in a fresh directory and arms the watchdog.
+    fn up() -> Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("kthena-testenv-")
+            .tempdir()
+            .map_err(io_err("creating the control-plane directory"))?
+            .keep();
+        // The watchdog first, so that a failing `up` is cleaned up too.
+        spawn_watchdog(&dir)?;
+        run(Command::new("bash").arg(script()).arg("up").arg(&dir))?;
+        let env = EnvFile::read(&dir.join("env"))?;
+        Ok(Self {
+            kubeconfig: env
+                .get("KUBECONFIG")
+                .map_or_else(|| dir.join("kubeconfig"), PathBuf::from),
+            kubectl: env.require("KUBECTL").map(PathBuf::from)?,
+            gateway_api_crds: env
+                .get("KTHENA_GATEWAY_API_CRDS")
+                .map_or_else(|| cache_dir().join("crds/gateway-api"), PathBuf::from),
+            dir: Some(dir),
+            startup: Duration::ZERO,
+        })
+    }
+
+    /// A new client of the cluster (cluster-admin), bound to the caller's Tokio runtime.
+    ///
+    /// # Errors
+    /// [`Error::Kubeconfig`] if the kubeconfig cannot be read or used.
+    pub async fn client(&self) -> Result<Client> {
+        let path = &self.kubeconfig;
+        let err = |source| Error::Kubeconfig {
+            path: path.clone(),
+            source,
+        };
+        let kubeconfig = Kubeconfig::read_from(path).map_err(err)?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(err)?;
+        Client::try_from(config).map_err(kube_err("building a client"))
+    }
+
+    /// Path of the cluster's kubeconfig (cluster-admin token, CA embedded).
+    #[must_use]
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// Path of the `kubectl` binary.
+    #[must_use]
+    pub fn kubectl_path(&self) -> &Path {
+        &self.kubectl
+    }
+
+    /// A `kubectl` command with `--kubeconfig` set.
+    #[must_use]
+    pub fn kubectl(&self) -> Command {
+        let mut cmd = Command::new(&self.kubectl);
+        cmd.arg("--kubeconfig").arg(&self.kubeconfig);
+        cmd
+    }
+
+    /// Wall time spent starting the control plane and installing the CRDs (only the CRDs for
+    /// a reused cluster).
+    #[must_use]
+    pub fn startup(&self) -> Duration {
+        self.startup
+    }
+
+    /// The control plane's directory (`kube-env.sh up DIR`, with `apiserver.log`, `etcd.log`,
+    /// `env`); `None` for a reused cluster.
+    #[must_use]
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    /// Stops kube-apiserver only (`kube-env.sh stop-apiserver`); etcd keeps the data.
+    ///
+    /// # Errors
+    /// [`Error::NotOwned`] for a reused cluster, [`Error::Command`] if the script fails.
+    pub async fn stop_apiserver(&self) -> Result<()> {
+        self.script_blocking("stop-apiserver").await
+    }
+
+    /// Starts kube-apiserver again on the same port with the same flags
+    /// (`kube-env.sh start-apiserver`) and waits for `/readyz`.
+    ///
+    /// # Errors
+    /// As [`ControlPlane::stop_apiserver`].
+    pub async fn start_apiserver(&self) -> Result<()> {
+        self.script_blocking("start-apiserver").await
+    }
+
+    async fn script_blocking(&self, verb: &'static str) -> Result<()> {
+        let dir = self.dir.clone().ok_or(Error::NotOwned)?;
+        tokio::task::spawn_blocking(move || {
+            run(Command::new("bash").arg(script()).arg(verb).arg(&dir)).map(drop)
+        })
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.dir {
+            if let Err(e) = run(Command::new("bash").arg(script()).arg("down").arg(dir)) {
+                tracing::warn!(error = %e, "Stopping the control plane failed.");
+            }
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }
 
 /// The build cache directory (`$KTHENA_K8S_CACHE` or `/var/cache/kthena/k8s`).
-pub(crate) fn cache_dir() -> PathBuf {
+fn cache_dir() -> PathBuf {
     std::env::var_os(CACHE_ENV).map_or_else(|| PathBuf::from(DEFAULT_CACHE), PathBuf::from)
 }
 
 /// `scripts/kube-env.sh` of this workspace.
-pub(crate) fn script() -> PathBuf {
+fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kube-env.sh")
-}
-
-/// Reuses `$KTHENA_TEST_KUBECONFIG` or starts a new control plane.
-pub(crate) fn locate() -> Result<Location> {
-    if let Some(kubeconfig) = std::env::var_os(REUSE_ENV) {
-        let kubectl = std::env::var_os("KUBECTL")
-            .map_or_else(|| cache_dir().join("kubectl"), PathBuf::from);
-        return Ok(Location {
-            kubeconfig: PathBuf::from(kubeconfig),
-            kubectl,
-            dir: None,
-            apiserver_pid: None,
-            etcd_pid: None,
-        });
-    }
-    start()
-}
-
-/// Runs `kube-env.sh up` in a fresh directory and arms the watchdog.
-fn start() -> Result<Location> {
-    let dir = tempfile::Builder::new()
-        .prefix("kthena-testenv-")
-        .tempdir()
-        .map_err(io_err("creating the control-plane directory"))?
-        .keep();
-    // The watchdog first, so that a failing `up` is cleaned up too.
-    spawn_watchdog(&dir)?;
-    let script = script();
-    run(Command::new("bash").arg(&script).arg("up").arg(&dir))?;
-    let env = EnvFile::read(&dir.join("env"))?;
-    Ok(Location {
-        kubeconfig: env.get("KUBECONFIG").map_or_else(|| dir.join("kubeconfig"), PathBuf::from),
-        kubectl: env.require("KUBECTL").map(PathBuf::from)?,
-        apiserver_pid: env.get("KTHENA_APISERVER_PID").and_then(|p| p.parse().ok()),
-        etcd_pid: env.get("KTHENA_ETCD_PID").and_then(|p| p.parse().ok()),
-        dir: Some(dir),
-    })
 }
 
 /// A detached shell (own session, deaf to SIGINT/SIGHUP/SIGTERM, so a Ctrl-C of `cargo test`
@@ -124,17 +263,27 @@ pub(crate) struct EnvFile {
 
 impl EnvFile {
     pub(crate) fn read(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(io_err(format!("reading {}", path.display())))?;
-        Ok(Self { path: path.to_owned(), vars: parse_env(&text) })
+        let text =
+            std::fs::read_to_string(path).map_err(io_err(format!("reading {}", path.display())))?;
+        Ok(Self {
+            path: path.to_owned(),
+            vars: parse_env(&text),
+        })
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<&str> {
-        self.vars.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.vars
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 
     fn require(&self, name: &'static str) -> Result<&str> {
-        self.get(name).ok_or_else(|| Error::MissingEnv { path: self.path.clone(), name })
+        self.get(name).ok_or_else(|| Error::MissingEnv {
+            path: self.path.clone(),
+            name,
+        })
     }
 }
 

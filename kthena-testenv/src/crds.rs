@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use futures_util::future::try_join_all;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
-use kube::Client;
 
 use crate::error::{Error, Result, io_err, kube_err};
 
@@ -30,7 +30,10 @@ pub(crate) fn all_crds(gateway_dir: &Path) -> Result<Vec<CustomResourceDefinitio
 /// The Gateway API CRDs copied by `kube-env.sh build` (`<cache>/crds/gateway-api/*.yaml`).
 pub(crate) fn gateway_api_crds(dir: &Path) -> Result<Vec<CustomResourceDefinition>> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(io_err(format!("listing {} (run scripts/kube-env.sh build)", dir.display())))?
+        .map_err(io_err(format!(
+            "listing {} (run scripts/kube-env.sh build)",
+            dir.display()
+        )))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
         .collect();
@@ -40,7 +43,10 @@ pub(crate) fn gateway_api_crds(dir: &Path) -> Result<Vec<CustomResourceDefinitio
         let text = std::fs::read_to_string(&path)
             .map_err(io_err(format!("reading {}", path.display())))?;
         let docs: Vec<Option<CustomResourceDefinition>> = serde_saphyr::from_multiple(&text)
-            .map_err(|source| Error::Yaml { path: path.clone(), source })?;
+            .map_err(|source| Error::Yaml {
+                path: path.clone(),
+                source,
+            })?;
         out.extend(docs.into_iter().flatten());
     }
     Ok(out)

@@ -81,9 +81,12 @@ pub enum Error {
         /// The timeout (s).
         seconds: u64,
     },
+    /// The operation needs a control plane this process started, not a reused cluster.
+    #[error("the cluster is reused ($KTHENA_TEST_KUBECONFIG), not started by this process")]
+    NotOwned,
     /// Starting the shared control plane failed earlier in this test binary.
     #[error("the test control plane failed to start: {0}")]
-    Startup(Arc<Error>),
+    Startup(Arc<Self>),
 }
 
 /// `Result` with this crate's [`Error`].

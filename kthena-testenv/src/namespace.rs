@@ -27,7 +27,10 @@ impl TestNamespace {
         let client = env.client().await?;
         let name = unique_name(prefix);
         let ns = Namespace {
-            metadata: ObjectMeta { name: Some(name.clone()), ..ObjectMeta::default() },
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..ObjectMeta::default()
+            },
             ..Namespace::default()
         };
         Api::<Namespace>::all(client.clone())
@@ -75,7 +78,9 @@ impl TestNamespace {
 
 impl std::fmt::Debug for TestNamespace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TestNamespace").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("TestNamespace")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -86,7 +91,13 @@ fn unique_name(prefix: &str) -> String {
     let clean: String = prefix
         .chars()
         .map(|c| c.to_ascii_lowercase())
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
         .collect();
     let suffix = format!("-{}-{n}", std::process::id());
     let keep = 63usize.saturating_sub(suffix.len());
