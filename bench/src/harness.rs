@@ -146,6 +146,7 @@ spec:
         port: Some(0),
         metrics_port: Some(0),
         debug_port: Some(0),
+        ..Overrides::default()
     };
     let cfg = kthena_router::load_config(&path, &ProcessEnv, overrides)
         .with_context(|| format!("router config {}", path.display()))?;

@@ -73,7 +73,7 @@ spec:
         );
         let path = dir.path().join("router.yaml");
         std::fs::write(&path, cfg).unwrap();
-        let ov = Overrides { port: Some(0), metrics_port: Some(0), debug_port: Some(0) };
+        let ov = Overrides { port: Some(0), metrics_port: Some(0), debug_port: Some(0), ..Overrides::default() };
         let cfg = kthena_router::load_config(&path, &HashMap::<String, String>::new(), ov).unwrap();
         let router = Router::start(cfg, Some(path), ov).await.unwrap();
         (sim, router, dir)

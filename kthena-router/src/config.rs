@@ -47,6 +47,8 @@ pub struct Config {
     pub drain_timeout: Duration,
     /// Access log settings.
     pub access_log: AccessLogConfig,
+    /// Slow-client protection of the listeners: read timeouts, connection cap, TCP keepalive.
+    pub listener: crate::listener::ListenerConfig,
     /// Standalone discovery: manifests and endpoints. Absent (the default): cluster mode,
     /// where ModelRoutes, ModelServers and Pods come from the Kubernetes API server named
     /// by the usual kube config inference (`KUBECONFIG`, `~/.kube/config`, in-cluster
@@ -128,7 +130,8 @@ fn default_namespace() -> String {
 impl Default for Config {
     /// Defaults: ports 8080/9090/15000 on `0.0.0.0`, 10 MiB bodies, scrape every 1 s with a
     /// 5 s timeout and at most 100 concurrent scrapes, 5 min drain, text access log on stdout,
-    /// the scheduler's own defaults, no `standalone` section (cluster mode).
+    /// the listener defaults of [`ListenerConfig`](crate::listener::ListenerConfig), the
+    /// scheduler's own defaults, no `standalone` section (cluster mode).
     fn default() -> Self {
         Self {
             scheduler: SchedulerConfig::default(),
@@ -142,6 +145,7 @@ impl Default for Config {
             metrics_scrape_concurrency: 100,
             drain_timeout: Duration::from_secs(300),
             access_log: AccessLogConfig::default(),
+            listener: crate::listener::ListenerConfig::default(),
             standalone: None,
             kv_cache: crate::kv_cache::KvCacheConfig::default(),
             base_dir: PathBuf::from("."),
@@ -272,6 +276,7 @@ impl Config {
         if self.max_body_bytes == 0 {
             return Err(err("maxBodyBytes: must be at least 1".into()));
         }
+        self.listener.validate().map_err(err)?;
         let mut seen = std::collections::HashSet::new();
         for (i, ep) in self.endpoints().iter().enumerate() {
             if ep.name.is_empty() {
@@ -372,12 +377,12 @@ impl Env for HashMap<String, String> {
     }
 }
 
-mod go_duration {
+pub(crate) mod go_duration {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer};
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let s = String::deserialize(d)?;
         super::parse_go_duration(&s).map_err(serde::de::Error::custom)
     }

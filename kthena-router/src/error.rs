@@ -67,6 +67,20 @@ pub enum Error {
         /// The limit in bytes.
         limit: usize,
     },
+    /// The client sent the request body too slowly (408, connection closed after the
+    /// answer): no data for `listener.bodyReadIdleTimeout`, or the whole body not within
+    /// `listener.bodyReadTimeout`.
+    #[error("{}", if *idle {
+        format!("request body stalled: no data for {timeout:?}")
+    } else {
+        format!("request body not received within {timeout:?}")
+    })]
+    BodyTimeout {
+        /// True for the idle timeout, false for the total one.
+        idle: bool,
+        /// The timeout that expired.
+        timeout: Duration,
+    },
     /// Reading the request body failed (400).
     #[error("failed to read the request body: {reason}")]
     BodyRead {
@@ -217,6 +231,7 @@ impl Error {
             | Self::ServerNotFound { .. }
             | Self::UnknownPath { .. } => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::NoReadyEndpoint { .. }
             | Self::Scheduling { .. }
@@ -236,13 +251,30 @@ impl Error {
         }
     }
 
-    /// Which side caused the error.
+    /// Which side caused the error: the client for request errors (4xx), an engine for
+    /// failed or late answers, the router itself for everything else, among them a
+    /// ModelServer with no ready endpoint, a scheduling failure and a route to a missing
+    /// ModelServer (what the router knows of its engines, not an engine's answer).
     #[must_use]
     pub fn side(&self) -> Side {
-        match self.status().as_u16() {
-            400..=499 => Side::Downstream,
-            502..=504 => Side::Upstream,
+        match self {
+            Self::AllUpstreamsFailed { .. } | Self::UpstreamTimeout { .. } => Side::Upstream,
+            Self::NoReadyEndpoint { .. }
+            | Self::Scheduling { .. }
+            | Self::ServerNotFound { .. } => Side::Internal,
+            e if e.status().is_client_error() => Side::Downstream,
             _ => Side::Internal,
+        }
+    }
+
+    /// The access-log `error_origin` of [`Error::side`]: `downstream`, `upstream` or
+    /// `internal`.
+    #[must_use]
+    pub fn origin(&self) -> &'static str {
+        match self.side() {
+            Side::Downstream => "downstream",
+            Side::Upstream => "upstream",
+            Side::Internal => "internal",
         }
     }
 
@@ -273,6 +305,7 @@ impl Error {
             Self::InvalidField { .. } => "invalid_value",
             Self::PromptNotFound => "missing_prompt",
             Self::BodyRead { .. } => "body_read_error",
+            Self::BodyTimeout { .. } => "request_timeout",
             Self::ModelNotFound { .. } | Self::NoRuleMatched { .. } => "model_not_found",
             Self::ServerNotFound { .. } => "model_server_not_found",
             Self::UnknownPath { .. } => "unknown_url",
@@ -308,6 +341,7 @@ impl Error {
             | Self::BodyTooLarge { .. }
             | Self::BodyRead { .. } => "request_parsing",
             Self::PromptNotFound => "prompt_parsing",
+            Self::BodyTimeout { .. } => "request_timeout",
             Self::ModelNotFound { .. } | Self::UnknownPath { .. } => "route_not_found",
             Self::NoRuleMatched { .. } => "model_route_matching",
             Self::ServerNotFound { .. } | Self::NoReadyEndpoint { .. } => "pod_discovery",
@@ -395,6 +429,14 @@ mod tests {
             ),
             (Error::BodyTooLarge { limit: 1 }, 413, "request_too_large"),
             (
+                Error::BodyTimeout {
+                    idle: true,
+                    timeout: Duration::from_secs(1),
+                },
+                408,
+                "request_timeout",
+            ),
+            (
                 Error::NoReadyEndpoint {
                     server: "a/b".into(),
                 },
@@ -411,6 +453,11 @@ mod tests {
             ),
         ];
         for (err, status, code) in cases {
+            if code == "no_ready_endpoint" {
+                // A router-side failure: the router knows no ready engine; no engine answered.
+                assert_eq!(err.side(), Side::Internal);
+                assert_eq!(err.origin(), "internal");
+            }
             assert_eq!(err.status().as_u16(), status);
             let v: serde_json::Value = serde_json::from_slice(&err.to_body()).unwrap();
             assert_eq!(v["error"]["code"], code);

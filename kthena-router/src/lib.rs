@@ -47,6 +47,7 @@ mod kv_cache;
 mod kv_events;
 mod kv_metrics;
 mod kv_redis;
+mod listener;
 mod llamacpp;
 mod metrics;
 mod openai;
@@ -77,6 +78,7 @@ pub use kv_events::{
 };
 pub use kv_metrics::{KvMetrics, TOKENIZE_BUCKETS};
 pub use kv_redis::{KEY_PREFIX, RedisKvIndex, block_key, kthena_block_hash, owner_of};
+pub use listener::{ListenerConfig, ListenerMetrics};
 pub use llamacpp::{LLAMACPP_PREFIX, llamacpp_sample};
 pub use metrics::{DURATION_BUCKETS, Destination, Metrics, RATIO_BUCKETS, RequestRecord};
 pub use openai::{

@@ -1,8 +1,10 @@
 //! The `kthena-router` binary: parse flags, install tracing, load and validate the config,
 //! run the router. Exit code 64 for a bad configuration, 1 for other failures.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use kthena_router::{Error, Overrides, ProcessEnv};
@@ -23,6 +25,26 @@ struct Args {
     /// Debug port, bound to localhost [default: 15000].
     #[arg(long)]
     debug_port: Option<u16>,
+    /// Longest wait for a complete request head, and for the next request on an idle
+    /// kept-alive connection (Go duration) [default: 60s, or `listener.headerReadTimeout`].
+    #[arg(long, value_parser = kthena_router::parse_go_duration)]
+    header_read_timeout: Option<Duration>,
+    /// Longest wait between two reads of a request body; 408 after it
+    /// [default: 60s, or `listener.bodyReadIdleTimeout`].
+    #[arg(long, value_parser = kthena_router::parse_go_duration)]
+    body_read_idle_timeout: Option<Duration>,
+    /// Longest time to read a whole request body; 408 after it
+    /// [default: 5m, or `listener.bodyReadTimeout`].
+    #[arg(long, value_parser = kthena_router::parse_go_duration)]
+    body_read_timeout: Option<Duration>,
+    /// Most client connections open at once per listener; more wait to be accepted
+    /// [default: 10000, or `listener.maxConnections`].
+    #[arg(long)]
+    max_connections: Option<usize>,
+    /// TCP keepalive idle time and probe interval of client connections, `0s` = off
+    /// [default: 15s, or `listener.tcpKeepalive`].
+    #[arg(long, value_parser = kthena_router::parse_go_duration)]
+    tcp_keepalive: Option<Duration>,
 }
 
 fn main() -> ExitCode {
@@ -33,12 +55,18 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     raise_open_files_limit();
     let overrides = Overrides {
         port: args.port,
         metrics_port: args.metrics_port,
         debug_port: args.debug_port,
+        header_read_timeout: args.header_read_timeout,
+        body_read_idle_timeout: args.body_read_idle_timeout,
+        body_read_timeout: args.body_read_timeout,
+        max_connections: args.max_connections,
+        tcp_keepalive: args.tcp_keepalive,
     };
     let cfg = match kthena_router::load_config(&args.config, &ProcessEnv, overrides) {
         Ok(c) => c,

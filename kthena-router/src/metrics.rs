@@ -106,6 +106,8 @@ pub struct Metrics {
     reloads: Family<ResultLabel, Counter>,
     /// KV-event, KV-index and tokenization families (`kv_metrics`).
     pub kv: crate::kv_metrics::KvMetrics,
+    /// Listener families: client timeouts, open connections (`listener`).
+    pub listener: crate::listener::ListenerMetrics,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -165,6 +167,7 @@ impl Metrics {
         let kv_match = HistFamily::<ModelLabel>::new_with_constructor(ratio_hist);
         let reloads = Family::<ResultLabel, Counter>::default();
         let kv = crate::kv_metrics::KvMetrics::register(&mut registry);
+        let listener = crate::listener::ListenerMetrics::register(&mut registry);
         registry.register(
             "kthena_router_config_reloads",
             "Configuration and manifest reloads by result (success, failure)",
@@ -222,6 +225,7 @@ impl Metrics {
             kv_match,
             reloads,
             kv,
+            listener,
         }
     }
 

@@ -12,9 +12,7 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -23,6 +21,7 @@ use crate::accesslog::AccessLog;
 use crate::config::{Config, Env};
 use crate::discovery::{Loader, Snapshot};
 use crate::error::{Error, Result};
+use crate::listener::Listener;
 use crate::metrics::Metrics;
 use crate::proxy::{RespBody, full};
 use crate::scrape::{HttpClient, scrape_all};
@@ -37,6 +36,16 @@ pub struct Overrides {
     pub metrics_port: Option<u16>,
     /// `--debug-port`.
     pub debug_port: Option<u16>,
+    /// `--header-read-timeout`.
+    pub header_read_timeout: Option<Duration>,
+    /// `--body-read-idle-timeout`.
+    pub body_read_idle_timeout: Option<Duration>,
+    /// `--body-read-timeout`.
+    pub body_read_timeout: Option<Duration>,
+    /// `--max-connections` (per listener).
+    pub max_connections: Option<usize>,
+    /// `--tcp-keepalive`.
+    pub tcp_keepalive: Option<Duration>,
 }
 
 impl Overrides {
@@ -52,6 +61,14 @@ impl Overrides {
         if let Some(p) = self.debug_port {
             cfg.debug_port = p;
         }
+        let l = &mut cfg.listener;
+        l.header_read_timeout = self.header_read_timeout.unwrap_or(l.header_read_timeout);
+        l.body_read_idle_timeout = self
+            .body_read_idle_timeout
+            .unwrap_or(l.body_read_idle_timeout);
+        l.body_read_timeout = self.body_read_timeout.unwrap_or(l.body_read_timeout);
+        l.max_connections = self.max_connections.unwrap_or(l.max_connections);
+        l.tcp_keepalive = self.tcp_keepalive.unwrap_or(l.tcp_keepalive);
         cfg
     }
 }
@@ -157,13 +174,16 @@ impl Router {
     async fn serve_snapshot(cfg: &Config, snapshot: Snapshot, synced: bool) -> Result<Self> {
         let metrics = Arc::new(Metrics::new());
         let access_log = Arc::new(AccessLog::open(&cfg.access_log)?);
-        let shared = Arc::new(Shared::new(
-            snapshot,
-            http_client(),
-            metrics,
-            access_log,
-            cfg.max_body_bytes,
-        ));
+        let shared = Arc::new(
+            Shared::new(
+                snapshot,
+                http_client(),
+                metrics,
+                access_log,
+                cfg.max_body_bytes,
+            )
+            .with_listener(cfg.listener),
+        );
         shared.synced.store(synced, Ordering::Release);
 
         let bind = |addr: SocketAddr| async move {
@@ -182,30 +202,36 @@ impl Router {
         let cancel = CancellationToken::new();
         let tasks = TaskTracker::new();
         let svc = RouterService::new(Arc::clone(&shared));
-        tasks.spawn(serve(
+        let listener = |name: &'static str, drain: Duration| Listener {
+            name,
+            cfg: cfg.listener,
+            metrics: shared.metrics.listener.clone(),
+            drain,
+        };
+        tasks.spawn(crate::listener::serve(
             inference,
+            listener("inference", cfg.drain_timeout),
             cancel.clone(),
             tasks.clone(),
-            cfg.drain_timeout,
             move || svc.clone(),
         ));
         let s2 = Arc::clone(&shared);
-        tasks.spawn(serve(
+        tasks.spawn(crate::listener::serve(
             metrics_l,
+            listener("metrics", Duration::from_secs(15)),
             cancel.clone(),
             tasks.clone(),
-            Duration::from_secs(15),
             move || MiniService {
                 shared: Arc::clone(&s2),
                 kind: Mini::Metrics,
             },
         ));
         let s3 = Arc::clone(&shared);
-        tasks.spawn(serve(
+        tasks.spawn(crate::listener::serve(
             debug_l,
+            listener("debug", Duration::from_secs(15)),
             cancel.clone(),
             tasks.clone(),
-            Duration::from_secs(15),
             move || MiniService {
                 shared: Arc::clone(&s3),
                 kind: Mini::Debug,
@@ -295,55 +321,6 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
-async fn serve<F, S>(
-    listener: TcpListener,
-    cancel: CancellationToken,
-    tasks: TaskTracker,
-    drain: Duration,
-    make: F,
-) where
-    F: Fn() -> S,
-    S: tower::Service<Request<Incoming>, Response = Response<RespBody>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    let graceful = GracefulShutdown::new();
-    loop {
-        let accepted = tokio::select! {
-            () = cancel.cancelled() => break,
-            a = listener.accept() => a,
-        };
-        let (stream, _) = match accepted {
-            Ok(a) => a,
-            Err(err) => {
-                tracing::warn!(%err, "Accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let conn = builder
-            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(make()))
-            .into_owned();
-        let conn = graceful.watch(conn);
-        tasks.spawn(async move {
-            if let Err(err) = conn.await {
-                tracing::debug!(%err, "Connection ended with an error");
-            }
-        });
-    }
-    drop(listener);
-    if tokio::time::timeout(drain, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!(?drain, "Connections still open after the drain timeout");
     }
 }
 

@@ -27,6 +27,7 @@ use crate::accesslog::{AccessLog, Entry};
 use crate::discovery::Snapshot;
 use crate::endpoint::Endpoint;
 use crate::error::Error;
+use crate::listener::ListenerConfig;
 use crate::metrics::{Destination, Metrics};
 use crate::openai::{ParsedRequest, estimate_tokens, parse_request};
 use crate::proxy::{ProxyBody, RequestCtx, RespBody, SchedDone, full};
@@ -58,6 +59,8 @@ pub struct Shared {
     /// Set once discovery finished its first full sync (always in standalone mode; in
     /// cluster mode after every reflector listed and the first endpoints were scraped).
     pub synced: AtomicBool,
+    /// Listener settings; the body read timeouts apply here.
+    pub listener: ListenerConfig,
     rng: Mutex<SmallRng>,
 }
 
@@ -85,8 +88,18 @@ impl Shared {
             max_body_bytes,
             ready: AtomicBool::new(false),
             synced: AtomicBool::new(true),
+            listener: ListenerConfig::default(),
             rng: Mutex::new(SmallRng::seed_from_u64(seed)),
         }
+    }
+}
+
+impl Shared {
+    /// Sets the listener settings (body read timeouts; the default otherwise).
+    #[must_use]
+    pub fn with_listener(mut self, listener: ListenerConfig) -> Self {
+        self.listener = listener;
+        self
     }
 }
 
@@ -129,10 +142,16 @@ fn json_response(status: StatusCode, body: impl Into<Bytes>) -> Response<RespBod
     r
 }
 
-/// The OpenAI-shaped error answer for an error.
+/// The OpenAI-shaped error answer for an error. A 408 also closes the connection: the
+/// rest of the stalled body is never read.
 #[must_use]
 pub fn error_response(e: &Error) -> Response<RespBody> {
-    json_response(e.status(), e.to_body())
+    let mut r = json_response(e.status(), e.to_body());
+    if matches!(e, Error::BodyTimeout { .. }) {
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    r
 }
 
 async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<RespBody> {
@@ -150,8 +169,12 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<RespBod
                 )
             };
         }
-        (&Method::GET, "/v1/models" | "/models") => return list_models(&shared),
+        (&Method::GET, "/models") => return list_models(&shared),
         _ => {}
+    }
+    if !path.starts_with("/v1/") {
+        // Only `/v1/*` requests are access-logged (as Go Kthena's middleware does).
+        return error_response(&Error::UnknownPath { path });
     }
     let request_id = req
         .headers()
@@ -172,21 +195,24 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<RespBod
         Arc::clone(&shared.access_log),
         entry,
     );
-    let mut resp = match serve(&shared, req, &mut ctx, &path, &request_id).await {
-        Ok(r) => r,
-        Err(e) => {
-            let origin = match e.side() {
-                crate::error::Side::Downstream => "downstream",
-                crate::error::Side::Upstream => "upstream",
-                crate::error::Side::Internal => "internal",
-            };
-            ctx.settle(
-                e.status().as_u16(),
-                Some((e.finish_reason(), e.to_string())),
-                origin,
-                0,
-            );
-            error_response(&e)
+    let mut resp = if req.method() == Method::GET && path == "/v1/models" {
+        ctx.settle(200, None, "", 0);
+        list_models(&shared)
+    } else {
+        match serve(&shared, req, &mut ctx, &path, &request_id).await {
+            Ok(r) => r,
+            Err(e) => {
+                if matches!(e, Error::BodyTimeout { .. }) {
+                    shared.metrics.listener.timeout("inference", "body");
+                }
+                ctx.settle(
+                    e.status().as_u16(),
+                    Some((e.finish_reason(), e.to_string())),
+                    e.origin(),
+                    0,
+                );
+                error_response(&e)
+            }
         }
     };
     if let Ok(v) = HeaderValue::from_str(&request_id) {
@@ -210,31 +236,60 @@ fn list_models(shared: &Shared) -> Response<RespBody> {
     )
 }
 
+/// Reads the whole body: at most `limit` bytes (413 beyond), no gap between two reads longer
+/// than the idle timeout and no more than the total timeout for all of it (408).
 async fn read_body(
     req: Request<Incoming>,
     limit: usize,
+    l: &ListenerConfig,
 ) -> Result<(http::request::Parts, Bytes), Error> {
     let (parts, body) = req.into_parts();
-    if let Some(len) = parts
+    let declared = parts
         .headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        && len > limit as u64
-    {
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
         return Err(Error::BodyTooLarge { limit });
     }
-    match Limited::new(body, limit).collect().await {
-        Ok(c) => Ok((parts, c.to_bytes())),
-        Err(e)
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            Err(Error::BodyTooLarge { limit })
+    let deadline = Instant::now() + l.body_read_timeout;
+    let mut body = Limited::new(body, limit);
+    let mut buf =
+        bytes::BytesMut::with_capacity(declared.map_or(0, |n| usize::try_from(n).unwrap_or(0)));
+    loop {
+        let idle_end = Instant::now() + l.body_read_idle_timeout;
+        let (end, idle) = if idle_end < deadline {
+            (idle_end, true)
+        } else {
+            (deadline, false)
+        };
+        let Ok(frame) = tokio::time::timeout_at(end, body.frame()).await else {
+            let timeout = if idle {
+                l.body_read_idle_timeout
+            } else {
+                l.body_read_timeout
+            };
+            return Err(Error::BodyTimeout { idle, timeout });
+        };
+        match frame {
+            None => return Ok((parts, buf.freeze())),
+            Some(Ok(f)) => {
+                if let Ok(data) = f.into_data() {
+                    buf.extend_from_slice(&data);
+                }
+            }
+            Some(Err(e))
+                if e.downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some() =>
+            {
+                return Err(Error::BodyTooLarge { limit });
+            }
+            Some(Err(e)) => {
+                return Err(Error::BodyRead {
+                    reason: e.to_string(),
+                });
+            }
         }
-        Err(e) => Err(Error::BodyRead {
-            reason: e.to_string(),
-        }),
     }
 }
 
@@ -259,7 +314,7 @@ async fn serve(
             path: path.to_owned(),
         });
     }
-    let (parts, raw) = read_body(req, shared.max_body_bytes).await?;
+    let (parts, raw) = read_body(req, shared.max_body_bytes, &shared.listener).await?;
     let parsed = parse_request(raw)?;
     let snap = shared.snapshot.load_full();
     ctx.record_metrics = true;

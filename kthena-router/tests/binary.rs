@@ -1,4 +1,4 @@
-//! The `kthena-router` binary as a process: exit codes and the open-files limit.
+//! The `kthena-router` binary as a process: exit codes, plain logs and the open-files limit.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -27,6 +27,25 @@ fn missing_config_exits_64() {
     assert_eq!(out.status.code(), Some(64));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("/nonexistent/router.yaml"), "{err}");
+}
+
+/// With stderr not a terminal (piped), log lines carry no ANSI colour codes.
+#[test]
+fn logs_have_no_colour_when_stderr_is_piped() {
+    let out = Command::new(env!("CARGO_BIN_EXE_kthena-router"))
+        .args(["--config", "/nonexistent/router.yaml"])
+        .env_remove("NO_COLOR")
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ERROR"), "{err}");
+    assert!(err.contains("Invalid configuration"), "{err}");
+    assert!(
+        !err.contains('\u{1b}'),
+        "ANSI escape in piped logs: {err:?}"
+    );
 }
 
 /// Started with a low soft limit on open files (as many systems default to 1,024), the router

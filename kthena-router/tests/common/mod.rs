@@ -177,6 +177,7 @@ pub(crate) async fn start_router_at(path: &Path) -> Router {
         port: Some(0),
         metrics_port: Some(0),
         debug_port: Some(0),
+        ..Overrides::default()
     };
     let cfg = kthena_router::load_config(path, &HashMap::<String, String>::new(), ov).unwrap();
     Router::start(cfg, Some(path.to_path_buf()), ov)

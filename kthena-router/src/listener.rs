@@ -1,0 +1,477 @@
+//! Slow-client protection for the router's listeners: the accept loop with a cap on open
+//! connections, TCP keepalive, the request-head timeout, and the metrics that count what was
+//! cut.
+//!
+//! The request-head timeout is hyper's `http1::Builder::header_read_timeout` (it runs while
+//! hyper waits for a request head, so it also closes an idle keep-alive connection, as Go's
+//! `net/http` does when only `ReadHeaderTimeout` is set). Before the first request of a
+//! connection, hyper-util's HTTP/1-or-HTTP/2 detection has no timeout of its own, so the
+//! connection's first request must also reach the router within the same time. Body read
+//! timeouts are applied where the body is read (`service::read_body`), so that the client
+//! gets a 408 and the request an access-log line.
+//!
+//! | family | type | labels | meaning |
+//! |---|---|---|---|
+//! | `kthena_router_client_timeouts_total` | counter | `listener`, `phase` | connections or requests cut by a read timeout: `headers` (part of a request head arrived), `idle` (no byte of a request arrived: a new or kept-alive connection), `body` (the request body stalled or took too long; answered 408) |
+//! | `kthena_router_downstream_connections` | gauge | `listener` | client connections open |
+//! | `kthena_router_downstream_connection_limit_reached_total` | counter | `listener` | times the listener stopped accepting because `maxConnections` were open |
+
+use std::convert::Infallible;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde::Deserialize;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::proxy::RespBody;
+
+/// The `listener:` section: read timeouts, the connection cap and TCP keepalive of every
+/// listener (inference, metrics, debug; each has its own cap). Read at start only.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ListenerConfig {
+    /// Longest wait for a complete request head, and for the first byte of the next request
+    /// on a kept-alive connection (default `60s`, nginx's `client_header_timeout`; flag
+    /// `--header-read-timeout`). The connection is closed when it expires.
+    #[serde(with = "crate::config::go_duration")]
+    pub header_read_timeout: Duration,
+    /// Longest wait between two reads of a request body (default `60s`, nginx's
+    /// `client_body_timeout`; flag `--body-read-idle-timeout`). Answered 408.
+    #[serde(with = "crate::config::go_duration")]
+    pub body_read_idle_timeout: Duration,
+    /// Longest time to read a whole request body (default `5m`, Envoy's `stream_idle_timeout`
+    /// default; flag `--body-read-timeout`). Answered 408.
+    #[serde(with = "crate::config::go_duration")]
+    pub body_read_timeout: Duration,
+    /// Most client connections open at once on each listener (default 10000; flag
+    /// `--max-connections`). At the cap the listener stops accepting: new connections wait
+    /// in the kernel's accept queue until one closes (as Go's `netutil.LimitListener` and
+    /// nginx at `worker_connections` do).
+    pub max_connections: usize,
+    /// TCP keepalive idle time and probe interval of client connections; 9 probes
+    /// (default `15s`, the Go runtime's default and so Go Kthena's; `0s` disables; flag
+    /// `--tcp-keepalive`).
+    #[serde(with = "crate::config::go_duration")]
+    pub tcp_keepalive: Duration,
+}
+
+impl Default for ListenerConfig {
+    /// 60 s head, 60 s body idle, 5 min body total, 10000 connections, 15 s keepalive.
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(60),
+            body_read_idle_timeout: Duration::from_secs(60),
+            body_read_timeout: Duration::from_secs(300),
+            max_connections: 10_000,
+            tcp_keepalive: Duration::from_secs(15),
+        }
+    }
+}
+
+impl ListenerConfig {
+    /// Checks the values: timeouts above zero, at least one connection.
+    ///
+    /// # Errors
+    /// The field path and the reason.
+    pub(crate) fn validate(&self) -> Result<(), String> {
+        for (name, d) in [
+            ("headerReadTimeout", self.header_read_timeout),
+            ("bodyReadIdleTimeout", self.body_read_idle_timeout),
+            ("bodyReadTimeout", self.body_read_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(format!("listener.{name}: must be greater than 0"));
+            }
+        }
+        if self.max_connections == 0 {
+            return Err("listener.maxConnections: must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// TCP keepalive probes before the kernel gives a silent peer up (Go's default count).
+const KEEPALIVE_PROBES: u32 = 9;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PhaseLabels {
+    listener: String,
+    phase: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ListenerLabel {
+    listener: String,
+}
+
+/// The listener families (see the module table), registered by [`Metrics`](crate::Metrics).
+#[derive(Debug, Clone, Default)]
+pub struct ListenerMetrics {
+    timeouts: Family<PhaseLabels, Counter>,
+    connections: Family<ListenerLabel, Gauge>,
+    limit_reached: Family<ListenerLabel, Counter>,
+}
+
+impl ListenerMetrics {
+    /// Creates the families and registers them.
+    pub(crate) fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "kthena_router_client_timeouts",
+            "Client connections or requests cut by a read timeout, by phase (headers, idle, body)",
+            m.timeouts.clone(),
+        );
+        registry.register(
+            "kthena_router_downstream_connections",
+            "Client connections open, per listener",
+            m.connections.clone(),
+        );
+        registry.register(
+            "kthena_router_downstream_connection_limit_reached",
+            "Times a listener stopped accepting because maxConnections were open",
+            m.limit_reached.clone(),
+        );
+        m
+    }
+
+    /// `kthena_router_client_timeouts_total{listener, phase}` +1.
+    pub(crate) fn timeout(&self, listener: &str, phase: &str) {
+        self.timeouts
+            .get_or_create(&PhaseLabels {
+                listener: listener.into(),
+                phase: phase.into(),
+            })
+            .inc();
+    }
+
+    fn connections(&self, listener: &str, delta: i64) {
+        self.connections
+            .get_or_create(&ListenerLabel {
+                listener: listener.into(),
+            })
+            .inc_by(delta);
+    }
+
+    fn limit_reached(&self, listener: &str) {
+        self.limit_reached
+            .get_or_create(&ListenerLabel {
+                listener: listener.into(),
+            })
+            .inc();
+    }
+}
+
+/// One listener to serve: its name (the `listener` label), settings and metrics.
+#[derive(Debug, Clone)]
+pub(crate) struct Listener {
+    pub(crate) name: &'static str,
+    pub(crate) cfg: ListenerConfig,
+    pub(crate) metrics: ListenerMetrics,
+    pub(crate) drain: Duration,
+}
+
+/// Accepts connections until `cancel`, then drains them for up to `l.drain`.
+pub(crate) async fn serve<F, S>(
+    listener: TcpListener,
+    l: Listener,
+    cancel: CancellationToken,
+    tasks: TaskTracker,
+    make: F,
+) where
+    F: Fn() -> S,
+    S: tower::Service<Request<Incoming>, Response = Response<RespBody>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(l.cfg.header_read_timeout);
+    if !l.cfg.tcp_keepalive.is_zero() {
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .keep_alive_interval(l.cfg.tcp_keepalive);
+    }
+    let builder = Arc::new(builder);
+    let permits = Arc::new(Semaphore::new(l.cfg.max_connections));
+    let graceful = GracefulShutdown::new();
+    loop {
+        let permit = match Arc::clone(&permits).try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                l.metrics.limit_reached(l.name);
+                tracing::warn!(
+                    listener = l.name,
+                    max_connections = l.cfg.max_connections,
+                    "Connection limit reached; new connections wait until one closes"
+                );
+                tokio::select! {
+                    () = cancel.cancelled() => break,
+                    p = Arc::clone(&permits).acquire_owned() => match p {
+                        Ok(p) => p,
+                        Err(_) => break,
+                    },
+                }
+            }
+        };
+        let accepted = tokio::select! {
+            () = cancel.cancelled() => break,
+            a = listener.accept() => a,
+        };
+        let stream = match accepted {
+            Ok((s, _)) => s,
+            Err(err) => {
+                tracing::warn!(%err, "Accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        set_socket_options(&stream, l.cfg.tcp_keepalive);
+        let state = Arc::new(ConnState::default());
+        let svc = Marked {
+            inner: make(),
+            state: Arc::clone(&state),
+        };
+        let io = TokioIo::new(Watched {
+            inner: stream,
+            state: Arc::clone(&state),
+        });
+        let conn = builder
+            .serve_connection(io, TowerToHyperService::new(svc))
+            .into_owned();
+        let conn = graceful.watch(conn);
+        let l2 = l.clone();
+        tasks.spawn(async move {
+            l2.metrics.connections(l2.name, 1);
+            run_connection(conn, &state, &l2).await;
+            l2.metrics.connections(l2.name, -1);
+            drop(permit);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(l.drain, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(drain = ?l.drain, "Connections still open after the drain timeout");
+    }
+}
+
+/// Drives one connection; the first request must arrive within the header read timeout.
+async fn run_connection<C>(conn: C, state: &ConnState, l: &Listener)
+where
+    C: Future<Output = Result<(), Box<dyn std::error::Error + Send + Sync>>>,
+{
+    tokio::pin!(conn);
+    let first = tokio::select! {
+        r = &mut conn => Some(r),
+        () = state.first_request.notified() => None,
+        () = tokio::time::sleep(l.cfg.header_read_timeout) => {
+            // Dropping the connection closes it.
+            count_head_timeout(state, l);
+            return;
+        }
+    };
+    let res = match first {
+        Some(r) => r,
+        None => conn.await,
+    };
+    if let Err(err) = res {
+        let timed_out = err
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_timeout);
+        if timed_out {
+            count_head_timeout(state, l);
+        } else {
+            tracing::debug!(%err, "Connection ended with an error");
+        }
+    }
+}
+
+fn count_head_timeout(state: &ConnState, l: &Listener) {
+    let phase = if state.head_bytes.load(Ordering::Relaxed) {
+        "headers"
+    } else {
+        "idle"
+    };
+    l.metrics.timeout(l.name, phase);
+    tracing::debug!(
+        listener = l.name,
+        phase,
+        timeout = ?l.cfg.header_read_timeout,
+        "Closed a connection: no complete request head within the header read timeout"
+    );
+}
+
+/// Sets `TCP_NODELAY` and TCP keepalive (idle = interval = `keepalive`, 9 probes; zero
+/// leaves keepalive off). Failures are logged: the connection still works without them.
+pub(crate) fn set_socket_options(stream: &TcpStream, keepalive: Duration) {
+    let _ = stream.set_nodelay(true);
+    if keepalive.is_zero() {
+        return;
+    }
+    let ka = socket2::TcpKeepalive::new()
+        .with_time(keepalive)
+        .with_interval(keepalive)
+        .with_retries(KEEPALIVE_PROBES);
+    if let Err(err) = socket2::SockRef::from(stream).set_tcp_keepalive(&ka) {
+        tracing::debug!(%err, "Cannot set TCP keepalive");
+    }
+}
+
+/// What the connection task learns from the socket and the service.
+#[derive(Debug, Default)]
+struct ConnState {
+    /// Bytes were read since the last write: a request head is (partly) in.
+    head_bytes: AtomicBool,
+    /// Woken when the first request reaches the service.
+    first_request: Notify,
+}
+
+/// The service wrapper that signals the first request of a connection.
+#[derive(Debug, Clone)]
+struct Marked<S> {
+    inner: S,
+    state: Arc<ConnState>,
+}
+
+impl<S, B> tower::Service<Request<B>> for Marked<S>
+where
+    S: tower::Service<Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        self.state.first_request.notify_one();
+        self.inner.call(req)
+    }
+}
+
+/// A TCP stream that notes whether bytes arrived since the router last wrote.
+#[derive(Debug)]
+struct Watched {
+    inner: TcpStream,
+    state: Arc<ConnState>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let res = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.state.head_bytes.store(true, Ordering::Relaxed);
+        }
+        res
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.state.head_bytes.store(false, Ordering::Relaxed);
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.state.head_bytes.store(false, Ordering::Relaxed);
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn keepalive_is_set_on_accepted_sockets() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let _c = TcpStream::connect(addr).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        set_socket_options(&s, Duration::from_secs(15));
+        let sock = socket2::SockRef::from(&s);
+        assert!(sock.keepalive().unwrap());
+        assert_eq!(sock.tcp_keepalive_time().unwrap(), Duration::from_secs(15));
+        assert_eq!(
+            sock.tcp_keepalive_interval().unwrap(),
+            Duration::from_secs(15)
+        );
+        assert_eq!(sock.tcp_keepalive_retries().unwrap(), 9);
+        assert!(s.nodelay().unwrap());
+
+        let _c2 = TcpStream::connect(addr).await.unwrap();
+        let (s2, _) = l.accept().await.unwrap();
+        set_socket_options(&s2, Duration::ZERO);
+        assert!(!socket2::SockRef::from(&s2).keepalive().unwrap());
+    }
+
+    #[test]
+    fn validate_names_the_field() {
+        let mut c = ListenerConfig::default();
+        assert_eq!(c.validate(), Ok(()));
+        c.body_read_idle_timeout = Duration::ZERO;
+        assert_eq!(
+            c.validate().unwrap_err(),
+            "listener.bodyReadIdleTimeout: must be greater than 0"
+        );
+        let c = ListenerConfig {
+            max_connections: 0,
+            ..ListenerConfig::default()
+        };
+        assert_eq!(
+            c.validate().unwrap_err(),
+            "listener.maxConnections: must be at least 1"
+        );
+    }
+}

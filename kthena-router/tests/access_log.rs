@@ -1,0 +1,119 @@
+//! What the access log covers: one line per `/v1/*` request (answered by an engine, by the
+//! router's own error, or the model list), none for other paths; and the `error_origin` of
+//! router-side failures.
+
+mod common;
+
+use common::*;
+use http::StatusCode;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_log_covers_v1_requests_only_with_origins() {
+    let sim = kthena_sim::spawn(sim_config("m")).await.unwrap();
+    let r = TestRouter::start(
+        "metricsScrapeInterval: 100ms",
+        &endpoint("sim-a", sim.addr(), "demo"),
+        &[
+            ("s.yaml", model_server("srv", "m", "demo", "")),
+            ("empty.yaml", model_server("nobody", "m", "none", "")),
+            ("r.yaml", simple_route("route", "m", "srv")),
+            ("r2.yaml", simple_route("route2", "orphan", "nobody")),
+            ("r3.yaml", simple_route("route3", "ghost", "missing")),
+        ],
+    )
+    .await;
+    r.wait_ready().await;
+    let base = r.url();
+    let chat_url = format!("{base}/v1/chat/completions");
+    let no_ready = r#"kthena_router_requests_total{model="orphan",path="/v1/chat/completions",status_code="503",error_type="pod_discovery",model_route="default/route2",backend_type="model_server",backend_name="default/nobody",upstream_model="m"}"#;
+
+    let cases: Vec<(&str, String, u16)> = vec![
+        ("/v1/chat/completions", chat("m", "hi", false, 2), 200),
+        ("/v1/chat/completions", chat("orphan", "hi", false, 2), 503),
+        ("/v1/chat/completions", chat("ghost", "hi", false, 2), 404),
+        ("/v1/chat/completions", "{not json".into(), 400),
+        ("/v1/embeddings", "{}".into(), 404),
+        // Not under /v1/: answered, never logged.
+        ("/chat/completions", chat("m", "hi", false, 2), 404),
+    ];
+    for (path, body, status) in &cases {
+        let (s, _, b) = post(&format!("{base}{path}"), body.clone(), &[]).await;
+        assert_eq!(
+            s.as_u16(),
+            *status,
+            "{path}: {}",
+            String::from_utf8_lossy(&b)
+        );
+    }
+    for (path, status) in [
+        ("/v1/models", StatusCode::OK),
+        ("/models", StatusCode::OK),
+        ("/healthz", StatusCode::OK),
+        ("/readyz", StatusCode::OK),
+        ("/nope", StatusCode::NOT_FOUND),
+    ] {
+        assert_eq!(get(&format!("{base}{path}")).await.0, status, "{path}");
+    }
+    assert_eq!(r.metric(no_ready).await, 1.0);
+    assert!(get(&chat_url).await.0.is_client_error());
+
+    let log = r.access_log();
+    let seen: Vec<(String, String, u64, String, String)> = log
+        .iter()
+        .map(|e| {
+            (
+                e["method"].as_str().unwrap().to_owned(),
+                e["path"].as_str().unwrap().to_owned(),
+                e["status_code"].as_u64().unwrap(),
+                e["error"]["type"].as_str().unwrap_or("").to_owned(),
+                e["error_origin"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    let want = [
+        ("POST", "/v1/chat/completions", 200, "", ""),
+        // No ready endpoint is the router's view of its engines, not an engine's answer.
+        (
+            "POST",
+            "/v1/chat/completions",
+            503,
+            "pod_discovery",
+            "internal",
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            404,
+            "pod_discovery",
+            "internal",
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            400,
+            "request_parsing",
+            "downstream",
+        ),
+        (
+            "POST",
+            "/v1/embeddings",
+            404,
+            "route_not_found",
+            "downstream",
+        ),
+        ("GET", "/v1/models", 200, "", ""),
+        (
+            "GET",
+            "/v1/chat/completions",
+            405,
+            "request_protocol",
+            "downstream",
+        ),
+    ];
+    let want: Vec<(String, String, u64, String, String)> = want
+        .iter()
+        .map(|(m, p, s, t, o)| ((*m).into(), (*p).into(), *s, (*t).into(), (*o).into()))
+        .collect();
+    assert_eq!(seen, want);
+    r.router.shutdown().await;
+}
