@@ -1,0 +1,205 @@
+//! Cluster mode on the real API server (kthena-testenv): ModelServers, ModelRoutes and Pods
+//! made real by kthena-sim engines on their own loopback addresses; requests through the
+//! router reach them and follow every change of the cluster.
+
+mod cluster_support;
+mod common;
+
+use std::time::Duration;
+
+use cluster_support::{ClusterRouter, SimPod, apply, deploy_dir, model_route, model_server};
+use kthena_api::ModelRoute;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+
+/// Two ready Pods of one ModelServer both receive requests; a deleted Pod leaves routing
+/// within 2 s and gets no request after that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_reach_both_pods_and_a_deleted_pod_leaves_within_2s() {
+    let ns = kthena_testenv::namespace("cluster-delete").await.unwrap();
+    let n = ns.name().to_owned();
+    let model = format!("{n}-model");
+    let a = SimPod::start(&ns, "pod-a", "sim", &model, 0).await;
+    let b = SimPod::start(&ns, "pod-b", "sim", &model, a.port()).await;
+    apply(
+        &ns,
+        &[model_server(&n, "ms", &model, "sim", a.port())],
+        &[model_route(&n, "route", &model, "ms")],
+    )
+    .await;
+    let r = ClusterRouter::start(&ns).await;
+    r.wait_ready().await;
+    r.wait_endpoints(&n, "ms", &["pod-a", "pod-b"], Duration::from_secs(10))
+        .await;
+
+    let served = r.send(&model, 10).await;
+    assert_eq!(served.iter().filter(|p| *p == "pod-a").count(), 5, "{served:?}");
+    assert_eq!(served.iter().filter(|p| *p == "pod-b").count(), 5, "{served:?}");
+
+    a.delete().await;
+    let took = r
+        .wait_endpoints(&n, "ms", &["pod-b"], Duration::from_secs(2))
+        .await;
+    eprintln!("deleted pod left routing after {took:?}");
+    let served = r.send(&model, 10).await;
+    assert_eq!(served, vec!["pod-b"; 10]);
+    r.router.shutdown().await;
+    drop(b);
+}
+
+/// Changing the ModelRoute's target moves every request to the other ModelServer's Pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_the_route_target_swaps_routing() {
+    let ns = kthena_testenv::namespace("cluster-target").await.unwrap();
+    let n = ns.name().to_owned();
+    let model = format!("{n}-model");
+    let a = SimPod::start(&ns, "pod-a", "a", &model, 0).await;
+    let b = SimPod::start(&ns, "pod-b", "b", &model, a.port()).await;
+    apply(
+        &ns,
+        &[
+            model_server(&n, "ms-a", &model, "a", a.port()),
+            model_server(&n, "ms-b", &model, "b", a.port()),
+        ],
+        &[model_route(&n, "route", &model, "ms-a")],
+    )
+    .await;
+    let r = ClusterRouter::start(&ns).await;
+    r.wait_ready().await;
+    r.wait_endpoints(&n, "ms-b", &["pod-b"], Duration::from_secs(10))
+        .await;
+    assert_eq!(r.send(&model, 4).await, vec!["pod-a"; 4]);
+
+    let routes: Api<ModelRoute> = ns.api();
+    let patch = serde_json::json!({"spec": {"rules": [{"name": "default", "targetModels": [{"modelServerName": "ms-b"}]}]}});
+    routes
+        .patch("route", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    r.wait_route(&model, &n, "ms-b", Duration::from_secs(5)).await;
+    assert_eq!(r.send(&model, 4).await, vec!["pod-b"; 4]);
+    r.router.shutdown().await;
+    drop((a, b));
+}
+
+/// A Pod whose Ready condition turns False gets no more traffic; back to Ready, it does
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_turning_not_ready_stops_receiving_traffic() {
+    let ns = kthena_testenv::namespace("cluster-ready").await.unwrap();
+    let n = ns.name().to_owned();
+    let model = format!("{n}-model");
+    let a = SimPod::start(&ns, "pod-a", "sim", &model, 0).await;
+    let b = SimPod::start(&ns, "pod-b", "sim", &model, a.port()).await;
+    apply(
+        &ns,
+        &[model_server(&n, "ms", &model, "sim", a.port())],
+        &[model_route(&n, "route", &model, "ms")],
+    )
+    .await;
+    let r = ClusterRouter::start(&ns).await;
+    r.wait_ready().await;
+    r.wait_endpoints(&n, "ms", &["pod-a", "pod-b"], Duration::from_secs(10))
+        .await;
+
+    b.set_ready(false).await;
+    r.wait_endpoints(&n, "ms", &["pod-a"], Duration::from_secs(5))
+        .await;
+    assert_eq!(r.send(&model, 6).await, vec!["pod-a"; 6]);
+
+    b.set_ready(true).await;
+    r.wait_endpoints(&n, "ms", &["pod-a", "pod-b"], Duration::from_secs(5))
+        .await;
+    let served = r.send(&model, 6).await;
+    assert!(served.iter().any(|p| p == "pod-b"), "{served:?}");
+    r.router.shutdown().await;
+}
+
+/// An endpoint that persists across rebuilds keeps its state: the same `Arc` (in-flight
+/// count, scraped metrics) after an unrelated Pod comes and goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_keep_their_state_across_rebuilds() {
+    let ns = kthena_testenv::namespace("cluster-keep").await.unwrap();
+    let n = ns.name().to_owned();
+    let model = format!("{n}-model");
+    let a = SimPod::start(&ns, "pod-a", "sim", &model, 0).await;
+    apply(
+        &ns,
+        &[model_server(&n, "ms", &model, "sim", a.port())],
+        &[model_route(&n, "route", &model, "ms")],
+    )
+    .await;
+    let r = ClusterRouter::start(&ns).await;
+    r.wait_ready().await;
+    r.wait_endpoints(&n, "ms", &["pod-a"], Duration::from_secs(10))
+        .await;
+    let before = r.router.snapshot();
+    let ep = std::sync::Arc::clone(&before.endpoints[0]);
+    assert!(ep.state().scraped, "a new endpoint is scraped before /readyz is 200");
+    assert_eq!(ep.state().models, vec![model.clone()]);
+
+    let b = SimPod::start(&ns, "pod-b", "sim", &model, a.port()).await;
+    r.wait_endpoints(&n, "ms", &["pod-a", "pod-b"], Duration::from_secs(5))
+        .await;
+    let after = r.router.snapshot();
+    assert!(after.generation > before.generation);
+    let kept = after.endpoints.iter().find(|e| e.name == "pod-a").unwrap();
+    assert!(std::sync::Arc::ptr_eq(kept, &ep));
+    r.router.shutdown().await;
+    drop(b);
+}
+
+/// `deploy/` is accepted by the real API server (`kubectl apply --dry-run=server`), and
+/// its ConfigMap holds a valid cluster-mode router config.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_manifests_pass_server_side_dry_run() {
+    let env = kthena_testenv::TestEnv::get().await.unwrap();
+    let dir = deploy_dir();
+    // The namespace must exist for a dry run of the namespaced objects.
+    let out = env
+        .kubectl()
+        .args(["apply", "-f"])
+        .arg(dir.join("router/00-namespace.yaml"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = env
+        .kubectl()
+        .args(["apply", "--dry-run=server", "-R", "-f"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for obj in [
+        "serviceaccount/kthena-router",
+        "clusterrole.rbac.authorization.k8s.io/kthena-router",
+        "clusterrolebinding.rbac.authorization.k8s.io/kthena-router",
+        "configmap/kthena-router-config",
+        "deployment.apps/kthena-router",
+        "service/kthena-router",
+        "service/kthena-router-metrics",
+        "customresourcedefinition.apiextensions.k8s.io/modelroutes.networking.serving.volcano.sh",
+    ] {
+        assert!(stdout.contains(obj), "{obj} missing from:\n{stdout}");
+    }
+}
+
+/// The ConfigMap's `routerConfiguration` is a valid config in cluster mode.
+#[test]
+fn deploy_configmap_is_a_cluster_mode_config() {
+    let path = deploy_dir().join("router/configmap.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let cm: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+    let inner = cm["data"]["routerConfiguration"].as_str().unwrap();
+    let cfg = kthena_router::Config::from_yaml(&path, inner)
+        .unwrap()
+        .validate(&path)
+        .unwrap();
+    assert!(cfg.is_cluster_mode());
+    assert_eq!(cfg.port, 8080);
+}

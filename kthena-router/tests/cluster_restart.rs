@@ -1,0 +1,77 @@
+//! Cluster mode while the API server goes away: its own test binary, so stopping the
+//! control plane's kube-apiserver disturbs no other test.
+
+mod cluster_support;
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use cluster_support::{ClusterRouter, SimPod, apply, model_route, model_server};
+
+fn kube_env(verb: &str, dir: &std::path::Path) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/kube-env.sh");
+    let out = Command::new("bash")
+        .arg(script)
+        .arg(verb)
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kube-env.sh {verb}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Stopping kube-apiserver loses no request (the router serves its last snapshot); after
+/// the restart the reflectors re-list and a change made then is followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_server_restart_loses_no_request_and_resumes_watching() {
+    let env = kthena_testenv::TestEnv::get().await.unwrap();
+    let dir = env
+        .dir()
+        .expect("this test stops the API server, so it needs a control plane of its own (unset KTHENA_TEST_KUBECONFIG)")
+        .to_path_buf();
+    let ns = env.namespace("cluster-restart").await.unwrap();
+    let n = ns.name().to_owned();
+    let model = format!("{n}-model");
+    let a = SimPod::start(&ns, "pod-a", "sim", &model, 0).await;
+    let b = SimPod::start(&ns, "pod-b", "sim", &model, a.port()).await;
+    apply(
+        &ns,
+        &[model_server(&n, "ms", &model, "sim", a.port())],
+        &[model_route(&n, "route", &model, "ms")],
+    )
+    .await;
+    let r = ClusterRouter::start(&ns).await;
+    r.wait_ready().await;
+    r.wait_endpoints(&n, "ms", &["pod-a", "pod-b"], Duration::from_secs(10))
+        .await;
+
+    let stop_dir = dir.clone();
+    tokio::task::spawn_blocking(move || kube_env("stop-apiserver", &stop_dir))
+        .await
+        .unwrap();
+    // The API server is gone: every request is still answered from the last snapshot.
+    let served = r.send(&model, 20).await;
+    assert_eq!(served.len(), 20);
+    assert!(served.iter().all(|p| p == "pod-a" || p == "pod-b"), "{served:?}");
+    assert_eq!(r.endpoints_of(&n, "ms"), ["pod-a", "pod-b"]);
+
+    let start_dir = dir.clone();
+    tokio::task::spawn_blocking(move || kube_env("start-apiserver", &start_dir))
+        .await
+        .unwrap();
+    assert_eq!(r.send(&model, 10).await.len(), 10);
+
+    // A change after the restart is seen once the watch resumes (back-off at most 30 s).
+    b.delete().await;
+    let took = r
+        .wait_endpoints(&n, "ms", &["pod-a"], Duration::from_secs(45))
+        .await;
+    eprintln!("change after the restart seen after {took:?}");
+    assert_eq!(r.send(&model, 10).await, vec!["pod-a"; 10]);
+    r.router.shutdown().await;
+    drop(a);
+}
