@@ -149,8 +149,9 @@ async fn endpoints_keep_their_state_across_rebuilds() {
     drop(b);
 }
 
-/// `deploy/` is accepted by the real API server (`kubectl apply --dry-run=server`), and
-/// its ConfigMap holds a valid cluster-mode router config.
+/// `deploy/` is accepted by the real API server (`kubectl apply --server-side
+/// --dry-run=server`; server-side because the ModelServing CRD is too large for the
+/// last-applied annotation of a client-side apply).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploy_manifests_pass_server_side_dry_run() {
     let env = kthena_testenv::TestEnv::get().await.unwrap();
@@ -165,7 +166,14 @@ async fn deploy_manifests_pass_server_side_dry_run() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = env
         .kubectl()
-        .args(["apply", "--dry-run=server", "-R", "-f"])
+        .args([
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--dry-run=server",
+            "-R",
+            "-f",
+        ])
         .arg(&dir)
         .output()
         .unwrap();
@@ -177,6 +185,7 @@ async fn deploy_manifests_pass_server_side_dry_run() {
     );
     for obj in [
         "serviceaccount/kthena-router",
+        "namespace/kthena-system",
         "clusterrole.rbac.authorization.k8s.io/kthena-router",
         "clusterrolebinding.rbac.authorization.k8s.io/kthena-router",
         "configmap/kthena-router-config",
@@ -184,6 +193,7 @@ async fn deploy_manifests_pass_server_side_dry_run() {
         "service/kthena-router",
         "service/kthena-router-metrics",
         "customresourcedefinition.apiextensions.k8s.io/modelroutes.networking.serving.volcano.sh",
+        "customresourcedefinition.apiextensions.k8s.io/modelservings.workload.serving.volcano.sh",
     ] {
         assert!(stdout.contains(obj), "{obj} missing from:\n{stdout}");
     }

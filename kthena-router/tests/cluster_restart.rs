@@ -16,7 +16,7 @@ fn kube_env(verb: &str, dir: &std::path::Path) {
         .arg(verb)
         .arg(dir)
         .output()
-        .unwrap();
+        .expect("run scripts/kube-env.sh");
     assert!(
         out.status.success(),
         "kube-env.sh {verb}: {}",
