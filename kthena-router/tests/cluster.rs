@@ -33,8 +33,16 @@ async fn requests_reach_both_pods_and_a_deleted_pod_leaves_within_2s() {
         .await;
 
     let served = r.send(&model, 10).await;
-    assert_eq!(served.iter().filter(|p| *p == "pod-a").count(), 5, "{served:?}");
-    assert_eq!(served.iter().filter(|p| *p == "pod-b").count(), 5, "{served:?}");
+    assert_eq!(
+        served.iter().filter(|p| *p == "pod-a").count(),
+        5,
+        "{served:?}"
+    );
+    assert_eq!(
+        served.iter().filter(|p| *p == "pod-b").count(),
+        5,
+        "{served:?}"
+    );
 
     a.delete().await;
     let took = r
@@ -76,7 +84,8 @@ async fn changing_the_route_target_swaps_routing() {
         .patch("route", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    r.wait_route(&model, &n, "ms-b", Duration::from_secs(5)).await;
+    r.wait_route(&model, &n, "ms-b", Duration::from_secs(5))
+        .await;
     assert_eq!(r.send(&model, 4).await, vec!["pod-b"; 4]);
     r.router.shutdown().await;
     drop((a, b));
@@ -135,7 +144,10 @@ async fn endpoints_keep_their_state_across_rebuilds() {
         .await;
     let before = r.router.snapshot();
     let ep = std::sync::Arc::clone(&before.endpoints[0]);
-    assert!(ep.state().scraped, "a new endpoint is scraped before /readyz is 200");
+    assert!(
+        ep.state().scraped,
+        "a new endpoint is scraped before /readyz is 200"
+    );
     assert_eq!(ep.state().models, vec![model.clone()]);
 
     let b = SimPod::start(&ns, "pod-b", "sim", &model, a.port()).await;
@@ -163,7 +175,11 @@ async fn deploy_manifests_pass_server_side_dry_run() {
         .arg(dir.join("router/00-namespace.yaml"))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = env
         .kubectl()
         .args([

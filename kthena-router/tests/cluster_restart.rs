@@ -56,7 +56,10 @@ async fn api_server_restart_loses_no_request_and_resumes_watching() {
     // The API server is gone: every request is still answered from the last snapshot.
     let served = r.send(&model, 20).await;
     assert_eq!(served.len(), 20);
-    assert!(served.iter().all(|p| p == "pod-a" || p == "pod-b"), "{served:?}");
+    assert!(
+        served.iter().all(|p| p == "pod-a" || p == "pod-b"),
+        "{served:?}"
+    );
     assert_eq!(r.endpoints_of(&n, "ms"), ["pod-a", "pod-b"]);
 
     let start_dir = dir.clone();

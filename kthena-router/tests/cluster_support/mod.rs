@@ -17,10 +17,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kthena_api::{ModelRoute, ModelServer};
-use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kthena_router::Router;
 use kthena_testenv::TestNamespace;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -137,12 +137,17 @@ impl ClusterRouter {
                 .flat_map(|r| &r.target_models)
                 .map(|t| t.model_server_name.as_deref())
                 .collect();
-            if routes.iter().all(|r| r.metadata.namespace.as_deref() == Some(ns))
+            if routes
+                .iter()
+                .all(|r| r.metadata.namespace.as_deref() == Some(ns))
                 && targets == [Some(server)]
             {
                 return;
             }
-            assert!(t0.elapsed() < limit, "route of {model} never targeted {server}");
+            assert!(
+                t0.elapsed() < limit,
+                "route of {model} never targeted {server}"
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
@@ -211,7 +216,12 @@ pub(crate) fn loopback() -> IpAddr {
     let n = NEXT_HOST.fetch_add(1, Ordering::Relaxed);
     let pid = std::process::id();
     let b = u8::try_from(50 + pid % 200).unwrap();
-    IpAddr::V4(Ipv4Addr::new(127, b, u8::try_from(n / 250).unwrap(), u8::try_from(1 + n % 250).unwrap()))
+    IpAddr::V4(Ipv4Addr::new(
+        127,
+        b,
+        u8::try_from(n / 250).unwrap(),
+        u8::try_from(1 + n % 250).unwrap(),
+    ))
 }
 
 /// A Pod made real: a kthena-sim engine on its own loopback address, and the Pod object
@@ -225,7 +235,13 @@ pub(crate) struct SimPod {
 impl SimPod {
     /// Starts an engine for `model` on a fresh loopback address at `port` (0: any), creates
     /// Pod `name` labelled `app=<app>` and marks it Running and Ready at that address.
-    pub(crate) async fn start(ns: &TestNamespace, name: &str, app: &str, model: &str, port: u16) -> Self {
+    pub(crate) async fn start(
+        ns: &TestNamespace,
+        name: &str,
+        app: &str,
+        model: &str,
+        port: u16,
+    ) -> Self {
         let mut cfg = kthena_sim::Config::default()
             .with_model(model)
             .with_time_scale(100.0);
