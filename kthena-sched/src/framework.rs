@@ -5,6 +5,10 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+/// A clock for plugin timings (see [`SchedulerBuilder::clock`]).
+pub type Clock = fn() -> Instant;
 
 use crate::config::Config;
 use crate::kv_index::{KvIndex, KvQuery};
@@ -61,6 +65,21 @@ pub trait ScorePlugin: Send + Sync + fmt::Debug {
 
     /// The host removed an endpoint; forget any state about it. Default: nothing.
     fn on_endpoint_removed(&self, _id: &EndpointId) {}
+
+    /// Counters of the plugin's state, for the host's metrics. Default: none.
+    fn stats(&self) -> PluginStats {
+        PluginStats::default()
+    }
+}
+
+/// State counters a score plugin exposes ([`Scheduler::plugin_stats`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PluginStats {
+    /// Entries the plugin's cache holds now (`prefix-cache`: (endpoint, block) entries).
+    pub cache_entries: Option<usize>,
+    /// `(model, entries evicted for capacity)` since the plugin was built; counts only grow.
+    pub evictions: Vec<(String, u64)>,
 }
 
 /// Observations a score plugin reports with its scores.
@@ -102,6 +121,39 @@ pub struct Decision {
     pub ranked: Vec<Ranked>,
     /// `(plugin name, match ratio)` for each plugin that reported one.
     pub match_ratios: Vec<(&'static str, f64)>,
+    /// Time each plugin took for this decision, in configuration order (filters, then
+    /// scores); Go Kthena's `kthena_router_scheduler_plugin_duration_seconds`.
+    pub plugin_timings: Vec<PluginTiming>,
+}
+
+/// Whether a plugin ran as a filter or as a score plugin (Go Kthena's metric label `type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PluginKind {
+    /// A [`FilterPlugin`].
+    Filter,
+    /// A [`ScorePlugin`].
+    Score,
+}
+
+impl PluginKind {
+    /// `filter` or `score`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Filter => "filter",
+            Self::Score => "score",
+        }
+    }
+}
+
+/// Time one plugin took for one decision.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PluginTiming {
+    /// The plugin's config name.
+    pub plugin: &'static str,
+    /// Filter or score.
+    pub kind: PluginKind,
+    /// Wall-clock time of the plugin call, seconds.
+    pub seconds: f64,
 }
 
 impl Decision {
@@ -184,7 +236,8 @@ impl Registry {
         Self::default()
     }
 
-    /// The built-in plugins: filters `least-request`, `lora-affinity`, `load-imbalance`;
+    /// The built-in plugins: filters `least-request`, `lora-affinity`, `lora-affinity-by-name`,
+    /// `load-imbalance`;
     /// scores `least-request`, `least-latency`, `gpu-usage`, `random`, `prefix-cache`,
     /// `kvcache-aware`.
     pub fn builtin() -> Self {
@@ -229,9 +282,18 @@ pub struct SchedulerBuilder {
     seed: u64,
     top_n: usize,
     kv_index: Option<Arc<dyn KvIndex>>,
+    clock: Option<Clock>,
 }
 
 impl SchedulerBuilder {
+    /// Times every plugin call with `clock` and reports the durations in
+    /// [`Decision::plugin_timings`]. Without a clock (the default) no timing is taken and the
+    /// list stays empty.
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
     /// Uses `registry` instead of [`Registry::builtin`].
     pub fn registry(mut self, registry: Registry) -> Self {
         self.registry = registry;
@@ -348,6 +410,7 @@ impl SchedulerBuilder {
             scores,
             top_n: self.top_n,
             kv_index: ctx.kv_index.into_inner(),
+            clock: self.clock,
             violations: AtomicU64::new(0),
             ties: AtomicU64::new(0),
         })
@@ -379,6 +442,7 @@ pub struct Scheduler {
     scores: Vec<(Box<dyn ScorePlugin>, f64)>,
     top_n: usize,
     kv_index: Option<Arc<dyn KvIndex>>,
+    clock: Option<Clock>,
     violations: AtomicU64,
     /// Rankings whose best total was shared by several candidates (rotates the tie).
     ties: AtomicU64,
@@ -387,6 +451,7 @@ pub struct Scheduler {
 struct Ranking {
     ranked: Vec<Ranked>,
     match_ratios: Vec<(&'static str, f64)>,
+    timings: Vec<PluginTiming>,
 }
 
 // === impl Scheduler ===
@@ -408,6 +473,7 @@ impl Scheduler {
             seed: 0,
             top_n: DEFAULT_TOP_N,
             kv_index: None,
+            clock: None,
         }
     }
 
@@ -447,6 +513,14 @@ impl Scheduler {
         (tokens.len() - cached) as u64
     }
 
+    /// Each score plugin's name and [`PluginStats`], in configuration order.
+    pub fn plugin_stats(&self) -> Vec<(&'static str, PluginStats)> {
+        self.scores
+            .iter()
+            .map(|(p, _)| (p.name(), p.stats()))
+            .collect()
+    }
+
     /// How many scores plugins returned outside `0..=100` or non-finite (clamped).
     pub fn score_violations(&self) -> u64 {
         self.violations.load(Ordering::Relaxed)
@@ -469,6 +543,7 @@ impl Scheduler {
         Ok(Decision {
             ranked: r.ranked,
             match_ratios: r.match_ratios,
+            plugin_timings: r.timings,
         })
     }
 
@@ -542,6 +617,22 @@ impl Scheduler {
         }
     }
 
+    fn time(
+        &self,
+        out: &mut Vec<PluginTiming>,
+        plugin: &'static str,
+        kind: PluginKind,
+        t0: Option<Instant>,
+    ) {
+        if let (Some(clock), Some(t0)) = (self.clock, t0) {
+            out.push(PluginTiming {
+                plugin,
+                kind,
+                seconds: clock().saturating_duration_since(t0).as_secs_f64(),
+            });
+        }
+    }
+
     fn rank(
         &self,
         req: &Request<'_>,
@@ -567,13 +658,16 @@ impl Scheduler {
         s.idx.clear();
         s.idx.extend_from_slice(idx);
         let mut refs: Vec<&Candidate> = idx.iter().map(|&i| &all[i]).collect();
+        let mut timings = Vec::new();
         if !self.filters.is_empty() {
             s.keep.clear();
             s.keep.resize(refs.len(), true);
             for f in &self.filters {
                 s.tmp.clear();
                 s.tmp.extend_from_slice(&s.keep);
+                let t0 = self.clock.map(|c| c());
                 f.filter(req, &refs, &mut s.tmp);
+                self.time(&mut timings, f.name(), PluginKind::Filter, t0);
                 let mut any = false;
                 for (k, t) in s.keep.iter_mut().zip(&s.tmp) {
                     *k &= *t;
@@ -603,7 +697,9 @@ impl Scheduler {
         for (p, w) in &self.scores {
             s.scores.clear();
             s.scores.resize(n, 0.0);
+            let t0 = self.clock.map(|c| c());
             let note = p.score(req, &refs, &mut s.scores);
+            self.time(&mut timings, p.name(), PluginKind::Score, t0);
             if let Some(r) = note.match_ratio {
                 match_ratios.push((p.name(), r));
             }
@@ -657,6 +753,7 @@ impl Scheduler {
         Ok(Ranking {
             ranked,
             match_ratios,
+            timings,
         })
     }
 }

@@ -47,7 +47,8 @@
 //! | `least-latency` | score | prefers lower TTFT/TPOT; no data scores 50 (§3.3) |
 //! | `gpu-usage` | score | prefers lower KV-cache usage (§3.4) |
 //! | `random` | score | uniform 0..=100 from the seeded RNG (§3.5) |
-//! | `lora-affinity` | filter | keeps endpoints serving the model/adapter (§3.6) |
+//! | `lora-affinity` | filter | a LoRA request keeps the endpoints with the adapter loaded; base requests unfiltered |
+//! | `lora-affinity-by-name` | filter | Go's lora-affinity: keeps endpoints whose model list has the requested name (§3.6) |
 //! | `prefix-cache` | score | prompt-byte block hashes in per-endpoint LRUs (§3.7) |
 //! | `kvcache-aware` | score | token-block hashes in a [`KvIndex`] fed by KV events (§3.8) |
 //! | `load-imbalance` | filter | SMG's imbalance guard: when loads are imbalanced keep only the least-loaded |
@@ -63,15 +64,16 @@ mod types;
 
 pub use config::{Config, FilterPlugins, PluginConfig, Plugins, ScorePlugins, WeightedPlugin};
 pub use framework::{
-    BuildContext, DEFAULT_TOP_N, Decision, FilterFactory, FilterPlugin, PdDecision, PdPair, Ranked,
-    Registry, Scheduler, SchedulerBuilder, ScoreFactory, ScoreNote, ScorePlugin,
+    BuildContext, Clock, DEFAULT_TOP_N, Decision, FilterFactory, FilterPlugin, PdDecision, PdPair,
+    PluginKind, PluginStats, PluginTiming, Ranked, Registry, Scheduler, SchedulerBuilder,
+    ScoreFactory, ScoreNote, ScorePlugin,
 };
 pub use hash::{TOKEN_CHAIN_ROOT, prefix_block_hashes, token_block_hash, token_block_hashes};
 pub use kv_index::{InMemoryKvIndex, KvEvent, KvIndex, KvQuery};
 pub use plugins::{
     GpuUsage, KvCacheAware, KvCacheAwareArgs, LeastLatency, LeastLatencyArgs, LeastPrefill,
     LeastPrefillArgs, LeastRequest, LeastRequestArgs, LoadImbalance, LoadImbalanceArgs,
-    LoraAffinity, PrefixCache, PrefixCacheArgs, PrefixStore, Random,
+    LoraAffinity, LoraAffinityByName, PrefixCache, PrefixCacheArgs, PrefixStore, Random,
 };
 pub use types::{Candidate, Completion, EndpointId, Metrics, PdMember, PdRole, Request};
 

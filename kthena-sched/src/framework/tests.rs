@@ -504,3 +504,46 @@ plugins: {Score: {enabled: [{name: kvcache-aware}, {name: least-prefill}]}}",
         "scheduler plugin \"lora-affinity\" in plugins.Score.enabled is a filter plugin only"
     );
 }
+
+#[test]
+fn plugin_timings_with_a_clock_only() {
+    #[allow(clippy::disallowed_methods)]
+    fn clock() -> std::time::Instant {
+        std::time::Instant::now()
+    }
+    let cfg = Config::from_router_yaml(SPEC_ROUTER_CONFIG).unwrap();
+    let cands = [Candidate::new("a", "m"), Candidate::new("b", "m")];
+    let req = Request::new("m").with_prompt("hello");
+    let plain = Scheduler::from_config(&cfg).unwrap();
+    assert!(
+        plain
+            .schedule(&req, &cands)
+            .unwrap()
+            .plugin_timings
+            .is_empty()
+    );
+    let timed = Scheduler::builder(cfg).clock(clock).build().unwrap();
+    let d = timed.schedule(&req, &cands).unwrap();
+    let seen: Vec<(&str, &str)> = d
+        .plugin_timings
+        .iter()
+        .map(|t| (t.plugin, t.kind.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            ("least-request", "filter"),
+            ("least-request", "score"),
+            ("gpu-usage", "score"),
+            ("least-latency", "score"),
+            ("prefix-cache", "score"),
+        ]
+    );
+    assert!(d.plugin_timings.iter().all(|t| t.seconds >= 0.0));
+    let stats = timed.plugin_stats();
+    assert_eq!(stats.len(), 4);
+    assert_eq!(stats[3].0, "prefix-cache");
+    assert_eq!(stats[3].1.cache_entries, Some(0));
+    timed.on_scheduled(&req, &cands[0]);
+    assert_eq!(timed.plugin_stats()[3].1.cache_entries, Some(1));
+}

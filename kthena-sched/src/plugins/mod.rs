@@ -12,7 +12,8 @@ pub use least_prefill::{LeastPrefill, LeastPrefillArgs};
 pub use load::{LoadImbalance, LoadImbalanceArgs};
 pub use prefix_cache::{PrefixCache, PrefixCacheArgs, PrefixStore};
 pub use simple::{
-    GpuUsage, LeastLatency, LeastLatencyArgs, LeastRequest, LeastRequestArgs, LoraAffinity, Random,
+    GpuUsage, LeastLatency, LeastLatencyArgs, LeastRequest, LeastRequestArgs, LoraAffinity,
+    LoraAffinityByName, Random,
 };
 
 use serde::de::DeserializeOwned;
@@ -36,6 +37,10 @@ pub(crate) fn register_builtin(r: &mut Registry) {
     r.register_filter("lora-affinity", |a, _| {
         no_args("lora-affinity", a)?;
         Ok(Box::new(LoraAffinity))
+    });
+    r.register_filter("lora-affinity-by-name", |a, _| {
+        no_args("lora-affinity-by-name", a)?;
+        Ok(Box::new(LoraAffinityByName))
     });
     r.register_filter("load-imbalance", |a, _| {
         Ok(Box::new(LoadImbalance::new(parse_args(

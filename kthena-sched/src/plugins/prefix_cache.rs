@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
 use super::{invalid, push_bounded, ratio_score};
-use crate::framework::{ScoreNote, ScorePlugin};
+use crate::framework::{PluginStats, ScoreNote, ScorePlugin};
 use crate::hash::prefix_block_hashes;
 use crate::types::{Candidate, EndpointId, Request};
 use crate::{FastMap, Result};
@@ -58,9 +58,12 @@ pub struct PrefixStore {
 struct StoreInner {
     slots: FastMap<EndpointId, u32>,
     next_slot: u32,
-    lrus: FastMap<u32, LruCache<u64, (), foldhash::fast::RandomState>>,
+    /// Per endpoint slot: block hash → model slot (into `models`).
+    lrus: FastMap<u32, LruCache<u64, u32, foldhash::fast::RandomState>>,
     /// Endpoint slots holding each hash; four fit inline.
     holders: FastMap<u64, SmallVec<[u32; 4]>>,
+    /// Model names seen by [`PrefixStore::insert_for_model`], with their capacity evictions.
+    models: Vec<(String, u64)>,
 }
 
 impl PrefixStore {
@@ -75,11 +78,25 @@ impl PrefixStore {
     /// Records that `endpoint` holds the prefix `hashes` (in prompt order). Inserted from last
     /// to first, so an endpoint's LRU keeps shorter prefixes most recent (as Go Kthena).
     pub fn insert(&self, endpoint: &EndpointId, hashes: &[u64]) {
+        self.insert_for_model(endpoint, "", hashes);
+    }
+
+    /// As [`insert`](Self::insert), for a request of `model`: the LRU capacity evictions these
+    /// entries later cause are counted for `model` ([`evictions`](Self::evictions)).
+    pub fn insert_for_model(&self, endpoint: &EndpointId, model: &str, hashes: &[u64]) {
         if hashes.is_empty() {
             return;
         }
         let mut g = self.inner.write().unwrap_or_else(PoisonError::into_inner);
         let g = &mut *g;
+        let model_slot = match g.models.iter().position(|(m, _)| m == model) {
+            Some(i) => i,
+            None => {
+                g.models.push((model.to_owned(), 0));
+                g.models.len() - 1
+            }
+        };
+        let model_slot = u32::try_from(model_slot).unwrap_or(u32::MAX);
         let slot = match g.slots.get(endpoint) {
             Some(s) => *s,
             None => {
@@ -94,9 +111,12 @@ impl PrefixStore {
             LruCache::unbounded_with_hasher(foldhash::fast::RandomState::default())
         });
         for &h in hashes.iter().rev() {
-            match push_bounded(lru, cap, h, ()) {
-                Some((k, ())) if k == h => {}
-                Some((evicted, ())) => {
+            match push_bounded(lru, cap, h, model_slot) {
+                Some((k, _)) if k == h => {}
+                Some((evicted, m)) => {
+                    if let Some((_, n)) = g.models.get_mut(m as usize) {
+                        *n += 1;
+                    }
                     unhold(&mut g.holders, evicted, slot);
                     g.holders.entry(h).or_default().push(slot);
                 }
@@ -153,7 +173,7 @@ impl PrefixStore {
             return;
         };
         if let Some(lru) = g.lrus.remove(&slot) {
-            for (h, ()) in lru.iter() {
+            for (h, _) in lru.iter() {
                 unhold(&mut g.holders, *h, slot);
             }
         }
@@ -177,6 +197,14 @@ impl PrefixStore {
     /// Whether the store is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// `(model, evictions)` for every model inserted so far: entries dropped because an
+    /// endpoint's LRU was full (Go Kthena's `kthena_router_prefix_cache_evictions_total`;
+    /// removing an endpoint is not counted). Counts only grow.
+    pub fn evictions(&self) -> Vec<(String, u64)> {
+        let g = self.inner.read().unwrap_or_else(PoisonError::into_inner);
+        g.models.clone()
     }
 }
 
@@ -267,7 +295,14 @@ impl ScorePlugin for PrefixCache {
 
     fn on_scheduled(&self, req: &Request<'_>, chosen: &Candidate) {
         let hashes = self.hashes(req);
-        self.store.insert(&chosen.id, &hashes);
+        self.store.insert_for_model(&chosen.id, req.model, &hashes);
+    }
+
+    fn stats(&self) -> PluginStats {
+        PluginStats {
+            cache_entries: Some(self.store.len()),
+            evictions: self.store.evictions(),
+        }
     }
 
     fn on_endpoint_removed(&self, id: &EndpointId) {

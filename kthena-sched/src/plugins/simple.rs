@@ -1,5 +1,5 @@
 //! The stateless Kthena plugins: least-request, least-latency, gpu-usage, random,
-//! lora-affinity (spec §3.2-3.6).
+//! lora-affinity, lora-affinity-by-name (spec §3.2-3.6).
 
 use std::sync::{Mutex, PoisonError};
 
@@ -235,15 +235,42 @@ impl ScorePlugin for Random {
     }
 }
 
-/// `lora-affinity` (Go Kthena `plugins/lora_affinity.go`, spec §3.6): keeps endpoints whose
-/// model list (base model plus loaded LoRA adapters) contains the request's target name
-/// (its LoRA adapter if set, else its model).
+/// `lora-affinity`: a request for a LoRA adapter ([`Request::lora`]) keeps only the
+/// endpoints that list that adapter as loaded ([`Candidate::lora_adapters`]); a base-model
+/// request is never filtered.
+///
+/// Differs from Go Kthena's `plugins/lora_affinity.go` (spec §3.6), which keeps endpoints
+/// whose model list contains the *requested* model name and so rejects every endpoint when a
+/// route's `modelName` is an alias of the engine's model id; that behaviour is
+/// [`LoraAffinityByName`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LoraAffinity;
 
 impl FilterPlugin for LoraAffinity {
     fn name(&self) -> &'static str {
         "lora-affinity"
+    }
+
+    fn filter(&self, req: &Request<'_>, cands: &[&Candidate], keep: &mut [bool]) {
+        let Some(adapter) = req.lora else { return };
+        for (k, c) in keep.iter_mut().zip(cands) {
+            if !c.lora_adapters.iter().any(|a| a == adapter) {
+                *k = false;
+            }
+        }
+    }
+}
+
+/// `lora-affinity-by-name`: Go Kthena's `lora-affinity` exactly (spec §3.6): keeps endpoints
+/// whose model list (base model plus loaded adapters, from `GET /v1/models`) contains the
+/// request's target name (its LoRA adapter if set, else the requested model name, before any
+/// rewrite).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LoraAffinityByName;
+
+impl FilterPlugin for LoraAffinityByName {
+    fn name(&self) -> &'static str {
+        "lora-affinity-by-name"
     }
 
     fn filter(&self, req: &Request<'_>, cands: &[&Candidate], keep: &mut [bool]) {

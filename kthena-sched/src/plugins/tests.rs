@@ -1,6 +1,6 @@
 use super::*;
 use crate::framework::{FilterPlugin, ScorePlugin};
-use crate::types::{Candidate, Metrics, Request};
+use crate::types::{Candidate, EndpointId, Metrics, Request};
 
 fn cand(id: &str, m: Metrics) -> Candidate {
     Candidate::new(id, "m").with_metrics(m)
@@ -166,9 +166,42 @@ fn lora_affinity_keeps_endpoints_serving_the_target() {
     let req = Request::new("base").with_lora("sql");
     assert_eq!(kept(&LoraAffinity, &req, &cands), vec![true, false, true]);
     assert_eq!(
-        kept(&LoraAffinity, &Request::new("base"), &cands),
+        kept(&LoraAffinityByName, &req, &cands),
+        vec![true, false, true]
+    );
+    // A base request for an alias (`qwen`, engines serve `base`): never filtered by
+    // `lora-affinity`; Go's by-name comparison keeps only endpoints listing the name.
+    let alias = Request::new("qwen");
+    assert_eq!(kept(&LoraAffinity, &alias, &cands), vec![true, true, true]);
+    assert_eq!(
+        kept(&LoraAffinityByName, &alias, &cands),
+        vec![false, false, false]
+    );
+    assert_eq!(
+        kept(&LoraAffinityByName, &Request::new("base"), &cands),
         vec![true, true, false]
     );
+    // An adapter name used as a base model id does not count as the adapter.
+    let only_base = [Candidate::new("d", "sql")];
+    assert_eq!(kept(&LoraAffinity, &req, &only_base), vec![false]);
+}
+
+#[test]
+fn prefix_store_counts_evictions_per_model() {
+    let store = PrefixStore::new(2);
+    let ep = EndpointId::new("a");
+    store.insert_for_model(&ep, "m1", &[1, 2]);
+    assert_eq!(store.evictions(), vec![("m1".to_owned(), 0)]);
+    store.insert_for_model(&ep, "m2", &[3]);
+    // Capacity 2: inserting 3 evicted the least recently used hash (2, of m1).
+    assert_eq!(
+        store.evictions(),
+        vec![("m1".to_owned(), 1), ("m2".to_owned(), 0)]
+    );
+    assert_eq!(store.len(), 2);
+    store.remove(&ep);
+    assert_eq!(store.len(), 0);
+    assert_eq!(store.evictions()[0].1, 1);
 }
 
 fn pc(block: usize, cap: usize, top_k: usize) -> PrefixCache {
