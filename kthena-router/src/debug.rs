@@ -72,6 +72,7 @@ fn pod_json(snap: &Snapshot, e: &Endpoint, detail: bool) -> Value {
             "pendingPrefillTokens": e.pending_prefill_tokens(),
         },
         "models": st.models,
+        "loraAdapters": st.lora_adapters,
         "modelServers": servers,
     });
     if detail {

@@ -144,6 +144,14 @@ impl Loader {
         Self::default()
     }
 
+    /// A loader whose Redis KV index records into `metrics` (Go's kvcache-aware families).
+    #[must_use]
+    pub fn with_metrics(metrics: &crate::Metrics) -> Self {
+        let mut l = Self::default();
+        l.kv.metrics = Some(metrics.plugins.clone());
+        l
+    }
+
     /// Builds a snapshot from a validated standalone config. On error nothing of the
     /// loader's history changes, so the caller keeps serving the previous snapshot.
     ///

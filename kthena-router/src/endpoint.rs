@@ -57,6 +57,9 @@ pub struct EngineState {
     pub tpot_ms: Option<f64>,
     /// Model ids from `GET /v1/models` (base model first, then LoRA adapters).
     pub models: Vec<String>,
+    /// The LoRA adapters among `models`: the cards with a `parent` (vLLM), else every id
+    /// after the first. Also updated by load/unload calls proxied through the router.
+    pub lora_adapters: Vec<String>,
     /// The last scrape failed: the values above are the last good ones.
     pub stale: bool,
     /// At least one scrape succeeded.
@@ -155,14 +158,36 @@ impl Endpoint {
         self.state().consecutive_failures < DOWN_AFTER_FAILURES
     }
 
+    /// Whether the engine lists LoRA adapter `name` as loaded.
+    #[must_use]
+    pub fn has_lora(&self, name: &str) -> bool {
+        self.state().lora_adapters.iter().any(|a| a == name)
+    }
+
+    /// Records that LoRA adapter `name` is loaded (`loaded`) or not, as the engine's load or
+    /// unload answer (or its 404 for the adapter) says; the next scrape replaces the list.
+    pub fn set_lora(&self, name: &str, loaded: bool) {
+        let mut st = self.state();
+        st.lora_adapters.retain(|a| a != name);
+        st.models.retain(|m| m != name);
+        if loaded {
+            st.lora_adapters.push(name.to_owned());
+            st.models.push(name.to_owned());
+        }
+    }
+
     /// The scheduler's view of the endpoint: id, model list, metrics with units.
     #[must_use]
     pub fn candidate(&self) -> Candidate {
         let st = self.state();
-        let mut models = st.models.iter();
-        let base = models.next().cloned().unwrap_or_default();
+        let base = st
+            .models
+            .iter()
+            .find(|m| !st.lora_adapters.contains(m))
+            .cloned()
+            .unwrap_or_default();
         Candidate::new(self.id.clone(), base)
-            .with_lora_adapters(models.cloned())
+            .with_lora_adapters(st.lora_adapters.iter().cloned())
             .with_metrics(Metrics {
                 in_flight: self.in_flight(),
                 running_requests: st.running,

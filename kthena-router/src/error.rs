@@ -93,6 +93,25 @@ pub enum Error {
         /// `namespace/name` of the ModelServer.
         server: String,
     },
+    /// A request for a LoRA adapter whose target ModelServer has no endpoint listing that
+    /// adapter as loaded (503: loading it on an endpoint fixes it).
+    #[error("LoRA adapter `{adapter}` is not loaded on any endpoint of model server {server}")]
+    LoraAdapterNotLoaded {
+        /// The adapter (the request's `model`).
+        adapter: String,
+        /// `namespace/name` of the ModelServer.
+        server: String,
+    },
+    /// A LoRA load/unload call through the router without the `x-kthena-endpoint` header
+    /// naming the endpoint to send it to (400).
+    #[error("LoRA load/unload calls need the header x-kthena-endpoint naming one endpoint")]
+    EndpointRequired,
+    /// The `x-kthena-endpoint` header names no configured endpoint (404).
+    #[error("no endpoint named `{name}`")]
+    EndpointNotFound {
+        /// The header's value.
+        name: String,
+    },
     /// The scheduler filtered every candidate out or has no active plugin (503).
     #[error("can't schedule to an endpoint of {server}: {reason}")]
     Scheduling {
@@ -225,7 +244,9 @@ impl Error {
             | Self::MissingModel
             | Self::InvalidField { .. }
             | Self::PromptNotFound
-            | Self::BodyRead { .. } => StatusCode::BAD_REQUEST,
+            | Self::BodyRead { .. }
+            | Self::EndpointRequired => StatusCode::BAD_REQUEST,
+            Self::EndpointNotFound { .. } => StatusCode::NOT_FOUND,
             Self::ModelNotFound { .. }
             | Self::NoRuleMatched { .. }
             | Self::ServerNotFound { .. }
@@ -234,6 +255,7 @@ impl Error {
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::NoReadyEndpoint { .. }
+            | Self::LoraAdapterNotLoaded { .. }
             | Self::Scheduling { .. }
             | Self::AllUpstreamsFailed { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
@@ -312,6 +334,9 @@ impl Error {
             Self::MethodNotAllowed { .. } => "method_not_allowed",
             Self::BodyTooLarge { .. } => "request_too_large",
             Self::NoReadyEndpoint { .. } => "no_ready_endpoint",
+            Self::LoraAdapterNotLoaded { .. } => "lora_adapter_not_loaded",
+            Self::EndpointRequired => "missing_endpoint",
+            Self::EndpointNotFound { .. } => "endpoint_not_found",
             Self::Scheduling { .. } => "scheduling_failed",
             Self::AllUpstreamsFailed { .. } => "upstream_unavailable",
             Self::UpstreamTimeout { .. } => "upstream_timeout",
@@ -323,9 +348,10 @@ impl Error {
     #[must_use]
     pub fn param(&self) -> Option<&'static str> {
         match self {
-            Self::MissingModel | Self::ModelNotFound { .. } | Self::NoRuleMatched { .. } => {
-                Some("model")
-            }
+            Self::MissingModel
+            | Self::ModelNotFound { .. }
+            | Self::NoRuleMatched { .. }
+            | Self::LoraAdapterNotLoaded { .. } => Some("model"),
             Self::InvalidField { param, .. } => Some(param),
             _ => None,
         }
@@ -344,7 +370,10 @@ impl Error {
             Self::BodyTimeout { .. } => "request_timeout",
             Self::ModelNotFound { .. } | Self::UnknownPath { .. } => "route_not_found",
             Self::NoRuleMatched { .. } => "model_route_matching",
-            Self::ServerNotFound { .. } | Self::NoReadyEndpoint { .. } => "pod_discovery",
+            Self::ServerNotFound { .. }
+            | Self::NoReadyEndpoint { .. }
+            | Self::LoraAdapterNotLoaded { .. }
+            | Self::EndpointNotFound { .. } => "pod_discovery",
             Self::Scheduling { .. } => "scheduling",
             Self::AllUpstreamsFailed { .. } => "proxy",
             Self::UpstreamTimeout { .. } => "upstream_transport",

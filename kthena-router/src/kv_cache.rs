@@ -182,7 +182,9 @@ impl KvState {
                 .rem_euclid(i128::from(u64::MAX)),
         )
         .unwrap_or(0x9e37_79b9_7f4a_7c15);
-        let mut b = Scheduler::builder(cfg).seed(seed);
+        let mut b = Scheduler::builder(cfg)
+            .seed(seed)
+            .clock(crate::sched::clock);
         if let Some(idx) = &self.index {
             b = b.kv_index(Arc::clone(idx));
         }
@@ -208,7 +210,9 @@ impl KvState {
         } else {
             None
         };
-        self.tokenizers
+        let started = tokio::time::Instant::now();
+        let ids = self
+            .tokenizers
             .tokens(
                 &shared.client,
                 &shared.metrics.kv,
@@ -216,7 +220,15 @@ impl KvState {
                 prompt,
                 remote,
             )
-            .await
+            .await;
+        if self.index.is_some() {
+            let m = &shared.metrics.plugins;
+            m.tokenize(model, started.elapsed().as_secs_f64());
+            if ids.is_none() {
+                m.error(model, crate::plugin_metrics::KvStage::Tokenize);
+            }
+        }
+        ids
     }
 }
 
@@ -229,6 +241,8 @@ enum IndexKey {
 /// Keeps the index and the tokenizers across reloads; owned by the [`Loader`](crate::Loader).
 #[derive(Debug, Default)]
 pub struct KvLoader {
+    /// Handed to the Redis index for its lookup metrics.
+    pub(crate) metrics: Option<crate::plugin_metrics::PluginMetrics>,
     index: Option<(IndexKey, Arc<dyn KvIndex>)>,
     tokenizers: Option<(TokenizersKey, Arc<Tokenizers>)>,
 }
@@ -291,10 +305,14 @@ impl KvLoader {
                             .map_err(|e| format!("scheduler: kvcache-aware: {e}"))?,
                     )
                         as Arc<dyn KvIndex>,
-                    IndexKey::Redis(r) => Arc::new(
-                        RedisKvIndex::new(&r.url, r.timeout)
-                            .map_err(|e| format!("kvCache.redis.url: {e}"))?,
-                    ) as Arc<dyn KvIndex>,
+                    IndexKey::Redis(r) => {
+                        let mut idx = RedisKvIndex::new(&r.url, r.timeout)
+                            .map_err(|e| format!("kvCache.redis.url: {e}"))?;
+                        if let Some(m) = &self.metrics {
+                            idx = idx.with_metrics(m.clone());
+                        }
+                        Arc::new(idx) as Arc<dyn KvIndex>
+                    }
                 }),
             }
         } else {

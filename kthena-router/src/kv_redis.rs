@@ -78,6 +78,7 @@ pub struct RedisKvIndex {
     conn: Mutex<Option<redis::Connection>>,
     errors: AtomicU64,
     len_cache: Mutex<Option<(Instant, usize)>>,
+    metrics: Option<crate::plugin_metrics::PluginMetrics>,
 }
 
 impl std::fmt::Debug for RedisKvIndex {
@@ -107,7 +108,16 @@ impl RedisKvIndex {
             conn: Mutex::new(None),
             errors: AtomicU64::new(0),
             len_cache: Mutex::new(None),
+            metrics: None,
         })
+    }
+
+    /// Records every lookup in `kthena_router_kvcache_aware_redis_duration_seconds` and each
+    /// failed one in `kthena_router_kvcache_aware_errors_total{stage="redis"}`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: crate::plugin_metrics::PluginMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Requests that failed because Redis did not answer properly.
@@ -217,7 +227,15 @@ impl KvIndex for RedisKvIndex {
 
     fn match_prefix(&self, query: &KvQuery<'_>, cands: &[&Candidate], out: &mut [u32]) {
         out.fill(0);
-        let owners = match self.owners(query) {
+        let started = Instant::now();
+        let res = self.owners(query);
+        if let Some(m) = &self.metrics {
+            m.redis(query.model, started.elapsed().as_secs_f64());
+            if res.is_err() {
+                m.error(query.model, crate::plugin_metrics::KvStage::Redis);
+            }
+        }
+        let owners = match res {
             Ok(o) => o,
             Err(e) => {
                 tracing::debug!(error = %e, "Redis KV index lookup failed; scoring 0");

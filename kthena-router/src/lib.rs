@@ -49,8 +49,10 @@ mod kv_metrics;
 mod kv_redis;
 mod listener;
 mod llamacpp;
+mod lora;
 mod metrics;
 mod openai;
+mod plugin_metrics;
 mod proxy;
 mod route;
 mod sched;
@@ -85,14 +87,15 @@ pub use openai::{
     Message, ParsedRequest, Prompt, ResponseProbe, UpstreamBody, Usage, estimate_tokens,
     parse_request, usage_of,
 };
+pub use plugin_metrics::{KVCACHE_BUCKETS, KvStage, PLUGIN_BUCKETS, PluginMetrics};
 pub use proxy::{BoxError, ProxyBody, RequestCtx, RespBody, SchedDone, SseFilter};
 pub use route::{
     CompiledRoute, CompiledRule, MatchError, RouteMatch, RouteTable, StringMatcher, TargetRef,
 };
 pub use sched::build_scheduler;
 pub use scrape::{
-    EngineMetricNames, EngineSample, HttpClient, SGLANG, VLLM, interval_mean_ms, names_for,
-    parse_metrics, parse_models, scrape_all, scrape_endpoint,
+    EngineMetricNames, EngineSample, HttpClient, ModelList, SGLANG, VLLM, interval_mean_ms,
+    names_for, parse_metrics, parse_models, scrape_all, scrape_endpoint,
 };
 pub use server::{Overrides, Router, load_config, run};
 pub use service::{DEFAULT_ATTEMPTS, RouterService, Shared, error_response};

@@ -108,6 +108,8 @@ pub struct Metrics {
     pub kv: crate::kv_metrics::KvMetrics,
     /// Listener families: client timeouts, open connections (`listener`).
     pub listener: crate::listener::ListenerMetrics,
+    /// Go's scheduler-plugin families (`plugin_metrics`).
+    pub plugins: crate::plugin_metrics::PluginMetrics,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -168,6 +170,7 @@ impl Metrics {
         let reloads = Family::<ResultLabel, Counter>::default();
         let kv = crate::kv_metrics::KvMetrics::register(&mut registry);
         let listener = crate::listener::ListenerMetrics::register(&mut registry);
+        let plugins = crate::plugin_metrics::PluginMetrics::register(&mut registry);
         registry.register(
             "kthena_router_config_reloads",
             "Configuration and manifest reloads by result (success, failure)",
@@ -226,6 +229,7 @@ impl Metrics {
             reloads,
             kv,
             listener,
+            plugins,
         }
     }
 

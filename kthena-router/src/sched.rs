@@ -12,8 +12,14 @@ pub fn build_scheduler(cfg: &Config) -> Result<Scheduler, String> {
     let cfg = cfg.clone().validate().map_err(|e| e.to_string())?;
     Scheduler::builder(cfg)
         .seed(seed())
+        .clock(clock)
         .build()
         .map_err(|e| e.to_string())
+}
+
+/// The plugin-timing clock: tokio's, so paused-time tests control it.
+pub(crate) fn clock() -> std::time::Instant {
+    tokio::time::Instant::now().into_std()
 }
 
 /// A seed from the clock (the workspace builds `rand` without an OS RNG).

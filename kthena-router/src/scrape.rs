@@ -224,21 +224,53 @@ fn clamp_u32(v: f64) -> u32 {
     }
 }
 
-/// Parses `GET /v1/models`: the `data[].id` list.
+/// An engine's `GET /v1/models` answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModelList {
+    /// Every `data[].id`, in order.
+    pub ids: Vec<String>,
+    /// The LoRA adapters: ids whose card has a non-null `parent` (vLLM lists adapters with
+    /// `parent` = the base model id); when no card has a `parent` key at all, every id after
+    /// the first (Go Kthena's reading).
+    pub lora_adapters: Vec<String>,
+}
+
+/// Parses `GET /v1/models`.
 ///
 /// # Errors
 /// A reason when the body is not `{"data":[{"id":..}]}`.
-pub fn parse_models(body: &[u8]) -> Result<Vec<String>, String> {
+pub fn parse_models(body: &[u8]) -> Result<ModelList, String> {
     let v: serde_json::Value =
         serde_json::from_slice(body).map_err(|e| format!("invalid /v1/models: {e}"))?;
     let data = v
         .get("data")
         .and_then(|d| d.as_array())
         .ok_or("invalid /v1/models: no data list")?;
-    Ok(data
+    let cards: Vec<(String, Option<bool>)> = data
         .iter()
-        .filter_map(|m| m.get("id").and_then(|i| i.as_str()).map(str::to_owned))
-        .collect())
+        .filter_map(|m| {
+            let id = m.get("id").and_then(|i| i.as_str())?.to_owned();
+            let child = m.get("parent").map(|p| !p.is_null());
+            Some((id, child))
+        })
+        .collect();
+    let any_parent_key = cards.iter().any(|(_, c)| c.is_some());
+    let lora_adapters = cards
+        .iter()
+        .enumerate()
+        .filter(|(i, (_, child))| {
+            if any_parent_key {
+                *child == Some(true)
+            } else {
+                *i > 0
+            }
+        })
+        .map(|(_, (id, _))| id.clone())
+        .collect();
+    Ok(ModelList {
+        ids: cards.into_iter().map(|(id, _)| id).collect(),
+        lora_adapters,
+    })
 }
 
 /// `GET url` with a timeout; returns the status and body (at most 16 MiB).
@@ -303,7 +335,10 @@ pub async fn scrape_endpoint(
         }
     }
     match models {
-        Ok(list) => st.models = list,
+        Ok(list) => {
+            st.models = list.ids;
+            st.lora_adapters = list.lora_adapters;
+        }
         Err(reason) => {
             st.stale = true;
             tracing::debug!(endpoint = %ep.name, %reason, "Model list scrape failed; keeping the last list");
@@ -397,7 +432,21 @@ mod tests {
     #[test]
     fn models_list() {
         let body = include_bytes!("../tests/data/vllm-0.32-models.json");
-        assert_eq!(parse_models(body).unwrap(), vec!["tiny-qwen3".to_owned()]);
+        let list = parse_models(body).unwrap();
+        assert_eq!(list.ids, vec!["tiny-qwen3".to_owned()]);
+        assert!(list.lora_adapters.is_empty());
         assert!(parse_models(b"{}").is_err());
+        // vLLM with an adapter: the card's `parent` names the base model.
+        let with_lora =
+            br#"{"data":[{"id":"lora-sql","parent":"base"},{"id":"base","parent":null}]}"#;
+        let list = parse_models(with_lora).unwrap();
+        assert_eq!(list.ids, vec!["lora-sql".to_owned(), "base".to_owned()]);
+        assert_eq!(list.lora_adapters, vec!["lora-sql".to_owned()]);
+        // No `parent` key anywhere: the ids after the first are adapters.
+        let plain = br#"{"data":[{"id":"base"},{"id":"a1"}]}"#;
+        assert_eq!(
+            parse_models(plain).unwrap().lora_adapters,
+            vec!["a1".to_owned()]
+        );
     }
 }

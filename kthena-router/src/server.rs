@@ -126,9 +126,10 @@ impl Router {
             let client = crate::cluster::connect().await?;
             return Self::start_in_cluster(cfg, client).await;
         }
-        let mut loader = Loader::new();
+        let metrics = Arc::new(Metrics::new());
+        let mut loader = Loader::with_metrics(&metrics);
         let snapshot = loader.load(&cfg, config_path.as_deref())?;
-        let router = Self::serve_snapshot(&cfg, snapshot, true).await?;
+        let router = Self::serve_snapshot(&cfg, snapshot, true, metrics).await?;
         if let Some(path) = config_path {
             crate::watch::spawn_watcher(
                 Arc::clone(&router.shared),
@@ -150,9 +151,10 @@ impl Router {
     /// # Errors
     /// [`Error::Config`] for a scheduler section the registry rejects, [`Error::Bind`].
     pub async fn start_in_cluster(cfg: Config, client: kube::Client) -> Result<Self> {
-        let mut loader = Loader::new();
+        let metrics = Arc::new(Metrics::new());
+        let mut loader = Loader::with_metrics(&metrics);
         let snapshot = loader.load_cluster(&cfg, Vec::new(), Vec::new(), Vec::new())?;
-        let router = Self::serve_snapshot(&cfg, snapshot, false).await?;
+        let router = Self::serve_snapshot(&cfg, snapshot, false, metrics).await?;
         let scrape = crate::cluster::ScrapeSettings {
             concurrency: cfg.metrics_scrape_concurrency,
             timeout: cfg.metrics_scrape_timeout,
@@ -171,8 +173,12 @@ impl Router {
 
     /// Binds the listeners and starts serving `snapshot` with the scrape loop and the KV
     /// supervisor; `synced` is false while discovery still has to finish its first sync.
-    async fn serve_snapshot(cfg: &Config, snapshot: Snapshot, synced: bool) -> Result<Self> {
-        let metrics = Arc::new(Metrics::new());
+    async fn serve_snapshot(
+        cfg: &Config,
+        snapshot: Snapshot,
+        synced: bool,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self> {
         let access_log = Arc::new(AccessLog::open(&cfg.access_log)?);
         let shared = Arc::new(
             Shared::new(
@@ -375,6 +381,8 @@ impl tower::Service<Request<Incoming>> for MiniService {
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
         let resp = match (self.kind, req.method(), req.uri().path()) {
             (Mini::Metrics, &Method::GET, "/metrics") => {
+                let sched = Arc::clone(&self.shared.snapshot.load().scheduler);
+                self.shared.metrics.plugins.sync(&sched);
                 let mut r = Response::new(full(Bytes::from(self.shared.metrics.encode())));
                 r.headers_mut().insert(
                     http::header::CONTENT_TYPE,

@@ -25,7 +25,6 @@ use tokio::time::Instant;
 
 use crate::accesslog::{AccessLog, Entry};
 use crate::discovery::Snapshot;
-use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::listener::ListenerConfig;
 use crate::metrics::{Destination, Metrics};
@@ -195,11 +194,16 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<RespBod
         Arc::clone(&shared.access_log),
         entry,
     );
+    let lora_admin = crate::lora::admin_path(&path);
     let mut resp = if req.method() == Method::GET && path == "/v1/models" {
         ctx.settle(200, None, "", 0);
         list_models(&shared)
     } else {
-        match serve(&shared, req, &mut ctx, &path, &request_id).await {
+        let res = match lora_admin {
+            Some(load) => crate::lora::admin(&shared, req, load, &mut ctx).await,
+            None => serve(&shared, req, &mut ctx, &path, &request_id).await,
+        };
+        match res {
             Ok(r) => r,
             Err(e) => {
                 if matches!(e, Error::BodyTimeout { .. }) {
@@ -379,26 +383,10 @@ async fn serve(
     ctx.entry.backend_name = server.key.clone();
     ctx.entry.upstream_model = upstream_model.clone();
 
-    // Candidates: endpoints whose scrapes work, or all of them when none does (a scrape
-    // failure does not prove the inference port is down).
-    if server.endpoints.is_empty() {
-        return Err(Error::NoReadyEndpoint {
-            server: server.key.clone(),
-        });
-    }
-    let up: Vec<Arc<Endpoint>> = server
-        .endpoints
-        .iter()
-        .filter(|e| e.is_up())
-        .cloned()
-        .collect();
-    let pool = if up.is_empty() {
-        server.endpoints.clone()
-    } else {
-        up
-    };
-    let cands: Vec<kthena_sched::Candidate> = pool.iter().map(|e| e.candidate()).collect();
+    // LoRA requests only go to endpoints that list the adapter; base requests to all.
     let lora = m.is_lora.then(|| parsed.model.clone());
+    let pool = crate::lora::candidates(&server, lora.as_deref())?;
+    let cands: Vec<kthena_sched::Candidate> = pool.iter().map(|e| e.candidate()).collect();
     let token_ids = snap
         .kv
         .request_tokens(
@@ -429,6 +417,10 @@ async fn serve(
             server: server.key.clone(),
             reason: e.to_string(),
         })?;
+    shared
+        .metrics
+        .plugins
+        .plugin_timings(&parsed.model, &decision.plugin_timings);
     for (plugin, ratio) in &decision.match_ratios {
         shared.metrics.match_ratio(plugin, &parsed.model, *ratio);
     }
@@ -456,6 +448,12 @@ async fn serve(
         }
         let idx = ranked[attempt % ranked.len()];
         let ep = &pool[idx];
+        if let Some(a) = &lora
+            && !ep.has_lora(a)
+        {
+            // Found without the adapter by an earlier attempt of this request.
+            continue;
+        }
         ctx.entry.selected_pod = ep.name.clone();
         ctx.entry.upstream_attempts = attempt + 1;
         let guard = ep.begin_request(snap.scheduler.prefill_tokens(&sreq, &cands[idx]));
@@ -499,7 +497,10 @@ async fn serve(
             Ok(resp) => {
                 let status = resp.status();
                 ctx.entry.upstream_status_code = status.as_u16();
-                if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
+                // An adapter request answered "model does not exist" is retried on another
+                // endpoint that lists the adapter (the list was stale).
+                let lora_404 = lora.is_some() && status == StatusCode::NOT_FOUND;
+                if lora_404 || status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
                     let (p, b) = resp.into_parts();
                     let bytes = Limited::new(b, MAX_ERROR_BODY)
                         .collect()
@@ -510,6 +511,19 @@ async fn serve(
                     drop(guard);
                     last_fail = Some(format!("{} answered {status}", ep.name));
                     last_resp = Some((p, bytes));
+                    if lora_404 {
+                        let Some(a) = lora.as_deref().filter(|_| {
+                            last_resp
+                                .as_ref()
+                                .is_some_and(|(_, b)| crate::lora::is_missing_model(b))
+                        }) else {
+                            break;
+                        };
+                        ep.set_lora(a, false);
+                        if !pool.iter().any(|e| e.has_lora(a)) {
+                            break;
+                        }
+                    }
                     continue;
                 }
                 ctx.upstream_end = Some(Instant::now());
@@ -534,7 +548,7 @@ async fn serve(
     }
     ctx.upstream_end = Some(Instant::now());
     if let Some((p, b)) = last_resp {
-        // The last answer was 429/5xx: hand it to the client unchanged.
+        // The last answer was 429/5xx (or an adapter 404): hand it to the client unchanged.
         let status = p.status;
         ctx.settle(
             status.as_u16(),
