@@ -96,7 +96,8 @@ pub(crate) async fn admin(
     ctx.entry.selected_pod = endpoint;
     ctx.entry.upstream_status_code = status;
     ctx.entry.upstream_attempts = 1;
-    let error = (status >= 400).then(|| ("upstream_response", format!("upstream answered {status}")));
+    let error =
+        (status >= 400).then(|| ("upstream_response", format!("upstream answered {status}")));
     ctx.settle(status, error, "upstream", 0);
     Ok(resp)
 }
@@ -105,7 +106,7 @@ async fn forward(
     shared: &Shared,
     req: Request<Incoming>,
     load: bool,
-) -> Result<Response<RespBody>, Error> {
+) -> Result<(Response<RespBody>, String), Error> {
     if req.method() != Method::POST {
         return Err(Error::MethodNotAllowed {
             method: req.method().to_string(),

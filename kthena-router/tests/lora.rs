@@ -168,7 +168,10 @@ async fn adapter_requests_land_on_the_replica_with_the_adapter() {
         "LoRA adapter `chat-lora` is not loaded on any endpoint of model server default/qwen-srv"
     );
     // One access-log line, no upstream attempt.
-    assert_eq!(landed(&r, "chat-lora", 0), (HashMap::from([(String::new(), 1)]), vec![0]));
+    assert_eq!(
+        landed(&r, "chat-lora", 0),
+        (HashMap::from([(String::new(), 1)]), vec![0])
+    );
 }
 
 /// An adapter unloaded on the engine at run time stops receiving traffic after the next

@@ -507,7 +507,10 @@ plugins: {Score: {enabled: [{name: kvcache-aware}, {name: least-prefill}]}}",
 
 #[test]
 fn plugin_timings_with_a_clock_only() {
-    #[allow(clippy::disallowed_methods, reason = "a wall clock for the timing test")]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a wall clock for the timing test"
+    )]
     fn clock() -> std::time::Instant {
         std::time::Instant::now()
     }
