@@ -1,0 +1,188 @@
+//! The thin Kubernetes layer: kubeconfig as kubectl finds it, list, get and create, and
+//! API errors turned into [`Error`]s a person can act on.
+
+use std::path::Path;
+use std::time::Duration;
+
+use kthena_api::{AutoscalingPolicy, ModelBooster, ModelRoute, ModelServer, ModelServing};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::ApiResource;
+use kube::{Client, Config};
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::kind::Kind;
+use crate::rows::Scope;
+
+/// A connection to the cluster of the selected kubeconfig context.
+#[derive(Clone)]
+pub struct Cluster {
+    client: Client,
+    server: String,
+    namespace: String,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster").field("server", &self.server).field("namespace", &self.namespace).finish()
+    }
+}
+
+fn kubeconfig_error(e: impl std::error::Error) -> Error {
+    Error::Kubeconfig { message: innermost(&e) }
+}
+
+/// The message of the deepest error in `e`'s source chain, with the outer one when the
+/// inner one alone says little.
+fn innermost(e: &dyn std::error::Error) -> String {
+    let mut last = e;
+    while let Some(next) = last.source() {
+        last = next;
+    }
+    last.to_string()
+}
+
+impl Cluster {
+    /// Loads the kubeconfig as kubectl does (`kubeconfig`, else `$KUBECONFIG`, a
+    /// `:`-separated list merged in order, else `~/.kube/config`; in-cluster
+    /// configuration when none exists), selects `context` (default: current-context) and
+    /// takes the default namespace from it (`default` when it names none). Nothing is sent
+    /// to the server yet.
+    ///
+    /// # Errors
+    /// [`Error::NoKubeconfig`], [`Error::Kubeconfig`].
+    pub async fn connect(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<Self> {
+        let loaded = match kubeconfig {
+            Some(path) => Some(Kubeconfig::read_from(path).map_err(kubeconfig_error)?),
+            None if std::env::var_os("KUBECONFIG").is_some_and(|v| !v.is_empty()) => {
+                Some(Kubeconfig::read().map_err(kubeconfig_error)?)
+            }
+            None => Kubeconfig::read().ok(),
+        };
+        let mut config = match loaded {
+            Some(kc) => {
+                let options = KubeConfigOptions { context: context.map(str::to_owned), ..Default::default() };
+                Config::from_custom_kubeconfig(kc, &options).await.map_err(kubeconfig_error)?
+            }
+            None => Config::incluster().map_err(|_| Error::NoKubeconfig)?,
+        };
+        config.connect_timeout = Some(Duration::from_secs(10));
+        let server = config.cluster_url.to_string().trim_end_matches('/').to_owned();
+        let namespace = config.default_namespace.clone();
+        let client = Client::try_from(config).map_err(kubeconfig_error)?;
+        Ok(Self { client, server, namespace })
+    }
+
+    /// The namespace of the selected context (`default` when it names none).
+    pub fn default_namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn api(&self, kind: Kind, namespace: Option<&str>) -> Api<DynamicObject> {
+        let ar = api_resource(kind);
+        match namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            None => Api::all_with(self.client.clone(), &ar),
+        }
+    }
+
+    /// Every object of `kind` in `scope`, as the API server returned them (with
+    /// `apiVersion` and `kind`).
+    ///
+    /// # Errors
+    /// [`Error::Unreachable`], [`Error::CrdsMissing`], [`Error::Forbidden`], ...
+    pub async fn list(&self, kind: Kind, scope: &Scope) -> Result<Vec<Value>> {
+        let list = self
+            .api(kind, scope.namespace())
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| self.classify(e, kind, None))?;
+        list.items.into_iter().map(|o| to_value(kind, &o)).collect()
+    }
+
+    /// The object `name` of `kind` in `namespace`.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`], [`Error::Unreachable`], [`Error::CrdsMissing`], ...
+    pub async fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Value> {
+        let object = self
+            .api(kind, Some(namespace))
+            .get(name)
+            .await
+            .map_err(|e| self.classify(e, kind, Some((namespace, name))))?;
+        to_value(kind, &object)
+    }
+
+    /// Creates `object` (a JSON Kubernetes object of `kind`) in `namespace`.
+    ///
+    /// # Errors
+    /// [`Error::AlreadyExists`], [`Error::Api`] (e.g. rejected by the CRD schema), ...
+    pub async fn create(&self, kind: Kind, namespace: &str, object: Value) -> Result<()> {
+        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        let dynamic: DynamicObject = serde_json::from_value(object)
+            .map_err(|e| Error::Serialize { message: e.to_string() })?;
+        self.api(kind, Some(namespace))
+            .create(&PostParams { field_manager: Some("kthena".to_owned()), ..Default::default() }, &dynamic)
+            .await
+            .map_err(|e| match self.classify(e, kind, None) {
+                Error::Api { code: 409, .. } => Error::AlreadyExists {
+                    kind: kind.kind().to_owned(),
+                    name,
+                    namespace: namespace.to_owned(),
+                },
+                other => other,
+            })?;
+        Ok(())
+    }
+
+    fn classify(&self, e: kube::Error, kind: Kind, object: Option<(&str, &str)>) -> Error {
+        match e {
+            kube::Error::Api(status) => {
+                let missing_type = status.code == 404
+                    && status.details.as_ref().is_none_or(|d| d.name.is_empty());
+                match (status.code, object) {
+                    (404, _) if missing_type => Error::CrdsMissing { resource: resource_name(kind) },
+                    (404, Some((namespace, name))) => Error::NotFound {
+                        kind: kind.kind(),
+                        name: name.to_owned(),
+                        namespace: namespace.to_owned(),
+                    },
+                    (403, _) => Error::Forbidden { message: status.message },
+                    (401, _) => Error::Unauthorized { message: status.message },
+                    (code, _) => Error::Api { code, message: status.message },
+                }
+            }
+            other @ (kube::Error::HyperError(_) | kube::Error::Service(_)) => {
+                Error::Unreachable { server: self.server.clone(), detail: innermost(&other) }
+            }
+            other => Error::Kubeconfig { message: innermost(&other) },
+        }
+    }
+}
+
+/// `plural.group` of `kind`, e.g. `modelservings.workload.serving.volcano.sh`.
+pub fn resource_name(kind: Kind) -> String {
+    format!("{}.{}", kind.plural(), api_resource(kind).group)
+}
+
+fn api_resource(kind: Kind) -> ApiResource {
+    match kind {
+        Kind::ModelServing => ApiResource::erase::<ModelServing>(&()),
+        Kind::ModelBooster => ApiResource::erase::<ModelBooster>(&()),
+        Kind::AutoscalingPolicy => ApiResource::erase::<AutoscalingPolicy>(&()),
+        Kind::ModelRoute => ApiResource::erase::<ModelRoute>(&()),
+        Kind::ModelServer => ApiResource::erase::<ModelServer>(&()),
+    }
+}
+
+/// The object as JSON, `apiVersion` and `kind` filled in when a list left them out.
+fn to_value(kind: Kind, object: &DynamicObject) -> Result<Value> {
+    let mut value = serde_json::to_value(object).map_err(|e| Error::Serialize { message: e.to_string() })?;
+    if let Some(map) = value.as_object_mut() {
+        let ar = api_resource(kind);
+        map.entry("apiVersion").or_insert_with(|| Value::String(ar.api_version.clone()));
+        map.entry("kind").or_insert_with(|| Value::String(ar.kind.clone()));
+    }
+    Ok(value)
+}
