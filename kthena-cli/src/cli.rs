@@ -8,7 +8,11 @@ use crate::output::OutputFormat;
 
 /// Kthena CLI for managing AI inference workloads.
 #[derive(Debug, Parser)]
-#[command(name = "kthena", version, about = "Kthena CLI for managing AI inference workloads")]
+#[command(
+    name = "kthena",
+    version,
+    about = "Kthena CLI for managing AI inference workloads"
+)]
 pub struct Cli {
     /// Path to the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config).
     #[arg(long, global = true, value_name = "PATH")]

@@ -25,12 +25,17 @@ pub struct Cluster {
 
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cluster").field("server", &self.server).field("namespace", &self.namespace).finish()
+        f.debug_struct("Cluster")
+            .field("server", &self.server)
+            .field("namespace", &self.namespace)
+            .finish()
     }
 }
 
 fn kubeconfig_error(e: impl std::error::Error) -> Error {
-    Error::Kubeconfig { message: innermost(&e) }
+    Error::Kubeconfig {
+        message: innermost(&e),
+    }
 }
 
 /// The message of the deepest error in `e`'s source chain, with the outer one when the
@@ -62,16 +67,29 @@ impl Cluster {
         };
         let mut config = match loaded {
             Some(kc) => {
-                let options = KubeConfigOptions { context: context.map(str::to_owned), ..Default::default() };
-                Config::from_custom_kubeconfig(kc, &options).await.map_err(kubeconfig_error)?
+                let options = KubeConfigOptions {
+                    context: context.map(str::to_owned),
+                    ..Default::default()
+                };
+                Config::from_custom_kubeconfig(kc, &options)
+                    .await
+                    .map_err(kubeconfig_error)?
             }
             None => Config::incluster().map_err(|_| Error::NoKubeconfig)?,
         };
         config.connect_timeout = Some(Duration::from_secs(10));
-        let server = config.cluster_url.to_string().trim_end_matches('/').to_owned();
+        let server = config
+            .cluster_url
+            .to_string()
+            .trim_end_matches('/')
+            .to_owned();
         let namespace = config.default_namespace.clone();
         let client = Client::try_from(config).map_err(kubeconfig_error)?;
-        Ok(Self { client, server, namespace })
+        Ok(Self {
+            client,
+            server,
+            namespace,
+        })
     }
 
     /// The namespace of the selected context (`default` when it names none).
@@ -119,11 +137,22 @@ impl Cluster {
     /// # Errors
     /// [`Error::AlreadyExists`], [`Error::Api`] (e.g. rejected by the CRD schema), ...
     pub async fn create(&self, kind: Kind, namespace: &str, object: Value) -> Result<()> {
-        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-        let dynamic: DynamicObject = serde_json::from_value(object)
-            .map_err(|e| Error::Serialize { message: e.to_string() })?;
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let dynamic: DynamicObject =
+            serde_json::from_value(object).map_err(|e| Error::Serialize {
+                message: e.to_string(),
+            })?;
         self.api(kind, Some(namespace))
-            .create(&PostParams { field_manager: Some("kthena".to_owned()), ..Default::default() }, &dynamic)
+            .create(
+                &PostParams {
+                    field_manager: Some("kthena".to_owned()),
+                    ..Default::default()
+                },
+                &dynamic,
+            )
             .await
             .map_err(|e| match self.classify(e, kind, None) {
                 Error::Api { code: 409, .. } => Error::AlreadyExists {
@@ -139,24 +168,36 @@ impl Cluster {
     fn classify(&self, e: kube::Error, kind: Kind, object: Option<(&str, &str)>) -> Error {
         match e {
             kube::Error::Api(status) => {
-                let missing_type = status.code == 404
-                    && status.details.as_ref().is_none_or(|d| d.name.is_empty());
+                let missing_type =
+                    status.code == 404 && status.details.as_ref().is_none_or(|d| d.name.is_empty());
                 match (status.code, object) {
-                    (404, _) if missing_type => Error::CrdsMissing { resource: resource_name(kind) },
+                    (404, _) if missing_type => Error::CrdsMissing {
+                        resource: resource_name(kind),
+                    },
                     (404, Some((namespace, name))) => Error::NotFound {
                         kind: kind.kind(),
                         name: name.to_owned(),
                         namespace: namespace.to_owned(),
                     },
-                    (403, _) => Error::Forbidden { message: status.message },
-                    (401, _) => Error::Unauthorized { message: status.message },
-                    (code, _) => Error::Api { code, message: status.message },
+                    (403, _) => Error::Forbidden {
+                        message: status.message,
+                    },
+                    (401, _) => Error::Unauthorized {
+                        message: status.message,
+                    },
+                    (code, _) => Error::Api {
+                        code,
+                        message: status.message,
+                    },
                 }
             }
-            other @ (kube::Error::HyperError(_) | kube::Error::Service(_)) => {
-                Error::Unreachable { server: self.server.clone(), detail: innermost(&other) }
-            }
-            other => Error::Kubeconfig { message: innermost(&other) },
+            other @ (kube::Error::HyperError(_) | kube::Error::Service(_)) => Error::Unreachable {
+                server: self.server.clone(),
+                detail: innermost(&other),
+            },
+            other => Error::Kubeconfig {
+                message: innermost(&other),
+            },
         }
     }
 }
@@ -178,11 +219,15 @@ fn api_resource(kind: Kind) -> ApiResource {
 
 /// The object as JSON, `apiVersion` and `kind` filled in when a list left them out.
 fn to_value(kind: Kind, object: &DynamicObject) -> Result<Value> {
-    let mut value = serde_json::to_value(object).map_err(|e| Error::Serialize { message: e.to_string() })?;
+    let mut value = serde_json::to_value(object).map_err(|e| Error::Serialize {
+        message: e.to_string(),
+    })?;
     if let Some(map) = value.as_object_mut() {
         let ar = api_resource(kind);
-        map.entry("apiVersion").or_insert_with(|| Value::String(ar.api_version.clone()));
-        map.entry("kind").or_insert_with(|| Value::String(ar.kind.clone()));
+        map.entry("apiVersion")
+            .or_insert_with(|| Value::String(ar.api_version.clone()));
+        map.entry("kind")
+            .or_insert_with(|| Value::String(ar.kind.clone()));
     }
     Ok(value)
 }

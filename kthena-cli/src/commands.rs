@@ -12,7 +12,10 @@ use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::kind::Kind;
 use crate::manifest::create_manifest;
-use crate::output::{OutputFormat, describe_text, format_object, list_object, to_json, to_yaml, without_managed_fields};
+use crate::output::{
+    OutputFormat, describe_text, format_object, list_object, to_json, to_yaml,
+    without_managed_fields,
+};
 use crate::rows::{Listed, Scope, empty_message, list_table, matches_filter};
 use crate::table::render_table;
 use crate::templates::{TEMPLATES, TemplateInfo, find_template};
@@ -34,7 +37,10 @@ pub struct Io<'a, W: Write, R: BufRead> {
 /// # Errors
 /// Any [`Error`]; its message is one line meant for the person at the terminal.
 pub async fn run<W: Write, R: BufRead>(cli: Cli, io: &mut Io<'_, W, R>) -> Result<()> {
-    let target = ClusterTarget { kubeconfig: cli.kubeconfig.as_deref(), context: cli.context.as_deref() };
+    let target = ClusterTarget {
+        kubeconfig: cli.kubeconfig.as_deref(),
+        context: cli.context.as_deref(),
+    };
     match cli.command {
         Command::Get(args) => get(&target, args, io).await,
         Command::Describe(args) => describe(&target, args, io).await,
@@ -58,7 +64,11 @@ impl ClusterTarget<'_> {
     }
 }
 
-async fn get<W: Write, R: BufRead>(target: &ClusterTarget<'_>, args: GetArgs, io: &mut Io<'_, W, R>) -> Result<()> {
+async fn get<W: Write, R: BufRead>(
+    target: &ClusterTarget<'_>,
+    args: GetArgs,
+    io: &mut Io<'_, W, R>,
+) -> Result<()> {
     let format = args.output;
     let list = |filter: Option<String>| ListRequest {
         format: format.unwrap_or_default(),
@@ -71,7 +81,9 @@ async fn get<W: Write, R: BufRead>(target: &ClusterTarget<'_>, args: GetArgs, io
         GetWhat::Template { name } => get_template(&name, format, io.out),
         GetWhat::ModelBoosters(f) => get_list::<ModelBooster, W, R>(target, list(f.name), io).await,
         GetWhat::ModelServings(f) => get_list::<ModelServing, W, R>(target, list(f.name), io).await,
-        GetWhat::AutoscalingPolicies(f) => get_list::<AutoscalingPolicy, W, R>(target, list(f.name), io).await,
+        GetWhat::AutoscalingPolicies(f) => {
+            get_list::<AutoscalingPolicy, W, R>(target, list(f.name), io).await
+        }
         GetWhat::ModelRoutes(f) => get_list::<ModelRoute, W, R>(target, list(f.name), io).await,
         GetWhat::ModelServers(f) => get_list::<ModelServer, W, R>(target, list(f.name), io).await,
     }
@@ -87,7 +99,10 @@ fn get_templates(format: OutputFormat, out: &mut impl Write) -> Result<()> {
         OutputFormat::Yaml => to_yaml(&infos)?,
         OutputFormat::Json => to_json(&infos)?,
         OutputFormat::Table => {
-            let rows: Vec<Vec<String>> = infos.into_iter().map(|i| vec![i.name, i.description]).collect();
+            let rows: Vec<Vec<String>> = infos
+                .into_iter()
+                .map(|i| vec![i.name, i.description])
+                .collect();
             render_table(&["NAME", "DESCRIPTION"], &rows)
         }
     };
@@ -102,7 +117,10 @@ fn get_template(name: &str, format: Option<OutputFormat>, out: &mut impl Write) 
         Some(OutputFormat::Json) => to_json(&template.info())?,
         Some(OutputFormat::Table) => {
             let info = template.info();
-            render_table(&["NAME", "DESCRIPTION"], &[vec![info.name, info.description]])
+            render_table(
+                &["NAME", "DESCRIPTION"],
+                &[vec![info.name, info.description]],
+            )
         }
     };
     out.write_all(text.as_bytes())?;
@@ -117,7 +135,11 @@ struct ListRequest {
     filter: Option<String>,
 }
 
-async fn get_list<T, W, R>(target: &ClusterTarget<'_>, req: ListRequest, io: &mut Io<'_, W, R>) -> Result<()>
+async fn get_list<T, W, R>(
+    target: &ClusterTarget<'_>,
+    req: ListRequest,
+    io: &mut Io<'_, W, R>,
+) -> Result<()>
 where
     T: Listed + DeserializeOwned,
     W: Write,
@@ -138,10 +160,16 @@ where
         .map(without_managed_fields)
         .collect();
     let text = match req.format {
-        OutputFormat::Yaml | OutputFormat::Json => format_object(&list_object(objects), req.format)?,
+        OutputFormat::Yaml | OutputFormat::Json => {
+            format_object(&list_object(objects), req.format)?
+        }
         OutputFormat::Table => {
-            let typed = objects.into_iter().map(decode::<T>).collect::<Result<Vec<T>>>()?;
-            list_table(&typed, &scope, io.now).unwrap_or_else(|| empty_message(T::KIND, &scope, filter) + "\n")
+            let typed = objects
+                .into_iter()
+                .map(decode::<T>)
+                .collect::<Result<Vec<T>>>()?;
+            list_table(&typed, &scope, io.now)
+                .unwrap_or_else(|| empty_message(T::KIND, &scope, filter) + "\n")
         }
     };
     io.out.write_all(text.as_bytes())?;
@@ -149,8 +177,15 @@ where
 }
 
 fn decode<T: Listed + DeserializeOwned>(object: Value) -> Result<T> {
-    let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-    serde_json::from_value(object).map_err(|source| Error::Decode { kind: T::KIND.kind(), name, source })
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    serde_json::from_value(object).map_err(|source| Error::Decode {
+        kind: T::KIND.kind(),
+        name,
+        source,
+    })
 }
 
 async fn describe<W: Write, R: BufRead>(
@@ -167,9 +202,12 @@ async fn describe<W: Write, R: BufRead>(
         DescribeWhat::ModelServer(n) => (Kind::ModelServer, n.name),
     };
     let cluster = target.connect().await?;
-    let namespace = args.namespace.unwrap_or_else(|| cluster.default_namespace().to_owned());
+    let namespace = args
+        .namespace
+        .unwrap_or_else(|| cluster.default_namespace().to_owned());
     let object = without_managed_fields(cluster.get(kind, &namespace, &name).await?);
-    io.out.write_all(describe_text(kind, &object, io.now)?.as_bytes())?;
+    io.out
+        .write_all(describe_text(kind, &object, io.now)?.as_bytes())?;
     Ok(())
 }
 

@@ -18,7 +18,9 @@ pub enum Error {
         message: String,
     },
     /// The API server could not be reached (refused, timed out, TLS failure).
-    #[error("cannot reach the Kubernetes API server at {server}: {detail} (is the cluster running, and is the right context selected?)")]
+    #[error(
+        "cannot reach the Kubernetes API server at {server}: {detail} (is the cluster running, and is the right context selected?)"
+    )]
     Unreachable {
         /// The server URL from the kubeconfig.
         server: String,
@@ -48,7 +50,9 @@ pub enum Error {
         message: String,
     },
     /// The credentials were rejected.
-    #[error("unauthorized: the API server rejected the credentials of the current context ({message})")]
+    #[error(
+        "unauthorized: the API server rejected the credentials of the current context ({message})"
+    )]
     Unauthorized {
         /// The API server's message.
         message: String,

@@ -19,9 +19,15 @@ impl Kind {
     /// The kind named `kind` (e.g. `ModelRoute`); `None` for other kinds, including
     /// `ExternalModelProvider`, which the CLI does not handle.
     pub fn from_kind(kind: &str) -> Option<Self> {
-        [Self::ModelServing, Self::ModelBooster, Self::AutoscalingPolicy, Self::ModelRoute, Self::ModelServer]
-            .into_iter()
-            .find(|k| k.kind() == kind)
+        [
+            Self::ModelServing,
+            Self::ModelBooster,
+            Self::AutoscalingPolicy,
+            Self::ModelRoute,
+            Self::ModelServer,
+        ]
+        .into_iter()
+        .find(|k| k.kind() == kind)
     }
 
     /// The Kubernetes kind, e.g. `ModelServing`.

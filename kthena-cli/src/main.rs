@@ -23,6 +23,7 @@ fn main() -> ExitCode {
     };
     match execute(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             let _ = std::io::stdout().flush();
             let _ = writeln!(std::io::stderr(), "error: {e}");
@@ -31,11 +32,22 @@ fn main() -> ExitCode {
     }
 }
 
+/// Output piped into a command that stopped reading (`kthena get templates | head`).
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    matches!(e.downcast_ref::<kthena_cli::Error>(), Some(kthena_cli::Error::Io(io)) if io.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
 fn execute(cli: Cli) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let stdout = std::io::stdout();
     let stdin = std::io::stdin();
-    let mut io = Io { out: &mut stdout.lock(), input: &mut stdin.lock(), now: jiff::Timestamp::now() };
+    let mut io = Io {
+        out: &mut stdout.lock(),
+        input: &mut stdin.lock(),
+        now: jiff::Timestamp::now(),
+    };
     runtime.block_on(run(cli, &mut io))?;
     Ok(())
 }

@@ -50,11 +50,21 @@ fn plan(source: &str, rendered: &str, default_namespace: &str) -> Result<Vec<Pla
             let kind_name = object.kind().to_owned();
             let kind = Kind::from_kind(&kind_name)
                 .filter(|_| object.is_kthena())
-                .ok_or(Error::Unsupported { kind: kind_name.clone() })?;
+                .ok_or(Error::Unsupported {
+                    kind: kind_name.clone(),
+                })?;
             let name = object.name().to_owned();
             if let Err(errors) = object.clone().with_defaults().validate() {
-                let errors = errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
-                return Err(Error::Invalid { kind: kind_name, name, errors });
+                let errors = errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                return Err(Error::Invalid {
+                    kind: kind_name,
+                    name,
+                    errors,
+                });
             }
             let namespace = object
                 .metadata()
@@ -62,10 +72,21 @@ fn plan(source: &str, rendered: &str, default_namespace: &str) -> Result<Vec<Pla
                 .clone()
                 .filter(|n| !n.is_empty())
                 .unwrap_or_else(|| default_namespace.to_owned());
-            let api_version = object.api_version().rsplit('/').next().unwrap_or_default().to_owned();
+            let api_version = object
+                .api_version()
+                .rsplit('/')
+                .next()
+                .unwrap_or_default()
+                .to_owned();
             let mut json = object.to_json().map_err(Error::Manifest)?;
             json["metadata"]["namespace"] = Value::String(namespace.clone());
-            Ok(Planned { kind, api_version, name, namespace, object: json })
+            Ok(Planned {
+                kind,
+                api_version,
+                name,
+                namespace,
+                object: json,
+            })
         })
         .collect()
 }
@@ -83,13 +104,19 @@ pub(crate) async fn create_manifest<W: Write, R: BufRead>(
     io: &mut Io<'_, W, R>,
 ) -> Result<()> {
     let rendered = render_manifest(args)?;
-    write!(io.out, "Generated YAML:\n================\n{rendered}\n================\n")?;
+    write!(
+        io.out,
+        "Generated YAML:\n================\n{rendered}\n================\n"
+    )?;
     let planned = plan(&args.template, &rendered, &args.namespace)?;
     if args.dry_run {
         writeln!(io.out, "Dry run mode: not applying to cluster")?;
         return Ok(());
     }
-    write!(io.out, "Do you want to apply these resources to the cluster? [y/N]: ")?;
+    write!(
+        io.out,
+        "Do you want to apply these resources to the cluster? [y/N]: "
+    )?;
     io.out.flush()?;
     if !confirmed(io.input)? {
         writeln!(io.out, "Aborted.")?;
@@ -98,7 +125,11 @@ pub(crate) async fn create_manifest<W: Write, R: BufRead>(
     let cluster = target.connect().await?;
     for p in planned {
         let (kind, name, ns) = (p.kind.kind(), &p.name, &p.namespace);
-        writeln!(io.out, "Applying {kind}/{}: {name} in namespace {ns}", p.api_version)?;
+        writeln!(
+            io.out,
+            "Applying {kind}/{}: {name} in namespace {ns}",
+            p.api_version
+        )?;
         writeln!(io.out, "  Creating {kind}: {name} in namespace {ns}")?;
         cluster.create(p.kind, ns, p.object).await?;
         writeln!(io.out, "  \u{2713} Applied successfully")?;
@@ -114,11 +145,17 @@ mod tests {
     #[test]
     fn plan_rejects_other_kinds_and_invalid_objects() {
         let svc = "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n";
-        assert!(matches!(plan("t", svc, "default"), Err(Error::Unsupported { kind }) if kind == "Service"));
+        assert!(
+            matches!(plan("t", svc, "default"), Err(Error::Unsupported { kind }) if kind == "Service")
+        );
         let bad = "apiVersion: networking.serving.volcano.sh/v1alpha1\nkind: ModelRoute\nmetadata: {name: r}\nspec: {rules: []}\n";
         let err = plan("t", bad, "default").unwrap_err();
         assert!(matches!(err, Error::Invalid { .. }), "{err}");
-        assert!(err.to_string().starts_with("ModelRoute \"r\" is invalid: spec"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("ModelRoute \"r\" is invalid: spec"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -132,8 +169,20 @@ mod tests {
 
     #[test]
     fn confirmation_accepts_y_and_yes_only() {
-        for (answer, want) in [("y\n", true), ("YES\n", true), (" y \n", true), ("n\n", false), ("\n", false), ("", false), ("yep\n", false)] {
-            assert_eq!(confirmed(&mut answer.as_bytes()).unwrap(), want, "{answer:?}");
+        for (answer, want) in [
+            ("y\n", true),
+            ("YES\n", true),
+            (" y \n", true),
+            ("n\n", false),
+            ("\n", false),
+            ("", false),
+            ("yep\n", false),
+        ] {
+            assert_eq!(
+                confirmed(&mut answer.as_bytes()).unwrap(),
+                want,
+                "{answer:?}"
+            );
         }
     }
 }

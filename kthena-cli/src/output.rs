@@ -32,7 +32,12 @@ pub fn without_managed_fields(mut object: Value) -> Value {
 /// `items` wrapped the way `kubectl get -o yaml` prints a list: `apiVersion: v1`,
 /// `kind: List`.
 pub fn list_object(items: Vec<Value>) -> Value {
-    json!({"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}})
+    let mut list = serde_json::Map::new();
+    list.insert("apiVersion".to_owned(), json!("v1"));
+    list.insert("items".to_owned(), Value::Array(items));
+    list.insert("kind".to_owned(), json!("List"));
+    list.insert("metadata".to_owned(), json!({"resourceVersion": ""}));
+    Value::Object(list)
 }
 
 /// YAML of `value`: block style, two-space indent, list items at their key's indent,
@@ -47,8 +52,9 @@ pub fn to_yaml<T: Serialize>(value: &T) -> Result<String> {
         folded_wrap_chars: usize::MAX / 2,
         min_fold_chars: usize::MAX / 2,
     };
-    serde_saphyr::to_string_with_options(value, options)
-        .map_err(|e| Error::Serialize { message: e.to_string() })
+    serde_saphyr::to_string_with_options(value, options).map_err(|e| Error::Serialize {
+        message: e.to_string(),
+    })
 }
 
 /// Pretty JSON of `value` with a final newline.
@@ -58,7 +64,9 @@ pub fn to_yaml<T: Serialize>(value: &T) -> Result<String> {
 pub fn to_json<T: Serialize>(value: &T) -> Result<String> {
     serde_json::to_string_pretty(value)
         .map(|s| s + "\n")
-        .map_err(|e| Error::Serialize { message: e.to_string() })
+        .map_err(|e| Error::Serialize {
+            message: e.to_string(),
+        })
 }
 
 /// `value` in `format` (`Table` is not an object format: it gives YAML).
@@ -81,7 +89,9 @@ pub fn format_object(value: &Value, format: OutputFormat) -> Result<String> {
 pub fn describe_text(kind: Kind, object: &Value, now: Timestamp) -> Result<String> {
     let meta = &object["metadata"];
     let text = |k: &str| meta[k].as_str().unwrap_or_default().to_owned();
-    let created: Option<Timestamp> = meta["creationTimestamp"].as_str().and_then(|s| s.parse().ok());
+    let created: Option<Timestamp> = meta["creationTimestamp"]
+        .as_str()
+        .and_then(|s| s.parse().ok());
     let created_text = created.map(rfc3339).unwrap_or_default();
     let age_text = created.map_or_else(|| "0s".to_owned(), |c| age(c, now));
     let yaml = to_yaml(object)?;

@@ -47,7 +47,9 @@ pub trait Listed: kube::Resource + ResourceExt {
 }
 
 fn condition_true(conditions: &[Condition], type_: &str) -> bool {
-    conditions.iter().any(|c| c.type_ == type_ && c.status == "True")
+    conditions
+        .iter()
+        .any(|c| c.type_ == type_ && c.status == "True")
 }
 
 /// The first of `priority` (condition type, shown text) whose condition is `True`, else
@@ -65,16 +67,21 @@ pub fn model_serving_status(ms: &ModelServing) -> &'static str {
     let conditions = ms.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
     first_true(
         conditions,
-        &[("Available", "Available"), ("UpdateInProgress", "Updating"), ("Progressing", "Progressing")],
+        &[
+            ("Available", "Available"),
+            ("UpdateInProgress", "Updating"),
+            ("Progressing", "Progressing"),
+        ],
     )
 }
 
 /// READY of a ModelServing: `status.availableReplicas/status.replicas` (`0/0` without a
 /// status).
 pub fn model_serving_ready(ms: &ModelServing) -> String {
-    let (available, total) = ms.status.as_ref().map_or((0, 0), |s| {
-        (s.available_replicas.unwrap_or(0), s.replicas)
-    });
+    let (available, total) = ms
+        .status
+        .as_ref()
+        .map_or((0, 0), |s| (s.available_replicas.unwrap_or(0), s.replicas));
     format!("{available}/{total}")
 }
 
@@ -84,7 +91,11 @@ pub fn model_booster_status(mb: &ModelBooster) -> &'static str {
     let conditions = mb.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
     first_true(
         conditions,
-        &[("Failed", "Failed"), ("Active", "Active"), ("Initialized", "Initialized")],
+        &[
+            ("Failed", "Failed"),
+            ("Active", "Active"),
+            ("Initialized", "Initialized"),
+        ],
     )
 }
 
@@ -103,7 +114,10 @@ pub fn model_route_model(route: &ModelRoute) -> String {
 impl Listed for ModelServing {
     const KIND: Kind = Kind::ModelServing;
     fn middle_cells(&self) -> Vec<String> {
-        vec![model_serving_ready(self), model_serving_status(self).to_owned()]
+        vec![
+            model_serving_ready(self),
+            model_serving_status(self).to_owned(),
+        ]
     }
 }
 

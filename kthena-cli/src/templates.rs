@@ -112,11 +112,20 @@ impl Template {
         let mut env = Environment::new();
         env.set_undefined_behavior(UndefinedBehavior::Lenient);
         let name = self.name();
-        let render_err = |source| Error::Render { template: name.clone(), source: Box::new(source) };
-        let syntax = SyntaxConfig::builder().keep_trailing_newline(true).build().map_err(render_err)?;
+        let render_err = |source| Error::Render {
+            template: name.clone(),
+            source: Box::new(source),
+        };
+        let syntax = SyntaxConfig::builder()
+            .keep_trailing_newline(true)
+            .build()
+            .map_err(render_err)?;
         env.set_syntax(syntax);
-        let tmpl = env.template_from_named_str(&name, self.content).map_err(render_err)?;
-        tmpl.render(minijinja::context! { values => Value::from(Serde(values)) }).map_err(render_err)
+        let tmpl = env
+            .template_from_named_str(&name, self.content)
+            .map_err(render_err)?;
+        tmpl.render(minijinja::context! { values => Value::from(Serde(values)) })
+            .map_err(render_err)
     }
 }
 
@@ -130,7 +139,9 @@ pub fn find_template(name: &str) -> Result<&'static Template, Error> {
         .iter()
         .find(|t| t.name() == name)
         .or_else(|| TEMPLATES.iter().find(|t| t.model == name))
-        .ok_or_else(|| Error::TemplateNotFound { name: name.to_owned() })
+        .ok_or_else(|| Error::TemplateNotFound {
+            name: name.to_owned(),
+        })
 }
 
 #[cfg(test)]

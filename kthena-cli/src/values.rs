@@ -18,7 +18,9 @@ pub fn parse_set(arg: &str) -> Result<Vec<(String, String)>> {
         .map(|item| {
             item.split_once('=')
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .ok_or_else(|| Error::InvalidSet { item: item.to_owned() })
+                .ok_or_else(|| Error::InvalidSet {
+                    item: item.to_owned(),
+                })
         })
         .collect()
 }
@@ -28,13 +30,17 @@ pub fn parse_set(arg: &str) -> Result<Vec<(String, String)>> {
 /// # Errors
 /// [`Error::ValuesRead`], [`Error::ValuesParse`].
 pub fn read_values_file(path: &Path) -> Result<BTreeMap<String, Value>> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| Error::ValuesRead { path: path.to_owned(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|source| Error::ValuesRead {
+        path: path.to_owned(),
+        source,
+    })?;
     if text.trim().is_empty() {
         return Ok(BTreeMap::new());
     }
-    serde_saphyr::from_str(&text)
-        .map_err(|e| Error::ValuesParse { path: path.to_owned(), message: e.to_string() })
+    serde_saphyr::from_str(&text).map_err(|e| Error::ValuesParse {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
 }
 
 /// Merges the values as Go Kthena does: the file, then each `--set` pair (strings) over
@@ -80,7 +86,12 @@ mod tests {
             ("replicas".to_owned(), json!(2)),
             ("namespace".to_owned(), json!("file-ns")),
         ]);
-        let v = merge_values(file, vec![("replicas".into(), "3".into())], Some("cli"), "flag-ns");
+        let v = merge_values(
+            file,
+            vec![("replicas".into(), "3".into())],
+            Some("cli"),
+            "flag-ns",
+        );
         assert_eq!(v["name"], json!("cli"));
         assert_eq!(v["replicas"], json!("3"));
         assert_eq!(v["namespace"], json!("file-ns"));
@@ -98,7 +109,13 @@ mod tests {
         assert_eq!(v["name"], json!("my-model"));
         assert_eq!(v["replicas"], json!(2));
         std::fs::write(&p, "- a\n").unwrap();
-        assert!(matches!(read_values_file(&p), Err(Error::ValuesParse { .. })));
-        assert!(matches!(read_values_file(&dir.path().join("none")), Err(Error::ValuesRead { .. })));
+        assert!(matches!(
+            read_values_file(&p),
+            Err(Error::ValuesParse { .. })
+        ));
+        assert!(matches!(
+            read_values_file(&dir.path().join("none")),
+            Err(Error::ValuesRead { .. })
+        ));
     }
 }

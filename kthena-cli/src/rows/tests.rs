@@ -5,7 +5,7 @@ fn now() -> Timestamp {
     "2026-01-01T01:00:00Z".parse().unwrap()
 }
 
-fn serving(name: &str, status: serde_json::Value) -> ModelServing {
+fn serving(name: &str, status: &serde_json::Value) -> ModelServing {
     serde_json::from_value(json!({
         "apiVersion": "workload.serving.volcano.sh/v1alpha1",
         "kind": "ModelServing",
@@ -26,25 +26,35 @@ fn model_serving_status_priority() {
         (vec![], "Unknown"),
         (vec![cond("Available", "False")], "Unknown"),
         (vec![cond("Progressing", "True")], "Progressing"),
-        (vec![cond("Progressing", "True"), cond("UpdateInProgress", "True")], "Updating"),
         (
-            vec![cond("Progressing", "True"), cond("UpdateInProgress", "True"), cond("Available", "True")],
+            vec![
+                cond("Progressing", "True"),
+                cond("UpdateInProgress", "True"),
+            ],
+            "Updating",
+        ),
+        (
+            vec![
+                cond("Progressing", "True"),
+                cond("UpdateInProgress", "True"),
+                cond("Available", "True"),
+            ],
             "Available",
         ),
     ];
     for (conditions, want) in cases {
-        let ms = serving("a", json!({"replicas": 2, "conditions": conditions}));
+        let ms = serving("a", &json!({"replicas": 2, "conditions": conditions}));
         assert_eq!(model_serving_status(&ms), want);
     }
 }
 
 #[test]
 fn model_serving_ready_is_available_over_replicas() {
-    let ms = serving("a", json!({"replicas": 3, "availableReplicas": 2}));
+    let ms = serving("a", &json!({"replicas": 3, "availableReplicas": 2}));
     assert_eq!(model_serving_ready(&ms), "2/3");
-    let ms = serving("a", json!({"replicas": 3}));
+    let ms = serving("a", &json!({"replicas": 3}));
     assert_eq!(model_serving_ready(&ms), "0/3");
-    let mut ms = serving("a", json!({}));
+    let mut ms = serving("a", &json!({}));
     ms.status = None;
     assert_eq!(model_serving_ready(&ms), "0/0");
 }
@@ -62,20 +72,34 @@ fn model_booster_status_priority() {
         .unwrap()
     };
     assert_eq!(model_booster_status(&booster(vec![])), "Unknown");
-    assert_eq!(model_booster_status(&booster(vec![cond("Initialized", "True")])), "Initialized");
     assert_eq!(
-        model_booster_status(&booster(vec![cond("Initialized", "True"), cond("Active", "True")])),
+        model_booster_status(&booster(vec![cond("Initialized", "True")])),
+        "Initialized"
+    );
+    assert_eq!(
+        model_booster_status(&booster(vec![
+            cond("Initialized", "True"),
+            cond("Active", "True")
+        ])),
         "Active"
     );
     assert_eq!(
-        model_booster_status(&booster(vec![cond("Active", "True"), cond("Failed", "True")])),
+        model_booster_status(&booster(vec![
+            cond("Active", "True"),
+            cond("Failed", "True")
+        ])),
         "Failed"
     );
-    assert_eq!(model_booster_status(&booster(vec![cond("Active", "Unknown")])), "Unknown");
+    assert_eq!(
+        model_booster_status(&booster(vec![cond("Active", "Unknown")])),
+        "Unknown"
+    );
 }
 
 fn route(model: &str, loras: &[&str], rules: usize) -> ModelRoute {
-    let rules: Vec<_> = (0..rules).map(|_| json!({"targetModels": [{"modelServerName": "s"}]})).collect();
+    let rules: Vec<_> = (0..rules)
+        .map(|_| json!({"targetModels": [{"modelServerName": "s"}]}))
+        .collect();
     serde_json::from_value(json!({
         "apiVersion": "networking.serving.volcano.sh/v1alpha1",
         "kind": "ModelRoute",
@@ -96,7 +120,10 @@ fn model_route_model_column() {
 fn tables_with_and_without_namespace_column() {
     let routes = vec![route("qwen", &[], 2), route("", &["lora-a"], 1)];
     let t = list_table(&routes, &Scope::Namespace("ns1".into()), now()).unwrap();
-    assert_eq!(t, "NAME   MODEL    RULES   AGE\nr      qwen     2       1h1m3s\nr      lora-a   1       1h1m3s\n");
+    assert_eq!(
+        t,
+        "NAME   MODEL    RULES   AGE\nr      qwen     2       1h1m3s\nr      lora-a   1       1h1m3s\n"
+    );
     let t = list_table(&routes, &Scope::All, now()).unwrap();
     assert_eq!(
         t,
@@ -107,19 +134,40 @@ fn tables_with_and_without_namespace_column() {
 
 #[test]
 fn serving_table() {
-    let ms = vec![serving("llama", json!({"replicas": 2, "availableReplicas": 1, "conditions": [cond("Progressing", "True")]}))];
+    let ms = vec![serving(
+        "llama",
+        &json!({"replicas": 2, "availableReplicas": 1, "conditions": [cond("Progressing", "True")]}),
+    )];
     let t = list_table(&ms, &Scope::Namespace("prod".into()), now()).unwrap();
-    assert_eq!(t, "NAME    READY   STATUS        AGE\nllama   1/2     Progressing   1h0m0s\n");
+    assert_eq!(
+        t,
+        "NAME    READY   STATUS        AGE\nllama   1/2     Progressing   1h0m0s\n"
+    );
 }
 
 #[test]
 fn empty_messages_are_gos() {
     let ns = Scope::Namespace("prod".into());
-    assert_eq!(empty_message(Kind::ModelServing, &ns, None), "No ModelServings found in namespace prod.");
-    assert_eq!(empty_message(Kind::ModelRoute, &Scope::All, None), "No ModelRoutes found across all namespaces.");
-    assert_eq!(empty_message(Kind::ModelBooster, &ns, Some("Qwen")), "No Models found matching 'Qwen'.");
-    assert_eq!(empty_message(Kind::AutoscalingPolicy, &ns, None), "No AutoscalingPolicies found in namespace prod.");
-    assert_eq!(empty_message(Kind::ModelServer, &Scope::All, None), "No ModelServers found across all namespaces.");
+    assert_eq!(
+        empty_message(Kind::ModelServing, &ns, None),
+        "No ModelServings found in namespace prod."
+    );
+    assert_eq!(
+        empty_message(Kind::ModelRoute, &Scope::All, None),
+        "No ModelRoutes found across all namespaces."
+    );
+    assert_eq!(
+        empty_message(Kind::ModelBooster, &ns, Some("Qwen")),
+        "No Models found matching 'Qwen'."
+    );
+    assert_eq!(
+        empty_message(Kind::AutoscalingPolicy, &ns, None),
+        "No AutoscalingPolicies found in namespace prod."
+    );
+    assert_eq!(
+        empty_message(Kind::ModelServer, &Scope::All, None),
+        "No ModelServers found across all namespaces."
+    );
 }
 
 #[test]
