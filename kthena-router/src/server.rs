@@ -179,18 +179,7 @@ impl Router {
         synced: bool,
         metrics: Arc<Metrics>,
     ) -> Result<Self> {
-        let access_log = Arc::new(AccessLog::open(&cfg.access_log)?);
-        let shared = Arc::new(
-            Shared::new(
-                snapshot,
-                http_client(),
-                metrics,
-                access_log,
-                cfg.max_body_bytes,
-            )
-            .with_listener(cfg.listener),
-        );
-        shared.synced.store(synced, Ordering::Release);
+        let shared = shared_state(cfg, snapshot, synced, metrics)?;
 
         let bind = |addr: SocketAddr| async move {
             TcpListener::bind(addr).await.map_err(|source| Error::Bind {
@@ -294,6 +283,26 @@ impl Router {
             tracing::warn!("Drain timeout reached; closing remaining connections");
         }
     }
+}
+
+/// The state every request shares, around the first snapshot.
+fn shared_state(
+    cfg: &Config,
+    snapshot: Snapshot,
+    synced: bool,
+    metrics: Arc<Metrics>,
+) -> Result<Arc<Shared>> {
+    let access_log = Arc::new(AccessLog::open(&cfg.access_log)?);
+    let shared = Shared::new(
+        snapshot,
+        http_client(),
+        metrics,
+        access_log,
+        cfg.max_body_bytes,
+    )
+    .with_listener(cfg.listener);
+    shared.synced.store(synced, Ordering::Release);
+    Ok(Arc::new(shared))
 }
 
 /// Runs the router until Ctrl-C or SIGTERM, then drains.

@@ -229,3 +229,40 @@ fn deploy_configmap_is_a_cluster_mode_config() {
     assert!(cfg.is_cluster_mode());
     assert_eq!(cfg.port, 8080);
 }
+
+/// With the API server unreachable from the start, the router serves (`/healthz` 200, an
+/// unknown model 404) but `/readyz` stays 503: it has no first sync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_is_503_until_the_first_sync() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url: http::Uri = format!("http://{}", closed.local_addr().unwrap())
+        .parse()
+        .unwrap();
+    drop(closed);
+    let client = kube::Client::try_from(kube::Config::new(url)).unwrap();
+    let text = "port: 0\nmetricsPort: 0\ndebugPort: 0\nbindAddress: 127.0.0.1\naccessLog: {enabled: false}\n";
+    let path = std::path::Path::new("router.yaml");
+    let cfg = kthena_router::Config::from_yaml(path, text)
+        .unwrap()
+        .validate(path)
+        .unwrap();
+    let router = kthena_router::Router::start_in_cluster(cfg, client)
+        .await
+        .unwrap();
+    let url = format!("http://{}", router.addr);
+    assert_eq!(common::get(&format!("{url}/healthz")).await.0, 200);
+    for _ in 0..10 {
+        let (status, body) = common::get(&format!("{url}/readyz")).await;
+        assert_eq!(status, 503);
+        assert_eq!(body, r#"{"message":"router is not ready"}"#);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, _, _) = common::post(
+        &format!("{url}/v1/chat/completions"),
+        common::chat("nothing", "hi", false, 1),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 404);
+    router.shutdown().await;
+}
