@@ -117,3 +117,66 @@ async fn access_log_covers_v1_requests_only_with_origins() {
     assert_eq!(seen, want);
     r.router.shutdown().await;
 }
+
+/// `/v1/responses` goes through the router to kthena-sim, non-streaming and streaming; the
+/// access log reads the Responses API usage (`input_tokens`, `output_tokens`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_api_through_the_router() {
+    let sim = kthena_sim::spawn(sim_config("real-model")).await.unwrap();
+    let r = TestRouter::start(
+        "metricsScrapeInterval: 100ms",
+        &endpoint("sim-a", sim.addr(), "demo"),
+        &[
+            ("s.yaml", model_server("srv", "real-model", "demo", "")),
+            ("r.yaml", simple_route("route", "public", "srv")),
+        ],
+    )
+    .await;
+    r.wait_ready().await;
+    let url = format!("{}/v1/responses", r.url());
+    let (s, _, b) = post(
+        &url,
+        r#"{"model":"public","input":"hello","max_output_tokens":3}"#,
+        &[],
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{}", String::from_utf8_lossy(&b));
+    let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+    assert_eq!(v["object"], "response");
+    assert_eq!(v["model"], "real-model");
+    assert_eq!(v["usage"]["output_tokens"], 3);
+
+    let (s, h, b) = post(
+        &url,
+        r#"{"model":"public","input":"hello","max_output_tokens":2,"stream":true}"#,
+        &[],
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(
+        h["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let text = String::from_utf8_lossy(&b);
+    assert!(
+        text.starts_with("event: response.created\ndata: "),
+        "{text}"
+    );
+    assert!(text.contains("event: response.completed\n"), "{text}");
+    assert_eq!(
+        text.matches("event: response.output_text.delta\n").count(),
+        2
+    );
+
+    let log = r.access_log();
+    assert_eq!(log.len(), 2);
+    for (e, out) in log.iter().zip([3, 2]) {
+        assert_eq!(e["path"], "/v1/responses");
+        assert_eq!(e["status_code"], 200);
+        assert_eq!(e["output_tokens"], out);
+        assert!(e["input_tokens"].as_u64().unwrap() > 0);
+    }
+    r.router.shutdown().await;
+}

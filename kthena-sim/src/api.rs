@@ -26,6 +26,8 @@ use crate::engine::{Command, Finished, Output, Submit};
 use crate::metrics::Metrics;
 use crate::tokenize::Tokenizer;
 
+mod responses;
+
 /// `system_fingerprint` of every response.
 const FINGERPRINT: &str = "vllm-0.32.0-kthena-sim";
 
@@ -58,9 +60,15 @@ impl Shared {
     /// `<prefix>-` and 32 hex digits, like vLLM's `cmpl-<uuid4 hex>`: the engine's random
     /// nonce, then a counter scrambled into a distinct value per request.
     fn request_id(&self, prefix: &str) -> String {
+        self.request_id_sep(prefix, '-')
+    }
+
+    /// As [`Shared::request_id`] with another separator (the Responses API's ids are
+    /// `resp_...` and `msg_...`).
+    fn request_id_sep(&self, prefix: &str, sep: char) -> String {
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mix = n.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        format!("{prefix}-{:016x}{mix:016x}", self.id_nonce)
+        format!("{prefix}{sep}{:016x}{mix:016x}", self.id_nonce)
     }
 
     fn engine_id(&self) -> String {
@@ -119,6 +127,8 @@ impl ApiError {
             400 => "BadRequestError",
             401 => "AuthenticationError",
             404 => "NotFoundError",
+            // vLLM answers HTTP-level errors with the reason phrase as the type.
+            413 => "Request Entity Too Large",
             429 => "RateLimitError",
             500 => "InternalServerError",
             503 => "ServiceUnavailableError",
@@ -174,6 +184,32 @@ fn json_response(status: StatusCode, body: &impl Serialize) -> Response {
         HeaderValue::from_static("application/json"),
     );
     resp
+}
+
+/// A request body read up to the engine's `max_body_bytes`; a larger one is answered 413 in
+/// vLLM's error shape (axum's own rejection is plain text).
+#[derive(Debug)]
+struct RawBody(Bytes);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for RawBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        Bytes::from_request(req, state)
+            .await
+            .map(Self)
+            .map_err(|r| {
+                let status = r.status();
+                if status == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::new(status, "Request body is larger than the server's limit.")
+                } else {
+                    ApiError::new(
+                        status,
+                        format!("Cannot read the request body: {}", r.body_text()),
+                    )
+                }
+            })
+    }
 }
 
 fn parse<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, ApiError> {
@@ -433,6 +469,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/responses", post(responses::create))
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .route("/tokenize", post(tokenize))
@@ -442,6 +479,9 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/reset_prefix_cache", post(reset_prefix_cache))
         .route("/bootstrap/{room}", get(bootstrap_wait))
         .fallback(not_found)
+        .layer(axum::extract::DefaultBodyLimit::max(
+            shared.cfg.max_body_bytes,
+        ))
         .with_state(shared)
 }
 
@@ -522,7 +562,10 @@ fn render_messages(s: &Shared, messages: Vec<Message>) -> Result<String, ApiErro
         .map_err(|e| ApiError::bad_request(e).with_param("messages"))
 }
 
-async fn tokenize(State(s): State<Arc<Shared>>, body: Bytes) -> Result<Response, ApiError> {
+async fn tokenize(
+    State(s): State<Arc<Shared>>,
+    RawBody(body): RawBody,
+) -> Result<Response, ApiError> {
     let req: TokenizeRequest = parse(&body)?;
     let tokens = match (req.prompt, req.messages) {
         (Some(p), _) => s
@@ -556,7 +599,10 @@ struct LoraRequest {
     lora_path: Option<String>,
 }
 
-async fn load_lora(State(s): State<Arc<Shared>>, body: Bytes) -> Result<Response, ApiError> {
+async fn load_lora(
+    State(s): State<Arc<Shared>>,
+    RawBody(body): RawBody,
+) -> Result<Response, ApiError> {
     let req: LoraRequest = parse(&body)?;
     let path = req
         .lora_path
@@ -582,7 +628,10 @@ async fn load_lora(State(s): State<Arc<Shared>>, body: Bytes) -> Result<Response
     )))
 }
 
-async fn unload_lora(State(s): State<Arc<Shared>>, body: Bytes) -> Result<Response, ApiError> {
+async fn unload_lora(
+    State(s): State<Arc<Shared>>,
+    RawBody(body): RawBody,
+) -> Result<Response, ApiError> {
     let req: LoraRequest = parse(&body)?;
     let mut loras = s
         .loras
@@ -679,14 +728,14 @@ struct Gen {
     bootstrap: Option<(u64, Option<String>)>,
 }
 
-async fn completions(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
+async fn completions(State(s): State<Arc<Shared>>, RawBody(body): RawBody) -> Response {
     match completion_request(&s, &body) {
         Ok(g) => generate(s, g).await,
         Err(e) => e.into_response(),
     }
 }
 
-async fn chat_completions(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
+async fn chat_completions(State(s): State<Arc<Shared>>, RawBody(body): RawBody) -> Response {
     match chat_request(&s, &body) {
         Ok(g) => generate(s, g).await,
         Err(e) => e.into_response(),
@@ -869,10 +918,16 @@ async fn wait_bootstrap(s: &Shared, room: u64, host: Option<&str>) -> Result<(),
     }
 }
 
-async fn generate(s: Arc<Shared>, g: Gen) -> Response {
-    let guard = InFlight::new(&s);
-    if let Some(status) = injected_error(&s) {
-        return ApiError::new(status, format!("Injected fault: {status}")).into_response();
+/// Admits a generation: counts it in flight, applies injected faults and the first-byte
+/// delay, waits for an SGLang bootstrap room (decode role), then submits it to the engine.
+/// The receiver yields its tokens.
+async fn submit(
+    s: &Arc<Shared>,
+    g: &Gen,
+) -> Result<(InFlight, mpsc::UnboundedReceiver<Output>), Response> {
+    let guard = InFlight::new(s);
+    if let Some(status) = injected_error(s) {
+        return Err(ApiError::new(status, format!("Injected fault: {status}")).into_response());
     }
     let delay = s.faults.load().first_byte_delay_ms;
     if delay > 0 {
@@ -880,11 +935,12 @@ async fn generate(s: Arc<Shared>, g: Gen) -> Response {
     }
     if let Some((room, host)) = &g.bootstrap
         && s.cfg.role == Role::Decode
-        && let Err(e) = wait_bootstrap(&s, *room, host.as_deref()).await
     {
-        return e.into_response();
+        wait_bootstrap(s, *room, host.as_deref())
+            .await
+            .map_err(IntoResponse::into_response)?;
     }
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, rx) = mpsc::unbounded_channel();
     let submit = Submit {
         prompt: g.prompt.clone(),
         max_tokens: g.max_tokens,
@@ -894,34 +950,48 @@ async fn generate(s: Arc<Shared>, g: Gen) -> Response {
         tx,
     };
     if s.engine.send(Command::Submit(submit)).is_err() {
-        return ApiError::new(
+        return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "The engine is shutting down",
         )
-        .into_response();
+        .into_response());
     }
-    let created = unix_secs();
-    if !g.stream {
-        let mut text = String::new();
-        let mut ids = Vec::new();
-        let finished = loop {
-            match rx.recv().await {
-                Some(Output {
-                    id,
-                    text: t,
-                    finished,
-                }) => {
-                    ids.push(id);
-                    text.push_str(&t);
-                    if let Some(f) = finished {
-                        break f;
-                    }
-                }
-                None => {
-                    return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "The engine stopped")
-                        .into_response();
+    Ok((guard, rx))
+}
+
+/// Collects every token of a non-streaming generation: the text and the summary.
+async fn collect(rx: &mut mpsc::UnboundedReceiver<Output>) -> Result<(String, Finished), ApiError> {
+    let mut text = String::new();
+    loop {
+        match rx.recv().await {
+            Some(Output {
+                text: t, finished, ..
+            }) => {
+                text.push_str(&t);
+                if let Some(f) = finished {
+                    return Ok((text, f));
                 }
             }
+            None => {
+                return Err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "The engine stopped",
+                ));
+            }
+        }
+    }
+}
+
+async fn generate(s: Arc<Shared>, g: Gen) -> Response {
+    let (guard, mut rx) = match submit(&s, &g).await {
+        Ok(x) => x,
+        Err(resp) => return resp,
+    };
+    let created = unix_secs();
+    if !g.stream {
+        let (text, finished) = match collect(&mut rx).await {
+            Ok(x) => x,
+            Err(e) => return e.into_response(),
         };
         finish_pd(&s, &g);
         let kv = kv_transfer_out(&s, &g, &finished);

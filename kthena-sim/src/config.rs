@@ -210,6 +210,11 @@ pub struct Config {
     /// (path = name).
     #[arg(long, value_delimiter = ',')]
     pub lora_modules: Vec<String>,
+    /// Largest accepted request body in bytes (default 64 MiB, above kthena-router's 10 MiB
+    /// `maxBodyBytes`); larger bodies are answered 413 in vLLM's error shape. vLLM itself sets
+    /// no limit.
+    #[arg(long, default_value_t = 64 * 1024 * 1024)]
+    pub max_body_bytes: usize,
     /// Cost-model profile.
     #[command(flatten)]
     pub profile: Profile,
@@ -234,6 +239,7 @@ impl Default for Config {
             kv_events_format: KvEventsFormat::Map,
             kv_events_topic: None,
             lora_modules: Vec::new(),
+            max_body_bytes: 64 * 1024 * 1024,
             profile: Profile::default(),
             faults: Faults::default(),
         }
@@ -277,6 +283,9 @@ impl Config {
                 "max_model_len",
                 "is larger than the KV cache (num_gpu_blocks x block_size tokens)",
             );
+        }
+        if self.max_body_bytes == 0 {
+            return bad("max_body_bytes", "must be at least 1");
         }
         if p.max_loras == 0 {
             return bad("max_loras", "must be at least 1");

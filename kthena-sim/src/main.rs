@@ -1,6 +1,7 @@
 //! `kthena-sim`: run one simulated engine. Exit code 64 for a bad configuration, 1 for other
 //! failures; errors are printed as one `error: <message>: <cause>...` line on stderr.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -21,6 +22,7 @@ fn main() -> ExitCode {
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
+        .with_ansi(std::io::stdout().is_terminal())
         .init();
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
