@@ -56,15 +56,16 @@ pub const TEMPLATES: &[Template] = templates![
 /// (Go's `ManifestInfo`, whose fields have no JSON tags, hence the capitalized keys).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TemplateInfo {
-    /// `vendor/model`.
-    #[serde(rename = "Name")]
-    pub name: String,
+    // Declared in key order: Go's YAML output sorts the keys.
     /// From the `# Description:` line.
     #[serde(rename = "Description")]
     pub description: String,
     /// `vendor/model.yaml`.
     #[serde(rename = "FilePath")]
     pub file_path: String,
+    /// `vendor/model`.
+    #[serde(rename = "Name")]
+    pub name: String,
 }
 
 impl Template {
