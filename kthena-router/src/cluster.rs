@@ -197,13 +197,16 @@ impl Rebuilder {
                 return;
             }
         };
-        let old = self.shared.snapshot.load_full();
         let generation = snap.generation;
-        let fresh: Vec<_> = snap
-            .scrape_targets()
-            .into_iter()
-            .filter(|(e, _)| !old.endpoints.iter().any(|o| Arc::ptr_eq(o, e)))
-            .collect();
+        let fresh: Vec<_> = {
+            let old = self.shared.snapshot.load_full();
+            let known: HashSet<*const crate::endpoint::Endpoint> =
+                old.endpoints.iter().map(Arc::as_ptr).collect();
+            snap.scrape_targets()
+                .into_iter()
+                .filter(|(e, _)| !known.contains(&Arc::as_ptr(e)))
+                .collect()
+        };
         tracing::debug!(
             generation,
             endpoints = snap.endpoints.len(),

@@ -3,10 +3,11 @@
 //! It picks an engine for every request by model name, ModelRoute rules and live load, and
 //! streams the answer through without buffering. This crate is the router process: the
 //! listeners, request parsing, route matching, the proxy with retries, the engine metrics
-//! scraper, the access log and Prometheus metrics, and standalone discovery (a config file
-//! plus ModelRoute/ModelServer manifests, hot-reloaded). It is **not** the scheduler (that is
-//! `kthena-sched`, which this crate feeds with candidates) and it does not talk to Kubernetes
-//! yet.
+//! scraper, the access log and Prometheus metrics, and discovery: standalone (a config file
+//! plus ModelRoute/ModelServer manifests, hot-reloaded) or cluster mode (kube-rs reflectors on
+//! ModelRoutes, ModelServers and Pods; [`Router::start_in_cluster`]), both feeding one
+//! snapshot builder ([`Loader`]). It is **not** the scheduler (that is `kthena-sched`, which
+//! this crate feeds with candidates).
 //!
 //! Start with [`Router::start`] (or [`run`]) and a [`Config`]:
 //!
