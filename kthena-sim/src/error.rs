@@ -40,6 +40,12 @@ pub enum Error {
         /// The tokenizers crate's message.
         reason: String,
     },
+    /// No loopback address has the port free (simulated node).
+    #[error("no free loopback address for port {port}")]
+    NoAddress {
+        /// The port the engine must listen on.
+        port: u16,
+    },
     /// Encoding a KV-event batch failed.
     #[error("cannot encode a KV-event batch")]
     Encode(#[source] rmpv::encode::Error),

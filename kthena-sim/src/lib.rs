@@ -36,6 +36,8 @@ mod hash;
 mod kv;
 mod kv_events;
 mod metrics;
+#[cfg(feature = "node")]
+pub mod node;
 mod offline;
 mod server;
 mod tokenize;

@@ -1,19 +1,51 @@
-//! `kthena-sim`: run one simulated engine. Exit code 64 for a bad configuration, 1 for other
-//! failures; errors are printed as one `error: <message>: <cause>...` line on stderr.
+//! `kthena-sim`: run one simulated engine, or (`kthena-sim node`) a simulated node that runs
+//! an engine for each pod of a Kubernetes cluster. Exit code 64 for a bad configuration, 1
+//! for other failures; errors are printed as one `error: <message>: <cause>...` line on
+//! stderr.
 
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 /// An LLM inference engine simulator with vLLM's (or SGLang's) HTTP API, metrics and KV
 /// events, and a continuous-batching cost model (default: a 7B model on one H100).
 #[derive(Debug, Parser)]
-#[command(name = "kthena-sim", version, about, long_about = None)]
+#[command(name = "kthena-sim", version, about, long_about = None, args_conflicts_with_subcommands = true)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
     #[command(flatten)]
     config: kthena_sim::Config,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a simulated node: watch the pods of a cluster (selected by node name, namespace
+    /// and/or labels) and run an engine for each on its own loopback address, writing the
+    /// pods' status (podIP, Running, Ready).
+    Node(NodeArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct NodeArgs {
+    /// Kubeconfig of the cluster; default: `$KUBECONFIG`, `~/.kube/config`, in-cluster.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Only pods whose `spec.nodeName` is this.
+    #[arg(long)]
+    node_name: Option<String>,
+    /// Only pods of this namespace (default: all namespaces).
+    #[arg(long)]
+    namespace: Option<String>,
+    /// Only pods matching this label selector, e.g. `app=vllm`.
+    #[arg(long)]
+    selector: Option<String>,
+    /// Default engine flags (model and port come from each pod).
+    #[command(flatten)]
+    engine: kthena_sim::Config,
 }
 
 fn main() -> ExitCode {
@@ -28,7 +60,14 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .map_err(anyhow::Error::from)
-        .and_then(|rt| rt.block_on(run(cli.config)));
+        .and_then(|rt| {
+            rt.block_on(async {
+                match cli.command {
+                    Some(Command::Node(args)) => run_node(args).await,
+                    None => run(cli.config).await,
+                }
+            })
+        });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -45,6 +84,32 @@ async fn run(config: kthena_sim::Config) -> anyhow::Result<()> {
     tokio::signal::ctrl_c().await?;
     tracing::info!("Shutting down.");
     sim.shutdown(std::time::Duration::from_secs(5)).await;
+    Ok(())
+}
+
+async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    let client = kube::Client::try_from(config)?;
+    let node = kthena_sim::node::SimNode::start(
+        client,
+        kthena_sim::node::NodeConfig {
+            node_name: args.node_name,
+            namespace: args.namespace,
+            selector: args.selector,
+            engine: args.engine.validate()?,
+            ..Default::default()
+        },
+    );
+    tracing::info!("Simulated node started.");
+    tokio::signal::ctrl_c().await?;
+    tracing::info!("Shutting down.");
+    node.stop().await;
     Ok(())
 }
 

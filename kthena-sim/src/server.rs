@@ -68,6 +68,11 @@ impl SimHandle {
     /// Kills the simulator at once: the listener closes and every open connection is reset,
     /// including responses that are streaming. Returns when all tasks have stopped.
     pub async fn kill(self) {
+        self.kill_shared().await;
+    }
+
+    /// [`SimHandle::kill`] through a shared reference (the simulated node shares handles).
+    pub(crate) async fn kill_shared(&self) {
         self.kill.cancel();
         self.tracker.close();
         self.tracker.wait().await;

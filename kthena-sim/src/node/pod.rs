@@ -1,0 +1,390 @@
+//! What the simulated node reads from a pod (engine flags, test annotations) and the pod
+//! statuses it writes. Pure functions: the times come in as parameters.
+
+use std::net::IpAddr;
+
+use clap::Parser;
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus,
+    HostIP, Pod, PodCondition, PodIP, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::{ARGS_ANNOTATION, EXIT_ANNOTATION, READY_ANNOTATION};
+use crate::config::{Config, Flavor};
+
+/// Port an engine listens on when the pod declares none (vLLM's default).
+const DEFAULT_PORT: u16 = 8000;
+
+/// `kthena-sim` flags, for `sim.kthena.io/args` and containers that run `kthena-sim` itself.
+#[derive(Debug, Parser)]
+#[command(name = "kthena-sim", no_binary_name = true)]
+struct EngineArgs {
+    #[command(flatten)]
+    config: Config,
+}
+
+/// The engine of `pod`: its first container that declares a port (else its first
+/// container), on that container's first `containerPort`.
+///
+/// Flags, later sources winning: `base`; then, when the container runs `kthena-sim` or the
+/// pod has a `sim.kthena.io/args` annotation, those kthena-sim flags replace `base`
+/// entirely; then the model from the container (`--served-model-name`, `--model`,
+/// `--model-path`, `vllm serve <model>`, env `MODEL_NAME` or `MODEL`, in that order of
+/// preference) and the port (`containerPort`, else `--port`, else 8000). A command or
+/// argument mentioning `sglang` selects the SGLang flavor.
+///
+/// # Errors
+/// A message when the `kthena-sim` flags do not parse (the container then fails).
+pub(super) fn engine_config(pod: &Pod, base: &Config) -> Result<Config, String> {
+    let container = main_container(pod).ok_or("the pod has no container")?;
+    let words: Vec<&str> = container
+        .command
+        .iter()
+        .chain(container.args.iter())
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    let runs_sim = container
+        .command
+        .as_ref()
+        .and_then(|c| c.first())
+        .is_some_and(|c| c.ends_with("kthena-sim"));
+    let annotation = annotation(pod, ARGS_ANNOTATION);
+    let mut config = if let Some(args) = annotation {
+        parse_flags(args.split_whitespace())?
+    } else if runs_sim {
+        parse_flags(words.iter().skip(1).copied())?
+    } else {
+        base.clone()
+    };
+    if !runs_sim && annotation.is_none() {
+        if let Some(model) = model_name(&words, container) {
+            config.model = model;
+        }
+        if words.iter().any(|w| w.contains("sglang")) {
+            config.flavor = Flavor::Sglang;
+        }
+    }
+    config.port = container_port(container)
+        .or_else(|| flag_value(&words, "--port").and_then(|p| p.parse().ok()))
+        .unwrap_or(if runs_sim || annotation.is_some() {
+            config.port
+        } else {
+            DEFAULT_PORT
+        });
+    Ok(config)
+}
+
+fn parse_flags<'a>(words: impl Iterator<Item = &'a str>) -> Result<Config, String> {
+    EngineArgs::try_parse_from(words)
+        .map(|a| a.config)
+        .map_err(|e| e.render().to_string().trim().to_owned())
+}
+
+/// The container that runs the engine: the first with a port, else the first.
+pub(super) fn main_container(pod: &Pod) -> Option<&Container> {
+    let containers = &pod.spec.as_ref()?.containers;
+    containers
+        .iter()
+        .find(|c| c.ports.as_ref().is_some_and(|p| !p.is_empty()))
+        .or_else(|| containers.first())
+}
+
+fn container_port(c: &Container) -> Option<u16> {
+    let port = c.ports.as_ref()?.first()?.container_port;
+    u16::try_from(port).ok().filter(|p| *p != 0)
+}
+
+/// `--flag value` or `--flag=value`.
+fn flag_value<'a>(words: &[&'a str], flag: &str) -> Option<&'a str> {
+    words.iter().enumerate().find_map(|(i, w)| {
+        if *w == flag {
+            words.get(i + 1).copied()
+        } else {
+            w.strip_prefix(flag).and_then(|rest| rest.strip_prefix('='))
+        }
+    })
+}
+
+fn model_name(words: &[&str], c: &Container) -> Option<String> {
+    let from_flags = ["--served-model-name", "--model", "--model-path"]
+        .iter()
+        .find_map(|f| flag_value(words, f));
+    let positional = words
+        .iter()
+        .position(|w| *w == "serve")
+        .and_then(|i| words.get(i + 1))
+        .filter(|w| !w.starts_with('-'))
+        .copied();
+    let env = |name: &str| {
+        c.env
+            .iter()
+            .flatten()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value.clone())
+    };
+    from_flags
+        .or(positional)
+        .map(str::to_owned)
+        .or_else(|| env("MODEL_NAME"))
+        .or_else(|| env("MODEL"))
+}
+
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+/// Whether the test wants the pod Ready: anything but `sim.kthena.io/ready: "false"`.
+pub(super) fn ready_wanted(pod: &Pod) -> bool {
+    annotation(pod, READY_ANNOTATION) != Some("false")
+}
+
+/// The exit code asked for by `sim.kthena.io/exit-code` (an integer), if any.
+pub(super) fn exit_requested(pod: &Pod) -> Option<i32> {
+    annotation(pod, EXIT_ANNOTATION).and_then(|v| v.trim().parse().ok())
+}
+
+/// Whether the pod is finished (`Succeeded` or `Failed`): the node leaves it alone.
+pub(super) fn is_finished(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    matches!(phase, Some("Succeeded" | "Failed"))
+}
+
+/// Status of a pod whose engine runs at `ip`: phase `Running`, every container running,
+/// `Ready`/`ContainersReady` as `ready`.
+pub(super) fn running_status(
+    pod: &Pod,
+    ip: IpAddr,
+    ready: bool,
+    started: &Time,
+    now: &Time,
+) -> PodStatus {
+    let state = ContainerState {
+        running: Some(ContainerStateRunning {
+            started_at: Some(started.clone()),
+        }),
+        ..ContainerState::default()
+    };
+    PodStatus {
+        phase: Some("Running".to_owned()),
+        container_statuses: Some(container_statuses(pod, &state, ready)),
+        conditions: Some(conditions(ready, started, now)),
+        ..base_status(ip, started)
+    }
+}
+
+/// Status of a pod whose engine exited with `exit_code`: phase `Failed` (`Succeeded` for
+/// 0), containers terminated, not Ready.
+pub(super) fn terminated_status(
+    pod: &Pod,
+    ip: Option<IpAddr>,
+    exit_code: i32,
+    message: &str,
+    started: &Time,
+    now: &Time,
+) -> PodStatus {
+    let state = ContainerState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code,
+            reason: Some(if exit_code == 0 { "Completed" } else { "Error" }.to_owned()),
+            message: Some(message.to_owned()).filter(|m| !m.is_empty()),
+            started_at: Some(started.clone()),
+            finished_at: Some(now.clone()),
+            ..ContainerStateTerminated::default()
+        }),
+        ..ContainerState::default()
+    };
+    let base = match ip {
+        Some(ip) => base_status(ip, started),
+        None => PodStatus {
+            start_time: Some(started.clone()),
+            ..PodStatus::default()
+        },
+    };
+    PodStatus {
+        phase: Some(
+            if exit_code == 0 {
+                "Succeeded"
+            } else {
+                "Failed"
+            }
+            .to_owned(),
+        ),
+        container_statuses: Some(container_statuses(pod, &state, false)),
+        conditions: Some(conditions(false, started, now)),
+        ..base
+    }
+}
+
+fn base_status(ip: IpAddr, started: &Time) -> PodStatus {
+    PodStatus {
+        host_ip: Some("127.0.0.1".to_owned()),
+        host_ips: Some(vec![HostIP {
+            ip: "127.0.0.1".to_owned(),
+        }]),
+        pod_ip: Some(ip.to_string()),
+        pod_ips: Some(vec![PodIP { ip: ip.to_string() }]),
+        start_time: Some(started.clone()),
+        ..PodStatus::default()
+    }
+}
+
+fn container_statuses(pod: &Pod, state: &ContainerState, ready: bool) -> Vec<ContainerStatus> {
+    let containers = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default();
+    containers
+        .iter()
+        .map(|c| ContainerStatus {
+            name: c.name.clone(),
+            image: c.image.clone().unwrap_or_default(),
+            image_id: String::new(),
+            container_id: Some(format!("kthena-sim://{}", c.name)),
+            ready,
+            started: Some(state.running.is_some()),
+            restart_count: 0,
+            state: Some(state.clone()),
+            ..ContainerStatus::default()
+        })
+        .collect()
+}
+
+/// `PodScheduled` and `Initialized` since `started`; `ContainersReady` and `Ready` as `ready`
+/// since `now`.
+fn conditions(ready: bool, started: &Time, now: &Time) -> Vec<PodCondition> {
+    let status = |b: bool| if b { "True" } else { "False" }.to_owned();
+    [
+        ("PodScheduled", true, started),
+        ("Initialized", true, started),
+        ("ContainersReady", ready, now),
+        ("Ready", ready, now),
+    ]
+    .into_iter()
+    .map(|(type_, ok, since)| PodCondition {
+        type_: type_.to_owned(),
+        status: status(ok),
+        last_transition_time: Some(since.clone()),
+        ..PodCondition::default()
+    })
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn vllm_container_gives_model_and_port() {
+        let p = pod(json!({"spec": {"containers": [
+            {"name": "sidecar", "image": "envoy"},
+            {"name": "engine", "image": "vllm/vllm-openai",
+             "args": ["--model", "Qwen/Qwen3-8B", "--served-model-name=qwen3", "--port", "9000"],
+             "ports": [{"containerPort": 8100}]}
+        ]}}));
+        let c = engine_config(&p, &Config::default().with_time_scale(10.0)).unwrap();
+        assert_eq!(
+            (c.model.as_str(), c.port, c.time_scale),
+            ("qwen3", 8100, 10.0)
+        );
+        assert_eq!(c.flavor, Flavor::Vllm);
+    }
+
+    #[test]
+    fn serve_positional_env_and_sglang() {
+        let p = pod(json!({"spec": {"containers": [{"name": "e",
+            "command": ["vllm", "serve", "deepseek-ai/DeepSeek-R1"], "args": ["--port", "8001"]}]}}));
+        let c = engine_config(&p, &Config::default()).unwrap();
+        assert_eq!(
+            (c.model.as_str(), c.port),
+            ("deepseek-ai/DeepSeek-R1", 8001)
+        );
+
+        let p = pod(json!({"spec": {"containers": [{"name": "e",
+            "env": [{"name": "MODEL", "value": "m2"}, {"name": "MODEL_NAME", "value": "m1"}]}]}}));
+        let c = engine_config(&p, &Config::default()).unwrap();
+        assert_eq!((c.model.as_str(), c.port), ("m1", DEFAULT_PORT));
+
+        let p = pod(json!({"spec": {"containers": [{"name": "e",
+            "command": ["python3", "-m", "sglang.launch_server"],
+            "args": ["--model-path", "Qwen/Qwen2.5-7B"], "ports": [{"containerPort": 30000}]}]}}));
+        let c = engine_config(&p, &Config::default()).unwrap();
+        assert_eq!(
+            (c.model.as_str(), c.port, c.flavor),
+            ("Qwen/Qwen2.5-7B", 30000, Flavor::Sglang)
+        );
+    }
+
+    #[test]
+    fn kthena_sim_flags_from_annotation_or_command() {
+        let p = pod(json!({
+            "metadata": {"annotations": {ARGS_ANNOTATION: "--model m --role prefill --time-scale 5"}},
+            "spec": {"containers": [{"name": "e", "args": ["--model", "ignored"],
+                "ports": [{"containerPort": 8200}]}]}}));
+        let c = engine_config(&p, &Config::default()).unwrap();
+        assert_eq!((c.model.as_str(), c.port, c.time_scale), ("m", 8200, 5.0));
+        assert_eq!(c.role, crate::Role::Prefill);
+
+        let p = pod(json!({"spec": {"containers": [{"name": "e",
+            "command": ["/usr/bin/kthena-sim", "--model", "s", "--port", "7000"]}]}}));
+        let c = engine_config(&p, &Config::default()).unwrap();
+        assert_eq!((c.model.as_str(), c.port), ("s", 7000));
+
+        let p = pod(
+            json!({"metadata": {"annotations": {ARGS_ANNOTATION: "--no-such-flag"}},
+            "spec": {"containers": [{"name": "e"}]}}),
+        );
+        let err = engine_config(&p, &Config::default()).unwrap_err();
+        assert!(err.contains("--no-such-flag"), "{err}");
+    }
+
+    #[test]
+    fn annotations() {
+        let p = pod(
+            json!({"metadata": {"annotations": {READY_ANNOTATION: "false", EXIT_ANNOTATION: "3"}}}),
+        );
+        assert!(!ready_wanted(&p));
+        assert_eq!(exit_requested(&p), Some(3));
+        let p = pod(json!({"metadata": {"annotations": {READY_ANNOTATION: "true"}}}));
+        assert!(ready_wanted(&p));
+        assert_eq!(exit_requested(&p), None);
+    }
+
+    #[test]
+    fn statuses() {
+        let p = pod(json!({"spec": {"containers": [{"name": "e", "image": "vllm"}]}}));
+        let t = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let ip: IpAddr = "127.0.0.2".parse().unwrap();
+        let s = serde_json::to_value(running_status(&p, ip, false, &t, &t)).unwrap();
+        assert_eq!(s["phase"], "Running");
+        assert_eq!(s["podIP"], "127.0.0.2");
+        assert_eq!(s["podIPs"], json!([{"ip": "127.0.0.2"}]));
+        assert_eq!(s["conditions"][3]["type"], "Ready");
+        assert_eq!(s["conditions"][3]["status"], "False");
+        assert_eq!(s["containerStatuses"][0]["ready"], false);
+        assert_eq!(s["containerStatuses"][0]["started"], true);
+        let s =
+            serde_json::to_value(terminated_status(&p, Some(ip), 137, "killed", &t, &t)).unwrap();
+        assert_eq!(s["phase"], "Failed");
+        assert_eq!(
+            s["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+            137
+        );
+        assert_eq!(
+            s["containerStatuses"][0]["state"]["terminated"]["reason"],
+            "Error"
+        );
+    }
+}

@@ -1,0 +1,232 @@
+//! One task per pod: starts its engine, writes its status, follows its annotations, notices
+//! the engine's exit, and removes the pod once it is deleting.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::rt::TokioExecutor;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::{Client, ResourceExt};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::addr::{Lease, spawn_on_free_ip};
+use super::pod::{engine_config, exit_requested, ready_wanted, running_status, terminated_status};
+use crate::config::Config;
+use crate::server::SimHandle;
+
+/// How long an engine may take to answer `/health` after it started.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Timeout of one `/health` request.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Running engines by `namespace/name`.
+pub(super) type Engines = Arc<Mutex<HashMap<String, Arc<SimHandle>>>>;
+
+/// What every pod task shares.
+pub(super) struct Ctx {
+    pub(super) client: Client,
+    pub(super) base: Config,
+    pub(super) health_interval: Duration,
+    pub(super) engines: Engines,
+}
+
+/// A pod's running engine and its address.
+struct Engine {
+    handle: Arc<SimHandle>,
+    _lease: Lease,
+    key: String,
+}
+
+impl Engine {
+    fn addr(&self) -> SocketAddr {
+        self.handle.addr()
+    }
+
+    async fn stop(self, engines: &Engines) {
+        lock(engines).remove(&self.key);
+        self.handle.kill_shared().await;
+    }
+}
+
+fn lock(engines: &Engines) -> std::sync::MutexGuard<'_, HashMap<String, Arc<SimHandle>>> {
+    engines
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// Runs the pod until it is deleted (`cancel`) or, once it is deleting, removes it.
+pub(super) async fn supervise(
+    ctx: Arc<Ctx>,
+    mut pods: watch::Receiver<Pod>,
+    cancel: CancellationToken,
+) {
+    let pod = pods.borrow_and_update().clone();
+    let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    if pod.metadata.deletion_timestamp.is_some() {
+        delete_now(&api, &pod).await;
+        return;
+    }
+    let started = now();
+    let mut engine = match start(&ctx, &pod, &format!("{ns}/{name}"), &cancel).await {
+        Ok(engine) => Some(engine),
+        Err(message) => {
+            tracing::warn!(pod = %format!("{ns}/{name}"), %message, "Engine failed to start.");
+            let status = terminated_status(&pod, None, 1, &message, &started, &now());
+            patch_status(&api, &name, &status).await;
+            None
+        }
+    };
+    let mut ready_written: Option<bool> = None;
+    let mut ticks = tokio::time::interval(ctx.health_interval);
+    loop {
+        let pod = pods.borrow_and_update().clone();
+        if pod.metadata.deletion_timestamp.is_some() {
+            if let Some(e) = engine.take() {
+                e.stop(&ctx.engines).await;
+            }
+            delete_now(&api, &pod).await;
+            return;
+        }
+        if let Some(code) = exit_requested(&pod).filter(|_| engine.is_some()) {
+            let ip = engine.as_ref().map(|e| e.addr().ip());
+            if let Some(e) = engine.take() {
+                e.stop(&ctx.engines).await;
+            }
+            let message = format!("exit code {code} requested by annotation");
+            patch_status(
+                &api,
+                &name,
+                &terminated_status(&pod, ip, code, &message, &started, &now()),
+            )
+            .await;
+        }
+        if let Some(e) = &engine {
+            let want = ready_wanted(&pod);
+            if ready_written != Some(want) {
+                let status = running_status(&pod, e.addr().ip(), want, &started, &now());
+                if patch_status(&api, &name, &status).await {
+                    ready_written = Some(want);
+                }
+            }
+        }
+        tokio::select! {
+            () = cancel.cancelled() => break,
+            changed = pods.changed() => if changed.is_err() { break },
+            _ = ticks.tick(), if engine.is_some() => {
+                let Some(e) = &engine else { continue };
+                if !healthy(e.addr()).await {
+                    let ip = e.addr().ip();
+                    if let Some(e) = engine.take() {
+                        e.stop(&ctx.engines).await;
+                    }
+                    let message = "the engine stopped answering /health";
+                    patch_status(&api, &name, &terminated_status(&pod, Some(ip), 1, message, &started, &now())).await;
+                }
+            }
+        }
+    }
+    if let Some(e) = engine.take() {
+        e.stop(&ctx.engines).await;
+    }
+}
+
+/// Starts the engine and waits until it answers `/health`.
+async fn start(
+    ctx: &Ctx,
+    pod: &Pod,
+    key: &str,
+    cancel: &CancellationToken,
+) -> Result<Engine, String> {
+    let config = engine_config(pod, &ctx.base)?;
+    let (handle, lease) = spawn_on_free_ip(config)
+        .await
+        .map_err(|e| error_chain(&e))?;
+    let handle = Arc::new(handle);
+    let engine = Engine {
+        handle: Arc::clone(&handle),
+        _lease: lease,
+        key: key.to_owned(),
+    };
+    let deadline = tokio::time::Instant::now() + HEALTH_TIMEOUT;
+    while !healthy(engine.addr()).await {
+        if tokio::time::Instant::now() >= deadline || cancel.is_cancelled() {
+            engine.stop(&ctx.engines).await;
+            return Err(format!(
+                "the engine did not answer /health within {HEALTH_TIMEOUT:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    lock(&ctx.engines).insert(key.to_owned(), handle);
+    tracing::info!(pod = key, addr = %engine.addr(), "Engine started.");
+    Ok(engine)
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// `GET /health` answers 200.
+async fn healthy(addr: SocketAddr) -> bool {
+    let client = HttpClient::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let Ok(uri) = format!("http://{addr}/health").parse::<http::Uri>() else {
+        return false;
+    };
+    matches!(
+        tokio::time::timeout(PROBE_TIMEOUT, client.get(uri)).await,
+        Ok(Ok(resp)) if resp.status() == http::StatusCode::OK
+    )
+}
+
+/// Merge-patches the status subresource; false (logged) on failure, to retry later.
+async fn patch_status(api: &Api<Pod>, name: &str, status: &PodStatus) -> bool {
+    let body = serde_json::json!({ "status": status });
+    match api
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+    {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(pod = name, error = %e, "Writing the pod status failed.");
+            false
+        }
+    }
+}
+
+/// Deletes a deleting pod with grace period 0 (what a kubelet does once its containers are
+/// gone), only if it is still the same pod (UID precondition).
+async fn delete_now(api: &Api<Pod>, pod: &Pod) {
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: pod.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&pod.name_any(), &params).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+        Err(e) => tracing::warn!(pod = %pod.name_any(), error = %e, "Deleting the pod failed."),
+    }
+}
