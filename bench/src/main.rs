@@ -246,7 +246,7 @@ fn policy_from_file(path: &std::path::Path) -> anyhow::Result<Policy> {
         }
     };
     kthena_router::build_scheduler(&section)
-        .map_err(|e| anyhow::anyhow!("{}: scheduler: {e}", path.display()))?;
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let needs_kv_events = section
         .plugins
         .score

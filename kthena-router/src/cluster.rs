@@ -213,6 +213,7 @@ impl Rebuilder {
             new = fresh.len(),
             "Routing snapshot rebuilt"
         );
+        self.shared.metrics.config_warnings(&snap.warnings);
         self.shared.snapshot.store(Arc::new(snap));
         let shared = Arc::clone(&self.shared);
         let ScrapeSettings {

@@ -19,8 +19,12 @@ use crate::error::{Error, Result};
 pub type SchedulerConfig = kthena_sched::Config;
 
 /// The router's configuration: one struct, defaults documented on [`Config::default`].
+///
+/// Every key at every level is checked: an unknown key is an error naming its path and the
+/// closest known key; a section of a Go Kthena feature this router does not have yet (see
+/// [`UNSUPPORTED_SECTIONS`]) is an error saying so.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct Config {
     /// Kthena's scheduler section, unchanged from Go Kthena's `routerConfiguration.yaml`.
     pub scheduler: SchedulerConfig,
@@ -65,7 +69,7 @@ pub struct Config {
 
 /// Access log settings (spec §2.14).
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct AccessLogConfig {
     /// Emit one line per `/v1/*` request (default true; env `ACCESS_LOG_ENABLED`).
     pub enabled: bool,
@@ -88,7 +92,7 @@ pub enum AccessLogFormat {
 
 /// The `standalone:` section: what stands in for the Kubernetes API.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct Standalone {
     /// Files or folders (non-recursive, `*.yaml`, `*.yml`, `*.json`) of ModelRoute and
     /// ModelServer manifests, as a user would `kubectl apply` them. Other kinds are ignored.
@@ -99,7 +103,7 @@ pub struct Standalone {
 
 /// One engine instance.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EndpointConfig {
     /// Unique name (the "pod name" in logs, metrics and the scheduler).
     pub name: String,
@@ -169,15 +173,34 @@ impl Config {
     /// [`Config::base_dir`]. Does not validate; call [`Config::validate`].
     ///
     /// # Errors
-    /// [`Error::Config`] with the parser's location and reason.
+    /// [`Error::Config`] whose reason is one of (exact texts in `docs/router.md`):
+    /// * ``invalid YAML: <reason> at line L, column C`` (syntax, a key twice);
+    /// * ``unknown key `standalone.endpoints[0].adress`: did you mean `address`?``;
+    /// * ``unknown value `jsn` at `accessLog.format`: did you mean `json`?``;
+    /// * `` `metricsScrapeInterval`: `10` has no unit: did you mean `10s`?``;
+    /// * `` `auth`: JWT authentication (`auth:`) is not supported yet ...`` for the sections of
+    ///   [`UNSUPPORTED_SECTIONS`];
+    /// * `` `<path>`: <reason>`` for a value of the wrong type.
     pub fn from_yaml(path: &Path, text: &str) -> Result<Self> {
-        let mut cfg: Self = if text.trim().is_empty() {
-            Self::default()
-        } else {
-            serde_saphyr::from_str(text).map_err(|e| Error::Config {
-                path: path.to_owned(),
-                reason: e.to_string(),
-            })?
+        let err = |reason: String| Error::Config {
+            path: path.to_owned(),
+            reason,
+        };
+        let value: serde_json::Value = serde_saphyr::from_str(text)
+            .map_err(|e| err(kthena_sched::Error::Yaml(Box::new(e)).to_string()))?;
+        let mut cfg: Self = match value {
+            serde_json::Value::Null => Self::default(),
+            serde_json::Value::Object(ref m) => {
+                if let Some(reason) = unsupported_section(m) {
+                    return Err(err(reason));
+                }
+                kthena_sched::from_value(&value, "").map_err(|e| err(e.to_string()))?
+            }
+            _ => {
+                return Err(err(
+                    "the file must be a mapping of keys (`scheduler:`, `standalone:`, ...)".into(),
+                ));
+            }
         };
         cfg.base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         if cfg.base_dir.as_os_str().is_empty() {
@@ -201,7 +224,9 @@ impl Config {
     /// Applies Go Kthena's environment variables on top of the file values.
     ///
     /// # Errors
-    /// [`Error::Env`] for an unparsable or out-of-range value (never a silent default).
+    /// [`Error::Env`] for an unparsable or out-of-range value (never a silent default), and
+    /// for `ENABLE_FAIRNESS_SCHEDULING` or `ENABLE_SESSION_BOOST` set to true (features not
+    /// built yet).
     pub fn apply_env(mut self, env: &dyn Env) -> Result<Self> {
         if let Some(v) = env.var("METRICS_SCRAPE_INTERVAL") {
             let d = parse_go_duration(&v).map_err(|reason| Error::Env {
@@ -256,6 +281,17 @@ impl Config {
         {
             self.access_log.output = v;
         }
+        for (name, feature) in UNSUPPORTED_ENV {
+            if let Some(v) = env.var(name)
+                && matches!(v.to_ascii_lowercase().as_str(), "1" | "t" | "true")
+            {
+                return Err(Error::Env {
+                    name,
+                    value: v,
+                    reason: format!("{feature} is not supported yet; unset it or set it to false"),
+                });
+            }
+        }
         Ok(self)
     }
 
@@ -293,8 +329,7 @@ impl Config {
             resolve_address(&ep.address)
                 .map_err(|r| err(format!("standalone.endpoints[{i}].address: {r}")))?;
         }
-        crate::sched::build_scheduler(&self.scheduler)
-            .map_err(|r| err(format!("scheduler: {r}")))?;
+        crate::sched::build_scheduler(&self.scheduler).map_err(err)?;
         Ok(self)
     }
 
@@ -346,11 +381,21 @@ pub fn resolve_address(address: &str) -> std::result::Result<SocketAddr, String>
 /// Parses a Go duration string (`1s`, `500ms`, `1h30m`) with `kube::core::Duration`.
 ///
 /// # Errors
-/// The parser's reason; negative durations are rejected.
+/// A reason that names the value: `` `10` has no unit: did you mean `10s`?`` for a bare
+/// number, `` `-1s` is negative`` , or `` `soon` is not a duration: ...`` listing the units.
 pub fn parse_go_duration(s: &str) -> std::result::Result<Duration, String> {
-    let d: kube::core::Duration = s.parse().map_err(|e| format!("{e}"))?;
+    let t = s.trim();
+    if !t.is_empty() && t.parse::<f64>().is_ok() {
+        return Err(format!("`{t}` has no unit: did you mean `{t}s`?"));
+    }
+    let d: kube::core::Duration = t.parse().map_err(|_| {
+        format!(
+            "`{s}` is not a duration: expected a number with a unit (`ns`, `us`, `ms`, `s`, \
+             `m`, `h`), such as `500ms`, `10s` or `1m30s`"
+        )
+    })?;
     if d.is_negative() {
-        return Err("must not be negative".into());
+        return Err(format!("`{s}` is negative: a duration must be 0 or more"));
     }
     Ok(d.into())
 }
@@ -377,14 +422,64 @@ impl Env for HashMap<String, String> {
     }
 }
 
+/// Top-level sections of Go Kthena features this router does not have yet, with the reason
+/// given when a config holds one (never silently ignored: an ignored `auth:` would leave the
+/// router open where the user asked for JWT).
+pub const UNSUPPORTED_SECTIONS: &[(&str, &str)] = &[(
+    "auth",
+    "JWT authentication (`auth:`) is not supported yet: remove the section and authenticate \
+     in front of the router (for example at the ingress), or keep Go Kthena for this feature",
+)];
+
+/// Go Kthena's switches of features this router does not have yet: set to true they are
+/// errors (the tuning variables such as `FAIRNESS_WINDOW_SIZE` stay harmless).
+const UNSUPPORTED_ENV: [(&str, &str); 2] = [
+    ("ENABLE_FAIRNESS_SCHEDULING", "fairness scheduling"),
+    ("ENABLE_SESSION_BOOST", "the session-boost queue"),
+];
+
+fn unsupported_section(m: &serde_json::Map<String, serde_json::Value>) -> Option<String> {
+    UNSUPPORTED_SECTIONS
+        .iter()
+        .find(|(k, _)| m.contains_key(*k))
+        .map(|(k, why)| format!("`{k}`: {why}"))
+}
+
+/// A Go duration (`1s`, `500ms`, `1h30m`) in a config file; a bare number is an error that
+/// suggests the unit (`10` → did you mean `10s`?), since Go Kthena's durations all need one.
 pub(crate) mod go_duration {
     use std::time::Duration;
 
-    use serde::{Deserialize, Deserializer};
+    use serde::Deserializer;
+    use serde::de::{Error, Visitor};
+
+    struct GoDuration;
+
+    impl Visitor<'_> for GoDuration {
+        type Value = Duration;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a duration with a unit, such as `500ms`, `10s` or `1m30s`")
+        }
+        fn visit_str<E: Error>(self, s: &str) -> Result<Duration, E> {
+            super::parse_go_duration(s).map_err(E::custom)
+        }
+        fn visit_u64<E: Error>(self, n: u64) -> Result<Duration, E> {
+            Err(no_unit(&n.to_string()))
+        }
+        fn visit_i64<E: Error>(self, n: i64) -> Result<Duration, E> {
+            Err(no_unit(&n.to_string()))
+        }
+        fn visit_f64<E: Error>(self, n: f64) -> Result<Duration, E> {
+            Err(no_unit(&n.to_string()))
+        }
+    }
+
+    fn no_unit<E: Error>(n: &str) -> E {
+        E::custom(format!("`{n}` has no unit: did you mean `{n}s`?"))
+    }
 
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let s = String::deserialize(d)?;
-        super::parse_go_duration(&s).map_err(serde::de::Error::custom)
+        d.deserialize_any(GoDuration)
     }
 }
 
@@ -511,5 +606,144 @@ standalone:
                 .is_cluster_mode()
         );
         assert!(Config::from_yaml(path, "metricsScrapeInterval: soon\n").is_err());
+    }
+
+    /// The reason of the error loading and validating `yaml` as `r.yaml`.
+    fn load_error(yaml: &str) -> String {
+        let path = Path::new("r.yaml");
+        match Config::from_yaml(path, yaml).and_then(|c| c.validate(path)) {
+            Ok(_) => panic!("{yaml}: loaded"),
+            Err(Error::Config { reason, .. }) => reason,
+            Err(e) => panic!("{yaml}: {e:?}"),
+        }
+    }
+
+    #[test]
+    fn misspelled_keys_at_every_level_name_path_and_suggestion() {
+        let cases = [
+            (
+                "metricPort: 1\n",
+                "unknown key `metricPort`: did you mean `metricsPort`?",
+            ),
+            (
+                "accessLog: {formt: json}\n",
+                "unknown key `accessLog.formt`: did you mean `format`?",
+            ),
+            (
+                "standalone: {manifest: []}\n",
+                "unknown key `standalone.manifest`: did you mean `manifests`?",
+            ),
+            (
+                "standalone:\n  endpoints:\n  - {name: a, adress: '127.0.0.1:1'}\n",
+                "unknown key `standalone.endpoints[0].adress`: did you mean `address`?",
+            ),
+            (
+                "kvCache: {redis: {url: 'redis://127.0.0.1:1', timout: 1s}}\n",
+                "unknown key `kvCache.redis.timout`: did you mean `timeout`?",
+            ),
+            (
+                "kvCache:\n  tokenizers:\n  - {model: m, tokenizer: t.json, tokenizerConfg: c.json}\n",
+                "unknown key `kvCache.tokenizers[0].tokenizerConfg`: did you mean `tokenizerConfig`?",
+            ),
+            (
+                "scheduler:\n  plugins:\n    Score:\n      enabled:\n      - {name: gpu-usage, wieght: 1}\n",
+                "unknown key `scheduler.plugins.Score.enabled[0].wieght`: did you mean `weight`?",
+            ),
+            (
+                "scheduler:\n  pluginConfig:\n  - name: prefix-cache\n    args: {blockSizeToHas: 16}\n  plugins:\n    Score:\n      enabled: [{name: prefix-cache}]\n",
+                "unknown key `scheduler.pluginConfig[0].args.blockSizeToHas`: did you mean `blockSizeToHash`?",
+            ),
+            (
+                "standalon: {}\n",
+                "unknown key `standalon`: did you mean `standalone`?",
+            ),
+            (
+                "listeners: {}\n",
+                "unknown key `listeners`: did you mean `listener`?",
+            ),
+            (
+                "listener: {headerReadTimout: 5s}\n",
+                "unknown key `listener.headerReadTimout`: did you mean `headerReadTimeout`?",
+            ),
+            (
+                "standalone: {watch: true}\n",
+                "unknown key `standalone.watch`: expected one of `manifests`, `endpoints`",
+            ),
+            (
+                "accessLog: {format: jsn}\n",
+                "unknown value `jsn` at `accessLog.format`: did you mean `json`?",
+            ),
+        ];
+        for (yaml, want) in cases {
+            assert_eq!(load_error(yaml), want, "{yaml}");
+        }
+        // The whole message names the file once.
+        let e =
+            Config::from_yaml(Path::new("/etc/kthena/router.yaml"), "metricPort: 1\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid config /etc/kthena/router.yaml: unknown key `metricPort`: did you mean `metricsPort`?"
+        );
+    }
+
+    #[test]
+    fn sections_of_features_not_built_are_rejected() {
+        assert_eq!(
+            load_error("auth:\n  issuer: https://issuer\n  jwksUri: https://issuer/jwks.json\n"),
+            "`auth`: JWT authentication (`auth:`) is not supported yet: remove the section and \
+             authenticate in front of the router (for example at the ingress), or keep Go Kthena \
+             for this feature"
+        );
+        let env: HashMap<String, String> =
+            [("ENABLE_FAIRNESS_SCHEDULING".to_owned(), "true".to_owned())]
+                .into_iter()
+                .collect();
+        assert_eq!(
+            Config::default().apply_env(&env).unwrap_err().to_string(),
+            "invalid environment variable ENABLE_FAIRNESS_SCHEDULING=\"true\": fairness \
+             scheduling is not supported yet; unset it or set it to false"
+        );
+        let env: HashMap<String, String> =
+            [("ENABLE_SESSION_BOOST".to_owned(), "false".to_owned())]
+                .into_iter()
+                .collect();
+        assert!(Config::default().apply_env(&env).is_ok());
+    }
+
+    #[test]
+    fn messages_a_user_can_act_on() {
+        assert_eq!(
+            load_error("port: 1\nport: 2\n"),
+            "invalid YAML: duplicate mapping key `port` is not allowed here at line 2, column 1"
+        );
+        assert_eq!(
+            load_error("metricsScrapeInterval: 10\n"),
+            "`metricsScrapeInterval`: `10` has no unit: did you mean `10s`?"
+        );
+        assert_eq!(
+            load_error("kvCache: {remoteTokenizeTimeout: 2.5}\n"),
+            "`kvCache.remoteTokenizeTimeout`: `2.5` has no unit: did you mean `2.5s`?"
+        );
+        assert_eq!(
+            load_error("drainTimeout: soon\n"),
+            "`drainTimeout`: `soon` is not a duration: expected a number with a unit (`ns`, \
+             `us`, `ms`, `s`, `m`, `h`), such as `500ms`, `10s` or `1m30s`"
+        );
+        let env: HashMap<String, String> = [("DRAIN_TIMEOUT".to_owned(), "30".to_owned())]
+            .into_iter()
+            .collect();
+        assert_eq!(
+            Config::default().apply_env(&env).unwrap_err().to_string(),
+            "invalid environment variable DRAIN_TIMEOUT=\"30\": `30` has no unit: did you mean `30s`?"
+        );
+        assert_eq!(
+            load_error("port: [1]\n"),
+            "`port`: invalid type: sequence, expected u16"
+        );
+        // A file without `standalone:` (cluster mode) and an empty file stay valid.
+        let path = Path::new("r.yaml");
+        assert_eq!(Config::from_yaml(path, "port: 1\n").unwrap().port, 1);
+        assert_eq!(Config::from_yaml(path, "").unwrap().port, 8080);
+        assert!(Config::from_yaml(path, "standalone:\n  endpoints:\n  - {name: a, address: '127.0.0.1:1', labels: {gen: 2}}\n").is_ok());
     }
 }

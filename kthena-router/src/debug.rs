@@ -1,6 +1,8 @@
 //! The debug listener (localhost only): `/debug/config_dump/*` (spec §2.4).
 //!
 //! * `GET /debug/config_dump/{modelroutes|modelservers|pods}` → `{"<plural>": [...]}`;
+//! * `GET /debug/config_dump/warnings` → `{"warnings": [{"kind", "message"}]}`, what the
+//!   loaded configuration leaves unserved (see `warnings`);
 //! * `GET /debug/config_dump/namespaces/{ns}/{modelroutes|modelservers|pods}/{name}` → one
 //!   object, or 404 `{"error":"ModelRoute not found"}`.
 //!
@@ -114,6 +116,7 @@ pub(crate) fn config_dump(shared: &Shared, path: &str) -> Response<RespBody> {
                 .collect();
             answer(StatusCode::OK, &json!({ "pods": list }))
         }
+        ["warnings"] => answer(StatusCode::OK, &json!({ "warnings": snap.warnings })),
         [kind @ ("gateways" | "httproutes" | "inferencepools")] => {
             answer(StatusCode::OK, &json!({ *kind: null }))
         }

@@ -17,6 +17,10 @@ use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::route::{CompiledRoute, RouteTable};
 
+/// Why a ModelRoute with `spec.rateLimit` is rejected (never served without its limit).
+const RATE_LIMIT_UNSUPPORTED: &str = "token rate limiting is not supported yet: remove \
+    `rateLimit` from the route, or keep Go Kthena for this feature";
+
 /// A ModelServer resolved against the endpoints.
 #[derive(Debug)]
 pub struct Server {
@@ -65,6 +69,9 @@ pub struct Snapshot {
     pub files: Vec<PathBuf>,
     /// Manifest folders named in the config (watched for new files).
     pub dirs: Vec<PathBuf>,
+    /// What the snapshot leaves unserved (missing servers, unselected endpoints, ...),
+    /// logged when it is built.
+    pub warnings: Vec<crate::warnings::ConfigWarning>,
 }
 
 impl Snapshot {
@@ -164,9 +171,7 @@ impl Loader {
             reason,
         };
         let kv = self.kv.prepare(cfg).map_err(config_err)?;
-        let scheduler = kv
-            .build_scheduler(&cfg.scheduler)
-            .map_err(|reason| config_err(format!("scheduler: {reason}")))?;
+        let scheduler = kv.build_scheduler(&cfg.scheduler).map_err(config_err)?;
         let mut inputs = read_manifests(cfg)?;
         inputs.endpoints = cfg.endpoints().to_vec();
         if let Some(p) = config_path {
@@ -204,9 +209,7 @@ impl Loader {
                     reason,
                 };
                 let kv = self.kv.prepare(cfg).map_err(config_err)?;
-                let s = kv
-                    .build_scheduler(&cfg.scheduler)
-                    .map_err(|reason| config_err(format!("scheduler: {reason}")))?;
+                let s = kv.build_scheduler(&cfg.scheduler).map_err(config_err)?;
                 self.kv.commit(cfg, &kv);
                 let fixed = (Arc::new(s), Arc::new(kv));
                 self.fixed = Some(fixed.clone());
@@ -312,16 +315,20 @@ impl Loader {
         self.first_seen = first_seen;
         self.next_seq = next_seq;
         self.generation += 1;
+        let endpoints: Vec<Arc<Endpoint>> = endpoints.into_iter().map(|(e, _)| e).collect();
+        let warnings = crate::warnings::check(&route_objects, &servers, &endpoints);
+        crate::warnings::log(&warnings);
         Ok(Snapshot {
             generation: self.generation,
             routes: table,
             servers,
-            endpoints: endpoints.into_iter().map(|(e, _)| e).collect(),
+            endpoints,
             scheduler,
             kv,
             route_objects,
             files: inputs.files,
             dirs: inputs.dirs,
+            warnings,
         })
     }
 
@@ -426,7 +433,12 @@ impl Loader {
                 .creation_timestamp
                 .as_ref()
                 .map_or(seen_at, |t| t.0.as_nanosecond());
-            match CompiledRoute::compile(&r, (created, seq)) {
+            let compiled_route = if r.spec.rate_limit.is_some() {
+                Err(format!("spec.rateLimit: {RATE_LIMIT_UNSUPPORTED}"))
+            } else {
+                CompiledRoute::compile(&r, (created, seq))
+            };
+            match compiled_route {
                 Ok(c) => {
                     compiled.push(c);
                     route_objects.push(r);

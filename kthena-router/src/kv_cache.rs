@@ -134,8 +134,7 @@ impl Default for KvCacheConfig {
 }
 
 fn go_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let s = String::deserialize(d)?;
-    crate::config::parse_go_duration(&s).map_err(serde::de::Error::custom)
+    crate::config::go_duration::deserialize(d)
 }
 
 fn resolve(base: &Path, p: &Path) -> PathBuf {
@@ -175,7 +174,10 @@ impl KvState {
     /// # Errors
     /// The scheduler's reason.
     pub fn build_scheduler(&self, cfg: &kthena_sched::Config) -> Result<Scheduler, String> {
-        let cfg = cfg.clone().validate().map_err(|e| e.to_string())?;
+        let cfg = cfg
+            .clone()
+            .validate()
+            .map_err(crate::sched::scheduler_reason)?;
         let seed = u64::try_from(
             jiff::Timestamp::now()
                 .as_nanosecond()
@@ -188,7 +190,7 @@ impl KvState {
         if let Some(idx) = &self.index {
             b = b.kv_index(Arc::clone(idx));
         }
-        b.build().map_err(|e| e.to_string())
+        b.build().map_err(crate::sched::scheduler_reason)
     }
 
     /// The token ids of a request's prompt, when they are wanted: in-process with the

@@ -61,12 +61,13 @@ mod scrape;
 mod server;
 mod service;
 mod tokenize;
+mod warnings;
 mod watch;
 
 pub use accesslog::{AccessLog, Entry as AccessLogEntry, EntryError as AccessLogError};
 pub use config::{
     AccessLogConfig, AccessLogFormat, Config, EndpointConfig, Env, ProcessEnv, SchedulerConfig,
-    Standalone, parse_go_duration, resolve_address,
+    Standalone, UNSUPPORTED_SECTIONS, parse_go_duration, resolve_address,
 };
 pub use discovery::{Loader, Server, Snapshot, manifest_files};
 pub use endpoint::{DOWN_AFTER_FAILURES, Endpoint, EngineState, InFlightGuard};
@@ -104,3 +105,4 @@ pub use tokenize::{
     BLOCKING_THRESHOLD_BYTES, CacheOutcome, MIN_CACHED_PREFIX_BYTES, ModelTokenizer, Tokenizers,
     remote_body, remote_tokenize,
 };
+pub use warnings::{ConfigWarning, WARNING_KINDS};

@@ -46,7 +46,7 @@ use crate::proxy::RespBody;
 /// The `listener:` section: read timeouts, the connection cap and TCP keepalive of every
 /// listener (inference, metrics, debug; each has its own cap). Read at start only.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct ListenerConfig {
     /// Longest wait for a complete request head, and for the first byte of the next request
     /// on a kept-alive connection (default `60s`, nginx's `client_header_timeout`; flag

@@ -104,12 +104,18 @@ pub struct Metrics {
     prefix_match: HistFamily<ModelLabel>,
     kv_match: HistFamily<ModelLabel>,
     reloads: Family<ResultLabel, Counter>,
+    config_warnings: Family<KindLabel, Gauge>,
     /// KV-event, KV-index and tokenization families (`kv_metrics`).
     pub kv: crate::kv_metrics::KvMetrics,
     /// Listener families: client timeouts, open connections (`listener`).
     pub listener: crate::listener::ListenerMetrics,
     /// Go's scheduler-plugin families (`plugin_metrics`).
     pub plugins: crate::plugin_metrics::PluginMetrics,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct KindLabel {
+    kind: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -171,6 +177,12 @@ impl Metrics {
         let kv = crate::kv_metrics::KvMetrics::register(&mut registry);
         let listener = crate::listener::ListenerMetrics::register(&mut registry);
         let plugins = crate::plugin_metrics::PluginMetrics::register(&mut registry);
+        let config_warnings = Family::<KindLabel, Gauge>::default();
+        registry.register(
+            "kthena_router_config_warnings",
+            "Problems of the loaded configuration by kind (see docs/router.md)",
+            config_warnings.clone(),
+        );
         registry.register(
             "kthena_router_config_reloads",
             "Configuration and manifest reloads by result (success, failure)",
@@ -227,6 +239,7 @@ impl Metrics {
             prefix_match,
             kv_match,
             reloads,
+            config_warnings,
             kv,
             listener,
             plugins,
@@ -324,6 +337,17 @@ impl Metrics {
                 result: result.into(),
             })
             .inc();
+    }
+
+    /// Sets `kthena_router_config_warnings{kind}` to the count of each kind in `warnings`
+    /// (0 for the kinds absent), after a load or reload.
+    pub fn config_warnings(&self, warnings: &[crate::warnings::ConfigWarning]) {
+        for kind in crate::warnings::WARNING_KINDS {
+            let n = warnings.iter().filter(|w| w.kind == kind).count();
+            self.config_warnings
+                .get_or_create(&KindLabel { kind: kind.into() })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
     }
 
     /// Observes a scheduler plugin's match ratio (`prefix-cache` or `kvcache-aware`).

@@ -7,14 +7,27 @@ use kthena_sched::{Config, Scheduler};
 /// draw random numbers.
 ///
 /// # Errors
-/// The scheduler's reason (unknown plugin, invalid args, no score plugin, ...).
+/// The scheduler's reason (unknown plugin, invalid args, no score plugin, ...), with paths
+/// from the top of the router file: ``unknown key
+/// `scheduler.pluginConfig[0].args.blockSizeToHas`: did you mean `blockSizeToHash`?``, or
+/// `scheduler: <reason>` for errors without a path.
 pub fn build_scheduler(cfg: &Config) -> Result<Scheduler, String> {
-    let cfg = cfg.clone().validate().map_err(|e| e.to_string())?;
+    let cfg = cfg.clone().validate().map_err(scheduler_reason)?;
     Scheduler::builder(cfg)
         .seed(seed())
         .clock(clock)
         .build()
-        .map_err(|e| e.to_string())
+        .map_err(scheduler_reason)
+}
+
+/// A scheduler error as read from the top of the router file.
+#[allow(clippy::needless_pass_by_value, reason = "used as a map_err callback")]
+pub(crate) fn scheduler_reason(e: kthena_sched::Error) -> String {
+    if e.path().is_some() {
+        e.under("scheduler").to_string()
+    } else {
+        format!("scheduler: {e}")
+    }
 }
 
 /// The plugin-timing clock: tokio's, so paused-time tests control it.

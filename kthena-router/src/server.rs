@@ -179,6 +179,7 @@ impl Router {
         synced: bool,
         metrics: Arc<Metrics>,
     ) -> Result<Self> {
+        metrics.config_warnings(&snapshot.warnings);
         let shared = shared_state(cfg, snapshot, synced, metrics)?;
 
         let bind = |addr: SocketAddr| async move {

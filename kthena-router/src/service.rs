@@ -160,7 +160,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<RespBod
         (&Method::GET, "/readyz") => {
             return if shared.ready.load(Ordering::Acquire) && shared.synced.load(Ordering::Acquire)
             {
-                json_response(StatusCode::OK, r#"{"message":"router is ready"}"#)
+                readyz(&shared)
             } else {
                 json_response(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -224,6 +224,22 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<RespBod
             .insert(HeaderName::from_static("x-request-id"), v);
     }
     resp
+}
+
+/// 200 once the config is loaded and the first scrape pass is done, also when some models
+/// have no ready endpoint (they are listed): a 503 would take this router out of its
+/// Service for every model, while another router replica sees the same engines.
+fn readyz(shared: &Shared) -> Response<RespBody> {
+    let unready = crate::warnings::unready_models(&shared.snapshot.load());
+    let body = if unready.is_empty() {
+        serde_json::json!({"message": "router is ready"})
+    } else {
+        serde_json::json!({
+            "message": format!("router is ready; {} model(s) have no ready endpoint", unready.len()),
+            "modelsWithoutReadyEndpoint": unready,
+        })
+    };
+    json_response(StatusCode::OK, body.to_string())
 }
 
 fn list_models(shared: &Shared) -> Response<RespBody> {

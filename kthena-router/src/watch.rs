@@ -68,6 +68,7 @@ pub(crate) fn spawn_watcher(
             match result {
                 Ok(snap) => {
                     let generation = snap.generation;
+                    shared.metrics.config_warnings(&snap.warnings);
                     shared.snapshot.store(Arc::new(snap));
                     shared.metrics.reload(true);
                     tracing::info!(generation, "Routing snapshot reloaded");

@@ -48,6 +48,42 @@ fn logs_have_no_colour_when_stderr_is_piped() {
     );
 }
 
+/// A config with a misspelled key or a section of a feature not built yet exits with 64 and
+/// the documented message, naming the file once.
+#[test]
+fn bad_config_exits_64_with_the_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("router.yaml");
+    let cases = [
+        (
+            "standalone:\n  endpionts: []\n",
+            "unknown key `standalone.endpionts`: did you mean `endpoints`?",
+        ),
+        (
+            "auth: {jwksUri: 'https://issuer/jwks.json'}\n",
+            "`auth`: JWT authentication (`auth:`) is not supported yet",
+        ),
+        (
+            "drainTimeout: 30\n",
+            "`drainTimeout`: `30` has no unit: did you mean `30s`?",
+        ),
+    ];
+    for (yaml, want) in cases {
+        std::fs::write(&cfg, yaml).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_kthena-router"))
+            .arg("--config")
+            .arg(&cfg)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(64), "{yaml}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let file = format!("invalid config {}: {want}", cfg.display());
+        assert!(err.contains(&file), "{yaml}: {err}");
+        assert_eq!(err.matches(&*cfg.display().to_string()).count(), 1, "{err}");
+    }
+}
+
 /// Started with a low soft limit on open files (as many systems default to 1,024), the router
 /// raises it to the hard limit, as Go programs do.
 #[test]

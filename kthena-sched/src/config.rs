@@ -1,6 +1,6 @@
 //! The `scheduler:` section of Kthena's router configuration file (spec §2.3).
 
-use serde::de::{DeserializeOwned, IgnoredAny, MapAccess, Visitor};
+use serde::de::Visitor;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::{Error, Result};
@@ -27,7 +27,9 @@ use crate::{Error, Result};
 /// Every key Go Kthena reads is accepted (`pluginConfig[].{name,args}`,
 /// `plugins.{Filter,Score}.{enabled,disabled}`, `enabled[].{name,weight}`); any other key,
 /// such as a misspelled `wieght` or a lowercase `pluginconfig`, is a load-time
-/// [`Error::Field`] naming its path, where Go Kthena would silently ignore it.
+/// [`Error::UnknownKey`] naming its path and the closest known key, where Go Kthena would
+/// silently ignore it. Plugin `args` are checked the same way when the scheduler is built
+/// (`pluginConfig[0].args.blockSizeToHas`).
 ///
 /// ```
 /// let cfg = kthena_sched::Config::from_yaml(
@@ -40,14 +42,11 @@ use crate::{Error, Result};
 ///     "plugins:\n  Score:\n    enabled:\n    - {name: gpu-usage, wieght: 5}\n",
 /// )
 /// .unwrap_err();
-/// assert!(matches!(
-///     &err,
-///     kthena_sched::Error::Field { path, .. } if path == "plugins.Score.enabled[0].wieght"
-/// ));
-/// assert!(err.to_string().starts_with(
-///     "invalid scheduler configuration at `plugins.Score.enabled[0].wieght`: \
-///      error: line 4 column 25: unknown field `wieght`, expected one of name, weight"
-/// ));
+/// assert_eq!(err.path(), Some("plugins.Score.enabled[0].wieght"));
+/// assert_eq!(
+///     err.to_string(),
+///     "unknown key `plugins.Score.enabled[0].wieght`: did you mean `weight`?"
+/// );
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -221,84 +220,22 @@ struct RouterFile {
     scheduler: Option<Config>,
 }
 
-/// The top level of a YAML text: a mapping (with or without a `scheduler` key), null, or
-/// something else.
-enum TopLevel {
-    Mapping { has_scheduler: bool },
-    Null,
-    Other(&'static str),
-}
-
-impl<'de> Deserialize<'de> for TopLevel {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Top;
-        impl<'de> Visitor<'de> for Top {
-            type Value = TopLevel;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("any YAML value")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<TopLevel, A::Error> {
-                let mut has_scheduler = false;
-                while let Some(key) = map.next_key::<serde_json::Value>()? {
-                    has_scheduler |= key == "scheduler";
-                    map.next_value::<IgnoredAny>()?;
-                }
-                Ok(TopLevel::Mapping { has_scheduler })
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<TopLevel, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(TopLevel::Other("a sequence"))
-            }
-            fn visit_unit<E>(self) -> Result<TopLevel, E> {
-                Ok(TopLevel::Null)
-            }
-            fn visit_none<E>(self) -> Result<TopLevel, E> {
-                Ok(TopLevel::Null)
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<TopLevel, E> {
-                Ok(TopLevel::Other("a boolean"))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<TopLevel, E> {
-                Ok(TopLevel::Other("an integer"))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<TopLevel, E> {
-                Ok(TopLevel::Other("an integer"))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<TopLevel, E> {
-                Ok(TopLevel::Other("a float"))
-            }
-            fn visit_str<E>(self, _: &str) -> Result<TopLevel, E> {
-                Ok(TopLevel::Other("a string"))
-            }
-        }
-        d.deserialize_any(Top)
-    }
-}
-
-/// What the top level of `text` is. Any YAML document fits, so every error is a syntax error.
-fn top_level(text: &str) -> Result<TopLevel> {
+/// Parses YAML text into a value; every error is a YAML error (syntax, a key twice).
+fn yaml_value(text: &str) -> Result<serde_json::Value> {
     serde_saphyr::from_str(text).map_err(|e| Error::Yaml(Box::new(e)))
 }
 
-/// Parses `text` into `T`; errors inside the document carry their path.
-fn parse<T: DeserializeOwned>(text: &str) -> Result<T> {
-    let mut path = None;
-    serde_saphyr::with_deserializer_from_str(text, |de| {
-        serde_path_to_error::deserialize(de).map_err(|e| {
-            path = Some(e.path().to_string());
-            e.into_inner()
-        })
-    })
-    .map_err(|e| match path {
-        Some(path) if path != "." => Error::Field {
-            path,
-            source: Box::new(e),
-        },
-        _ => Error::Yaml(Box::new(e)),
-    })
+/// What a non-mapping value is, for [`Error::NotAMapping`].
+fn kind_of(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(n) if n.is_f64() => "a float",
+        serde_json::Value::Number(_) => "an integer",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "a sequence",
+        serde_json::Value::Object(_) => "a mapping",
+    }
 }
 
 impl Config {
@@ -311,14 +248,12 @@ impl Config {
     /// * [`Error::NotAMapping`]: the text is a scalar or a sequence;
     /// * [`Error::Field`]: an unknown key or a value of the wrong type, with its path.
     pub fn from_yaml(text: &str) -> Result<Self> {
-        match top_level(text)? {
-            TopLevel::Mapping {
-                has_scheduler: true,
-            } => return Err(Error::RouterFile),
-            TopLevel::Other(found) => return Err(Error::NotAMapping { found }),
-            TopLevel::Mapping { .. } | TopLevel::Null => {}
+        match yaml_value(text)? {
+            serde_json::Value::Null => crate::from_value(&serde_json::json!({}), ""),
+            serde_json::Value::Object(m) if m.contains_key("scheduler") => Err(Error::RouterFile),
+            v @ serde_json::Value::Object(_) => crate::from_value(&v, ""),
+            v => Err(Error::NotAMapping { found: kind_of(&v) }),
         }
-        parse(text)
     }
 
     /// Parses a whole router configuration file and returns its `scheduler:` section; other
@@ -330,8 +265,7 @@ impl Config {
     /// `scheduler.plugins.Score.enabled[0].wieght`), [`Error::NoPlugins`] when the file has
     /// no `scheduler:` section (Go Kthena would then answer every request with 503).
     pub fn from_router_yaml(text: &str) -> Result<Self> {
-        top_level(text)?;
-        let file: RouterFile = parse(text)?;
+        let file: RouterFile = crate::from_value(&yaml_value(text)?, "")?;
         file.scheduler.ok_or(Error::NoPlugins)
     }
 
@@ -410,54 +344,72 @@ mod tests {
 
     fn field_error(yaml: &str) -> (String, String) {
         match Config::from_yaml(yaml) {
-            Err(Error::Field { path, source }) => (path, source.to_string()),
+            Err(e) if e.path().is_some() => {
+                (e.path().unwrap_or_default().to_owned(), e.to_string())
+            }
             other => panic!("{yaml}: expected a field error, got {other:?}"),
         }
     }
 
     #[test]
-    fn unknown_keys_are_errors_naming_key_and_path() {
+    fn unknown_keys_are_errors_naming_path_and_suggestion() {
         let cases = [
             (
                 "plugins: {Score: {enabled: [{name: gpu-usage, wieght: 5}]}}",
-                "plugins.Score.enabled[0].wieght",
-                "unknown field `wieght`, expected one of name, weight",
+                "unknown key `plugins.Score.enabled[0].wieght`: did you mean `weight`?",
             ),
             (
                 "pluginconfig: [{name: least-request, args: {maxWaitingRequests: 3}}]\nplugins: {Score: {enabled: [{name: least-request}]}}",
-                "pluginconfig",
-                "unknown field `pluginconfig`, expected one of pluginConfig, plugins",
+                "unknown key `pluginconfig`: did you mean `pluginConfig`?",
             ),
             (
                 "plugins: {filter: {enabled: [least-request]}, Score: {enabled: [{name: least-request}]}}",
-                "plugins.filter",
-                "unknown field `filter`, expected one of Filter, Score",
+                "unknown key `plugins.filter`: did you mean `Filter`?",
             ),
             (
                 "plugins: {Score: {enabeld: [{name: gpu-usage}]}}",
-                "plugins.Score.enabeld",
-                "unknown field `enabeld`, expected one of enabled, disabled",
+                "unknown key `plugins.Score.enabeld`: did you mean `enabled`?",
             ),
             (
                 "pluginConfig: [{name: least-request, arg: {maxWaitingRequests: 3}}]\nplugins: {Score: {enabled: [{name: least-request}]}}",
-                "pluginConfig[0].arg",
-                "unknown field `arg`, expected one of name, args",
+                "unknown key `pluginConfig[0].arg`: did you mean `args`?",
+            ),
+            (
+                "plugins: {Score: {enabled: [{name: gpu-usage}]}, extra: 1}",
+                "unknown key `plugins.extra`: expected one of `Filter`, `Score`",
             ),
         ];
-        for (yaml, want_path, want_msg) in cases {
-            let (path, msg) = field_error(yaml);
-            assert_eq!(path, want_path, "{yaml}");
-            assert!(msg.contains(want_msg), "{yaml}: {msg}");
+        for (yaml, want) in cases {
+            let (_, msg) = field_error(yaml);
+            assert_eq!(msg, want, "{yaml}");
         }
         // Through a whole router file the path starts at `scheduler`.
-        match Config::from_router_yaml(
+        let e = Config::from_router_yaml(
             "auth: {issuer: x}\nscheduler:\n  plugins:\n    Score:\n      enabled:\n      - {name: gpu-usage, wieght: 5}\n",
-        ) {
-            Err(Error::Field { path, .. }) => {
-                assert_eq!(path, "scheduler.plugins.Score.enabled[0].wieght");
-            }
-            other => panic!("{other:?}"),
-        }
+        )
+        .unwrap_err();
+        assert_eq!(e.path(), Some("scheduler.plugins.Score.enabled[0].wieght"));
+        // Plugin args: checked when the scheduler is built, under `pluginConfig[i].args`.
+        let cfg = Config::from_yaml(
+            "pluginConfig:\n- name: least-request\n- name: prefix-cache\n  args: {blockSizeToHas: 16}\nplugins: {Score: {enabled: [{name: prefix-cache}]}}",
+        )
+        .unwrap();
+        let e = crate::Scheduler::from_config(&cfg).unwrap_err();
+        assert_eq!(
+            e.under("scheduler").to_string(),
+            "unknown key `scheduler.pluginConfig[1].args.blockSizeToHas`: did you mean `blockSizeToHash`?"
+        );
+    }
+
+    #[test]
+    fn duplicate_keys_name_no_parser_option() {
+        let e =
+            Config::from_yaml("plugins:\n  Score: {enabled: [{name: gpu-usage}]}\n  Score: {}\n")
+                .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid YAML: duplicate mapping key `Score` is not allowed here at line 3, column 3"
+        );
     }
 
     #[test]
@@ -492,9 +444,9 @@ mod tests {
         let (path, msg) =
             field_error("plugins: {Score: {enabled: [{name: gpu-usage, weight: \"2\"}]}}");
         assert_eq!(path, "plugins.Score.enabled[0].weight");
-        assert!(
-            msg.contains("invalid type: string \"2\", expected a number"),
-            "{msg}"
+        assert_eq!(
+            msg,
+            "`plugins.Score.enabled[0].weight`: invalid type: string \"2\", expected a number"
         );
         let (path, _) =
             field_error("plugins: {Score: {enabled: [{name: gpu-usage, weight: true}]}}");
@@ -559,10 +511,8 @@ mod tests {
             "the scheduler section must be a mapping (keys `pluginConfig`, `plugins`), found a sequence"
         );
         // A whole file whose `scheduler:` is not a mapping names the key.
-        match Config::from_router_yaml("scheduler: 3") {
-            Err(Error::Field { path, .. }) => assert_eq!(path, "scheduler"),
-            other => panic!("{other:?}"),
-        }
+        let e = Config::from_router_yaml("scheduler: 3").unwrap_err();
+        assert_eq!(e.path(), Some("scheduler"));
         // Malformed YAML stays a YAML error.
         assert!(matches!(
             Config::from_yaml("plugins: [1"),

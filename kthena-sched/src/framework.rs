@@ -360,10 +360,10 @@ impl SchedulerBuilder {
                     kv_index: OnceLock::new(),
                 };
                 if let Some(f) = self.registry.filters.get(&pc.name) {
-                    f(&pc.args, &scratch)?;
+                    f(&pc.args, &scratch).map_err(|e| in_args(&config, &pc.name, e))?;
                 }
                 if let Some(f) = self.registry.scores.get(&pc.name) {
-                    f(&pc.args, &scratch)?;
+                    f(&pc.args, &scratch).map_err(|e| in_args(&config, &pc.name, e))?;
                 }
             }
         }
@@ -384,7 +384,7 @@ impl SchedulerBuilder {
                     }
                 }
             })?;
-            filters.push(factory(config.args(name), &ctx)?);
+            filters.push(factory(config.args(name), &ctx).map_err(|e| in_args(&config, name, e))?);
         }
         let mut scores = Vec::new();
         for wp in &config.plugins.score.enabled {
@@ -403,7 +403,9 @@ impl SchedulerBuilder {
                     }
                 }
             })?;
-            scores.push((factory(config.args(&wp.name), &ctx)?, wp.weight));
+            let plugin =
+                factory(config.args(&wp.name), &ctx).map_err(|e| in_args(&config, &wp.name, e))?;
+            scores.push((plugin, wp.weight));
         }
         Ok(Scheduler {
             filters,
@@ -414,6 +416,14 @@ impl SchedulerBuilder {
             violations: AtomicU64::new(0),
             ties: AtomicU64::new(0),
         })
+    }
+}
+
+/// Puts `pluginConfig[i].args` before the path of an args error of plugin `name`.
+fn in_args(config: &Config, name: &str, e: Error) -> Error {
+    match config.plugin_config.iter().position(|p| p.name == name) {
+        Some(i) if e.path().is_some() => e.under(&format!("pluginConfig[{i}].args")),
+        _ => e,
     }
 }
 

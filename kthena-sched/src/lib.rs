@@ -60,6 +60,7 @@ mod framework;
 mod hash;
 mod kv_index;
 mod plugins;
+mod strict;
 mod types;
 
 pub use config::{Config, FilterPlugins, PluginConfig, Plugins, ScorePlugins, WeightedPlugin};
@@ -75,6 +76,7 @@ pub use plugins::{
     LeastPrefillArgs, LeastRequest, LeastRequestArgs, LoadImbalance, LoadImbalanceArgs,
     LoraAffinity, LoraAffinityByName, PrefixCache, PrefixCacheArgs, PrefixStore, Random,
 };
+pub use strict::from_value;
 pub use types::{Candidate, Completion, EndpointId, Metrics, PdMember, PdRole, Request};
 
 /// Errors of this crate. Configuration errors happen at load time; per-request errors are
@@ -82,19 +84,44 @@ pub use types::{Candidate, Completion, EndpointId, Metrics, PdMember, PdRole, Re
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The configuration text is not valid YAML, or its top level cannot hold the expected
-    /// mapping.
-    #[error("invalid scheduler configuration: {0}")]
+    /// The configuration text is not valid YAML (or has a key twice in one mapping), or its
+    /// top level cannot hold the expected mapping. Shown as `invalid YAML: <reason> at line L
+    /// column C`.
+    #[error("invalid YAML: {}", yaml_reason(.0))]
     Yaml(#[source] Box<serde_saphyr::Error>),
-    /// A key or value of the scheduler section does not fit the format: an unknown (for
-    /// example misspelled) key, or a value of the wrong type such as a quoted weight.
-    #[error("invalid scheduler configuration at `{path}`: {source}")]
-    Field {
-        /// Where, from the top of the parsed text: `plugins.Score.enabled[0].wieght`.
+    /// A key the format does not have, for example a misspelled one. Shown as
+    /// ``unknown key `plugins.Score.enabled[0].wieght`: did you mean `weight`?`` (or the list
+    /// of known keys when none is close).
+    #[error("unknown key `{path}`: {}", strict::hint(.suggestion.as_deref(), .expected))]
+    UnknownKey {
+        /// Where, from the top of the parsed text, ending with the key.
         path: String,
-        /// The parser's error, with line and column.
-        #[source]
-        source: Box<serde_saphyr::Error>,
+        /// The closest known key, when one is close.
+        suggestion: Option<String>,
+        /// Every key accepted at that place.
+        expected: Vec<&'static str>,
+    },
+    /// A string that is none of the accepted values (``unknown value `jsn` at
+    /// `accessLog.format`: did you mean `json`?``).
+    #[error("unknown value `{value}` at `{path}`: {}", strict::hint(.suggestion.as_deref(), .expected))]
+    UnknownValue {
+        /// Where, from the top of the parsed text.
+        path: String,
+        /// The value given.
+        value: String,
+        /// The closest accepted value, when one is close.
+        suggestion: Option<String>,
+        /// Every accepted value.
+        expected: Vec<&'static str>,
+    },
+    /// A value of the wrong type or out of range (`` `plugins.Score.enabled[0].weight`:
+    /// invalid type: string "2", expected a number``).
+    #[error("`{path}`: {reason}")]
+    Field {
+        /// Where, from the top of the parsed text: `plugins.Score.enabled[0].weight`.
+        path: String,
+        /// What is wrong.
+        reason: String,
     },
     /// [`Config::from_yaml`] was given a whole router file (a top-level `scheduler` key).
     #[error(
@@ -185,6 +212,42 @@ pub enum Error {
     /// count). The index is unchanged.
     #[error("invalid KV event: {0}")]
     InvalidKvEvent(String),
+}
+
+/// A YAML error in words for users: serde-saphyr's user formatter (no hints about parser
+/// options), no source snippet, `at line L column C`.
+fn yaml_reason(e: &serde_saphyr::Error) -> String {
+    e.render_with_options(serde_saphyr::render_options! {
+        formatter: &serde_saphyr::UserMessageFormatter,
+        snippets: serde_saphyr::SnippetMode::Off,
+    })
+}
+
+impl Error {
+    /// The field path of a [`Error::UnknownKey`], [`Error::UnknownValue`] or
+    /// [`Error::Field`].
+    #[must_use]
+    pub fn path(&self) -> Option<&str> {
+        match self {
+            Self::UnknownKey { path, .. }
+            | Self::UnknownValue { path, .. }
+            | Self::Field { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+
+    /// The same error with `prefix` put before its field path (`scheduler` turns
+    /// `plugins.Score` into `scheduler.plugins.Score`); errors without a path are unchanged.
+    #[must_use]
+    pub fn under(mut self, prefix: &str) -> Self {
+        if let Self::UnknownKey { path, .. }
+        | Self::UnknownValue { path, .. }
+        | Self::Field { path, .. } = &mut self
+        {
+            *path = strict::join(prefix, path);
+        }
+        self
+    }
 }
 
 /// Hash map with foldhash's fast, per-map randomly seeded hasher (internal maps keyed by

@@ -113,7 +113,10 @@ fn load_time_errors() {
     );
     let e = section("pluginConfig: [{name: prefix-cache, args: {topK: 1}}]\nplugins: {Score: {enabled: [{name: prefix-cache}]}}")
         .unwrap_err();
-    assert!(e.to_string().contains("unknown field `topK`"), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "unknown key `pluginConfig[0].args.topK`: did you mean `topKMatches`?"
+    );
     assert!(matches!(
         Config::from_yaml("plugins: [1"),
         Err(Error::Yaml(_))

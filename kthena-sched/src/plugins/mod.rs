@@ -75,15 +75,17 @@ pub(crate) fn register_builtin(r: &mut Registry) {
     });
 }
 
-/// Parses plugin args; `null` gives the defaults. Unknown keys and wrong types are errors.
+/// Parses plugin args; `null` gives the defaults. Unknown keys ([`Error::UnknownKey`]) and
+/// wrong types ([`Error::Field`]) are errors with a path relative to the args, which the
+/// builder puts under `pluginConfig[i].args`.
 pub(crate) fn parse_args<T: DeserializeOwned + Default>(
-    plugin: &str,
+    _plugin: &str,
     v: &serde_json::Value,
 ) -> Result<T> {
     if v.is_null() {
         return Ok(T::default());
     }
-    T::deserialize(v).map_err(|e| invalid(plugin, e.to_string()))
+    crate::from_value(v, "")
 }
 
 fn no_args(plugin: &str, v: &serde_json::Value) -> Result<()> {

@@ -367,7 +367,10 @@ fn kvcache_aware_args_validation() {
     assert!(e.to_string().contains("vllmTokenizerPort"), "{e}");
     let e = parse_args::<KvCacheAwareArgs>("kvcache-aware", &serde_json::json!({"blockSize": 4}))
         .unwrap_err();
-    assert!(e.to_string().contains("unknown field `blockSize`"), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "unknown key `blockSize`: did you mean `blockSizeToHash`?"
+    );
 }
 
 fn pending(tokens: u64) -> Metrics {

@@ -1,0 +1,173 @@
+//! What a loaded configuration leaves unserved: warnings in the snapshot, the log, the debug
+//! dump and `kthena_router_config_warnings`, kept true on reload; `/readyz` names the models
+//! without a ready endpoint.
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{TestRouter, endpoint, get, model_server, simple_route};
+use http::StatusCode;
+
+const NOT_FOUND: &str = "ModelRoute default/r2: spec.rules[0].targetModels[0].modelServerName: \
+    ModelServer default/srv-b does not exist (did you mean `srv-a`?); requests for this target \
+    get 404";
+const NOT_SELECTED: &str = "endpoint orphan (namespace default, labels {app: nobody}) is \
+    selected by no ModelServer; no request is sent to it";
+const NO_ENDPOINTS: &str = "ModelServer default/srv-b: spec.workloadSelector.matchLabels \
+    {app: b} selects no endpoint in namespace default; requests routed to it get 503";
+
+async fn dump(r: &TestRouter) -> serde_json::Value {
+    let (status, text) = get(&format!(
+        "http://{}/debug/config_dump/warnings",
+        r.router.debug_addr
+    ))
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    serde_json::from_str(&text).unwrap()
+}
+
+async fn warning_gauge(r: &TestRouter, kind: &str) -> f64 {
+    r.metric(&format!("kthena_router_config_warnings{{kind=\"{kind}\"}}"))
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_server_and_unselected_endpoint_are_reported_at_load_and_reload() {
+    let sim = kthena_sim::spawn(common::sim_config("m1")).await.unwrap();
+    // An address nothing listens on: the orphan endpoint is never selected anyway.
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let endpoints = format!(
+        "{}{}",
+        endpoint("sim-a", sim.addr(), "a"),
+        endpoint("orphan", free, "nobody")
+    );
+    let r = TestRouter::start(
+        common::LEAST_REQUEST_ONLY,
+        &endpoints,
+        &[
+            ("srv-a.yaml", model_server("srv-a", "m1", "a", "")),
+            ("r1.yaml", simple_route("r1", "m1", "srv-a")),
+            ("r2.yaml", simple_route("r2", "m2", "srv-b")),
+        ],
+    )
+    .await;
+    r.wait_ready().await;
+
+    let messages: Vec<(&str, String)> = r
+        .router
+        .snapshot()
+        .warnings
+        .iter()
+        .map(|w| (w.kind, w.message.clone()))
+        .collect();
+    assert_eq!(
+        messages,
+        vec![
+            ("model_server_not_found", NOT_FOUND.to_owned()),
+            ("endpoint_not_selected", NOT_SELECTED.to_owned()),
+        ]
+    );
+    assert_eq!(
+        dump(&r).await,
+        serde_json::json!({"warnings": [
+            {"kind": "model_server_not_found", "message": NOT_FOUND},
+            {"kind": "endpoint_not_selected", "message": NOT_SELECTED},
+        ]})
+    );
+    assert_eq!(warning_gauge(&r, "model_server_not_found").await, 1.0);
+    assert_eq!(warning_gauge(&r, "endpoint_not_selected").await, 1.0);
+    assert_eq!(
+        warning_gauge(&r, "model_server_without_endpoints").await,
+        0.0
+    );
+
+    // Ready (the config loaded), and the body names the model that cannot be served.
+    let (status, body) = get(&format!("{}/readyz", r.url())).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&body).unwrap(),
+        serde_json::json!({
+            "message": "router is ready; 1 model(s) have no ready endpoint",
+            "modelsWithoutReadyEndpoint": ["m2"],
+        })
+    );
+
+    // Reload: the missing server appears but selects nothing; the orphan stays unselected.
+    let generation = r.router.generation();
+    std::fs::write(
+        r.manifests().join("srv-b.yaml"),
+        model_server("srv-b", "m2", "b", ""),
+    )
+    .unwrap();
+    for _ in 0..250 {
+        if r.router.generation() > generation {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(r.router.generation() > generation, "no reload");
+    assert_eq!(
+        dump(&r).await,
+        serde_json::json!({"warnings": [
+            {"kind": "model_server_without_endpoints", "message": NO_ENDPOINTS},
+            {"kind": "endpoint_not_selected", "message": NOT_SELECTED},
+        ]})
+    );
+    assert_eq!(warning_gauge(&r, "model_server_not_found").await, 0.0);
+    assert_eq!(
+        warning_gauge(&r, "model_server_without_endpoints").await,
+        1.0
+    );
+    let (status, body) = get(&format!("{}/readyz", r.url())).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        body.contains(r#""modelsWithoutReadyEndpoint":["m2"]"#),
+        "{body}"
+    );
+
+    // With every model served, the body is Go Kthena's.
+    std::fs::remove_file(r.manifests().join("r2.yaml")).unwrap();
+    let generation = r.router.generation();
+    for _ in 0..250 {
+        if r.router.generation() > generation {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, body) = get(&format!("{}/readyz", r.url())).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::OK, r#"{"message":"router is ready"}"#)
+    );
+    r.router.shutdown().await;
+    sim.shutdown(Duration::from_secs(1)).await;
+}
+
+/// A ModelRoute with `rateLimit` is rejected, never served without its limit.
+#[test]
+fn rate_limited_route_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let route = format!(
+        "{}  rateLimit: {{inputTokensPerUnit: 100, unit: minute}}\n",
+        simple_route("r1", "m1", "srv-a")
+    );
+    std::fs::write(dir.path().join("r1.yaml"), route).unwrap();
+    let path = dir.path().join("router.yaml");
+    let cfg =
+        kthena_router::Config::from_yaml(&path, "standalone: {manifests: [r1.yaml]}\n").unwrap();
+    let e = kthena_router::Loader::new().load(&cfg, None).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "invalid manifest {}: document 1 (line 1) ModelRoute default/r1: spec.rateLimit: \
+             token rate limiting is not supported yet: remove `rateLimit` from the route, or \
+             keep Go Kthena for this feature",
+            dir.path().join("r1.yaml").display()
+        )
+    );
+}
