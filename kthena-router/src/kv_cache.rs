@@ -195,10 +195,13 @@ impl KvState {
 
     /// The token ids of a request's prompt, when they are wanted: in-process with the
     /// tokenizer of `upstream_model` or `model`, else (only when `kvcache-aware` is enabled)
-    /// from `remote_url`'s `/tokenize`.
+    /// from `remote_url`'s `/tokenize`. Observes Go's `kvcache_aware` tokenize families and,
+    /// when `kvcache-aware` has no way to tokenize for the ModelServer's `engine` (no
+    /// tokenizer configured, remote tokenization off), `tokenizer_unsupported_engine_total`.
     pub async fn request_tokens(
         &self,
         shared: &Shared,
+        engine: &str,
         model: &str,
         upstream_model: &str,
         prompt: &crate::openai::Prompt,
@@ -213,15 +216,17 @@ impl KvState {
             None
         };
         let started = tokio::time::Instant::now();
+        let models = [upstream_model, model];
+        if self.index.is_some()
+            && self.tokenizers.get(&models).is_none()
+            && (remote.is_none() || !self.tokenizers.remote)
+        {
+            // kvcache-aware needs token ids and nothing can tokenize for this engine.
+            shared.metrics.plugins.unsupported_engine(model, engine);
+        }
         let ids = self
             .tokenizers
-            .tokens(
-                &shared.client,
-                &shared.metrics.kv,
-                &[upstream_model, model],
-                prompt,
-                remote,
-            )
+            .tokens(&shared.client, &shared.metrics.kv, &models, prompt, remote)
             .await;
         if self.index.is_some() {
             let m = &shared.metrics.plugins;

@@ -10,7 +10,7 @@
 //! | `kthena_router_kvcache_aware_redis_duration_seconds` | histogram | `model` | .0005 .001 .0025 .005 .01 .025 .05 .1 .25 .5 1 2.5; one Redis block lookup |
 //! | `kthena_router_kvcache_aware_tokenize_duration_seconds` | histogram | `model` | same buckets; prompt tokenization for kvcache-aware |
 //! | `kthena_router_kvcache_aware_errors_total` | counter | `model`, `stage` | `stage` = `tokenize` or `redis` |
-//! | `kthena_router_tokenizer_unsupported_engine_total` | counter | `model`, `engine` | registered for dashboards, never incremented: every engine kind (vLLM, SGLang) has `/tokenize` |
+//! | `kthena_router_tokenizer_unsupported_engine_total` | counter | `model`, `engine` | a kvcache-aware request that nothing can tokenize for the ModelServer's `inferenceEngine` (no tokenizer configured for the model, remote tokenization off) |
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -181,6 +181,16 @@ impl PluginMetrics {
             .get_or_create(&StageLabels {
                 model: model.to_owned(),
                 stage: stage.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one kvcache-aware request that nothing can tokenize for `engine`.
+    pub fn unsupported_engine(&self, model: &str, engine: &str) {
+        self.unsupported
+            .get_or_create(&EngineLabels {
+                model: model.to_owned(),
+                engine: engine.to_owned(),
             })
             .inc();
     }

@@ -407,6 +407,7 @@ async fn serve(
         .kv
         .request_tokens(
             shared,
+            server.engine.as_str(),
             &parsed.model,
             &upstream_model,
             &parsed.prompt,
