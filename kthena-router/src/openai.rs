@@ -240,8 +240,20 @@ impl ParsedRequest {
     /// bytes are forwarded unchanged.
     #[must_use]
     pub fn upstream_body(&self, rewrite_model: Option<&str>) -> UpstreamBody {
+        self.build_upstream_body(rewrite_model, true)
+    }
+
+    /// The upstream body of a Responses API request (`/v1/responses`): only `model` is
+    /// rewritten. That API has no `stream_options.include_usage`; its streams always end with
+    /// `response.completed`, which carries the usage.
+    #[must_use]
+    pub fn upstream_responses_body(&self, rewrite_model: Option<&str>) -> UpstreamBody {
+        self.build_upstream_body(rewrite_model, false)
+    }
+
+    fn build_upstream_body(&self, rewrite_model: Option<&str>, may_inject: bool) -> UpstreamBody {
         let rewrite = rewrite_model.filter(|m| *m != self.model);
-        let inject = self.stream && !self.client_wants_usage;
+        let inject = may_inject && self.stream && !self.client_wants_usage;
         if rewrite.is_none() && !inject {
             return UpstreamBody {
                 bytes: self.raw.clone(),
@@ -579,6 +591,15 @@ mod tests {
         )
         .unwrap();
         assert!(!r.upstream_body(None).injected_usage);
+        // The Responses API: streamed as is, only the model rewritten.
+        let r = parse(r#"{"model":"a","input":"x","stream":true}"#).unwrap();
+        let b = r.upstream_responses_body(None);
+        assert!(!b.injected_usage);
+        assert_eq!(&b.bytes[..], br#"{"model":"a","input":"x","stream":true}"#);
+        let b = r.upstream_responses_body(Some("real"));
+        let v: Value = serde_json::from_slice(&b.bytes).unwrap();
+        assert_eq!(v["model"], "real");
+        assert!(v.get("stream_options").is_none());
     }
 
     #[test]

@@ -444,7 +444,11 @@ async fn serve(
     let ranked: Vec<usize> = decision.ranked.iter().map(|r| r.index).collect();
 
     let rewrite = (!m.is_lora).then_some(server.model.as_deref()).flatten();
-    let body = parsed.upstream_body(rewrite);
+    let body = if path == "/v1/responses" {
+        parsed.upstream_responses_body(rewrite)
+    } else {
+        parsed.upstream_body(rewrite)
+    };
     let headers = upstream_headers(&parts.headers, request_id);
     let pq = parts
         .uri

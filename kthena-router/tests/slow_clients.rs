@@ -43,6 +43,23 @@ async fn partial_head(addr: std::net::SocketAddr) -> Vec<u8> {
     read_until_closed(s).await
 }
 
+/// The first 16 of HTTP/2's 24 preface bytes: the router is still telling HTTP/1 from
+/// HTTP/2 prior knowledge.
+async fn partial_h2_preface(addr: std::net::SocketAddr) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    read_until_closed(s).await
+}
+
+/// One complete request, then the kept-alive connection stays silent.
+async fn idle_after_request(addr: std::net::SocketAddr) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: router\r\n\r\n")
+        .await
+        .unwrap();
+    read_until_closed(s).await
+}
+
 async fn partial_body(addr: std::net::SocketAddr) -> Vec<u8> {
     let mut s = TcpStream::connect(addr).await.unwrap();
     let head = format!(
@@ -93,9 +110,10 @@ fn body_json(resp: &[u8]) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
 }
 
-/// 50 partial heads, 50 partial bodies, 5 silent connections and one trickled body are all
-/// closed by the timeouts (408 with an access-log line for the bodies), counted by phase,
-/// while chats through the router succeed the whole time.
+/// 50 partial heads, 5 partial HTTP/2 prefaces, 50 partial bodies, 5 silent connections, one
+/// kept-alive connection left idle and one trickled body are all closed by the timeouts (408
+/// with an access-log line for the bodies), counted by phase, while chats through the router
+/// succeed the whole time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slowloris_clients_are_cut_and_normal_traffic_is_served() {
     let sim = kthena_sim::spawn(sim_config("real-model")).await.unwrap();
@@ -138,14 +156,22 @@ async fn slowloris_clients_are_cut_and_normal_traffic_is_served() {
         })
         .collect();
     let trickle = tasks.spawn(trickled_body(addr, Duration::from_millis(200)));
+    let prefaces: Vec<_> = (0..5)
+        .map(|_| tasks.spawn(partial_h2_preface(addr)))
+        .collect();
+    let kept = tasks.spawn(idle_after_request(addr));
 
     for h in heads {
         // Closed without an answer: no request ever reached the router.
         assert_eq!(h.await.unwrap(), b"");
     }
-    for s in silent {
+    for s in silent.into_iter().chain(prefaces) {
         assert_eq!(s.await.unwrap(), b"");
     }
+    // The answer to the one request, then the close at the header timeout.
+    let resp = kept.await.unwrap();
+    assert_eq!(status_line(&resp), "HTTP/1.1 200 OK");
+    assert!(String::from_utf8_lossy(&resp).ends_with(r#"{"message":"ok"}"#));
     for b in bodies {
         let resp = b.await.unwrap();
         assert_eq!(status_line(&resp), "HTTP/1.1 408 Request Timeout");
@@ -176,8 +202,8 @@ async fn slowloris_clients_are_cut_and_normal_traffic_is_served() {
     let m = |phase: &str| {
         format!(r#"kthena_router_client_timeouts_total{{listener="inference",phase="{phase}"}}"#)
     };
-    assert_eq!(r.metric(&m("headers")).await, 50.0);
-    assert_eq!(r.metric(&m("idle")).await, 5.0);
+    assert_eq!(r.metric(&m("headers")).await, 55.0);
+    assert_eq!(r.metric(&m("idle")).await, 6.0);
     assert_eq!(r.metric(&m("body")).await, 51.0);
 
     let log = r.access_log();
