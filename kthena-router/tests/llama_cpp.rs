@@ -54,6 +54,9 @@ async fn start_engine(bin: &PathBuf, model: &PathBuf) -> Engine {
             "4096",
             "-t",
             "1",
+            // No weight repacking: on CPUs with AMX, llama.cpp's AMX matmul path (picked by
+            // the native build) crashes with SIGSEGV while loading the model.
+            "--no-repack",
         ])
         .args(["-a", ALIAS, "--log-disable"])
         .stdout(Stdio::null())
