@@ -10,7 +10,10 @@ const PROMPT: &str =
     "================\nDo you want to apply these resources to the cluster? [y/N]: ";
 
 /// The manifests between Go's `Generated YAML:` banner and the closing line.
-#[expect(clippy::unwrap_used, reason = "test helper: a missing banner is a test failure")]
+#[expect(
+    clippy::unwrap_used,
+    reason = "test helper: a missing banner is a test failure"
+)]
 fn generated(stdout: &str) -> &str {
     let body = stdout
         .strip_prefix("Generated YAML:\n================\n")

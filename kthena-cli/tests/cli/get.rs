@@ -345,3 +345,53 @@ async fn templates_list_and_show() {
         )
     );
 }
+
+#[tokio::test]
+async fn works_as_a_kubectl_plugin() {
+    let ns = kthena_testenv::namespace("cli-plugin").await.unwrap();
+    create_example(
+        ns.client(),
+        ns.name(),
+        "kthena-router/ModelServer-sglang.yaml",
+        None,
+    )
+    .await;
+    let bin = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_kthena"),
+        bin.path().join("kubectl-kthena"),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let kubectl = |args: &[&str]| {
+        let mut cmd = tokio::process::Command::new(ns.env().kubectl_path());
+        cmd.args(args)
+            .env("PATH", &path)
+            .env("KUBECONFIG", ns.env().kubeconfig());
+        cmd
+    };
+    let out = kubectl(&["kthena", "get", "mserver", "-n", ns.name()])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.starts_with("NAME          ENGINE   PORT    AGE\nsglang-mock   SGLang   30000   "),
+        "{stdout}"
+    );
+    let out = kubectl(&["kthena", "--help"]).output().await.unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        help.contains("\nUsage: kubectl kthena [OPTIONS] <COMMAND>\n"),
+        "{help}"
+    );
+}
