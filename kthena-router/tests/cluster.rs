@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use cluster_support::{ClusterRouter, SimPod, apply, deploy_dir, model_route, model_server};
+use cluster_support::{ClusterRouter, Node, apply, deploy_dir, model_route, model_server};
 use kthena_api::ModelRoute;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -19,11 +19,12 @@ async fn requests_reach_both_pods_and_a_deleted_pod_leaves_within_2s() {
     let ns = kthena_testenv::namespace("cluster-delete").await.unwrap();
     let n = ns.name().to_owned();
     let model = format!("{n}-model");
-    let a = SimPod::start(&ns, "pod-a", "sim", &model, 0).await;
-    let b = SimPod::start(&ns, "pod-b", "sim", &model, a.port()).await;
+    let node = Node::start(&ns);
+    node.pod("pod-a", "sim", &model).await;
+    node.pod("pod-b", "sim", &model).await;
     apply(
         &ns,
-        &[model_server(&n, "ms", &model, "sim", a.port())],
+        &[model_server(&n, "ms", &model, "sim", node.port)],
         &[model_route(&n, "route", &model, "ms")],
     )
     .await;
@@ -44,7 +45,7 @@ async fn requests_reach_both_pods_and_a_deleted_pod_leaves_within_2s() {
         "{served:?}"
     );
 
-    a.delete().await;
+    node.delete("pod-a").await;
     let took = r
         .wait_endpoints(&n, "ms", &["pod-b"], Duration::from_secs(2))
         .await;
@@ -52,7 +53,6 @@ async fn requests_reach_both_pods_and_a_deleted_pod_leaves_within_2s() {
     let served = r.send(&model, 10).await;
     assert_eq!(served, vec!["pod-b"; 10]);
     r.router.shutdown().await;
-    drop(b);
 }
 
 /// Changing the ModelRoute's target moves every request to the other ModelServer's Pod.
@@ -61,13 +61,14 @@ async fn changing_the_route_target_swaps_routing() {
     let ns = kthena_testenv::namespace("cluster-target").await.unwrap();
     let n = ns.name().to_owned();
     let model = format!("{n}-model");
-    let a = SimPod::start(&ns, "pod-a", "a", &model, 0).await;
-    let b = SimPod::start(&ns, "pod-b", "b", &model, a.port()).await;
+    let node = Node::start(&ns);
+    node.pod("pod-a", "a", &model).await;
+    node.pod("pod-b", "b", &model).await;
     apply(
         &ns,
         &[
-            model_server(&n, "ms-a", &model, "a", a.port()),
-            model_server(&n, "ms-b", &model, "b", a.port()),
+            model_server(&n, "ms-a", &model, "a", node.port),
+            model_server(&n, "ms-b", &model, "b", node.port),
         ],
         &[model_route(&n, "route", &model, "ms-a")],
     )
@@ -88,7 +89,6 @@ async fn changing_the_route_target_swaps_routing() {
         .await;
     assert_eq!(r.send(&model, 4).await, vec!["pod-b"; 4]);
     r.router.shutdown().await;
-    drop((a, b));
 }
 
 /// A Pod whose Ready condition turns False gets no more traffic; back to Ready, it does
@@ -98,11 +98,12 @@ async fn a_pod_turning_not_ready_stops_receiving_traffic() {
     let ns = kthena_testenv::namespace("cluster-ready").await.unwrap();
     let n = ns.name().to_owned();
     let model = format!("{n}-model");
-    let a = SimPod::start(&ns, "pod-a", "sim", &model, 0).await;
-    let b = SimPod::start(&ns, "pod-b", "sim", &model, a.port()).await;
+    let node = Node::start(&ns);
+    node.pod("pod-a", "sim", &model).await;
+    node.pod("pod-b", "sim", &model).await;
     apply(
         &ns,
-        &[model_server(&n, "ms", &model, "sim", a.port())],
+        &[model_server(&n, "ms", &model, "sim", node.port)],
         &[model_route(&n, "route", &model, "ms")],
     )
     .await;
@@ -111,12 +112,12 @@ async fn a_pod_turning_not_ready_stops_receiving_traffic() {
     r.wait_endpoints(&n, "ms", &["pod-a", "pod-b"], Duration::from_secs(10))
         .await;
 
-    b.set_ready(false).await;
+    node.set_ready("pod-b", false).await;
     r.wait_endpoints(&n, "ms", &["pod-a"], Duration::from_secs(5))
         .await;
     assert_eq!(r.send(&model, 6).await, vec!["pod-a"; 6]);
 
-    b.set_ready(true).await;
+    node.set_ready("pod-b", true).await;
     r.wait_endpoints(&n, "ms", &["pod-a", "pod-b"], Duration::from_secs(5))
         .await;
     let served = r.send(&model, 6).await;
@@ -124,41 +125,40 @@ async fn a_pod_turning_not_ready_stops_receiving_traffic() {
     r.router.shutdown().await;
 }
 
-/// An endpoint that persists across rebuilds keeps its state: the same `Arc` (in-flight
-/// count, scraped metrics) after an unrelated Pod comes and goes.
+/// A new endpoint is scraped at once (the scrape interval here is an hour), and an
+/// endpoint that persists across rebuilds keeps its state: the same `Arc` (in-flight count,
+/// scraped metrics) after another Pod joins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn endpoints_keep_their_state_across_rebuilds() {
+async fn new_endpoints_are_scraped_at_once_and_keep_their_state() {
     let ns = kthena_testenv::namespace("cluster-keep").await.unwrap();
     let n = ns.name().to_owned();
     let model = format!("{n}-model");
-    let a = SimPod::start(&ns, "pod-a", "sim", &model, 0).await;
+    let node = Node::start(&ns);
+    node.pod("pod-a", "sim", &model).await;
     apply(
         &ns,
-        &[model_server(&n, "ms", &model, "sim", a.port())],
+        &[model_server(&n, "ms", &model, "sim", node.port)],
         &[model_route(&n, "route", &model, "ms")],
     )
     .await;
-    let r = ClusterRouter::start(&ns).await;
+    let r = ClusterRouter::start_with(&ns, "metricsScrapeInterval: 1h").await;
     r.wait_ready().await;
     r.wait_endpoints(&n, "ms", &["pod-a"], Duration::from_secs(10))
         .await;
     let before = r.router.snapshot();
     let ep = std::sync::Arc::clone(&before.endpoints[0]);
-    assert!(
-        ep.state().scraped,
-        "a new endpoint is scraped before /readyz is 200"
-    );
+    r.wait_scraped("pod-a", Duration::from_secs(5)).await;
     assert_eq!(ep.state().models, vec![model.clone()]);
 
-    let b = SimPod::start(&ns, "pod-b", "sim", &model, a.port()).await;
-    r.wait_endpoints(&n, "ms", &["pod-a", "pod-b"], Duration::from_secs(5))
+    node.pod("pod-b", "sim", &model).await;
+    r.wait_endpoints(&n, "ms", &["pod-a", "pod-b"], Duration::from_secs(10))
         .await;
+    r.wait_scraped("pod-b", Duration::from_secs(5)).await;
     let after = r.router.snapshot();
     assert!(after.generation > before.generation);
     let kept = after.endpoints.iter().find(|e| e.name == "pod-a").unwrap();
     assert!(std::sync::Arc::ptr_eq(kept, &ep));
     r.router.shutdown().await;
-    drop(b);
 }
 
 /// `deploy/` is accepted by the real API server (`kubectl apply --server-side

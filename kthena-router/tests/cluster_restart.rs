@@ -7,7 +7,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use cluster_support::{ClusterRouter, SimPod, apply, model_route, model_server};
+use cluster_support::{ClusterRouter, Node, apply, model_route, model_server};
 
 fn kube_env(verb: &str, dir: &std::path::Path) {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/kube-env.sh");
@@ -36,11 +36,12 @@ async fn api_server_restart_loses_no_request_and_resumes_watching() {
     let ns = env.namespace("cluster-restart").await.unwrap();
     let n = ns.name().to_owned();
     let model = format!("{n}-model");
-    let a = SimPod::start(&ns, "pod-a", "sim", &model, 0).await;
-    let b = SimPod::start(&ns, "pod-b", "sim", &model, a.port()).await;
+    let node = Node::start(&ns);
+    node.pod("pod-a", "sim", &model).await;
+    node.pod("pod-b", "sim", &model).await;
     apply(
         &ns,
-        &[model_server(&n, "ms", &model, "sim", a.port())],
+        &[model_server(&n, "ms", &model, "sim", node.port)],
         &[model_route(&n, "route", &model, "ms")],
     )
     .await;
@@ -69,12 +70,11 @@ async fn api_server_restart_loses_no_request_and_resumes_watching() {
     assert_eq!(r.send(&model, 10).await.len(), 10);
 
     // A change after the restart is seen once the watch resumes (back-off at most 30 s).
-    b.delete().await;
+    node.delete("pod-b").await;
     let took = r
         .wait_endpoints(&n, "ms", &["pod-a"], Duration::from_secs(45))
         .await;
     eprintln!("change after the restart seen after {took:?}");
     assert_eq!(r.send(&model, 10).await, vec!["pod-a"; 10]);
     r.router.shutdown().await;
-    drop(a);
 }

@@ -10,14 +10,13 @@
 )]
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kthena_api::{ModelRoute, ModelServer};
 use kthena_router::Router;
+use kthena_sim::node::{NodeConfig, READY_ANNOTATION, SimNode};
 use kthena_testenv::TestNamespace;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -36,11 +35,15 @@ pub(crate) struct ClusterRouter {
 
 impl ClusterRouter {
     pub(crate) async fn start(ns: &TestNamespace) -> Self {
+        Self::start_with(ns, "metricsScrapeInterval: 100ms").await
+    }
+
+    /// As [`ClusterRouter::start`] with `extra` config lines.
+    pub(crate) async fn start_with(ns: &TestNamespace, extra: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("access.log");
         let text = format!(
-            "port: 0\nmetricsPort: 0\ndebugPort: 0\nbindAddress: 127.0.0.1\n\
-             metricsScrapeInterval: 100ms\n\
+            "port: 0\nmetricsPort: 0\ndebugPort: 0\nbindAddress: 127.0.0.1\n{extra}\n\
              accessLog: {{format: json, output: \"{}\"}}\n\
              scheduler:\n  plugins:\n    Filter: {{enabled: []}}\n    Score:\n      enabled:\n      - {{name: least-request, weight: 1}}\n",
             log.display()
@@ -62,13 +65,16 @@ impl ClusterRouter {
         format!("http://{}", self.router.addr)
     }
 
-    /// `selected_pod` of every access-log line so far.
-    pub(crate) fn served_by(&self) -> Vec<String> {
+    /// `(selected_pod, upstream_attempts)` of every access-log line so far.
+    pub(crate) fn served_by(&self) -> Vec<(String, u64)> {
         let text = std::fs::read_to_string(self.dir.path().join("access.log")).unwrap_or_default();
         text.lines()
             .map(|l| {
                 let v: serde_json::Value = serde_json::from_str(l).unwrap();
-                v["selected_pod"].as_str().unwrap_or("").to_owned()
+                (
+                    v["selected_pod"].as_str().unwrap_or("").to_owned(),
+                    v["upstream_attempts"].as_u64().unwrap_or(0),
+                )
             })
             .collect()
     }
@@ -121,6 +127,26 @@ impl ClusterRouter {
         }
     }
 
+    /// Waits until endpoint `name` of the current snapshot has been scraped once.
+    pub(crate) async fn wait_scraped(&self, name: &str, limit: Duration) {
+        let t0 = Instant::now();
+        loop {
+            let snap = self.router.snapshot();
+            if snap
+                .endpoints
+                .iter()
+                .any(|e| e.name == name && e.state().scraped)
+            {
+                return;
+            }
+            assert!(
+                t0.elapsed() < limit,
+                "{name} was not scraped within {limit:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Waits until model `model` resolves to ModelServer `server` of `ns`.
     pub(crate) async fn wait_route(&self, model: &str, ns: &str, server: &str, limit: Duration) {
         let t0 = Instant::now();
@@ -152,8 +178,9 @@ impl ClusterRouter {
         }
     }
 
-    /// Sends `n` sequential chat requests for `model`, asserting each is 200; returns the
-    /// pods that served them.
+    /// Sends `n` sequential chat requests for `model`, asserting each is 200 at the first
+    /// attempt (no request went to an endpoint that failed it); returns the pods that served
+    /// them.
     pub(crate) async fn send(&self, model: &str, n: usize) -> Vec<String> {
         let before = self.served_by().len();
         for i in 0..n {
@@ -165,7 +192,12 @@ impl ClusterRouter {
             .await;
             assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
         }
-        self.served_by()[before..].to_vec()
+        let served = self.served_by()[before..].to_vec();
+        assert!(
+            served.iter().all(|(_, attempts)| *attempts == 1),
+            "{served:?}"
+        );
+        served.into_iter().map(|(pod, _)| pod).collect()
     }
 }
 
@@ -208,93 +240,78 @@ pub(crate) async fn apply(ns: &TestNamespace, servers: &[ModelServer], routes: &
     }
 }
 
-static NEXT_HOST: AtomicU32 = AtomicU32::new(1);
-
-/// A loopback address of its own: `127.<pid-derived>.<n>.<n>` so parallel test processes
-/// do not collide.
-pub(crate) fn loopback() -> IpAddr {
-    let n = NEXT_HOST.fetch_add(1, Ordering::Relaxed);
-    let pid = std::process::id();
-    let b = u8::try_from(50 + pid % 200).unwrap();
-    IpAddr::V4(Ipv4Addr::new(
-        127,
-        b,
-        u8::try_from(n / 250).unwrap(),
-        u8::try_from(1 + n % 250).unwrap(),
-    ))
-}
-
-/// A Pod made real: a kthena-sim engine on its own loopback address, and the Pod object
-/// whose status says `Running`, `Ready` at that address.
-pub(crate) struct SimPod {
+/// A simulated node (kthena-sim's [`SimNode`], in-process) for the pods of one test
+/// namespace: each pod gets a kthena-sim engine on a loopback address of its own at
+/// [`Node::port`], and Running/Ready status once it answers.
+pub(crate) struct Node {
+    pub node: SimNode,
+    /// `spec.nodeName` of the pods this node runs.
     pub name: String,
-    pub engine: kthena_sim::SimHandle,
+    /// The engines' port (every pod's `containerPort`; the ModelServers' `workloadPort`).
+    pub port: u16,
     pods: Api<Pod>,
 }
 
-impl SimPod {
-    /// Starts an engine for `model` on a fresh loopback address at `port` (0: any), creates
-    /// Pod `name` labelled `app=<app>` and marks it Running and Ready at that address.
-    pub(crate) async fn start(
-        ns: &TestNamespace,
-        name: &str,
-        app: &str,
-        model: &str,
-        port: u16,
-    ) -> Self {
-        let mut cfg = kthena_sim::Config::default()
-            .with_model(model)
-            .with_time_scale(100.0);
-        cfg.host = loopback();
-        cfg.port = port;
-        let engine = kthena_sim::spawn(cfg).await.unwrap();
-        let pods: Api<Pod> = ns.api();
+impl Node {
+    pub(crate) fn start(ns: &TestNamespace) -> Self {
+        let name = format!("sim-{}", ns.name());
+        let config = NodeConfig {
+            node_name: Some(name.clone()),
+            engine: kthena_sim::Config::default().with_time_scale(100.0),
+            health_interval: Duration::from_millis(100),
+            ..NodeConfig::default()
+        };
+        let node = SimNode::start(ns.client().clone(), config);
+        // A port that is free on 127.0.0.1; the node skips addresses where it is taken.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        Self {
+            node,
+            name,
+            port,
+            pods: ns.api(),
+        }
+    }
+
+    /// Creates Pod `name` labelled `app=<app>` on this node, serving `model`.
+    pub(crate) async fn pod(&self, name: &str, app: &str, model: &str) {
         let pod: Pod = serde_json::from_value(json!({
             "metadata": {"name": name, "labels": {"app": app}},
-            "spec": {"containers": [{
-                "name": "engine",
-                "image": "kthena-sim",
-                "ports": [{"containerPort": engine.addr().port()}],
-            }]},
+            "spec": {
+                "nodeName": self.name,
+                "containers": [{
+                    "name": "engine",
+                    "image": "vllm/vllm-openai",
+                    "args": ["--model", model, "--port", self.port.to_string()],
+                    "ports": [{"containerPort": self.port}],
+                }],
+            },
         }))
-        .unwrap();
-        pods.create(&PostParams::default(), &pod).await.unwrap();
-        let me = Self {
-            name: name.to_owned(),
-            engine,
-            pods,
-        };
-        me.set_ready(true).await;
-        me
-    }
-
-    /// The engine's port.
-    pub(crate) fn port(&self) -> u16 {
-        self.engine.addr().port()
-    }
-
-    /// Writes `phase: Running`, the engine's address and `Ready=<ready>` into the status.
-    pub(crate) async fn set_ready(&self, ready: bool) {
-        let ip = self.engine.addr().ip().to_string();
-        let status = json!({"status": {
-            "phase": "Running",
-            "podIP": ip,
-            "podIPs": [{"ip": ip}],
-            "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
-        }});
+        .expect("a pod");
         self.pods
-            .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&status))
+            .create(&PostParams::default(), &pod)
             .await
-            .unwrap();
+            .expect("create the pod");
     }
 
-    /// Deletes the Pod object (the engine keeps running, so a request sent to it would be
-    /// answered and seen).
-    pub(crate) async fn delete(&self) {
+    /// Makes Pod `name` NotReady (`ready` false; its engine keeps serving) or Ready again.
+    pub(crate) async fn set_ready(&self, name: &str, ready: bool) {
+        let value = if ready { None } else { Some("false") };
+        let patch = json!({"metadata": {"annotations": {READY_ANNOTATION: value}}});
         self.pods
-            .delete(&self.name, &DeleteParams::default())
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
-            .unwrap();
+            .expect("patch the pod");
+    }
+
+    /// Deletes Pod `name` (gracefully: the node stops its engine, then removes it).
+    pub(crate) async fn delete(&self, name: &str) {
+        self.pods
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("delete the pod");
     }
 }
 
@@ -309,9 +326,4 @@ pub(crate) fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 /// `deploy/` of the repository.
 pub(crate) fn deploy_dir() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy"))
-}
-
-/// A free address for an engine: `SocketAddr` helper for tests that need one.
-pub(crate) fn addr(ip: IpAddr, port: u16) -> SocketAddr {
-    SocketAddr::new(ip, port)
 }
