@@ -1,5 +1,5 @@
 //! The `kthena-sim` binary: `--help` documents every knob with its default, and the process
-//! serves the API on the requested port.
+//! serves the API on the requested port with plain (uncoloured) logs when piped.
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 mod common;
@@ -30,6 +30,7 @@ fn help_documents_every_knob_and_default() {
         ("--kv-events-format", Some("map")),
         ("--kv-events-topic", None),
         ("--lora-modules", None),
+        ("--max-body-bytes", Some("67108864")),
         ("--max-num-seqs", Some("1024")),
         ("--max-num-batched-tokens", Some("8192")),
         ("--block-size", Some("16")),
@@ -83,11 +84,27 @@ async fn binary_serves_on_the_given_port() {
             "--time-scale",
             "10",
         ])
-        .stdout(Stdio::null())
+        .env_remove("NO_COLOR")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
+    // Logs go to stdout; piped, they carry no ANSI colour codes.
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
+    let first = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(first.contains("INFO"), "{first}");
+    assert!(first.contains("Engine simulator started."), "{first}");
+    assert!(
+        !first.contains('\u{1b}'),
+        "ANSI escape in piped logs: {first:?}"
+    );
     let base = format!("http://127.0.0.1:{port}");
     let mut up = false;
     for _ in 0..200 {
