@@ -267,3 +267,41 @@ async fn pods_on_one_port_get_their_own_addresses() -> Result<()> {
     node.stop().await;
     Ok(())
 }
+
+/// `kthena-sim node` (the binary) selects pods by namespace and label.
+#[tokio::test]
+async fn node_subcommand_runs_selected_pods() -> Result<()> {
+    let ns = kthena_testenv::namespace("node-cli").await?;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kthena-sim"))
+        .arg("node")
+        .arg("--kubeconfig")
+        .arg(ns.env().kubeconfig())
+        .args([
+            "--namespace",
+            ns.name(),
+            "--selector",
+            "app=vllm",
+            "--time-scale",
+            "10",
+        ])
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let api = ns.api::<Pod>();
+    let mut unselected = pod("unselected", "any", "m", 8105)?;
+    unselected.metadata.labels = None;
+    api.create(&PostParams::default(), &unselected).await?;
+    api.create(&PostParams::default(), &pod("p", "any", "served", 8105)?)
+        .await?;
+    let p = wait_for(&api, "p", "Ready", is_ready(true)).await?;
+    let models = common::get_json(&format!("http://{}:8105/v1/models", pod_ip(&p)?)).await;
+    assert_eq!(models["data"][0]["id"], "served");
+    let other = api.get("unselected").await?;
+    assert_eq!(
+        other.status.and_then(|s| s.pod_ip),
+        None,
+        "a pod without the label is left alone"
+    );
+    child.kill().await?;
+    Ok(())
+}

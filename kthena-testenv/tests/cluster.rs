@@ -276,3 +276,33 @@ async fn podgroup_and_inferencepool_round_trip() -> Result<()> {
     );
     Ok(())
 }
+
+/// A control plane of one's own: its API server can be stopped and started again (same
+/// port, same data), and it is gone once dropped.
+#[tokio::test]
+async fn own_control_plane_restarts_its_api_server_and_stops_on_drop() -> Result<()> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let plane = kthena_testenv::ControlPlane::start().await?;
+    let dir = plane.dir().context("started here")?.to_owned();
+    let client = plane.client().await?;
+    let maps: Api<ConfigMap> = Api::namespaced(client, "default");
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "kept"}}))?;
+    maps.create(&PostParams::default(), &cm).await?;
+
+    plane.stop_apiserver().await?;
+    assert!(maps.get("kept").await.is_err(), "the API server is down");
+    plane.start_apiserver().await?;
+    // The same client reconnects to the same port; etcd kept the object.
+    assert_eq!(
+        maps.get("kept").await?.metadata.name.as_deref(),
+        Some("kept")
+    );
+
+    drop(plane);
+    assert!(!dir.exists(), "{} removed", dir.display());
+    assert!(
+        maps.get("kept").await.is_err(),
+        "the control plane is stopped"
+    );
+    Ok(())
+}
