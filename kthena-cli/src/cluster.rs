@@ -115,7 +115,7 @@ impl Cluster {
             .api(kind, scope.namespace())
             .list(&ListParams::default())
             .await
-            .map_err(|e| self.classify(e, kind, None))?;
+            .map_err(|e| classify(e, &self.server, kind, None))?;
         list.items.into_iter().map(|o| to_value(kind, &o)).collect()
     }
 
@@ -128,7 +128,7 @@ impl Cluster {
             .api(kind, Some(namespace))
             .get(name)
             .await
-            .map_err(|e| self.classify(e, kind, Some((namespace, name))))?;
+            .map_err(|e| classify(e, &self.server, kind, Some((namespace, name))))?;
         to_value(kind, &object)
     }
 
@@ -154,7 +154,7 @@ impl Cluster {
                 &dynamic,
             )
             .await
-            .map_err(|e| match self.classify(e, kind, None) {
+            .map_err(|e| match classify(e, &self.server, kind, None) {
                 Error::Api { code: 409, .. } => Error::AlreadyExists {
                     kind: kind.kind().to_owned(),
                     name,
@@ -164,41 +164,43 @@ impl Cluster {
             })?;
         Ok(())
     }
+}
 
-    fn classify(&self, e: kube::Error, kind: Kind, object: Option<(&str, &str)>) -> Error {
-        match e {
-            kube::Error::Api(status) => {
-                let missing_type =
-                    status.code == 404 && status.details.as_ref().is_none_or(|d| d.name.is_empty());
-                match (status.code, object) {
-                    (404, _) if missing_type => Error::CrdsMissing {
-                        resource: resource_name(kind),
-                    },
-                    (404, Some((namespace, name))) => Error::NotFound {
-                        kind: kind.kind(),
-                        name: name.to_owned(),
-                        namespace: namespace.to_owned(),
-                    },
-                    (403, _) => Error::Forbidden {
-                        message: status.message,
-                    },
-                    (401, _) => Error::Unauthorized {
-                        message: status.message,
-                    },
-                    (code, _) => Error::Api {
-                        code,
-                        message: status.message,
-                    },
-                }
+/// Turns a kube error into the error a person can act on. A 404 whose details name no
+/// object means the resource type itself is missing (no CRD); with a name, the object is.
+fn classify(e: kube::Error, server: &str, kind: Kind, object: Option<(&str, &str)>) -> Error {
+    match e {
+        kube::Error::Api(status) => {
+            let missing_type =
+                status.code == 404 && status.details.as_ref().is_none_or(|d| d.name.is_empty());
+            match (status.code, object) {
+                (404, _) if missing_type => Error::CrdsMissing {
+                    resource: resource_name(kind),
+                },
+                (404, Some((namespace, name))) => Error::NotFound {
+                    kind: kind.kind(),
+                    name: name.to_owned(),
+                    namespace: namespace.to_owned(),
+                },
+                (403, _) => Error::Forbidden {
+                    message: status.message,
+                },
+                (401, _) => Error::Unauthorized {
+                    message: status.message,
+                },
+                (code, _) => Error::Api {
+                    code,
+                    message: status.message,
+                },
             }
-            other @ (kube::Error::HyperError(_) | kube::Error::Service(_)) => Error::Unreachable {
-                server: self.server.clone(),
-                detail: innermost(&other),
-            },
-            other => Error::Kubeconfig {
-                message: innermost(&other),
-            },
         }
+        other @ (kube::Error::HyperError(_) | kube::Error::Service(_)) => Error::Unreachable {
+            server: server.to_owned(),
+            detail: innermost(&other),
+        },
+        other => Error::Client {
+            message: innermost(&other),
+        },
     }
 }
 
@@ -230,4 +232,67 @@ fn to_value(kind: Kind, object: &DynamicObject) -> Result<Value> {
             .or_insert_with(|| Value::String(ar.kind.clone()));
     }
     Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::response::{Status, StatusDetails};
+
+    fn api_error(code: u16, details_name: Option<&str>) -> kube::Error {
+        let details = details_name.map(|n| StatusDetails {
+            name: n.to_owned(),
+            group: String::new(),
+            kind: String::new(),
+            uid: String::new(),
+            causes: Vec::new(),
+            retry_after_seconds: 0,
+        });
+        kube::Error::Api(Box::new(Status {
+            code,
+            message: format!("message {code}"),
+            details,
+            ..Default::default()
+        }))
+    }
+
+    #[test]
+    fn api_errors_are_classified() {
+        let s = "https://127.0.0.1:1";
+        let obj = Some(("prod", "r"));
+        let e = classify(api_error(404, None), s, Kind::ModelRoute, obj);
+        assert_eq!(
+            e.to_string(),
+            "the cluster has no modelroutes.networking.serving.volcano.sh resource: is Kthena installed? (its CRDs are missing)"
+        );
+        let e = classify(api_error(404, Some("r")), s, Kind::ModelRoute, obj);
+        assert_eq!(
+            e.to_string(),
+            "ModelRoute \"r\" not found in namespace \"prod\""
+        );
+        let e = classify(api_error(403, None), s, Kind::ModelServing, None);
+        assert_eq!(
+            e.to_string(),
+            "forbidden: message 403 (ask a cluster administrator for access)"
+        );
+        let e = classify(api_error(401, None), s, Kind::ModelServing, None);
+        assert_eq!(
+            e.to_string(),
+            "unauthorized: the API server rejected the credentials of the current context (message 401)"
+        );
+        let e = classify(api_error(500, None), s, Kind::ModelServing, None);
+        assert_eq!(e.to_string(), "the API server answered 500: message 500");
+    }
+
+    #[test]
+    fn resource_names_are_plural_dot_group() {
+        assert_eq!(
+            resource_name(Kind::AutoscalingPolicy),
+            "autoscalingpolicies.workload.serving.volcano.sh"
+        );
+        assert_eq!(
+            resource_name(Kind::ModelServer),
+            "modelservers.networking.serving.volcano.sh"
+        );
+    }
 }

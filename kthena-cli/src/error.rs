@@ -75,6 +75,12 @@ pub enum Error {
         /// The API server's message.
         message: String,
     },
+    /// The Kubernetes client failed in another way (e.g. an unreadable response).
+    #[error("Kubernetes client error: {message}")]
+    Client {
+        /// The innermost cause.
+        message: String,
+    },
     /// An object from the API server does not decode as its Kthena kind.
     #[error("cannot decode {kind} \"{name}\": {source}")]
     Decode {
