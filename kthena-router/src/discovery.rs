@@ -114,6 +114,8 @@ pub struct Loader {
     fixed: Option<(Arc<Scheduler>, Arc<crate::kv_cache::KvState>)>,
     /// ModelServers already warned about for an unserved `pdGroup`.
     pd_warned: HashSet<String>,
+    /// Cluster mode: the warnings of the last snapshot (logged when they first appear).
+    logged_warnings: Vec<crate::warnings::ConfigWarning>,
 }
 
 /// A ModelRoute or ModelServer with where it came from, for error messages.
@@ -317,7 +319,18 @@ impl Loader {
         self.generation += 1;
         let endpoints: Vec<Arc<Endpoint>> = endpoints.into_iter().map(|(e, _)| e).collect();
         let warnings = crate::warnings::check(&route_objects, &servers, &endpoints);
-        crate::warnings::log(&warnings);
+        if on_invalid == OnInvalid::Reject {
+            crate::warnings::log(&warnings);
+        } else {
+            // Cluster mode rebuilds on every watch event: log only what is new.
+            let new: Vec<_> = warnings
+                .iter()
+                .filter(|w| !self.logged_warnings.contains(w))
+                .cloned()
+                .collect();
+            crate::warnings::log(&new);
+            self.logged_warnings.clone_from(&warnings);
+        }
         Ok(Snapshot {
             generation: self.generation,
             routes: table,

@@ -215,6 +215,35 @@ async fn deploy_manifests_pass_server_side_dry_run() {
     }
 }
 
+/// The example of docs/router.md ("Cluster mode on a laptop") is accepted by the real API
+/// server, and its router config is a valid cluster-mode config.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_example_is_accepted() {
+    let env = kthena_testenv::TestEnv::get().await.unwrap();
+    let dir = deploy_dir().join("../examples/cluster");
+    let out = env
+        .kubectl()
+        .args(["apply", "--dry-run=server", "-f"])
+        .arg(dir.join("demo.yaml"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.matches("(server dry run)").count(), 4, "{stdout}");
+    let path = dir.join("router.yaml");
+    let cfg = kthena_router::load_config(
+        &path,
+        &std::collections::HashMap::<String, String>::new(),
+        kthena_router::Overrides::default(),
+    )
+    .unwrap();
+    assert!(cfg.is_cluster_mode());
+}
+
 /// The ConfigMap's `routerConfiguration` is a valid config in cluster mode.
 #[test]
 fn deploy_configmap_is_a_cluster_mode_config() {
