@@ -4,35 +4,15 @@
 mod cluster_support;
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use cluster_support::{ClusterRouter, Node, apply, model_route, model_server};
-
-fn kube_env(verb: &str, dir: &std::path::Path) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/kube-env.sh");
-    let out = Command::new("bash")
-        .arg(script)
-        .arg(verb)
-        .arg(dir)
-        .output()
-        .expect("run scripts/kube-env.sh");
-    assert!(
-        out.status.success(),
-        "kube-env.sh {verb}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// Stopping kube-apiserver loses no request (the router serves its last snapshot); after
 /// the restart the reflectors re-list and a change made then is followed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_server_restart_loses_no_request_and_resumes_watching() {
     let env = kthena_testenv::TestEnv::get().await.unwrap();
-    let dir = env
-        .dir()
-        .expect("this test stops the API server, so it needs a control plane of its own (unset KTHENA_TEST_KUBECONFIG)")
-        .to_path_buf();
     let ns = env.namespace("cluster-restart").await.unwrap();
     let n = ns.name().to_owned();
     let model = format!("{n}-model");
@@ -50,10 +30,9 @@ async fn api_server_restart_loses_no_request_and_resumes_watching() {
     r.wait_endpoints(&n, "ms", &["pod-a", "pod-b"], Duration::from_secs(10))
         .await;
 
-    let stop_dir = dir.clone();
-    tokio::task::spawn_blocking(move || kube_env("stop-apiserver", &stop_dir))
-        .await
-        .unwrap();
+    env.stop_apiserver().await.expect(
+        "stop the API server (a control plane of this binary's own, not KTHENA_TEST_KUBECONFIG)",
+    );
     // The API server is gone: every request is still answered from the last snapshot.
     let served = r.send(&model, 20).await;
     assert_eq!(served.len(), 20);
@@ -63,10 +42,7 @@ async fn api_server_restart_loses_no_request_and_resumes_watching() {
     );
     assert_eq!(r.endpoints_of(&n, "ms"), ["pod-a", "pod-b"]);
 
-    let start_dir = dir.clone();
-    tokio::task::spawn_blocking(move || kube_env("start-apiserver", &start_dir))
-        .await
-        .unwrap();
+    env.start_apiserver().await.unwrap();
     assert_eq!(r.send(&model, 10).await.len(), 10);
 
     // A change after the restart is seen once the watch resumes (back-off at most 30 s).
