@@ -1,0 +1,241 @@
+//! The kube-runtime side: watch ModelServings and their pods and services, list the owned
+//! children, [`plan`](crate::plan()) and apply the result, write the status.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kthena_api::ModelServing;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt as _};
+use serde_json::json;
+
+use crate::error::{Error, Result, kube_err};
+use crate::names::{GROUP_NAME_LABEL, NAME_LABEL, ROLE_ID_LABEL, ROLE_LABEL};
+use crate::observed::Observed;
+use crate::plan::{Plan, plan};
+use crate::revision::controller_revision;
+use crate::status::status;
+
+/// Go requeues after this when children of an older same-named ModelServing remain.
+const FOREIGN_REQUEUE: Duration = Duration::from_secs(1);
+/// Periodic resync of a ModelServing with nothing to wait for.
+const RESYNC: Duration = Duration::from_secs(300);
+
+/// What [`run`] watches and how many ModelServings it reconciles at once.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Watch only this namespace (all namespaces when `None`, as Go).
+    pub namespace: Option<String>,
+    /// ModelServings reconciled concurrently (Go `--workers`, default 5).
+    pub workers: u16,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            namespace: None,
+            workers: 5,
+        }
+    }
+}
+
+/// Which controllers `--controllers` enables (Go semantics: comma-separated; `*` all,
+/// `-name` disables, `+name` or `name` enables; an enabling entry wins over `-name`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerSet {
+    /// `modelserving` runs.
+    pub modelserving: bool,
+    /// `modelbooster` requested (not built yet).
+    pub modelbooster: bool,
+    /// `autoscaler` requested (not built yet).
+    pub autoscaler: bool,
+}
+
+impl ControllerSet {
+    /// Parses a `--controllers` value.
+    ///
+    /// # Errors
+    /// [`Error::UnknownController`] for a name other than `*`, `modelserving`,
+    /// `modelbooster`, `autoscaler`.
+    pub fn parse(value: &str) -> Result<Self> {
+        let (mut all, mut on, mut off) = (false, Vec::new(), Vec::new());
+        for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            if item == "*" {
+                all = true;
+                continue;
+            }
+            let (list, name) = match item.strip_prefix('-') {
+                Some(name) => (&mut off, name),
+                None => (&mut on, item.strip_prefix('+').unwrap_or(item)),
+            };
+            if !["modelserving", "modelbooster", "autoscaler"].contains(&name) {
+                return Err(Error::UnknownController(item.to_owned()));
+            }
+            list.push(name);
+        }
+        let enabled = |n: &str| on.contains(&n) || (all && !off.contains(&n));
+        Ok(Self {
+            modelserving: enabled("modelserving"),
+            modelbooster: enabled("modelbooster"),
+            autoscaler: enabled("autoscaler"),
+        })
+    }
+}
+
+struct Ctx {
+    client: Client,
+}
+
+/// Runs the ModelServing controller until `shutdown` completes: watches ModelServings and
+/// the pods and services carrying `modelserving.volcano.sh/group-name`, and reconciles
+/// each changed ModelServing (errors are logged and retried after 5 s).
+pub async fn run(
+    client: Client,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (ms, pods, svcs) = match &config.namespace {
+        Some(ns) => (
+            Api::<ModelServing>::namespaced(client.clone(), ns),
+            Api::<Pod>::namespaced(client.clone(), ns),
+            Api::<Service>::namespaced(client.clone(), ns),
+        ),
+        None => (
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+        ),
+    };
+    let children = watcher::Config::default().labels(GROUP_NAME_LABEL);
+    let ctx = Arc::new(Ctx { client });
+    Controller::new(ms, watcher::Config::default())
+        .owns(pods, children.clone())
+        .owns(svcs, children)
+        .with_config(controller::Config::default().concurrency(config.workers))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            match res {
+                Ok((obj, _)) => tracing::debug!(modelserving = %obj, "reconciled"),
+                Err(e) => tracing::warn!(error = %e, "reconcile failed"),
+            }
+        })
+        .await;
+}
+
+fn error_policy(_ms: Arc<ModelServing>, err: &Error, _ctx: Arc<Ctx>) -> Action {
+    tracing::warn!(error = %err, "reconcile failed; retrying in 5s");
+    Action::requeue(Duration::from_secs(5))
+}
+
+async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
+    if ms.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let ns = ms.namespace().unwrap_or_default();
+    let name = ms.name_any();
+    let defaulted = (*ms).clone().with_defaults();
+    let lp = ListParams::default().labels(&format!("{NAME_LABEL}={name}"));
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let svcs: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
+    let pod_list = pods
+        .list(&lp)
+        .await
+        .map_err(kube_err(format!("listing pods of {ns}/{name}")))?;
+    let svc_list = svcs
+        .list(&lp)
+        .await
+        .map_err(kube_err(format!("listing services of {ns}/{name}")))?;
+    let seen = Observed::new(
+        &name,
+        &ms.uid().unwrap_or_default(),
+        &pod_list.items,
+        &svc_list.items,
+    );
+    if let Some(other) = seen.foreign.first() {
+        tracing::info!(modelserving = %name, child = %other, "{}", Error::Foreign(other.clone()));
+        return Ok(Action::requeue(FOREIGN_REQUEUE));
+    }
+    let plan = plan(&defaulted, &seen)?;
+    apply(&ctx.client, &defaulted, &plan).await?;
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let st = status(&defaulted, &plan.groups, &plan.revision, &now);
+    if ms.status.as_ref() != Some(&st) {
+        let api: Api<ModelServing> = Api::namespaced(ctx.client.clone(), &ns);
+        api.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": st })),
+        )
+        .await
+        .map_err(kube_err(format!("updating status of {ns}/{name}")))?;
+    }
+    Ok(Action::requeue(RESYNC))
+}
+
+/// Applies `plan` in order: ControllerRevision (when creating pods), group deletions,
+/// role-replica deletions, pod creations, service creations. AlreadyExists is ignored.
+async fn apply(client: &Client, ms: &ModelServing, plan: &Plan) -> Result<()> {
+    let ns = ms.namespace().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let svcs: Api<Service> = Api::namespaced(client.clone(), &ns);
+    if !plan.create_pods.is_empty() {
+        let cr = controller_revision(ms, &plan.revision)?;
+        let api: Api<ControllerRevision> = Api::namespaced(client.clone(), &ns);
+        create(&api, &cr, "controllerrevision").await?;
+    }
+    for group in &plan.delete_groups {
+        tracing::info!(group, "deleting ServingGroup");
+        delete_children(&pods, &svcs, &format!("{GROUP_NAME_LABEL}={group}")).await?;
+    }
+    for r in &plan.delete_roles {
+        tracing::info!(group = %r.group, role_id = %r.role_id, "deleting role replica");
+        let sel = format!(
+            "{GROUP_NAME_LABEL}={},{ROLE_LABEL}={},{ROLE_ID_LABEL}={}",
+            r.group, r.role, r.role_id
+        );
+        delete_children(&pods, &svcs, &sel).await?;
+    }
+    for pod in &plan.create_pods {
+        create(&pods, pod, "pod").await?;
+    }
+    for svc in &plan.create_services {
+        create(&svcs, svc, "service").await?;
+    }
+    Ok(())
+}
+
+async fn create<K>(api: &Api<K>, obj: &K, kind: &str) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), obj).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(kube_err(format!("creating {kind} {}", obj.name_any()))(e)),
+    }
+}
+
+async fn delete_children(pods: &Api<Pod>, svcs: &Api<Service>, selector: &str) -> Result<()> {
+    let lp = ListParams::default().labels(selector);
+    pods.delete_collection(&DeleteParams::default(), &lp)
+        .await
+        .map_err(kube_err(format!("deleting pods {selector}")))?;
+    let list = svcs
+        .list(&lp)
+        .await
+        .map_err(kube_err(format!("listing services {selector}")))?;
+    for svc in list.items {
+        match svcs.delete(&svc.name_any(), &DeleteParams::default()).await {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(e) => return Err(kube_err(format!("deleting service {}", svc.name_any()))(e)),
+        }
+    }
+    Ok(())
+}

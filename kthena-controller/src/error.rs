@@ -1,0 +1,44 @@
+//! The crate's error type.
+
+/// Errors of the controller.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A call to the API server failed.
+    #[error("{action}: {source}")]
+    Kube {
+        /// What was being done (`creating pod ns/name`).
+        action: String,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Roles could not be serialized for hashing.
+    #[error("encoding the roles: {0}")]
+    Encode(#[source] serde_json::Error),
+    /// A `--controllers` entry names no controller.
+    #[error(
+        "unknown controller {0:?} in --controllers (known: modelserving, modelbooster, autoscaler)"
+    )]
+    UnknownController(String),
+    /// The health endpoint could not listen.
+    #[error("listening on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The socket error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Children owned by another ModelServing of the same name exist; retried later.
+    #[error("{0} is owned by another ModelServing with the same name")]
+    Foreign(String),
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Maps a kube error to [`Error::Kube`] with `action`.
+pub(crate) fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let action = action.into();
+    move |source| Error::Kube { action, source }
+}

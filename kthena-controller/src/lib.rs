@@ -1,0 +1,38 @@
+//! Kthena's ModelServing controller: turns each `ModelServing` into ServingGroups of entry
+//! and worker pods with headless services, scales them at both levels and writes the status
+//! users and autoscalers read, with Go Kthena's names, labels, env and order of deletion.
+//!
+//! The decisions are pure functions of the ModelServing and what exists, with no API
+//! calls: [`Observed::new`] groups the owned pods and services, [`plan()`] returns what to
+//! delete and create (in Go's reconcile order: ServingGroup replicas, role replicas,
+//! headless services) and [`status()`] the new status. [`run`] is the kube-runtime
+//! `Controller` that lists, plans and applies; `kthena-controller` is its binary.
+//!
+//! Not built yet (see `docs/controller.md`): rolling updates, recovery policies beyond
+//! recreating missing pods, Volcano PodGroups, admission webhooks, leader election.
+
+mod controller;
+mod desired;
+mod error;
+mod health;
+pub mod names;
+mod observed;
+mod plan;
+mod revision;
+mod status;
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod testutil;
+
+pub use controller::{Config, ControllerSet, run};
+pub use desired::{RoleReplicaRef, headless_service, role_replica_pods};
+pub use error::{Error, Result};
+pub use health::serve_health;
+pub use observed::{Observed, ObservedGroup, ObservedRole, ReplicaStatus, running_and_ready};
+pub use plan::{
+    GroupView, Plan, RoleReplicaId, group_partition, group_status, plan, role_status,
+    scale_down_order, scaled_value,
+};
+pub use revision::{controller_revision, model_serving_revision, role_template_hash};
+pub use status::{AVAILABLE, PROGRESSING, UPDATE_IN_PROGRESS, set_condition, status};

@@ -1,0 +1,91 @@
+//! `kthena-controller`: Kthena's ModelServing controller (Go `kthena-controller-manager`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::Parser;
+use kthena_controller::{Config, ControllerSet};
+
+/// Kthena controller manager: reconciles ModelServings into pods and headless services.
+#[derive(Debug, Parser)]
+#[command(name = "kthena-controller", version)]
+struct Args {
+    /// Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Address of the API server; overrides the kubeconfig's server.
+    #[arg(long)]
+    master: Option<String>,
+    /// ModelServings reconciled concurrently.
+    #[arg(long, default_value_t = 5)]
+    workers: u16,
+    /// Controllers to run: `*` for all, `-name` disables, `+name` wins (modelserving,
+    /// modelbooster, autoscaler; only modelserving is built).
+    #[arg(long, default_value = "*")]
+    controllers: String,
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long)]
+    namespace: Option<String>,
+    /// Address of the plain-HTTP `GET /healthz` endpoint.
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    healthz_bind_address: SocketAddr,
+}
+
+async fn client(args: &Args) -> anyhow::Result<kube::Client> {
+    let mut config = match &args.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    if let Some(master) = &args.master {
+        config.cluster_url = master
+            .parse()
+            .with_context(|| format!("--master {master}"))?;
+    }
+    Ok(kube::Client::try_from(config)?)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let args = Args::parse();
+    let set = ControllerSet::parse(&args.controllers)?;
+    if set.modelbooster || set.autoscaler {
+        tracing::warn!(
+            "the modelbooster and autoscaler controllers are not built yet; not started"
+        );
+    }
+    let client = client(&args).await?;
+    let (addr, health) = kthena_controller::serve_health(args.healthz_bind_address).await?;
+    tracing::info!(%addr, "serving /healthz");
+    let config = Config {
+        namespace: args.namespace,
+        workers: args.workers,
+    };
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let controllers = async move {
+        if set.modelserving {
+            kthena_controller::run(client, config, shutdown).await;
+        } else {
+            tracing::warn!("no controller enabled");
+            shutdown.await;
+        }
+    };
+    // The health server runs until the controllers stop.
+    tokio::select! {
+        () = health => {}
+        () = controllers => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,364 @@
+//! The ModelServing reconcile as a pure function: desired actions from observed children,
+//! in Go Kthena's order (`syncModelServing`): ServingGroup replicas, role replicas per
+//! group, headless services; the status is computed from the result ([`crate::status`]).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kthena_api::ModelServing;
+use kthena_api::workload::Role;
+use kube::ResourceExt as _;
+
+use crate::desired::{RoleReplicaRef, headless_service, role_replica_pods};
+use crate::error::Result;
+use crate::names::{group_name, role_id};
+use crate::observed::{Observed, ObservedGroup, ObservedRole, ReplicaStatus};
+use crate::revision::{model_serving_revision, role_template_hash};
+
+/// A role replica to delete: its pods (labels group-name, role, role-id) and its service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoleReplicaId {
+    /// ServingGroup name.
+    pub group: String,
+    /// Role name.
+    pub role: String,
+    /// Role id `<role>-<r>`.
+    pub role_id: String,
+}
+
+/// A ServingGroup as the status sees it after this reconcile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupView {
+    /// Group ordinal.
+    pub ordinal: u32,
+    /// Revision its pods carry.
+    pub revision: String,
+    /// Status (Deleting for groups deleted by this plan).
+    pub status: ReplicaStatus,
+}
+
+/// What one reconcile does, in order: delete groups, delete role replicas, create pods
+/// (entry pod first in each role replica), create services.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// The ModelServing's template revision.
+    pub revision: String,
+    /// Groups to delete (names, in Go's scale-down order).
+    pub delete_groups: Vec<String>,
+    /// Role replicas to delete (Go's role scale-down order within each group).
+    pub delete_roles: Vec<RoleReplicaId>,
+    /// Pods to create, in creation order.
+    pub create_pods: Vec<Pod>,
+    /// Headless services to create (missing ones only).
+    pub create_services: Vec<Service>,
+    /// Every ServingGroup after the plan, by ordinal.
+    pub groups: Vec<GroupView>,
+}
+
+/// `IntOrString` scaled against `total` (Go `intstr.GetScaledValueFromIntOrPercent`);
+/// percentages are rounded up when `round_up`, else down; bad strings are 0.
+#[must_use]
+pub fn scaled_value(value: &IntOrString, total: i32, round_up: bool) -> i32 {
+    match value {
+        IntOrString::Int(n) => *n,
+        IntOrString::String(s) => {
+            let Some(pct) = s.strip_suffix('%').and_then(|p| p.parse::<i64>().ok()) else {
+                return 0;
+            };
+            let num = pct * i64::from(total);
+            let v = if round_up {
+                (num + 99).div_euclid(100)
+            } else {
+                num.div_euclid(100)
+            };
+            i32::try_from(v).unwrap_or(0)
+        }
+    }
+}
+
+/// The ServingGroup partition: `rolloutStrategy.rollingUpdateConfiguration.partition`
+/// (percent of `spec.replicas` rounded up), 0 when unset. Ordinals `[0, partition)` are
+/// protected: deleted last when scaling down.
+#[must_use]
+pub fn group_partition(ms: &ModelServing) -> u32 {
+    let replicas = ms.spec.replicas.unwrap_or(1);
+    let p = ms
+        .spec
+        .rollout_strategy
+        .as_ref()
+        .and_then(|r| r.rolling_update_configuration.as_ref());
+    let p = p
+        .and_then(|c| c.partition.as_ref())
+        .map_or(0, |p| scaled_value(p, replicas, true));
+    u32::try_from(p).unwrap_or(0)
+}
+
+/// Status of a role replica: Deleting when all its pods terminate, Running when it has its
+/// `1 + workerReplicas` pods all Running and Ready, else Creating.
+#[must_use]
+pub fn role_status(role: &Role, seen: &ObservedRole) -> ReplicaStatus {
+    let want = usize::try_from(role.worker_replicas).unwrap_or(0) + 1;
+    if seen.pods.is_empty() && seen.terminating > 0 {
+        ReplicaStatus::Deleting
+    } else if seen.pods.len() == want && seen.ready == want {
+        ReplicaStatus::Running
+    } else {
+        ReplicaStatus::Creating
+    }
+}
+
+/// Status of a group: Deleting when all its pods terminate; Running when every spec role has
+/// exactly `replicas` role replicas, all Running; else Creating.
+#[must_use]
+pub fn group_status(roles: &[Role], group: &ObservedGroup) -> ReplicaStatus {
+    if group.deleting() {
+        return ReplicaStatus::Deleting;
+    }
+    let all_running = roles.iter().all(|role| {
+        let seen = group.roles.get(&role.name);
+        let want = usize::try_from(role.replicas.unwrap_or(1)).unwrap_or(0);
+        seen.is_some_and(|replicas| {
+            replicas.len() == want
+                && replicas
+                    .values()
+                    .all(|r| role_status(role, r) == ReplicaStatus::Running)
+        }) || (want == 0 && seen.is_none_or(BTreeMap::is_empty))
+    });
+    if all_running {
+        ReplicaStatus::Running
+    } else {
+        ReplicaStatus::Creating
+    }
+}
+
+/// Go's scale-down order (`binpack_scaledown.go`) over `(ordinal, status, deletion cost)`:
+/// ordinals below `protected` come last; then status priority ascending (not Running
+/// first), Σ pod-deletion-cost ascending, ordinal descending. Returns the first `count`
+/// ordinals of that order.
+#[must_use]
+pub fn scale_down_order(
+    items: &[(u32, ReplicaStatus, i64)],
+    protected: u32,
+    count: usize,
+) -> Vec<u32> {
+    let mut sorted = items.to_vec();
+    sorted.sort_by_key(|&(ordinal, status, cost)| {
+        (
+            ordinal < protected,
+            status.priority(),
+            cost,
+            Reverse(ordinal),
+        )
+    });
+    sorted.into_iter().take(count).map(|(o, _, _)| o).collect()
+}
+
+/// The lowest `count` ordinals not in `taken`.
+fn missing_ordinals(taken: &BTreeSet<u32>, count: usize) -> Vec<u32> {
+    (0..).filter(|o| !taken.contains(o)).take(count).collect()
+}
+
+/// Plans one reconcile of `ms` (defaults applied) from what exists.
+///
+/// # Errors
+/// [`crate::Error::Encode`] if the roles cannot be hashed.
+pub fn plan(ms: &ModelServing, seen: &Observed) -> Result<Plan> {
+    let revision = model_serving_revision(ms)?;
+    let hashes = ms
+        .spec
+        .template
+        .roles
+        .iter()
+        .map(|r| Ok((r.name.clone(), role_template_hash(r)?)))
+        .collect::<Result<BTreeMap<_, _>>>()?;
+    let mut plan = Plan {
+        revision,
+        ..Plan::default()
+    };
+    let new_groups = scale_groups(ms, seen, &mut plan);
+    let roles = &ms.spec.template.roles;
+    let deleted: BTreeSet<String> = plan.delete_groups.iter().cloned().collect();
+    let mut kept: Vec<(String, BTreeMap<String, BTreeSet<u32>>)> = Vec::new();
+    for group in seen.groups.values() {
+        if group.deleting() || deleted.contains(&group.name) {
+            continue;
+        }
+        kept.push((
+            group.name.clone(),
+            scale_roles(ms, group, &hashes, &mut plan),
+        ));
+    }
+    for g in new_groups {
+        let name = group_name(&ms.name_any(), g);
+        let mut all = BTreeMap::new();
+        for role in roles {
+            let n = u32::try_from(role.replicas.unwrap_or(1)).unwrap_or(0);
+            for r in 0..n {
+                create_role_replica(ms, &name, role, r, &hashes, &mut plan);
+            }
+            all.insert(role.name.clone(), (0..n).collect());
+        }
+        kept.push((name, all));
+    }
+    plan_services(ms, seen, &kept, &mut plan);
+    Ok(plan)
+}
+
+/// `syncServingGroupReplicas`: deletes surplus groups in Go's order, returns the ordinals
+/// to create (lowest missing first), and fills `plan.groups`.
+fn scale_groups(ms: &ModelServing, seen: &Observed, plan: &mut Plan) -> Vec<u32> {
+    let roles = &ms.spec.template.roles;
+    let want = usize::try_from(ms.spec.replicas.unwrap_or(1)).unwrap_or(0);
+    let live: Vec<(u32, ReplicaStatus, i64)> = seen
+        .groups
+        .iter()
+        .filter(|(_, g)| !g.deleting())
+        .map(|(&o, g)| (o, group_status(roles, g), g.deletion_cost()))
+        .collect();
+    let (create, delete) = if live.len() < want {
+        let taken = seen.groups.keys().copied().collect();
+        (missing_ordinals(&taken, want - live.len()), Vec::new())
+    } else {
+        let surplus = live.len() - want;
+        (
+            Vec::new(),
+            scale_down_order(&live, group_partition(ms), surplus),
+        )
+    };
+    for (&o, g) in &seen.groups {
+        let status = if delete.contains(&o) {
+            ReplicaStatus::Deleting
+        } else {
+            group_status(roles, g)
+        };
+        plan.groups.push(GroupView {
+            ordinal: o,
+            revision: g.revision.clone(),
+            status,
+        });
+    }
+    for &o in &create {
+        let view = GroupView {
+            ordinal: o,
+            revision: plan.revision.clone(),
+            status: ReplicaStatus::Creating,
+        };
+        plan.groups.push(view);
+    }
+    plan.groups.sort_by_key(|g| g.ordinal);
+    plan.delete_groups = delete
+        .iter()
+        .filter_map(|o| seen.groups.get(o))
+        .map(|g| g.name.clone())
+        .collect();
+    create
+}
+
+/// `manageRoleReplicasPerGroup` for one existing group: recreates missing pods of existing
+/// role replicas, then scales each spec role up (lowest missing ordinal first) or down (Go's
+/// order). Returns the role ordinals that remain, per role.
+fn scale_roles(
+    ms: &ModelServing,
+    group: &ObservedGroup,
+    hashes: &BTreeMap<String, String>,
+    plan: &mut Plan,
+) -> BTreeMap<String, BTreeSet<u32>> {
+    let mut kept = BTreeMap::new();
+    for role in &ms.spec.template.roles {
+        let empty = BTreeMap::new();
+        let seen = group.roles.get(&role.name).unwrap_or(&empty);
+        let live: BTreeMap<u32, &ObservedRole> = seen
+            .iter()
+            .filter(|(_, r)| !r.pods.is_empty())
+            .map(|(&o, r)| (o, r))
+            .collect();
+        for (&r, observed) in &live {
+            let at = role_ref(&group.name, role, r, &plan.revision, hashes);
+            let missing = role_replica_pods(ms, &at)
+                .into_iter()
+                .filter(|p| !observed.pods.contains(&p.name_any()));
+            plan.create_pods.extend(missing);
+        }
+        let want = usize::try_from(role.replicas.unwrap_or(1)).unwrap_or(0);
+        let mut remaining: BTreeSet<u32> = live.keys().copied().collect();
+        if live.len() < want {
+            let taken = seen.keys().copied().collect();
+            for r in missing_ordinals(&taken, want - live.len()) {
+                create_role_replica(ms, &group.name, role, r, hashes, plan);
+                remaining.insert(r);
+            }
+        } else if live.len() > want {
+            let items: Vec<_> = live
+                .iter()
+                .map(|(&o, r)| (o, role_status(role, r), r.deletion_cost))
+                .collect();
+            for r in scale_down_order(&items, 0, live.len() - want) {
+                remaining.remove(&r);
+                plan.delete_roles.push(RoleReplicaId {
+                    group: group.name.clone(),
+                    role: role.name.clone(),
+                    role_id: role_id(&role.name, r),
+                });
+            }
+        }
+        kept.insert(role.name.clone(), remaining);
+    }
+    kept
+}
+
+fn role_ref<'a>(
+    group: &'a str,
+    role: &'a Role,
+    ordinal: u32,
+    revision: &'a str,
+    hashes: &'a BTreeMap<String, String>,
+) -> RoleReplicaRef<'a> {
+    let role_hash = hashes.get(&role.name).map_or("", String::as_str);
+    RoleReplicaRef {
+        group,
+        role,
+        ordinal,
+        revision,
+        role_hash,
+    }
+}
+
+fn create_role_replica(
+    ms: &ModelServing,
+    group: &str,
+    role: &Role,
+    ordinal: u32,
+    hashes: &BTreeMap<String, String>,
+    plan: &mut Plan,
+) {
+    let revision = plan.revision.clone();
+    let at = role_ref(group, role, ordinal, &revision, hashes);
+    plan.create_pods.extend(role_replica_pods(ms, &at));
+}
+
+/// `syncHeadlessServices`: a missing headless service for each kept role replica of a
+/// role with a worker template.
+fn plan_services(
+    ms: &ModelServing,
+    seen: &Observed,
+    kept: &[(String, BTreeMap<String, BTreeSet<u32>>)],
+    plan: &mut Plan,
+) {
+    let revision = plan.revision.clone();
+    let no_hashes = BTreeMap::new();
+    for (group, roles) in kept {
+        for role in &ms.spec.template.roles {
+            for &r in roles.get(&role.name).into_iter().flatten() {
+                let at = role_ref(group, role, r, &revision, &no_hashes);
+                let Some(svc) = headless_service(ms, &at) else {
+                    continue;
+                };
+                if !seen.services.contains(&svc.name_any()) {
+                    plan.create_services.push(svc);
+                }
+            }
+        }
+    }
+}

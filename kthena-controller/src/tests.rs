@@ -1,0 +1,338 @@
+//! Unit tests of the reconcile plan and the status, on Kthena's example ModelServings.
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kthena_api::workload::{RollingUpdateConfiguration, RolloutStrategy};
+use kube::ResourceExt as _;
+
+use crate::observed::{Observed, ReplicaStatus};
+use crate::plan::{GroupView, plan, scale_down_order, scaled_value};
+use crate::status::status;
+use crate::testutil::{multi_node, observed_pod, sample};
+
+/// All pods of sample group `g` (2 roles × `roles` replicas × 4 pods), Ready unless listed
+/// in `not_ready` as `(role, r)`; deletion cost on pod 0 of `(role, r, cost)`.
+fn sample_group(
+    g: u32,
+    roles: u32,
+    not_ready: &[(&str, u32)],
+    costs: &[(&str, u32, &str)],
+) -> Vec<Pod> {
+    let group = format!("sample-{g}");
+    let mut pods = Vec::new();
+    for role in ["prefill", "decode"] {
+        for r in 0..roles {
+            for i in 0..4 {
+                let ready = !not_ready.contains(&(role, r));
+                let cost = costs
+                    .iter()
+                    .find(|c| c.0 == role && c.1 == r && i == 0)
+                    .map(|c| c.2);
+                pods.push(observed_pod("sample", &group, role, r, i, ready, cost));
+            }
+        }
+    }
+    pods
+}
+
+fn names(pods: &[Pod]) -> Vec<String> {
+    pods.iter().map(|p| p.name_any()).collect()
+}
+
+#[test]
+fn new_sample_creates_one_group_entry_first() -> anyhow::Result<()> {
+    let ms = sample()?;
+    let p = plan(&ms, &Observed::default())?;
+    assert_eq!(
+        names(&p.create_pods),
+        [
+            "sample-0-prefill-0-0",
+            "sample-0-prefill-0-1",
+            "sample-0-prefill-0-2",
+            "sample-0-prefill-0-3",
+            "sample-0-decode-0-0",
+            "sample-0-decode-0-1",
+            "sample-0-decode-0-2",
+            "sample-0-decode-0-3",
+        ]
+    );
+    let svcs: Vec<_> = p.create_services.iter().map(|s| s.name_any()).collect();
+    assert_eq!(svcs, ["sample-0-prefill-0-0", "sample-0-decode-0-0"]);
+    assert!(p.delete_groups.is_empty() && p.delete_roles.is_empty());
+    let view = GroupView {
+        ordinal: 0,
+        revision: p.revision.clone(),
+        status: ReplicaStatus::Creating,
+    };
+    assert_eq!(p.groups, [view]);
+    Ok(())
+}
+
+#[test]
+fn multi_node_creates_two_role_replicas() -> anyhow::Result<()> {
+    let ms = multi_node()?;
+    let p = plan(&ms, &Observed::default())?;
+    assert_eq!(
+        names(&p.create_pods),
+        [
+            "llama-multinode-0-llama-405b-0-0",
+            "llama-multinode-0-llama-405b-0-1",
+            "llama-multinode-0-llama-405b-1-0",
+            "llama-multinode-0-llama-405b-1-1",
+        ]
+    );
+    let env = p.create_pods[3].spec.clone().unwrap_or_default().containers[0]
+        .env
+        .clone()
+        .unwrap_or_default();
+    let env: Vec<_> = env
+        .iter()
+        .map(|e| format!("{}={}", e.name, e.value.clone().unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        env,
+        [
+            "HUGGING_FACE_HUB_TOKEN=$HUGGING_FACE_HUB_TOKEN",
+            "GROUP_SIZE=2",
+            "ENTRY_ADDRESS=llama-multinode-0-llama-405b-1-0.ns1",
+            "WORKER_INDEX=1",
+        ]
+    );
+    assert_eq!(p.create_services.len(), 2);
+    Ok(())
+}
+
+#[test]
+fn steady_state_plans_nothing() -> anyhow::Result<()> {
+    let ms = sample()?;
+    let mut seen = Observed::new("sample", "uid-1", &sample_group(0, 1, &[], &[]), &[]);
+    seen.services.extend([
+        "sample-0-prefill-0-0".to_owned(),
+        "sample-0-decode-0-0".to_owned(),
+    ]);
+    let p = plan(&ms, &seen)?;
+    assert!(p.create_pods.is_empty() && p.create_services.is_empty());
+    assert!(p.delete_groups.is_empty() && p.delete_roles.is_empty());
+    assert_eq!(p.groups[0].status, ReplicaStatus::Running);
+    Ok(())
+}
+
+#[test]
+fn groups_scale_down_in_gos_order() -> anyhow::Result<()> {
+    let mut ms = sample()?;
+    ms.spec.replicas = Some(2);
+    let mut pods = sample_group(0, 1, &[], &[]);
+    pods.extend(sample_group(1, 1, &[], &[("decode", 0, "10")]));
+    pods.extend(sample_group(
+        2,
+        1,
+        &[("prefill", 0)],
+        &[("decode", 0, "100")],
+    ));
+    pods.extend(sample_group(3, 1, &[], &[]));
+    let p = plan(&ms, &Observed::new("sample", "uid-1", &pods, &[]))?;
+    // Not Running first (2), then the cheapest, highest ordinal (3 before 0; 1 costs 10).
+    assert_eq!(p.delete_groups, ["sample-2", "sample-3"]);
+    let st: Vec<_> = p.groups.iter().map(|g| g.status).collect();
+    use ReplicaStatus::{Deleting, Running};
+    assert_eq!(st, [Running, Running, Deleting, Deleting]);
+    // A partition protects ordinals [0, 2): they go last, highest ordinal first.
+    ms.spec.replicas = Some(1);
+    ms.spec.rollout_strategy = Some(RolloutStrategy {
+        rolling_update_configuration: Some(RollingUpdateConfiguration {
+            partition: Some(IntOrString::Int(2)),
+            max_unavailable: None,
+        }),
+        ..RolloutStrategy::default()
+    });
+    let pods = [
+        sample_group(0, 1, &[], &[]),
+        sample_group(1, 1, &[], &[]),
+        sample_group(2, 1, &[], &[]),
+    ]
+    .concat();
+    let p = plan(&ms, &Observed::new("sample", "uid-1", &pods, &[]))?;
+    assert_eq!(p.delete_groups, ["sample-2", "sample-1"]);
+    Ok(())
+}
+
+#[test]
+fn scale_up_fills_lowest_missing_ordinal() -> anyhow::Result<()> {
+    let mut ms = sample()?;
+    ms.spec.replicas = Some(3);
+    let pods = [sample_group(0, 1, &[], &[]), sample_group(2, 1, &[], &[])].concat();
+    let p = plan(&ms, &Observed::new("sample", "uid-1", &pods, &[]))?;
+    let groups: Vec<_> = p
+        .create_pods
+        .iter()
+        .map(|p| p.labels()["modelserving.volcano.sh/group-name"].clone())
+        .collect();
+    assert_eq!(groups, vec!["sample-1"; 8]);
+    Ok(())
+}
+
+#[test]
+fn roles_scale_down_in_gos_order_and_up_lowest_first() -> anyhow::Result<()> {
+    let mut ms = sample()?;
+    ms.spec.template.roles[0].replicas = Some(1);
+    ms.spec.template.roles[1].replicas = Some(3);
+    // prefill has replicas 0, 1, 2: 1 is not ready, 2 costs 5, 0 costs 0.
+    let mut pods = sample_group(0, 3, &[("prefill", 1)], &[("prefill", 2, "5")]);
+    // decode has 0 and 2 (1 deleted): 1 is created.
+    pods.retain(|p| !p.name_any().starts_with("sample-0-decode-1-"));
+    // one worker of decode-2 is gone: recreated.
+    pods.retain(|p| p.name_any() != "sample-0-decode-2-3");
+    let p = plan(&ms, &Observed::new("sample", "uid-1", &pods, &[]))?;
+    let deleted: Vec<_> = p.delete_roles.iter().map(|r| r.role_id.as_str()).collect();
+    assert_eq!(deleted, ["prefill-1", "prefill-0"]);
+    assert_eq!(
+        names(&p.create_pods),
+        [
+            "sample-0-decode-2-3",
+            "sample-0-decode-1-0",
+            "sample-0-decode-1-1",
+            "sample-0-decode-1-2",
+            "sample-0-decode-1-3"
+        ]
+    );
+    Ok(())
+}
+
+#[test]
+fn scale_down_order_keys() {
+    use ReplicaStatus::{Creating, Running};
+    let items = [
+        (0, Running, 0),
+        (1, Creating, 9),
+        (2, Running, -3),
+        (3, Running, 0),
+    ];
+    assert_eq!(scale_down_order(&items, 0, 4), [1, 2, 3, 0]);
+    assert_eq!(scale_down_order(&items, 2, 4), [2, 3, 1, 0]);
+    assert_eq!(
+        scaled_value(&IntOrString::String("50%".to_owned()), 3, true),
+        2
+    );
+    assert_eq!(
+        scaled_value(&IntOrString::String("50%".to_owned()), 3, false),
+        1
+    );
+}
+
+fn t(s: &str) -> anyhow::Result<Time> {
+    Ok(Time(s.parse()?))
+}
+
+#[test]
+fn status_available_when_all_groups_run() -> anyhow::Result<()> {
+    let mut ms = sample()?;
+    let rev = "rev1";
+    let creating = [GroupView {
+        ordinal: 0,
+        revision: rev.to_owned(),
+        status: ReplicaStatus::Creating,
+    }];
+    let st = status(&ms, &creating, rev, &t("2026-01-01T00:00:00Z")?);
+    assert_eq!(
+        (
+            st.replicas,
+            st.available_replicas,
+            st.updated_replicas,
+            st.current_replicas
+        ),
+        (1, Some(0), Some(1), Some(0))
+    );
+    assert_eq!(st.observed_generation, Some(3));
+    assert_eq!(
+        (
+            st.current_revision.as_deref(),
+            st.update_revision.as_deref()
+        ),
+        (Some(rev), Some(rev))
+    );
+    assert_eq!(st.conditions.len(), 1);
+    let c = &st.conditions[0];
+    assert_eq!(
+        (c.type_.as_str(), c.status.as_str(), c.reason.as_str()),
+        ("Progressing", "True", "GroupProgressing")
+    );
+    assert_eq!(c.message, "Some groups is progressing: [0]");
+    assert_eq!(
+        st.label_selector.as_deref(),
+        Some(
+            "modelserving.volcano.sh/entry=true,modelserving.volcano.sh/name=sample,modelserving.volcano.sh/role=prefill,modelserving.volcano.sh/role-id=prefill-0"
+        )
+    );
+    ms.status = Some(st);
+    let running = [GroupView {
+        ordinal: 0,
+        revision: rev.to_owned(),
+        status: ReplicaStatus::Running,
+    }];
+    let st = status(&ms, &running, rev, &t("2026-01-01T00:01:00Z")?);
+    assert_eq!(
+        (
+            st.replicas,
+            st.available_replicas,
+            st.updated_replicas,
+            st.current_replicas
+        ),
+        (1, Some(1), Some(1), Some(1))
+    );
+    let conds: Vec<_> = st
+        .conditions
+        .iter()
+        .map(|c| (c.type_.as_str(), c.status.as_str()))
+        .collect();
+    assert_eq!(conds, [("Progressing", "False"), ("Available", "True")]);
+    assert_eq!(st.conditions[1].message, "All Serving groups are ready");
+    assert_eq!(st.conditions[1].reason, "AllGroupsReady");
+    // Progressing keeps its time and message: only its status flipped.
+    assert_eq!(
+        st.conditions[0].last_transition_time,
+        t("2026-01-01T00:00:00Z")?
+    );
+    // A second pass with the same groups changes nothing.
+    ms.status = Some(st.clone());
+    assert_eq!(status(&ms, &running, rev, &t("2026-01-01T00:02:00Z")?), st);
+    Ok(())
+}
+
+#[test]
+fn status_counts_deleting_and_old_revisions() -> anyhow::Result<()> {
+    let mut ms = sample()?;
+    ms.spec.replicas = Some(2);
+    let g = |o, rev: &str, status| GroupView {
+        ordinal: o,
+        revision: rev.to_owned(),
+        status,
+    };
+    use ReplicaStatus::{Deleting, Running};
+    let groups = [
+        g(0, "old", Running),
+        g(1, "new", Running),
+        g(2, "new", Deleting),
+    ];
+    let st = status(&ms, &groups, "new", &t("2026-01-01T00:00:00Z")?);
+    assert_eq!(
+        (
+            st.replicas,
+            st.available_replicas,
+            st.updated_replicas,
+            st.current_replicas
+        ),
+        (3, Some(2), Some(1), Some(1))
+    );
+    assert_eq!(st.current_revision.as_deref(), Some("old"));
+    let c = &st.conditions[0];
+    assert_eq!(
+        (c.type_.as_str(), c.reason.as_str()),
+        ("UpdateInProgress", "GroupsUpdating")
+    );
+    assert_eq!(
+        c.message,
+        "Some groups is progressing: [2], Updated Groups are: [1]"
+    );
+    Ok(())
+}
