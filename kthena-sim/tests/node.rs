@@ -240,6 +240,39 @@ async fn exit_annotation_fails_the_container() -> Result<()> {
 }
 
 #[tokio::test]
+async fn a_crashed_engine_fails_the_container() -> Result<()> {
+    let (ns, node, node_name) = setup("node-crash").await?;
+    let api = ns.api::<Pod>();
+    api.create(&PostParams::default(), &pod("p", &node_name, "m", 8106)?)
+        .await?;
+    wait_for(&api, "p", "Ready", is_ready(true)).await?;
+    assert!(node.crash_engine(ns.name(), "p").await);
+    let failed = |p: Option<&Pod>| {
+        p.and_then(|p| p.status.as_ref()?.phase.clone()).as_deref() == Some("Failed")
+    };
+    let p = wait_for(&api, "p", "Failed", failed).await?;
+    assert_eq!(condition(&p, "Ready").as_deref(), Some("False"));
+    let cs = &p
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.clone())
+        .context("statuses")?[0];
+    let terminated = cs
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.clone())
+        .context("terminated")?;
+    assert_eq!(terminated.exit_code, 1);
+    assert_eq!(
+        terminated.message.as_deref(),
+        Some("the engine stopped answering /health")
+    );
+    assert_eq!(node.engine_addr(ns.name(), "p"), None);
+    node.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
 async fn pods_on_one_port_get_their_own_addresses() -> Result<()> {
     let (ns, node, node_name) = setup("node-addrs").await?;
     let api = ns.api::<Pod>();
@@ -303,5 +336,39 @@ async fn node_subcommand_runs_selected_pods() -> Result<()> {
         "a pod without the label is left alone"
     );
     child.kill().await?;
+    Ok(())
+}
+
+/// The node keeps its engines while the API server is away and resumes watching after.
+#[tokio::test]
+async fn node_resumes_after_an_api_server_restart() -> Result<()> {
+    let plane = kthena_testenv::ControlPlane::start().await?;
+    let client = plane.client().await?;
+    let config = NodeConfig {
+        namespace: Some("default".to_owned()),
+        ..NodeConfig::default()
+    };
+    let node = SimNode::start(client.clone(), config);
+    let api: Api<Pod> = Api::namespaced(client, "default");
+    api.create(&PostParams::default(), &pod("before", "any", "m", 8107)?)
+        .await?;
+    let ip = pod_ip(&wait_for(&api, "before", "Ready", is_ready(true)).await?)?;
+
+    plane.stop_apiserver().await?;
+    let (status, _) = common::send("GET", &format!("http://{ip}:8107/health"), None).await;
+    assert_eq!(
+        status, 200,
+        "the engine serves while the API server is down"
+    );
+    plane.start_apiserver().await?;
+
+    api.create(&PostParams::default(), &pod("after", "any", "m", 8107)?)
+        .await?;
+    wait_for(&api, "after", "Ready after the restart", is_ready(true)).await?;
+    assert_eq!(
+        node.engine_addr("default", "before"),
+        Some((ip, 8107).into())
+    );
+    node.stop().await;
     Ok(())
 }

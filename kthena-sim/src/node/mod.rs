@@ -124,6 +124,17 @@ impl SimNode {
             .is_some()
     }
 
+    /// Kills the engine of pod `namespace/name` behind the node's back, as a crash: the node
+    /// finds out through `/health` (3 failed probes) and reports the container as exited
+    /// with code 1. False if the pod has no running engine.
+    pub async fn crash_engine(&self, namespace: &str, name: &str) -> bool {
+        let Some(engine) = self.engine(namespace, name) else {
+            return false;
+        };
+        engine.kill_shared().await;
+        true
+    }
+
     fn engine(&self, namespace: &str, name: &str) -> Option<Arc<SimHandle>> {
         let engines = self
             .engines

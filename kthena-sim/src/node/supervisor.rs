@@ -26,6 +26,9 @@ use crate::server::SimHandle;
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Timeout of one `/health` request.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Consecutive failed probes after which the engine counts as exited (kubelet's default
+/// `failureThreshold`).
+const FAILURE_THRESHOLD: u32 = 3;
 
 /// Running engines by `namespace/name`.
 pub(super) type Engines = Arc<Mutex<HashMap<String, Arc<SimHandle>>>>;
@@ -73,73 +76,125 @@ pub(super) async fn supervise(
     cancel: CancellationToken,
 ) {
     let pod = pods.borrow_and_update().clone();
-    let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
     if pod.metadata.deletion_timestamp.is_some() {
         delete_now(&api, &pod).await;
         return;
     }
-    let started = now();
-    let mut engine = match start(&ctx, &pod, &format!("{ns}/{name}"), &cancel).await {
-        Ok(engine) => Some(engine),
-        Err(message) => {
-            tracing::warn!(pod = %format!("{ns}/{name}"), %message, "Engine failed to start.");
-            let status = terminated_status(&pod, None, 1, &message, &started, &now());
-            patch_status(&api, &name, &status).await;
-            None
-        }
-    };
-    let mut ready_written: Option<bool> = None;
-    let mut ticks = tokio::time::interval(ctx.health_interval);
+    let mut run = PodRun::start(ctx, api, &pod, &cancel).await;
+    let mut ticks = tokio::time::interval(run.ctx.health_interval);
     loop {
         let pod = pods.borrow_and_update().clone();
         if pod.metadata.deletion_timestamp.is_some() {
-            if let Some(e) = engine.take() {
-                e.stop(&ctx.engines).await;
-            }
-            delete_now(&api, &pod).await;
+            run.stop_engine().await;
+            delete_now(&run.api, &pod).await;
             return;
         }
-        if let Some(code) = exit_requested(&pod).filter(|_| engine.is_some()) {
-            let ip = engine.as_ref().map(|e| e.addr().ip());
-            if let Some(e) = engine.take() {
-                e.stop(&ctx.engines).await;
-            }
-            let message = format!("exit code {code} requested by annotation");
-            patch_status(
-                &api,
-                &name,
-                &terminated_status(&pod, ip, code, &message, &started, &now()),
-            )
-            .await;
-        }
-        if let Some(e) = &engine {
-            let want = ready_wanted(&pod);
-            if ready_written != Some(want) {
-                let status = running_status(&pod, e.addr().ip(), want, &started, &now());
-                if patch_status(&api, &name, &status).await {
-                    ready_written = Some(want);
-                }
-            }
-        }
+        run.sync(&pod).await;
         tokio::select! {
             () = cancel.cancelled() => break,
             changed = pods.changed() => if changed.is_err() { break },
-            _ = ticks.tick(), if engine.is_some() => {
-                let Some(e) = &engine else { continue };
-                if !healthy(e.addr()).await {
-                    let ip = e.addr().ip();
-                    if let Some(e) = engine.take() {
-                        e.stop(&ctx.engines).await;
-                    }
-                    let message = "the engine stopped answering /health";
-                    patch_status(&api, &name, &terminated_status(&pod, Some(ip), 1, message, &started, &now())).await;
-                }
+            _ = ticks.tick() => run.check_health(&pod).await,
+        }
+    }
+    run.stop_engine().await;
+}
+
+/// A pod's engine and what the node last wrote about it.
+struct PodRun {
+    ctx: Arc<Ctx>,
+    api: Api<Pod>,
+    name: String,
+    started: Time,
+    engine: Option<Engine>,
+    /// The `Ready` value last written while the engine runs.
+    ready_written: Option<bool>,
+    /// A terminated status not written yet (the patch failed): retried by `sync`.
+    unwritten: Option<PodStatus>,
+    /// Consecutive failed `/health` probes.
+    failures: u32,
+}
+
+impl PodRun {
+    /// Starts the engine; a failure to start is written as a terminated container.
+    async fn start(ctx: Arc<Ctx>, api: Api<Pod>, pod: &Pod, cancel: &CancellationToken) -> Self {
+        let key = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+        let mut run = Self {
+            name: pod.name_any(),
+            started: now(),
+            engine: None,
+            ready_written: None,
+            unwritten: None,
+            failures: 0,
+            api,
+            ctx,
+        };
+        match start(&run.ctx, pod, &key, cancel).await {
+            Ok(engine) => run.engine = Some(engine),
+            Err(message) => {
+                tracing::warn!(pod = %key, %message, "Engine failed to start.");
+                run.terminate(pod, 1, &message).await;
+            }
+        }
+        run
+    }
+
+    /// Writes what the pod's annotations ask for: an exit, or the Ready value.
+    async fn sync(&mut self, pod: &Pod) {
+        if let Some(status) = self.unwritten.take() {
+            self.write_terminal(status).await;
+        }
+        if let Some(code) = exit_requested(pod).filter(|_| self.engine.is_some()) {
+            self.terminate(
+                pod,
+                code,
+                &format!("exit code {code} requested by annotation"),
+            )
+            .await;
+        }
+        let Some(engine) = &self.engine else { return };
+        let want = ready_wanted(pod);
+        if self.ready_written != Some(want) {
+            let status = running_status(pod, engine.addr().ip(), want, &self.started, &now());
+            if patch_status(&self.api, &self.name, &status).await {
+                self.ready_written = Some(want);
             }
         }
     }
-    if let Some(e) = engine.take() {
-        e.stop(&ctx.engines).await;
+
+    /// An engine that fails [`FAILURE_THRESHOLD`] `/health` probes in a row has exited
+    /// (code 1).
+    async fn check_health(&mut self, pod: &Pod) {
+        let Some(engine) = &self.engine else { return };
+        if healthy(engine.addr()).await {
+            self.failures = 0;
+            return;
+        }
+        self.failures += 1;
+        if self.failures >= FAILURE_THRESHOLD {
+            self.terminate(pod, 1, "the engine stopped answering /health")
+                .await;
+        }
+    }
+
+    /// Stops the engine and writes the containers as terminated with `exit_code`.
+    async fn terminate(&mut self, pod: &Pod, exit_code: i32, message: &str) {
+        let ip = self.engine.as_ref().map(|e| e.addr().ip());
+        self.stop_engine().await;
+        let status = terminated_status(pod, ip, exit_code, message, &self.started, &now());
+        self.write_terminal(status).await;
+    }
+
+    async fn write_terminal(&mut self, status: PodStatus) {
+        if !patch_status(&self.api, &self.name, &status).await {
+            self.unwritten = Some(status);
+        }
+    }
+
+    async fn stop_engine(&mut self) {
+        if let Some(e) = self.engine.take() {
+            e.stop(&self.ctx.engines).await;
+        }
     }
 }
 
