@@ -161,7 +161,7 @@ async fn new_endpoints_are_scraped_at_once_and_keep_their_state() {
     r.router.shutdown().await;
 }
 
-/// `deploy/` is accepted by the real API server (`kubectl apply --server-side
+/// `deploy/` is accepted by the real API server, and its RBAC is what the router needs (`kubectl apply --server-side
 /// --dry-run=server`; server-side because the ModelServing CRD is too large for the
 /// last-applied annotation of a client-side apply).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -213,6 +213,83 @@ async fn deploy_manifests_pass_server_side_dry_run() {
     ] {
         assert!(stdout.contains(obj), "{obj} missing from:\n{stdout}");
     }
+
+    // The RBAC is enough: a router with the ServiceAccount's token syncs and routes, and
+    // the token may not write.
+    let out = env
+        .kubectl()
+        .args(["apply", "-f"])
+        .arg(dir.join("router/rbac.yaml"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ns = kthena_testenv::namespace("cluster-rbac").await.unwrap();
+    let n = ns.name().to_owned();
+    let model = format!("{n}-model");
+    let node = Node::start(&ns);
+    node.pod("pod-a", "sim", &model).await;
+    apply(
+        &ns,
+        &[model_server(&n, "ms", &model, "sim", node.port)],
+        &[model_route(&n, "route", &model, "ms")],
+    )
+    .await;
+    let sa_client = service_account_client(env, "kthena-system", "kthena-router").await;
+    let denied = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(sa_client.clone(), &n)
+        .delete("pod-a", &Default::default())
+        .await;
+    assert!(
+        matches!(&denied, Err(kube::Error::Api(e)) if e.code == 403),
+        "{denied:?}"
+    );
+    let r = ClusterRouter::start_as(&ns, sa_client).await;
+    r.wait_ready().await;
+    r.wait_endpoints(&n, "ms", &["pod-a"], Duration::from_secs(10))
+        .await;
+    assert_eq!(r.send(&model, 2).await, vec!["pod-a"; 2]);
+    r.router.shutdown().await;
+}
+
+/// A client of the control plane authenticated as ServiceAccount `ns/name` (a token from
+/// the TokenRequest API).
+async fn service_account_client(
+    env: &kthena_testenv::TestEnv,
+    ns: &str,
+    name: &str,
+) -> kube::Client {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let admin = env.client().await.expect("admin client");
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(admin, ns)
+        .create_token_request(name, &Default::default(), &request)
+        .await
+        .expect("a token")
+        .status
+        .expect("a token status")
+        .token
+        .expect("a token");
+    let mut kc = kube::config::Kubeconfig::read_from(env.kubeconfig()).expect("kubeconfig");
+    for named in &mut kc.auth_infos {
+        named.auth_info = Some(kube::config::AuthInfo {
+            token: Some(token.clone().into()),
+            ..kube::config::AuthInfo::default()
+        });
+    }
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("client config");
+    kube::Client::try_from(cfg).expect("client")
 }
 
 /// The example of docs/router.md ("Cluster mode on a laptop") is accepted by the real API

@@ -40,6 +40,15 @@ impl ClusterRouter {
 
     /// As [`ClusterRouter::start`] with `extra` config lines.
     pub(crate) async fn start_with(ns: &TestNamespace, extra: &str) -> Self {
+        Self::start_inner(ns.client().clone(), extra).await
+    }
+
+    /// As [`ClusterRouter::start`] on another client (another identity).
+    pub(crate) async fn start_as(_ns: &TestNamespace, client: kube::Client) -> Self {
+        Self::start_inner(client, "metricsScrapeInterval: 100ms").await
+    }
+
+    async fn start_inner(client: kube::Client, extra: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("access.log");
         let text = format!(
@@ -55,9 +64,7 @@ impl ClusterRouter {
             .validate(&path)
             .unwrap();
         assert!(cfg.is_cluster_mode());
-        let router = Router::start_in_cluster(cfg, ns.client().clone())
-            .await
-            .unwrap();
+        let router = Router::start_in_cluster(cfg, client).await.unwrap();
         Self { dir, router }
     }
 
