@@ -1,0 +1,288 @@
+//! The controller on a real API server (kthena-testenv), with pods made Running and Ready by
+//! the simulated node: Kthena's example ModelServings reconcile to Go's pods and services
+//! and become Available; `kubectl scale` converges, deleting in Go's order.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kthena_api::{ModelServing, Object, load_file};
+use kthena_controller::{Config, run};
+use kthena_sim::node::{NodeConfig, SimNode};
+use kthena_testenv::TestNamespace;
+use kube::ResourceExt as _;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio::task::JoinSet;
+
+/// Upper bound for convergence (a timeout, not a measured latency).
+const WAIT: Duration = Duration::from_secs(60);
+
+struct Env {
+    ns: TestNamespace,
+    _tasks: JoinSet<()>,
+    _node: SimNode,
+}
+
+/// A namespace with the controller and a simulated node watching only it.
+async fn setup(prefix: &str) -> Result<Env> {
+    let ns = kthena_testenv::namespace(prefix).await?;
+    let config = Config {
+        namespace: Some(ns.name().to_owned()),
+        workers: 2,
+    };
+    let mut tasks = JoinSet::new();
+    tasks.spawn(run(ns.client().clone(), config, std::future::pending()));
+    let node = SimNode::start(
+        ns.client().clone(),
+        NodeConfig {
+            namespace: Some(ns.name().to_owned()),
+            health_interval: Duration::from_millis(100),
+            ..NodeConfig::default()
+        },
+    );
+    Ok(Env {
+        ns,
+        _tasks: tasks,
+        _node: node,
+    })
+}
+
+/// Creates Kthena's example `examples/model-serving/<file>` in the test namespace.
+async fn create_example(ns: &TestNamespace, file: &str) -> Result<ModelServing> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(file);
+    let docs = load_file(&path)?;
+    let Some(Object::ModelServing(ms)) = docs.into_iter().next().map(|d| d.object) else {
+        bail!("{file} is not a ModelServing");
+    };
+    let mut ms = *ms;
+    ms.metadata.namespace = Some(ns.name().to_owned());
+    Ok(ns
+        .api::<ModelServing>()
+        .create(&PostParams::default(), &ms)
+        .await?)
+}
+
+/// Polls `check` (every 100 ms) until it returns `Some`, or fails after [`WAIT`].
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(v) = check().await? {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn condition(ms: &ModelServing, type_: &str) -> Option<String> {
+    let st = ms.status.as_ref()?;
+    st.conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.clone())
+}
+
+/// Waits until `name` is Available=True with `groups` available groups and returns it.
+async fn available(ns: &TestNamespace, name: &str, groups: i32) -> Result<ModelServing> {
+    let api = ns.api::<ModelServing>();
+    eventually(
+        &format!("{name} Available with {groups} groups"),
+        || async {
+            let ms = api.get(name).await?;
+            let st = ms.status.clone().unwrap_or_default();
+            let ok = condition(&ms, "Available").as_deref() == Some("True")
+                && st.replicas == groups
+                && st.available_replicas == Some(groups);
+            Ok(ok.then_some(ms))
+        },
+    )
+    .await
+}
+
+async fn pod_names(ns: &TestNamespace, ms: &str) -> Result<Vec<String>> {
+    let lp = ListParams::default().labels(&format!("modelserving.volcano.sh/name={ms}"));
+    let mut names: Vec<String> = ns
+        .api::<Pod>()
+        .list(&lp)
+        .await?
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+fn env(pod: &Pod) -> BTreeMap<String, String> {
+    let c = pod.spec.clone().unwrap_or_default().containers.remove(0);
+    c.env
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.name, e.value.unwrap_or_default()))
+        .collect()
+}
+
+#[tokio::test]
+async fn sample_reconciles_to_gos_pods_and_services_and_becomes_available() -> Result<()> {
+    let env_ = setup("ctl-sample").await?;
+    let ns = &env_.ns;
+    let created = create_example(ns, "sample.yaml").await?;
+    let ms = available(ns, "sample", 1).await?;
+    let mut want = Vec::new();
+    for role in ["decode", "prefill"] {
+        want.extend((0..4).map(|i| format!("sample-0-{role}-0-{i}")));
+    }
+    assert_eq!(pod_names(ns, "sample").await?, want);
+    let pods = ns.api::<Pod>();
+    let entry = pods.get("sample-0-prefill-0-0").await?;
+    let rev = ms
+        .status
+        .clone()
+        .unwrap_or_default()
+        .update_revision
+        .context("no updateRevision")?;
+    let labels = entry.labels();
+    assert_eq!(labels["modelserving.volcano.sh/name"], "sample");
+    assert_eq!(labels["modelserving.volcano.sh/group-name"], "sample-0");
+    assert_eq!(labels["modelserving.volcano.sh/role"], "prefill");
+    assert_eq!(labels["modelserving.volcano.sh/role-id"], "prefill-0");
+    assert_eq!(labels["modelserving.volcano.sh/entry"], "true");
+    assert_eq!(labels["modelserving.volcano.sh/revision"], rev);
+    assert_eq!(labels.len(), 7);
+    let worker = pods.get("sample-0-prefill-0-2").await?;
+    assert!(
+        !worker
+            .labels()
+            .contains_key("modelserving.volcano.sh/entry")
+    );
+    let address = format!("sample-0-prefill-0-0.{}", ns.name());
+    let want_env = |i: &str| {
+        BTreeMap::from([
+            ("GROUP_SIZE".to_owned(), "4".to_owned()),
+            ("ENTRY_ADDRESS".to_owned(), address.clone()),
+            ("WORKER_INDEX".to_owned(), i.to_owned()),
+        ])
+    };
+    assert_eq!(env(&entry), want_env("0"));
+    assert_eq!(env(&worker), want_env("2"));
+    let owner = &worker.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("ModelServing", "sample")
+    );
+    assert_eq!(Some(owner.uid.clone()), created.uid());
+    assert_eq!(
+        (owner.controller, owner.block_owner_deletion),
+        (Some(true), Some(true))
+    );
+    assert_eq!(
+        worker
+            .spec
+            .clone()
+            .unwrap_or_default()
+            .scheduler_name
+            .as_deref(),
+        Some("volcano")
+    );
+
+    let svcs = ns.api::<Service>().list(&ListParams::default()).await?;
+    let mut names: Vec<_> = svcs.items.iter().map(|s| s.name_any()).collect();
+    names.sort();
+    assert_eq!(names, ["sample-0-decode-0-0", "sample-0-prefill-0-0"]);
+    let spec = svcs.items[0].spec.clone().unwrap_or_default();
+    assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
+    assert_eq!(spec.publish_not_ready_addresses, Some(true));
+
+    let st = ms.status.clone().unwrap_or_default();
+    assert_eq!(
+        (st.replicas, st.updated_replicas, st.current_replicas),
+        (1, Some(1), Some(1))
+    );
+    assert_eq!(st.observed_generation, ms.metadata.generation);
+    assert_eq!(
+        st.label_selector.as_deref(),
+        Some(
+            "modelserving.volcano.sh/entry=true,modelserving.volcano.sh/name=sample,modelserving.volcano.sh/role=prefill,modelserving.volcano.sh/role-id=prefill-0"
+        )
+    );
+    // Progressing (written while the pods started) was turned False, or never written.
+    assert_ne!(condition(&ms, "Progressing").as_deref(), Some("True"));
+    let cr = ns
+        .api::<ControllerRevision>()
+        .get(&format!("sample-{rev}"))
+        .await?;
+    assert_eq!(cr.revision, Some(1));
+    Ok(())
+}
+
+#[tokio::test]
+async fn kubectl_scale_converges_deleting_in_gos_order() -> Result<()> {
+    let env_ = setup("ctl-scale").await?;
+    let ns = &env_.ns;
+    create_example(ns, "multi-node.yaml").await?;
+    let name = "llama-multinode";
+    available(ns, name, 1).await?;
+    assert_eq!(pod_names(ns, name).await?.len(), 4);
+    let scale = |n: u32| {
+        let out = ns
+            .kubectl()
+            .args(["scale", "modelserving", name, &format!("--replicas={n}")])
+            .output();
+        async move {
+            let out = out?;
+            if !out.status.success() {
+                bail!("kubectl scale: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            Ok(())
+        }
+    };
+    scale(3).await?;
+    available(ns, name, 3).await?;
+    assert_eq!(pod_names(ns, name).await?.len(), 12);
+    let svcs = ns.api::<Service>().list(&ListParams::default()).await?;
+    assert_eq!(svcs.items.len(), 6);
+    // Group 2 is expensive to delete: groups 1 then 0 go first (cost, then highest ordinal).
+    let cost =
+        json!({"metadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "100"}}});
+    ns.api::<Pod>()
+        .patch(
+            "llama-multinode-2-llama-405b-0-0",
+            &PatchParams::default(),
+            &Patch::Merge(&cost),
+        )
+        .await?;
+    scale(1).await?;
+    let ms = available(ns, name, 1).await?;
+    let want: Vec<String> = ["0-0", "0-1", "1-0", "1-1"]
+        .iter()
+        .map(|s| format!("llama-multinode-2-llama-405b-{s}"))
+        .collect();
+    eventually("pods of group 2 only", || async {
+        Ok((pod_names(ns, name).await? == want).then_some(()))
+    })
+    .await?;
+    let svcs = ns.api::<Service>().list(&ListParams::default()).await?;
+    let mut names: Vec<_> = svcs.items.iter().map(|s| s.name_any()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "llama-multinode-2-llama-405b-0-0",
+            "llama-multinode-2-llama-405b-1-0"
+        ]
+    );
+    assert_eq!(ms.status.unwrap_or_default().replicas, 1);
+    Ok(())
+}
