@@ -372,3 +372,28 @@ async fn readyz_is_503_until_the_first_sync() {
     assert_eq!(status, 404);
     router.shutdown().await;
 }
+
+/// Cluster mode without any cluster configuration: the binary exits with code 1 and says
+/// where it looked.
+#[test]
+fn binary_without_a_cluster_exits_1_naming_the_kubeconfig() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("router.yaml");
+    std::fs::write(&cfg, "port: 0\nmetricsPort: 0\ndebugPort: 0\n").unwrap();
+    let missing = dir.path().join("no-kubeconfig");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kthena-router"))
+        .arg("--config")
+        .arg(&cfg)
+        .env("KUBECONFIG", &missing)
+        .env("HOME", dir.path())
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot reach the Kubernetes API"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&missing.display().to_string()), "{stderr}");
+}
