@@ -191,13 +191,13 @@ cmd_up() {
     log "ready in $((SECONDS - start))s at https://127.0.0.1:$APISERVER_PORT (source $dir/env)"
 }
 
-stop_pid() { # PIDFILE
-    local f="$1" pid
+stop_pid() { # PIDFILE [TENTHS_OF_A_SECOND]
+    local f="$1" wait="${2:-100}" pid
     [[ -f "$f" ]] || return 0
     pid="$(cat "$f")"
     if kill -0 "$pid" 2>/dev/null; then
         kill "$pid" 2>/dev/null || true
-        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        for _ in $(seq "$wait"); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
         kill -9 "$pid" 2>/dev/null || true
     fi
     rm -f "$f"
@@ -205,7 +205,9 @@ stop_pid() { # PIDFILE
 
 cmd_down() {
     local dir="${1:?usage: kube-env.sh down DIR}"
-    stop_pid "$dir/apiserver.pid"
+    # kube-apiserver drains open watches for up to a minute on SIGTERM; its state is in etcd,
+    # so a test control plane gives it 3 s and then kills it.
+    stop_pid "$dir/apiserver.pid" 30
     stop_pid "$dir/etcd.pid"
 }
 
@@ -220,7 +222,7 @@ case "${1:-}" in
     build) cmd_build ;;
     up) cmd_up "${2:-}" ;;
     down) cmd_down "${2:-}" ;;
-    stop-apiserver) stop_pid "${2:?usage: kube-env.sh stop-apiserver DIR}/apiserver.pid" ;;
+    stop-apiserver) stop_pid "${2:?usage: kube-env.sh stop-apiserver DIR}/apiserver.pid" 30 ;;
     start-apiserver) cmd_start_apiserver "${2:-}" ;;
     paths) printf 'KTHENA_K8S_CACHE=%s\nKUBECTL=%s/kubectl\nKTHENA_GATEWAY_API_CRDS=%s/crds/gateway-api\n' "$CACHE" "$CACHE" "$CACHE" ;;
     *) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
