@@ -162,9 +162,9 @@ async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
         tracing::info!(modelserving = %name, child = %other, "{}", Error::Foreign(other.clone()));
         return Ok(Action::requeue(FOREIGN_REQUEUE));
     }
-    let plan = plan(&defaulted, &seen)?;
-    apply(&ctx.client, &defaulted, &plan).await?;
     let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let plan = plan(&defaulted, &seen, now.0)?;
+    apply(&ctx.client, &defaulted, &plan).await?;
     let st = status(&defaulted, &plan.groups, &plan.revision, &now);
     if ms.status.as_ref() != Some(&st) {
         let api: Api<ModelServing> = Api::namespaced(ctx.client.clone(), &ns);
@@ -176,11 +176,13 @@ async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
         .await
         .map_err(kube_err(format!("updating status of {ns}/{name}")))?;
     }
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(
+        plan.requeue_after.map_or(RESYNC, |d| d.min(RESYNC)),
+    ))
 }
 
 /// Applies `plan` in order: ControllerRevision (when creating pods), group deletions,
-/// role-replica deletions, pod creations, service creations. AlreadyExists is ignored.
+/// role-replica deletions, errored-pod deletions, pod creations, service creations. AlreadyExists is ignored.
 async fn apply(client: &Client, ms: &ModelServing, plan: &Plan) -> Result<()> {
     let ns = ms.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -201,6 +203,13 @@ async fn apply(client: &Client, ms: &ModelServing, plan: &Plan) -> Result<()> {
             r.group, r.role, r.role_id
         );
         delete_children(&pods, &svcs, &sel).await?;
+    }
+    for name in &plan.delete_pods {
+        tracing::info!(pod = %name, "deleting errored pod");
+        match pods.delete(name, &DeleteParams::default()).await {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(e) => return Err(kube_err(format!("deleting pod {name}"))(e)),
+        }
     }
     for pod in &plan.create_pods {
         create(&pods, pod, "pod").await?;

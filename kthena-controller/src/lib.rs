@@ -8,8 +8,8 @@
 //! headless services) and [`status()`] the new status. [`run`] is the kube-runtime
 //! `Controller` that lists, plans and applies; `kthena-controller` is its binary.
 //!
-//! Not built yet (see `docs/controller.md`): rolling updates, recovery policies beyond
-//! recreating missing pods, Volcano PodGroups, admission webhooks, leader election.
+//! Not built yet (see `docs/controller.md`): rolling updates, Volcano PodGroups, admission
+//! webhooks, leader election.
 
 mod controller;
 mod desired;
@@ -18,6 +18,7 @@ mod health;
 pub mod names;
 mod observed;
 mod plan;
+mod recovery;
 mod revision;
 mod status;
 #[cfg(test)]
@@ -29,10 +30,13 @@ pub use controller::{Config, ControllerSet, run};
 pub use desired::{RoleReplicaRef, headless_service, role_replica_pods};
 pub use error::{Error, Result};
 pub use health::serve_health;
-pub use observed::{Observed, ObservedGroup, ObservedRole, ReplicaStatus, running_and_ready};
+pub use observed::{
+    Observed, ObservedGroup, ObservedRole, ReplicaStatus, errored_since, running_and_ready,
+};
 pub use plan::{
     GroupView, Plan, RoleReplicaId, group_partition, group_status, plan, role_status,
     scale_down_order, scaled_value,
 };
+pub use recovery::ReplicaCheck;
 pub use revision::{controller_revision, model_serving_revision, role_template_hash};
 pub use status::{AVAILABLE, PROGRESSING, UPDATE_IN_PROGRESS, set_condition, status};

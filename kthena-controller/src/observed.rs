@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 
 use crate::names::{
@@ -43,6 +44,8 @@ pub struct ObservedRole {
     pub terminating: usize,
     /// Σ of the pods' `controller.kubernetes.io/pod-deletion-cost` (invalid or missing = 0).
     pub deletion_cost: i64,
+    /// Errored pods (see [`errored_since`]): name → since when (`None` if unknown).
+    pub failed: BTreeMap<String, Option<Timestamp>>,
 }
 
 /// One ServingGroup.
@@ -147,6 +150,9 @@ impl Observed {
             return;
         }
         replica.pods.insert(pod.name_any());
+        if let Some(since) = errored_since(pod) {
+            replica.failed.insert(pod.name_any(), since);
+        }
         replica.ready += usize::from(running_and_ready(pod));
         replica.deletion_cost += pod
             .annotations()
@@ -168,6 +174,35 @@ pub fn running_and_ready(pod: &Pod) -> bool {
             .iter()
             .flatten()
             .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// `Some(since)` when `pod` is in error as Go's pod handler sees it: phase `Failed`, or not
+/// Ready while Running or Pending with a (init) container restarted. `since` is the Ready
+/// condition's last transition (when it stopped being ready), or `None` when absent.
+#[must_use]
+pub fn errored_since(pod: &Pod) -> Option<Option<Timestamp>> {
+    let status = pod.status.as_ref()?;
+    let phase = status.phase.as_deref();
+    let restarted = matches!(phase, Some("Running" | "Pending"))
+        && status
+            .container_statuses
+            .iter()
+            .chain(status.init_container_statuses.iter())
+            .flatten()
+            .any(|c| c.restart_count > 0);
+    if phase != Some("Failed") && (running_and_ready(pod) || !restarted) {
+        return None;
+    }
+    let ready = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready");
+    Some(
+        ready
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| t.0),
+    )
 }
 
 #[cfg(test)]

@@ -4,17 +4,20 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::Timestamp;
 use kthena_api::ModelServing;
-use kthena_api::workload::Role;
+use kthena_api::workload::{RecoveryPolicy, Role};
 use kube::ResourceExt as _;
 
 use crate::desired::{RoleReplicaRef, headless_service, role_replica_pods};
 use crate::error::Result;
 use crate::names::{group_name, role_id};
 use crate::observed::{Observed, ObservedGroup, ObservedRole, ReplicaStatus};
+use crate::recovery::ReplicaCheck;
 use crate::revision::{model_serving_revision, role_template_hash};
 
 /// A role replica to delete: its pods (labels group-name, role, role-id) and its service.
@@ -39,7 +42,7 @@ pub struct GroupView {
     pub status: ReplicaStatus,
 }
 
-/// What one reconcile does, in order: delete groups, delete role replicas, create pods
+/// What one reconcile does, in order: delete groups, delete role replicas, delete pods, create pods
 /// (entry pod first in each role replica), create services.
 #[derive(Debug, Clone, Default)]
 pub struct Plan {
@@ -47,8 +50,12 @@ pub struct Plan {
     pub revision: String,
     /// Groups to delete (names, in Go's scale-down order).
     pub delete_groups: Vec<String>,
-    /// Role replicas to delete (Go's role scale-down order within each group).
+    /// Role replicas to delete (recovery, then Go's role scale-down order, per group).
     pub delete_roles: Vec<RoleReplicaId>,
+    /// Errored pods to delete (recovery policy `None`).
+    pub delete_pods: Vec<String>,
+    /// Reconcile again after this long (an errored pod's grace period ends).
+    pub requeue_after: Option<Duration>,
     /// Pods to create, in creation order.
     pub create_pods: Vec<Pod>,
     /// Headless services to create (missing ones only).
@@ -160,35 +167,82 @@ fn missing_ordinals(taken: &BTreeSet<u32>, count: usize) -> Vec<u32> {
     (0..).filter(|o| !taken.contains(o)).take(count).collect()
 }
 
-/// Plans one reconcile of `ms` (defaults applied) from what exists.
+/// Everything [`plan`] needs besides the ModelServing and the observed children.
+struct Ctx<'a> {
+    ms: &'a ModelServing,
+    hashes: BTreeMap<String, String>,
+    policy: RecoveryPolicy,
+    grace_s: i64,
+    now: Timestamp,
+}
+
+impl Ctx<'_> {
+    fn check(
+        &self,
+        group: &ObservedGroup,
+        role: &Role,
+        r: u32,
+        seen: &ObservedRole,
+        revision: &str,
+    ) -> ReplicaCheck {
+        let at = role_ref(&group.name, role, r, revision, &self.hashes);
+        ReplicaCheck::new(
+            role_replica_pods(self.ms, &at),
+            seen,
+            self.grace_s,
+            self.now,
+        )
+    }
+
+    /// True when a live role replica of `group` is broken (ServingGroupRecreate deletes
+    /// the whole group then).
+    fn group_broken(&self, group: &ObservedGroup, revision: &str) -> bool {
+        self.ms.spec.template.roles.iter().any(|role| {
+            let replicas = group.roles.get(&role.name).into_iter().flatten();
+            replicas
+                .filter(|(_, r)| !r.pods.is_empty())
+                .any(|(&o, r)| self.check(group, role, o, r, revision).broken())
+        })
+    }
+}
+
+/// Plans one reconcile of `ms` (defaults applied) from what exists; `now` decides which
+/// errored pods are past `restartGracePeriodSeconds`.
+///
+/// Groups and role replicas still terminating keep their ordinal: they are neither counted
+/// as surplus nor replaced until they are gone. A broken role replica (a pod missing, or an
+/// errored pod past its grace period) is handled by `recoveryPolicy`: `RoleRecreate`
+/// deletes the role replica, `ServingGroupRecreate` the whole group (both are recreated
+/// once gone), `None` deletes the errored pods and recreates the missing ones.
 ///
 /// # Errors
 /// [`crate::Error::Encode`] if the roles cannot be hashed.
-pub fn plan(ms: &ModelServing, seen: &Observed) -> Result<Plan> {
+pub fn plan(ms: &ModelServing, seen: &Observed, now: Timestamp) -> Result<Plan> {
     let revision = model_serving_revision(ms)?;
-    let hashes = ms
-        .spec
-        .template
-        .roles
+    let roles = &ms.spec.template.roles;
+    let hashes = roles
         .iter()
         .map(|r| Ok((r.name.clone(), role_template_hash(r)?)))
         .collect::<Result<BTreeMap<_, _>>>()?;
+    let ctx = Ctx {
+        ms,
+        hashes,
+        policy: ms.spec.recovery_policy.unwrap_or_default(),
+        grace_s: ms.spec.template.restart_grace_period_seconds.unwrap_or(0),
+        now,
+    };
     let mut plan = Plan {
         revision,
         ..Plan::default()
     };
-    let new_groups = scale_groups(ms, seen, &mut plan);
-    let roles = &ms.spec.template.roles;
+    let new_groups = scale_groups(&ctx, seen, &mut plan);
     let deleted: BTreeSet<String> = plan.delete_groups.iter().cloned().collect();
     let mut kept: Vec<(String, BTreeMap<String, BTreeSet<u32>>)> = Vec::new();
     for group in seen.groups.values() {
         if group.deleting() || deleted.contains(&group.name) {
             continue;
         }
-        kept.push((
-            group.name.clone(),
-            scale_roles(ms, group, &hashes, &mut plan),
-        ));
+        kept.push((group.name.clone(), scale_roles(&ctx, group, &mut plan)));
     }
     for g in new_groups {
         let name = group_name(&ms.name_any(), g);
@@ -196,7 +250,7 @@ pub fn plan(ms: &ModelServing, seen: &Observed) -> Result<Plan> {
         for role in roles {
             let n = u32::try_from(role.replicas.unwrap_or(1)).unwrap_or(0);
             for r in 0..n {
-                create_role_replica(ms, &name, role, r, &hashes, &mut plan);
+                create_role_replica(ms, &name, role, r, &ctx.hashes, &mut plan);
             }
             all.insert(role.name.clone(), (0..n).collect());
         }
@@ -206,27 +260,33 @@ pub fn plan(ms: &ModelServing, seen: &Observed) -> Result<Plan> {
     Ok(plan)
 }
 
-/// `syncServingGroupReplicas`: deletes surplus groups in Go's order, returns the ordinals
-/// to create (lowest missing first), and fills `plan.groups`.
-fn scale_groups(ms: &ModelServing, seen: &Observed, plan: &mut Plan) -> Vec<u32> {
-    let roles = &ms.spec.template.roles;
-    let want = usize::try_from(ms.spec.replicas.unwrap_or(1)).unwrap_or(0);
-    let live: Vec<(u32, ReplicaStatus, i64)> = seen
-        .groups
-        .iter()
-        .filter(|(_, g)| !g.deleting())
-        .map(|(&o, g)| (o, group_status(roles, g), g.deletion_cost()))
-        .collect();
-    let (create, delete) = if live.len() < want {
+/// `syncServingGroupReplicas`: deletes surplus groups in Go's order (and, with
+/// ServingGroupRecreate, broken ones), returns the ordinals to create (lowest missing
+/// first), and fills `plan.groups`.
+fn scale_groups(ctx: &Ctx<'_>, seen: &Observed, plan: &mut Plan) -> Vec<u32> {
+    let roles = &ctx.ms.spec.template.roles;
+    let want = usize::try_from(ctx.ms.spec.replicas.unwrap_or(1)).unwrap_or(0);
+    let mut delete: Vec<u32> = Vec::new();
+    let mut live: Vec<(u32, ReplicaStatus, i64)> = Vec::new();
+    for (&o, g) in seen.groups.iter().filter(|(_, g)| !g.deleting()) {
+        if ctx.policy == RecoveryPolicy::ServingGroupRecreate && ctx.group_broken(g, &plan.revision)
+        {
+            delete.push(o);
+        } else {
+            live.push((o, group_status(roles, g), g.deletion_cost()));
+        }
+    }
+    let mut create = Vec::new();
+    if seen.groups.len() < want {
         let taken = seen.groups.keys().copied().collect();
-        (missing_ordinals(&taken, want - live.len()), Vec::new())
-    } else {
-        let surplus = live.len() - want;
-        (
-            Vec::new(),
-            scale_down_order(&live, group_partition(ms), surplus),
-        )
-    };
+        create = missing_ordinals(&taken, want - seen.groups.len());
+    } else if live.len() > want {
+        delete.extend(scale_down_order(
+            &live,
+            group_partition(ctx.ms),
+            live.len() - want,
+        ));
+    }
     for (&o, g) in &seen.groups {
         let status = if delete.contains(&o) {
             ReplicaStatus::Deleting
@@ -240,12 +300,12 @@ fn scale_groups(ms: &ModelServing, seen: &Observed, plan: &mut Plan) -> Vec<u32>
         });
     }
     for &o in &create {
-        let view = GroupView {
+        let status = ReplicaStatus::Creating;
+        plan.groups.push(GroupView {
             ordinal: o,
             revision: plan.revision.clone(),
-            status: ReplicaStatus::Creating,
-        };
-        plan.groups.push(view);
+            status,
+        });
     }
     plan.groups.sort_by_key(|g| g.ordinal);
     plan.delete_groups = delete
@@ -256,37 +316,36 @@ fn scale_groups(ms: &ModelServing, seen: &Observed, plan: &mut Plan) -> Vec<u32>
     create
 }
 
-/// `manageRoleReplicasPerGroup` for one existing group: recreates missing pods of existing
-/// role replicas, then scales each spec role up (lowest missing ordinal first) or down (Go's
-/// order). Returns the role ordinals that remain, per role.
+/// `manageRoleReplicasPerGroup` for one existing group: recovers broken role replicas by
+/// the recovery policy, then scales each spec role up (lowest missing ordinal first) or
+/// down (Go's order). Returns the role ordinals that remain, per role.
 fn scale_roles(
-    ms: &ModelServing,
+    ctx: &Ctx<'_>,
     group: &ObservedGroup,
-    hashes: &BTreeMap<String, String>,
     plan: &mut Plan,
 ) -> BTreeMap<String, BTreeSet<u32>> {
     let mut kept = BTreeMap::new();
-    for role in &ms.spec.template.roles {
+    for role in &ctx.ms.spec.template.roles {
         let empty = BTreeMap::new();
         let seen = group.roles.get(&role.name).unwrap_or(&empty);
-        let live: BTreeMap<u32, &ObservedRole> = seen
-            .iter()
-            .filter(|(_, r)| !r.pods.is_empty())
-            .map(|(&o, r)| (o, r))
-            .collect();
-        for (&r, observed) in &live {
-            let at = role_ref(&group.name, role, r, &plan.revision, hashes);
-            let missing = role_replica_pods(ms, &at)
-                .into_iter()
-                .filter(|p| !observed.pods.contains(&p.name_any()));
-            plan.create_pods.extend(missing);
+        let mut live: BTreeMap<u32, &ObservedRole> = BTreeMap::new();
+        for (&r, observed) in seen.iter().filter(|(_, r)| !r.pods.is_empty()) {
+            let check = ctx.check(group, role, r, observed, &plan.revision);
+            plan.requeue_after = min_opt(plan.requeue_after, check.wait);
+            if check.broken() && ctx.policy == RecoveryPolicy::RoleRecreate {
+                plan.delete_roles.push(replica_id(group, role, r));
+                continue;
+            }
+            plan.create_pods.extend(check.missing);
+            plan.delete_pods.extend(check.expired);
+            live.insert(r, observed);
         }
         let want = usize::try_from(role.replicas.unwrap_or(1)).unwrap_or(0);
         let mut remaining: BTreeSet<u32> = live.keys().copied().collect();
-        if live.len() < want {
+        if seen.len() < want {
             let taken = seen.keys().copied().collect();
-            for r in missing_ordinals(&taken, want - live.len()) {
-                create_role_replica(ms, &group.name, role, r, hashes, plan);
+            for r in missing_ordinals(&taken, want - seen.len()) {
+                create_role_replica(ctx.ms, &group.name, role, r, &ctx.hashes, plan);
                 remaining.insert(r);
             }
         } else if live.len() > want {
@@ -296,16 +355,27 @@ fn scale_roles(
                 .collect();
             for r in scale_down_order(&items, 0, live.len() - want) {
                 remaining.remove(&r);
-                plan.delete_roles.push(RoleReplicaId {
-                    group: group.name.clone(),
-                    role: role.name.clone(),
-                    role_id: role_id(&role.name, r),
-                });
+                plan.delete_roles.push(replica_id(group, role, r));
             }
         }
         kept.insert(role.name.clone(), remaining);
     }
     kept
+}
+
+fn replica_id(group: &ObservedGroup, role: &Role, r: u32) -> RoleReplicaId {
+    RoleReplicaId {
+        group: group.name.clone(),
+        role: role.name.clone(),
+        role_id: role_id(&role.name, r),
+    }
+}
+
+fn min_opt(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 fn role_ref<'a>(

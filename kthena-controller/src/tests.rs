@@ -3,7 +3,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kthena_api::workload::{RollingUpdateConfiguration, RolloutStrategy};
+use kthena_api::workload::{RecoveryPolicy, RollingUpdateConfiguration, RolloutStrategy};
 use kube::ResourceExt as _;
 
 use crate::observed::{Observed, ReplicaStatus};
@@ -36,6 +36,10 @@ fn sample_group(
     pods
 }
 
+fn now() -> k8s_openapi::jiff::Timestamp {
+    k8s_openapi::jiff::Timestamp::UNIX_EPOCH
+}
+
 fn names(pods: &[Pod]) -> Vec<String> {
     pods.iter().map(|p| p.name_any()).collect()
 }
@@ -43,7 +47,7 @@ fn names(pods: &[Pod]) -> Vec<String> {
 #[test]
 fn new_sample_creates_one_group_entry_first() -> anyhow::Result<()> {
     let ms = sample()?;
-    let p = plan(&ms, &Observed::default())?;
+    let p = plan(&ms, &Observed::default(), now())?;
     assert_eq!(
         names(&p.create_pods),
         [
@@ -72,7 +76,7 @@ fn new_sample_creates_one_group_entry_first() -> anyhow::Result<()> {
 #[test]
 fn multi_node_creates_two_role_replicas() -> anyhow::Result<()> {
     let ms = multi_node()?;
-    let p = plan(&ms, &Observed::default())?;
+    let p = plan(&ms, &Observed::default(), now())?;
     assert_eq!(
         names(&p.create_pods),
         [
@@ -111,7 +115,7 @@ fn steady_state_plans_nothing() -> anyhow::Result<()> {
         "sample-0-prefill-0-0".to_owned(),
         "sample-0-decode-0-0".to_owned(),
     ]);
-    let p = plan(&ms, &seen)?;
+    let p = plan(&ms, &seen, now())?;
     assert!(p.create_pods.is_empty() && p.create_services.is_empty());
     assert!(p.delete_groups.is_empty() && p.delete_roles.is_empty());
     assert_eq!(p.groups[0].status, ReplicaStatus::Running);
@@ -131,7 +135,7 @@ fn groups_scale_down_in_gos_order() -> anyhow::Result<()> {
         &[("decode", 0, "100")],
     ));
     pods.extend(sample_group(3, 1, &[], &[]));
-    let p = plan(&ms, &Observed::new("sample", "uid-1", &pods, &[]))?;
+    let p = plan(&ms, &Observed::new("sample", "uid-1", &pods, &[]), now())?;
     // Not Running first (2), then the cheapest, highest ordinal (3 before 0; 1 costs 10).
     assert_eq!(p.delete_groups, ["sample-2", "sample-3"]);
     let st: Vec<_> = p.groups.iter().map(|g| g.status).collect();
@@ -152,7 +156,7 @@ fn groups_scale_down_in_gos_order() -> anyhow::Result<()> {
         sample_group(2, 1, &[], &[]),
     ]
     .concat();
-    let p = plan(&ms, &Observed::new("sample", "uid-1", &pods, &[]))?;
+    let p = plan(&ms, &Observed::new("sample", "uid-1", &pods, &[]), now())?;
     assert_eq!(p.delete_groups, ["sample-2", "sample-1"]);
     Ok(())
 }
@@ -162,7 +166,7 @@ fn scale_up_fills_lowest_missing_ordinal() -> anyhow::Result<()> {
     let mut ms = sample()?;
     ms.spec.replicas = Some(3);
     let pods = [sample_group(0, 1, &[], &[]), sample_group(2, 1, &[], &[])].concat();
-    let p = plan(&ms, &Observed::new("sample", "uid-1", &pods, &[]))?;
+    let p = plan(&ms, &Observed::new("sample", "uid-1", &pods, &[]), now())?;
     let groups: Vec<_> = p
         .create_pods
         .iter()
@@ -177,13 +181,14 @@ fn roles_scale_down_in_gos_order_and_up_lowest_first() -> anyhow::Result<()> {
     let mut ms = sample()?;
     ms.spec.template.roles[0].replicas = Some(1);
     ms.spec.template.roles[1].replicas = Some(3);
+    ms.spec.recovery_policy = Some(RecoveryPolicy::None);
     // prefill has replicas 0, 1, 2: 1 is not ready, 2 costs 5, 0 costs 0.
     let mut pods = sample_group(0, 3, &[("prefill", 1)], &[("prefill", 2, "5")]);
     // decode has 0 and 2 (1 deleted): 1 is created.
     pods.retain(|p| !p.name_any().starts_with("sample-0-decode-1-"));
     // one worker of decode-2 is gone: recreated.
     pods.retain(|p| p.name_any() != "sample-0-decode-2-3");
-    let p = plan(&ms, &Observed::new("sample", "uid-1", &pods, &[]))?;
+    let p = plan(&ms, &Observed::new("sample", "uid-1", &pods, &[]), now())?;
     let deleted: Vec<_> = p.delete_roles.iter().map(|r| r.role_id.as_str()).collect();
     assert_eq!(deleted, ["prefill-1", "prefill-0"]);
     assert_eq!(
@@ -334,5 +339,71 @@ fn status_counts_deleting_and_old_revisions() -> anyhow::Result<()> {
         c.message,
         "Some groups is progressing: [2], Updated Groups are: [1]"
     );
+    Ok(())
+}
+
+#[test]
+fn a_lost_pod_is_recovered_by_the_recovery_policy() -> anyhow::Result<()> {
+    let mut ms = sample()?;
+    ms.spec.replicas = Some(2);
+    let mut pods = [sample_group(0, 1, &[], &[]), sample_group(1, 1, &[], &[])].concat();
+    pods.retain(|p| p.name_any() != "sample-1-decode-0-2");
+    let seen = Observed::new("sample", "uid-1", &pods, &[]);
+    // RoleRecreate (the default): the role replica goes, nothing else; recreated once gone.
+    let p = plan(&ms, &seen, now())?;
+    let deleted: Vec<_> = p
+        .delete_roles
+        .iter()
+        .map(|r| format!("{}/{}", r.group, r.role_id))
+        .collect();
+    assert_eq!(deleted, ["sample-1/decode-0"]);
+    assert!(p.create_pods.is_empty() && p.delete_groups.is_empty());
+    let mut gone = pods.clone();
+    gone.retain(|p| !p.name_any().starts_with("sample-1-decode-0-"));
+    let p = plan(&ms, &Observed::new("sample", "uid-1", &gone, &[]), now())?;
+    assert_eq!(
+        names(&p.create_pods),
+        [
+            "sample-1-decode-0-0",
+            "sample-1-decode-0-1",
+            "sample-1-decode-0-2",
+            "sample-1-decode-0-3"
+        ]
+    );
+    // ServingGroupRecreate: the whole group goes, and is recreated once gone.
+    ms.spec.recovery_policy = Some(RecoveryPolicy::ServingGroupRecreate);
+    let p = plan(&ms, &seen, now())?;
+    assert_eq!(p.delete_groups, ["sample-1"]);
+    assert!(p.create_pods.is_empty() && p.delete_roles.is_empty());
+    assert_eq!(p.groups[1].status, ReplicaStatus::Deleting);
+    let group0 = sample_group(0, 1, &[], &[]);
+    let p = plan(&ms, &Observed::new("sample", "uid-1", &group0, &[]), now())?;
+    assert_eq!(p.create_pods.len(), 8);
+    // None: only the missing pod is recreated.
+    ms.spec.recovery_policy = Some(RecoveryPolicy::None);
+    let p = plan(&ms, &seen, now())?;
+    assert_eq!(names(&p.create_pods), ["sample-1-decode-0-2"]);
+    assert!(p.delete_roles.is_empty() && p.delete_groups.is_empty());
+    Ok(())
+}
+
+#[test]
+fn terminating_replicas_keep_their_ordinal_until_gone() -> anyhow::Result<()> {
+    let ms = sample()?;
+    let mut pods = sample_group(0, 1, &[], &[]);
+    for p in pods
+        .iter_mut()
+        .filter(|p| p.name_any().starts_with("sample-0-prefill-"))
+    {
+        p.metadata.deletion_timestamp = Some(Time(now()));
+    }
+    let p = plan(&ms, &Observed::new("sample", "uid-1", &pods, &[]), now())?;
+    assert!(p.create_pods.is_empty() && p.delete_roles.is_empty());
+    for p in &mut pods {
+        p.metadata.deletion_timestamp = Some(Time(now()));
+    }
+    let p = plan(&ms, &Observed::new("sample", "uid-1", &pods, &[]), now())?;
+    assert!(p.create_pods.is_empty() && p.delete_groups.is_empty());
+    assert_eq!(p.groups[0].status, ReplicaStatus::Deleting);
     Ok(())
 }

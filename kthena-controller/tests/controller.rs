@@ -286,3 +286,76 @@ async fn kubectl_scale_converges_deleting_in_gos_order() -> Result<()> {
     assert_eq!(ms.status.unwrap_or_default().replicas, 1);
     Ok(())
 }
+
+async fn uids(ns: &TestNamespace, ms: &str) -> Result<BTreeMap<String, String>> {
+    let lp = ListParams::default().labels(&format!("modelserving.volcano.sh/name={ms}"));
+    let pods = ns.api::<Pod>().list(&lp).await?.items;
+    Ok(pods
+        .iter()
+        .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
+        .collect())
+}
+
+#[tokio::test]
+async fn a_deleted_pod_recreates_its_role_replica() -> Result<()> {
+    let env_ = setup("ctl-recover").await?;
+    let ns = &env_.ns;
+    create_example(ns, "sample.yaml").await?;
+    available(ns, "sample", 1).await?;
+    let before = uids(ns, "sample").await?;
+    ns.api::<Pod>()
+        .delete("sample-0-prefill-0-2", &Default::default())
+        .await?;
+    // RoleRecreate (the default): every pod of prefill-0 is new, decode's are untouched.
+    let after = eventually("prefill-0 recreated", || async {
+        let now = uids(ns, "sample").await?;
+        let renewed = (0..4).all(|i| {
+            let name = format!("sample-0-prefill-0-{i}");
+            now.get(&name).is_some_and(|u| Some(u) != before.get(&name))
+        });
+        Ok((renewed && now.len() == 8).then_some(now))
+    })
+    .await?;
+    for i in 0..4 {
+        let name = format!("sample-0-decode-0-{i}");
+        assert_eq!(after.get(&name), before.get(&name), "{name}");
+    }
+    available(ns, "sample", 1).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_errored_pod_is_replaced_alone_with_recovery_policy_none() -> Result<()> {
+    let env_ = setup("ctl-errored").await?;
+    let ns = &env_.ns;
+    let created = create_example(ns, "multi-node.yaml").await?;
+    let name = "llama-multinode";
+    let patch =
+        json!({"spec": {"recoveryPolicy": "None", "template": {"restartGracePeriodSeconds": 0}}});
+    ns.api::<ModelServing>()
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    assert!(created.uid().is_some());
+    available(ns, name, 1).await?;
+    let before = uids(ns, name).await?;
+    let failed = "llama-multinode-0-llama-405b-1-1";
+    let exit = json!({"metadata": {"annotations": {kthena_sim::node::EXIT_ANNOTATION: "3"}}});
+    ns.api::<Pod>()
+        .patch(failed, &PatchParams::default(), &Patch::Merge(&exit))
+        .await?;
+    let after = eventually("the failed pod replaced", || async {
+        let now = uids(ns, name).await?;
+        Ok(
+            (now.len() == 4 && now.get(failed) != before.get(failed) && now.contains_key(failed))
+                .then_some(now),
+        )
+    })
+    .await?;
+    for (pod, uid) in &before {
+        if pod != failed {
+            assert_eq!(after.get(pod), Some(uid), "{pod} was replaced");
+        }
+    }
+    available(ns, name, 1).await?;
+    Ok(())
+}
