@@ -34,6 +34,9 @@ pub struct Config {
     pub namespace: Option<String>,
     /// ModelServings reconciled concurrently (Go `--workers`, default 5).
     pub workers: u16,
+    /// Field manager of the writes (`metadata.managedFields[].manager`), default
+    /// `kthena-controller`.
+    pub field_manager: String,
 }
 
 impl Default for Config {
@@ -41,6 +44,7 @@ impl Default for Config {
         Self {
             namespace: None,
             workers: 5,
+            field_manager: "kthena-controller".to_owned(),
         }
     }
 }
@@ -90,6 +94,7 @@ impl ControllerSet {
 
 struct Ctx {
     client: Client,
+    field_manager: String,
 }
 
 /// Runs the ModelServing controller until `shutdown` completes: watches ModelServings and
@@ -113,7 +118,10 @@ pub async fn run(
         ),
     };
     let children = watcher::Config::default().labels(GROUP_NAME_LABEL);
-    let ctx = Arc::new(Ctx { client });
+    let ctx = Arc::new(Ctx {
+        client,
+        field_manager: config.field_manager.clone(),
+    });
     Controller::new(ms, watcher::Config::default())
         .owns(pods, children.clone())
         .owns(svcs, children)
@@ -164,13 +172,16 @@ async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
     }
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let plan = plan(&defaulted, &seen, now.0)?;
-    apply(&ctx.client, &defaulted, &plan).await?;
+    apply(&ctx, &defaulted, &plan).await?;
     let st = status(&defaulted, &plan.groups, &plan.revision, &now);
     if ms.status.as_ref() != Some(&st) {
         let api: Api<ModelServing> = Api::namespaced(ctx.client.clone(), &ns);
         api.patch_status(
             &name,
-            &PatchParams::default(),
+            &PatchParams {
+                field_manager: Some(ctx.field_manager.clone()),
+                ..PatchParams::default()
+            },
             &Patch::Merge(json!({ "status": st })),
         )
         .await
@@ -183,14 +194,19 @@ async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
 
 /// Applies `plan` in order: ControllerRevision (when creating pods), group deletions,
 /// role-replica deletions, errored-pod deletions, pod creations, service creations. AlreadyExists is ignored.
-async fn apply(client: &Client, ms: &ModelServing, plan: &Plan) -> Result<()> {
+async fn apply(ctx: &Ctx, ms: &ModelServing, plan: &Plan) -> Result<()> {
+    let client = &ctx.client;
+    let pp = PostParams {
+        field_manager: Some(ctx.field_manager.clone()),
+        ..PostParams::default()
+    };
     let ns = ms.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let svcs: Api<Service> = Api::namespaced(client.clone(), &ns);
     if !plan.create_pods.is_empty() {
         let cr = controller_revision(ms, &plan.revision)?;
         let api: Api<ControllerRevision> = Api::namespaced(client.clone(), &ns);
-        create(&api, &cr, "controllerrevision").await?;
+        create(&api, &pp, &cr, "controllerrevision").await?;
     }
     for group in &plan.delete_groups {
         tracing::info!(group, "deleting ServingGroup");
@@ -212,19 +228,19 @@ async fn apply(client: &Client, ms: &ModelServing, plan: &Plan) -> Result<()> {
         }
     }
     for pod in &plan.create_pods {
-        create(&pods, pod, "pod").await?;
+        create(&pods, &pp, pod, "pod").await?;
     }
     for svc in &plan.create_services {
-        create(&svcs, svc, "service").await?;
+        create(&svcs, &pp, svc, "service").await?;
     }
     Ok(())
 }
 
-async fn create<K>(api: &Api<K>, obj: &K, kind: &str) -> Result<()>
+async fn create<K>(api: &Api<K>, pp: &PostParams, obj: &K, kind: &str) -> Result<()>
 where
     K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    match api.create(&PostParams::default(), obj).await {
+    match api.create(pp, obj).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(e) => Err(kube_err(format!("creating {kind} {}", obj.name_any()))(e)),
@@ -247,4 +263,28 @@ async fn delete_children(pods: &Api<Pod>, svcs: &Api<Service>, selector: &str) -
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(value: &str) -> Result<(bool, bool, bool)> {
+        let s = ControllerSet::parse(value)?;
+        Ok((s.modelserving, s.modelbooster, s.autoscaler))
+    }
+
+    #[test]
+    fn controllers_flag_follows_go() -> Result<()> {
+        assert_eq!(set("*")?, (true, true, true));
+        assert_eq!(set("*,-autoscaler")?, (true, true, false));
+        assert_eq!(set("modelserving")?, (true, false, false));
+        assert_eq!(set("-modelserving,+modelserving")?, (true, false, false));
+        assert_eq!(set("*,-modelserving,modelserving")?, (true, true, true));
+        assert_eq!(set("")?, (false, false, false));
+        assert!(
+            matches!(ControllerSet::parse("*,-lws"), Err(Error::UnknownController(n)) if n == "-lws")
+        );
+        Ok(())
+    }
 }

@@ -29,6 +29,12 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The leader-election Lease could not be read or written.
+    #[error("leader election: {0}")]
+    Lease(#[source] kube_lease_manager::LeaseManagerError),
+    /// This replica stopped holding the leader-election Lease.
+    #[error("lost the leader-election lease")]
+    LostLease,
     /// Children owned by another ModelServing of the same name exist; retried later.
     #[error("{0} is owned by another ModelServing with the same name")]
     Foreign(String),

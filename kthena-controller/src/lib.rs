@@ -8,13 +8,16 @@
 //! headless services) and [`status()`] the new status. [`run`] is the kube-runtime
 //! `Controller` that lists, plans and applies; `kthena-controller` is its binary.
 //!
+//! [`run_leader_elected`] runs it only while holding Go's Lease.
+//!
 //! Not built yet (see `docs/controller.md`): rolling updates, Volcano PodGroups, admission
-//! webhooks, leader election.
+//! webhooks.
 
 mod controller;
 mod desired;
 mod error;
 mod health;
+mod leader;
 pub mod names;
 mod observed;
 mod plan;
@@ -30,6 +33,7 @@ pub use controller::{Config, ControllerSet, run};
 pub use desired::{RoleReplicaRef, headless_service, role_replica_pods};
 pub use error::{Error, Result};
 pub use health::serve_health;
+pub use leader::{LEASE_NAME, LeaderElection, identity, run_leader_elected};
 pub use observed::{
     Observed, ObservedGroup, ObservedRole, ReplicaStatus, errored_since, running_and_ready,
 };

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Parser;
-use kthena_controller::{Config, ControllerSet};
+use kthena_controller::{Config, ControllerSet, LeaderElection};
 
 /// Kthena controller manager: reconciles ModelServings into pods and headless services.
 #[derive(Debug, Parser)]
@@ -27,6 +27,14 @@ struct Args {
     /// Watch only this namespace (default: all namespaces).
     #[arg(long)]
     namespace: Option<String>,
+    /// Run the controllers only while holding the Lease `lease.kthena.controller-manager`
+    /// (duration 15 s, renewed every 2 s); exit when it is lost.
+    #[arg(long)]
+    leader_elect: bool,
+    /// Namespace of the leader-election Lease (default: the namespace of the service account
+    /// in a cluster, else of the kubeconfig context).
+    #[arg(long)]
+    leader_elect_namespace: Option<String>,
     /// Address of the plain-HTTP `GET /healthz` endpoint.
     #[arg(long, default_value = "0.0.0.0:8081")]
     healthz_bind_address: SocketAddr,
@@ -67,25 +75,37 @@ async fn main() -> anyhow::Result<()> {
     let client = client(&args).await?;
     let (addr, health) = kthena_controller::serve_health(args.healthz_bind_address).await?;
     tracing::info!(%addr, "serving /healthz");
+    let election = args.leader_elect.then(|| {
+        let ns = args.leader_elect_namespace.clone();
+        LeaderElection::go_defaults(ns.unwrap_or_else(|| client.default_namespace().to_owned()))
+    });
     let config = Config {
         namespace: args.namespace,
         workers: args.workers,
+        ..Config::default()
     };
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
     let controllers = async move {
-        if set.modelserving {
-            kthena_controller::run(client, config, shutdown).await;
-        } else {
+        if !set.modelserving {
             tracing::warn!("no controller enabled");
             shutdown.await;
+            return Ok(());
+        }
+        match election {
+            Some(election) => {
+                kthena_controller::run_leader_elected(client, config, election, shutdown).await
+            }
+            None => {
+                kthena_controller::run(client, config, shutdown).await;
+                Ok(())
+            }
         }
     };
     // The health server runs until the controllers stop.
     tokio::select! {
-        () = health => {}
-        () = controllers => {}
+        () = health => Ok(()),
+        res = controllers => Ok(res?),
     }
-    Ok(())
 }

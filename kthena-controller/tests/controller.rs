@@ -2,15 +2,16 @@
 //! the simulated node: Kthena's example ModelServings reconcile to Go's pods and services
 //! and become Available; `kubectl scale` converges, deleting in Go's order.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kthena_api::{ModelServing, Object, load_file};
-use kthena_controller::{Config, run};
+use kthena_controller::{Config, LEASE_NAME, LeaderElection, run, run_leader_elected};
 use kthena_sim::node::{NodeConfig, SimNode};
 use kthena_testenv::TestNamespace;
 use kube::ResourceExt as _;
@@ -33,6 +34,7 @@ async fn setup(prefix: &str) -> Result<Env> {
     let config = Config {
         namespace: Some(ns.name().to_owned()),
         workers: 2,
+        ..Config::default()
     };
     let mut tasks = JoinSet::new();
     tasks.spawn(run(ns.client().clone(), config, std::future::pending()));
@@ -357,5 +359,102 @@ async fn an_errored_pod_is_replaced_alone_with_recovery_policy_none() -> Result<
         }
     }
     available(ns, name, 1).await?;
+    Ok(())
+}
+
+/// Field managers of the pods' non-status writes, by pod.
+async fn creators(ns: &TestNamespace, ms: &str) -> Result<BTreeMap<String, BTreeSet<String>>> {
+    let lp = ListParams::default().labels(&format!("modelserving.volcano.sh/name={ms}"));
+    let pods = ns.api::<Pod>().list(&lp).await?.items;
+    Ok(pods
+        .iter()
+        .map(|p| {
+            let fields = p.metadata.managed_fields.iter().flatten();
+            let managers = fields
+                .filter(|f| f.subresource.is_none())
+                .filter_map(|f| f.manager.clone())
+                .collect();
+            (p.name_any(), managers)
+        })
+        .collect())
+}
+
+async fn holder(ns: &TestNamespace) -> Result<Option<String>> {
+    let lease = ns.api::<Lease>().get_opt(LEASE_NAME).await?;
+    Ok(lease.and_then(|l| l.spec?.holder_identity))
+}
+
+#[tokio::test]
+async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() -> Result<()> {
+    let ns = kthena_testenv::namespace("ctl-leader").await?;
+    let _node = SimNode::start(
+        ns.client().clone(),
+        NodeConfig {
+            namespace: Some(ns.name().to_owned()),
+            health_interval: Duration::from_millis(100),
+            ..NodeConfig::default()
+        },
+    );
+    let start = |id: &str| {
+        let config = Config {
+            namespace: Some(ns.name().to_owned()),
+            workers: 2,
+            field_manager: format!("ctl-{id}"),
+        };
+        let election = LeaderElection {
+            lease_name: LEASE_NAME.to_owned(),
+            namespace: ns.name().to_owned(),
+            identity: id.to_owned(),
+            duration: Duration::from_secs(3),
+            retry: Duration::from_secs(1),
+        };
+        let mut set = JoinSet::new();
+        set.spawn(run_leader_elected(
+            ns.client().clone(),
+            config,
+            election,
+            std::future::pending(),
+        ));
+        set
+    };
+    let mut a = start("a");
+    eventually("a holds the lease", || async {
+        Ok((holder(&ns).await?.as_deref() == Some("a")).then_some(()))
+    })
+    .await?;
+    let _b = start("b");
+    create_example(&ns, "multi-node.yaml").await?;
+    let name = "llama-multinode";
+    available(&ns, name, 1).await?;
+    let managers: BTreeSet<String> = creators(&ns, name).await?.into_values().flatten().collect();
+    assert_eq!(managers, BTreeSet::from(["ctl-a".to_owned()]));
+    assert_eq!(holder(&ns).await?.as_deref(), Some("a"));
+    // The leader stops; the standby takes the lease and reconciles from then on.
+    a.abort_all();
+    while a.join_next().await.is_some() {}
+    eventually("b holds the lease", || async {
+        Ok((holder(&ns).await?.as_deref() == Some("b")).then_some(()))
+    })
+    .await?;
+    let out = ns
+        .kubectl()
+        .args(["scale", "modelserving", name, "--replicas=2"])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    available(&ns, name, 2).await?;
+    let by_pod = creators(&ns, name).await?;
+    for (pod, managers) in &by_pod {
+        let want = if pod.starts_with("llama-multinode-1-") {
+            "ctl-b"
+        } else {
+            "ctl-a"
+        };
+        assert_eq!(managers, &BTreeSet::from([want.to_owned()]), "{pod}");
+    }
+    assert_eq!(by_pod.len(), 8);
     Ok(())
 }
