@@ -174,7 +174,7 @@ mod tests {
     }
 
     #[test]
-    fn entry_and_workers_with_gos_names_labels_env() -> anyhow::Result<()> {
+    fn entry_and_workers_with_gos_names_labels_env() -> crate::testutil::TestResult {
         let ms = sample()?;
         let role = &ms.spec.template.roles[0];
         let pods = role_replica_pods(&ms, &at(role));
@@ -246,7 +246,7 @@ mod tests {
     }
 
     #[test]
-    fn template_metadata_wins_and_env_is_replaced() -> anyhow::Result<()> {
+    fn template_metadata_wins_and_env_is_replaced() -> crate::testutil::TestResult {
         let mut ms = sample()?;
         let role = &mut ms.spec.template.roles[1];
         role.entry_template.metadata = Some(ObjectMeta {
@@ -303,10 +303,10 @@ mod tests {
     }
 
     #[test]
-    fn headless_service_per_multi_pod_role_replica() -> anyhow::Result<()> {
+    fn headless_service_per_multi_pod_role_replica() -> crate::testutil::TestResult {
         let ms = sample()?;
         let role = &ms.spec.template.roles[0];
-        let svc = headless_service(&ms, &at(role)).ok_or_else(|| anyhow::anyhow!("no service"))?;
+        let svc = headless_service(&ms, &at(role)).ok_or("no service")?;
         assert_eq!(svc.name_any(), "sample-0-prefill-1-0");
         let spec = svc.spec.clone().unwrap_or_default();
         assert_eq!(spec.cluster_ip.as_deref(), Some("None"));

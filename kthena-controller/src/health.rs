@@ -35,7 +35,7 @@ mod tests {
     use super::serve_health;
 
     #[tokio::test]
-    async fn healthz_answers_ok() -> anyhow::Result<()> {
+    async fn healthz_answers_ok() -> crate::testutil::TestResult {
         let (addr, server) = serve_health("127.0.0.1:0".parse()?).await?;
         let client = async {
             let mut conn = tokio::net::TcpStream::connect(addr).await?;
@@ -43,10 +43,10 @@ mod tests {
                 .await?;
             let mut out = String::new();
             conn.read_to_string(&mut out).await?;
-            anyhow::Ok(out)
+            Ok::<_, Box<dyn std::error::Error>>(out)
         };
         let out = tokio::select! {
-            () = server => anyhow::bail!("server stopped"),
+            () = server => return Err("server stopped".into()),
             out = client => out?,
         };
         assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");

@@ -65,7 +65,7 @@ mod tests {
     use crate::{Observed, RoleReplicaRef, role_replica_pods};
 
     #[test]
-    fn missing_and_errored_pods() -> anyhow::Result<()> {
+    fn missing_and_errored_pods() -> crate::testutil::TestResult {
         let ms = sample()?;
         let role = &ms.spec.template.roles[0];
         let at = RoleReplicaRef {

@@ -117,7 +117,7 @@ mod tests {
     }
 
     #[test]
-    fn scaling_is_not_a_new_revision() -> anyhow::Result<()> {
+    fn scaling_is_not_a_new_revision() -> crate::testutil::TestResult {
         let ms = sample()?;
         let rev = model_serving_revision(&ms)?;
         assert!(rev.bytes().all(|b| SAFE_ALPHABET.contains(&b)), "{rev}");
@@ -134,7 +134,7 @@ mod tests {
     }
 
     #[test]
-    fn controller_revision_shape() -> anyhow::Result<()> {
+    fn controller_revision_shape() -> crate::testutil::TestResult {
         let ms = sample()?;
         let cr = controller_revision(&ms, "abc")?;
         assert_eq!(cr.metadata.name.as_deref(), Some("sample-abc"));

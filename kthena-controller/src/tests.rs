@@ -45,7 +45,7 @@ fn names(pods: &[Pod]) -> Vec<String> {
 }
 
 #[test]
-fn new_sample_creates_one_group_entry_first() -> anyhow::Result<()> {
+fn new_sample_creates_one_group_entry_first() -> crate::testutil::TestResult {
     let ms = sample()?;
     let p = plan(&ms, &Observed::default(), now())?;
     assert_eq!(
@@ -74,7 +74,7 @@ fn new_sample_creates_one_group_entry_first() -> anyhow::Result<()> {
 }
 
 #[test]
-fn multi_node_creates_two_role_replicas() -> anyhow::Result<()> {
+fn multi_node_creates_two_role_replicas() -> crate::testutil::TestResult {
     let ms = multi_node()?;
     let p = plan(&ms, &Observed::default(), now())?;
     assert_eq!(
@@ -108,7 +108,7 @@ fn multi_node_creates_two_role_replicas() -> anyhow::Result<()> {
 }
 
 #[test]
-fn steady_state_plans_nothing() -> anyhow::Result<()> {
+fn steady_state_plans_nothing() -> crate::testutil::TestResult {
     let ms = sample()?;
     let mut seen = Observed::new("sample", "uid-1", &sample_group(0, 1, &[], &[]), &[]);
     seen.services.extend([
@@ -123,7 +123,7 @@ fn steady_state_plans_nothing() -> anyhow::Result<()> {
 }
 
 #[test]
-fn groups_scale_down_in_gos_order() -> anyhow::Result<()> {
+fn groups_scale_down_in_gos_order() -> crate::testutil::TestResult {
     let mut ms = sample()?;
     ms.spec.replicas = Some(2);
     let mut pods = sample_group(0, 1, &[], &[]);
@@ -162,7 +162,7 @@ fn groups_scale_down_in_gos_order() -> anyhow::Result<()> {
 }
 
 #[test]
-fn scale_up_fills_lowest_missing_ordinal() -> anyhow::Result<()> {
+fn scale_up_fills_lowest_missing_ordinal() -> crate::testutil::TestResult {
     let mut ms = sample()?;
     ms.spec.replicas = Some(3);
     let pods = [sample_group(0, 1, &[], &[]), sample_group(2, 1, &[], &[])].concat();
@@ -177,7 +177,7 @@ fn scale_up_fills_lowest_missing_ordinal() -> anyhow::Result<()> {
 }
 
 #[test]
-fn roles_scale_down_in_gos_order_and_up_lowest_first() -> anyhow::Result<()> {
+fn roles_scale_down_in_gos_order_and_up_lowest_first() -> crate::testutil::TestResult {
     let mut ms = sample()?;
     ms.spec.template.roles[0].replicas = Some(1);
     ms.spec.template.roles[1].replicas = Some(3);
@@ -225,12 +225,12 @@ fn scale_down_order_keys() {
     );
 }
 
-fn t(s: &str) -> anyhow::Result<Time> {
+fn t(s: &str) -> crate::testutil::TestResult<Time> {
     Ok(Time(s.parse()?))
 }
 
 #[test]
-fn status_available_when_all_groups_run() -> anyhow::Result<()> {
+fn status_available_when_all_groups_run() -> crate::testutil::TestResult {
     let mut ms = sample()?;
     let rev = "rev1";
     let creating = [GroupView {
@@ -305,7 +305,7 @@ fn status_available_when_all_groups_run() -> anyhow::Result<()> {
 }
 
 #[test]
-fn status_counts_deleting_and_old_revisions() -> anyhow::Result<()> {
+fn status_counts_deleting_and_old_revisions() -> crate::testutil::TestResult {
     let mut ms = sample()?;
     ms.spec.replicas = Some(2);
     let g = |o, rev: &str, status| GroupView {
@@ -343,7 +343,7 @@ fn status_counts_deleting_and_old_revisions() -> anyhow::Result<()> {
 }
 
 #[test]
-fn a_lost_pod_is_recovered_by_the_recovery_policy() -> anyhow::Result<()> {
+fn a_lost_pod_is_recovered_by_the_recovery_policy() -> crate::testutil::TestResult {
     let mut ms = sample()?;
     ms.spec.replicas = Some(2);
     let mut pods = [sample_group(0, 1, &[], &[]), sample_group(1, 1, &[], &[])].concat();
@@ -388,7 +388,7 @@ fn a_lost_pod_is_recovered_by_the_recovery_policy() -> anyhow::Result<()> {
 }
 
 #[test]
-fn terminating_replicas_keep_their_ordinal_until_gone() -> anyhow::Result<()> {
+fn terminating_replicas_keep_their_ordinal_until_gone() -> crate::testutil::TestResult {
     let ms = sample()?;
     let mut pods = sample_group(0, 1, &[], &[]);
     for p in pods

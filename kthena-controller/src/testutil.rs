@@ -11,11 +11,14 @@ use crate::names::{
     ROLE_LABEL, pod_name, role_id,
 };
 
-fn load(name: &str, text: &str) -> anyhow::Result<ModelServing> {
+/// Result of a unit test.
+pub(crate) type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+fn load(name: &str, text: &str) -> TestResult<ModelServing> {
     let docs = load_str(name, text)?;
     let Some(Object::ModelServing(ms)) = docs.into_iter().next().map(|d| d.object.with_defaults())
     else {
-        anyhow::bail!("{name} is not a ModelServing");
+        return Err(format!("{name} is not a ModelServing").into());
     };
     let mut ms = *ms;
     ms.metadata.namespace = Some("ns1".to_owned());
@@ -26,13 +29,13 @@ fn load(name: &str, text: &str) -> anyhow::Result<ModelServing> {
 
 /// Kthena's `examples/model-serving/sample.yaml` (prefill and decode, 3 workers each), in
 /// namespace `ns1` with UID `uid-1`, generation 3, defaults applied.
-pub(crate) fn sample() -> anyhow::Result<ModelServing> {
+pub(crate) fn sample() -> TestResult<ModelServing> {
     load("sample.yaml", include_str!("../tests/fixtures/sample.yaml"))
 }
 
 /// Kthena's `examples/model-serving/multi-node.yaml` (one role `llama-405b`, 2 role replicas
 /// of 1 entry + 1 worker), as [`sample`].
-pub(crate) fn multi_node() -> anyhow::Result<ModelServing> {
+pub(crate) fn multi_node() -> TestResult<ModelServing> {
     load(
         "multi-node.yaml",
         include_str!("../tests/fixtures/multi-node.yaml"),
