@@ -226,7 +226,7 @@ mod tests {
         assert_eq!(seen.groups.keys().copied().collect::<Vec<_>>(), [1]);
         let g = &seen.groups[&1];
         assert_eq!(g.name, "sample-1");
-        assert_eq!(g.revision, "rev1");
+        assert_eq!(g.revision, crate::testutil::sample_revision());
         let prefill = &g.roles["prefill"][&0];
         assert_eq!(
             (prefill.pods.len(), prefill.ready, prefill.deletion_cost),

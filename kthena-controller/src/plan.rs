@@ -19,6 +19,7 @@ use crate::names::{group_name, role_id};
 use crate::observed::{Observed, ObservedGroup, ObservedRole, ReplicaStatus};
 use crate::recovery::ReplicaCheck;
 use crate::revision::{model_serving_revision, role_template_hash};
+use crate::rolling::rolling_update_deletions;
 
 /// A role replica to delete: its pods (labels group-name, role, role-id) and its service.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -207,7 +208,9 @@ impl Ctx<'_> {
 }
 
 /// Plans one reconcile of `ms` (defaults applied) from what exists; `now` decides which
-/// errored pods are past `restartGracePeriodSeconds`.
+/// errored pods are past `restartGracePeriodSeconds`. Order as Go: ServingGroup replicas,
+/// the ServingGroup rolling update ([`crate::rolling_update_deletions`]), role replicas,
+/// headless services.
 ///
 /// Groups and role replicas still terminating keep their ordinal: they are neither counted
 /// as surplus nor replaced until they are gone. A broken role replica (a pod missing, or an
@@ -236,6 +239,15 @@ pub fn plan(ms: &ModelServing, seen: &Observed, now: Timestamp) -> Result<Plan> 
         ..Plan::default()
     };
     let new_groups = scale_groups(&ctx, seen, &mut plan);
+    for o in rolling_update_deletions(ms, &plan.groups, &plan.revision) {
+        let Some(group) = seen.groups.get(&o) else {
+            continue;
+        };
+        plan.delete_groups.push(group.name.clone());
+        for view in plan.groups.iter_mut().filter(|v| v.ordinal == o) {
+            view.status = ReplicaStatus::Deleting;
+        }
+    }
     let deleted: BTreeSet<String> = plan.delete_groups.iter().cloned().collect();
     let mut kept: Vec<(String, BTreeMap<String, BTreeSet<u32>>)> = Vec::new();
     for group in seen.groups.values() {

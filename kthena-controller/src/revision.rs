@@ -3,7 +3,7 @@
 //! Go hashes a `spew` dump of the Go structs; this crate hashes their JSON (serde field order,
 //! empty fields omitted) with the same FNV-1 32-bit function and the same encoding. The
 //! hashes are therefore stable and short like Go's but not byte-equal to them: pods made by
-//! Go Kthena carry a different revision label (see `docs/controller.md`).
+//! Go Kthena carry a different revision label and are rolled once (see `docs/controller.md`).
 
 use std::collections::BTreeMap;
 

@@ -9,7 +9,7 @@ use kube::ResourceExt as _;
 use crate::observed::{Observed, ReplicaStatus};
 use crate::plan::{GroupView, plan, scale_down_order, scaled_value};
 use crate::status::status;
-use crate::testutil::{multi_node, observed_pod, sample};
+use crate::testutil::{TestResult, multi_node, observed_pod, sample};
 
 /// All pods of sample group `g` (2 roles × `roles` replicas × 4 pods), Ready unless listed
 /// in `not_ready` as `(role, r)`; deletion cost on pod 0 of `(role, r, cost)`.
@@ -405,5 +405,31 @@ fn terminating_replicas_keep_their_ordinal_until_gone() -> crate::testutil::Test
     let p = plan(&ms, &Observed::new("sample", "uid-1", &pods, &[]), now())?;
     assert!(p.create_pods.is_empty() && p.delete_groups.is_empty());
     assert_eq!(p.groups[0].status, ReplicaStatus::Deleting);
+    Ok(())
+}
+
+#[test]
+fn a_template_change_replaces_groups_one_at_a_time() -> TestResult {
+    let mut ms = sample()?;
+    ms.spec.replicas = Some(2);
+    let mut pods = [sample_group(0, 1, &[], &[]), sample_group(1, 1, &[], &[])].concat();
+    for p in &mut pods {
+        p.labels_mut().insert(
+            "modelserving.volcano.sh/revision".to_owned(),
+            "old".to_owned(),
+        );
+    }
+    let p = plan(&ms, &Observed::new("sample", "uid-1", &pods, &[]), now())?;
+    assert_eq!(p.delete_groups, ["sample-1"]);
+    assert!(p.create_pods.is_empty());
+    let st: Vec<_> = p.groups.iter().map(|g| g.status).collect();
+    assert_eq!(st, [ReplicaStatus::Running, ReplicaStatus::Deleting]);
+    // Once gone, group 1 is recreated at the new revision; group 0 waits for it.
+    pods.retain(|p| !p.name_any().starts_with("sample-1-"));
+    let p = plan(&ms, &Observed::new("sample", "uid-1", &pods, &[]), now())?;
+    assert!(p.delete_groups.is_empty());
+    assert_eq!(p.create_pods.len(), 8);
+    let revision = &p.create_pods[0].labels()["modelserving.volcano.sh/revision"];
+    assert_eq!(revision, &p.revision);
     Ok(())
 }

@@ -42,7 +42,15 @@ pub(crate) fn multi_node() -> TestResult<ModelServing> {
     )
 }
 
-/// An owned pod of group `group`, role replica `<role>-<r>`, index `i`, revision `rev1`.
+/// The template revision of [`sample`].
+pub(crate) fn sample_revision() -> String {
+    let ms = sample().ok();
+    ms.and_then(|ms| crate::revision::model_serving_revision(&ms).ok())
+        .unwrap_or_default()
+}
+
+/// An owned pod of group `group`, role replica `<role>-<r>`, index `i`, revision
+/// [`sample_revision`].
 pub(crate) fn observed_pod(
     ms: &str,
     group: &str,
@@ -58,7 +66,7 @@ pub(crate) fn observed_pod(
         (GROUP_NAME_LABEL.to_owned(), group.to_owned()),
         (ROLE_LABEL.to_owned(), role.to_owned()),
         (ROLE_ID_LABEL.to_owned(), id.clone()),
-        (REVISION_LABEL.to_owned(), "rev1".to_owned()),
+        (REVISION_LABEL.to_owned(), sample_revision()),
     ]);
     let annotations =
         cost.map(|c| BTreeMap::from([(POD_DELETION_COST_ANNOTATION.to_owned(), c.to_owned())]));

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
@@ -456,5 +457,90 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() -> Result<(
         assert_eq!(managers, &BTreeSet::from([want.to_owned()]), "{pod}");
     }
     assert_eq!(by_pod.len(), 8);
+    Ok(())
+}
+
+/// Ordinals of groups whose `size` pods all exist, Running and Ready.
+async fn ready_groups(ns: &TestNamespace, ms: &str, size: usize) -> Result<BTreeSet<String>> {
+    let lp = ListParams::default().labels(&format!("modelserving.volcano.sh/name={ms}"));
+    let pods = ns.api::<Pod>().list(&lp).await?.items;
+    let mut ready: BTreeMap<String, usize> = BTreeMap::new();
+    for p in pods
+        .iter()
+        .filter(|p| kthena_controller::running_and_ready(p))
+    {
+        *ready
+            .entry(p.labels()["modelserving.volcano.sh/group-name"].clone())
+            .or_default() += 1;
+    }
+    Ok(ready
+        .into_iter()
+        .filter(|(_, n)| *n == size)
+        .map(|(g, _)| g)
+        .collect())
+}
+
+#[tokio::test]
+async fn a_template_change_rolls_every_group_within_max_unavailable() -> Result<()> {
+    let env_ = setup("ctl-rolling").await?;
+    let ns = &env_.ns;
+    create_example(ns, "multi-node.yaml").await?;
+    let name = "llama-multinode";
+    let api = ns.api::<ModelServing>();
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"replicas": 3}})),
+    )
+    .await?;
+    let before = available(ns, name, 3).await?;
+    let old = before.status.clone().unwrap_or_default().update_revision;
+    let mut ms = api.get(name).await?;
+    let worker = ms.spec.template.roles[0]
+        .worker_template
+        .as_mut()
+        .context("no worker")?;
+    let spec = worker.spec.as_mut().context("no worker spec")?;
+    spec.containers[0].image = Some("vllm/vllm-openai:v0.11.0".to_owned());
+    api.replace(name, &PostParams::default(), &ms).await?;
+    // Sample until every group is on the new revision and ready; at most one group
+    // (maxUnavailable 1) may be unready at any sampled moment.
+    let fewest = AtomicUsize::new(3);
+    let (fewest, old) = (&fewest, &old);
+    let done = eventually("all groups updated", || {
+        let api = api.clone();
+        async move {
+            fewest.fetch_min(ready_groups(ns, name, 4).await?.len(), Ordering::Relaxed);
+            let ms = api.get(name).await?;
+            let st = ms.status.clone().unwrap_or_default();
+            let done = st.updated_replicas == Some(3)
+                && st.available_replicas == Some(3)
+                && st.update_revision != *old
+                && condition(&ms, "Available").as_deref() == Some("True");
+            Ok(done.then_some(ms))
+        }
+    })
+    .await?;
+    let fewest = fewest.load(Ordering::Relaxed);
+    assert!(
+        fewest >= 2,
+        "only {fewest} groups were ready at some moment"
+    );
+    let rev = done
+        .status
+        .unwrap_or_default()
+        .update_revision
+        .context("no revision")?;
+    let lp = ListParams::default().labels(&format!("modelserving.volcano.sh/name={name}"));
+    let pods = ns.api::<Pod>().list(&lp).await?.items;
+    assert_eq!(pods.len(), 12);
+    for p in &pods {
+        assert_eq!(
+            p.labels()["modelserving.volcano.sh/revision"],
+            rev,
+            "{}",
+            p.name_any()
+        );
+    }
     Ok(())
 }

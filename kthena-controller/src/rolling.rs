@@ -1,0 +1,154 @@
+//! `ServingGroupRollingUpdate` (Go Kthena `manageRollingUpdate`, spec §5.1.5): which
+//! outdated ServingGroups to delete now so that they are recreated at the new revision
+//! while at most `maxUnavailable` groups are unavailable.
+
+use kthena_api::ModelServing;
+use kthena_api::workload::RolloutStrategyType;
+
+use crate::observed::ReplicaStatus;
+use crate::plan::{GroupView, group_partition, scaled_value};
+
+/// `rolloutStrategy.rollingUpdateConfiguration.maxUnavailable` resolved against
+/// `spec.replicas` (percent rounded down; default 1).
+#[must_use]
+pub fn max_unavailable(ms: &ModelServing) -> i64 {
+    let replicas = ms.spec.replicas.unwrap_or(1);
+    let config = ms
+        .spec
+        .rollout_strategy
+        .as_ref()
+        .and_then(|r| r.rolling_update_configuration.as_ref());
+    config
+        .and_then(|c| c.max_unavailable.as_ref())
+        .map_or(1, |m| i64::from(scaled_value(m, replicas, false)))
+}
+
+/// The ordinals of outdated groups to delete in this pass (none for `RoleRollingUpdate`,
+/// which is not built yet).
+///
+/// With `p` the partition, only `groups[p..]` (by ordinal) are considered. `newUnavailable`
+/// = groups at `revision` that are not Running; `maxScaleDown` = #groups − (replicas −
+/// maxUnavailable) − newUnavailable. Up to `maxScaleDown` groups are taken from the end of
+/// `runningOutdated ++ notRunningOutdated`: not-Running outdated groups first, highest
+/// ordinal first. Groups already Deleting count as not Running (and use up the budget).
+#[must_use]
+pub fn rolling_update_deletions(
+    ms: &ModelServing,
+    groups: &[GroupView],
+    revision: &str,
+) -> Vec<u32> {
+    let strategy = ms.spec.rollout_strategy.as_ref().map(|r| r.type_);
+    if strategy.is_some_and(|t| t != RolloutStrategyType::ServingGroupRollingUpdate) {
+        return Vec::new();
+    }
+    let p = group_partition(ms) as usize;
+    if p >= groups.len() {
+        return Vec::new();
+    }
+    let mut sorted = groups.to_vec();
+    sorted.sort_by_key(|g| g.ordinal);
+    let considered = &sorted[p..];
+    let running = |g: &&GroupView| g.status == ReplicaStatus::Running;
+    let new_unavailable = considered
+        .iter()
+        .filter(|g| g.revision == revision && !running(g))
+        .count();
+    let outdated = considered.iter().filter(|g| g.revision != revision);
+    let (running_outdated, not_running): (Vec<&GroupView>, Vec<&GroupView>) =
+        outdated.partition(running);
+    let replicas = i64::from(ms.spec.replicas.unwrap_or(1));
+    let min_available = replicas - max_unavailable(ms);
+    let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    let max_scale_down = count(groups.len()) - min_available - count(new_unavailable);
+    let Ok(max_scale_down) = usize::try_from(max_scale_down) else {
+        return Vec::new();
+    };
+    running_outdated
+        .into_iter()
+        .chain(not_running)
+        .rev()
+        .take(max_scale_down)
+        .filter(|g| g.status != ReplicaStatus::Deleting)
+        .map(|g| g.ordinal)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    use kthena_api::workload::{RollingUpdateConfiguration, RolloutStrategy};
+
+    use super::*;
+    use crate::testutil::{TestResult, sample};
+    use ReplicaStatus::{Creating, Deleting, Running};
+
+    fn g(ordinal: u32, revision: &str, status: ReplicaStatus) -> GroupView {
+        GroupView {
+            ordinal,
+            revision: revision.to_owned(),
+            status,
+        }
+    }
+
+    fn with(
+        max_unavailable: Option<IntOrString>,
+        partition: Option<IntOrString>,
+    ) -> TestResult<ModelServing> {
+        let mut ms = sample()?;
+        ms.spec.replicas = Some(4);
+        ms.spec.rollout_strategy = Some(RolloutStrategy {
+            rolling_update_configuration: Some(RollingUpdateConfiguration {
+                max_unavailable,
+                partition,
+            }),
+            ..RolloutStrategy::default()
+        });
+        Ok(ms)
+    }
+
+    #[test]
+    fn one_group_at_a_time_by_default_highest_first() -> TestResult {
+        let mut ms = sample()?;
+        ms.spec.replicas = Some(4);
+        let all_old: Vec<_> = (0..4).map(|o| g(o, "old", Running)).collect();
+        assert_eq!(rolling_update_deletions(&ms, &all_old, "new"), [3]);
+        // Group 3 is being recreated (new, not Running): nothing else goes.
+        let mid = [
+            g(0, "old", Running),
+            g(1, "old", Running),
+            g(2, "old", Running),
+            g(3, "new", Creating),
+        ];
+        assert!(rolling_update_deletions(&ms, &mid, "new").is_empty());
+        // A not-Running outdated group goes before Running ones.
+        let mixed = [
+            g(0, "old", Creating),
+            g(1, "old", Running),
+            g(2, "new", Running),
+            g(3, "new", Running),
+        ];
+        assert_eq!(rolling_update_deletions(&ms, &mixed, "new"), [0]);
+        assert!(rolling_update_deletions(&ms, &all_old, "old").is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn max_unavailable_and_partition() -> TestResult {
+        let all_old: Vec<_> = (0..4).map(|o| g(o, "old", Running)).collect();
+        let ms = with(Some(IntOrString::String("50%".to_owned())), None)?;
+        assert_eq!(max_unavailable(&ms), 2);
+        assert_eq!(rolling_update_deletions(&ms, &all_old, "new"), [3, 2]);
+        let ms = with(Some(IntOrString::Int(3)), Some(IntOrString::Int(2)))?;
+        // Ordinals 0 and 1 are protected by the partition.
+        assert_eq!(rolling_update_deletions(&ms, &all_old, "new"), [3, 2]);
+        let deleting = [
+            g(0, "old", Running),
+            g(1, "old", Running),
+            g(2, "old", Running),
+            g(3, "old", Deleting),
+        ];
+        let ms = with(None, None)?;
+        assert!(rolling_update_deletions(&ms, &deleting, "new").is_empty());
+        Ok(())
+    }
+}
