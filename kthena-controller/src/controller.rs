@@ -9,6 +9,7 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kthena_api::ModelServing;
+use kthena_api::workload::ModelServingStatus;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::watcher;
@@ -174,6 +175,12 @@ async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
     let plan = plan(&defaulted, &seen, now.0)?;
     apply(&ctx, &defaulted, &plan).await?;
     let st = status(&defaulted, &plan.groups, &plan.revision, &now);
+    let revisions = |s: Option<&ModelServingStatus>| {
+        s.map(|s| (s.current_revision.clone(), s.update_revision.clone()))
+    };
+    if revisions(ms.status.as_ref()) != revisions(Some(&st)) {
+        prune_revisions(&ctx.client, &defaulted, &st).await?;
+    }
     if ms.status.as_ref() != Some(&st) {
         let api: Api<ModelServing> = Api::namespaced(ctx.client.clone(), &ns);
         api.patch_status(
@@ -232,6 +239,45 @@ async fn apply(ctx: &Ctx, ms: &ModelServing, plan: &Plan) -> Result<()> {
     }
     for svc in &plan.create_services {
         create(&svcs, &pp, svc, "service").await?;
+    }
+    Ok(())
+}
+
+/// Deletes the ModelServing's ControllerRevisions other than the current and update
+/// revisions (Go does this after a status revision change).
+async fn prune_revisions(
+    client: &Client,
+    ms: &ModelServing,
+    st: &ModelServingStatus,
+) -> Result<()> {
+    let name = ms.name_any();
+    let api: Api<ControllerRevision> =
+        Api::namespaced(client.clone(), &ms.namespace().unwrap_or_default());
+    let lp = ListParams::default().labels(&format!("{NAME_LABEL}={name}"));
+    let list = api
+        .list(&lp)
+        .await
+        .map_err(kube_err(format!("listing controllerrevisions of {name}")))?;
+    let keep: Vec<String> = [&st.current_revision, &st.update_revision]
+        .into_iter()
+        .flatten()
+        .map(|rev| format!("{name}-{rev}"))
+        .collect();
+    for cr in list
+        .items
+        .iter()
+        .filter(|cr| !keep.contains(&cr.name_any()))
+    {
+        tracing::info!(controllerrevision = %cr.name_any(), "deleting outdated ControllerRevision");
+        match api.delete(&cr.name_any(), &DeleteParams::default()).await {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(e) => {
+                return Err(kube_err(format!(
+                    "deleting controllerrevision {}",
+                    cr.name_any()
+                ))(e));
+            }
+        }
     }
     Ok(())
 }

@@ -542,5 +542,87 @@ async fn a_template_change_rolls_every_group_within_max_unavailable() -> Result<
             p.name_any()
         );
     }
+    // Only the ControllerRevision of the revision in use remains.
+    let crs = eventually("old ControllerRevision deleted", || async {
+        let list = ns
+            .api::<ControllerRevision>()
+            .list(&ListParams::default())
+            .await?;
+        let names: Vec<String> = list.items.iter().map(|c| c.name_any()).collect();
+        Ok((names.len() == 1).then_some(names))
+    })
+    .await?;
+    assert_eq!(crs, [format!("{name}-{rev}")]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_binary_serves_healthz_and_reconciles() -> Result<()> {
+    use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
+
+    let ns = kthena_testenv::namespace("ctl-binary").await?;
+    let bin = env!("CARGO_BIN_EXE_kthena-controller");
+    let bad = tokio::process::Command::new(bin)
+        .args(["--controllers", "*,-lws"])
+        .output()
+        .await?;
+    assert!(!bad.status.success());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains(r#"unknown controller "-lws" in --controllers"#),
+        "{stderr}"
+    );
+
+    let kubeconfig = ns.env().kubeconfig().to_owned();
+    let mut child = tokio::process::Command::new(bin)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args([
+            "--namespace",
+            ns.name(),
+            "--healthz-bind-address",
+            "127.0.0.1:0",
+        ])
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let addr = tokio::time::timeout(WAIT, async {
+        while let Some(line) = lines.next_line().await? {
+            if let Some((_, rest)) = line.split_once("addr=") {
+                let addr = rest
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+                return Ok::<_, anyhow::Error>(addr);
+            }
+        }
+        bail!("the binary exited before serving /healthz")
+    })
+    .await??;
+    let mut conn = tokio::net::TcpStream::connect(&addr).await?;
+    conn.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await?;
+    let mut reply = String::new();
+    conn.read_to_string(&mut reply).await?;
+    assert!(
+        reply.starts_with("HTTP/1.1 200 OK") && reply.ends_with("ok"),
+        "{reply}"
+    );
+
+    create_example(&ns, "sample.yaml").await?;
+    let want: Vec<String> = ["decode", "prefill"]
+        .iter()
+        .flat_map(|r| (0..4).map(move |i| format!("sample-0-{r}-0-{i}")))
+        .collect();
+    eventually("the binary creates the pods", || async {
+        Ok((pod_names(&ns, "sample").await? == want).then_some(()))
+    })
+    .await?;
+    child.kill().await?;
     Ok(())
 }
