@@ -10,8 +10,7 @@
 //!
 //! [`run_leader_elected`] runs it only while holding Go's Lease.
 //!
-//! Not built yet (see `docs/controller.md`): `RoleRollingUpdate`, Volcano PodGroups,
-//! admission webhooks.
+//! Not built yet (see `docs/controller.md`): Volcano PodGroups, admission webhooks.
 
 mod controller;
 mod desired;
@@ -44,5 +43,5 @@ pub use plan::{
 };
 pub use recovery::ReplicaCheck;
 pub use revision::{controller_revision, model_serving_revision, role_template_hash};
-pub use rolling::{max_unavailable, rolling_update_deletions};
+pub use rolling::{max_unavailable, role_rolling_deletions, rolling_update_deletions};
 pub use status::{AVAILABLE, PROGRESSING, UPDATE_IN_PROGRESS, set_condition, status};

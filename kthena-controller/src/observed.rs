@@ -10,7 +10,7 @@ use kube::ResourceExt as _;
 
 use crate::names::{
     GROUP_NAME_LABEL, POD_DELETION_COST_ANNOTATION, REVISION_LABEL, ROLE_ID_LABEL, ROLE_LABEL,
-    owned_by, split_ordinal,
+    ROLE_TEMPLATE_HASH_LABEL, owned_by, split_ordinal,
 };
 
 /// Status of a ServingGroup or role replica, as Go's store names them.
@@ -44,6 +44,8 @@ pub struct ObservedRole {
     pub terminating: usize,
     /// Σ of the pods' `controller.kubernetes.io/pod-deletion-cost` (invalid or missing = 0).
     pub deletion_cost: i64,
+    /// Role template hash label of its pods (of the first pod seen when they differ).
+    pub template_hash: String,
     /// Errored pods (see [`errored_since`]): name → since when (`None` if unknown).
     pub failed: BTreeMap<String, Option<Timestamp>>,
 }
@@ -145,6 +147,13 @@ impl Observed {
             .or_default()
             .entry(r)
             .or_default();
+        if replica.template_hash.is_empty() {
+            let hash = labels
+                .get(ROLE_TEMPLATE_HASH_LABEL)
+                .cloned()
+                .unwrap_or_default();
+            replica.template_hash = hash;
+        }
         if pod.metadata.deletion_timestamp.is_some() {
             replica.terminating += 1;
             return;

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use kthena_api::ModelServing;
-use kthena_api::workload::{RecoveryPolicy, Role};
+use kthena_api::workload::{RecoveryPolicy, Role, RolloutStrategyType};
 use kube::ResourceExt as _;
 
 use crate::desired::{RoleReplicaRef, headless_service, role_replica_pods};
@@ -19,7 +19,7 @@ use crate::names::{group_name, role_id};
 use crate::observed::{Observed, ObservedGroup, ObservedRole, ReplicaStatus};
 use crate::recovery::ReplicaCheck;
 use crate::revision::{model_serving_revision, role_template_hash};
-use crate::rolling::rolling_update_deletions;
+use crate::rolling::{role_rolling_deletions, rolling_update_deletions};
 
 /// A role replica to delete: its pods (labels group-name, role, role-id) and its service.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,6 +175,7 @@ struct Ctx<'a> {
     policy: RecoveryPolicy,
     grace_s: i64,
     now: Timestamp,
+    role_rolling: bool,
 }
 
 impl Ctx<'_> {
@@ -233,6 +234,8 @@ pub fn plan(ms: &ModelServing, seen: &Observed, now: Timestamp) -> Result<Plan> 
         policy: ms.spec.recovery_policy.unwrap_or_default(),
         grace_s: ms.spec.template.restart_grace_period_seconds.unwrap_or(0),
         now,
+        role_rolling: ms.spec.rollout_strategy.as_ref().map(|r| r.type_)
+            == Some(RolloutStrategyType::RoleRollingUpdate),
     };
     let mut plan = Plan {
         revision,
@@ -307,7 +310,7 @@ fn scale_groups(ctx: &Ctx<'_>, seen: &Observed, plan: &mut Plan) -> Vec<u32> {
         };
         plan.groups.push(GroupView {
             ordinal: o,
-            revision: g.revision.clone(),
+            revision: effective_revision(ctx, g, &plan.revision),
             status,
         });
     }
@@ -370,9 +373,63 @@ fn scale_roles(
                 plan.delete_roles.push(replica_id(group, role, r));
             }
         }
+        if ctx.role_rolling {
+            let hash = ctx.hashes.get(&role.name).map_or("", String::as_str);
+            for r in role_rolling_deletions(role, hash, seen, &remaining) {
+                remaining.remove(&r);
+                plan.delete_roles.push(replica_id(group, role, r));
+            }
+        }
         kept.insert(role.name.clone(), remaining);
     }
+    if ctx.role_rolling {
+        // Roles no longer in the spec go entirely.
+        let spec: BTreeSet<&str> = ctx
+            .ms
+            .spec
+            .template
+            .roles
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect();
+        for (name, replicas) in group
+            .roles
+            .iter()
+            .filter(|(n, _)| !spec.contains(n.as_str()))
+        {
+            for (&r, _) in replicas.iter().filter(|(_, r)| !r.pods.is_empty()) {
+                let role_id = role_id(name, r);
+                plan.delete_roles.push(RoleReplicaId {
+                    group: group.name.clone(),
+                    role: name.clone(),
+                    role_id,
+                });
+            }
+        }
+    }
     kept
+}
+
+/// The group's revision for updates and status: the new revision when every role replica
+/// already has its role's current template hash and no role outside the spec remains (a
+/// RoleRollingUpdate leaves pods of unchanged roles with the old revision label), else the
+/// revision label of its pods.
+fn effective_revision(ctx: &Ctx<'_>, group: &ObservedGroup, revision: &str) -> String {
+    let roles = &ctx.ms.spec.template.roles;
+    let current = group.roles.iter().all(|(name, replicas)| {
+        let hash = ctx.hashes.get(name);
+        hash.is_some()
+            && replicas
+                .values()
+                .all(|r| r.pods.is_empty() || Some(&r.template_hash) == hash)
+    }) && roles
+        .iter()
+        .all(|r| group.roles.contains_key(&r.name) || r.replicas == Some(0));
+    if current {
+        revision.to_owned()
+    } else {
+        group.revision.clone()
+    }
 }
 
 fn replica_id(group: &ObservedGroup, role: &Role, r: u32) -> RoleReplicaId {

@@ -2,11 +2,14 @@
 //! outdated ServingGroups to delete now so that they are recreated at the new revision
 //! while at most `maxUnavailable` groups are unavailable.
 
-use kthena_api::ModelServing;
-use kthena_api::workload::RolloutStrategyType;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::observed::ReplicaStatus;
-use crate::plan::{GroupView, group_partition, scaled_value};
+use kthena_api::ModelServing;
+use kthena_api::workload::{Role, RolloutStrategyType};
+
+use crate::observed::{ObservedRole, ReplicaStatus};
+use crate::plan::{GroupView, group_partition, role_status, scaled_value};
 
 /// `rolloutStrategy.rollingUpdateConfiguration.maxUnavailable` resolved against
 /// `spec.replicas` (percent rounded down; default 1).
@@ -24,7 +27,7 @@ pub fn max_unavailable(ms: &ModelServing) -> i64 {
 }
 
 /// The ordinals of outdated groups to delete in this pass (none for `RoleRollingUpdate`,
-/// which is not built yet).
+/// which replaces role replicas instead: [`role_rolling_deletions`]).
 ///
 /// With `p` the partition, only `groups[p..]` (by ordinal) are considered. `newUnavailable`
 /// = groups at `revision` that are not Running; `maxScaleDown` = #groups − (replicas −
@@ -71,6 +74,57 @@ pub fn rolling_update_deletions(
         .filter(|g| g.status != ReplicaStatus::Deleting)
         .map(|g| g.ordinal)
         .collect()
+}
+
+/// `RoleRollingUpdate` for one role of one group: the role replicas to delete now so that
+/// they are recreated with the role's current template (`hash`).
+///
+/// `replicas` are all the role's replicas in the group (terminating ones included),
+/// `candidates` the ordinals that may be deleted. Outdated = candidates whose template hash
+/// differs, minus the first `role.partition` ordinals (percent of role replicas rounded
+/// up); not-Running first, then highest ordinal. `newUnavailable` = terminating replicas
+/// plus up-to-date ones not Running. At most all outdated when `role.maxUnavailable` is
+/// unset, else `max(0, #replicas − max(0, role.replicas − maxUnavailable) − newUnavailable)`
+/// (maxUnavailable percent of role replicas rounded down).
+#[must_use]
+pub fn role_rolling_deletions(
+    role: &Role,
+    hash: &str,
+    replicas: &BTreeMap<u32, ObservedRole>,
+    candidates: &BTreeSet<u32>,
+) -> Vec<u32> {
+    let want = role.replicas.unwrap_or(1);
+    let partition = role
+        .partition
+        .as_ref()
+        .map_or(0, |p| scaled_value(p, want, true));
+    let protected: BTreeSet<u32> = replicas
+        .keys()
+        .copied()
+        .take(usize::try_from(partition).unwrap_or(0))
+        .collect();
+    let status = |r: &ObservedRole| role_status(role, r);
+    let new_unavailable = replicas
+        .values()
+        .filter(|r| {
+            r.pods.is_empty() || (r.template_hash == hash && status(r) != ReplicaStatus::Running)
+        })
+        .count();
+    let mut outdated: Vec<(u32, ReplicaStatus)> = replicas
+        .iter()
+        .filter(|(o, r)| {
+            candidates.contains(o) && !protected.contains(o) && r.template_hash != hash
+        })
+        .map(|(&o, r)| (o, status(r)))
+        .collect();
+    outdated.sort_by_key(|&(o, st)| (st.priority(), Reverse(o)));
+    let max = role.max_unavailable.as_ref().map_or(outdated.len(), |mu| {
+        let mu = i64::from(scaled_value(mu, want, false));
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        let min_available = (i64::from(want) - mu).max(0);
+        usize::try_from(count(replicas.len()) - min_available - count(new_unavailable)).unwrap_or(0)
+    });
+    outdated.into_iter().take(max).map(|(o, _)| o).collect()
 }
 
 #[cfg(test)]
@@ -149,6 +203,56 @@ mod tests {
         ];
         let ms = with(None, None)?;
         assert!(rolling_update_deletions(&ms, &deleting, "new").is_empty());
+        Ok(())
+    }
+
+    fn replica(hash: &str, ready: bool, terminating: bool) -> ObservedRole {
+        let pods = if terminating {
+            BTreeSet::new()
+        } else {
+            (0..4).map(|i| format!("p{i}")).collect()
+        };
+        ObservedRole {
+            ready: if ready && !terminating { 4 } else { 0 },
+            terminating: usize::from(terminating),
+            template_hash: hash.to_owned(),
+            pods,
+            ..ObservedRole::default()
+        }
+    }
+
+    #[test]
+    fn role_replicas_roll_within_their_max_unavailable() -> TestResult {
+        let ms = sample()?;
+        let mut role = ms.spec.template.roles[0].clone();
+        role.replicas = Some(4);
+        let all = |m: &BTreeMap<u32, ObservedRole>| m.keys().copied().collect::<BTreeSet<u32>>();
+        let old: BTreeMap<u32, ObservedRole> =
+            (0..4).map(|o| (o, replica("old", o != 1, false))).collect();
+        // Default maxUnavailable 1: the not-Running one first.
+        assert_eq!(role_rolling_deletions(&role, "new", &old, &all(&old)), [1]);
+        role.max_unavailable = Some(IntOrString::String("50%".to_owned()));
+        assert_eq!(
+            role_rolling_deletions(&role, "new", &old, &all(&old)),
+            [1, 3]
+        );
+        // A replica being recreated (terminating) uses up the budget.
+        let mut mid = old.clone();
+        mid.insert(1, replica("new", false, true));
+        assert_eq!(role_rolling_deletions(&role, "new", &mid, &all(&mid)), [3]);
+        // Unset maxUnavailable: every outdated replica at once; partition protects [0, 2).
+        role.max_unavailable = None;
+        role.partition = Some(IntOrString::Int(2));
+        assert_eq!(
+            role_rolling_deletions(&role, "new", &old, &all(&old)),
+            [3, 2]
+        );
+        role.partition = None;
+        assert_eq!(
+            role_rolling_deletions(&role, "new", &old, &all(&old)),
+            [1, 3, 2, 0]
+        );
+        assert!(role_rolling_deletions(&role, "old", &old, &all(&old)).is_empty());
         Ok(())
     }
 }

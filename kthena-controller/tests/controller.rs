@@ -626,3 +626,45 @@ async fn the_binary_serves_healthz_and_reconciles() -> Result<()> {
     child.kill().await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn role_rolling_update_replaces_only_the_changed_role() -> Result<()> {
+    let env_ = setup("ctl-role-rolling").await?;
+    let ns = &env_.ns;
+    create_example(ns, "role-rollingupdate.yaml").await?;
+    let before = available(ns, "sample", 2).await?;
+    let old = before.status.clone().unwrap_or_default().update_revision;
+    let uids_before = uids(ns, "sample").await?;
+    assert_eq!(uids_before.len(), 8);
+    let api = ns.api::<ModelServing>();
+    let mut ms = api.get("sample").await?;
+    let decode = ms.spec.template.roles[1]
+        .worker_template
+        .as_mut()
+        .context("no worker")?;
+    decode.spec.as_mut().context("no spec")?.containers[0].image = Some("nginx:1.29".to_owned());
+    api.replace("sample", &PostParams::default(), &ms).await?;
+    let done = eventually("both groups updated", || async {
+        let ms = api.get("sample").await?;
+        let st = ms.status.clone().unwrap_or_default();
+        let now = uids(ns, "sample").await?;
+        let decode_new = now
+            .iter()
+            .filter(|(n, _)| n.contains("-decode-"))
+            .all(|(n, u)| uids_before.get(n) != Some(u));
+        let done = st.updated_replicas == Some(2)
+            && st.available_replicas == Some(2)
+            && st.update_revision != old
+            && now.len() == 8
+            && decode_new;
+        Ok(done.then_some(now))
+    })
+    .await?;
+    // Prefill's template did not change: its pods were never replaced.
+    for (pod, uid) in uids_before.iter().filter(|(n, _)| n.contains("-prefill-")) {
+        assert_eq!(done.get(pod), Some(uid), "{pod} was replaced");
+    }
+    let ms = available(ns, "sample", 2).await?;
+    assert_eq!(ms.status.unwrap_or_default().current_replicas, Some(2));
+    Ok(())
+}
