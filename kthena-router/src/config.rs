@@ -53,6 +53,8 @@ pub struct Config {
     pub access_log: AccessLogConfig,
     /// Slow-client protection of the listeners: read timeouts, connection cap, TCP keepalive.
     pub listener: crate::listener::ListenerConfig,
+    /// Overload protection: in-flight caps and per-endpoint circuit breakers.
+    pub overload: crate::overload::OverloadConfig,
     /// Standalone discovery: manifests and endpoints. Absent (the default): cluster mode,
     /// where ModelRoutes, ModelServers and Pods come from the Kubernetes API server named
     /// by the usual kube config inference (`KUBECONFIG`, `~/.kube/config`, in-cluster
@@ -134,7 +136,8 @@ fn default_namespace() -> String {
 impl Default for Config {
     /// Defaults: ports 8080/9090/15000 on `0.0.0.0`, 10 MiB bodies, scrape every 1 s with a
     /// 5 s timeout and at most 100 concurrent scrapes, 5 min drain, text access log on stdout,
-    /// the listener defaults of [`ListenerConfig`](crate::listener::ListenerConfig), the
+    /// the listener defaults of [`ListenerConfig`](crate::listener::ListenerConfig), those of
+    /// [`OverloadConfig`](crate::overload::OverloadConfig), the
     /// scheduler's own defaults, no `standalone` section (cluster mode).
     fn default() -> Self {
         Self {
@@ -150,6 +153,7 @@ impl Default for Config {
             drain_timeout: Duration::from_secs(300),
             access_log: AccessLogConfig::default(),
             listener: crate::listener::ListenerConfig::default(),
+            overload: crate::overload::OverloadConfig::default(),
             standalone: None,
             kv_cache: crate::kv_cache::KvCacheConfig::default(),
             base_dir: PathBuf::from("."),

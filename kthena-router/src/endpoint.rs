@@ -11,6 +11,7 @@ use kthena_sched::{Candidate, EndpointId, Metrics};
 use tokio::time::Instant;
 
 use crate::config::EndpointConfig;
+use crate::overload::Breaker;
 
 /// Consecutive failed scrapes after which an endpoint is no longer offered to the scheduler
 /// (while at least one other endpoint of the server is up).
@@ -38,6 +39,7 @@ pub struct Endpoint {
     awaiting_first_token: AtomicU32,
     pending_prefill_tokens: AtomicU64,
     state: Mutex<EngineState>,
+    breaker: Breaker,
 }
 
 /// The last known engine metrics of an endpoint.
@@ -95,6 +97,7 @@ impl Endpoint {
             awaiting_first_token: AtomicU32::new(0),
             pending_prefill_tokens: AtomicU64::new(0),
             state: Mutex::new(EngineState::default()),
+            breaker: Breaker::default(),
         })
     }
 
@@ -156,6 +159,13 @@ impl Endpoint {
     #[must_use]
     pub fn is_up(&self) -> bool {
         self.state().consecutive_failures < DOWN_AFTER_FAILURES
+    }
+
+    /// The circuit breaker fed by the results of requests sent here (connect errors and
+    /// 5xx answers); the scrape-based [`Endpoint::is_up`] is the other health signal.
+    #[must_use]
+    pub fn breaker(&self) -> &Breaker {
+        &self.breaker
     }
 
     /// Whether the engine lists LoRA adapter `name` as loaded.

@@ -138,6 +138,32 @@ pub enum Error {
         /// The configured timeout.
         timeout: Duration,
     },
+    /// Overload protection: `overload.maxInFlight` requests are in flight in the router,
+    /// or every candidate endpoint has `overload.maxInFlightPerEndpoint` (503 with
+    /// `Retry-After`).
+    #[error("the router is overloaded: {scope} has {limit} requests in flight; retry after {}s", retry_after.as_secs())]
+    Overloaded {
+        /// `the router` or `every endpoint of namespace/server`.
+        scope: String,
+        /// The cap that was reached.
+        limit: usize,
+        /// The `Retry-After` given (whole seconds).
+        retry_after: Duration,
+    },
+    /// Every candidate endpoint's circuit breaker is open (503 with `Retry-After`).
+    #[error("every endpoint of model server {server} is failing (circuit breaker open); retry after {}s", retry_after.as_secs())]
+    CircuitOpen {
+        /// `namespace/name` of the ModelServer.
+        server: String,
+        /// Until the first breaker lets a probe through (whole seconds).
+        retry_after: Duration,
+    },
+    /// A pipeline stage ran without what an earlier stage provides (a wiring bug; 500).
+    #[error("request pipeline misconfigured: no {missing} for this stage")]
+    PipelineMissing {
+        /// The request extension that was missing.
+        missing: &'static str,
+    },
     /// Only `/v1/chat/completions`, `/v1/completions`, `/v1/responses` and `GET /v1/models`
     /// are served (404).
     #[error("unknown path {path}")]
@@ -257,7 +283,9 @@ impl Error {
             Self::NoReadyEndpoint { .. }
             | Self::LoraAdapterNotLoaded { .. }
             | Self::Scheduling { .. }
-            | Self::AllUpstreamsFailed { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            | Self::AllUpstreamsFailed { .. }
+            | Self::Overloaded { .. }
+            | Self::CircuitOpen { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::ReadFile { .. }
             | Self::Config { .. }
@@ -269,7 +297,8 @@ impl Error {
             | Self::Io(_)
             | Self::KvEventDecode { .. }
             | Self::Tokenizer { .. }
-            | Self::Redis { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            | Self::Redis { .. }
+            | Self::PipelineMissing { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -283,7 +312,9 @@ impl Error {
             Self::AllUpstreamsFailed { .. } | Self::UpstreamTimeout { .. } => Side::Upstream,
             Self::NoReadyEndpoint { .. }
             | Self::Scheduling { .. }
-            | Self::ServerNotFound { .. } => Side::Internal,
+            | Self::ServerNotFound { .. }
+            | Self::Overloaded { .. }
+            | Self::CircuitOpen { .. } => Side::Internal,
             e if e.status().is_client_error() => Side::Downstream,
             _ => Side::Internal,
         }
@@ -340,6 +371,8 @@ impl Error {
             Self::Scheduling { .. } => "scheduling_failed",
             Self::AllUpstreamsFailed { .. } => "upstream_unavailable",
             Self::UpstreamTimeout { .. } => "upstream_timeout",
+            Self::Overloaded { .. } => "server_overloaded",
+            Self::CircuitOpen { .. } => "circuit_open",
             _ => "internal_error",
         }
     }
@@ -378,7 +411,19 @@ impl Error {
             Self::AllUpstreamsFailed { .. } => "proxy",
             Self::UpstreamTimeout { .. } => "upstream_transport",
             Self::MethodNotAllowed { .. } => "request_protocol",
+            Self::Overloaded { .. } | Self::CircuitOpen { .. } => "overload",
             _ => "request_failed",
+        }
+    }
+
+    /// The `Retry-After` of the answer, for the overload 503s.
+    #[must_use]
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Overloaded { retry_after, .. } | Self::CircuitOpen { retry_after, .. } => {
+                Some(*retry_after)
+            }
+            _ => None,
         }
     }
 

@@ -24,10 +24,13 @@
 //!
 //! # Request path
 //!
-//! parse (bounded body) → ModelRoute match (model or LoRA, rules, weights; oldest route
-//! wins) → candidates of the ModelServer → `kthena-sched` ranks them → proxy to the best,
-//! retrying the next ranked endpoint with the identical body on connect errors, 429 and 5xx
-//! before the first response byte → stream the answer through.
+//! A stack of tower layers (`pipeline`): parse (bounded body) → ModelRoute match (model or
+//! LoRA, rules, weights; oldest route wins) and the ModelServer's endpoints → admit
+//! (in-flight caps, circuit breakers; 503 with `Retry-After` past them) → tokenize →
+//! `kthena-sched` ranks the candidates → proxy to the best, retrying the next ranked
+//! endpoint with the identical body on connect errors, 429 and 5xx before the first response
+//! byte → stream the answer through. One module (`accounting`) settles each request's
+//! metrics, access-log line and in-flight slots when the response body ends.
 //!
 //! # Cancel safety
 //!
@@ -38,6 +41,7 @@
 //! with that error once streaming had started).
 
 mod accesslog;
+mod accounting;
 mod cluster;
 mod config;
 mod debug;
@@ -53,6 +57,8 @@ mod llamacpp;
 mod lora;
 mod metrics;
 mod openai;
+mod overload;
+mod pipeline;
 mod plugin_metrics;
 mod proxy;
 mod route;
@@ -89,8 +95,9 @@ pub use openai::{
     Message, ParsedRequest, Prompt, ResponseProbe, UpstreamBody, Usage, estimate_tokens,
     parse_request, usage_of,
 };
+pub use overload::{Breaker, BreakerState, OverloadConfig, OverloadMetrics};
 pub use plugin_metrics::{KVCACHE_BUCKETS, KvStage, PLUGIN_BUCKETS, PluginMetrics};
-pub use proxy::{BoxError, ProxyBody, RequestCtx, RespBody, SchedDone, SseFilter};
+pub use proxy::{BoxError, ProxyBody, RespBody, SseFilter};
 pub use route::{
     CompiledRoute, CompiledRule, MatchError, RouteMatch, RouteTable, StringMatcher, TargetRef,
 };

@@ -13,10 +13,11 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 
+use crate::accounting::Accounting;
 use crate::discovery::Server;
 use crate::endpoint::Endpoint;
 use crate::error::Error;
-use crate::proxy::{RequestCtx, RespBody, full};
+use crate::proxy::{RespBody, full};
 use crate::service::Shared;
 
 /// The header that names the endpoint (`name` or `namespace/name`) a load/unload call is
@@ -80,7 +81,7 @@ pub(crate) fn admin_path(path: &str) -> Option<bool> {
 /// Answers `POST /v1/load_lora_adapter` (`load`) or `/v1/unload_lora_adapter`: forwards the
 /// body to the endpoint named by [`ENDPOINT_HEADER`] and passes its answer back unchanged. A
 /// success (and vLLM's "already loaded" 400 or "cannot be found" 404) updates the endpoint's
-/// adapter list at once, before the next scrape. Settles `ctx` (access log) for answers.
+/// adapter list at once, before the next scrape. Reports the answer to `acct`.
 ///
 /// # Errors
 /// [`Error::MethodNotAllowed`], [`Error::EndpointRequired`], [`Error::EndpointNotFound`],
@@ -89,16 +90,14 @@ pub(crate) async fn admin(
     shared: &Shared,
     req: Request<Incoming>,
     load: bool,
-    ctx: &mut RequestCtx,
+    acct: &Accounting,
 ) -> Result<Response<RespBody>, Error> {
     let (resp, endpoint) = forward(shared, req, load).await?;
     let status = resp.status().as_u16();
-    ctx.entry.selected_pod = endpoint;
-    ctx.entry.upstream_status_code = status;
-    ctx.entry.upstream_attempts = 1;
+    acct.admin_answered(&endpoint, status);
     let error =
         (status >= 400).then(|| ("upstream_response", format!("upstream answered {status}")));
-    ctx.settle(status, error, "upstream", 0);
+    acct.finish(status, error, "upstream", 0);
     Ok(resp)
 }
 

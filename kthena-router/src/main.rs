@@ -45,6 +45,22 @@ struct Args {
     /// [default: 15s, or `listener.tcpKeepalive`].
     #[arg(long, value_parser = kthena_router::parse_go_duration)]
     tcp_keepalive: Option<Duration>,
+    /// Most inference requests in flight in the router, `0` = no cap; 503 with
+    /// `Retry-After` beyond it [default: 10000, or `overload.maxInFlight`].
+    #[arg(long)]
+    max_in_flight: Option<usize>,
+    /// Most requests in flight to one endpoint, `0` = no cap
+    /// [default: 1024, or `overload.maxInFlightPerEndpoint`].
+    #[arg(long)]
+    max_in_flight_per_endpoint: Option<u32>,
+    /// Consecutive connect errors or 5xx that open an endpoint's circuit breaker, `0` = off
+    /// [default: 5, or `overload.breakerFailures`].
+    #[arg(long)]
+    breaker_failures: Option<u32>,
+    /// How long an open breaker keeps its endpoint out before one probe request
+    /// [default: 10s, or `overload.breakerCoolDown`].
+    #[arg(long, value_parser = kthena_router::parse_go_duration)]
+    breaker_cool_down: Option<Duration>,
 }
 
 fn main() -> ExitCode {
@@ -67,6 +83,10 @@ fn main() -> ExitCode {
         body_read_timeout: args.body_read_timeout,
         max_connections: args.max_connections,
         tcp_keepalive: args.tcp_keepalive,
+        max_in_flight: args.max_in_flight,
+        max_in_flight_per_endpoint: args.max_in_flight_per_endpoint,
+        breaker_failures: args.breaker_failures,
+        breaker_cool_down: args.breaker_cool_down,
     };
     let cfg = match kthena_router::load_config(&args.config, &ProcessEnv, overrides) {
         Ok(c) => c,

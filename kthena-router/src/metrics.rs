@@ -109,6 +109,8 @@ pub struct Metrics {
     pub kv: crate::kv_metrics::KvMetrics,
     /// Listener families: client timeouts, open connections (`listener`).
     pub listener: crate::listener::ListenerMetrics,
+    /// Overload families: shed requests, circuit breaker state (`overload`).
+    pub overload: crate::overload::OverloadMetrics,
     /// Go's scheduler-plugin families (`plugin_metrics`).
     pub plugins: crate::plugin_metrics::PluginMetrics,
 }
@@ -176,6 +178,7 @@ impl Metrics {
         let reloads = Family::<ResultLabel, Counter>::default();
         let kv = crate::kv_metrics::KvMetrics::register(&mut registry);
         let listener = crate::listener::ListenerMetrics::register(&mut registry);
+        let overload = crate::overload::OverloadMetrics::register(&mut registry);
         let plugins = crate::plugin_metrics::PluginMetrics::register(&mut registry);
         let config_warnings = Family::<KindLabel, Gauge>::default();
         registry.register(
@@ -242,6 +245,7 @@ impl Metrics {
             config_warnings,
             kv,
             listener,
+            overload,
             plugins,
         }
     }

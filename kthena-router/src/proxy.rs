@@ -1,11 +1,10 @@
 //! The response side of the proxy: the streaming body that passes upstream bytes through as
 //! they arrive, reads usage, hides the usage chunk the router asked for, turns a mid-stream
-//! upstream failure into an error-terminated stream, and settles the request's accounting
-//! exactly once (end of body, upstream failure, or client disconnect).
+//! upstream failure into an error-terminated stream, and reports how the request ended to its
+//! [`Accounting`] (end of body, upstream failure, or client disconnect).
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
@@ -13,12 +12,8 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::Incoming;
-use kthena_sched::{Completion, Request as SchedRequest, Scheduler};
-use tokio::time::Instant;
 
-use crate::accesslog::{AccessLog, Entry, EntryError};
-use crate::endpoint::{Endpoint, InFlightGuard};
-use crate::metrics::{Destination, Metrics, RequestRecord};
+use crate::accounting::Accounting;
 use crate::openai::ResponseProbe;
 
 /// Boxed error of response bodies.
@@ -40,180 +35,12 @@ const ERROR_FLUSH_PAUSE: std::time::Duration = std::time::Duration::from_millis(
 /// Largest non-streaming response copy kept to read `usage` from, in bytes.
 const MAX_USAGE_COPY: usize = 4 * 1024 * 1024;
 
-/// Per-request accounting: metrics, access log and scheduler completion, settled once.
-///
-/// Dropping an unsettled context (the client went away before an answer) settles it with
-/// status 499 and error `client_disconnect`.
-#[derive(Debug)]
-pub struct RequestCtx {
-    pub(crate) metrics: Arc<Metrics>,
-    pub(crate) access_log: Arc<AccessLog>,
-    pub(crate) start: Instant,
-    /// Access-log entry being filled.
-    pub entry: Entry,
-    /// Whether request metrics are recorded (false for body-parse failures, as Go Kthena).
-    pub record_metrics: bool,
-    /// Model label (`unknown` for models no route knows).
-    pub model_label: String,
-    /// Destination labels.
-    pub dest: Destination,
-    pub(crate) upstream_start: Option<Instant>,
-    pub(crate) upstream_end: Option<Instant>,
-    pub(crate) downstream_model: Option<String>,
-    pub(crate) upstream_active: bool,
-    pub(crate) sched: Option<SchedDone>,
-    pub(crate) settled: bool,
-}
-
-/// What the scheduler is told when the request completes.
-#[derive(Debug)]
-pub struct SchedDone {
-    pub(crate) scheduler: Arc<Scheduler>,
-    pub(crate) model: String,
-    pub(crate) lora: Option<String>,
-    pub(crate) prompt: String,
-    pub(crate) endpoint: Arc<Endpoint>,
-}
-
-impl RequestCtx {
-    pub(crate) fn new(metrics: Arc<Metrics>, access_log: Arc<AccessLog>, entry: Entry) -> Self {
-        metrics.active_requests(1);
-        Self {
-            metrics,
-            access_log,
-            start: Instant::now(),
-            entry,
-            record_metrics: false,
-            model_label: "unknown".into(),
-            dest: Destination::default(),
-            upstream_start: None,
-            upstream_end: None,
-            downstream_model: None,
-            upstream_active: false,
-            sched: None,
-            settled: false,
-        }
-    }
-
-    /// Moves the accounting out, leaving a settled placeholder that records nothing.
-    pub(crate) fn detach(&mut self) -> Self {
-        let placeholder = Self {
-            metrics: Arc::clone(&self.metrics),
-            access_log: Arc::clone(&self.access_log),
-            start: self.start,
-            entry: Entry::default(),
-            record_metrics: false,
-            model_label: String::new(),
-            dest: Destination::default(),
-            upstream_start: None,
-            upstream_end: None,
-            downstream_model: None,
-            upstream_active: false,
-            sched: None,
-            settled: true,
-        };
-        std::mem::replace(self, placeholder)
-    }
-
-    pub(crate) fn set_downstream(&mut self, model: &str) {
-        self.metrics.active_downstream(model, 1);
-        self.downstream_model = Some(model.to_owned());
-    }
-
-    pub(crate) fn set_upstream_active(&mut self, on: bool) {
-        if on != self.upstream_active {
-            self.metrics
-                .active_upstream(&self.dest, if on { 1 } else { -1 });
-            self.upstream_active = on;
-        }
-    }
-
-    /// Settles the request: gauges back, one `requests_total`, one access-log line, the
-    /// scheduler's completion hook.
-    pub(crate) fn settle(
-        &mut self,
-        status: u16,
-        error: Option<(&str, String)>,
-        origin: &str,
-        output_tokens: u64,
-    ) {
-        if self.settled {
-            return;
-        }
-        self.settled = true;
-        let now = Instant::now();
-        self.set_upstream_active(false);
-        if let Some(m) = self.downstream_model.take() {
-            self.metrics.active_downstream(&m, -1);
-        }
-        self.metrics.active_requests(-1);
-        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        let up_start = self.upstream_start.unwrap_or(now);
-        let up_end = self.upstream_end.unwrap_or(now).max(up_start);
-        let e = &mut self.entry;
-        e.status_code = status;
-        e.output_tokens = output_tokens;
-        e.duration_total = ms(now - self.start);
-        e.duration_request_processing = ms(up_start - self.start);
-        e.duration_upstream_processing = ms(up_end - up_start);
-        e.duration_response_processing = ms(now.saturating_duration_since(up_end));
-        let error_type = error.as_ref().map(|(t, _)| (*t).to_owned());
-        if let Some((kind, message)) = error {
-            e.error = Some(EntryError {
-                kind: kind.to_owned(),
-                message,
-            });
-            e.error_origin = origin.to_owned();
-        }
-        if self.record_metrics {
-            self.metrics.record_request(&RequestRecord {
-                model: &self.model_label,
-                path: &self.entry.path,
-                status,
-                error_type: error_type.as_deref(),
-                dest: &self.dest,
-                duration_secs: (now - self.start).as_secs_f64(),
-                input_tokens: self.entry.input_tokens,
-                output_tokens,
-            });
-        }
-        self.access_log.write(&self.entry);
-        if let Some(s) = self.sched.take() {
-            let mut req = SchedRequest::new(&s.model).with_prompt(&s.prompt);
-            if let Some(l) = &s.lora {
-                req = req.with_lora(l);
-            }
-            s.scheduler.on_completed(&Completion {
-                request: &req,
-                endpoint: &s.endpoint.id,
-                success: status < 400 && error_type.is_none(),
-            });
-        }
-    }
-}
-
-impl Drop for RequestCtx {
-    fn drop(&mut self) {
-        if !self.settled {
-            self.settle(
-                499,
-                Some((
-                    "client_disconnect",
-                    "client closed the connection before the answer".into(),
-                )),
-                "downstream",
-                0,
-            );
-        }
-    }
-}
-
 /// The streaming response body.
 #[derive(Debug)]
 pub struct ProxyBody {
     inner: Incoming,
-    ctx: Option<RequestCtx>,
-    in_flight: Option<InFlightGuard>,
+    acct: Accounting,
+    saw_first_byte: bool,
     status: u16,
     sse: Option<SseFilter>,
     json_copy: BytesMut,
@@ -227,16 +54,15 @@ pub struct ProxyBody {
 impl ProxyBody {
     pub(crate) fn new(
         inner: Incoming,
-        ctx: RequestCtx,
-        in_flight: InFlightGuard,
+        acct: Accounting,
         status: u16,
         sse: bool,
         hide_usage_chunk: bool,
     ) -> Self {
         Self {
             inner,
-            ctx: Some(ctx),
-            in_flight: Some(in_flight),
+            acct,
+            saw_first_byte: false,
             status,
             sse: sse.then(|| SseFilter::new(hide_usage_chunk)),
             json_copy: BytesMut::new(),
@@ -246,7 +72,7 @@ impl ProxyBody {
         }
     }
 
-    fn finish(&mut self, error: Option<(&str, String)>) {
+    fn finish(&mut self, error: Option<(&'static str, String)>) {
         if self.finished {
             return;
         }
@@ -275,10 +101,8 @@ impl ProxyBody {
         } else {
             "upstream"
         };
-        if let Some(mut ctx) = self.ctx.take() {
-            ctx.settle(self.status, error, origin, self.output_tokens);
-        }
-        self.in_flight = None;
+        self.acct
+            .finish(self.status, error, origin, self.output_tokens);
     }
 }
 
@@ -408,10 +232,9 @@ impl Body for ProxyBody {
                     let at_end = this.inner.is_end_stream();
                     let frame = match frame.into_data() {
                         Ok(data) => {
-                            if !data.is_empty()
-                                && let Some(g) = this.in_flight.as_mut()
-                            {
-                                g.first_byte();
+                            if !data.is_empty() && !this.saw_first_byte {
+                                this.saw_first_byte = true;
+                                this.acct.first_byte();
                             }
                             if let Some(f) = this.sse.as_mut() {
                                 let mut out = BytesMut::from(&f.push(&data)[..]);
@@ -432,7 +255,7 @@ impl Body for ProxyBody {
                         Err(frame) => frame,
                     };
                     if at_end {
-                        // Settle before the last bytes leave, so that a client that has the
+                        // Finish before the last bytes leave, so that a client that has the
                         // whole answer also sees it counted.
                         this.finish(None);
                     }

@@ -46,6 +46,14 @@ pub struct Overrides {
     pub max_connections: Option<usize>,
     /// `--tcp-keepalive`.
     pub tcp_keepalive: Option<Duration>,
+    /// `--max-in-flight`.
+    pub max_in_flight: Option<usize>,
+    /// `--max-in-flight-per-endpoint`.
+    pub max_in_flight_per_endpoint: Option<u32>,
+    /// `--breaker-failures`.
+    pub breaker_failures: Option<u32>,
+    /// `--breaker-cool-down`.
+    pub breaker_cool_down: Option<Duration>,
 }
 
 impl Overrides {
@@ -69,6 +77,13 @@ impl Overrides {
         l.body_read_timeout = self.body_read_timeout.unwrap_or(l.body_read_timeout);
         l.max_connections = self.max_connections.unwrap_or(l.max_connections);
         l.tcp_keepalive = self.tcp_keepalive.unwrap_or(l.tcp_keepalive);
+        let o = &mut cfg.overload;
+        o.max_in_flight = self.max_in_flight.unwrap_or(o.max_in_flight);
+        o.max_in_flight_per_endpoint = self
+            .max_in_flight_per_endpoint
+            .unwrap_or(o.max_in_flight_per_endpoint);
+        o.breaker_failures = self.breaker_failures.unwrap_or(o.breaker_failures);
+        o.breaker_cool_down = self.breaker_cool_down.unwrap_or(o.breaker_cool_down);
         cfg
     }
 }
@@ -98,7 +113,7 @@ pub struct Router {
     drain_timeout: Duration,
 }
 
-fn http_client() -> HttpClient {
+pub(crate) fn http_client() -> HttpClient {
     let mut conn = HttpConnector::new();
     conn.set_nodelay(true);
     conn.set_connect_timeout(Some(Duration::from_secs(5)));
@@ -301,7 +316,8 @@ fn shared_state(
         access_log,
         cfg.max_body_bytes,
     )
-    .with_listener(cfg.listener);
+    .with_listener(cfg.listener)
+    .with_overload(cfg.overload);
     shared.synced.store(synced, Ordering::Release);
     Ok(Arc::new(shared))
 }

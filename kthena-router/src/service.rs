@@ -1,4 +1,6 @@
-//! The inference service: parse → match route → schedule → proxy with retries.
+//! The inference listener's front service: health, readiness and model list, and for
+//! `/v1/*` the request id, the per-request [`Accounting`] and the layered pipeline
+//! (`crate::pipeline`: parse → match route → admit → tokenize → schedule → proxy).
 //!
 //! [`RouterService`] is a `tower::Service<http::Request<Incoming>>`; `server` hands it to
 //! hyper. Every failure is answered in one place ([`error_response`]) with the OpenAI error
@@ -8,37 +10,34 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use kthena_sched::Request as SchedRequest;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
-use tokio::time::Instant;
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
 
 use crate::accesslog::{AccessLog, Entry};
+use crate::accounting::{AccountedBody, Accounting};
 use crate::discovery::Snapshot;
 use crate::error::Error;
 use crate::listener::ListenerConfig;
-use crate::metrics::{Destination, Metrics};
-use crate::openai::{ParsedRequest, estimate_tokens, parse_request};
-use crate::proxy::{ProxyBody, RequestCtx, RespBody, SchedDone, full};
-use crate::route::{MatchError, TargetRef};
+use crate::metrics::Metrics;
+use crate::overload::OverloadConfig;
+use crate::pipeline::{BoxHttp, RequestId};
+use crate::proxy::{RespBody, full};
 use crate::scrape::HttpClient;
 
 /// Default number of ranked endpoints tried when the ModelServer sets no retry policy
 /// (Go Kthena tries its top 5).
 pub const DEFAULT_ATTEMPTS: usize = 5;
-
-/// Largest upstream error body kept to pass on after the last attempt, in bytes.
-const MAX_ERROR_BODY: usize = 64 * 1024;
 
 /// State shared by every request.
 #[derive(Debug)]
@@ -60,6 +59,10 @@ pub struct Shared {
     pub synced: AtomicBool,
     /// Listener settings; the body read timeouts apply here.
     pub listener: ListenerConfig,
+    /// Overload protection settings (in-flight caps, circuit breakers).
+    pub overload: OverloadConfig,
+    /// The admission slots of `overload.maxInFlight` (`None` without a cap).
+    pub(crate) admission: Option<Arc<Semaphore>>,
     rng: Mutex<SmallRng>,
 }
 
@@ -88,6 +91,8 @@ impl Shared {
             ready: AtomicBool::new(false),
             synced: AtomicBool::new(true),
             listener: ListenerConfig::default(),
+            overload: OverloadConfig::default(),
+            admission: admission(&OverloadConfig::default()),
             rng: Mutex::new(SmallRng::seed_from_u64(seed)),
         }
     }
@@ -100,19 +105,47 @@ impl Shared {
         self.listener = listener;
         self
     }
+
+    /// Sets the overload protection settings (the default otherwise).
+    #[must_use]
+    pub fn with_overload(mut self, overload: OverloadConfig) -> Self {
+        self.admission = admission(&overload);
+        self.overload = overload;
+        self
+    }
+
+    /// The random source of weighted route targets.
+    pub(crate) fn rng(&self) -> MutexGuard<'_, SmallRng> {
+        match self.rng.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+}
+
+fn admission(cfg: &OverloadConfig) -> Option<Arc<Semaphore>> {
+    (cfg.max_in_flight > 0).then(|| Arc::new(Semaphore::new(cfg.max_in_flight)))
 }
 
 /// The inference listener's service.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RouterService {
     shared: Arc<Shared>,
+    stack: BoxHttp<Incoming>,
+}
+
+impl std::fmt::Debug for RouterService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouterService").finish_non_exhaustive()
+    }
 }
 
 impl RouterService {
     /// A service over shared state.
     #[must_use]
     pub fn new(shared: Arc<Shared>) -> Self {
-        Self { shared }
+        let stack = crate::pipeline::stack(&shared);
+        Self { shared, stack }
     }
 }
 
@@ -127,7 +160,8 @@ impl tower::Service<Request<Incoming>> for RouterService {
 
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
         let shared = Arc::clone(&self.shared);
-        Box::pin(async move { Ok(handle(shared, req).await) })
+        let stack = self.stack.clone();
+        Box::pin(async move { Ok(handle(shared, stack, req).await) })
     }
 }
 
@@ -150,12 +184,20 @@ pub fn error_response(e: &Error) -> Response<RespBody> {
         r.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
+    if let Some(after) = e.retry_after() {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(after.as_secs()));
+    }
     r
 }
 
-async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<RespBody> {
-    let path = req.uri().path().to_owned();
-    match (req.method(), path.as_str()) {
+async fn handle(
+    shared: Arc<Shared>,
+    stack: BoxHttp<Incoming>,
+    req: Request<Incoming>,
+) -> Response<RespBody> {
+    let path = req.uri().path();
+    match (req.method(), path) {
         (&Method::GET, "/healthz") => return json_response(StatusCode::OK, r#"{"message":"ok"}"#),
         (&Method::GET, "/readyz") => {
             return if shared.ready.load(Ordering::Acquire) && shared.synced.load(Ordering::Acquire)
@@ -173,57 +215,68 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<RespBod
     }
     if !path.starts_with("/v1/") {
         // Only `/v1/*` requests are access-logged (as Go Kthena's middleware does).
-        return error_response(&Error::UnknownPath { path });
+        return error_response(&Error::UnknownPath {
+            path: path.to_owned(),
+        });
     }
-    let request_id = req
+    let request_id: Arc<str> = req
         .headers()
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
         .filter(|v| !v.is_empty())
-        .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned);
-    let entry = Entry {
-        timestamp: crate::accesslog::now_rfc3339(),
-        method: req.method().to_string(),
-        path: path.clone(),
-        protocol: format!("{:?}", req.version()),
-        request_id: request_id.clone(),
-        ..Entry::default()
-    };
-    let mut ctx = RequestCtx::new(
+        .map_or_else(|| uuid::Uuid::new_v4().to_string().into(), Into::into);
+    let acct = Accounting::start(
         Arc::clone(&shared.metrics),
         Arc::clone(&shared.access_log),
-        entry,
+        Entry {
+            timestamp: crate::accesslog::now_rfc3339(),
+            method: req.method().to_string(),
+            path: path.to_owned(),
+            protocol: format!("{:?}", req.version()),
+            request_id: request_id.to_string(),
+            ..Entry::default()
+        },
     );
-    let lora_admin = crate::lora::admin_path(&path);
-    let mut resp = if req.method() == Method::GET && path == "/v1/models" {
-        ctx.settle(200, None, "", 0);
-        list_models(&shared)
-    } else {
-        let res = match lora_admin {
-            Some(load) => crate::lora::admin(&shared, req, load, &mut ctx).await,
-            None => serve(&shared, req, &mut ctx, &path, &request_id).await,
-        };
-        match res {
-            Ok(r) => r,
-            Err(e) => {
-                if matches!(e, Error::BodyTimeout { .. }) {
-                    shared.metrics.listener.timeout("inference", "body");
-                }
-                ctx.settle(
-                    e.status().as_u16(),
-                    Some((e.finish_reason(), e.to_string())),
-                    e.origin(),
-                    0,
-                );
-                error_response(&e)
+    let resp = dispatch(&shared, stack, req, &acct, &request_id).await;
+    let (mut parts, body) = match resp {
+        Ok(r) => r.into_parts(),
+        Err(e) => {
+            if matches!(e, Error::BodyTimeout { .. }) {
+                shared.metrics.listener.timeout("inference", "body");
             }
+            acct.failed(&e);
+            error_response(&e).into_parts()
         }
     };
     if let Ok(v) = HeaderValue::from_str(&request_id) {
-        resp.headers_mut()
+        parts
+            .headers
             .insert(HeaderName::from_static("x-request-id"), v);
     }
-    resp
+    // The accounting settles when the body ends (or is dropped).
+    Response::from_parts(parts, AccountedBody::new(body, acct).boxed_unsync())
+}
+
+/// The `/v1/*` answers: the model list, the LoRA admin calls, and the inference pipeline.
+async fn dispatch(
+    shared: &Arc<Shared>,
+    stack: BoxHttp<Incoming>,
+    mut req: Request<Incoming>,
+    acct: &Accounting,
+    request_id: &Arc<str>,
+) -> Result<Response<RespBody>, Error> {
+    let path = req.uri().path();
+    if req.method() == Method::GET && path == "/v1/models" {
+        acct.finish(200, None, "", 0);
+        return Ok(list_models(shared));
+    }
+    if let Some(load) = crate::lora::admin_path(path) {
+        return crate::lora::admin(shared, req, load, acct).await;
+    }
+    req.extensions_mut().insert(acct.clone());
+    req.extensions_mut()
+        .insert(RequestId(Arc::clone(request_id)));
+    stack.oneshot(req).await
 }
 
 /// 200 once the config is loaded and the first scrape pass is done, also when some models
@@ -254,413 +307,4 @@ fn list_models(shared: &Shared) -> Response<RespBody> {
         StatusCode::OK,
         serde_json::json!({"object": "list", "data": data}).to_string(),
     )
-}
-
-/// Reads the whole body: at most `limit` bytes (413 beyond), no gap between two reads longer
-/// than the idle timeout and no more than the total timeout for all of it (408).
-async fn read_body(
-    req: Request<Incoming>,
-    limit: usize,
-    l: &ListenerConfig,
-) -> Result<(http::request::Parts, Bytes), Error> {
-    let (parts, body) = req.into_parts();
-    let declared = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limit as u64) {
-        return Err(Error::BodyTooLarge { limit });
-    }
-    let deadline = Instant::now() + l.body_read_timeout;
-    let mut body = Limited::new(body, limit);
-    let mut buf =
-        bytes::BytesMut::with_capacity(declared.map_or(0, |n| usize::try_from(n).unwrap_or(0)));
-    loop {
-        let idle_end = Instant::now() + l.body_read_idle_timeout;
-        let (end, idle) = if idle_end < deadline {
-            (idle_end, true)
-        } else {
-            (deadline, false)
-        };
-        let Ok(frame) = tokio::time::timeout_at(end, body.frame()).await else {
-            let timeout = if idle {
-                l.body_read_idle_timeout
-            } else {
-                l.body_read_timeout
-            };
-            return Err(Error::BodyTimeout { idle, timeout });
-        };
-        match frame {
-            None => return Ok((parts, buf.freeze())),
-            Some(Ok(f)) => {
-                if let Ok(data) = f.into_data() {
-                    buf.extend_from_slice(&data);
-                }
-            }
-            Some(Err(e))
-                if e.downcast_ref::<http_body_util::LengthLimitError>()
-                    .is_some() =>
-            {
-                return Err(Error::BodyTooLarge { limit });
-            }
-            Some(Err(e)) => {
-                return Err(Error::BodyRead {
-                    reason: e.to_string(),
-                });
-            }
-        }
-    }
-}
-
-async fn serve(
-    shared: &Arc<Shared>,
-    req: Request<Incoming>,
-    ctx: &mut RequestCtx,
-    path: &str,
-    request_id: &str,
-) -> Result<Response<RespBody>, Error> {
-    if !matches!(
-        path,
-        "/v1/chat/completions" | "/v1/completions" | "/v1/responses"
-    ) {
-        return Err(Error::UnknownPath {
-            path: path.to_owned(),
-        });
-    }
-    if req.method() != Method::POST {
-        return Err(Error::MethodNotAllowed {
-            method: req.method().to_string(),
-            path: path.to_owned(),
-        });
-    }
-    let (parts, raw) = read_body(req, shared.max_body_bytes, &shared.listener).await?;
-    let parsed = parse_request(raw)?;
-    let snap = shared.snapshot.load_full();
-    ctx.record_metrics = true;
-    ctx.entry.model_name = parsed.model.clone();
-    ctx.entry.input_tokens = estimate_tokens(&parsed.prompt_text);
-    if snap.routes.knows(&parsed.model) {
-        ctx.model_label = parsed.model.clone();
-    }
-    ctx.set_downstream(&ctx.model_label.clone());
-
-    let m = {
-        let mut rng = match shared.rng.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        snap.routes
-            .match_request(&parsed.model, &parts.headers, path, &mut *rng)
-    };
-    let m = match m {
-        Ok(m) => m,
-        Err(MatchError::UnknownModel) => {
-            return Err(Error::ModelNotFound {
-                model: parsed.model.clone(),
-            });
-        }
-        Err(MatchError::NoRule) => {
-            return Err(Error::NoRuleMatched {
-                model: parsed.model.clone(),
-            });
-        }
-    };
-    ctx.dest.model_route = m.route.key();
-    ctx.entry.model_route = m.route.key();
-    let server_name = match &m.target {
-        TargetRef::ModelServer(s) => s.clone(),
-        TargetRef::ExternalProvider(p) => {
-            return Err(Error::ServerNotFound {
-                server: format!(
-                    "{}/{p} (ExternalModelProvider targets are not served in standalone mode)",
-                    m.route.namespace
-                ),
-            });
-        }
-    };
-    let server_key = format!("{}/{server_name}", m.route.namespace);
-    let Some(server) = snap.servers.get(&server_key).cloned() else {
-        return Err(Error::ServerNotFound { server: server_key });
-    };
-    let upstream_model = if m.is_lora {
-        parsed.model.clone()
-    } else {
-        server.model.clone().unwrap_or_else(|| parsed.model.clone())
-    };
-    ctx.dest = Destination {
-        model_route: m.route.key(),
-        backend_type: "model_server".into(),
-        backend_name: server.key.clone(),
-        upstream_model: upstream_model.clone(),
-    };
-    ctx.entry.model_server = server.key.clone();
-    ctx.entry.backend_type = "model_server".into();
-    ctx.entry.backend_name = server.key.clone();
-    ctx.entry.upstream_model = upstream_model.clone();
-
-    // LoRA requests only go to endpoints that list the adapter; base requests to all.
-    let lora = m.is_lora.then(|| parsed.model.clone());
-    let pool = crate::lora::candidates(&server, lora.as_deref())?;
-    let cands: Vec<kthena_sched::Candidate> = pool.iter().map(|e| e.candidate()).collect();
-    let token_ids = snap
-        .kv
-        .request_tokens(
-            shared,
-            server.engine.as_str(),
-            &parsed.model,
-            &upstream_model,
-            &parsed.prompt,
-            pool.first().map(|e| e.base_url()).as_deref(),
-        )
-        .await;
-    if let Some(t) = &token_ids {
-        ctx.entry.input_tokens = t.len() as u64;
-    }
-    let mut sreq = SchedRequest::new(&parsed.model).with_prompt(&parsed.prompt_text);
-    if let Some(t) = &token_ids {
-        sreq = sreq.with_token_ids(t);
-    }
-    if let Some(l) = &lora {
-        sreq = sreq.with_lora(l);
-    }
-    if let Some(u) = &parsed.user {
-        sreq = sreq.with_session(u);
-    }
-    let decision = snap
-        .scheduler
-        .schedule(&sreq, &cands)
-        .map_err(|e| Error::Scheduling {
-            server: server.key.clone(),
-            reason: e.to_string(),
-        })?;
-    shared
-        .metrics
-        .plugins
-        .plugin_timings(&parsed.model, &decision.plugin_timings);
-    for (plugin, ratio) in &decision.match_ratios {
-        shared.metrics.match_ratio(plugin, &parsed.model, *ratio);
-    }
-    let ranked: Vec<usize> = decision.ranked.iter().map(|r| r.index).collect();
-
-    let rewrite = (!m.is_lora).then_some(server.model.as_deref()).flatten();
-    let body = if path == "/v1/responses" {
-        parsed.upstream_responses_body(rewrite)
-    } else {
-        parsed.upstream_body(rewrite)
-    };
-    let headers = upstream_headers(&parts.headers, request_id);
-    let pq = parts
-        .uri
-        .path_and_query()
-        .map_or(path, |p| p.as_str())
-        .to_owned();
-
-    let (attempts, pause) = match server.retry {
-        Some((n, pause)) => (n, pause),
-        None => (DEFAULT_ATTEMPTS.min(ranked.len()), Duration::ZERO),
-    };
-    ctx.upstream_start = Some(Instant::now());
-    let mut last_fail: Option<String> = None;
-    let mut last_resp: Option<(http::response::Parts, Bytes)> = None;
-    for attempt in 0..attempts {
-        if attempt > 0 && !pause.is_zero() {
-            tokio::time::sleep(pause).await;
-        }
-        let idx = ranked[attempt % ranked.len()];
-        let ep = &pool[idx];
-        if let Some(a) = &lora
-            && !ep.has_lora(a)
-        {
-            // Found without the adapter by an earlier attempt of this request.
-            continue;
-        }
-        ctx.entry.selected_pod = ep.name.clone();
-        ctx.entry.upstream_attempts = attempt + 1;
-        let guard = ep.begin_request(snap.scheduler.prefill_tokens(&sreq, &cands[idx]));
-        // Cache-affinity plugins learn the decision now, while the engine prefills, so that
-        // the next request with the same new prefix follows this one (Go Kthena's
-        // PostSchedule runs only after a successful answer).
-        snap.scheduler.on_scheduled(&sreq, &cands[idx]);
-        ctx.set_upstream_active(true);
-        let uri = format!("{}{pq}", ep.base_url());
-        let mut up = Request::builder().method(Method::POST).uri(&uri);
-        if let Some(h) = up.headers_mut() {
-            *h = headers.clone();
-        }
-        let up = up
-            .body(Full::new(body.bytes.clone()))
-            .map_err(|e| Error::BodyRead {
-                reason: e.to_string(),
-            })?;
-        let fut = shared.client.request(up);
-        let res = match server.timeout {
-            Some(t) => match tokio::time::timeout(t, fut).await {
-                Ok(r) => r,
-                Err(_) => {
-                    ctx.upstream_end = Some(Instant::now());
-                    return Err(Error::UpstreamTimeout {
-                        endpoint: ep.name.clone(),
-                        timeout: t,
-                    });
-                }
-            },
-            None => fut.await,
-        };
-        match res {
-            Err(e) => {
-                ctx.set_upstream_active(false);
-                drop(guard);
-                tracing::debug!(endpoint = %ep.name, attempt, error = ?e, "Upstream attempt failed; trying the next endpoint");
-                last_fail = Some(format!("{}: {e:?}", ep.name));
-                last_resp = None;
-            }
-            Ok(resp) => {
-                let status = resp.status();
-                ctx.entry.upstream_status_code = status.as_u16();
-                // An adapter request answered "model does not exist" is retried on another
-                // endpoint that lists the adapter (the list was stale).
-                let lora_404 = lora.is_some() && status == StatusCode::NOT_FOUND;
-                if lora_404 || status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
-                    let (p, b) = resp.into_parts();
-                    let bytes = Limited::new(b, MAX_ERROR_BODY)
-                        .collect()
-                        .await
-                        .map(|c| c.to_bytes())
-                        .unwrap_or_default();
-                    ctx.set_upstream_active(false);
-                    drop(guard);
-                    last_fail = Some(format!("{} answered {status}", ep.name));
-                    last_resp = Some((p, bytes));
-                    if lora_404 {
-                        let Some(a) = lora.as_deref().filter(|_| {
-                            last_resp
-                                .as_ref()
-                                .is_some_and(|(_, b)| crate::lora::is_missing_model(b))
-                        }) else {
-                            break;
-                        };
-                        ep.set_lora(a, false);
-                        if !pool.iter().any(|e| e.has_lora(a)) {
-                            break;
-                        }
-                    }
-                    continue;
-                }
-                ctx.upstream_end = Some(Instant::now());
-                if status.is_success() {
-                    ctx.sched = Some(SchedDone {
-                        scheduler: Arc::clone(&snap.scheduler),
-                        model: parsed.model.clone(),
-                        lora: lora.clone(),
-                        prompt: parsed.prompt_text.clone(),
-                        endpoint: Arc::clone(ep),
-                    });
-                }
-                return Ok(stream_response(
-                    resp,
-                    ctx,
-                    guard,
-                    &parsed,
-                    body.injected_usage,
-                ));
-            }
-        }
-    }
-    ctx.upstream_end = Some(Instant::now());
-    if let Some((p, b)) = last_resp {
-        // The last answer was 429/5xx (or an adapter 404): hand it to the client unchanged.
-        let status = p.status;
-        ctx.settle(
-            status.as_u16(),
-            Some(("upstream_response", last_fail.unwrap_or_default())),
-            "upstream",
-            0,
-        );
-        let mut r = Response::from_parts(p, full(b));
-        strip_hop_by_hop(r.headers_mut());
-        return Ok(r);
-    }
-    Err(Error::AllUpstreamsFailed {
-        server: server.key.clone(),
-        attempts,
-        last: last_fail.unwrap_or_default(),
-    })
-}
-
-fn stream_response(
-    resp: Response<Incoming>,
-    ctx: &mut RequestCtx,
-    guard: crate::endpoint::InFlightGuard,
-    parsed: &ParsedRequest,
-    injected_usage: bool,
-) -> Response<RespBody> {
-    let (mut parts, body) = resp.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
-    let sse = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.starts_with("text/event-stream") || v.starts_with("application/x-ndjson")
-        });
-    if parsed.stream || sse {
-        parts.headers.remove(header::CONTENT_LENGTH);
-    }
-    let status = parts.status.as_u16();
-    // Move the accounting into the body: it settles when the body ends or is dropped.
-    let owned = ctx.detach();
-    let body = ProxyBody::new(
-        body,
-        owned,
-        guard,
-        status,
-        sse,
-        injected_usage && !parsed.client_wants_usage,
-    );
-    Response::from_parts(parts, http_body_util::BodyExt::boxed_unsync(body))
-}
-
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
-
-fn strip_hop_by_hop(h: &mut HeaderMap) {
-    let listed: Vec<String> = h
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(',').map(|s| s.trim().to_ascii_lowercase()))
-        .collect();
-    for n in HOP_BY_HOP {
-        h.remove(n);
-    }
-    for n in listed {
-        h.remove(n.as_str());
-    }
-}
-
-fn upstream_headers(client: &HeaderMap, request_id: &str) -> HeaderMap {
-    let mut h = client.clone();
-    strip_hop_by_hop(&mut h);
-    h.remove(header::HOST);
-    h.remove(header::CONTENT_LENGTH);
-    // The router has read the whole body already; the engine must not wait for a
-    // `100 Continue` exchange.
-    h.remove(header::EXPECT);
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    if let Ok(v) = HeaderValue::from_str(request_id) {
-        h.insert(HeaderName::from_static("x-request-id"), v);
-    }
-    h
 }

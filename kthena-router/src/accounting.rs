@@ -1,0 +1,548 @@
+//! Per-request accounting in one place: the in-flight slots (router admission and the
+//! chosen endpoint, with its prefill counters), the gauges of active requests, one
+//! `kthena_router_requests_total`/duration/token record, one access-log line and the
+//! scheduler's completion hook, all settled exactly once when the response body ends or is
+//! dropped ([`AccountedBody`]).
+//!
+//! The pipeline's layers report what they learnt through the methods of [`Accounting`]
+//! (a cheap handle carried in the request's extensions); only this module writes the
+//! access-log entry and the metric labels.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use kthena_sched::{Completion, Request as SchedRequest, Scheduler};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
+
+use crate::accesslog::{AccessLog, Entry, EntryError};
+use crate::endpoint::{Endpoint, InFlightGuard};
+use crate::error::Error;
+use crate::metrics::{Destination, Metrics, RequestRecord};
+use crate::openai::{ParsedRequest, estimate_tokens};
+use crate::proxy::{BoxError, RespBody};
+
+/// Per-request accounting: metrics, access log and scheduler completion, settled once.
+///
+/// Dropping an unsettled context (the client went away before an answer) settles it with
+/// status 499 and error `client_disconnect`.
+#[derive(Debug)]
+pub(crate) struct RequestCtx {
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) access_log: Arc<AccessLog>,
+    pub(crate) start: Instant,
+    /// Access-log entry being filled.
+    pub(crate) entry: Entry,
+    /// Whether request metrics are recorded (false for body-parse failures, as Go Kthena).
+    pub(crate) record_metrics: bool,
+    /// Model label (`unknown` for models no route knows).
+    pub(crate) model_label: String,
+    /// Destination labels.
+    pub(crate) dest: Destination,
+    pub(crate) upstream_start: Option<Instant>,
+    pub(crate) upstream_end: Option<Instant>,
+    pub(crate) downstream_model: Option<String>,
+    pub(crate) upstream_active: bool,
+    pub(crate) sched: Option<SchedDone>,
+    pub(crate) settled: bool,
+    /// The chosen endpoint's in-flight slot, given back when the request settles.
+    in_flight: Option<InFlightGuard>,
+    /// The admission slot of `overload.maxInFlight`, given back when the request settles.
+    permit: Option<OwnedSemaphorePermit>,
+    /// How the request ended, once known (the answer's status and error).
+    outcome: Option<Outcome>,
+}
+
+/// How a request ended: status, error `(type, message)`, error origin, output tokens.
+#[derive(Debug)]
+struct Outcome {
+    status: u16,
+    error: Option<(&'static str, String)>,
+    origin: &'static str,
+    output_tokens: u64,
+}
+
+/// What the scheduler is told when the request completes.
+#[derive(Debug)]
+pub(crate) struct SchedDone {
+    pub(crate) scheduler: Arc<Scheduler>,
+    pub(crate) model: String,
+    pub(crate) lora: Option<String>,
+    pub(crate) prompt: String,
+    pub(crate) endpoint: Arc<Endpoint>,
+}
+
+impl RequestCtx {
+    fn new(metrics: Arc<Metrics>, access_log: Arc<AccessLog>, entry: Entry) -> Self {
+        metrics.active_requests(1);
+        Self {
+            metrics,
+            access_log,
+            start: Instant::now(),
+            entry,
+            record_metrics: false,
+            model_label: "unknown".into(),
+            dest: Destination::default(),
+            upstream_start: None,
+            upstream_end: None,
+            downstream_model: None,
+            upstream_active: false,
+            sched: None,
+            settled: false,
+            in_flight: None,
+            permit: None,
+            outcome: None,
+        }
+    }
+
+    pub(crate) fn set_downstream(&mut self, model: &str) {
+        self.metrics.active_downstream(model, 1);
+        self.downstream_model = Some(model.to_owned());
+    }
+
+    pub(crate) fn set_upstream_active(&mut self, on: bool) {
+        if on != self.upstream_active {
+            self.metrics
+                .active_upstream(&self.dest, if on { 1 } else { -1 });
+            self.upstream_active = on;
+        }
+    }
+
+    /// Settles the request: gauges back, one `requests_total`, one access-log line, the
+    /// scheduler's completion hook.
+    fn settle(
+        &mut self,
+        status: u16,
+        error: Option<(&str, String)>,
+        origin: &str,
+        output_tokens: u64,
+    ) {
+        if self.settled {
+            return;
+        }
+        self.settled = true;
+        self.in_flight = None;
+        self.permit = None;
+        let now = Instant::now();
+        self.set_upstream_active(false);
+        if let Some(m) = self.downstream_model.take() {
+            self.metrics.active_downstream(&m, -1);
+        }
+        self.metrics.active_requests(-1);
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let up_start = self.upstream_start.unwrap_or(now);
+        let up_end = self.upstream_end.unwrap_or(now).max(up_start);
+        let e = &mut self.entry;
+        e.status_code = status;
+        e.output_tokens = output_tokens;
+        e.duration_total = ms(now - self.start);
+        e.duration_request_processing = ms(up_start - self.start);
+        e.duration_upstream_processing = ms(up_end - up_start);
+        e.duration_response_processing = ms(now.saturating_duration_since(up_end));
+        let error_type = error.as_ref().map(|(t, _)| (*t).to_owned());
+        if let Some((kind, message)) = error {
+            e.error = Some(EntryError {
+                kind: kind.to_owned(),
+                message,
+            });
+            e.error_origin = origin.to_owned();
+        }
+        if self.record_metrics {
+            self.metrics.record_request(&RequestRecord {
+                model: &self.model_label,
+                path: &self.entry.path,
+                status,
+                error_type: error_type.as_deref(),
+                dest: &self.dest,
+                duration_secs: (now - self.start).as_secs_f64(),
+                input_tokens: self.entry.input_tokens,
+                output_tokens,
+            });
+        }
+        self.access_log.write(&self.entry);
+        if let Some(s) = self.sched.take() {
+            let mut req = SchedRequest::new(&s.model).with_prompt(&s.prompt);
+            if let Some(l) = &s.lora {
+                req = req.with_lora(l);
+            }
+            s.scheduler.on_completed(&Completion {
+                request: &req,
+                endpoint: &s.endpoint.id,
+                success: status < 400 && error_type.is_none(),
+            });
+        }
+    }
+}
+
+impl Drop for RequestCtx {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.settle(
+                499,
+                Some((
+                    "client_disconnect",
+                    "client closed the connection before the answer".into(),
+                )),
+                "downstream",
+                0,
+            );
+        }
+    }
+}
+
+/// A handle on one request's accounting, shared by the pipeline's layers (it lives in the
+/// request's extensions) and settled by [`AccountedBody`].
+#[derive(Debug, Clone)]
+pub(crate) struct Accounting(Arc<Mutex<RequestCtx>>);
+
+impl Accounting {
+    /// Starts accounting a `/v1/*` request (one more active request).
+    pub(crate) fn start(metrics: Arc<Metrics>, access_log: Arc<AccessLog>, entry: Entry) -> Self {
+        Self(Arc::new(Mutex::new(RequestCtx::new(
+            metrics, access_log, entry,
+        ))))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, RequestCtx> {
+        match self.0.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// The body parsed: request metrics are recorded from now on, under the model's label
+    /// when a route `knows` it (`unknown` otherwise).
+    pub(crate) fn parsed(&self, parsed: &ParsedRequest, known: bool) {
+        let mut c = self.lock();
+        c.record_metrics = true;
+        c.entry.model_name = parsed.model.clone();
+        c.entry.input_tokens = estimate_tokens(&parsed.prompt_text);
+        if known {
+            c.model_label = parsed.model.clone();
+        }
+        let label = c.model_label.clone();
+        c.set_downstream(&label);
+    }
+
+    /// A ModelRoute matched (`namespace/name`).
+    pub(crate) fn route_matched(&self, route: &str) {
+        let mut c = self.lock();
+        c.dest.model_route = route.to_owned();
+        c.entry.model_route = route.to_owned();
+    }
+
+    /// The route's ModelServer was found; requests go upstream as `upstream_model`.
+    pub(crate) fn server_resolved(&self, route: &str, server: &str, upstream_model: &str) {
+        let mut c = self.lock();
+        c.dest = Destination {
+            model_route: route.to_owned(),
+            backend_type: "model_server".into(),
+            backend_name: server.to_owned(),
+            upstream_model: upstream_model.to_owned(),
+        };
+        let e = &mut c.entry;
+        e.model_server = server.to_owned();
+        e.backend_type = "model_server".into();
+        e.backend_name = server.to_owned();
+        e.upstream_model = upstream_model.to_owned();
+    }
+
+    /// Holds the router admission slot until the request settles.
+    pub(crate) fn admitted(&self, permit: OwnedSemaphorePermit) {
+        self.lock().permit = Some(permit);
+    }
+
+    /// The prompt was tokenized: `n` input tokens (replaces the estimate).
+    pub(crate) fn tokenized(&self, n: usize) {
+        self.lock().entry.input_tokens = n as u64;
+    }
+
+    /// The first upstream attempt is about to start.
+    pub(crate) fn upstream_begin(&self) {
+        self.lock().upstream_start = Some(Instant::now());
+    }
+
+    /// Attempt `attempt` (1-based) goes to `pod`.
+    pub(crate) fn attempt(&self, pod: &str, attempt: usize) {
+        let mut c = self.lock();
+        c.entry.selected_pod = pod.to_owned();
+        c.entry.upstream_attempts = attempt;
+        c.set_upstream_active(true);
+    }
+
+    /// A LoRA load/unload call was answered by `pod` with `status` (one attempt).
+    pub(crate) fn admin_answered(&self, pod: &str, status: u16) {
+        let mut c = self.lock();
+        c.entry.selected_pod = pod.to_owned();
+        c.entry.upstream_status_code = status;
+        c.entry.upstream_attempts = 1;
+    }
+
+    /// The attempt answered with `status` (before any retry decision).
+    pub(crate) fn upstream_status(&self, status: u16) {
+        self.lock().entry.upstream_status_code = status;
+    }
+
+    /// The attempt failed; another may follow.
+    pub(crate) fn attempt_failed(&self) {
+        self.lock().set_upstream_active(false);
+    }
+
+    /// No more attempts: the upstream phase ends now.
+    pub(crate) fn upstream_end(&self) {
+        self.lock().upstream_end = Some(Instant::now());
+    }
+
+    /// The answer being streamed holds the endpoint's slot; a success also tells the
+    /// scheduler when the request completes.
+    pub(crate) fn answered(&self, guard: InFlightGuard, sched: Option<SchedDone>) {
+        let mut c = self.lock();
+        c.upstream_end = Some(Instant::now());
+        c.in_flight = Some(guard);
+        c.sched = sched;
+    }
+
+    /// The first response body byte arrived: the endpoint's prefill is over.
+    pub(crate) fn first_byte(&self) {
+        if let Some(g) = self.lock().in_flight.as_mut() {
+            g.first_byte();
+        }
+    }
+
+    /// Records how the request ended (the first call wins); [`Accounting::settle`] or the
+    /// end of the [`AccountedBody`] writes it out.
+    pub(crate) fn finish(
+        &self,
+        status: u16,
+        error: Option<(&'static str, String)>,
+        origin: &'static str,
+        output_tokens: u64,
+    ) {
+        let mut c = self.lock();
+        if c.outcome.is_none() {
+            c.outcome = Some(Outcome {
+                status,
+                error,
+                origin,
+                output_tokens,
+            });
+        }
+    }
+
+    /// The request failed with `e` (answered by [`crate::service::error_response`]).
+    pub(crate) fn failed(&self, e: &Error) {
+        self.finish(
+            e.status().as_u16(),
+            Some((e.finish_reason(), e.to_string())),
+            e.origin(),
+            0,
+        );
+    }
+
+    /// Settles with the recorded outcome, or as a client disconnect (499) without one.
+    pub(crate) fn settle(&self) {
+        let mut c = self.lock();
+        match c.outcome.take() {
+            Some(o) => c.settle(o.status, o.error, o.origin, o.output_tokens),
+            None => c.settle(
+                499,
+                Some((
+                    "client_disconnect",
+                    "client closed the connection before the answer".into(),
+                )),
+                "downstream",
+                0,
+            ),
+        }
+    }
+}
+
+/// Wraps a response body; settles the request's [`Accounting`] when the body has sent its
+/// last frame (before that frame leaves, so a client holding the whole answer also sees it
+/// counted), failed, or was dropped (the client went away).
+#[derive(Debug)]
+pub(crate) struct AccountedBody {
+    inner: Option<RespBody>,
+    acct: Accounting,
+}
+
+impl AccountedBody {
+    /// Wraps `inner`.
+    pub(crate) fn new(inner: RespBody, acct: Accounting) -> Self {
+        Self {
+            inner: Some(inner),
+            acct,
+        }
+    }
+
+    fn settle(&mut self) {
+        // The inner body records its outcome when it ends or is dropped: drop it first.
+        self.inner = None;
+        self.acct.settle();
+    }
+}
+
+impl Body for AccountedBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let polled = Pin::new(&mut *inner).poll_frame(cx);
+        match &polled {
+            Poll::Pending => {}
+            Poll::Ready(Some(Ok(_))) if !inner.is_end_stream() => {}
+            Poll::Ready(_) => this.settle(),
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.as_ref().is_none_or(Body::is_end_stream)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
+    }
+}
+
+impl Drop for AccountedBody {
+    fn drop(&mut self) {
+        if self.inner.is_some() {
+            self.settle();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use http_body_util::{BodyExt, StreamBody};
+
+    use super::*;
+    use crate::config::{AccessLogConfig, AccessLogFormat};
+
+    fn setup(dir: &tempfile::TempDir) -> (Arc<Metrics>, Accounting, std::path::PathBuf) {
+        let path = dir.path().join("access.log");
+        let log = AccessLog::open(&AccessLogConfig {
+            enabled: true,
+            format: AccessLogFormat::Json,
+            output: path.display().to_string(),
+        })
+        .unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let entry = Entry {
+            path: "/v1/completions".into(),
+            ..Entry::default()
+        };
+        let acct = Accounting::start(Arc::clone(&metrics), Arc::new(log), entry);
+        (metrics, acct, path)
+    }
+
+    fn lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn gauge(metrics: &Metrics, name: &str) -> String {
+        let text = metrics.encode();
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn settles_once_when_the_last_frame_leaves() {
+        let dir = tempfile::tempdir().unwrap();
+        let (metrics, acct, path) = setup(&dir);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(4);
+        let inner = StreamBody::new(tokio_stream_shim(rx)).boxed_unsync();
+        let mut body = AccountedBody::new(inner, acct.clone());
+        assert_eq!(
+            gauge(&metrics, "kthena_router_active_requests"),
+            "kthena_router_active_requests 1"
+        );
+
+        tx.send(Ok(Frame::data(Bytes::from_static(b"a"))))
+            .await
+            .unwrap();
+        let f = body.frame().await.unwrap().unwrap();
+        assert_eq!(f.into_data().unwrap(), "a");
+        tokio::time::advance(Duration::from_millis(1_500)).await;
+        assert!(lines(&path).is_empty(), "not settled mid-body");
+        acct.finish(200, None, "", 7);
+        drop(tx);
+        assert!(body.frame().await.is_none());
+        let log = lines(&path);
+        assert_eq!(log.len(), 1);
+        assert_eq!(log[0]["status_code"], 200);
+        assert_eq!(log[0]["output_tokens"], 7);
+        assert_eq!(log[0]["duration_total"], 1500);
+        assert_eq!(
+            gauge(&metrics, "kthena_router_active_requests"),
+            "kthena_router_active_requests 0"
+        );
+        drop(body);
+        acct.settle();
+        assert_eq!(lines(&path).len(), 1, "settled exactly once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_body_settles_as_client_disconnect_and_frees_the_slots() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_metrics, acct, path) = setup(&dir);
+        let sem = Arc::new(tokio::sync::Semaphore::new(1));
+        acct.admitted(Arc::clone(&sem).try_acquire_owned().unwrap());
+        let (_tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(1);
+        let body = AccountedBody::new(StreamBody::new(tokio_stream_shim(rx)).boxed_unsync(), acct);
+        tokio::time::advance(Duration::from_millis(250)).await;
+        assert_eq!(sem.available_permits(), 0);
+        drop(body);
+        assert_eq!(sem.available_permits(), 1);
+        let log = lines(&path);
+        assert_eq!(log.len(), 1);
+        assert_eq!(log[0]["status_code"], 499);
+        assert_eq!(log[0]["error"]["type"], "client_disconnect");
+        assert_eq!(log[0]["duration_total"], 250);
+    }
+
+    #[tokio::test]
+    async fn an_error_answer_settles_with_the_error_before_its_bytes_leave() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_metrics, acct, path) = setup(&dir);
+        let e = Error::ModelNotFound { model: "x".into() };
+        acct.failed(&e);
+        let mut body = AccountedBody::new(crate::proxy::full(e.to_body()), acct);
+        let frame = body.frame().await.unwrap().unwrap();
+        assert!(frame.is_data());
+        let log = lines(&path);
+        assert_eq!(log.len(), 1, "settled with the last frame");
+        assert_eq!(log[0]["status_code"], 404);
+        assert_eq!(log[0]["error"]["type"], "route_not_found");
+        assert_eq!(log[0]["error_origin"], "downstream");
+        assert!(body.is_end_stream());
+    }
+
+    /// An `mpsc::Receiver` as a `Stream` (without tokio-stream).
+    fn tokio_stream_shim<T>(
+        mut rx: tokio::sync::mpsc::Receiver<T>,
+    ) -> impl futures_util::Stream<Item = T> {
+        futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+    }
+}

@@ -1,0 +1,377 @@
+//! Proxy with retries, the innermost service: sends the identical body to the ranked
+//! endpoints in turn, retrying on connect errors, 429 and 5xx before the first response
+//! byte (and on an adapter 404 from a stale adapter list), feeds each endpoint's circuit
+//! breaker, and streams the chosen answer through a [`ProxyBody`].
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use tokio::time::Instant;
+
+use super::schedule::sched_request;
+use super::{BoxFut, Parsed, RequestId, Routed, Scheduled, Tokens, ext};
+use crate::accounting::{Accounting, SchedDone};
+use crate::endpoint::{Endpoint, InFlightGuard};
+use crate::error::Error;
+use crate::openai::{ParsedRequest, UpstreamBody};
+use crate::overload::BreakerState;
+use crate::proxy::{ProxyBody, RespBody, full};
+use crate::service::{DEFAULT_ATTEMPTS, Shared};
+
+/// Largest upstream error body kept to pass on after the last attempt, in bytes.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// Sends the request upstream (see the module doc).
+#[derive(Debug, Clone)]
+pub(crate) struct Forward {
+    shared: Arc<Shared>,
+}
+
+impl Forward {
+    /// The service over the router's shared state.
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+}
+
+impl tower::Service<Request<()>> for Forward {
+    type Response = Response<RespBody>;
+    type Error = Error;
+    type Future = BoxFut;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<()>) -> BoxFut {
+        let shared = Arc::clone(&self.shared);
+        Box::pin(async move { Plan::new(shared, &req)?.run().await })
+    }
+}
+
+/// One request's upstream plan: what every attempt sends and where.
+struct Plan {
+    shared: Arc<Shared>,
+    acct: Accounting,
+    parsed: Parsed,
+    routed: Routed,
+    tokens: Tokens,
+    sched: Scheduled,
+    body: UpstreamBody,
+    headers: HeaderMap,
+    path_and_query: String,
+}
+
+/// What one attempt came to.
+enum Step {
+    /// The answer to stream to the client.
+    Answer(Response<RespBody>),
+    /// The endpoint was not tried (adapter gone, breaker open).
+    Skip,
+    /// The attempt failed: why, the error answer kept, and whether to stop retrying.
+    Failed {
+        why: String,
+        resp: Option<(http::response::Parts, Bytes)>,
+        stop: bool,
+    },
+}
+
+impl Plan {
+    fn new(shared: Arc<Shared>, req: &Request<()>) -> Result<Self, Error> {
+        let parsed = ext::<Parsed>(req, "parsed request")?;
+        let routed = ext::<Routed>(req, "route match")?;
+        let path = req.uri().path();
+        let rewrite = routed
+            .lora
+            .is_none()
+            .then_some(routed.server.model.as_deref())
+            .flatten();
+        let body = if path == "/v1/responses" {
+            parsed.req.upstream_responses_body(rewrite)
+        } else {
+            parsed.req.upstream_body(rewrite)
+        };
+        let request_id = ext::<RequestId>(req, "request id")?;
+        Ok(Self {
+            acct: ext::<Accounting>(req, "accounting")?,
+            tokens: ext::<Tokens>(req, "token ids")?,
+            sched: ext::<Scheduled>(req, "scheduling decision")?,
+            headers: upstream_headers(req.headers(), &request_id.0),
+            path_and_query: req
+                .uri()
+                .path_and_query()
+                .map_or(path, |p| p.as_str())
+                .to_owned(),
+            shared,
+            parsed,
+            routed,
+            body,
+        })
+    }
+
+    async fn run(self) -> Result<Response<RespBody>, Error> {
+        let (attempts, pause) = match self.routed.server.retry {
+            Some((n, pause)) => (n, pause),
+            None => (
+                DEFAULT_ATTEMPTS.min(self.sched.ranked.len()),
+                Duration::ZERO,
+            ),
+        };
+        self.acct.upstream_begin();
+        let mut last_fail: Option<String> = None;
+        let mut last_resp = None;
+        for attempt in 0..attempts {
+            if attempt > 0 && !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
+            match self.attempt(attempt).await? {
+                Step::Answer(r) => return Ok(r),
+                Step::Skip => {}
+                Step::Failed { why, resp, stop } => {
+                    last_fail = Some(why);
+                    last_resp = resp;
+                    if stop {
+                        break;
+                    }
+                }
+            }
+        }
+        self.acct.upstream_end();
+        if let Some((p, b)) = last_resp {
+            // The last answer was 429/5xx (or an adapter 404): hand it to the client unchanged.
+            let status = p.status.as_u16();
+            let why = last_fail.unwrap_or_default();
+            self.acct
+                .finish(status, Some(("upstream_response", why)), "upstream", 0);
+            let mut r = Response::from_parts(p, full(b));
+            strip_hop_by_hop(r.headers_mut());
+            return Ok(r);
+        }
+        Err(Error::AllUpstreamsFailed {
+            server: self.routed.server.key.clone(),
+            attempts,
+            last: last_fail.unwrap_or_default(),
+        })
+    }
+
+    async fn attempt(&self, attempt: usize) -> Result<Step, Error> {
+        let ranked = &self.sched.ranked;
+        let Some(&idx) = ranked.get(attempt % ranked.len().max(1)) else {
+            return Ok(Step::Skip);
+        };
+        let ep = &self.routed.pool[idx];
+        let lora = self.routed.lora.as_deref();
+        if lora.is_some_and(|a| !ep.has_lora(a)) {
+            // Found without the adapter by an earlier attempt of this request.
+            return Ok(Step::Skip);
+        }
+        let cfg = &self.shared.overload;
+        match ep.breaker().try_pass(Instant::now(), cfg.breaker_cool_down) {
+            None => return Ok(Step::Skip),
+            Some(BreakerState::HalfOpen) => {
+                let m = &self.shared.metrics.overload;
+                m.breaker(&ep.namespace, &ep.name, BreakerState::HalfOpen);
+            }
+            Some(_) => {}
+        }
+        self.acct.attempt(&ep.name, attempt + 1);
+        let snap = &self.parsed.snap;
+        let sreq = sched_request(&self.parsed.req, &self.tokens, lora);
+        let cand = &self.sched.cands[idx];
+        let guard = ep.begin_request(snap.scheduler.prefill_tokens(&sreq, cand));
+        // Cache-affinity plugins learn the decision now, while the engine prefills, so that
+        // the next request with the same new prefix follows this one (Go Kthena's
+        // PostSchedule runs only after a successful answer).
+        snap.scheduler.on_scheduled(&sreq, cand);
+        match self.send(ep).await? {
+            Err(e) => {
+                self.acct.attempt_failed();
+                drop(guard);
+                self.breaker_result(ep, false);
+                tracing::debug!(endpoint = %ep.name, attempt, error = ?e, "Upstream attempt failed; trying the next endpoint");
+                Ok(Step::Failed {
+                    why: format!("{}: {e:?}", ep.name),
+                    resp: None,
+                    stop: false,
+                })
+            }
+            Ok(resp) => self.answered(ep, resp, guard).await,
+        }
+    }
+
+    /// Sends the body to `ep`; the outer error is the ModelServer's timeout.
+    async fn send(
+        &self,
+        ep: &Arc<Endpoint>,
+    ) -> Result<Result<Response<Incoming>, hyper_util::client::legacy::Error>, Error> {
+        let uri = format!("{}{}", ep.base_url(), self.path_and_query);
+        let mut up = Request::builder().method(Method::POST).uri(&uri);
+        if let Some(h) = up.headers_mut() {
+            h.clone_from(&self.headers);
+        }
+        let up = up
+            .body(Full::new(self.body.bytes.clone()))
+            .map_err(|e| Error::BodyRead {
+                reason: e.to_string(),
+            })?;
+        let fut = self.shared.client.request(up);
+        let Some(t) = self.routed.server.timeout else {
+            return Ok(fut.await);
+        };
+        if let Ok(r) = tokio::time::timeout(t, fut).await {
+            return Ok(r);
+        }
+        self.acct.upstream_end();
+        self.breaker_result(ep, false);
+        Err(Error::UpstreamTimeout {
+            endpoint: ep.name.clone(),
+            timeout: t,
+        })
+    }
+
+    async fn answered(
+        &self,
+        ep: &Arc<Endpoint>,
+        resp: Response<Incoming>,
+        guard: InFlightGuard,
+    ) -> Result<Step, Error> {
+        let status = resp.status();
+        self.acct.upstream_status(status.as_u16());
+        self.breaker_result(ep, !status.is_server_error());
+        let lora = self.routed.lora.as_deref();
+        // An adapter request answered "model does not exist" is retried on another
+        // endpoint that lists the adapter (the list was stale).
+        let lora_404 = lora.is_some() && status == StatusCode::NOT_FOUND;
+        if lora_404 || status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
+            let (p, b) = resp.into_parts();
+            let bytes = Limited::new(b, MAX_ERROR_BODY)
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            self.acct.attempt_failed();
+            drop(guard);
+            let mut stop = false;
+            if lora_404 {
+                match lora.filter(|_| crate::lora::is_missing_model(&bytes)) {
+                    None => stop = true,
+                    Some(a) => {
+                        ep.set_lora(a, false);
+                        stop = !self.routed.pool.iter().any(|e| e.has_lora(a));
+                    }
+                }
+            }
+            return Ok(Step::Failed {
+                why: format!("{} answered {status}", ep.name),
+                resp: Some((p, bytes)),
+                stop,
+            });
+        }
+        let sched = status.is_success().then(|| SchedDone {
+            scheduler: Arc::clone(&self.parsed.snap.scheduler),
+            model: self.parsed.req.model.clone(),
+            lora: self.routed.lora.clone(),
+            prompt: self.parsed.req.prompt_text.clone(),
+            endpoint: Arc::clone(ep),
+        });
+        self.acct.answered(guard, sched);
+        let injected = self.body.injected_usage;
+        Ok(Step::Answer(stream_response(
+            resp,
+            self.acct.clone(),
+            &self.parsed.req,
+            injected,
+        )))
+    }
+
+    /// Feeds `ep`'s breaker and exports a state change.
+    fn breaker_result(&self, ep: &Endpoint, success: bool) {
+        let cfg = &self.shared.overload;
+        let now = Instant::now();
+        let threshold = cfg.breaker_failures;
+        if let Some(state) = ep
+            .breaker()
+            .record(success, now, threshold, cfg.breaker_cool_down)
+        {
+            if state == BreakerState::Open {
+                tracing::warn!(endpoint = %ep.name, cool_down = ?cfg.breaker_cool_down, "Circuit breaker open: the endpoint gets no requests until the cool-down ends");
+            }
+            let m = &self.shared.metrics.overload;
+            m.breaker(&ep.namespace, &ep.name, state);
+        }
+    }
+}
+
+fn stream_response(
+    resp: Response<Incoming>,
+    acct: Accounting,
+    parsed: &ParsedRequest,
+    injected_usage: bool,
+) -> Response<RespBody> {
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let sse = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.starts_with("text/event-stream") || v.starts_with("application/x-ndjson")
+        });
+    if parsed.stream || sse {
+        parts.headers.remove(header::CONTENT_LENGTH);
+    }
+    let status = parts.status.as_u16();
+    let hide_usage = injected_usage && !parsed.client_wants_usage;
+    let body = ProxyBody::new(body, acct, status, sse, hide_usage);
+    Response::from_parts(parts, BodyExt::boxed_unsync(body))
+}
+
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+fn strip_hop_by_hop(h: &mut HeaderMap) {
+    let listed: Vec<String> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(',').map(|s| s.trim().to_ascii_lowercase()))
+        .collect();
+    for n in HOP_BY_HOP {
+        h.remove(n);
+    }
+    for n in listed {
+        h.remove(n.as_str());
+    }
+}
+
+fn upstream_headers(client: &HeaderMap, request_id: &str) -> HeaderMap {
+    let mut h = client.clone();
+    strip_hop_by_hop(&mut h);
+    h.remove(header::HOST);
+    h.remove(header::CONTENT_LENGTH);
+    // The router has read the whole body already; the engine must not wait for a
+    // `100 Continue` exchange.
+    h.remove(header::EXPECT);
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        h.insert(HeaderName::from_static("x-request-id"), v);
+    }
+    h
+}

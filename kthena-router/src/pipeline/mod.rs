@@ -1,0 +1,185 @@
+//! The inference request path as tower layers, composed with `ServiceBuilder` in
+//! [`stack`]:
+//!
+//! parse → (authenticate: slot for JWT) → match route → admit → (rate limit, fairness
+//! queue: slots) → tokenize → schedule → proxy with retries.
+//!
+//! Each stage is a `FooLayer`/`Foo<S>` pair: it reads what earlier stages left in the
+//! request's extensions ([`Parsed`], [`Routed`], [`Tokens`], [`Scheduled`]), adds its own,
+//! and calls the next service, or fails with a typed [`Error`] that
+//! [`crate::service::RouterService`] turns into the OpenAI-shaped answer (the one
+//! conversion point). Stages report to the request's [`Accounting`](crate::accounting::Accounting), which settles when
+//! the response body ends. A new stage (JWT, token rate limits, fairness) is one more
+//! `.layer(..)` line in [`stack`].
+
+mod admit;
+mod forward;
+mod parse;
+mod route;
+mod schedule;
+mod tokenize;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use kthena_sched::Candidate;
+use tower::ServiceBuilder;
+use tower::util::BoxCloneSyncService;
+
+pub(crate) use admit::AdmitLayer;
+pub(crate) use forward::Forward;
+pub(crate) use parse::ParseLayer;
+pub(crate) use route::RouteLayer;
+pub(crate) use schedule::ScheduleLayer;
+pub(crate) use tokenize::TokenizeLayer;
+
+use crate::discovery::{Server, Snapshot};
+use crate::endpoint::Endpoint;
+use crate::error::Error;
+use crate::openai::ParsedRequest;
+use crate::proxy::RespBody;
+use crate::service::Shared;
+
+/// A boxed stage stack taking requests with body `B` (`BoxHttp` in linkerd's `svc.rs`).
+pub(crate) type BoxHttp<B> = BoxCloneSyncService<Request<B>, Response<RespBody>, Error>;
+
+/// The future every stage returns.
+pub(crate) type BoxFut = Pin<Box<dyn Future<Output = Result<Response<RespBody>, Error>> + Send>>;
+
+/// The whole inference stack over `shared`, for `/v1/*` requests that carry an
+/// [`Accounting`](crate::accounting::Accounting) and a [`RequestId`] extension.
+pub(crate) fn stack(shared: &Arc<Shared>) -> BoxHttp<Incoming> {
+    let svc = ServiceBuilder::new()
+        .layer(ParseLayer::new(Arc::clone(shared)))
+        // Authentication (JWT, issue 14 part 2) goes here.
+        .layer(RouteLayer::new(Arc::clone(shared)))
+        .layer(AdmitLayer::new(Arc::clone(shared)))
+        // Token rate limits and the fairness queue (parts 3 and 4) go here.
+        .layer(TokenizeLayer::new(Arc::clone(shared)))
+        .layer(ScheduleLayer::new(Arc::clone(shared)))
+        .service(Forward::new(Arc::clone(shared)));
+    BoxCloneSyncService::new(svc)
+}
+
+/// The request id (`x-request-id` or a new UUID), sent upstream and answered.
+#[derive(Debug, Clone)]
+pub(crate) struct RequestId(pub(crate) Arc<str>);
+
+/// The parsed body and the routing snapshot the request is served from.
+#[derive(Debug, Clone)]
+pub(crate) struct Parsed {
+    /// The parsed body.
+    pub(crate) req: Arc<ParsedRequest>,
+    /// The snapshot loaded once for the whole request.
+    pub(crate) snap: Arc<Snapshot>,
+}
+
+/// The route match: ModelServer, upstream model and the endpoints it may go to.
+#[derive(Debug, Clone)]
+pub(crate) struct Routed {
+    /// The ModelServer.
+    pub(crate) server: Arc<Server>,
+    /// The LoRA adapter requested (the request's model), when the route matched one.
+    pub(crate) lora: Option<String>,
+    /// The model sent upstream.
+    pub(crate) upstream_model: String,
+    /// The endpoints the request may go to (narrowed by admission).
+    pub(crate) pool: Arc<Vec<Arc<Endpoint>>>,
+}
+
+/// The prompt's token ids, when a plugin needs them.
+#[derive(Debug, Clone)]
+pub(crate) struct Tokens(pub(crate) Option<Arc<Vec<u32>>>);
+
+/// The scheduler's decision over [`Routed::pool`].
+#[derive(Debug, Clone)]
+pub(crate) struct Scheduled {
+    /// The scheduler's view of each pool endpoint (same order).
+    pub(crate) cands: Arc<Vec<Candidate>>,
+    /// Pool indices, best first.
+    pub(crate) ranked: Arc<Vec<usize>>,
+}
+
+/// The extension `T` an earlier stage left, or [`Error::PipelineMissing`].
+pub(crate) fn ext<T: Clone + Send + Sync + 'static>(
+    req: &Request<()>,
+    missing: &'static str,
+) -> Result<T, Error> {
+    req.extensions()
+        .get::<T>()
+        .cloned()
+        .ok_or(Error::PipelineMissing { missing })
+}
+
+/// Declares a stage: `$layer` (holds the shared state) builds `$svc<S>`, whose `call` runs
+/// `$run(shared, request, ready inner service)`.
+macro_rules! stage {
+    ($(#[$doc:meta])* $layer:ident, $svc:ident, $req:ty, $run:path) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone)]
+        pub(crate) struct $layer {
+            shared: std::sync::Arc<crate::service::Shared>,
+        }
+
+        impl $layer {
+            /// The layer over the router's shared state.
+            pub(crate) fn new(shared: std::sync::Arc<crate::service::Shared>) -> Self {
+                Self { shared }
+            }
+        }
+
+        impl<S> tower::Layer<S> for $layer {
+            type Service = $svc<S>;
+            fn layer(&self, inner: S) -> $svc<S> {
+                $svc {
+                    inner,
+                    shared: std::sync::Arc::clone(&self.shared),
+                }
+            }
+        }
+
+        #[doc = concat!("The service of [`", stringify!($layer), "`].")]
+        #[derive(Debug, Clone)]
+        pub(crate) struct $svc<S> {
+            inner: S,
+            shared: std::sync::Arc<crate::service::Shared>,
+        }
+
+        impl<S> tower::Service<$req> for $svc<S>
+        where
+            S: tower::Service<
+                    http::Request<()>,
+                    Response = http::Response<crate::proxy::RespBody>,
+                    Error = crate::error::Error,
+                > + Clone
+                + Send
+                + 'static,
+            S::Future: Send,
+        {
+            type Response = http::Response<crate::proxy::RespBody>;
+            type Error = crate::error::Error;
+            type Future = crate::pipeline::BoxFut;
+
+            fn poll_ready(
+                &mut self,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Result<(), crate::error::Error>> {
+                self.inner.poll_ready(cx)
+            }
+
+            fn call(&mut self, req: $req) -> Self::Future {
+                // Keep a clone; hand the service that was polled ready to the call.
+                let clone = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, clone);
+                Box::pin($run(std::sync::Arc::clone(&self.shared), req, inner))
+            }
+        }
+    };
+}
+pub(crate) use stage;
+
+#[cfg(test)]
+pub(crate) mod test_util;

@@ -1,0 +1,136 @@
+//! Match route: the ModelRoute (model or LoRA adapter, rules, weights) and its ModelServer,
+//! and the endpoints that may serve the request (pod discovery). Leaves [`Routed`].
+
+use std::sync::Arc;
+
+use http::{Request, Response};
+use tower::Service;
+
+use super::{Parsed, Routed, ext, stage};
+use crate::accounting::Accounting;
+use crate::error::Error;
+use crate::proxy::RespBody;
+use crate::route::{MatchError, TargetRef};
+use crate::service::Shared;
+
+stage!(
+    /// Matches the request to a ModelRoute and ModelServer.
+    RouteLayer,
+    Route,
+    Request<()>,
+    run
+);
+
+async fn run<S>(
+    shared: Arc<Shared>,
+    mut req: Request<()>,
+    mut inner: S,
+) -> Result<Response<RespBody>, Error>
+where
+    S: Service<Request<()>, Response = Response<RespBody>, Error = Error>,
+{
+    let routed = resolve(&shared, &req)?;
+    req.extensions_mut().insert(routed);
+    inner.call(req).await
+}
+
+fn resolve(shared: &Shared, req: &Request<()>) -> Result<Routed, Error> {
+    let Parsed { req: parsed, snap } = ext::<Parsed>(req, "parsed request")?;
+    let acct = req.extensions().get::<Accounting>();
+    let m = {
+        let mut rng = shared.rng();
+        snap.routes
+            .match_request(&parsed.model, req.headers(), req.uri().path(), &mut *rng)
+    };
+    let m = m.map_err(|e| match e {
+        MatchError::UnknownModel => Error::ModelNotFound {
+            model: parsed.model.clone(),
+        },
+        MatchError::NoRule => Error::NoRuleMatched {
+            model: parsed.model.clone(),
+        },
+    })?;
+    let route_key = m.route.key();
+    if let Some(a) = acct {
+        a.route_matched(&route_key);
+    }
+    let server_name = match &m.target {
+        TargetRef::ModelServer(s) => s.clone(),
+        TargetRef::ExternalProvider(p) => {
+            return Err(Error::ServerNotFound {
+                server: format!(
+                    "{}/{p} (ExternalModelProvider targets are not served in standalone mode)",
+                    m.route.namespace
+                ),
+            });
+        }
+    };
+    let server_key = format!("{}/{server_name}", m.route.namespace);
+    let Some(server) = snap.servers.get(&server_key).cloned() else {
+        return Err(Error::ServerNotFound { server: server_key });
+    };
+    let upstream_model = if m.is_lora {
+        parsed.model.clone()
+    } else {
+        server.model.clone().unwrap_or_else(|| parsed.model.clone())
+    };
+    if let Some(a) = acct {
+        a.server_resolved(&route_key, &server.key, &upstream_model);
+    }
+    // LoRA requests only go to endpoints that list the adapter; base requests to all.
+    let lora = m.is_lora.then(|| parsed.model.clone());
+    let pool = crate::lora::candidates(&server, lora.as_deref())?;
+    Ok(Routed {
+        server,
+        lora,
+        upstream_model,
+        pool: Arc::new(pool),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use tower::{Layer, ServiceExt};
+
+    use super::*;
+    use crate::pipeline::test_util;
+
+    #[tokio::test]
+    async fn matches_the_route_and_resolves_the_server() {
+        let (shared, _) = test_util::shared(&["127.0.0.1:1", "127.0.0.1:2"]);
+        let (seen, inner) = test_util::recorder();
+        let svc = RouteLayer::new(Arc::clone(&shared)).layer(inner);
+        let req = test_util::parsed(&shared, "/v1/completions", r#"{"model":"m","prompt":"x"}"#);
+        svc.clone().oneshot(req).await.unwrap();
+        let routed = seen.lock().unwrap().take().unwrap().routed.unwrap();
+        assert_eq!(routed.server.key, "default/ms");
+        assert_eq!(routed.upstream_model, "served-m");
+        assert_eq!(routed.lora, None);
+        assert_eq!(routed.pool.len(), 2);
+
+        let req = test_util::parsed(
+            &shared,
+            "/v1/completions",
+            r#"{"model":"nope","prompt":"x"}"#,
+        );
+        let e = svc.oneshot(req).await.unwrap_err();
+        assert!(
+            matches!(e, Error::ModelNotFound { ref model } if model == "nope"),
+            "{e}"
+        );
+        assert!(seen.lock().unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn without_a_parsed_request_it_is_a_wiring_error() {
+        let (shared, _) = test_util::shared(&[]);
+        let (_, inner) = test_util::recorder();
+        let e = RouteLayer::new(shared)
+            .layer(inner)
+            .oneshot(Request::new(()))
+            .await
+            .unwrap_err();
+        assert_eq!(e.status(), 500);
+        assert!(matches!(e, Error::PipelineMissing { .. }));
+    }
+}

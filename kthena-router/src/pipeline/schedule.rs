@@ -1,0 +1,107 @@
+//! Schedule: `kthena-sched` ranks the admitted endpoints. Leaves [`Scheduled`].
+
+use std::sync::Arc;
+
+use http::{Request, Response};
+use kthena_sched::{Candidate, Request as SchedRequest};
+use tower::Service;
+
+use super::{Parsed, Routed, Scheduled, Tokens, ext, stage};
+use crate::error::Error;
+use crate::openai::ParsedRequest;
+use crate::proxy::RespBody;
+use crate::service::Shared;
+
+stage!(
+    /// Ranks the candidate endpoints.
+    ScheduleLayer,
+    Schedule,
+    Request<()>,
+    run
+);
+
+/// The scheduler's view of a request: model, prompt, token ids, LoRA adapter, session.
+pub(crate) fn sched_request<'a>(
+    parsed: &'a ParsedRequest,
+    tokens: &'a Tokens,
+    lora: Option<&'a str>,
+) -> SchedRequest<'a> {
+    let mut sreq = SchedRequest::new(&parsed.model).with_prompt(&parsed.prompt_text);
+    if let Some(t) = &tokens.0 {
+        sreq = sreq.with_token_ids(t);
+    }
+    if let Some(l) = lora {
+        sreq = sreq.with_lora(l);
+    }
+    if let Some(u) = &parsed.user {
+        sreq = sreq.with_session(u);
+    }
+    sreq
+}
+
+async fn run<S>(
+    shared: Arc<Shared>,
+    mut req: Request<()>,
+    mut inner: S,
+) -> Result<Response<RespBody>, Error>
+where
+    S: Service<Request<()>, Response = Response<RespBody>, Error = Error>,
+{
+    let scheduled = schedule(&shared, &req)?;
+    req.extensions_mut().insert(scheduled);
+    inner.call(req).await
+}
+
+fn schedule(shared: &Shared, req: &Request<()>) -> Result<Scheduled, Error> {
+    let Parsed { req: parsed, snap } = ext::<Parsed>(req, "parsed request")?;
+    let routed = ext::<Routed>(req, "route match")?;
+    let tokens = ext::<Tokens>(req, "token ids")?;
+    let cands: Vec<Candidate> = routed.pool.iter().map(|e| e.candidate()).collect();
+    let sreq = sched_request(&parsed, &tokens, routed.lora.as_deref());
+    let decision = snap
+        .scheduler
+        .schedule(&sreq, &cands)
+        .map_err(|e| Error::Scheduling {
+            server: routed.server.key.clone(),
+            reason: e.to_string(),
+        })?;
+    shared
+        .metrics
+        .plugins
+        .plugin_timings(&parsed.model, &decision.plugin_timings);
+    for (plugin, ratio) in &decision.match_ratios {
+        shared.metrics.match_ratio(plugin, &parsed.model, *ratio);
+    }
+    Ok(Scheduled {
+        cands: Arc::new(cands),
+        ranked: Arc::new(decision.ranked.iter().map(|r| r.index).collect()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use tower::{Layer, ServiceExt};
+
+    use super::*;
+    use crate::pipeline::test_util;
+
+    #[tokio::test]
+    async fn ranks_every_admitted_endpoint() {
+        let (shared, _) = test_util::shared(&["127.0.0.1:1", "127.0.0.1:2"]);
+        let (seen, inner) = test_util::recorder();
+        let mut req = test_util::routed(&shared, test_util::accounting(&shared)).await;
+        req.extensions_mut().insert(Tokens(None));
+        ScheduleLayer::new(Arc::clone(&shared))
+            .layer(inner)
+            .oneshot(req)
+            .await
+            .unwrap();
+        let seen = seen.lock().unwrap().take().unwrap();
+        assert!(seen.tokens.is_some_and(|t| t.0.is_none()));
+        let s = seen.scheduled.unwrap();
+        assert_eq!(s.cands.len(), 2);
+        let mut ranked = s.ranked.to_vec();
+        ranked.sort_unstable();
+        assert_eq!(ranked, [0, 1]);
+    }
+}
