@@ -136,6 +136,8 @@ struct Inputs {
     endpoints: Vec<EndpointConfig>,
     files: Vec<PathBuf>,
     dirs: Vec<PathBuf>,
+    /// Warnings found while reading the manifests (unknown fields).
+    warnings: Vec<crate::warnings::ConfigWarning>,
 }
 
 /// How an invalid object is handled: a manifest file rejects the whole change, an object
@@ -318,7 +320,8 @@ impl Loader {
         self.next_seq = next_seq;
         self.generation += 1;
         let endpoints: Vec<Arc<Endpoint>> = endpoints.into_iter().map(|(e, _)| e).collect();
-        let warnings = crate::warnings::check(&route_objects, &servers, &endpoints);
+        let mut warnings = inputs.warnings;
+        warnings.extend(crate::warnings::check(&route_objects, &servers, &endpoints));
         if on_invalid == OnInvalid::Reject {
             crate::warnings::log(&warnings);
         } else {
@@ -563,6 +566,15 @@ fn read_manifests(cfg: &Config) -> Result<Inputs> {
             }
             if matches!(obj, Object::ModelRoute(_) | Object::ModelServer(_)) && !seen.insert(id) {
                 return Err(reject("defined twice".into()));
+            }
+            for field in &doc.unknown_fields {
+                inputs.warnings.push(crate::warnings::ConfigWarning {
+                    kind: "unknown_field",
+                    message: format!(
+                        "{}: {what}: unknown field `{field}` is ignored",
+                        f.display()
+                    ),
+                });
             }
             let path = f.clone();
             match obj {

@@ -1,8 +1,9 @@
 //! Load-time checks of a routing snapshot that do not stop it from loading but leave
 //! something unserved: a ModelRoute target naming a ModelServer that does not exist, an
 //! endpoint no ModelServer selects, a ModelServer that selects no endpoint, a target that is
-//! an ExternalModelProvider. Each is logged at every load and reload, listed at
-//! `/debug/config_dump/warnings` and counted in `kthena_router_config_warnings{kind}`.
+//! an ExternalModelProvider, a misspelled (unknown, dropped) field of a manifest. Each is
+//! logged at every load and reload, listed at `/debug/config_dump/warnings` and counted in
+//! `kthena_router_config_warnings{kind}`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,7 +16,8 @@ use crate::endpoint::Endpoint;
 
 /// The kinds of [`ConfigWarning`], the values of the metric's `kind` label (every kind is
 /// exported, 0 when absent, so an alert can watch `> 0`).
-pub const WARNING_KINDS: [&str; 4] = [
+pub const WARNING_KINDS: [&str; 5] = [
+    "unknown_field",
     "model_server_not_found",
     "endpoint_not_selected",
     "model_server_without_endpoints",

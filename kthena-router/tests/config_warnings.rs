@@ -171,3 +171,50 @@ fn rate_limited_route_is_rejected() {
         )
     );
 }
+
+/// A misspelled manifest field (`wieght`) is dropped, as the API server prunes it, but never
+/// silently: the target keeps the default weight 100, so a canary split changes. It is a
+/// warning of kind `unknown_field` naming the file, the object and the field path.
+#[test]
+fn unknown_manifest_field_is_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let route = "apiVersion: networking.serving.volcano.sh/v1alpha1
+kind: ModelRoute
+metadata: {name: r1, namespace: default}
+spec:
+  modelName: m1
+  rules:
+  - targetModels:
+    - {modelServerName: srv-a, wieght: 80}
+";
+    std::fs::write(dir.path().join("r1.yaml"), route).unwrap();
+    std::fs::write(
+        dir.path().join("srv-a.yaml"),
+        model_server("srv-a", "m1", "a", ""),
+    )
+    .unwrap();
+    let path = dir.path().join("router.yaml");
+    let cfg = kthena_router::Config::from_yaml(
+        &path,
+        "standalone:\n  manifests: [r1.yaml, srv-a.yaml]\n  endpoints:\n  - {name: e, address: \
+         127.0.0.1:1, labels: {app: a}}\n",
+    )
+    .unwrap();
+    let snap = kthena_router::Loader::new().load(&cfg, None).unwrap();
+    let warnings: Vec<(&str, String)> = snap
+        .warnings
+        .iter()
+        .map(|w| (w.kind, w.message.clone()))
+        .collect();
+    assert_eq!(
+        warnings,
+        vec![(
+            "unknown_field",
+            format!(
+                "{}: document 1 (line 1) ModelRoute default/r1: unknown field \
+                 `spec.rules[0].targetModels[0].wieght` is ignored",
+                dir.path().join("r1.yaml").display()
+            )
+        )]
+    );
+}
