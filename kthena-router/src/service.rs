@@ -176,13 +176,18 @@ fn json_response(status: StatusCode, body: impl Into<Bytes>) -> Response<RespBod
 }
 
 /// The OpenAI-shaped error answer for an error. A 408 also closes the connection: the
-/// rest of the stalled body is never read.
+/// rest of the stalled body is never read; a 405 names the allowed method (`Allow: POST`).
 #[must_use]
 pub fn error_response(e: &Error) -> Response<RespBody> {
     let mut r = json_response(e.status(), e.to_body());
     if matches!(e, Error::BodyTimeout { .. }) {
         r.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    if matches!(e, Error::MethodNotAllowed { .. }) {
+        // Every path that answers 405 takes POST only (RFC 9110 §15.5.6: `Allow` is required).
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
     }
     if let Some(after) = e.retry_after() {
         r.headers_mut()

@@ -1084,3 +1084,30 @@ async fn unrelated_files_beside_the_config_do_not_reload() {
     assert_eq!(r.metric(ok).await, before + 1.0);
     r.router.shutdown().await;
 }
+
+/// A 405 names the allowed method in `Allow` (RFC 9110 §15.5.6: an origin server must send
+/// it), on the inference paths and on the LoRA admin paths.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn method_not_allowed_sends_allow_header() {
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let r = TestRouter::start("", &endpoint("e", free, "a"), &[]).await;
+    for path in ["/v1/chat/completions", "/v1/load_lora_adapter"] {
+        let resp = client()
+            .request(
+                http::Request::get(format!("{}{path}", r.url()))
+                    .body(http_body_util::Full::new(Bytes::new()))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED, "{path}");
+        assert_eq!(resp.headers()["allow"], "POST", "{path}");
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"]["code"], "method_not_allowed", "{path}");
+    }
+    r.router.shutdown().await;
+}
