@@ -96,6 +96,7 @@ impl ControllerSet {
 struct Ctx {
     client: Client,
     field_manager: String,
+    podgroups: crate::gang::Discovery,
 }
 
 /// Runs the ModelServing controller until `shutdown` completes: watches ModelServings and
@@ -122,6 +123,7 @@ pub async fn run(
     let ctx = Arc::new(Ctx {
         client,
         field_manager: config.field_manager.clone(),
+        podgroups: crate::gang::Discovery::default(),
     });
     Controller::new(ms, watcher::Config::default())
         .owns(pods, children.clone())
@@ -172,7 +174,16 @@ async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
         return Ok(Action::requeue(FOREIGN_REQUEUE));
     }
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let plan = plan(&defaulted, &seen, now.0)?;
+    let mut plan = plan(&defaulted, &seen, now.0)?;
+    let pp = PostParams {
+        field_manager: Some(ctx.field_manager.clone()),
+        ..PostParams::default()
+    };
+    let gang = crate::gang::sync(&ctx.client, &ctx.podgroups, &pp, &defaulted, &mut plan);
+    if let Some(other) = gang.await? {
+        tracing::info!(modelserving = %name, child = %other, "{}", Error::Foreign(other.clone()));
+        return Ok(Action::requeue(FOREIGN_REQUEUE));
+    }
     apply(&ctx, &defaulted, &plan).await?;
     let st = status(&defaulted, &plan.groups, &plan.revision, &now);
     let revisions = |s: Option<&ModelServingStatus>| {

@@ -10,16 +10,22 @@
 //!
 //! [`run_leader_elected`] runs it only while holding Go's Lease.
 //!
-//! Not built yet (see `docs/controller.md`): Volcano PodGroups, admission webhooks.
+//! With the Volcano PodGroup CRD and `schedulerName: volcano`, [`plan_pod_groups`] gives
+//! each ServingGroup its PodGroup, created before the group's pods.
+//!
+//! Not built yet (see `docs/controller.md`): admission webhooks.
 
 mod controller;
 mod desired;
 mod error;
+mod gang;
 mod health;
 mod leader;
 pub mod names;
 mod observed;
 mod plan;
+mod podgroup;
+mod quantity;
 mod recovery;
 mod revision;
 mod rolling;
@@ -40,6 +46,10 @@ pub use observed::{
 pub use plan::{
     GroupView, Plan, RoleReplicaId, group_partition, group_status, plan, role_status,
     scale_down_order, scaled_value,
+};
+pub use podgroup::{
+    GROUP_NAME_ANNOTATION, PodGroupPlan, QUEUE_ANNOTATION, TASK_SPEC_ANNOTATION, VOLCANO,
+    annotate_pod, gang_scheduled, min_role_replicas, plan_pod_groups, pod_group,
 };
 pub use recovery::ReplicaCheck;
 pub use revision::{controller_revision, model_serving_revision, role_template_hash};

@@ -14,7 +14,8 @@ use crate::names::{
 /// Result of a unit test.
 pub(crate) type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
-fn load(name: &str, text: &str) -> TestResult<ModelServing> {
+/// Loads the first ModelServing of `text` as [`sample`] does (namespace, UID, defaults).
+pub(crate) fn load(name: &str, text: &str) -> TestResult<ModelServing> {
     let docs = load_str(name, text)?;
     let Some(Object::ModelServing(ms)) = docs.into_iter().next().map(|d| d.object.with_defaults())
     else {

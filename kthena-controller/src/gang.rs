@@ -1,0 +1,143 @@
+//! The kube side of gang scheduling: whether the PodGroup CRD is served (API discovery,
+//! cached), and applying [`plan_pod_groups`](crate::plan_pod_groups) before the pods.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use kthena_api::ModelServing;
+use kthena_api::thirdparty::PodGroup;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::{Client, ResourceExt as _};
+
+use crate::error::{Result, kube_err};
+use crate::names::{NAME_LABEL, group_name};
+use crate::observed::ReplicaStatus;
+use crate::plan::Plan;
+use crate::podgroup::{annotate_pod, gang_scheduled, plan_pod_groups};
+
+/// API group/version of Volcano's PodGroup.
+const API_VERSION: &str = "scheduling.volcano.sh/v1beta1";
+/// How long a discovery answer is trusted before it is asked again.
+const RECHECK: Duration = Duration::from_secs(30);
+
+/// Whether the API server serves `podgroups.scheduling.volcano.sh/v1beta1`, asked through
+/// discovery at most every 30 s, and again after a PodGroup call failed.
+#[derive(Debug, Default)]
+pub(crate) struct Discovery {
+    cached: Mutex<Option<(bool, Instant)>>,
+}
+
+impl Discovery {
+    fn cached(&self) -> Option<bool> {
+        let guard = self
+            .cached
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        guard
+            .filter(|(_, at)| at.elapsed() < RECHECK)
+            .map(|(v, _)| v)
+    }
+
+    fn store(&self, value: Option<bool>) {
+        let mut guard = self
+            .cached
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *guard = value.map(|v| (v, Instant::now()));
+    }
+
+    /// True when the PodGroup resource is served. A 404 from discovery means absent; any
+    /// other failure is returned (the reconcile is retried) rather than guessed.
+    async fn crd_present(&self, client: &Client) -> Result<bool> {
+        if let Some(v) = self.cached() {
+            return Ok(v);
+        }
+        let present = match client.list_api_group_resources(API_VERSION).await {
+            Ok(list) => list.resources.iter().any(|r| r.name == "podgroups"),
+            Err(kube::Error::Api(e)) if e.code == 404 => false,
+            Err(e) => return Err(kube_err(format!("discovering {API_VERSION}"))(e)),
+        };
+        tracing::debug!(present, "discovered the Volcano PodGroup API");
+        self.store(Some(present));
+        Ok(present)
+    }
+}
+
+/// Makes the PodGroups of `ms` match `plan` before its pods are created: creates and
+/// updates the PodGroups of the groups that stay, deletes those of deleted groups, and
+/// annotates the pods to create. Returns the name of a PodGroup owned by another
+/// ModelServing when there is one (nothing else is done then; the caller retries).
+///
+/// Without the CRD or with another scheduler, nothing is done.
+pub(crate) async fn sync(
+    client: &Client,
+    discovery: &Discovery,
+    pp: &PostParams,
+    ms: &ModelServing,
+    plan: &mut Plan,
+) -> Result<Option<String>> {
+    if !gang_scheduled(ms, true) || !discovery.crd_present(client).await? {
+        return Ok(None);
+    }
+    let res = apply(client, pp, ms, plan).await;
+    if res.is_err() {
+        discovery.store(None);
+    }
+    let foreign = res?;
+    if foreign.is_none() {
+        plan.create_pods.iter_mut().for_each(annotate_pod);
+    }
+    Ok(foreign)
+}
+
+async fn apply(
+    client: &Client,
+    pp: &PostParams,
+    ms: &ModelServing,
+    plan: &Plan,
+) -> Result<Option<String>> {
+    let ns = ms.namespace().unwrap_or_default();
+    let name = ms.name_any();
+    let api: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
+    let lp = ListParams::default().labels(&format!("{NAME_LABEL}={name}"));
+    let existing = api
+        .list(&lp)
+        .await
+        .map_err(kube_err(format!("listing podgroups of {ns}/{name}")))?;
+    let groups: BTreeSet<String> = plan
+        .groups
+        .iter()
+        .filter(|g| g.status != ReplicaStatus::Deleting)
+        .map(|g| group_name(&name, g.ordinal))
+        .collect();
+    let pg_plan = plan_pod_groups(ms, &groups, &existing.items);
+    if let Some(other) = pg_plan.foreign.first() {
+        return Ok(Some(format!("podgroup {other}")));
+    }
+    for pg in &pg_plan.delete {
+        tracing::info!(podgroup = %pg, "deleting PodGroup");
+        match api.delete(pg, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(kube_err(format!("deleting podgroup {pg}"))(e)),
+        }
+    }
+    for pg in &pg_plan.create {
+        tracing::info!(podgroup = %pg.name_any(), "creating PodGroup");
+        match api.create(pp, pg).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(kube_err(format!("creating podgroup {}", pg.name_any()))(e)),
+        }
+    }
+    for pg in &pg_plan.update {
+        tracing::info!(podgroup = %pg.name_any(), "updating PodGroup");
+        api.replace(&pg.name_any(), pp, pg)
+            .await
+            .map_err(kube_err(format!("updating podgroup {}", pg.name_any())))?;
+    }
+    Ok(None)
+}
