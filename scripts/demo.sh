@@ -15,7 +15,7 @@ SIM_ARGS=(--time-scale "${SIM_TIME_SCALE:-1}")
 
 echo "Building kthena-router and kthena-sim ..."
 cargo build --quiet -p kthena-router -p kthena-sim
-BIN=target/debug
+BIN=${CARGO_TARGET_DIR:-target}/debug
 
 pids=()
 cleanup() {

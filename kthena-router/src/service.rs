@@ -176,7 +176,8 @@ fn json_response(status: StatusCode, body: impl Into<Bytes>) -> Response<RespBod
 }
 
 /// The OpenAI-shaped error answer for an error. A 408 also closes the connection: the
-/// rest of the stalled body is never read; a 405 names the allowed method (`Allow: POST`).
+/// rest of the stalled body is never read; a 405 names the allowed method (`Allow: POST`,
+/// or `GET` on `/v1/models`).
 #[must_use]
 pub fn error_response(e: &Error) -> Response<RespBody> {
     let mut r = json_response(e.status(), e.to_body());
@@ -184,10 +185,12 @@ pub fn error_response(e: &Error) -> Response<RespBody> {
         r.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
-    if matches!(e, Error::MethodNotAllowed { .. }) {
-        // Every path that answers 405 takes POST only (RFC 9110 §15.5.6: `Allow` is required).
+    if let Error::MethodNotAllowed { path, .. } = e {
+        // RFC 9110 §15.5.6: a 405 must name the allowed method. `/v1/models` is GET only,
+        // every other path that answers 405 is POST only.
+        let allow = if path == "/v1/models" { "GET" } else { "POST" };
         r.headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+            .insert(header::ALLOW, HeaderValue::from_static(allow));
     }
     if let Some(after) = e.retry_after() {
         r.headers_mut()
@@ -271,7 +274,13 @@ async fn dispatch(
     request_id: &Arc<str>,
 ) -> Result<Response<RespBody>, Error> {
     let path = req.uri().path();
-    if req.method() == Method::GET && path == "/v1/models" {
+    if path == "/v1/models" {
+        if req.method() != Method::GET {
+            return Err(Error::MethodNotAllowed {
+                method: req.method().to_string(),
+                path: path.to_owned(),
+            });
+        }
         acct.finish(200, None, "", 0);
         return Ok(list_models(shared));
     }

@@ -180,3 +180,39 @@ async fn responses_api_through_the_router() {
     }
     r.router.shutdown().await;
 }
+
+/// When every attempt fails to connect, the 503 says why in words a person reads (endpoint,
+/// address, the OS reason), never a library's debug dump.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_upstream_message_is_readable() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    drop(dead);
+    let r = TestRouter::start(
+        "metricsScrapeInterval: 1h",
+        &endpoint("dead-0", dead_addr, "x"),
+        &[
+            ("s.yaml", model_server("srv", "m", "x", "")),
+            ("r.yaml", simple_route("route", "m", "srv")),
+        ],
+    )
+    .await;
+    let (status, _, body) = post(
+        &format!("{}/v1/chat/completions", r.url()),
+        chat("m", "hi", false, 2),
+        &[],
+    )
+    .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["error"]["code"], "upstream_unavailable");
+    let msg = v["error"]["message"].as_str().unwrap();
+    let reason =
+        format!("dead-0 ({dead_addr}): tcp connect error: Connection refused (os error 111)");
+    assert!(msg.ends_with(&reason), "{msg}");
+    assert!(
+        !msg.contains("hyper_util") && !msg.contains("ConnectError"),
+        "{msg}"
+    );
+    r.router.shutdown().await;
+}

@@ -1109,5 +1109,9 @@ async fn method_not_allowed_sends_allow_header() {
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["error"]["code"], "method_not_allowed", "{path}");
     }
+    // The model list is GET only: other methods get 405 naming GET, not 404.
+    let (status, headers, _) = post(&format!("{}/v1/models", r.url()), "{}", &[]).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(headers["allow"], "GET");
     r.router.shutdown().await;
 }

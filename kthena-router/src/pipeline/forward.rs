@@ -196,7 +196,7 @@ impl Plan {
                 self.breaker_result(ep, false);
                 tracing::debug!(endpoint = %ep.name, attempt, error = ?e, "Upstream attempt failed; trying the next endpoint");
                 Ok(Step::Failed {
-                    why: format!("{}: {e:?}", ep.name),
+                    why: format!("{} ({}): {}", ep.name, ep.address, error_chain(&e)),
                     resp: None,
                     stop: false,
                 })
@@ -374,4 +374,24 @@ fn upstream_headers(client: &HeaderMap, request_id: &str) -> HeaderMap {
         h.insert(HeaderName::from_static("x-request-id"), v);
     }
     h
+}
+
+/// An error and its sources as one line for people: each cause's message once, joined by
+/// `: `, without the wrapper-only messages ("client error (Connect)") of hyper's client.
+/// Example: `tcp connect error: Connection refused (os error 111)`.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        let msg = err.to_string();
+        if !msg.starts_with("client error (") && parts.last() != Some(&msg) {
+            parts.push(msg);
+        }
+        cur = err.source();
+    }
+    if parts.is_empty() {
+        e.to_string()
+    } else {
+        parts.join(": ")
+    }
 }
