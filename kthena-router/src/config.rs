@@ -49,6 +49,12 @@ pub struct Config {
     /// Graceful shutdown bound for in-flight requests (default `5m`; env `DRAIN_TIMEOUT`).
     #[serde(with = "go_duration")]
     pub drain_timeout: Duration,
+    /// Longest gap between two body chunks of an engine's answer after its headers (default
+    /// `5m`, as Envoy's `stream_idle_timeout`; `0s` = none). When it passes, the client stream
+    /// ends with an error (an SSE error event first for streams) and the engine connection is
+    /// closed.
+    #[serde(with = "go_duration")]
+    pub upstream_idle_timeout: Duration,
     /// Access log settings.
     pub access_log: AccessLogConfig,
     /// Slow-client protection of the listeners: read timeouts, connection cap, TCP keepalive.
@@ -135,7 +141,7 @@ fn default_namespace() -> String {
 
 impl Default for Config {
     /// Defaults: ports 8080/9090/15000 on `0.0.0.0`, 10 MiB bodies, scrape every 1 s with a
-    /// 5 s timeout and at most 100 concurrent scrapes, 5 min drain, text access log on stdout,
+    /// 5 s timeout and at most 100 concurrent scrapes, 5 min drain, 5 min upstream idle timeout, text access log on stdout,
     /// the listener defaults of [`ListenerConfig`](crate::listener::ListenerConfig), those of
     /// [`OverloadConfig`](crate::overload::OverloadConfig), the
     /// scheduler's own defaults, no `standalone` section (cluster mode).
@@ -151,6 +157,7 @@ impl Default for Config {
             metrics_scrape_timeout: Duration::from_secs(5),
             metrics_scrape_concurrency: 100,
             drain_timeout: Duration::from_secs(300),
+            upstream_idle_timeout: Duration::from_secs(300),
             access_log: AccessLogConfig::default(),
             listener: crate::listener::ListenerConfig::default(),
             overload: crate::overload::OverloadConfig::default(),

@@ -164,6 +164,13 @@ pub enum Error {
         /// The request extension that was missing.
         missing: &'static str,
     },
+    /// The engine sent no response body data for `upstreamIdleTimeout` after its headers
+    /// (the client stream ends with an error; 504 is only its classification).
+    #[error("no data from the engine for {}ms", .timeout.as_millis())]
+    UpstreamIdle {
+        /// The configured timeout.
+        timeout: Duration,
+    },
     /// Only `/v1/chat/completions`, `/v1/completions`, `/v1/responses` and `GET /v1/models`
     /// are served (404).
     #[error("unknown path {path}")]
@@ -286,7 +293,7 @@ impl Error {
             | Self::AllUpstreamsFailed { .. }
             | Self::Overloaded { .. }
             | Self::CircuitOpen { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            Self::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::ReadFile { .. }
             | Self::Config { .. }
             | Self::Manifest { .. }
@@ -309,7 +316,9 @@ impl Error {
     #[must_use]
     pub fn side(&self) -> Side {
         match self {
-            Self::AllUpstreamsFailed { .. } | Self::UpstreamTimeout { .. } => Side::Upstream,
+            Self::AllUpstreamsFailed { .. }
+            | Self::UpstreamTimeout { .. }
+            | Self::UpstreamIdle { .. } => Side::Upstream,
             Self::NoReadyEndpoint { .. }
             | Self::Scheduling { .. }
             | Self::ServerNotFound { .. }
@@ -409,7 +418,7 @@ impl Error {
             | Self::EndpointNotFound { .. } => "pod_discovery",
             Self::Scheduling { .. } => "scheduling",
             Self::AllUpstreamsFailed { .. } => "proxy",
-            Self::UpstreamTimeout { .. } => "upstream_transport",
+            Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } => "upstream_transport",
             Self::MethodNotAllowed { .. } => "request_protocol",
             Self::Overloaded { .. } | Self::CircuitOpen { .. } => "overload",
             _ => "request_failed",

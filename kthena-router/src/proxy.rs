@@ -48,6 +48,8 @@ pub struct ProxyBody {
     /// The upstream error to end the client stream with, and a short pause before it so
     /// that hyper flushes the error event written just before.
     pending_error: Option<(BoxError, Pin<Box<tokio::time::Sleep>>)>,
+    /// The upstream idle timeout and its timer, reset by every upstream frame.
+    idle: Option<(std::time::Duration, Pin<Box<tokio::time::Sleep>>)>,
     finished: bool,
 }
 
@@ -68,8 +70,38 @@ impl ProxyBody {
             json_copy: BytesMut::new(),
             output_tokens: 0,
             pending_error: None,
+            idle: None,
             finished: false,
         }
+    }
+
+    /// Ends the stream with an error when the engine sends nothing for `timeout` (`None`:
+    /// waits as long as the client does).
+    pub(crate) fn with_idle_timeout(mut self, timeout: Option<std::time::Duration>) -> Self {
+        self.idle = timeout.map(|t| (t, Box::pin(tokio::time::sleep(t))));
+        self
+    }
+
+    /// Settles as an upstream transport failure and returns the frame to send: for SSE an
+    /// error event (the error itself follows after a short pause), else the error.
+    fn fail(&mut self, e: BoxError) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let msg = format!("upstream stream failed: {e}");
+        tracing::warn!(error = %e, "Upstream failed mid-stream; ending the client stream with an error");
+        self.finish(Some(("upstream_transport", msg.clone())));
+        self.idle = None;
+        if self.sse.is_none() {
+            return Poll::Ready(Some(Err(e)));
+        }
+        // Tell SSE clients why, then break the chunked stream so the client sees an
+        // incomplete response, never a clean end.
+        let body =
+            crate::error::openai_error_body(&msg, "server_error", None, "upstream_stream_error");
+        let mut ev = BytesMut::from(&b"data: "[..]);
+        ev.extend_from_slice(&body);
+        ev.extend_from_slice(b"\n\n");
+        let pause = Box::pin(tokio::time::sleep(ERROR_FLUSH_PAUSE));
+        self.pending_error = Some((e, pause));
+        Poll::Ready(Some(Ok(Frame::data(ev.freeze()))))
     }
 
     fn finish(&mut self, error: Option<(&'static str, String)>) {
@@ -197,7 +229,16 @@ impl Body for ProxyBody {
         }
         loop {
             match Pin::new(&mut this.inner).poll_frame(cx) {
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    let Some((t, timer)) = this.idle.as_mut() else {
+                        return Poll::Pending;
+                    };
+                    if timer.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    let t = *t;
+                    return this.fail(Box::new(crate::error::Error::UpstreamIdle { timeout: t }));
+                }
                 Poll::Ready(None) => {
                     let rest = this.sse.as_mut().map(SseFilter::flush).unwrap_or_default();
                     this.finish(None);
@@ -206,29 +247,11 @@ impl Body for ProxyBody {
                     }
                     return Poll::Ready(None);
                 }
-                Poll::Ready(Some(Err(e))) => {
-                    let msg = format!("upstream stream failed: {e}");
-                    tracing::warn!(error = %e, "Upstream failed mid-stream; ending the client stream with an error");
-                    this.finish(Some(("upstream_transport", msg.clone())));
-                    if this.sse.is_some() {
-                        // Tell SSE clients why, then break the chunked stream so the client
-                        // sees an incomplete response, never a clean end.
-                        let body = crate::error::openai_error_body(
-                            &msg,
-                            "server_error",
-                            None,
-                            "upstream_stream_error",
-                        );
-                        let mut ev = BytesMut::from(&b"data: "[..]);
-                        ev.extend_from_slice(&body);
-                        ev.extend_from_slice(b"\n\n");
-                        let pause = Box::pin(tokio::time::sleep(ERROR_FLUSH_PAUSE));
-                        this.pending_error = Some((Box::new(e), pause));
-                        return Poll::Ready(Some(Ok(Frame::data(ev.freeze()))));
-                    }
-                    return Poll::Ready(Some(Err(Box::new(e))));
-                }
+                Poll::Ready(Some(Err(e))) => return this.fail(Box::new(e)),
                 Poll::Ready(Some(Ok(frame))) => {
+                    if let Some((t, timer)) = this.idle.as_mut() {
+                        timer.as_mut().reset(tokio::time::Instant::now() + *t);
+                    }
                     let at_end = this.inner.is_end_stream();
                     let frame = match frame.into_data() {
                         Ok(data) => {

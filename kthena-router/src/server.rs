@@ -317,7 +317,8 @@ fn shared_state(
         cfg.max_body_bytes,
     )
     .with_listener(cfg.listener)
-    .with_overload(cfg.overload);
+    .with_overload(cfg.overload)
+    .with_upstream_idle_timeout(cfg.upstream_idle_timeout);
     shared.synced.store(synced, Ordering::Release);
     Ok(Arc::new(shared))
 }

@@ -59,6 +59,8 @@ pub struct Shared {
     pub synced: AtomicBool,
     /// Listener settings; the body read timeouts apply here.
     pub listener: ListenerConfig,
+    /// Longest gap between two body chunks of an engine's answer (`None`: no limit).
+    pub upstream_idle_timeout: Option<std::time::Duration>,
     /// Overload protection settings (in-flight caps, circuit breakers).
     pub overload: OverloadConfig,
     /// The admission slots of `overload.maxInFlight` (`None` without a cap).
@@ -91,6 +93,7 @@ impl Shared {
             ready: AtomicBool::new(false),
             synced: AtomicBool::new(true),
             listener: ListenerConfig::default(),
+            upstream_idle_timeout: None,
             overload: OverloadConfig::default(),
             admission: admission(&OverloadConfig::default()),
             rng: Mutex::new(SmallRng::seed_from_u64(seed)),
@@ -103,6 +106,13 @@ impl Shared {
     #[must_use]
     pub fn with_listener(mut self, listener: ListenerConfig) -> Self {
         self.listener = listener;
+        self
+    }
+
+    /// Sets the upstream body idle timeout (`0` = none, the default).
+    #[must_use]
+    pub fn with_upstream_idle_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.upstream_idle_timeout = (!timeout.is_zero()).then_some(timeout);
         self
     }
 

@@ -49,20 +49,25 @@ pub(crate) fn spawn_watcher(
                 ev = rx.recv() => ev,
             };
             let Some(ev) = ev else { return };
-            let mut relevant = is_relevant(&ev, &cfg_abs, &shared);
-            // Debounce: collect events until the files are quiet.
+            if !is_relevant(&ev, &cfg_abs, &shared) {
+                continue;
+            }
+            // Debounce: wait until the watched files are quiet. Only relevant events extend
+            // the wait: an access log written beside the config under steady traffic must
+            // not postpone the reload for ever.
+            let mut quiet_at = tokio::time::Instant::now() + DEBOUNCE;
             loop {
                 tokio::select! {
                     () = cancel.cancelled() => return,
-                    () = tokio::time::sleep(DEBOUNCE) => break,
+                    () = tokio::time::sleep_until(quiet_at) => break,
                     more = rx.recv() => match more {
-                        Some(ev) => relevant |= is_relevant(&ev, &cfg_abs, &shared),
+                        Some(ev) if is_relevant(&ev, &cfg_abs, &shared) => {
+                            quiet_at = tokio::time::Instant::now() + DEBOUNCE;
+                        }
+                        Some(_) => {}
                         None => return,
                     },
                 }
-            }
-            if !relevant {
-                continue;
             }
             let result = load_config(&config_path, &ProcessEnv, overrides).and_then(|cfg| loader.load(&cfg, Some(&config_path)));
             match result {

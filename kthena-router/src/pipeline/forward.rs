@@ -287,6 +287,7 @@ impl Plan {
             self.acct.clone(),
             &self.parsed.req,
             injected,
+            self.shared.upstream_idle_timeout,
         )))
     }
 
@@ -313,6 +314,7 @@ fn stream_response(
     acct: Accounting,
     parsed: &ParsedRequest,
     injected_usage: bool,
+    idle_timeout: Option<std::time::Duration>,
 ) -> Response<RespBody> {
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
@@ -328,7 +330,7 @@ fn stream_response(
     }
     let status = parts.status.as_u16();
     let hide_usage = injected_usage && !parsed.client_wants_usage;
-    let body = ProxyBody::new(body, acct, status, sse, hide_usage);
+    let body = ProxyBody::new(body, acct, status, sse, hide_usage).with_idle_timeout(idle_timeout);
     Response::from_parts(parts, BodyExt::boxed_unsync(body))
 }
 

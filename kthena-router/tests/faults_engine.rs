@@ -1,0 +1,233 @@
+//! Fault matrix, engine side: an engine that refuses, resets, stalls, sends broken SSE or a
+//! non-JSON 200, answers 429, or dies and comes back. Each test checks what the client sees,
+//! what the engine saw, and that the router's in-flight counters are back to zero.
+//! The matrix is documented in docs/reliability.md.
+
+#![allow(clippy::unwrap_used, reason = "tests fail on any unexpected error")]
+
+mod common;
+mod faults_support;
+
+use std::time::Duration;
+
+use common::*;
+use faults_support::*;
+use http::StatusCode;
+
+fn chat_url(r: &TestRouter) -> String {
+    format!("{}/v1/chat/completions", r.url())
+}
+
+/// Nothing listens on the endpoint's port: 503 `upstream_unavailable`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_refuses_connection() {
+    let r = fault_router("", closed_port(), "").await;
+    let (status, _, body) = post(&chat_url(&r), chat("m", "hi", false, 4), &[]).await;
+    assert_openai_error(
+        status,
+        &body,
+        503,
+        "service_unavailable_error",
+        "upstream_unavailable",
+    );
+    let line = last_log_line(&r, 1).await;
+    assert_eq!(line["error"]["type"], "proxy");
+    assert_eq!(line["error_origin"], "upstream");
+    assert_counters_zero(&r).await;
+    r.router.shutdown().await;
+}
+
+/// The engine reads the request and resets the connection before any header: the attempt
+/// failed, so the client gets 503 `upstream_unavailable`; the engine saw one request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_resets_before_headers() {
+    let up = FaultUpstream::start(Fault::ResetBeforeHeaders).await;
+    let r = fault_router("", up.addr, "").await;
+    let (status, _, body) = post(&chat_url(&r), chat("m", "hi", true, 4), &[]).await;
+    assert_openai_error(
+        status,
+        &body,
+        503,
+        "service_unavailable_error",
+        "upstream_unavailable",
+    );
+    assert_eq!(up.request_count(), 1);
+    assert_counters_zero(&r).await;
+    r.router.shutdown().await;
+}
+
+/// A reset after two events: the client gets both events, then an SSE error event
+/// (`upstream_stream_error`), then a broken stream; never `[DONE]`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_resets_mid_stream() {
+    let up = FaultUpstream::start(Fault::ResetMidStream { events: 2 }).await;
+    let r = fault_router("", up.addr, "").await;
+    let resp = post_stream(&chat_url(&r), chat("m", "hi", true, 4), &[]).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let (text, errored) = read_stream(resp.into_body()).await;
+    assert!(errored, "the client stream ended cleanly: {text}");
+    assert!(text.contains("\"t0\"") && text.contains("\"t1\""), "{text}");
+    assert!(!text.contains("[DONE]"), "{text}");
+    let err_line = text
+        .lines()
+        .find(|l| l.contains("upstream_stream_error"))
+        .unwrap_or_else(|| panic!("no error event: {text}"));
+    let ev: serde_json::Value = serde_json::from_str(err_line.strip_prefix("data: ").unwrap())
+        .unwrap_or_else(|e| panic!("error event is not JSON ({e}): {err_line}"));
+    assert_eq!(ev["error"]["type"], "server_error");
+    assert_eq!(up.request_count(), 1);
+    let line = last_log_line(&r, 1).await;
+    assert_eq!(line["error"]["type"], "upstream_transport");
+    assert_counters_zero(&r).await;
+    r.router.shutdown().await;
+}
+
+/// An engine that never answers, with `trafficPolicy.timeout: 300ms`: 504
+/// `upstream_timeout`, and the router closes the engine connection (the engine stops).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_stalls_before_first_byte() {
+    let mut up = FaultUpstream::start(Fault::StallBeforeHeaders).await;
+    let r = fault_router("", up.addr, "  trafficPolicy: {timeout: 300ms}\n").await;
+    let (status, _, body) = tokio::time::timeout(
+        Duration::from_secs(10),
+        post(&chat_url(&r), chat("m", "hi", true, 4), &[]),
+    )
+    .await
+    .expect("the router never answered a stalled engine");
+    assert_openai_error(status, &body, 504, "timeout_error", "upstream_timeout");
+    up.expect_disconnect().await;
+    assert_eq!(up.request_count(), 1);
+    let line = last_log_line(&r, 1).await;
+    assert_eq!(line["error"]["type"], "upstream_transport");
+    assert_eq!(line["error_origin"], "upstream");
+    assert_counters_zero(&r).await;
+    r.router.shutdown().await;
+}
+
+/// An engine that stops sending mid-stream: after `upstreamIdleTimeout` the client gets an
+/// SSE error event and a broken stream, and the engine connection is closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_stalls_mid_stream() {
+    let mut up = FaultUpstream::start(Fault::StallMidStream { events: 2 }).await;
+    let r = fault_router("upstreamIdleTimeout: 300ms", up.addr, "").await;
+    let resp = post_stream(&chat_url(&r), chat("m", "hi", true, 4), &[]).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let (text, errored) =
+        tokio::time::timeout(Duration::from_secs(10), read_stream(resp.into_body()))
+            .await
+            .expect("a stalled stream was never ended");
+    assert!(errored, "the client stream ended cleanly: {text}");
+    assert!(text.contains("\"t1\""), "{text}");
+    assert!(text.contains("upstream_stream_error"), "{text}");
+    assert!(text.contains("no data from the engine for 300ms"), "{text}");
+    assert!(!text.contains("[DONE]"), "{text}");
+    up.expect_disconnect().await;
+    let line = last_log_line(&r, 1).await;
+    assert_eq!(line["error"]["type"], "upstream_transport");
+    assert_counters_zero(&r).await;
+    r.router.shutdown().await;
+}
+
+/// Invalid SSE (not JSON, no `data:` prefix, an unfinished last line) is passed through byte
+/// for byte; the stream ends as the engine ended it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_sends_invalid_sse() {
+    const BODY: &str =
+        "data: {not json\n\ngarbage line\r\ndata: {\"choices\":7}\n\n\u{0}\u{1}data: [DONE";
+    const RAW: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 65\r\n\r\ndata: {not json\n\ngarbage line\r\ndata: {\"choices\":7}\n\n\x00\x01data: [DONE";
+    assert_eq!(BODY.len(), 65);
+    let up = FaultUpstream::start(Fault::Raw(RAW)).await;
+    let r = fault_router("", up.addr, "").await;
+    let resp = post_stream(&chat_url(&r), chat("m", "hi", true, 4), &[]).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let (text, errored) = read_stream(resp.into_body()).await;
+    assert!(!errored, "{text}");
+    assert_eq!(text, BODY);
+    assert_eq!(up.request_count(), 1);
+    let line = last_log_line(&r, 1).await;
+    assert_eq!(line["status_code"], 200);
+    assert!(line.get("error").is_none(), "{line}");
+    assert_counters_zero(&r).await;
+    r.router.shutdown().await;
+}
+
+/// A 200 whose body is not JSON reaches the client unchanged (the router does not judge an
+/// engine's 2xx); no usage is read from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_sends_200_with_non_json_body() {
+    const RAW: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 18\r\n\r\n<html>oops</html>\n";
+    let up = FaultUpstream::start(Fault::Raw(RAW)).await;
+    let r = fault_router("", up.addr, "").await;
+    let (status, headers, body) = post(&chat_url(&r), chat("m", "hi", false, 4), &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["content-type"], "application/json");
+    assert_eq!(&body[..], b"<html>oops</html>\n");
+    assert_eq!(up.request_count(), 1);
+    let line = last_log_line(&r, 1).await;
+    assert_eq!(line["status_code"], 200);
+    assert_eq!(line["output_tokens"].as_u64().unwrap_or(0), 0);
+    assert_counters_zero(&r).await;
+    r.router.shutdown().await;
+}
+
+/// A 429 with `Retry-After` from the only endpoint reaches the client unchanged, header
+/// included; the engine saw one request (no retry on the same endpoint).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_answers_429_with_retry_after() {
+    const RAW: &[u8] = b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\nretry-after: 7\r\ncontent-length: 33\r\n\r\n{\"error\":{\"message\":\"slow down\"}}";
+    let up = FaultUpstream::start(Fault::Raw(RAW)).await;
+    let r = fault_router("", up.addr, "").await;
+    let (status, headers, body) = post(&chat_url(&r), chat("m", "hi", false, 4), &[]).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(headers["retry-after"], "7");
+    assert_eq!(&body[..], br#"{"error":{"message":"slow down"}}"#);
+    assert_eq!(up.request_count(), 1);
+    let line = last_log_line(&r, 1).await;
+    assert_eq!(line["status_code"], 429);
+    assert_eq!(line["error"]["type"], "upstream_response");
+    assert_counters_zero(&r).await;
+    r.router.shutdown().await;
+}
+
+/// A sim that is killed gives 503 `upstream_unavailable`; started again on the same port, it
+/// serves the next request (no stale pooled connection is used).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_dies_and_comes_back() {
+    let port = closed_port().port();
+    let cfg = || {
+        let mut c = sim_config("m");
+        c.host = std::net::Ipv4Addr::LOCALHOST.into();
+        c.port = port;
+        c
+    };
+    let sim = kthena_sim::spawn(cfg()).await.unwrap();
+    let r = fault_router("", sim.addr(), "").await;
+    let (status, _, body) = post(&chat_url(&r), chat("m", "hi", false, 4), &[]).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    sim.kill().await;
+    let (status, _, body) = post(&chat_url(&r), chat("m", "hi", false, 4), &[]).await;
+    assert_openai_error(
+        status,
+        &body,
+        503,
+        "service_unavailable_error",
+        "upstream_unavailable",
+    );
+    assert_counters_zero(&r).await;
+    let sim = kthena_sim::spawn(cfg()).await.unwrap();
+    for (i, stream) in [false, true].into_iter().enumerate() {
+        let (status, _, body) = post(&chat_url(&r), chat("m", "hi", stream, 4), &[]).await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{i}: {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    let log = r.access_log();
+    assert_eq!(log.len(), 4);
+    assert_eq!(log[3]["status_code"], 200);
+    assert_counters_zero(&r).await;
+    sim.kill().await;
+    r.router.shutdown().await;
+}
