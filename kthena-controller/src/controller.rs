@@ -125,9 +125,14 @@ pub async fn run(
         field_manager: config.field_manager.clone(),
         podgroups: crate::gang::Discovery::default(),
     });
-    Controller::new(ms, watcher::Config::default())
+    let mut controller = Controller::new(ms, watcher::Config::default())
         .owns(pods, children.clone())
-        .owns(svcs, children)
+        .owns(svcs, children.clone());
+    let ns = config.namespace.as_deref();
+    if let Some(pgs) = crate::gang::watched_api(&ctx.podgroups, &ctx.client, ns).await {
+        controller = controller.owns(pgs, children);
+    }
+    controller
         .with_config(controller::Config::default().concurrency(config.workers))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)

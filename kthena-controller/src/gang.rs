@@ -66,6 +66,27 @@ impl Discovery {
     }
 }
 
+/// The PodGroup API to watch (in `namespace`, or all) when the CRD is served at start, so
+/// that a deleted PodGroup is recreated at once; `None` without the CRD (a CRD installed
+/// later is still used, found by discovery, but its objects are not watched).
+pub(crate) async fn watched_api(
+    discovery: &Discovery,
+    client: &Client,
+    namespace: Option<&str>,
+) -> Option<Api<PodGroup>> {
+    match discovery.crd_present(client).await {
+        Ok(true) => Some(match namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }),
+        Ok(false) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "PodGroups are not watched");
+            None
+        }
+    }
+}
+
 /// Makes the PodGroups of `ms` match `plan` before its pods are created: creates and
 /// updates the PodGroups of the groups that stay, deletes those of deleted groups, and
 /// annotates the pods to create. Returns the name of a PodGroup owned by another

@@ -176,15 +176,22 @@ async fn gang_policy_podgroups_before_pods_and_deleted_on_scale_down() -> Result
     })
     .await?;
 
-    // A PodGroup deleted by hand comes back on the next reconcile (a ModelServing change here).
+    // A PodGroup deleted by hand comes back (PodGroups are watched).
+    let uid = pgs.get("sample-0").await?.uid();
     pgs.delete("sample-0", &DeleteParams::default()).await?;
+    eventually("PodGroup sample-0 recreated", || async {
+        let pg = pgs.get_opt("sample-0").await?;
+        Ok(pg.filter(|p| p.uid() != uid).map(|_| ()))
+    })
+    .await?;
+    // The queue annotation updates the PodGroup in place.
     let patch = Patch::Merge(
         json!({"metadata": {"annotations": {"scheduling.volcano.sh/queue-name": "q1"}}}),
     );
     ns.api::<ModelServing>()
         .patch("sample", &PatchParams::default(), &patch)
         .await?;
-    eventually("PodGroup sample-0 recreated with queue q1", || async {
+    eventually("PodGroup sample-0 in queue q1", || async {
         let pg = pgs.get_opt("sample-0").await?;
         Ok(pg
             .filter(|p| p.spec.queue.as_deref() == Some("q1"))
