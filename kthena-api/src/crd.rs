@@ -25,6 +25,46 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         ModelBooster::crd(),
         AutoscalingPolicy::crd(),
     ]
+    .into_iter()
+    .map(tidy)
+    .collect()
+}
+
+/// What the API server expects of a generated schema, beyond what schemars writes: integer
+/// formats it knows (`uint32` becomes `int32`, as controller-gen writes Go's `uint32`; wider
+/// unsigned ones `int64`), so `kubectl apply` prints no `unrecognized format` warning; and
+/// descriptions without rustdoc link brackets (`` [`X`] `` becomes `` `X` ``).
+pub(crate) fn tidy(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    let Ok(mut v) = serde_json::to_value(&crd) else {
+        return crd;
+    };
+    tidy_value(&mut v);
+    serde_json::from_value(v).unwrap_or(crd)
+}
+
+fn tidy_value(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(map) => {
+            for (key, item) in map.iter_mut() {
+                match (key.as_str(), &mut *item) {
+                    ("format", serde_json::Value::String(f)) => {
+                        let known = match f.as_str() {
+                            "uint8" | "uint16" | "int8" | "int16" | "uint32" => "int32",
+                            "uint64" | "uint" | "int" => "int64",
+                            _ => continue,
+                        };
+                        *f = known.to_owned();
+                    }
+                    ("description", serde_json::Value::String(d)) => {
+                        *d = d.replace("[`", "`").replace("`]", "`");
+                    }
+                    _ => tidy_value(item),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(tidy_value),
+        _ => {}
+    }
 }
 
 /// The CRDs of [`crds`] as files: `(file name, YAML text)`, named as controller-gen names
@@ -51,4 +91,29 @@ pub fn crd_files() -> Result<Vec<(String, String)>> {
             Ok((name, text))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every integer format is one the API server knows (`kubectl apply` warned
+    /// `unrecognized format "uint32"` on route weights), and no description keeps rustdoc
+    /// link brackets.
+    #[test]
+    fn schemas_use_kubernetes_formats_and_plain_descriptions() {
+        let all = crds()
+            .into_iter()
+            .chain(crate::thirdparty::thirdparty_crds())
+            .map(|c| serde_json::to_string(&c).expect("CRD serializes"));
+        let mut formats = std::collections::BTreeSet::new();
+        for text in all {
+            assert!(!text.contains("[`"), "rustdoc link left in a description");
+            for part in text.split("\"format\":\"").skip(1) {
+                formats.insert(part.split('"').next().unwrap_or_default().to_owned());
+            }
+        }
+        let formats: Vec<&str> = formats.iter().map(String::as_str).collect();
+        assert_eq!(formats, ["date-time", "int32", "int64", "uri"]);
+    }
 }

@@ -190,7 +190,7 @@ pub fn thirdparty_crds() -> Vec<CustomResourceDefinition> {
         "api-approved.kubernetes.io".to_owned(),
         API_APPROVED.to_owned(),
     )]));
-    vec![PodGroup::crd(), pool]
+    vec![crate::crd::tidy(PodGroup::crd()), crate::crd::tidy(pool)]
 }
 
 /// The `api-approved.kubernetes.io` annotation of the `InferencePool` CRD (the Inference
