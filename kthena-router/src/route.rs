@@ -61,7 +61,7 @@ impl StringMatcher {
 pub enum TargetRef {
     /// A ModelServer name in the route's namespace.
     ModelServer(String),
-    /// An ExternalModelProvider name (not served in standalone mode).
+    /// An ExternalModelProvider name (not served yet).
     ExternalProvider(String),
 }
 

@@ -59,7 +59,7 @@ fn resolve(shared: &Shared, req: &Request<()>) -> Result<Routed, Error> {
         TargetRef::ExternalProvider(p) => {
             return Err(Error::ServerNotFound {
                 server: format!(
-                    "{}/{p} (ExternalModelProvider targets are not served in standalone mode)",
+                    "{}/{p} (ExternalModelProvider targets are not served yet)",
                     m.route.namespace
                 ),
             });
