@@ -87,6 +87,13 @@ pub enum Error {
         /// The transport's message.
         reason: String,
     },
+    /// The client closed the connection before its request body was complete (499, nginx's
+    /// "client closed request"; nobody reads the answer, the access log records it).
+    #[error("client closed the connection before the request body was complete: {reason}")]
+    ClientClosedRequest {
+        /// The transport's message.
+        reason: String,
+    },
     /// The ModelServer has no ready endpoint (503).
     #[error("no ready endpoint for model server: {server}")]
     NoReadyEndpoint {
@@ -279,6 +286,9 @@ impl Error {
             | Self::PromptNotFound
             | Self::BodyRead { .. }
             | Self::EndpointRequired => StatusCode::BAD_REQUEST,
+            Self::ClientClosedRequest { .. } => {
+                StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST)
+            }
             Self::EndpointNotFound { .. } => StatusCode::NOT_FOUND,
             Self::ModelNotFound { .. }
             | Self::NoRuleMatched { .. }
@@ -363,6 +373,7 @@ impl Error {
     pub fn code(&self) -> &'static str {
         match self {
             Self::BadJson { .. } => "invalid_json",
+            Self::ClientClosedRequest { .. } => "client_disconnect",
             Self::MissingModel => "missing_model",
             Self::InvalidField { .. } => "invalid_value",
             Self::PromptNotFound => "missing_prompt",
@@ -403,6 +414,7 @@ impl Error {
     #[must_use]
     pub fn finish_reason(&self) -> &'static str {
         match self {
+            Self::ClientClosedRequest { .. } => "client_disconnect",
             Self::BadJson { .. }
             | Self::MissingModel
             | Self::InvalidField { .. }

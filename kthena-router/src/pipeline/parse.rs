@@ -165,6 +165,11 @@ where
             {
                 return Err(Error::BodyTooLarge { limit });
             }
+            Some(Err(e)) if client_went_away(&*e) => {
+                return Err(Error::ClientClosedRequest {
+                    reason: e.to_string(),
+                });
+            }
             Some(Err(e)) => {
                 return Err(Error::BodyRead {
                     reason: e.to_string(),
@@ -172,6 +177,30 @@ where
             }
         }
     }
+}
+
+/// Whether a body read error means the client closed or reset its connection (an early EOF,
+/// a reset, a broken pipe), as opposed to a malformed body.
+fn client_went_away(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(h) = err.downcast_ref::<hyper::Error>()
+            && (h.is_incomplete_message() || h.is_canceled())
+        {
+            return true;
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::UnexpectedEof
+                    | std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::BrokenPipe
+            );
+        }
+        cur = err.source();
+    }
+    false
 }
 
 #[cfg(test)]
