@@ -35,6 +35,24 @@ pub enum Error {
     /// This replica stopped holding the leader-election Lease.
     #[error("lost the leader-election lease")]
     LostLease,
+    /// The webhook certificate could not be generated.
+    #[error("generating the webhook certificate: {0}")]
+    Certificate(#[source] rcgen::Error),
+    /// A webhook certificate or key file could not be read.
+    #[error("reading {}: {source}", path.display())]
+    CertFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The read error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A webhook certificate or key is not valid PEM.
+    #[error("webhook certificate: {0}")]
+    Pem(#[source] tokio_rustls::rustls::pki_types::pem::Error),
+    /// The TLS configuration was refused (key does not match the certificate, ...).
+    #[error("webhook TLS: {0}")]
+    Tls(#[source] tokio_rustls::rustls::Error),
     /// Children owned by another ModelServing of the same name exist; retried later.
     #[error("{0} is owned by another ModelServing with the same name")]
     Foreign(String),

@@ -13,8 +13,12 @@
 //! With the Volcano PodGroup CRD and `schedulerName: volcano`, [`plan_pod_groups`] gives
 //! each ServingGroup its PodGroup, created before the group's pods.
 //!
-//! Not built yet (see `docs/controller.md`): admission webhooks.
+//! [`serve_webhook`] is the TLS admission webhook server for every Kthena kind
+//! ([`admission::review`] is its pure handler).
 
+pub mod admission;
+#[cfg(test)]
+mod admission_tests;
 mod controller;
 mod desired;
 mod error;
@@ -34,6 +38,7 @@ mod status;
 mod tests;
 #[cfg(test)]
 mod testutil;
+mod webhook;
 
 pub use controller::{Config, ControllerSet, run};
 pub use desired::{RoleReplicaRef, headless_service, role_replica_pods};
@@ -55,3 +60,7 @@ pub use recovery::ReplicaCheck;
 pub use revision::{controller_revision, model_serving_revision, role_template_hash};
 pub use rolling::{max_unavailable, role_rolling_deletions, rolling_update_deletions};
 pub use status::{AVAILABLE, PROGRESSING, UPDATE_IN_PROGRESS, set_condition, status};
+pub use webhook::{
+    Certificate, MUTATING_WEBHOOK, SERVICE_NAME, VALIDATING_WEBHOOK, generate_certificate,
+    load_certificate, patch_ca_bundle, serve_webhook, service_hosts,
+};

@@ -38,6 +38,48 @@ struct Args {
     /// Address of the plain-HTTP `GET /healthz` endpoint.
     #[arg(long, default_value = "0.0.0.0:8081")]
     healthz_bind_address: SocketAddr,
+    /// Serve the admission webhooks (TLS, on --port) for every Kthena kind.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    enable_webhook: bool,
+    /// Port of the TLS webhook server (all interfaces; 0 picks a free port).
+    #[arg(long, default_value_t = 8443)]
+    port: u16,
+    /// Webhook serving certificate (PEM); with --tls-private-key-file, used when both files
+    /// exist, else a certificate is generated at start.
+    #[arg(long, default_value = "/etc/tls/tls.crt")]
+    tls_cert_file: PathBuf,
+    /// Private key of --tls-cert-file (PEM).
+    #[arg(long, default_value = "/etc/tls/tls.key")]
+    tls_private_key_file: PathBuf,
+    /// Webhook Service name, for the generated certificate's DNS names.
+    #[arg(long, default_value = kthena_controller::SERVICE_NAME)]
+    service_name: String,
+}
+
+/// Starts the webhook server: the certificate from the files when both exist, else
+/// generated for the Service and patched as the caBundle of Go's webhook configurations.
+async fn webhook(
+    args: &Args,
+    client: &kube::Client,
+) -> anyhow::Result<impl Future<Output = ()> + use<>> {
+    let cert = if args.tls_cert_file.exists() && args.tls_private_key_file.exists() {
+        kthena_controller::load_certificate(&args.tls_cert_file, &args.tls_private_key_file)?
+    } else {
+        let hosts =
+            kthena_controller::service_hosts(&args.service_name, client.default_namespace());
+        kthena_controller::generate_certificate(&hosts)?
+    };
+    let addr = SocketAddr::from(([0, 0, 0, 0], args.port));
+    let (addr, server) = kthena_controller::serve_webhook(addr, &cert).await?;
+    tracing::info!(%addr, "serving admission webhooks");
+    kthena_controller::patch_ca_bundle(
+        client,
+        &cert.ca_pem,
+        kthena_controller::VALIDATING_WEBHOOK,
+        kthena_controller::MUTATING_WEBHOOK,
+    )
+    .await?;
+    Ok(server)
 }
 
 async fn client(args: &Args) -> anyhow::Result<kube::Client> {
@@ -75,6 +117,16 @@ async fn main() -> anyhow::Result<()> {
     let client = client(&args).await?;
     let (addr, health) = kthena_controller::serve_health(args.healthz_bind_address).await?;
     tracing::info!(%addr, "serving /healthz");
+    let webhooks = match args.enable_webhook {
+        true => Some(webhook(&args, &client).await?),
+        false => None,
+    };
+    let webhooks = async move {
+        match webhooks {
+            Some(server) => server.await,
+            None => std::future::pending().await,
+        }
+    };
     let election = args.leader_elect.then(|| {
         let ns = args.leader_elect_namespace.clone();
         LeaderElection::go_defaults(ns.unwrap_or_else(|| client.default_namespace().to_owned()))
@@ -106,6 +158,7 @@ async fn main() -> anyhow::Result<()> {
     // The health server runs until the controllers stop.
     tokio::select! {
         () = health => Ok(()),
+        () = webhooks => Ok(()),
         res = controllers => Ok(res?),
     }
 }

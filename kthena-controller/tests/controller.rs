@@ -582,6 +582,8 @@ async fn the_binary_serves_healthz_and_reconciles() -> Result<()> {
             ns.name(),
             "--healthz-bind-address",
             "127.0.0.1:0",
+            "--port",
+            "0",
         ])
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")

@@ -77,6 +77,18 @@ async fn deploy_rbac_is_enough_for_a_leader_elected_controller() -> Result<()> {
         "{out}"
     );
 
+    let out = kubectl(env, &args, &deploy("controller/webhook-service.yaml"))?;
+    assert!(
+        out.contains("service/kthena-controller-manager-webhook"),
+        "{out}"
+    );
+    let out = kubectl(env, &args, &deploy("controller/webhooks.yaml"))?;
+    assert!(
+        out.contains("validatingwebhookconfiguration.admissionregistration.k8s.io/kthena-controller-manager-validating-webhook")
+            && out.contains("mutatingwebhookconfiguration.admissionregistration.k8s.io/kthena-controller-manager-mutating-webhook"),
+        "{out}"
+    );
+
     let ns = env.namespace("ctl-deploy").await?;
     let sa = service_account_client(env, "kthena-system", "kthena-controller-manager").await?;
     let denied = Api::<Secret>::namespaced(sa.clone(), ns.name())
