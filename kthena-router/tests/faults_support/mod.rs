@@ -163,8 +163,9 @@ impl Conn {
                     let _ = s.write_all(&sse_chunk(n)).await;
                 }
                 let _ = s.flush().await;
-                // Let the router pass the events on before the reset.
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                // Let the router read the events before the reset (a reset drops data still
+                // unread in the router's receive buffer).
+                tokio::time::sleep(Duration::from_millis(200)).await;
                 reset(s);
             }
             Fault::StallBeforeHeaders => self.wait_close(s).await,
