@@ -47,6 +47,14 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The webhook certificate Secret lacks a key.
+    #[error("secret {secret} has no {key}")]
+    IncompleteSecret {
+        /// `namespace/name` of the Secret.
+        secret: String,
+        /// The missing key (`tls.crt`, `tls.key`, `ca.crt`).
+        key: String,
+    },
     /// A webhook certificate or key is not valid PEM.
     #[error("webhook certificate: {0}")]
     Pem(#[source] tokio_rustls::rustls::pki_types::pem::Error),

@@ -61,6 +61,7 @@ pub use revision::{controller_revision, model_serving_revision, role_template_ha
 pub use rolling::{max_unavailable, role_rolling_deletions, rolling_update_deletions};
 pub use status::{AVAILABLE, PROGRESSING, UPDATE_IN_PROGRESS, set_condition, status};
 pub use webhook::{
-    Certificate, MUTATING_WEBHOOK, SERVICE_NAME, VALIDATING_WEBHOOK, generate_certificate,
-    load_certificate, patch_ca_bundle, serve_webhook, service_hosts,
+    CERT_SECRET_NAME, Certificate, MUTATING_WEBHOOK, SERVICE_NAME, VALIDATING_WEBHOOK,
+    generate_certificate, load_certificate, patch_ca_bundle, secret_certificate, serve_webhook,
+    service_hosts,
 };

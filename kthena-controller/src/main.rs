@@ -45,12 +45,16 @@ struct Args {
     #[arg(long, default_value_t = 8443)]
     port: u16,
     /// Webhook serving certificate (PEM); with --tls-private-key-file, used when both files
-    /// exist, else a certificate is generated at start.
+    /// exist, else the certificate of --cert-secret-name (generated at start if missing).
     #[arg(long, default_value = "/etc/tls/tls.crt")]
     tls_cert_file: PathBuf,
     /// Private key of --tls-cert-file (PEM).
     #[arg(long, default_value = "/etc/tls/tls.key")]
     tls_private_key_file: PathBuf,
+    /// Secret (in the controller's namespace) that shares the generated webhook certificate
+    /// between replicas; created when missing; empty: each replica generates its own.
+    #[arg(long, default_value = kthena_controller::CERT_SECRET_NAME)]
+    cert_secret_name: String,
     /// Webhook Service name, for the generated certificate's DNS names.
     #[arg(long, default_value = kthena_controller::SERVICE_NAME)]
     service_name: String,
@@ -62,12 +66,21 @@ async fn webhook(
     args: &Args,
     client: &kube::Client,
 ) -> anyhow::Result<impl Future<Output = ()> + use<>> {
+    let ns = client.default_namespace();
+    let hosts = kthena_controller::service_hosts(&args.service_name, ns);
     let cert = if args.tls_cert_file.exists() && args.tls_private_key_file.exists() {
         kthena_controller::load_certificate(&args.tls_cert_file, &args.tls_private_key_file)?
-    } else {
-        let hosts =
-            kthena_controller::service_hosts(&args.service_name, client.default_namespace());
+    } else if args.cert_secret_name.is_empty() {
         kthena_controller::generate_certificate(&hosts)?
+    } else {
+        let name = &args.cert_secret_name;
+        match kthena_controller::secret_certificate(client, ns, name, &hosts).await {
+            Ok(cert) => cert,
+            Err(e) => {
+                tracing::warn!(error = %e, "no shared webhook certificate; generating one");
+                kthena_controller::generate_certificate(&hosts)?
+            }
+        }
     };
     let addr = SocketAddr::from(([0, 0, 0, 0], args.port));
     let (addr, server) = kthena_controller::serve_webhook(addr, &cert).await?;

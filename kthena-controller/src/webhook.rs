@@ -12,7 +12,8 @@ use axum::routing::{get, post};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::pki_types::pem::PemObject as _;
@@ -28,6 +29,9 @@ pub const VALIDATING_WEBHOOK: &str = "kthena-controller-manager-validating-webho
 pub const MUTATING_WEBHOOK: &str = "kthena-controller-manager-mutating-webhook";
 /// Go's webhook Service name (`--service-name` default).
 pub const SERVICE_NAME: &str = "kthena-controller-manager-webhook";
+
+/// Go's Secret holding the generated webhook certificate (`--cert-secret-name` default).
+pub const CERT_SECRET_NAME: &str = "kthena-controller-manager-webhook-certs";
 
 /// A serving certificate in PEM: the chain, its private key and the CA that signed it (what
 /// goes into `caBundle`).
@@ -112,6 +116,86 @@ pub fn load_certificate(cert: &Path, key: &Path) -> Result<Certificate> {
         key_pem: read(key)?,
         ca_pem: cert_pem.clone(),
         cert_pem,
+    })
+}
+
+/// The certificate every replica shares, as Go's `--cert-secret-name`: read from the Secret
+/// `namespace/name` (keys `tls.crt`, `tls.key`, `ca.crt`), or generated for `hosts` and
+/// created there when it does not exist. When two replicas race, the one whose create fails
+/// with AlreadyExists reads the other's, so both serve the same certificate and `caBundle`.
+///
+/// # Errors
+/// [`Error::Kube`] if the Secret cannot be read or created; [`Error::IncompleteSecret`] if
+/// it lacks a key; [`Error::Certificate`] if generation fails.
+pub async fn secret_certificate(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    hosts: &[String],
+) -> Result<Certificate> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let read = |secret: &Secret| from_secret(secret, namespace, name);
+    if let Some(secret) = api
+        .get_opt(name)
+        .await
+        .map_err(kube_err(format!("reading secret {namespace}/{name}")))?
+    {
+        return read(&secret);
+    }
+    let cert = generate_certificate(hosts)?;
+    let data = [
+        ("tls.crt", &cert.cert_pem),
+        ("tls.key", &cert.key_pem),
+        ("ca.crt", &cert.ca_pem),
+    ];
+    let secret = Secret {
+        metadata: kube::core::ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".to_owned()),
+        data: Some(
+            data.into_iter()
+                .map(|(k, v)| {
+                    (
+                        k.to_owned(),
+                        k8s_openapi::ByteString(v.clone().into_bytes()),
+                    )
+                })
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    match api.create(&PostParams::default(), &secret).await {
+        Ok(_) => Ok(cert),
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let secret = api
+                .get(name)
+                .await
+                .map_err(kube_err(format!("reading secret {namespace}/{name}")))?;
+            read(&secret)
+        }
+        Err(e) => Err(kube_err(format!("creating secret {namespace}/{name}"))(e)),
+    }
+}
+
+fn from_secret(secret: &Secret, namespace: &str, name: &str) -> Result<Certificate> {
+    let key = |k: &str| {
+        secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+            .ok_or_else(|| Error::IncompleteSecret {
+                secret: format!("{namespace}/{name}"),
+                key: k.to_owned(),
+            })
+    };
+    Ok(Certificate {
+        cert_pem: key("tls.crt")?,
+        key_pem: key("tls.key")?,
+        ca_pem: key("ca.crt")?,
     })
 }
 

@@ -9,7 +9,10 @@ use anyhow::{Context as _, Result, bail};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kthena_api::{ModelServing, Object, load_file};
-use kthena_controller::{Config, LEASE_NAME, LeaderElection, run_leader_elected};
+use kthena_controller::{
+    CERT_SECRET_NAME, Config, LEASE_NAME, LeaderElection, SERVICE_NAME, run_leader_elected,
+    secret_certificate, service_hosts,
+};
 use kthena_sim::node::{NodeConfig, SimNode};
 use kthena_testenv::TestEnv;
 use kube::Api;
@@ -98,6 +101,17 @@ async fn deploy_rbac_is_enough_for_a_leader_elected_controller() -> Result<()> {
         matches!(&denied, Err(kube::Error::Api(e)) if e.code == 403),
         "{denied:?}"
     );
+    // Two replicas starting at once share one generated webhook certificate through Go's
+    // Secret, with only the ServiceAccount's rights.
+    let hosts = service_hosts(SERVICE_NAME, "kthena-system");
+    let (a, b) = tokio::join!(
+        secret_certificate(&sa, "kthena-system", CERT_SECRET_NAME, &hosts),
+        secret_certificate(&sa, "kthena-system", CERT_SECRET_NAME, &hosts),
+    );
+    let (a, b) = (a?, b?);
+    assert_eq!((&a.cert_pem, &a.ca_pem), (&b.cert_pem, &b.ca_pem));
+    let again = secret_certificate(&sa, "kthena-system", CERT_SECRET_NAME, &hosts).await?;
+    assert_eq!(again.key_pem, a.key_pem);
     let node_config = NodeConfig {
         namespace: Some(ns.name().to_owned()),
         health_interval: Duration::from_millis(100),
