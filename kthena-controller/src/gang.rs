@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kthena_api::ModelServing;
 use kthena_api::thirdparty::PodGroup;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -16,22 +17,35 @@ use crate::error::{Result, kube_err};
 use crate::names::{NAME_LABEL, group_name};
 use crate::observed::ReplicaStatus;
 use crate::plan::Plan;
-use crate::podgroup::{annotate_pod, gang_scheduled, plan_pod_groups};
+use crate::podgroup::{annotate_pod, crd_has_sub_groups, gang_scheduled, plan_pod_groups};
 
 /// API group/version of Volcano's PodGroup.
 const API_VERSION: &str = "scheduling.volcano.sh/v1beta1";
 /// How long a discovery answer is trusted before it is asked again.
 const RECHECK: Duration = Duration::from_secs(30);
 
-/// Whether the API server serves `podgroups.scheduling.volcano.sh/v1beta1`, asked through
-/// discovery at most every 30 s, and again after a PodGroup call failed.
+/// Name of Volcano's PodGroup CRD.
+const CRD_NAME: &str = "podgroups.scheduling.volcano.sh";
+
+/// What the cluster offers for gang scheduling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Support {
+    /// `podgroups.scheduling.volcano.sh/v1beta1` is served.
+    served: bool,
+    /// Its schema has `spec.subGroupPolicy`.
+    sub_groups: bool,
+}
+
+/// Whether the API server serves `podgroups.scheduling.volcano.sh/v1beta1` (API discovery)
+/// and whether its CRD has `spec.subGroupPolicy`, asked at most every 30 s, and again after a
+/// PodGroup call failed.
 #[derive(Debug, Default)]
 pub(crate) struct Discovery {
-    cached: Mutex<Option<(bool, Instant)>>,
+    cached: Mutex<Option<(Support, Instant)>>,
 }
 
 impl Discovery {
-    fn cached(&self) -> Option<bool> {
+    fn cached(&self) -> Option<Support> {
         let guard = self
             .cached
             .lock()
@@ -41,7 +55,7 @@ impl Discovery {
             .map(|(v, _)| v)
     }
 
-    fn store(&self, value: Option<bool>) {
+    fn store(&self, value: Option<Support>) {
         let mut guard = self
             .cached
             .lock()
@@ -49,20 +63,33 @@ impl Discovery {
         *guard = value.map(|v| (v, Instant::now()));
     }
 
-    /// True when the PodGroup resource is served. A 404 from discovery means absent; any
-    /// other failure is returned (the reconcile is retried) rather than guessed.
-    async fn crd_present(&self, client: &Client) -> Result<bool> {
+    /// What is served. A 404 from discovery means absent; any other failure is returned
+    /// (the reconcile is retried) rather than guessed. When the CRD itself cannot be read
+    /// (no RBAC), sub-groups are assumed.
+    async fn support(&self, client: &Client) -> Result<Support> {
         if let Some(v) = self.cached() {
             return Ok(v);
         }
-        let present = match client.list_api_group_resources(API_VERSION).await {
+        let served = match client.list_api_group_resources(API_VERSION).await {
             Ok(list) => list.resources.iter().any(|r| r.name == "podgroups"),
             Err(kube::Error::Api(e)) if e.code == 404 => false,
             Err(e) => return Err(kube_err(format!("discovering {API_VERSION}"))(e)),
         };
-        tracing::debug!(present, "discovered the Volcano PodGroup API");
-        self.store(Some(present));
-        Ok(present)
+        let mut sub_groups = false;
+        if served {
+            let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+            sub_groups = match crds.get(CRD_NAME).await {
+                Ok(crd) => crd_has_sub_groups(&crd),
+                Err(e) => {
+                    tracing::debug!(error = %e, "reading the PodGroup CRD; assuming subGroupPolicy");
+                    true
+                }
+            };
+        }
+        tracing::debug!(served, sub_groups, "discovered the Volcano PodGroup API");
+        let support = Support { served, sub_groups };
+        self.store(Some(support));
+        Ok(support)
     }
 }
 
@@ -74,7 +101,7 @@ pub(crate) async fn watched_api(
     client: &Client,
     namespace: Option<&str>,
 ) -> Option<Api<PodGroup>> {
-    match discovery.crd_present(client).await {
+    match discovery.support(client).await.map(|s| s.served) {
         Ok(true) => Some(match namespace {
             Some(ns) => Api::namespaced(client.clone(), ns),
             None => Api::all(client.clone()),
@@ -100,10 +127,14 @@ pub(crate) async fn sync(
     ms: &ModelServing,
     plan: &mut Plan,
 ) -> Result<Option<String>> {
-    if !gang_scheduled(ms, true) || !discovery.crd_present(client).await? {
+    if !gang_scheduled(ms, true) {
         return Ok(None);
     }
-    let res = apply(client, pp, ms, plan).await;
+    let support = discovery.support(client).await?;
+    if !support.served {
+        return Ok(None);
+    }
+    let res = apply(client, pp, ms, plan, support.sub_groups).await;
     if res.is_err() {
         discovery.store(None);
     }
@@ -119,6 +150,7 @@ async fn apply(
     pp: &PostParams,
     ms: &ModelServing,
     plan: &Plan,
+    sub_groups: bool,
 ) -> Result<Option<String>> {
     let ns = ms.namespace().unwrap_or_default();
     let name = ms.name_any();
@@ -134,7 +166,7 @@ async fn apply(
         .filter(|g| g.status != ReplicaStatus::Deleting)
         .map(|g| group_name(&name, g.ordinal))
         .collect();
-    let pg_plan = plan_pod_groups(ms, &groups, &existing.items);
+    let pg_plan = plan_pod_groups(ms, &groups, &existing.items, sub_groups);
     if let Some(other) = pg_plan.foreign.first() {
         return Ok(Some(format!("podgroup {other}")));
     }

@@ -54,7 +54,8 @@ pub use plan::{
 };
 pub use podgroup::{
     GROUP_NAME_ANNOTATION, PodGroupPlan, QUEUE_ANNOTATION, TASK_SPEC_ANNOTATION, VOLCANO,
-    annotate_pod, gang_scheduled, min_role_replicas, plan_pod_groups, pod_group,
+    annotate_pod, crd_has_sub_groups, gang_scheduled, min_role_replicas, plan_pod_groups,
+    pod_group,
 };
 pub use recovery::ReplicaCheck;
 pub use revision::{controller_revision, model_serving_revision, role_template_hash};

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Pod, PodSpec, PodTemplateSpec};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kthena_api::ModelServing;
 use kthena_api::thirdparty::{PodGroup, PodGroupSpec, SubGroupPolicy};
@@ -51,9 +52,10 @@ pub fn min_role_replicas(ms: &ModelServing, role: &Role) -> i32 {
 /// * `networkTopology` = `template.networkTopology.groupPolicy`;
 /// * `subGroupPolicy`, one per role: name = role, pods with labels {name, role}, split by
 ///   `role-id`, `subGroupSize` = 1 + workerReplicas, `minSubGroups` = min replicas,
-///   `networkTopology` = `template.networkTopology.rolePolicy`.
+///   `networkTopology` = `template.networkTopology.rolePolicy`; only when `sub_groups`
+///   (the CRD's schema has `spec.subGroupPolicy`, see [`crd_has_sub_groups`]).
 #[must_use]
-pub fn pod_group(ms: &ModelServing, group: &str) -> PodGroup {
+pub fn pod_group(ms: &ModelServing, group: &str, sub_groups: bool) -> PodGroup {
     let name = ms.name_any();
     let roles = &ms.spec.template.roles;
     let topology = ms.spec.template.network_topology.as_ref();
@@ -64,6 +66,7 @@ pub fn pod_group(ms: &ModelServing, group: &str) -> PodGroup {
         .sum();
     let sub_group_policy = roles
         .iter()
+        .filter(|_| sub_groups)
         .map(|role| SubGroupPolicy {
             name: role.name.clone(),
             label_selector: Some(LabelSelector {
@@ -156,6 +159,25 @@ pub fn annotate_pod(pod: &mut Pod) {
     }
 }
 
+/// True when the PodGroup CRD's `v1beta1` schema has `spec.subGroupPolicy` (Volcano releases
+/// with sub-groups; Go checks the same before writing the field). A CRD without a schema for
+/// `spec` counts as having it.
+#[must_use]
+pub fn crd_has_sub_groups(crd: &CustomResourceDefinition) -> bool {
+    let Some(version) = crd.spec.versions.iter().find(|v| v.name == "v1beta1") else {
+        return false;
+    };
+    let schema = version
+        .schema
+        .as_ref()
+        .and_then(|s| s.open_api_v3_schema.as_ref());
+    let spec = schema.and_then(|s| s.properties.as_ref()?.get("spec"));
+    match spec.and_then(|s| s.properties.as_ref()) {
+        Some(props) => props.contains_key("subGroupPolicy"),
+        None => true,
+    }
+}
+
 /// What to do with PodGroups in one reconcile: create and update them before the pods,
 /// delete those of ServingGroups that are gone or being deleted.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -180,13 +202,14 @@ pub fn plan_pod_groups(
     ms: &ModelServing,
     groups: &BTreeSet<String>,
     existing: &[PodGroup],
+    sub_groups: bool,
 ) -> PodGroupPlan {
     let uid = ms.uid().unwrap_or_default();
     let mut plan = PodGroupPlan::default();
     let by_name: BTreeMap<String, &PodGroup> =
         existing.iter().map(|pg| (pg.name_any(), pg)).collect();
     for group in groups {
-        let want = pod_group(ms, group);
+        let want = pod_group(ms, group, sub_groups);
         match by_name.get(group) {
             None => plan.create.push(want),
             Some(have) if !owned_by(Some(have.owner_references()), &uid) => {
@@ -262,7 +285,7 @@ mod tests {
     #[test]
     fn gang_policy_yaml_gives_gos_pod_group() -> TestResult {
         let ms = gang_policy()?;
-        let pg = pod_group(&ms, "sample-0");
+        let pg = pod_group(&ms, "sample-0", true);
         assert_eq!(pg.name_any(), "sample-0");
         assert_eq!(pg.namespace().as_deref(), Some("ns1"));
         assert_eq!(
@@ -294,7 +317,27 @@ mod tests {
         assert_eq!(pg.spec.network_topology, None);
         assert_eq!(pg.spec.queue, None);
         assert_eq!(pg.spec.min_task_member, None);
+        let old = pod_group(&ms, "sample-0", false);
+        assert!(old.spec.sub_group_policy.is_empty());
+        assert_eq!(old.spec.min_member, Some(6));
         Ok(())
+    }
+
+    #[test]
+    fn sub_groups_follow_the_crd_schema() {
+        use kube::CustomResourceExt as _;
+        let mut crd = PodGroup::crd();
+        assert!(crd_has_sub_groups(&crd));
+        let spec = crd.spec.versions[0]
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+            .and_then(|s| s.properties.as_mut()?.get_mut("spec"))
+            .and_then(|s| s.properties.as_mut());
+        spec.map(|p| p.remove("subGroupPolicy"));
+        assert!(!crd_has_sub_groups(&crd));
+        crd.spec.versions[0].name = "v1alpha1".to_owned();
+        assert!(!crd_has_sub_groups(&crd));
     }
 
     #[test]
@@ -305,7 +348,7 @@ mod tests {
         )?;
         ms.annotations_mut()
             .insert(QUEUE_ANNOTATION.to_owned(), "gpu".to_owned());
-        let pg = pod_group(&ms, "sample-0");
+        let pg = pod_group(&ms, "sample-0", true);
         let hard = json!({"mode": "hard", "highestTierAllowed": 1});
         assert_eq!(pg.spec.network_topology, Some(hard.clone()));
         assert_eq!(pg.spec.queue.as_deref(), Some("gpu"));
@@ -323,7 +366,7 @@ mod tests {
     fn without_gang_policy_every_role_replica_counts() -> TestResult {
         let ms = sample()?;
         // sample.yaml: prefill and decode, 1 replica of 1 entry + 3 workers each.
-        let pg = pod_group(&ms, "sample-1");
+        let pg = pod_group(&ms, "sample-1", true);
         assert_eq!(pg.spec.min_member, Some(8));
         assert!(gang_scheduled(&ms, true));
         assert!(!gang_scheduled(&ms, false));
@@ -349,15 +392,15 @@ mod tests {
         let groups: BTreeSet<String> = ["sample-0", "sample-1", "sample-2"]
             .map(str::to_owned)
             .into();
-        let same = pod_group(&ms, "sample-0");
-        let mut stale = pod_group(&ms, "sample-1");
+        let same = pod_group(&ms, "sample-0", true);
+        let mut stale = pod_group(&ms, "sample-1", true);
         stale.spec.min_member = Some(1);
         stale.spec.priority_class_name = Some("high".to_owned());
         stale.metadata.resource_version = Some("7".to_owned());
-        let gone = pod_group(&ms, "sample-3");
-        let mut foreign = pod_group(&ms, "sample-2");
+        let gone = pod_group(&ms, "sample-3", true);
+        let mut foreign = pod_group(&ms, "sample-2", true);
         foreign.metadata.owner_references = None;
-        let plan = plan_pod_groups(&ms, &groups, &[same, stale, gone, foreign]);
+        let plan = plan_pod_groups(&ms, &groups, &[same, stale, gone, foreign], true);
         assert!(plan.create.is_empty());
         assert_eq!(plan.update.len(), 1);
         let updated = &plan.update[0];
@@ -366,7 +409,7 @@ mod tests {
         assert_eq!(updated.metadata.resource_version.as_deref(), Some("7"));
         assert_eq!(plan.delete, ["sample-3"]);
         assert_eq!(plan.foreign, ["sample-2"]);
-        let fresh = plan_pod_groups(&ms, &groups, &[]);
+        let fresh = plan_pod_groups(&ms, &groups, &[], true);
         let names: Vec<_> = fresh.create.iter().map(|pg| pg.name_any()).collect();
         assert_eq!(names, ["sample-0", "sample-1", "sample-2"]);
         Ok(())

@@ -257,5 +257,57 @@ async fn without_the_crd_no_podgroups_and_the_modelserving_reconciles() -> Resul
         pgs.list(&ListParams::default()).await.is_err(),
         "PodGroups are served"
     );
+    older_volcano_gets_no_sub_groups(&client).await
+}
+
+/// A PodGroup CRD without `spec.subGroupPolicy` (older Volcano): PodGroups without it.
+async fn older_volcano_gets_no_sub_groups(client: &Client) -> Result<()> {
+    let mut crd = kthena_api::thirdparty::thirdparty_crds().remove(0);
+    let props = crd.spec.versions[0]
+        .schema
+        .as_mut()
+        .and_then(|s| s.open_api_v3_schema.as_mut())
+        .and_then(|s| s.properties.as_mut()?.get_mut("spec"))
+        .and_then(|s| s.properties.as_mut())
+        .context("no spec schema")?;
+    props
+        .remove("subGroupPolicy")
+        .context("no subGroupPolicy")?;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    eventually("the old PodGroup CRD created", || async {
+        let res = crds.create(&PostParams::default(), &crd).await;
+        Ok(res.is_ok().then_some(()))
+    })
+    .await?;
+    eventually("the PodGroup API served", || async {
+        let served = client
+            .list_api_group_resources("scheduling.volcano.sh/v1beta1")
+            .await
+            .is_ok();
+        Ok(served.then_some(()))
+    })
+    .await?;
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some("oldvolcano".to_owned()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    let _controller = controller(client, "oldvolcano");
+    let api: Api<ModelServing> = Api::namespaced(client.clone(), "oldvolcano");
+    api.create(
+        &PostParams::default(),
+        &example("gangPolicy.yaml", "oldvolcano")?,
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "oldvolcano");
+    let pgs: Api<PodGroup> = Api::namespaced(client.clone(), "oldvolcano");
+    let pg = group_pods_after_podgroup(&pods, &pgs, "sample-0").await?;
+    assert_eq!(pg.spec.min_member, Some(6));
+    assert!(pg.spec.sub_group_policy.is_empty());
     Ok(())
 }
