@@ -296,3 +296,17 @@ mod tests {
         );
     }
 }
+
+/// The kubeconfig selection of the command line; connected only when a command needs
+/// the cluster.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ClusterTarget<'a> {
+    pub(crate) kubeconfig: Option<&'a std::path::Path>,
+    pub(crate) context: Option<&'a str>,
+}
+
+impl ClusterTarget<'_> {
+    pub(crate) async fn connect(&self) -> Result<Cluster> {
+        Cluster::connect(self.kubeconfig, self.context).await
+    }
+}

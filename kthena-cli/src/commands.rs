@@ -2,14 +2,14 @@
 
 use std::io::{BufRead, Write};
 
-use jiff::Timestamp;
 use kthena_api::{AutoscalingPolicy, ModelBooster, ModelRoute, ModelServer, ModelServing};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::cli::{Cli, Command, CreateWhat, DescribeArgs, DescribeWhat, GetArgs, GetWhat};
-use crate::cluster::Cluster;
+use crate::cluster::ClusterTarget;
 use crate::error::{Error, Result};
+use crate::io::Io;
 use crate::kind::Kind;
 use crate::manifest::create_manifest;
 use crate::output::{
@@ -19,18 +19,6 @@ use crate::output::{
 use crate::rows::{Listed, Scope, empty_message, list_table, matches_filter};
 use crate::table::render_table;
 use crate::templates::{TEMPLATES, TemplateInfo, find_template};
-
-/// Where a command writes and reads: standard output and standard input in the binary,
-/// buffers in tests. `now` is the time AGE is measured at.
-#[derive(Debug)]
-pub struct Io<'a, W: Write, R: BufRead> {
-    /// Command output.
-    pub out: &'a mut W,
-    /// Answers to prompts.
-    pub input: &'a mut R,
-    /// The current time.
-    pub now: Timestamp,
-}
 
 /// Runs `cli`.
 ///
@@ -47,20 +35,6 @@ pub async fn run<W: Write, R: BufRead>(cli: Cli, io: &mut Io<'_, W, R>) -> Resul
         Command::Create(args) => match args.what {
             CreateWhat::Manifest(m) => create_manifest(&target, &m, io).await,
         },
-    }
-}
-
-/// The kubeconfig selection of the command line; connected only when a command needs
-/// the cluster.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct ClusterTarget<'a> {
-    kubeconfig: Option<&'a std::path::Path>,
-    context: Option<&'a str>,
-}
-
-impl ClusterTarget<'_> {
-    pub(crate) async fn connect(&self) -> Result<Cluster> {
-        Cluster::connect(self.kubeconfig, self.context).await
     }
 }
 

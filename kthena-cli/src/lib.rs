@@ -20,6 +20,7 @@ mod cli;
 mod cluster;
 mod commands;
 mod error;
+mod io;
 mod kind;
 mod manifest;
 mod output;
@@ -34,8 +35,9 @@ pub use cli::{
     ManifestArgs, Named,
 };
 pub use cluster::{Cluster, resource_name};
-pub use commands::{Io, run};
+pub use commands::run;
 pub use error::{Error, Result};
+pub use io::Io;
 pub use kind::Kind;
 pub use manifest::render_manifest;
 pub use output::{

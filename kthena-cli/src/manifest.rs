@@ -5,8 +5,9 @@ use std::io::{BufRead, Write};
 use serde_json::Value;
 
 use crate::cli::ManifestArgs;
-use crate::commands::{ClusterTarget, Io};
+use crate::cluster::ClusterTarget;
 use crate::error::{Error, Result};
+use crate::io::Io;
 use crate::kind::Kind;
 use crate::templates::find_template;
 use crate::values::{merge_values, parse_set, read_values_file};

@@ -38,6 +38,7 @@ mod status;
 mod tests;
 #[cfg(test)]
 mod testutil;
+mod view;
 mod webhook;
 
 pub use controller::{Config, ControllerSet, run};
@@ -48,10 +49,7 @@ pub use leader::{LEASE_NAME, LeaderElection, identity, run_leader_elected};
 pub use observed::{
     Observed, ObservedGroup, ObservedRole, ReplicaStatus, errored_since, running_and_ready,
 };
-pub use plan::{
-    GroupView, Plan, RoleReplicaId, group_partition, group_status, plan, role_status,
-    scale_down_order, scaled_value,
-};
+pub use plan::{Plan, RoleReplicaId, group_status, plan, scale_down_order};
 pub use podgroup::{
     GROUP_NAME_ANNOTATION, PodGroupPlan, QUEUE_ANNOTATION, TASK_SPEC_ANNOTATION, VOLCANO,
     annotate_pod, crd_has_sub_groups, gang_scheduled, min_role_replicas, plan_pod_groups,
@@ -61,6 +59,7 @@ pub use recovery::ReplicaCheck;
 pub use revision::{controller_revision, model_serving_revision, role_template_hash};
 pub use rolling::{max_unavailable, role_rolling_deletions, rolling_update_deletions};
 pub use status::{AVAILABLE, PROGRESSING, UPDATE_IN_PROGRESS, set_condition, status};
+pub use view::{GroupView, group_partition, role_status, scaled_value};
 pub use webhook::{
     CERT_SECRET_NAME, Certificate, MUTATING_WEBHOOK, SERVICE_NAME, VALIDATING_WEBHOOK,
     generate_certificate, load_certificate, patch_ca_bundle, secret_certificate, serve_webhook,

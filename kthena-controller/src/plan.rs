@@ -1,13 +1,12 @@
 //! The ModelServing reconcile as a pure function: desired actions from observed children,
 //! in Go Kthena's order (`syncModelServing`): ServingGroup replicas, role replicas per
-//! group, headless services; the status is computed from the result ([`crate::status`]).
+//! group, headless services; the status module computes the status from the result.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Service};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use kthena_api::ModelServing;
 use kthena_api::workload::{RecoveryPolicy, Role, RolloutStrategyType};
@@ -20,6 +19,7 @@ use crate::observed::{Observed, ObservedGroup, ObservedRole, ReplicaStatus};
 use crate::recovery::ReplicaCheck;
 use crate::revision::{model_serving_revision, role_template_hash};
 use crate::rolling::{role_rolling_deletions, rolling_update_deletions};
+use crate::view::{GroupView, group_partition, role_status};
 
 /// A role replica to delete: its pods (labels group-name, role, role-id) and its service.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,17 +30,6 @@ pub struct RoleReplicaId {
     pub role: String,
     /// Role id `<role>-<r>`.
     pub role_id: String,
-}
-
-/// A ServingGroup as the status sees it after this reconcile.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupView {
-    /// Group ordinal.
-    pub ordinal: u32,
-    /// Revision its pods carry.
-    pub revision: String,
-    /// Status (Deleting for groups deleted by this plan).
-    pub status: ReplicaStatus,
 }
 
 /// What one reconcile does, in order: delete groups, delete role replicas, delete pods, create pods
@@ -63,58 +52,6 @@ pub struct Plan {
     pub create_services: Vec<Service>,
     /// Every ServingGroup after the plan, by ordinal.
     pub groups: Vec<GroupView>,
-}
-
-/// `IntOrString` scaled against `total` (Go `intstr.GetScaledValueFromIntOrPercent`);
-/// percentages are rounded up when `round_up`, else down; bad strings are 0.
-#[must_use]
-pub fn scaled_value(value: &IntOrString, total: i32, round_up: bool) -> i32 {
-    match value {
-        IntOrString::Int(n) => *n,
-        IntOrString::String(s) => {
-            let Some(pct) = s.strip_suffix('%').and_then(|p| p.parse::<i64>().ok()) else {
-                return 0;
-            };
-            let num = pct * i64::from(total);
-            let v = if round_up {
-                (num + 99).div_euclid(100)
-            } else {
-                num.div_euclid(100)
-            };
-            i32::try_from(v).unwrap_or(0)
-        }
-    }
-}
-
-/// The ServingGroup partition: `rolloutStrategy.rollingUpdateConfiguration.partition`
-/// (percent of `spec.replicas` rounded up), 0 when unset. Ordinals `[0, partition)` are
-/// protected: deleted last when scaling down.
-#[must_use]
-pub fn group_partition(ms: &ModelServing) -> u32 {
-    let replicas = ms.spec.replicas.unwrap_or(1);
-    let p = ms
-        .spec
-        .rollout_strategy
-        .as_ref()
-        .and_then(|r| r.rolling_update_configuration.as_ref());
-    let p = p
-        .and_then(|c| c.partition.as_ref())
-        .map_or(0, |p| scaled_value(p, replicas, true));
-    u32::try_from(p).unwrap_or(0)
-}
-
-/// Status of a role replica: Deleting when all its pods terminate, Running when it has its
-/// `1 + workerReplicas` pods all Running and Ready, else Creating.
-#[must_use]
-pub fn role_status(role: &Role, seen: &ObservedRole) -> ReplicaStatus {
-    let want = usize::try_from(role.worker_replicas).unwrap_or(0) + 1;
-    if seen.pods.is_empty() && seen.terminating > 0 {
-        ReplicaStatus::Deleting
-    } else if seen.pods.len() == want && seen.ready == want {
-        ReplicaStatus::Running
-    } else {
-        ReplicaStatus::Creating
-    }
 }
 
 /// Status of a group: Deleting when all its pods terminate; Running when every spec role has

@@ -9,7 +9,7 @@ use kthena_api::ModelServing;
 use kthena_api::workload::{Role, RolloutStrategyType};
 
 use crate::observed::{ObservedRole, ReplicaStatus};
-use crate::plan::{GroupView, group_partition, role_status, scaled_value};
+use crate::view::{GroupView, group_partition, role_status, scaled_value};
 
 /// `rolloutStrategy.rollingUpdateConfiguration.maxUnavailable` resolved against
 /// `spec.replicas` (percent rounded down; default 1).

@@ -8,7 +8,7 @@ use kthena_api::workload::ModelServingStatus;
 
 use crate::names::scale_label_selector;
 use crate::observed::ReplicaStatus;
-use crate::plan::{GroupView, group_partition};
+use crate::view::{GroupView, group_partition};
 
 /// Condition type: every ServingGroup is Running.
 pub const AVAILABLE: &str = "Available";

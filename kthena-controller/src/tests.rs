@@ -7,9 +7,10 @@ use kthena_api::workload::{RecoveryPolicy, RollingUpdateConfiguration, RolloutSt
 use kube::ResourceExt as _;
 
 use crate::observed::{Observed, ReplicaStatus};
-use crate::plan::{GroupView, plan, scale_down_order, scaled_value};
+use crate::plan::{plan, scale_down_order};
 use crate::status::status;
 use crate::testutil::{TestResult, multi_node, observed_pod, sample};
+use crate::view::{GroupView, scaled_value};
 
 /// All pods of sample group `g` (2 roles × `roles` replicas × 4 pods), Ready unless listed
 /// in `not_ready` as `(role, r)`; deletion cost on pod 0 of `(role, r, cost)`.
