@@ -297,9 +297,11 @@ async fn routes_to_the_engine_holding_the_prefix() {
     let subscribed = r#"kthena_router_kv_events_subscribed{endpoint="default/sim-1"}"#;
     let sim1 = sims.remove(1);
     sim1.kill().await;
+    // A bound, not a speed claim: on a loaded 2-core machine noticing the closed ZMQ
+    // connection took over 5 s once.
     assert_eq!(
         ctx.r
-            .wait_metric(subscribed, Duration::from_secs(5), |v| v == 0.0)
+            .wait_metric(subscribed, Duration::from_secs(20), |v| v == 0.0)
             .await,
         0.0
     );
