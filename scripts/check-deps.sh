@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Dependency-direction guard (STYLE.md §2.2).
-# - kthena-sched and kthena-autoscale (without default features) must never depend on
-#   kube, hyper, tower or tokio: they are leaf crates other proxies embed.
+# - kthena-sched and kthena-autoscale (with its default features; its `api` feature adds
+#   kthena-api) must never depend on kube, hyper, tower or tokio: they are leaf crates other
+#   proxies and controllers embed.
 # - No library code may use anyhow: binaries, tests and examples may.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +29,7 @@ leaf_check() {
     done
 }
 leaf_check kthena-sched
-leaf_check kthena-autoscale --no-default-features
+leaf_check kthena-autoscale
 
 # A package may hold a library and a binary; cargo has no binary-only dependencies, so
 # check the library's sources: any file under src/ that is not the binary's own (src/main.rs,

@@ -66,6 +66,7 @@ pub use networking::{
     ExternalModelProvider, ExternalModelProviderSpec, ModelRoute, ModelRouteSpec, ModelServer,
     ModelServerSpec,
 };
+pub use quantity::quantity_to_f64;
 pub use report::{Report, validate_manifests};
 pub use workload::{
     AutoscalingPolicy, AutoscalingPolicySpec, ModelBooster, ModelBoosterSpec, ModelServing,

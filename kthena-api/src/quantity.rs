@@ -49,6 +49,12 @@ pub(crate) fn to_f64(q: &Quantity) -> Result<f64, String> {
     Ok(base * mult)
 }
 
+/// The value of a Kubernetes quantity (`"10"`, `"500m"`, `"1.5"`, `"2Ki"`, `"1e3"`) as `f64`;
+/// `None` when the text does not follow the quantity grammar.
+pub fn quantity_to_f64(q: &Quantity) -> Option<f64> {
+    to_f64(q).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
