@@ -1,0 +1,58 @@
+//! `kthena-fuzz`: one harness per place where Kthena reads bytes it does not control.
+//!
+//! Each harness is a `fn(&[u8])` that feeds the bytes to the real parser and panics when an
+//! invariant the rest of the router relies on is broken (a rewritten body that is not JSON, an
+//! SSE filter whose output depends on how the stream was chunked, a cached tokenization that
+//! differs from the uncached one, ...). A panic inside the parser itself is a bug too.
+//!
+//! The same functions run in two ways:
+//! - on stable, `tests/replay.rs` replays every seed under `fuzz/seeds/<target>/` (CI);
+//! - on nightly, `fuzz/libfuzzer` wraps each one in a libFuzzer target
+//!   (`scripts/fuzz.sh TARGET|all SECONDS`, `docs/reliability.md`).
+//!
+//! | target | reads | parser |
+//! |---|---|---|
+//! | `openai_request` | client request bodies | `parse_request`, `upstream_body`, `upstream_responses_body`, `remote_body` |
+//! | `sse_filter` | engine streaming and JSON responses | `SseFilter`, `ResponseProbe`, `usage_of` |
+//! | `engine_metrics` | engine `/metrics` (vLLM, SGLang, llama.cpp) and `/v1/models` | `parse_metrics`, `parse_models` |
+//! | `kv_events` | ZMQ KV-event messages (vLLM array and map encodings, SGLang) | `split_frames`, `decode_batch`, `Ingest::apply_payload` |
+//! | `manifests` | ModelRoute, ModelServer, ModelServing, ... YAML | `kthena_api::load_str_each`, defaults, validation |
+//! | `router_config` | the router's YAML config | `Config::from_yaml`, `apply_env`, `validate`, `parse_go_duration` |
+//! | `tokenizer_cache` | prompts, through the prompt-prefix cache | `ModelTokenizer::encode` against `encode_uncached` |
+//! | `admission_review` | AdmissionReview bodies the API server posts | `kthena_controller::admission::review` |
+
+mod admission;
+mod config;
+mod engine;
+mod kv;
+mod openai;
+mod tokenizer;
+
+pub use admission::admission_review;
+pub use config::{manifests, router_config};
+pub use engine::{engine_metrics, sse_filter};
+pub use kv::kv_events;
+pub use openai::openai_request;
+pub use tokenizer::{tokenizer_cache, tokenizer_dir};
+
+/// A harness: feeds one input to a parser, panics on a broken invariant.
+pub type Harness = fn(&[u8]);
+
+/// Every target by name, as `fuzz/libfuzzer/fuzz_targets/<name>.rs` and
+/// `fuzz/seeds/<name>/` name it.
+pub const TARGETS: &[(&str, Harness)] = &[
+    ("openai_request", openai_request),
+    ("sse_filter", sse_filter),
+    ("engine_metrics", engine_metrics),
+    ("kv_events", kv_events),
+    ("manifests", manifests),
+    ("router_config", router_config),
+    ("tokenizer_cache", tokenizer_cache),
+    ("admission_review", admission_review),
+];
+
+/// The input as text: invalid UTF-8 replaced, as the parsers that take `&str` would never
+/// see it otherwise.
+fn text(data: &[u8]) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(data)
+}
