@@ -150,3 +150,75 @@ fn short_name(policy: &str) -> String {
         .replace("least-latency", "latency")
         .replace("gpu-usage", "gpu")
 }
+
+/// Draws the soak's router RSS (MiB) over time and the p99 latency (ms) of each window,
+/// side by side, into a PNG at `path`.
+///
+/// # Errors
+/// A message when the file cannot be written or there are no probes.
+pub fn draw_soak(
+    path: &Path,
+    probes: &[crate::soak::Probe],
+    windows: &[crate::soak::Window],
+) -> Result<(), String> {
+    if probes.is_empty() {
+        return Err("no probes to draw".to_owned());
+    }
+    let text = font_ready();
+    let root = BitMapBackend::new(path, (1400, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let panels = root.split_evenly((1, 2));
+    let rss: Vec<(f64, f64)> = probes
+        .iter()
+        .map(|p| (p.at_s / 60.0, p.rss_kib as f64 / 1024.0))
+        .collect();
+    let p99: Vec<(f64, f64)> = windows
+        .iter()
+        .map(|w| (w.start_min + crate::soak::WINDOW_S / 120.0, w.p99_ms))
+        .collect();
+    let end = rss.iter().chain(&p99).map(|p| p.0).fold(1.0f64, f64::max);
+    let series = [
+        (
+            "router RSS (MiB) over time (min)",
+            rss,
+            RGBColor(31, 119, 180),
+        ),
+        (
+            "p99 latency (ms) per 5-minute window",
+            p99,
+            RGBColor(214, 39, 40),
+        ),
+    ];
+    for (panel, (title, points, color)) in panels.iter().zip(series) {
+        let top = points.iter().map(|p| p.1).fold(0.0f64, f64::max) * 1.15;
+        let mut builder = ChartBuilder::on(panel);
+        builder.margin(16);
+        if text {
+            builder
+                .caption(title, ("sans-serif", 18))
+                .x_label_area_size(36)
+                .y_label_area_size(60);
+        }
+        let mut chart = builder
+            .build_cartesian_2d(0f64..end, 0f64..top.max(1.0))
+            .map_err(|e| e.to_string())?;
+        if text {
+            chart
+                .configure_mesh()
+                .x_desc("minutes")
+                .draw()
+                .map_err(|e| e.to_string())?;
+        }
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                points.clone(),
+                color.stroke_width(2),
+            )))
+            .map_err(|e| e.to_string())?;
+        chart
+            .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            .map_err(|e| e.to_string())?;
+    }
+    root.present().map_err(|e| e.to_string())?;
+    Ok(())
+}

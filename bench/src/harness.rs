@@ -84,18 +84,17 @@ pub(crate) struct RouterRun {
     _dir: tempfile::TempDir,
 }
 
-/// Writes a router config (the given `scheduler:` section, one ModelRoute and ModelServer
-/// for [`MODEL`], one endpoint per engine) into a temporary folder and starts the router on
-/// ephemeral ports on the router's runtime. `kv_events` adds each engine's KV-event address.
-pub(crate) async fn start_router(
-    rt: &Runtimes,
+/// Writes `router.yaml` (the given `scheduler:` section, one endpoint per engine, access log
+/// off) and `manifests/` (one ModelRoute and ModelServer for [`MODEL`]) into `dir`; returns
+/// the config's path. `kv_events` adds each engine's KV-event address.
+pub(crate) fn write_router_config(
+    dir: &std::path::Path,
     sims: &[SimHandle],
     scheduler_yaml: &str,
     scrape_interval: Duration,
     kv_events: bool,
-) -> anyhow::Result<RouterRun> {
-    let dir = tempfile::tempdir().context("creating a temporary folder")?;
-    let mdir = dir.path().join("manifests");
+) -> anyhow::Result<PathBuf> {
+    let mdir = dir.join("manifests");
     std::fs::create_dir_all(&mdir)?;
     std::fs::write(
         mdir.join("server.yaml"),
@@ -140,8 +139,23 @@ spec:
         "scheduler:\n{scheduler_yaml}\nbindAddress: 127.0.0.1\nmetricsScrapeInterval: {interval_ms}ms\n\
          accessLog: {{enabled: false}}\nstandalone:\n  manifests: [manifests]\n  endpoints:\n{endpoints}"
     );
-    let path: PathBuf = dir.path().join("router.yaml");
+    let path: PathBuf = dir.join("router.yaml");
     std::fs::write(&path, text)?;
+    Ok(path)
+}
+
+/// Writes a router config (the given `scheduler:` section, one ModelRoute and ModelServer
+/// for [`MODEL`], one endpoint per engine) into a temporary folder and starts the router on
+/// ephemeral ports on the router's runtime. `kv_events` adds each engine's KV-event address.
+pub(crate) async fn start_router(
+    rt: &Runtimes,
+    sims: &[SimHandle],
+    scheduler_yaml: &str,
+    scrape_interval: Duration,
+    kv_events: bool,
+) -> anyhow::Result<RouterRun> {
+    let dir = tempfile::tempdir().context("creating a temporary folder")?;
+    let path = write_router_config(dir.path(), sims, scheduler_yaml, scrape_interval, kv_events)?;
     let overrides = Overrides {
         port: Some(0),
         metrics_port: Some(0),

@@ -7,11 +7,13 @@
 //! It also measures the router's own latency overhead with a zero-latency engine profile.
 //!
 //! This library holds the parts that are deterministic and tested: the workload generator
-//! ([`workload`]), the scenarios and policies ([`scenario`]), the aggregation and the
+//! ([`workload`]), the scenarios and policies ([`scenario`]), the soak's records and verdict
+//! ([`soak`]), the aggregation and the
 //! markdown table ([`report`]) and the PNG chart ([`chart`]). It is not a load-testing
 //! framework: the runner lives in the binary.
 
 pub mod chart;
 pub mod report;
 pub mod scenario;
+pub mod soak;
 pub mod workload;

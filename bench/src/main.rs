@@ -3,6 +3,7 @@
 
 mod harness;
 mod overhead;
+mod soak_run;
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -30,6 +31,9 @@ enum Which {
     Both,
     /// Router latency overhead with zero-latency engines.
     Overhead,
+    /// Long run of mixed traffic with client aborts and engine faults against the router
+    /// binary; fails on RSS growth, leaked counters or a panic (`docs/reliability.md`).
+    Soak,
 }
 
 /// Benchmarks kthena-router's routing policies on three simulated engines (Go Kthena's
@@ -101,6 +105,24 @@ struct Args {
     /// Overhead mode: seconds per point [default: 5, or 2 with --quick].
     #[arg(long)]
     seconds: Option<f64>,
+    /// Soak mode: how long the load runs (Go duration: `30m`, `90s`).
+    #[arg(long, default_value = "30m", value_parser = kthena_router::parse_go_duration)]
+    duration: Duration,
+    /// Soak mode: requests started per second.
+    #[arg(long, default_value_t = 20.0)]
+    soak_rate: f64,
+    /// Soak mode: most requests in flight from the client.
+    #[arg(long, default_value_t = 64)]
+    soak_concurrency: usize,
+    /// Soak mode: fraction (0..1) of requests abandoned at a random moment (0-150 ms).
+    #[arg(long, default_value_t = 0.1)]
+    abort_ratio: f64,
+    /// Soak mode: the `kthena-router` binary [default: beside this executable].
+    #[arg(long)]
+    router_bin: Option<PathBuf>,
+    /// Soak mode: folder for the router's config and log and `soak.json`.
+    #[arg(long, default_value = "bench/out/soak")]
+    out_dir: PathBuf,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -146,6 +168,9 @@ fn main() -> anyhow::Result<()> {
 async fn run(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
     if args.scenario == Which::Overhead {
         return run_overhead(args, rt).await;
+    }
+    if args.scenario == Which::Soak {
+        return run_soak(args, rt).await;
     }
     let scenarios = match args.scenario {
         Which::Long => vec![Scenario::long(args.quick, args.seed)],
@@ -414,6 +439,37 @@ async fn run_overhead(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&rows)?)
             .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+async fn run_soak(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
+    if !(args.soak_rate > 0.0 && (0.0..=1.0).contains(&args.abort_ratio)) {
+        bail!("--soak-rate must be positive and --abort-ratio within 0..1");
+    }
+    let opts = soak_run::SoakOpts {
+        duration: args.duration,
+        rate: args.soak_rate,
+        concurrency: args.soak_concurrency,
+        abort_ratio: args.abort_ratio,
+        router_bin: args
+            .router_bin
+            .clone()
+            .unwrap_or_else(soak_run::default_router_bin),
+        out_dir: args.out_dir.clone(),
+        seed: args.seed,
+    };
+    let run = soak_run::run(rt, &opts).await?;
+    let chart = (!args.no_chart).then(|| args.chart_dir.join("soak.png"));
+    soak_run::save(&run, &opts.out_dir, chart.as_deref())?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", run.markdown())?;
+    for line in &run.faults {
+        writeln!(out, "- {line}")?;
+    }
+    let failures = run.failures();
+    if !failures.is_empty() {
+        bail!("soak failed: {}", failures.join("; "));
     }
     Ok(())
 }
