@@ -16,12 +16,14 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt as _};
 use serde_json::json;
 
+use crate::cache::ServingCache;
 use crate::error::{Error, Result, kube_err};
 use crate::names::{GROUP_NAME_LABEL, NAME_LABEL, ROLE_ID_LABEL, ROLE_LABEL};
-use crate::observed::Observed;
+use crate::observed::{Observed, RecordedRevision};
 use crate::plan::{Plan, plan};
-use crate::revision::controller_revision;
+use crate::revision::{controller_revision, model_serving_revision, recorded_roles};
 use crate::status::status;
+use crate::view::group_partition;
 
 /// Go requeues after this when children of an older same-named ModelServing remain.
 const FOREIGN_REQUEUE: Duration = Duration::from_secs(1);
@@ -38,6 +40,9 @@ pub struct Config {
     /// Field manager of the writes (`metadata.managedFields[].manager`), default
     /// `kthena-controller`.
     pub field_manager: String,
+    /// Where each reconcile records its ServingGroups and role replicas (dumped by
+    /// [`crate::serve_debug`]).
+    pub cache: ServingCache,
 }
 
 impl Default for Config {
@@ -46,6 +51,7 @@ impl Default for Config {
             namespace: None,
             workers: 5,
             field_manager: "kthena-controller".to_owned(),
+            cache: ServingCache::default(),
         }
     }
 }
@@ -97,6 +103,7 @@ struct Ctx {
     client: Client,
     field_manager: String,
     podgroups: crate::gang::Discovery,
+    cache: ServingCache,
 }
 
 /// Runs the ModelServing controller until `shutdown` completes: watches ModelServings and
@@ -124,10 +131,12 @@ pub async fn run(
         client,
         field_manager: config.field_manager.clone(),
         podgroups: crate::gang::Discovery::default(),
+        cache: config.cache.clone(),
     });
     let mut controller = Controller::new(ms, watcher::Config::default())
         .owns(pods, children.clone())
         .owns(svcs, children.clone());
+    config.cache.follow(controller.store());
     let ns = config.namespace.as_deref();
     if let Some(pgs) = crate::gang::watched_api(&ctx.podgroups, &ctx.client, ns).await {
         controller = controller.owns(pgs, children);
@@ -168,12 +177,13 @@ async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
         .list(&lp)
         .await
         .map_err(kube_err(format!("listing services of {ns}/{name}")))?;
-    let seen = Observed::new(
+    let mut seen = Observed::new(
         &name,
         &ms.uid().unwrap_or_default(),
         &pod_list.items,
         &svc_list.items,
     );
+    seen.current = current_revision(&ctx.client, &defaulted).await?;
     if let Some(other) = seen.foreign.first() {
         tracing::info!(modelserving = %name, child = %other, "{}", Error::Foreign(other.clone()));
         return Ok(Action::requeue(FOREIGN_REQUEUE));
@@ -190,6 +200,7 @@ async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
         return Ok(Action::requeue(FOREIGN_REQUEUE));
     }
     apply(&ctx, &defaulted, &plan).await?;
+    ctx.cache.record(&defaulted, &seen, &plan);
     let st = status(&defaulted, &plan.groups, &plan.revision, &now);
     let revisions = |s: Option<&ModelServingStatus>| {
         s.map(|s| (s.current_revision.clone(), s.update_revision.clone()))
@@ -257,6 +268,34 @@ async fn apply(ctx: &Ctx, ms: &ModelServing, plan: &Plan) -> Result<()> {
         create(&svcs, &pp, svc, "service").await?;
     }
     Ok(())
+}
+
+/// The roles of `status.currentRevision` from its ControllerRevision, while a partition
+/// protects groups and the template has another revision (missing protected groups are
+/// recreated from them); `None` when it is gone or unreadable (Go then uses the spec).
+async fn current_revision(client: &Client, ms: &ModelServing) -> Result<Option<RecordedRevision>> {
+    let current = ms.status.as_ref().and_then(|s| s.current_revision.clone());
+    let Some(current) = current.filter(|c| !c.is_empty()) else {
+        return Ok(None);
+    };
+    if group_partition(ms) == 0 || current == model_serving_revision(ms)? {
+        return Ok(None);
+    }
+    let name = format!("{}-{current}", ms.name_any());
+    let api: Api<ControllerRevision> =
+        Api::namespaced(client.clone(), &ms.namespace().unwrap_or_default());
+    let cr = api
+        .get_opt(&name)
+        .await
+        .map_err(kube_err(format!("reading controllerrevision {name}")))?;
+    let roles = cr.as_ref().and_then(recorded_roles);
+    if roles.is_none() {
+        tracing::warn!(controllerrevision = %name, "no recorded roles; using the spec's");
+    }
+    Ok(roles.map(|roles| RecordedRevision {
+        revision: current,
+        roles,
+    }))
 }
 
 /// Deletes the ModelServing's ControllerRevisions other than the current and update

@@ -13,12 +13,16 @@
 //! With the Volcano PodGroup CRD and `schedulerName: volcano`, [`plan_pod_groups`] gives
 //! each ServingGroup its PodGroup, created before the group's pods.
 //!
+//! With `--debug-port`, [`serve_debug`] dumps what the last reconciles saw and planned
+//! ([`ServingCache`]) on Go's `GET /debug/modelserving/cache`.
+//!
 //! [`serve_webhook`] is the TLS admission webhook server for every Kthena kind
 //! ([`admission::review`] is its pure handler).
 
 pub mod admission;
 #[cfg(test)]
 mod admission_tests;
+mod cache;
 mod controller;
 mod desired;
 mod error;
@@ -41,13 +45,15 @@ mod testutil;
 mod view;
 mod webhook;
 
+pub use cache::{CACHE_PATH, CachedGroup, CachedRole, ServingCache, cache_entry, serve_debug};
 pub use controller::{Config, ControllerSet, run};
 pub use desired::{RoleReplicaRef, headless_service, role_replica_pods};
 pub use error::{Error, Result};
 pub use health::serve_health;
 pub use leader::{LEASE_NAME, LeaderElection, identity, run_leader_elected};
 pub use observed::{
-    Observed, ObservedGroup, ObservedRole, ReplicaStatus, errored_since, running_and_ready,
+    Observed, ObservedGroup, ObservedRole, RecordedRevision, ReplicaStatus, errored_since,
+    running_and_ready,
 };
 pub use plan::{Plan, RoleReplicaId, group_status, plan, scale_down_order};
 pub use podgroup::{
@@ -56,7 +62,9 @@ pub use podgroup::{
     pod_group,
 };
 pub use recovery::ReplicaCheck;
-pub use revision::{controller_revision, model_serving_revision, role_template_hash};
+pub use revision::{
+    controller_revision, model_serving_revision, recorded_roles, role_template_hash,
+};
 pub use rolling::{max_unavailable, role_rolling_deletions, rolling_update_deletions};
 pub use status::{AVAILABLE, PROGRESSING, UPDATE_IN_PROGRESS, set_condition, status};
 pub use view::{GroupView, group_partition, role_status, scaled_value};

@@ -58,6 +58,10 @@ struct Args {
     /// Webhook Service name, for the generated certificate's DNS names.
     #[arg(long, default_value = kthena_controller::SERVICE_NAME)]
     service_name: String,
+    /// Port on 127.0.0.1 of `GET /debug/modelserving/cache` (the ServingGroup/Role view as
+    /// JSON); 0 = off.
+    #[arg(long, default_value_t = 0)]
+    debug_port: u16,
 }
 
 /// Starts the webhook server: the certificate from the files when both exist, else
@@ -149,6 +153,21 @@ async fn main() -> anyhow::Result<()> {
         workers: args.workers,
         ..Config::default()
     };
+    let debug = match args.debug_port {
+        0 => None,
+        port => {
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            let (addr, server) = kthena_controller::serve_debug(addr, config.cache.clone()).await?;
+            tracing::info!(%addr, "serving {}", kthena_controller::CACHE_PATH);
+            Some(server)
+        }
+    };
+    let debug = async move {
+        match debug {
+            Some(server) => server.await,
+            None => std::future::pending().await,
+        }
+    };
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -172,6 +191,7 @@ async fn main() -> anyhow::Result<()> {
     tokio::select! {
         () = health => Ok(()),
         () = webhooks => Ok(()),
+        () = debug => Ok(()),
         res = controllers => Ok(res?),
     }
 }

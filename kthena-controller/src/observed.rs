@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::Timestamp;
+use kthena_api::workload::Role;
 use kube::ResourceExt as _;
 
 use crate::names::{
@@ -40,6 +41,10 @@ pub struct ObservedRole {
     pub pods: BTreeSet<String>,
     /// How many of them are Running with condition Ready=True.
     pub ready: usize,
+    /// Names of those Running and Ready pods, sorted.
+    pub running_pods: BTreeSet<String>,
+    /// Revision label of its pods (of the first pod seen when they differ).
+    pub revision: String,
     /// Pods with a deletionTimestamp.
     pub terminating: usize,
     /// Σ of the pods' `controller.kubernetes.io/pod-deletion-cost` (invalid or missing = 0).
@@ -82,8 +87,17 @@ impl ObservedGroup {
     }
 }
 
+/// The roles a ControllerRevision recorded for a revision (`data: {"data": [roles]}`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RecordedRevision {
+    /// The revision (`<ms>-<revision>` is the ControllerRevision's name).
+    pub revision: String,
+    /// Its roles.
+    pub roles: Vec<Role>,
+}
+
 /// The owned children of one ModelServing.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Observed {
     /// Group ordinal → group.
     pub groups: BTreeMap<u32, ObservedGroup>,
@@ -92,6 +106,10 @@ pub struct Observed {
     /// Names of pods or services carrying our labels but owned by another UID (an old
     /// ModelServing of the same name): reconcile waits (Go requeues after 1 s).
     pub foreign: BTreeSet<String>,
+    /// The roles of `status.currentRevision` from its ControllerRevision, when it is not the
+    /// template's revision (set by the caller; `None` from [`Observed::new`]): missing
+    /// partition-protected groups are recreated from them (Go `scaleUpServingGroups`).
+    pub current: Option<RecordedRevision>,
 }
 
 impl Observed {
@@ -147,6 +165,10 @@ impl Observed {
             .or_default()
             .entry(r)
             .or_default();
+        if replica.revision.is_empty() {
+            let revision = labels.get(REVISION_LABEL).cloned().unwrap_or_default();
+            replica.revision = revision;
+        }
         if replica.template_hash.is_empty() {
             let hash = labels
                 .get(ROLE_TEMPLATE_HASH_LABEL)
@@ -162,7 +184,10 @@ impl Observed {
         if let Some(since) = errored_since(pod) {
             replica.failed.insert(pod.name_any(), since);
         }
-        replica.ready += usize::from(running_and_ready(pod));
+        if running_and_ready(pod) {
+            replica.ready += 1;
+            replica.running_pods.insert(pod.name_any());
+        }
         replica.deletion_cost += pod
             .annotations()
             .get(POD_DELETION_COST_ANNOTATION)

@@ -105,10 +105,35 @@ fn missing_ordinals(taken: &BTreeSet<u32>, count: usize) -> Vec<u32> {
     (0..).filter(|o| !taken.contains(o)).take(count).collect()
 }
 
+/// A template the groups are made from: its revision, roles and role template hashes.
+struct Template {
+    revision: String,
+    roles: Vec<Role>,
+    hashes: BTreeMap<String, String>,
+}
+
+impl Template {
+    fn new(revision: String, roles: Vec<Role>) -> Result<Self> {
+        let hashes = roles
+            .iter()
+            .map(|r| Ok((r.name.clone(), role_template_hash(r)?)))
+            .collect::<Result<BTreeMap<_, _>>>()?;
+        Ok(Self {
+            revision,
+            roles,
+            hashes,
+        })
+    }
+}
+
 /// Everything [`plan`] needs besides the ModelServing and the observed children.
 struct Ctx<'a> {
     ms: &'a ModelServing,
-    hashes: BTreeMap<String, String>,
+    /// The spec's template.
+    new: Template,
+    /// `status.currentRevision`'s recorded template, when it is another revision.
+    old: Option<Template>,
+    partition: u32,
     policy: RecoveryPolicy,
     grace_s: i64,
     now: Timestamp,
@@ -116,15 +141,32 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// The template of an existing group: the recorded old one for a partition-protected
+    /// group still at that revision, else the spec's.
+    fn template(&self, ordinal: u32, revision: &str) -> &Template {
+        match &self.old {
+            Some(old) if ordinal < self.partition && old.revision == revision => old,
+            _ => &self.new,
+        }
+    }
+
+    /// The template of a group to create: Go's `scaleUpServingGroups` recreates a missing
+    /// ordinal below the partition at `status.currentRevision`, from its ControllerRevision.
+    fn template_for_new(&self, ordinal: u32) -> &Template {
+        match &self.old {
+            Some(old) if ordinal < self.partition => old,
+            _ => &self.new,
+        }
+    }
+
     fn check(
         &self,
+        t: &Template,
         group: &ObservedGroup,
         role: &Role,
-        r: u32,
-        seen: &ObservedRole,
-        revision: &str,
+        (r, seen): (u32, &ObservedRole),
     ) -> ReplicaCheck {
-        let at = role_ref(&group.name, role, r, revision, &self.hashes);
+        let at = role_ref(&group.name, role, r, &t.revision, &t.hashes);
         ReplicaCheck::new(
             role_replica_pods(self.ms, &at),
             seen,
@@ -135,14 +177,39 @@ impl Ctx<'_> {
 
     /// True when a live role replica of `group` is broken (ServingGroupRecreate deletes
     /// the whole group then).
-    fn group_broken(&self, group: &ObservedGroup, revision: &str) -> bool {
-        self.ms.spec.template.roles.iter().any(|role| {
+    fn group_broken(&self, t: &Template, group: &ObservedGroup) -> bool {
+        t.roles.iter().any(|role| {
             let replicas = group.roles.get(&role.name).into_iter().flatten();
             replicas
                 .filter(|(_, r)| !r.pods.is_empty())
-                .any(|(&o, r)| self.check(group, role, o, r, revision).broken())
+                .any(|(&o, r)| self.check(t, group, role, (o, r)).broken())
         })
     }
+}
+
+/// The recorded roles of `status.currentRevision` with the spec's role `replicas` (scaling
+/// is not a template change, so a protected group follows the spec's counts), when the
+/// ModelServing has a partition and that revision is not `revision`.
+fn old_template(ms: &ModelServing, seen: &Observed, revision: &str) -> Result<Option<Template>> {
+    let current = ms
+        .status
+        .as_ref()
+        .and_then(|s| s.current_revision.as_deref());
+    let Some(recorded) = seen.current.as_ref() else {
+        return Ok(None);
+    };
+    if group_partition(ms) == 0 || current != Some(&recorded.revision) || current == Some(revision)
+    {
+        return Ok(None);
+    }
+    let mut roles = recorded.roles.clone();
+    for role in &mut roles {
+        let spec = ms.spec.template.roles.iter().find(|r| r.name == role.name);
+        if let Some(spec) = spec {
+            role.replicas = spec.replicas;
+        }
+    }
+    Template::new(recorded.revision.clone(), roles).map(Some)
 }
 
 /// Plans one reconcile of `ms` (defaults applied) from what exists; `now` decides which
@@ -160,14 +227,11 @@ impl Ctx<'_> {
 /// [`crate::Error::Encode`] if the roles cannot be hashed.
 pub fn plan(ms: &ModelServing, seen: &Observed, now: Timestamp) -> Result<Plan> {
     let revision = model_serving_revision(ms)?;
-    let roles = &ms.spec.template.roles;
-    let hashes = roles
-        .iter()
-        .map(|r| Ok((r.name.clone(), role_template_hash(r)?)))
-        .collect::<Result<BTreeMap<_, _>>>()?;
     let ctx = Ctx {
         ms,
-        hashes,
+        new: Template::new(revision.clone(), ms.spec.template.roles.clone())?,
+        old: old_template(ms, seen, &revision)?,
+        partition: group_partition(ms),
         policy: ms.spec.recovery_policy.unwrap_or_default(),
         grace_s: ms.spec.template.restart_grace_period_seconds.unwrap_or(0),
         now,
@@ -189,24 +253,30 @@ pub fn plan(ms: &ModelServing, seen: &Observed, now: Timestamp) -> Result<Plan> 
         }
     }
     let deleted: BTreeSet<String> = plan.delete_groups.iter().cloned().collect();
-    let mut kept: Vec<(String, BTreeMap<String, BTreeSet<u32>>)> = Vec::new();
-    for group in seen.groups.values() {
+    let mut kept: Vec<Kept<'_>> = Vec::new();
+    for (&o, group) in &seen.groups {
         if group.deleting() || deleted.contains(&group.name) {
             continue;
         }
-        kept.push((group.name.clone(), scale_roles(&ctx, group, &mut plan)));
+        let t = ctx.template(o, &group.revision);
+        kept.push((
+            group.name.clone(),
+            t,
+            scale_roles(&ctx, t, group, &mut plan),
+        ));
     }
     for g in new_groups {
         let name = group_name(&ms.name_any(), g);
+        let t = ctx.template_for_new(g);
         let mut all = BTreeMap::new();
-        for role in roles {
+        for role in &t.roles {
             let n = u32::try_from(role.replicas.unwrap_or(1)).unwrap_or(0);
             for r in 0..n {
-                create_role_replica(ms, &name, role, r, &ctx.hashes, &mut plan);
+                create_role_replica(ms, t, &name, role, r, &mut plan);
             }
             all.insert(role.name.clone(), (0..n).collect());
         }
-        kept.push((name, all));
+        kept.push((name, t, all));
     }
     plan_services(ms, seen, &kept, &mut plan);
     Ok(plan)
@@ -216,16 +286,15 @@ pub fn plan(ms: &ModelServing, seen: &Observed, now: Timestamp) -> Result<Plan> 
 /// ServingGroupRecreate, broken ones), returns the ordinals to create (lowest missing
 /// first), and fills `plan.groups`.
 fn scale_groups(ctx: &Ctx<'_>, seen: &Observed, plan: &mut Plan) -> Vec<u32> {
-    let roles = &ctx.ms.spec.template.roles;
     let want = usize::try_from(ctx.ms.spec.replicas.unwrap_or(1)).unwrap_or(0);
     let mut delete: Vec<u32> = Vec::new();
     let mut live: Vec<(u32, ReplicaStatus, i64)> = Vec::new();
     for (&o, g) in seen.groups.iter().filter(|(_, g)| !g.deleting()) {
-        if ctx.policy == RecoveryPolicy::ServingGroupRecreate && ctx.group_broken(g, &plan.revision)
-        {
+        let t = ctx.template(o, &g.revision);
+        if ctx.policy == RecoveryPolicy::ServingGroupRecreate && ctx.group_broken(t, g) {
             delete.push(o);
         } else {
-            live.push((o, group_status(roles, g), g.deletion_cost()));
+            live.push((o, group_status(&t.roles, g), g.deletion_cost()));
         }
     }
     let mut create = Vec::new();
@@ -233,21 +302,18 @@ fn scale_groups(ctx: &Ctx<'_>, seen: &Observed, plan: &mut Plan) -> Vec<u32> {
         let taken = seen.groups.keys().copied().collect();
         create = missing_ordinals(&taken, want - seen.groups.len());
     } else if live.len() > want {
-        delete.extend(scale_down_order(
-            &live,
-            group_partition(ctx.ms),
-            live.len() - want,
-        ));
+        delete.extend(scale_down_order(&live, ctx.partition, live.len() - want));
     }
     for (&o, g) in &seen.groups {
+        let t = ctx.template(o, &g.revision);
         let status = if delete.contains(&o) {
             ReplicaStatus::Deleting
         } else {
-            group_status(roles, g)
+            group_status(&t.roles, g)
         };
         plan.groups.push(GroupView {
             ordinal: o,
-            revision: effective_revision(ctx, g, &plan.revision),
+            revision: effective_revision(t, g),
             status,
         });
     }
@@ -255,7 +321,7 @@ fn scale_groups(ctx: &Ctx<'_>, seen: &Observed, plan: &mut Plan) -> Vec<u32> {
         let status = ReplicaStatus::Creating;
         plan.groups.push(GroupView {
             ordinal: o,
-            revision: plan.revision.clone(),
+            revision: ctx.template_for_new(o).revision.clone(),
             status,
         });
     }
@@ -273,16 +339,17 @@ fn scale_groups(ctx: &Ctx<'_>, seen: &Observed, plan: &mut Plan) -> Vec<u32> {
 /// down (Go's order). Returns the role ordinals that remain, per role.
 fn scale_roles(
     ctx: &Ctx<'_>,
+    t: &Template,
     group: &ObservedGroup,
     plan: &mut Plan,
 ) -> BTreeMap<String, BTreeSet<u32>> {
     let mut kept = BTreeMap::new();
-    for role in &ctx.ms.spec.template.roles {
+    for role in &t.roles {
         let empty = BTreeMap::new();
         let seen = group.roles.get(&role.name).unwrap_or(&empty);
         let mut live: BTreeMap<u32, &ObservedRole> = BTreeMap::new();
         for (&r, observed) in seen.iter().filter(|(_, r)| !r.pods.is_empty()) {
-            let check = ctx.check(group, role, r, observed, &plan.revision);
+            let check = ctx.check(t, group, role, (r, observed));
             plan.requeue_after = min_opt(plan.requeue_after, check.wait);
             if check.broken() && ctx.policy == RecoveryPolicy::RoleRecreate {
                 plan.delete_roles.push(replica_id(group, role, r));
@@ -297,7 +364,7 @@ fn scale_roles(
         if seen.len() < want {
             let taken = seen.keys().copied().collect();
             for r in missing_ordinals(&taken, want - seen.len()) {
-                create_role_replica(ctx.ms, &group.name, role, r, &ctx.hashes, plan);
+                create_role_replica(ctx.ms, t, &group.name, role, r, plan);
                 remaining.insert(r);
             }
         } else if live.len() > want {
@@ -311,7 +378,7 @@ fn scale_roles(
             }
         }
         if ctx.role_rolling {
-            let hash = ctx.hashes.get(&role.name).map_or("", String::as_str);
+            let hash = t.hashes.get(&role.name).map_or("", String::as_str);
             for r in role_rolling_deletions(role, hash, seen, &remaining) {
                 remaining.remove(&r);
                 plan.delete_roles.push(replica_id(group, role, r));
@@ -351,19 +418,19 @@ fn scale_roles(
 /// already has its role's current template hash and no role outside the spec remains (a
 /// RoleRollingUpdate leaves pods of unchanged roles with the old revision label), else the
 /// revision label of its pods.
-fn effective_revision(ctx: &Ctx<'_>, group: &ObservedGroup, revision: &str) -> String {
-    let roles = &ctx.ms.spec.template.roles;
+fn effective_revision(t: &Template, group: &ObservedGroup) -> String {
     let current = group.roles.iter().all(|(name, replicas)| {
-        let hash = ctx.hashes.get(name);
+        let hash = t.hashes.get(name);
         hash.is_some()
             && replicas
                 .values()
                 .all(|r| r.pods.is_empty() || Some(&r.template_hash) == hash)
-    }) && roles
+    }) && t
+        .roles
         .iter()
         .all(|r| group.roles.contains_key(&r.name) || r.replicas == Some(0));
     if current {
-        revision.to_owned()
+        t.revision.clone()
     } else {
         group.revision.clone()
     }
@@ -403,31 +470,27 @@ fn role_ref<'a>(
 
 fn create_role_replica(
     ms: &ModelServing,
+    t: &Template,
     group: &str,
     role: &Role,
     ordinal: u32,
-    hashes: &BTreeMap<String, String>,
     plan: &mut Plan,
 ) {
-    let revision = plan.revision.clone();
-    let at = role_ref(group, role, ordinal, &revision, hashes);
+    let at = role_ref(group, role, ordinal, &t.revision, &t.hashes);
     plan.create_pods.extend(role_replica_pods(ms, &at));
 }
 
+/// A kept group: its name, its template and the role ordinals that remain, per role.
+type Kept<'a> = (String, &'a Template, BTreeMap<String, BTreeSet<u32>>);
+
 /// `syncHeadlessServices`: a missing headless service for each kept role replica of a
 /// role with a worker template.
-fn plan_services(
-    ms: &ModelServing,
-    seen: &Observed,
-    kept: &[(String, BTreeMap<String, BTreeSet<u32>>)],
-    plan: &mut Plan,
-) {
-    let revision = plan.revision.clone();
+fn plan_services(ms: &ModelServing, seen: &Observed, kept: &[Kept<'_>], plan: &mut Plan) {
     let no_hashes = BTreeMap::new();
-    for (group, roles) in kept {
-        for role in &ms.spec.template.roles {
+    for (group, t, roles) in kept {
+        for role in &t.roles {
             for &r in roles.get(&role.name).into_iter().flatten() {
-                let at = role_ref(group, role, r, &revision, &no_hashes);
+                let at = role_ref(group, role, r, &t.revision, &no_hashes);
                 let Some(svc) = headless_service(ms, &at) else {
                     continue;
                 };

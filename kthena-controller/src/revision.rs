@@ -96,6 +96,14 @@ pub fn controller_revision(ms: &ModelServing, revision: &str) -> Result<Controll
     })
 }
 
+/// The roles a ControllerRevision made by [`controller_revision`] recorded; `None` when its
+/// data is not of that shape.
+#[must_use]
+pub fn recorded_roles(cr: &ControllerRevision) -> Option<Vec<Role>> {
+    let data = cr.data.0.get("data")?;
+    serde_json::from_value(data.clone()).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,6 +145,7 @@ mod tests {
     fn controller_revision_shape() -> crate::testutil::TestResult {
         let ms = sample()?;
         let cr = controller_revision(&ms, "abc")?;
+        assert_eq!(recorded_roles(&cr).as_ref(), Some(&ms.spec.template.roles));
         assert_eq!(cr.metadata.name.as_deref(), Some("sample-abc"));
         let labels = cr.metadata.labels.unwrap_or_default();
         assert_eq!(labels[NAME_LABEL], "sample");

@@ -25,8 +25,8 @@ pub const UPDATE_IN_PROGRESS: &str = "UpdateInProgress";
 ///   non-deleting groups, or `updatedReplicas` when there is no partition and updated =
 ///   available = replicas = `spec.replicas`.
 /// * `updateRevision` = `revision`; `currentRevision` = the previous one while a non-updated
-///   group still has it, `revision` when every group is updated, else the most common
-///   revision among non-updated groups.
+///   group still has it (or a deleting group, which may be recreated at it), `revision`
+///   when every group is updated, else the most common revision among non-updated groups.
 /// * Conditions as Go's `SetCondition` (see [`set_condition`]).
 /// * With no groups at all only the revisions and `labelSelector` change (as Go).
 #[must_use]
@@ -52,9 +52,13 @@ pub fn status(
     let (mut updated, mut current) = (Vec::new(), Vec::new());
     let mut available = 0;
     let mut old_revisions: BTreeMap<&str, usize> = BTreeMap::new();
+    // Revisions of deleting groups: they keep the previous currentRevision (a deleted
+    // partition-protected group is recreated at it, from its ControllerRevision).
+    let mut deleting: Vec<&str> = Vec::new();
     for g in groups {
         if g.status == ReplicaStatus::Deleting {
             progressing.push(g.ordinal);
+            deleting.push(&g.revision);
             continue;
         }
         if g.status == ReplicaStatus::Running {
@@ -69,11 +73,11 @@ pub fn status(
             *old_revisions.entry(g.revision.as_str()).or_default() += 1;
         }
     }
-    st.current_revision = Some(current_revision(
-        st.current_revision.as_deref(),
-        &old_revisions,
-        revision,
-    ));
+    let previous = st.current_revision.as_deref();
+    st.current_revision = match previous {
+        Some(prev) if prev != revision && deleting.contains(&prev) => Some(prev.to_owned()),
+        _ => Some(current_revision(previous, &old_revisions, revision)),
+    };
     if groups.is_empty() {
         return st;
     }

@@ -340,6 +340,15 @@ fn status_counts_deleting_and_old_revisions() -> crate::testutil::TestResult {
         c.message,
         "Some groups is progressing: [2], Updated Groups are: [1]"
     );
+    // The only old group is being deleted: currentRevision stays until it is recreated.
+    ms.status = Some(st);
+    let groups = [g(0, "old", Deleting), g(1, "new", Running)];
+    let st = status(&ms, &groups, "new", &t("2026-01-01T00:00:01Z")?);
+    assert_eq!(st.current_revision.as_deref(), Some("old"));
+    ms.status = Some(st);
+    let groups = [g(0, "new", Running), g(1, "new", Running)];
+    let st = status(&ms, &groups, "new", &t("2026-01-01T00:00:02Z")?);
+    assert_eq!(st.current_revision.as_deref(), Some("new"));
     Ok(())
 }
 
@@ -432,5 +441,93 @@ fn a_template_change_replaces_groups_one_at_a_time() -> TestResult {
     assert_eq!(p.create_pods.len(), 8);
     let revision = &p.create_pods[0].labels()["modelserving.volcano.sh/revision"];
     assert_eq!(revision, &p.revision);
+    Ok(())
+}
+
+#[test]
+fn a_deleted_protected_group_comes_back_at_the_old_revision() -> TestResult {
+    // Revision "old" had image nginx:old; the template now differs; partition 1 protects
+    // group 0, which is gone (deleted by hand or by ServingGroupRecreate).
+    let mut old_ms = sample()?;
+    for role in &mut old_ms.spec.template.roles {
+        let spec = role.entry_template.spec.get_or_insert_default();
+        spec.containers[0].image = Some("nginx:old".to_owned());
+    }
+    let mut ms = sample()?;
+    ms.spec.replicas = Some(2);
+    ms.spec.rollout_strategy = Some(RolloutStrategy {
+        rolling_update_configuration: Some(RollingUpdateConfiguration {
+            partition: Some(IntOrString::Int(1)),
+            ..RollingUpdateConfiguration::default()
+        }),
+        ..RolloutStrategy::default()
+    });
+    // The old revision had 2 prefill replicas; the spec's 1 wins (scaling is no update).
+    old_ms.spec.template.roles[0].replicas = Some(2);
+    ms.status.get_or_insert_default().current_revision = Some("old".to_owned());
+    let pods = sample_group(1, 1, &[], &[]);
+    let mut seen = Observed::new("sample", "uid-1", &pods, &[]);
+    seen.current = Some(crate::RecordedRevision {
+        revision: "old".to_owned(),
+        roles: old_ms.spec.template.roles.clone(),
+    });
+    let p = plan(&ms, &seen, now())?;
+    let mut created = names(&p.create_pods);
+    created.sort();
+    let want: Vec<String> = ["decode", "prefill"]
+        .iter()
+        .flat_map(|r| (0..4).map(move |i| format!("sample-0-{r}-0-{i}")))
+        .collect();
+    assert_eq!(created, want);
+    let old_hash = crate::role_template_hash(&old_ms.spec.template.roles[1])?;
+    for pod in &p.create_pods {
+        assert_eq!(pod.labels()["modelserving.volcano.sh/revision"], "old");
+        let spec = pod.spec.clone().unwrap_or_default();
+        let image = spec.containers[0].image.clone().unwrap_or_default();
+        if pod.labels().contains_key("modelserving.volcano.sh/entry") {
+            assert_eq!(image, "nginx:old", "{}", pod.name_any());
+        }
+    }
+    let decode = p
+        .create_pods
+        .iter()
+        .find(|p| p.name_any() == "sample-0-decode-0-0");
+    let decode = decode.ok_or("no decode entry")?;
+    assert_eq!(
+        decode.labels()["modelserving.volcano.sh/role-template-hash"],
+        old_hash
+    );
+    assert_eq!(p.groups[0].revision, "old");
+    // Without the recorded revision (pruned, unreadable) Go falls back to the spec.
+    seen.current = None;
+    let p = plan(&ms, &seen, now())?;
+    assert_eq!(
+        p.create_pods[0].labels()["modelserving.volcano.sh/revision"],
+        p.revision
+    );
+    // An existing protected group at the old revision that loses a role replica gets it
+    // back from the old template too.
+    let mut pods = [sample_group(0, 1, &[], &[]), sample_group(1, 1, &[], &[])].concat();
+    for pod in pods
+        .iter_mut()
+        .filter(|p| p.name_any().starts_with("sample-0-"))
+    {
+        pod.labels_mut().insert(
+            "modelserving.volcano.sh/revision".to_owned(),
+            "old".to_owned(),
+        );
+    }
+    pods.retain(|p| !p.name_any().starts_with("sample-0-decode-"));
+    let mut seen = Observed::new("sample", "uid-1", &pods, &[]);
+    seen.current = Some(crate::RecordedRevision {
+        revision: "old".to_owned(),
+        roles: old_ms.spec.template.roles.clone(),
+    });
+    let p = plan(&ms, &seen, now())?;
+    assert_eq!(p.create_pods.len(), 4);
+    assert!(p.create_pods.iter().all(|pod| {
+        pod.labels()["modelserving.volcano.sh/revision"] == "old"
+            && pod.labels()["modelserving.volcano.sh/role-template-hash"] == old_hash
+    }));
     Ok(())
 }

@@ -401,6 +401,7 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() -> Result<(
             namespace: Some(ns.name().to_owned()),
             workers: 2,
             field_manager: format!("ctl-{id}"),
+            ..Config::default()
         };
         let election = LeaderElection {
             lease_name: LEASE_NAME.to_owned(),
@@ -668,5 +669,69 @@ async fn role_rolling_update_replaces_only_the_changed_role() -> Result<()> {
     }
     let ms = available(ns, "sample", 2).await?;
     assert_eq!(ms.status.unwrap_or_default().current_replicas, Some(2));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_role_replica_change_converges_deleting_in_gos_order() -> Result<()> {
+    let env_ = setup("ctl-role-scale").await?;
+    let ns = &env_.ns;
+    create_example(ns, "multi-node.yaml").await?;
+    let name = "llama-multinode";
+    available(ns, name, 1).await?;
+    let api = ns.api::<ModelServing>();
+    let set_role_replicas = |n: i32| {
+        let api = api.clone();
+        async move {
+            let mut ms = api.get(name).await?;
+            ms.spec.template.roles[0].replicas = Some(n);
+            api.replace(name, &PostParams::default(), &ms).await?;
+            anyhow::Ok(())
+        }
+    };
+    let before = uids(ns, name).await?;
+    set_role_replicas(3).await?;
+    let role_pods = |rs: &[u32]| -> Vec<String> {
+        let mut v: Vec<String> = rs
+            .iter()
+            .flat_map(|r| (0..2).map(move |i| format!("{name}-0-llama-405b-{r}-{i}")))
+            .collect();
+        v.sort();
+        v
+    };
+    eventually("role replica 2 created", || async {
+        Ok((pod_names(ns, name).await? == role_pods(&[0, 1, 2])).then_some(()))
+    })
+    .await?;
+    let ms = available(ns, name, 1).await?;
+    // Scaling a role is not a template change: the other replicas were not touched.
+    let now = uids(ns, name).await?;
+    for (pod, uid) in &before {
+        assert_eq!(now.get(pod), Some(uid), "{pod} was replaced");
+    }
+    assert_eq!(
+        ms.status.unwrap_or_default().updated_replicas,
+        Some(1),
+        "no new revision"
+    );
+    // Replica 2 is expensive to delete: going to 1 deletes replicas 1 and 0.
+    let cost =
+        json!({"metadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "100"}}});
+    ns.api::<Pod>()
+        .patch(
+            &format!("{name}-0-llama-405b-2-0"),
+            &PatchParams::default(),
+            &Patch::Merge(&cost),
+        )
+        .await?;
+    set_role_replicas(1).await?;
+    eventually("only role replica 2 left", || async {
+        Ok((pod_names(ns, name).await? == role_pods(&[2])).then_some(()))
+    })
+    .await?;
+    let svcs = ns.api::<Service>().list(&ListParams::default()).await?;
+    let names: Vec<_> = svcs.items.iter().map(|s| s.name_any()).collect();
+    assert_eq!(names, [format!("{name}-0-llama-405b-2-0")]);
+    available(ns, name, 1).await?;
     Ok(())
 }
