@@ -66,6 +66,7 @@ mod sched;
 mod scrape;
 mod server;
 mod service;
+mod sse;
 mod tokenize;
 mod warnings;
 mod watch;
@@ -97,7 +98,7 @@ pub use openai::{
 };
 pub use overload::{Breaker, BreakerState, OverloadConfig, OverloadMetrics};
 pub use plugin_metrics::{KVCACHE_BUCKETS, KvStage, PLUGIN_BUCKETS, PluginMetrics};
-pub use proxy::{BoxError, ProxyBody, RespBody, SseFilter};
+pub use proxy::{BoxError, ProxyBody, RespBody};
 pub use route::{
     CompiledRoute, CompiledRule, MatchError, RouteMatch, RouteTable, StringMatcher, TargetRef,
 };
@@ -108,6 +109,7 @@ pub use scrape::{
 };
 pub use server::{Overrides, Router, load_config, run};
 pub use service::{DEFAULT_ATTEMPTS, RouterService, Shared, error_response};
+pub use sse::SseFilter;
 pub use tokenize::{
     BLOCKING_THRESHOLD_BYTES, CacheOutcome, MIN_CACHED_PREFIX_BYTES, ModelTokenizer, Tokenizers,
     remote_body, remote_tokenize,

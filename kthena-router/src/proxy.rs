@@ -2,19 +2,27 @@
 //! they arrive, reads usage, hides the usage chunk the router asked for, turns a mid-stream
 //! upstream failure into an error-terminated stream, and reports how the request ended to its
 //! [`Accounting`] (end of body, upstream failure, or client disconnect).
+//!
+//! Per upstream chunk in steady state it forwards the same [`Bytes`] (no copy, no
+//! allocation): the SSE filter ([`SseFilter`]) decides with substring searches, a
+//! non-streamed body is kept by reference to read `usage` at the end, and the upstream idle
+//! timer is re-armed only when it fires (the last frame's time is noted per chunk).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::Incoming;
+use tokio::time::{Instant, Sleep};
 
 use crate::accounting::Accounting;
 use crate::openai::ResponseProbe;
+use crate::sse::SseFilter;
 
 /// Boxed error of response bodies.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -30,9 +38,9 @@ pub(crate) fn full(b: impl Into<Bytes>) -> RespBody {
 }
 
 /// Pause between the SSE error event and breaking the stream, so the event is flushed.
-const ERROR_FLUSH_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
+const ERROR_FLUSH_PAUSE: Duration = Duration::from_millis(10);
 
-/// Largest non-streaming response copy kept to read `usage` from, in bytes.
+/// Largest non-streaming response kept to read `usage` from, in bytes.
 const MAX_USAGE_COPY: usize = 4 * 1024 * 1024;
 
 /// The streaming response body.
@@ -43,14 +51,65 @@ pub struct ProxyBody {
     saw_first_byte: bool,
     status: u16,
     sse: Option<SseFilter>,
-    json_copy: BytesMut,
+    /// A non-streamed body's chunks (shared, not copied), to read `usage` from at the end.
+    json: JsonChunks,
     output_tokens: u64,
     /// The upstream error to end the client stream with, and a short pause before it so
     /// that hyper flushes the error event written just before.
-    pending_error: Option<(BoxError, Pin<Box<tokio::time::Sleep>>)>,
-    /// The upstream idle timeout and its timer, reset by every upstream frame.
-    idle: Option<(std::time::Duration, Pin<Box<tokio::time::Sleep>>)>,
+    pending_error: Option<(BoxError, Pin<Box<Sleep>>)>,
+    /// The upstream idle timeout.
+    idle: Option<IdleTimer>,
     finished: bool,
+}
+
+/// The upstream idle timeout: the time of the last upstream frame, and a timer that is
+/// moved to `last + timeout` only when it fires early (not on every frame).
+#[derive(Debug)]
+struct IdleTimer {
+    timeout: Duration,
+    last: Instant,
+    timer: Pin<Box<Sleep>>,
+}
+
+impl IdleTimer {
+    /// Whether the engine has sent nothing for the timeout (registers the wake-up if not).
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        loop {
+            if self.timer.as_mut().poll(cx).is_pending() {
+                return false;
+            }
+            let due = self.last + self.timeout;
+            if due <= Instant::now() {
+                return true;
+            }
+            self.timer.as_mut().reset(due);
+        }
+    }
+}
+
+/// The chunks of a non-streamed body up to [`MAX_USAGE_COPY`] bytes, held by reference.
+#[derive(Debug, Default)]
+struct JsonChunks {
+    chunks: Vec<Bytes>,
+    len: usize,
+}
+
+impl JsonChunks {
+    fn push(&mut self, data: &Bytes) {
+        if self.len + data.len() <= MAX_USAGE_COPY {
+            self.len += data.len();
+            self.chunks.push(data.clone());
+        }
+    }
+
+    /// `usage.completion_tokens` of the whole body, if it has one.
+    fn output_tokens(&self) -> Option<u64> {
+        let probe = match self.chunks.as_slice() {
+            [one] => ResponseProbe::parse(one),
+            many => ResponseProbe::parse(&many.concat()),
+        };
+        Some(probe?.usage()?.completion_tokens)
+    }
 }
 
 impl ProxyBody {
@@ -67,7 +126,7 @@ impl ProxyBody {
             saw_first_byte: false,
             status,
             sse: sse.then(|| SseFilter::new(hide_usage_chunk)),
-            json_copy: BytesMut::new(),
+            json: JsonChunks::default(),
             output_tokens: 0,
             pending_error: None,
             idle: None,
@@ -77,8 +136,12 @@ impl ProxyBody {
 
     /// Ends the stream with an error when the engine sends nothing for `timeout` (`None`:
     /// waits as long as the client does).
-    pub(crate) fn with_idle_timeout(mut self, timeout: Option<std::time::Duration>) -> Self {
-        self.idle = timeout.map(|t| (t, Box::pin(tokio::time::sleep(t))));
+    pub(crate) fn with_idle_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.idle = timeout.map(|timeout| IdleTimer {
+            timeout,
+            last: Instant::now(),
+            timer: Box::pin(tokio::time::sleep(timeout)),
+        });
         self
     }
 
@@ -112,9 +175,9 @@ impl ProxyBody {
         if let Some(f) = &self.sse {
             self.output_tokens = f.output_tokens;
         } else if error.is_none()
-            && let Some(u) = ResponseProbe::parse(&self.json_copy).and_then(|p| p.usage())
+            && let Some(n) = self.json.output_tokens()
         {
-            self.output_tokens = u.completion_tokens;
+            self.output_tokens = n;
         }
         // An upstream 4xx passed through unchanged is still an error of the request.
         let error = error.or_else(|| {
@@ -136,75 +199,30 @@ impl ProxyBody {
         self.acct
             .finish(self.status, error, origin, self.output_tokens);
     }
-}
 
-/// Line-based SSE pass-through: forwards complete lines as soon as they arrive, reads
-/// `usage` from `data:` lines, notes `data: [DONE]`, and drops the usage-only chunk (empty
-/// `choices`) when the router asked for usage on the client's behalf.
-#[derive(Debug, Default)]
-pub struct SseFilter {
-    hide_usage_chunk: bool,
-    line_buf: BytesMut,
-    /// `usage.completion_tokens` of the last chunk that carried usage.
-    pub output_tokens: u64,
-    /// A `data: [DONE]` line was seen.
-    pub saw_done: bool,
-}
-
-impl SseFilter {
-    /// A filter; `hide_usage_chunk` drops the usage-only chunk.
-    #[must_use]
-    pub fn new(hide_usage_chunk: bool) -> Self {
-        Self {
-            hide_usage_chunk,
-            ..Self::default()
+    /// One upstream data chunk: the bytes to send the client now (`None`: nothing yet).
+    fn on_data(&mut self, data: Bytes, at_end: bool) -> Option<Bytes> {
+        if !data.is_empty() && !self.saw_first_byte {
+            self.saw_first_byte = true;
+            self.acct.first_byte();
         }
-    }
-
-    /// Feeds upstream bytes; returns the bytes to forward now (complete lines only).
-    pub fn push(&mut self, data: &[u8]) -> Bytes {
-        self.line_buf.extend_from_slice(data);
-        let Some(last_nl) = self.line_buf.iter().rposition(|b| *b == b'\n') else {
-            return Bytes::new();
+        let Some(f) = self.sse.as_mut() else {
+            self.json.push(&data);
+            return Some(data);
         };
-        let complete = self.line_buf.split_to(last_nl + 1).freeze();
-        let mut out = BytesMut::with_capacity(complete.len());
-        let mut skip_blank = false;
-        for line in complete.split_inclusive(|b| *b == b'\n') {
-            let text = trim_eol(line);
-            if skip_blank && text.is_empty() {
-                skip_blank = false;
-                continue;
-            }
-            skip_blank = false;
-            if let Some(payload) = text.strip_prefix(b"data:") {
-                let payload = payload.trim_ascii();
-                if payload == b"[DONE]" {
-                    self.saw_done = true;
-                } else if let Some(p) = ResponseProbe::parse(payload) {
-                    if let Some(u) = p.usage() {
-                        self.output_tokens = u.completion_tokens;
-                    }
-                    if self.hide_usage_chunk && p.usage_only() {
-                        skip_blank = true;
-                        continue;
-                    }
-                }
-            }
-            out.extend_from_slice(line);
+        let out = f.push(data);
+        if !at_end {
+            return (!out.is_empty()).then_some(out);
         }
-        out.freeze()
+        let rest = f.flush();
+        Some(if rest.is_empty() {
+            out
+        } else if out.is_empty() {
+            rest
+        } else {
+            [out, rest].concat().into()
+        })
     }
-
-    /// The incomplete last line, at the end of the stream.
-    pub fn flush(&mut self) -> Bytes {
-        self.line_buf.split().freeze()
-    }
-}
-
-fn trim_eol(line: &[u8]) -> &[u8] {
-    let l = line.strip_suffix(b"\n").unwrap_or(line);
-    l.strip_suffix(b"\r").unwrap_or(l)
 }
 
 impl Body for ProxyBody {
@@ -230,14 +248,14 @@ impl Body for ProxyBody {
         loop {
             match Pin::new(&mut this.inner).poll_frame(cx) {
                 Poll::Pending => {
-                    let Some((t, timer)) = this.idle.as_mut() else {
+                    let Some(idle) = this.idle.as_mut() else {
                         return Poll::Pending;
                     };
-                    if timer.as_mut().poll(cx).is_pending() {
+                    if !idle.expired(cx) {
                         return Poll::Pending;
                     }
-                    let t = *t;
-                    return this.fail(Box::new(crate::error::Error::UpstreamIdle { timeout: t }));
+                    let timeout = idle.timeout;
+                    return this.fail(Box::new(crate::error::Error::UpstreamIdle { timeout }));
                 }
                 Poll::Ready(None) => {
                     let rest = this.sse.as_mut().map(SseFilter::flush).unwrap_or_default();
@@ -249,32 +267,15 @@ impl Body for ProxyBody {
                 }
                 Poll::Ready(Some(Err(e))) => return this.fail(Box::new(e)),
                 Poll::Ready(Some(Ok(frame))) => {
-                    if let Some((t, timer)) = this.idle.as_mut() {
-                        timer.as_mut().reset(tokio::time::Instant::now() + *t);
+                    if let Some(idle) = this.idle.as_mut() {
+                        idle.last = Instant::now();
                     }
                     let at_end = this.inner.is_end_stream();
                     let frame = match frame.into_data() {
-                        Ok(data) => {
-                            if !data.is_empty() && !this.saw_first_byte {
-                                this.saw_first_byte = true;
-                                this.acct.first_byte();
-                            }
-                            if let Some(f) = this.sse.as_mut() {
-                                let mut out = BytesMut::from(&f.push(&data)[..]);
-                                if at_end {
-                                    out.extend_from_slice(&f.flush());
-                                }
-                                if out.is_empty() && !at_end {
-                                    continue;
-                                }
-                                Frame::data(out.freeze())
-                            } else {
-                                if this.json_copy.len() + data.len() <= MAX_USAGE_COPY {
-                                    this.json_copy.extend_from_slice(&data);
-                                }
-                                Frame::data(data)
-                            }
-                        }
+                        Ok(data) => match this.on_data(data, at_end) {
+                            Some(out) => Frame::data(out),
+                            None => continue,
+                        },
                         Err(frame) => frame,
                     };
                     if at_end {
@@ -313,42 +314,5 @@ impl Drop for ProxyBody {
                 "client closed the connection during the response".into(),
             )));
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sse_filter_hides_injected_usage_chunk() {
-        let mut f = SseFilter::new(true);
-        let a = f.push(b"data: {\"choices\":[{\"text\":\"hi\"}],\"usage\":null}\n\ndata: {\"cho");
-        assert_eq!(
-            &a[..],
-            b"data: {\"choices\":[{\"text\":\"hi\"}],\"usage\":null}\n\n"
-        );
-        let b = f.push(b"ices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":7}}\n\ndata: [DONE]\n\n");
-        assert_eq!(&b[..], b"data: [DONE]\n\n");
-        assert_eq!(f.output_tokens, 7);
-        assert!(f.saw_done);
-        assert!(f.flush().is_empty());
-
-        let mut keep = SseFilter::new(false);
-        let c = keep.push(b"data: {\"choices\":[],\"usage\":{\"completion_tokens\":2}}\n\n");
-        assert_eq!(
-            &c[..],
-            b"data: {\"choices\":[],\"usage\":{\"completion_tokens\":2}}\n\n"
-        );
-        assert_eq!(keep.output_tokens, 2);
-        assert!(keep.push(b"data: partial").is_empty());
-        assert_eq!(&keep.flush()[..], b"data: partial");
-    }
-
-    #[test]
-    fn trims_line_ends() {
-        assert_eq!(trim_eol(b"data: x\r\n"), b"data: x");
-        assert_eq!(trim_eol(b"data: x\n"), b"data: x");
-        assert_eq!(trim_eol(b"x"), b"x");
     }
 }

@@ -1,0 +1,271 @@
+//! The SSE filter of streamed answers: forwards each upstream chunk's complete lines as they
+//! arrive, reads `usage`, notes `data: [DONE]`, and drops the usage-only chunk (empty
+//! `choices`) when the router asked for usage on the client's behalf.
+//!
+//! It reads only what it must. A chunk of complete lines that holds no `"usage"` key with a
+//! non-`null` value and no `[DONE]` (every token chunk of a vLLM or SGLang stream) is
+//! forwarded as the same [`Bytes`], without a copy, a JSON parse or an allocation: two
+//! SIMD substring searches (`memchr::memmem`) decide it. Only the lines of the rare chunks
+//! that match (the final usage chunk, `[DONE]`) are parsed, with
+//! [`ResponseProbe`]. A line split across upstream reads is joined in a small carry buffer
+//! (a copy, not in steady state). A `usage` key spelt with JSON escapes (`"\u0075sage"`) is
+//! not recognised; no engine writes one.
+
+use std::sync::LazyLock;
+
+use bytes::{Bytes, BytesMut};
+use memchr::memmem::Finder;
+
+use crate::openai::{ResponseProbe, Usage};
+
+static USAGE_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
+static DONE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"[DONE]"));
+
+/// Line-based SSE pass-through (see the module doc).
+///
+/// Feed it every upstream chunk with [`SseFilter::push`] and forward what it returns; at
+/// the end of the stream forward [`SseFilter::flush`].
+#[derive(Debug, Default)]
+pub struct SseFilter {
+    hide_usage_chunk: bool,
+    /// The start of a line whose end has not arrived yet (empty in steady state).
+    carry: BytesMut,
+    /// The blank line that ends a dropped usage chunk is still to be dropped.
+    skip_blank: bool,
+    /// `usage.completion_tokens` of the last chunk that carried usage.
+    pub output_tokens: u64,
+    /// The usage of the last chunk that carried usage (prompt and completion tokens): what
+    /// the router counts and charges for the request.
+    pub usage: Option<Usage>,
+    /// A `data: [DONE]` line was seen.
+    pub saw_done: bool,
+}
+
+impl SseFilter {
+    /// A filter; `hide_usage_chunk` drops the usage-only chunk.
+    #[must_use]
+    pub fn new(hide_usage_chunk: bool) -> Self {
+        Self {
+            hide_usage_chunk,
+            ..Self::default()
+        }
+    }
+
+    /// Feeds one upstream chunk; returns the bytes to forward now: its complete lines (the
+    /// chunk itself, not a copy, when it ends with a line end and nothing in it is dropped),
+    /// empty while a line is incomplete.
+    pub fn push(&mut self, mut chunk: Bytes) -> Bytes {
+        let Some(last_nl) = memchr::memrchr(b'\n', &chunk) else {
+            self.carry.extend_from_slice(&chunk);
+            return Bytes::new();
+        };
+        if self.carry.is_empty() {
+            if last_nl + 1 < chunk.len() {
+                self.carry.extend_from_slice(&chunk[last_nl + 1..]);
+                chunk.truncate(last_nl + 1);
+            }
+            return self.lines(chunk);
+        }
+        // A line began in an earlier chunk: join it.
+        self.carry.extend_from_slice(&chunk[..=last_nl]);
+        let complete = self.carry.split().freeze();
+        self.carry.extend_from_slice(&chunk[last_nl + 1..]);
+        self.lines(complete)
+    }
+
+    /// The incomplete last line, at the end of the stream.
+    pub fn flush(&mut self) -> Bytes {
+        self.carry.split().freeze()
+    }
+
+    /// Complete lines: forwarded as they are unless one must be read.
+    fn lines(&mut self, mut complete: Bytes) -> Bytes {
+        if std::mem::take(&mut self.skip_blank) {
+            // The dropped chunk's blank line came in this read.
+            if complete.starts_with(b"\n") {
+                complete = complete.slice(1..);
+            } else if complete.starts_with(b"\r\n") {
+                complete = complete.slice(2..);
+            }
+        }
+        if DONE.find(&complete).is_none() && !has_usage(&complete) {
+            return complete;
+        }
+        self.read_lines(complete)
+    }
+
+    /// The slow path: reads line by line, copying only when a line is dropped.
+    fn read_lines(&mut self, complete: Bytes) -> Bytes {
+        let mut out: Option<BytesMut> = None;
+        let mut start = 0;
+        for line in complete.split_inclusive(|b| *b == b'\n') {
+            let keep = self.read_line(trim_eol(line));
+            match (&mut out, keep) {
+                (None, true) | (Some(_), false) => {}
+                (None, false) => {
+                    let mut o = BytesMut::with_capacity(complete.len());
+                    o.extend_from_slice(&complete[..start]);
+                    out = Some(o);
+                }
+                (Some(o), true) => o.extend_from_slice(line),
+            }
+            start += line.len();
+        }
+        out.map_or(complete, BytesMut::freeze)
+    }
+
+    /// Reads one line (without its end); `false` when it is dropped.
+    fn read_line(&mut self, text: &[u8]) -> bool {
+        if std::mem::take(&mut self.skip_blank) && text.is_empty() {
+            return false;
+        }
+        let Some(payload) = text.strip_prefix(b"data:") else {
+            return true;
+        };
+        let payload = payload.trim_ascii();
+        if payload == b"[DONE]" {
+            self.saw_done = true;
+            return true;
+        }
+        if !has_usage(payload) {
+            return true;
+        }
+        let Some(p) = ResponseProbe::parse(payload) else {
+            return true;
+        };
+        if let Some(u) = p.usage() {
+            self.output_tokens = u.completion_tokens;
+            self.usage = Some(u);
+        }
+        if self.hide_usage_chunk && p.usage_only() {
+            self.skip_blank = true;
+            return false;
+        }
+        true
+    }
+}
+
+/// Whether `bytes` hold a `"usage"` key whose value is not `null` (a quoted `"usage"`
+/// followed by `:` is a key: inside a JSON string a quote is escaped).
+fn has_usage(bytes: &[u8]) -> bool {
+    USAGE_KEY.find_iter(bytes).any(|at| {
+        let rest = bytes[at + b"\"usage\"".len()..].trim_ascii_start();
+        rest.strip_prefix(b":")
+            .is_some_and(|v| !v.trim_ascii_start().starts_with(b"null"))
+    })
+}
+
+fn trim_eol(line: &[u8]) -> &[u8] {
+    let l = line.strip_suffix(b"\n").unwrap_or(line);
+    l.strip_suffix(b"\r").unwrap_or(l)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn push(f: &mut SseFilter, s: &'static [u8]) -> Bytes {
+        f.push(Bytes::from_static(s))
+    }
+
+    #[test]
+    fn sse_filter_hides_injected_usage_chunk() {
+        let mut f = SseFilter::new(true);
+        let a = push(
+            &mut f,
+            b"data: {\"choices\":[{\"text\":\"hi\"}],\"usage\":null}\n\ndata: {\"cho",
+        );
+        assert_eq!(
+            &a[..],
+            b"data: {\"choices\":[{\"text\":\"hi\"}],\"usage\":null}\n\n"
+        );
+        let b = push(
+            &mut f,
+            b"ices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":7}}\n\ndata: [DONE]\n\n",
+        );
+        assert_eq!(&b[..], b"data: [DONE]\n\n");
+        assert_eq!(f.output_tokens, 7);
+        assert_eq!(
+            f.usage,
+            Some(Usage {
+                prompt_tokens: 3,
+                completion_tokens: 7
+            })
+        );
+        assert!(f.saw_done);
+        assert!(f.flush().is_empty());
+
+        let mut keep = SseFilter::new(false);
+        let c = push(
+            &mut keep,
+            b"data: {\"choices\":[],\"usage\":{\"completion_tokens\":2}}\n\n",
+        );
+        assert_eq!(
+            &c[..],
+            b"data: {\"choices\":[],\"usage\":{\"completion_tokens\":2}}\n\n"
+        );
+        assert_eq!(keep.output_tokens, 2);
+        assert!(push(&mut keep, b"data: partial").is_empty());
+        assert_eq!(&keep.flush()[..], b"data: partial");
+    }
+
+    #[test]
+    fn a_token_chunk_is_forwarded_as_the_same_bytes() {
+        let mut f = SseFilter::new(true);
+        let chunk = Bytes::from(
+            b"data: {\"choices\":[{\"delta\":{\"content\":\"\\\"usage\\\": 1\"}}],\"usage\":null}\n\n"
+                .to_vec(),
+        );
+        let out = f.push(chunk.clone());
+        assert_eq!(out.as_ptr(), chunk.as_ptr(), "no copy");
+        assert_eq!(out.len(), chunk.len());
+        assert_eq!(f.usage, None);
+    }
+
+    #[test]
+    fn the_blank_line_of_a_dropped_chunk_in_the_next_read_is_dropped() {
+        let mut f = SseFilter::new(true);
+        let a = push(
+            &mut f,
+            b"data: {\"choices\":[],\"usage\" : {\"completion_tokens\":5}}\r\n",
+        );
+        assert!(a.is_empty());
+        assert_eq!(
+            &push(&mut f, b"\r\ndata: [DONE]\r\n\r\n")[..],
+            b"data: [DONE]\r\n\r\n"
+        );
+        assert_eq!(f.output_tokens, 5);
+        assert!(f.saw_done);
+    }
+
+    #[test]
+    fn a_usage_chunk_amid_token_chunks_is_cut_out() {
+        let mut f = SseFilter::new(true);
+        let out = push(
+            &mut f,
+            b"data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: {\"choices\":[],\"usage\":{\"completion_tokens\":1}}\n\ndata: [DONE]\n\n",
+        );
+        assert_eq!(
+            &out[..],
+            b"data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: [DONE]\n\n"
+        );
+        assert_eq!(f.output_tokens, 1);
+    }
+
+    #[test]
+    fn finds_usage_keys_with_values() {
+        assert!(has_usage(b"{\"usage\":{\"a\":1}}"));
+        assert!(has_usage(b"{\"usage\" :\t{}}"));
+        assert!(!has_usage(b"{\"usage\":null}"));
+        assert!(!has_usage(b"{\"usage\" : null,\"x\":\"usage\"}"));
+        assert!(!has_usage(b"{\"text\":\"\\\"usage\\\"\"}"));
+        assert!(has_usage(b"{\"usage\":null,\"response\":{\"usage\":{}}}"));
+    }
+
+    #[test]
+    fn trims_line_ends() {
+        assert_eq!(trim_eol(b"data: x\r\n"), b"data: x");
+        assert_eq!(trim_eol(b"data: x\n"), b"data: x");
+        assert_eq!(trim_eol(b"x"), b"x");
+    }
+}
