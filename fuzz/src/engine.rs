@@ -1,5 +1,6 @@
 //! What engines answer: streamed and JSON responses, `/metrics` and `/v1/models`.
 
+use bytes::Bytes;
 use kthena_router::{
     ResponseProbe, SGLANG, SseFilter, VLLM, parse_metrics, parse_models, usage_of,
 };
@@ -41,10 +42,10 @@ fn run_filter(hide: bool, body: &[u8], cuts: &[u8]) -> Filtered {
     let mut rest = body;
     for &c in cuts {
         let (piece, tail) = rest.split_at(rest.len().min(usize::from(c)));
-        out.extend_from_slice(&f.push(piece));
+        out.extend_from_slice(&f.push(Bytes::copy_from_slice(piece)));
         rest = tail;
     }
-    out.extend_from_slice(&f.push(rest));
+    out.extend_from_slice(&f.push(Bytes::copy_from_slice(rest)));
     out.extend_from_slice(&f.flush());
     (out, f.output_tokens, f.saw_done)
 }
