@@ -27,6 +27,7 @@ use crate::metrics::Metrics;
 use crate::tokenize::Tokenizer;
 
 mod responses;
+mod serving;
 mod wire;
 
 use wire::*;
@@ -235,6 +236,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/unload_lora_adapter", post(unload_lora))
         .route("/reset_prefix_cache", post(reset_prefix_cache))
         .route("/bootstrap/{room}", get(bootstrap_wait))
+        .merge(serving::routes())
         .fallback(not_found)
         .layer(axum::extract::DefaultBodyLimit::max(
             shared.cfg.max_body_bytes,
@@ -477,6 +479,7 @@ struct Gen {
     prompt: Vec<u32>,
     max_tokens: usize,
     lora: Option<String>,
+    cache_salt: Option<String>,
     stream: bool,
     include_usage: bool,
     seed: u64,
@@ -612,6 +615,7 @@ fn prepare(s: &Shared, api: Api, c: Common, prompt: Vec<u32>) -> Result<Gen, Api
         prompt,
         max_tokens,
         lora,
+        cache_salt: c.cache_salt,
         stream: c.stream,
         include_usage,
         seed: c.seed.unwrap_or(0),
@@ -702,6 +706,7 @@ async fn submit(
         prompt: g.prompt.clone(),
         max_tokens: g.max_tokens,
         lora: g.lora.clone(),
+        cache_salt: g.cache_salt.clone(),
         remote_prefill: g.remote_prefill,
         seed: g.seed,
         tx,

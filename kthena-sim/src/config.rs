@@ -7,9 +7,11 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use clap::{Args, ValueEnum};
+use clap::builder::BoolishValueParser;
+use clap::{ArgAction, Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 
+use crate::hash::HashAlgo;
 use crate::{Error, Result};
 
 /// Which engine the simulator pretends to be: decides metric names and the default port.
@@ -206,6 +208,26 @@ pub struct Config {
     /// ZMQ topic of KV-event messages; unset uses `kv@<host>@<model>`.
     #[arg(long)]
     pub kv_events_topic: Option<String>,
+    /// Block-hash algorithm of the prefix cache and KV events (vLLM's
+    /// `--prefix-caching-hash-algo`; vLLM's default is `sha256`).
+    #[arg(long, value_enum, default_value_t = HashAlgo::Sha256)]
+    pub prefix_caching_hash_algo: HashAlgo,
+    /// Seed of the block-hash chain (`NONE_HASH = H(seed)`), a string as vLLM reads
+    /// `PYTHONHASHSEED` (also read from that variable); unset draws a random `NONE_HASH` per
+    /// process, as vLLM does.
+    #[arg(long, env = "PYTHONHASHSEED")]
+    pub hash_seed: Option<String>,
+    /// KV events carry int block hashes (the digest's low 64 bits) when true and the digest
+    /// bytes when false (vLLM's `VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`, default 1; also read
+    /// from that variable).
+    #[arg(
+        long,
+        env = "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES",
+        default_value_t = true,
+        value_parser = BoolishValueParser::new(),
+        action = ArgAction::Set
+    )]
+    pub kv_events_use_int_block_hashes: bool,
     /// LoRA adapters loaded at start, comma separated: `name=path` as vLLM, or a bare name
     /// (path = name).
     #[arg(long, value_delimiter = ',')]
@@ -238,6 +260,9 @@ impl Default for Config {
             kv_events_port: None,
             kv_events_format: KvEventsFormat::Map,
             kv_events_topic: None,
+            prefix_caching_hash_algo: HashAlgo::Sha256,
+            hash_seed: None,
+            kv_events_use_int_block_hashes: true,
             lora_modules: Vec::new(),
             max_body_bytes: 64 * 1024 * 1024,
             profile: Profile::default(),
@@ -357,6 +382,13 @@ impl Config {
     #[must_use]
     pub fn with_time_scale(mut self, time_scale: f64) -> Self {
         self.time_scale = time_scale;
+        self
+    }
+
+    /// Returns this config with a block-hash seed (`--hash-seed`, like `PYTHONHASHSEED`).
+    #[must_use]
+    pub fn with_hash_seed(mut self, seed: impl Into<String>) -> Self {
+        self.hash_seed = Some(seed.into());
         self
     }
 

@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::config::Profile;
-use crate::hash::{block_hash, prompt_block_hashes};
+use crate::hash::{BlockHash, BlockHasher, RequestKeys};
 use crate::kv::{KvCache, KvEvent};
 use crate::metrics::Metrics;
 use crate::tokenize::Tokenizer;
@@ -77,6 +77,8 @@ pub(crate) struct Submit {
     pub(crate) prompt: Vec<u32>,
     pub(crate) max_tokens: usize,
     pub(crate) lora: Option<String>,
+    /// The request's `cache_salt` (a block-hash extra key of its first block).
+    pub(crate) cache_salt: Option<String>,
     /// Decode role: the prompt's KV arrives by transfer instead of being computed.
     pub(crate) remote_prefill: bool,
     /// Extra seed material (the request's `seed`, if any).
@@ -91,10 +93,11 @@ struct Seq {
     max_tokens: usize,
     generated: usize,
     computed: usize,
-    committed: Vec<u64>,
+    committed: Vec<BlockHash>,
     private: usize,
-    prompt_hashes: Vec<u64>,
+    prompt_hashes: Vec<BlockHash>,
     lora: Option<String>,
+    cache_salt: Option<String>,
     remote_prefill: bool,
     /// Model time at which a remote KV transfer completes.
     ready_at: Option<f64>,
@@ -110,6 +113,30 @@ struct Seq {
 impl Seq {
     fn blocks_held(&self) -> usize {
         self.committed.len() + self.private
+    }
+
+    fn keys(&self) -> RequestKeys<'_> {
+        RequestKeys {
+            lora: self.lora.as_deref(),
+            cache_salt: self.cache_salt.as_deref(),
+        }
+    }
+}
+
+/// Hashes and commits every block of `seq` that its computed tokens filled.
+fn commit_full_blocks(kv: &mut KvCache, hasher: &BlockHasher, seq: &mut Seq, bs: usize) {
+    while (seq.committed.len() + 1) * bs <= seq.computed {
+        let n = seq.committed.len();
+        let parent = n.checked_sub(1).map(|j| seq.committed[j]);
+        let tokens = &seq.tokens[n * bs..(n + 1) * bs];
+        let extra = seq.keys().for_block(n);
+        let hash = match seq.prompt_hashes.get(n) {
+            Some(h) => *h,
+            None => hasher.block_hash(parent.as_ref(), tokens, &extra),
+        };
+        kv.commit(hash, parent, tokens, seq.lora.as_deref(), extra);
+        seq.committed.push(hash);
+        seq.private = seq.private.saturating_sub(1);
     }
 }
 
@@ -130,6 +157,7 @@ pub(crate) struct Scheduler {
     profile: Profile,
     seed: u64,
     kv: KvCache,
+    hasher: BlockHasher,
     waiting: VecDeque<Seq>,
     running: Vec<Seq>,
     /// Adapters resident on the simulated GPU, least recently used first to go.
@@ -144,6 +172,7 @@ impl Scheduler {
     pub(crate) fn new(
         profile: Profile,
         seed: u64,
+        hasher: BlockHasher,
         tokenizer: Tokenizer,
         metrics: Arc<Metrics>,
     ) -> Self {
@@ -152,6 +181,7 @@ impl Scheduler {
             profile,
             seed,
             kv,
+            hasher,
             waiting: VecDeque::new(),
             running: Vec::new(),
             resident_loras: LruCache::unbounded(),
@@ -163,8 +193,13 @@ impl Scheduler {
 
     /// Queues a request that arrived at model time `now`.
     pub(crate) fn add(&mut self, s: Submit, now: f64) {
-        let prompt_hashes =
-            prompt_block_hashes(&s.prompt, self.profile.block_size, s.lora.as_deref());
+        let keys = RequestKeys {
+            lora: s.lora.as_deref(),
+            cache_salt: s.cache_salt.as_deref(),
+        };
+        let prompt_hashes = self
+            .hasher
+            .block_hashes(&s.prompt, self.profile.block_size, keys);
         let mut seed_bytes = self.seed ^ s.seed.rotate_left(17);
         for (i, t) in s.prompt.iter().enumerate().take(64) {
             seed_bytes = seed_bytes
@@ -181,6 +216,7 @@ impl Scheduler {
             private: 0,
             prompt_hashes,
             lora: s.lora,
+            cache_salt: s.cache_salt,
             remote_prefill: s.remote_prefill,
             ready_at: None,
             arrival: now,
@@ -252,11 +288,9 @@ impl Scheduler {
         victim.ready_at = None;
         victim.remote_prefill = false;
         // Generated tokens stay part of the sequence and are recomputed with the prompt.
-        victim.prompt_hashes = prompt_block_hashes(
-            &victim.tokens,
-            self.profile.block_size,
-            victim.lora.as_deref(),
-        );
+        victim.prompt_hashes =
+            self.hasher
+                .block_hashes(&victim.tokens, self.profile.block_size, victim.keys());
         self.metrics.inc_preemptions();
         self.preemptions += 1;
         self.waiting.push_front(victim);
@@ -442,26 +476,7 @@ impl Scheduler {
             let seq = &mut self.running[i];
             seq.ready_at = None;
             seq.computed += new;
-            while (seq.committed.len() + 1) * bs <= seq.computed {
-                let n = seq.committed.len();
-                let parent = n.checked_sub(1).map(|j| seq.committed[j]);
-                let hash = match seq.prompt_hashes.get(n) {
-                    Some(h) => *h,
-                    None => block_hash(
-                        parent,
-                        &seq.tokens[n * bs..(n + 1) * bs],
-                        seq.lora.as_deref(),
-                    ),
-                };
-                self.kv.commit(
-                    hash,
-                    parent,
-                    &seq.tokens[n * bs..(n + 1) * bs],
-                    seq.lora.as_deref(),
-                );
-                seq.committed.push(hash);
-                seq.private = seq.private.saturating_sub(1);
-            }
+            commit_full_blocks(&mut self.kv, &self.hasher, seq, bs);
             if seq.computed < seq.tokens.len() {
                 continue;
             }

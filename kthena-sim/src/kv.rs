@@ -22,26 +22,30 @@ use std::collections::{HashMap, VecDeque};
 
 use lru::LruCache;
 
+use crate::hash::{BlockHash, ExtraKey};
+
 /// A KV-cache event, emitted when the set of cached blocks changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KvEvent {
     /// Blocks became cached (reusable by a prefix hit).
     BlockStored {
         /// Hashes of the stored blocks, in chain order.
-        block_hashes: Vec<u64>,
+        block_hashes: Vec<BlockHash>,
         /// Hash of the block before the first one, `None` for the chain root.
-        parent_block_hash: Option<u64>,
+        parent_block_hash: Option<BlockHash>,
         /// Token ids of all stored blocks, concatenated (`block_size` per block).
         token_ids: Vec<u32>,
         /// Tokens per block.
         block_size: usize,
         /// LoRA adapter the blocks belong to.
         lora_name: Option<String>,
+        /// Each block's hash extra keys (empty: none), one entry per block.
+        extra_keys: Vec<Vec<ExtraKey>>,
     },
     /// Blocks were evicted.
     BlockRemoved {
         /// Hashes of the removed blocks.
-        block_hashes: Vec<u64>,
+        block_hashes: Vec<BlockHash>,
     },
     /// The whole cache was cleared.
     AllBlocksCleared,
@@ -59,9 +63,9 @@ struct Block {
 pub(crate) struct KvCache {
     total: usize,
     block_size: usize,
-    cached: HashMap<u64, Block>,
+    cached: HashMap<BlockHash, Block>,
     /// Cached blocks with `refs == 0`, least recently used first to go.
-    free_cached: LruCache<u64, ()>,
+    free_cached: LruCache<BlockHash, ()>,
     /// Ids of the private blocks (allocated, not yet cached).
     private: VecDeque<u32>,
     /// Next never-used id; ids above `total` do not exist.
@@ -110,7 +114,7 @@ impl KvCache {
     }
 
     /// Physical ids of the cached blocks among `hashes`, in order.
-    pub(crate) fn block_ids(&self, hashes: &[u64]) -> Vec<u32> {
+    pub(crate) fn block_ids(&self, hashes: &[BlockHash]) -> Vec<u32> {
         hashes
             .iter()
             .filter_map(|h| self.cached.get(h).map(|b| b.id))
@@ -129,7 +133,7 @@ impl KvCache {
     }
 
     /// Number of leading hashes of `hashes` that are cached (does not touch LRU order).
-    pub(crate) fn longest_prefix(&self, hashes: &[u64]) -> usize {
+    pub(crate) fn longest_prefix(&self, hashes: &[BlockHash]) -> usize {
         hashes
             .iter()
             .take_while(|h| self.cached.contains_key(h))
@@ -137,7 +141,7 @@ impl KvCache {
     }
 
     /// Takes a reference on cached blocks (a prefix hit). Every hash must be cached.
-    pub(crate) fn acquire(&mut self, hashes: &[u64]) {
+    pub(crate) fn acquire(&mut self, hashes: &[BlockHash]) {
         for h in hashes {
             if let Some(b) = self.cached.get_mut(h) {
                 if b.refs == 0 {
@@ -185,13 +189,15 @@ impl KvCache {
 
     /// Turns one private block of a sequence into a cached block with hash `hash`. If the hash
     /// is already cached (another sequence computed the same block) the private block is
-    /// freed and the sequence references the existing one. Emits `BlockStored` for new blocks.
+    /// freed and the sequence references the existing one. Emits `BlockStored` for new blocks,
+    /// with the block's hash `extra` keys.
     pub(crate) fn commit(
         &mut self,
-        hash: u64,
-        parent: Option<u64>,
+        hash: BlockHash,
+        parent: Option<BlockHash>,
         tokens: &[u32],
         lora: Option<&str>,
+        extra: Vec<ExtraKey>,
     ) {
         // Private blocks are counted, not owned by a sequence: the oldest one is filled.
         let id = self.private.pop_front();
@@ -212,6 +218,7 @@ impl KvCache {
             block_hashes,
             token_ids,
             lora_name,
+            extra_keys,
             ..
         }) = self.events.last_mut()
             && block_hashes.last().copied() == parent
@@ -219,6 +226,7 @@ impl KvCache {
         {
             block_hashes.push(hash);
             token_ids.extend_from_slice(tokens);
+            extra_keys.push(extra);
             return;
         }
         self.events.push(KvEvent::BlockStored {
@@ -227,13 +235,14 @@ impl KvCache {
             token_ids: tokens.to_vec(),
             block_size: self.block_size,
             lora_name: lora.map(str::to_owned),
+            extra_keys: vec![extra],
         });
     }
 
     /// Releases a finished or preempted sequence: drops `private` private blocks and one
     /// reference on each of `hashes`. Blocks that reach zero references become evictable, the
     /// last block of the chain first (vLLM frees in reverse order so that tails go first).
-    pub(crate) fn release(&mut self, hashes: &[u64], private: usize) {
+    pub(crate) fn release(&mut self, hashes: &[BlockHash], private: usize) {
         for _ in 0..private {
             if let Some(id) = self.private.pop_back() {
                 self.recycled.push_back(id);
@@ -252,7 +261,7 @@ impl KvCache {
     /// Drops every free cached block (referenced blocks stay); emits `AllBlocksCleared`
     /// when the cache held no referenced blocks, else `BlockRemoved`.
     pub(crate) fn reset(&mut self) {
-        let removed: Vec<u64> =
+        let removed: Vec<BlockHash> =
             std::iter::from_fn(|| self.free_cached.pop_lru().map(|(h, ())| h)).collect();
         for h in &removed {
             if let Some(b) = self.cached.remove(h) {
@@ -278,40 +287,45 @@ impl KvCache {
 mod tests {
     use super::*;
 
+    fn h(n: u8) -> BlockHash {
+        BlockHash::from_digest(&[n; 32])
+    }
+
     #[test]
     fn prefix_hit_release_and_lru_eviction() {
         let mut kv = KvCache::new(4, 2);
         assert!(kv.allocate(2));
-        kv.commit(10, None, &[1, 2], None);
-        kv.commit(11, Some(10), &[3, 4], None);
+        kv.commit(h(10), None, &[1, 2], None, vec![]);
+        kv.commit(h(11), Some(h(10)), &[3, 4], None, vec![]);
         assert_eq!(kv.used(), 2);
         assert_eq!(
             kv.take_events(),
             vec![KvEvent::BlockStored {
-                block_hashes: vec![10, 11],
+                block_hashes: vec![h(10), h(11)],
                 parent_block_hash: None,
                 token_ids: vec![1, 2, 3, 4],
                 block_size: 2,
                 lora_name: None,
+                extra_keys: vec![vec![], vec![]],
             }]
         );
-        kv.release(&[10, 11], 0);
+        kv.release(&[h(10), h(11)], 0);
         assert_eq!(kv.used(), 0);
         assert_eq!(kv.cached_blocks(), 2);
-        assert_eq!(kv.longest_prefix(&[10, 11, 12]), 2);
+        assert_eq!(kv.longest_prefix(&[h(10), h(11), h(12)]), 2);
         // Fill the two empty blocks, then one more evicts the chain tail (11) first.
         assert!(kv.allocate(2));
         assert!(kv.allocate(1));
         assert_eq!(
             kv.take_events(),
             vec![KvEvent::BlockRemoved {
-                block_hashes: vec![11]
+                block_hashes: vec![h(11)]
             }]
         );
-        assert_eq!(kv.longest_prefix(&[10, 11]), 1);
+        assert_eq!(kv.longest_prefix(&[h(10), h(11)]), 1);
         assert!(!kv.allocate(2));
         assert_eq!(kv.usage(), 0.75);
-        kv.acquire(&[10]);
+        kv.acquire(&[h(10)]);
         assert_eq!(kv.usage(), 1.0);
         assert!(!kv.allocate(1));
     }
@@ -320,29 +334,29 @@ mod tests {
     fn physical_block_ids_are_handed_out_like_vllm() {
         let mut kv = KvCache::new(3, 2);
         assert!(kv.allocate(3));
-        kv.commit(10, None, &[1, 2], None);
-        kv.commit(11, Some(10), &[3, 4], None);
-        assert_eq!(kv.block_ids(&[10, 11]), vec![1, 2]);
+        kv.commit(h(10), None, &[1, 2], None, vec![]);
+        kv.commit(h(11), Some(h(10)), &[3, 4], None, vec![]);
+        assert_eq!(kv.block_ids(&[h(10), h(11)]), vec![1, 2]);
         // The third (private) block is freed; the next allocation reuses its id.
-        kv.release(&[10, 11], 1);
+        kv.release(&[h(10), h(11)], 1);
         assert!(kv.allocate(1));
-        kv.commit(20, None, &[5, 6], None);
-        assert_eq!(kv.block_ids(&[20]), vec![3]);
+        kv.commit(h(20), None, &[5, 6], None, vec![]);
+        assert_eq!(kv.block_ids(&[h(20)]), vec![3]);
         // The next one evicts the least recently used cached block (11) and takes its id.
         assert!(kv.allocate(1));
-        kv.commit(21, Some(20), &[7, 8], None);
-        assert_eq!(kv.block_ids(&[10, 11, 20, 21]), vec![1, 3, 2]);
+        kv.commit(h(21), Some(h(20)), &[7, 8], None, vec![]);
+        assert_eq!(kv.block_ids(&[h(10), h(11), h(20), h(21)]), vec![1, 3, 2]);
     }
 
     #[test]
     fn duplicate_commit_shares_the_block() {
         let mut kv = KvCache::new(4, 2);
         assert!(kv.allocate(2));
-        kv.commit(7, None, &[1, 2], None);
-        kv.commit(7, None, &[1, 2], None);
+        kv.commit(h(7), None, &[1, 2], None, vec![]);
+        kv.commit(h(7), None, &[1, 2], None, vec![]);
         assert_eq!(kv.used(), 1);
         assert_eq!(kv.take_events().len(), 1);
-        kv.release(&[7, 7], 0);
+        kv.release(&[h(7), h(7)], 0);
         assert_eq!(kv.used(), 0);
         kv.reset();
         assert_eq!(kv.take_events(), vec![KvEvent::AllBlocksCleared]);

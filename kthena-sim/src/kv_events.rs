@@ -12,7 +12,11 @@
 //! | BlockRemoved | type, block_hashes, medium, group_idx | `["BlockRemoved", hashes, medium]` |
 //! | AllBlocksCleared | type | `["AllBlocksCleared"]` |
 //!
-//! Block hashes are unsigned 64-bit integers (vLLM's default int hashes).
+//! Block hashes are unsigned 64-bit integers, the digest's low 64 bits (vLLM's default,
+//! `VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1`), or the digest bytes as msgpack `bin` when
+//! `int_hashes` is false. `extra_keys` has one entry per block: nil, or the block's hash extra
+//! keys as an array (a LoRA name or cache salt as a string, a multimodal item as
+//! `[identifier, offset]`).
 
 use bytes::Bytes;
 use rmpv::Value;
@@ -20,6 +24,7 @@ use tokio::sync::mpsc;
 use zeromq::{Socket, SocketSend, ZmqMessage};
 
 use crate::config::KvEventsFormat;
+use crate::hash::{BlockHash, ExtraKey};
 use crate::kv::KvEvent;
 use crate::{Error, Result};
 
@@ -27,13 +32,43 @@ fn s(v: &str) -> Value {
     Value::from(v)
 }
 
-fn hashes(h: &[u64]) -> Value {
-    Value::Array(h.iter().map(|x| Value::from(*x)).collect())
+fn hash(h: &BlockHash, int_hashes: bool) -> Value {
+    if int_hashes {
+        Value::from(h.to_u64())
+    } else {
+        Value::Binary(h.as_bytes().to_vec())
+    }
 }
 
-/// One event as a msgpack value in `format`.
+fn extra_key(k: &ExtraKey) -> Value {
+    match k {
+        ExtraKey::Str(s) => Value::from(s.as_str()),
+        ExtraKey::Mm { identifier, offset } => {
+            Value::Array(vec![Value::from(identifier.as_str()), Value::from(*offset)])
+        }
+        ExtraKey::Bytes(b) => Value::Binary(b.clone()),
+    }
+}
+
+fn extra_keys(keys: &[Vec<ExtraKey>]) -> Value {
+    Value::Array(
+        keys.iter()
+            .map(|k| {
+                if k.is_empty() {
+                    Value::Nil
+                } else {
+                    Value::Array(k.iter().map(extra_key).collect())
+                }
+            })
+            .collect(),
+    )
+}
+
+/// One event as a msgpack value in `format`, with int block hashes if `int_hashes`, else the
+/// digest bytes.
 #[must_use]
-pub fn event_value(ev: &KvEvent, format: KvEventsFormat) -> Value {
+pub fn event_value(ev: &KvEvent, format: KvEventsFormat, int_hashes: bool) -> Value {
+    let hashes = |h: &[BlockHash]| Value::Array(h.iter().map(|x| hash(x, int_hashes)).collect());
     match (ev, format) {
         (
             KvEvent::BlockStored {
@@ -42,10 +77,13 @@ pub fn event_value(ev: &KvEvent, format: KvEventsFormat) -> Value {
                 token_ids,
                 block_size,
                 lora_name,
+                extra_keys: keys,
             },
             fmt,
         ) => {
-            let parent = parent_block_hash.map_or(Value::Nil, Value::from);
+            let parent = parent_block_hash
+                .as_ref()
+                .map_or(Value::Nil, |h| hash(h, int_hashes));
             let tokens = Value::Array(token_ids.iter().map(|t| Value::from(*t)).collect());
             let lora = lora_name.as_deref().map_or(Value::Nil, s);
             let bs = Value::from(*block_size as u64);
@@ -59,10 +97,7 @@ pub fn event_value(ev: &KvEvent, format: KvEventsFormat) -> Value {
                     (s("lora_id"), Value::Nil),
                     (s("medium"), s("GPU")),
                     (s("lora_name"), lora),
-                    (
-                        s("extra_keys"),
-                        Value::Array(vec![Value::Nil; block_hashes.len()]),
-                    ),
+                    (s("extra_keys"), extra_keys(keys)),
                     (s("group_idx"), Value::from(0)),
                     (s("kv_cache_spec_kind"), s("full_attention")),
                 ]),
@@ -96,14 +131,24 @@ pub fn event_value(ev: &KvEvent, format: KvEventsFormat) -> Value {
     }
 }
 
-/// Encodes one batch `[ts, [events], 0]` as msgpack bytes.
+/// Encodes one batch `[ts, [events], 0]` as msgpack bytes (hashes as in [`event_value`]).
 ///
 /// # Errors
 /// [`Error::Encode`] if msgpack serialisation fails (it cannot for in-memory buffers).
-pub fn encode_batch(ts: f64, events: &[KvEvent], format: KvEventsFormat) -> Result<Vec<u8>> {
+pub fn encode_batch(
+    ts: f64,
+    events: &[KvEvent],
+    format: KvEventsFormat,
+    int_hashes: bool,
+) -> Result<Vec<u8>> {
     let batch = Value::Array(vec![
         Value::F64(ts),
-        Value::Array(events.iter().map(|e| event_value(e, format)).collect()),
+        Value::Array(
+            events
+                .iter()
+                .map(|e| event_value(e, format, int_hashes))
+                .collect(),
+        ),
         Value::from(0),
     ]);
     let mut out = Vec::new();
@@ -116,6 +161,7 @@ pub(crate) struct Publisher {
     socket: zeromq::PubSocket,
     topic: Bytes,
     format: KvEventsFormat,
+    int_hashes: bool,
     seq: u64,
 }
 
@@ -135,6 +181,7 @@ impl Publisher {
         port: u16,
         topic: String,
         format: KvEventsFormat,
+        int_hashes: bool,
     ) -> Result<(Self, u16)> {
         let endpoint = match host {
             std::net::IpAddr::V4(a) => format!("tcp://{a}:{port}"),
@@ -157,6 +204,7 @@ impl Publisher {
                 socket,
                 topic: Bytes::from(topic),
                 format,
+                int_hashes,
                 seq: 0,
             },
             port,
@@ -170,7 +218,7 @@ impl Publisher {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs_f64())
                 .unwrap_or(0.0);
-            let Ok(payload) = encode_batch(ts, &events, self.format) else {
+            let Ok(payload) = encode_batch(ts, &events, self.format, self.int_hashes) else {
                 continue;
             };
             let mut msg = ZmqMessage::from(self.topic.clone());
@@ -191,13 +239,17 @@ mod tests {
     #[test]
     fn map_encoding_matches_the_vllm_sample_layout() {
         let ev = KvEvent::BlockStored {
-            block_hashes: vec![1, 2],
+            block_hashes: vec![
+                BlockHash::from_digest(&[1; 32]),
+                BlockHash::from_digest(&[2; 32]),
+            ],
             parent_block_hash: None,
             token_ids: vec![7; 4],
             block_size: 2,
             lora_name: None,
+            extra_keys: vec![vec![], vec![]],
         };
-        let bytes = encode_batch(1.5, &[ev], KvEventsFormat::Map).unwrap();
+        let bytes = encode_batch(1.5, &[ev], KvEventsFormat::Map, true).unwrap();
         let v = rmpv::decode::read_value(&mut bytes.as_slice()).unwrap();
         let arr = v.as_array().unwrap();
         assert_eq!(arr.len(), 3);

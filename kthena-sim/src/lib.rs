@@ -44,7 +44,7 @@ mod tokenize;
 
 pub use config::{Config, Faults, Flavor, KvEventsFormat, Profile, Role};
 pub use error::Error;
-pub use hash::{block_hash, prompt_block_hashes};
+pub use hash::{BlockHash, BlockHasher, ExtraKey, HashAlgo, RequestKeys};
 pub use kv::KvEvent;
 pub use kv_events::{encode_batch, event_value};
 pub use offline::{OfflineReport, OfflineRequest, simulate};

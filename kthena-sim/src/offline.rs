@@ -8,6 +8,7 @@ use tokio::sync::mpsc;
 
 use crate::config::{Config, Profile};
 use crate::engine::{Scheduler, Submit};
+use crate::hash::BlockHasher;
 use crate::metrics::Metrics;
 use crate::tokenize::Tokenizer;
 use crate::{Error, Result};
@@ -71,7 +72,8 @@ pub fn simulate(
         }
     }
     let metrics = Arc::new(Metrics::new(&cfg));
-    let mut sched = Scheduler::new(cfg.profile, seed, Tokenizer::fallback(), metrics);
+    let hasher = BlockHasher::new(cfg.prefix_caching_hash_algo, cfg.hash_seed.as_deref());
+    let mut sched = Scheduler::new(cfg.profile, seed, hasher, Tokenizer::fallback(), metrics);
     let mut order: Vec<usize> = (0..requests.len()).collect();
     order.sort_by(|&a, &b| requests[a].arrival.total_cmp(&requests[b].arrival));
     let mut receivers: Vec<Option<mpsc::UnboundedReceiver<crate::engine::Output>>> =
@@ -92,6 +94,7 @@ pub fn simulate(
                     prompt: requests[i].prompt.clone(),
                     max_tokens: requests[i].max_tokens,
                     lora: requests[i].lora.clone(),
+                    cache_salt: None,
                     remote_prefill: false,
                     seed: i as u64,
                     tx,

@@ -16,6 +16,7 @@ use tower::ServiceExt;
 use crate::api::{self, Shared};
 use crate::config::{Config, Faults};
 use crate::engine::{self, Command, Scheduler};
+use crate::hash::BlockHasher;
 use crate::kv_events::Publisher;
 use crate::metrics::Metrics;
 use crate::tokenize::Tokenizer;
@@ -145,8 +146,14 @@ pub async fn spawn(config: Config) -> Result<SimHandle> {
                 .kv_events_topic
                 .clone()
                 .unwrap_or_else(|| format!("kv@{}@{}", config.host, config.model));
-            let (publisher, bound) =
-                Publisher::bind(config.host, port, topic, config.kv_events_format).await?;
+            let (publisher, bound) = Publisher::bind(
+                config.host,
+                port,
+                topic,
+                config.kv_events_format,
+                config.kv_events_use_int_block_hashes,
+            )
+            .await?;
             let (tx, rx) = mpsc::unbounded_channel();
             let k = kill.clone();
             tracker.spawn(async move {
@@ -165,6 +172,7 @@ pub async fn spawn(config: Config) -> Result<SimHandle> {
     let sched = Scheduler::new(
         config.profile.clone(),
         config.seed,
+        BlockHasher::new(config.prefix_caching_hash_algo, config.hash_seed.as_deref()),
         tokenizer.clone(),
         Arc::clone(&metrics),
     );

@@ -237,6 +237,37 @@ impl Tokenizer {
         }
     }
 
+    /// Text of `ids` (vLLM `/detokenize`: special tokens kept). The fallback tokenizer hashes
+    /// prompt pieces, so it can only invert its output vocabulary; any other id below
+    /// [`FALLBACK_VOCAB`] decodes to `[id]`.
+    ///
+    /// # Errors
+    /// The first id outside the vocabulary.
+    pub fn decode(&self, ids: &[u32]) -> std::result::Result<String, u32> {
+        match &*self.inner {
+            Inner::Hf(tok) => {
+                let size = tok.get_vocab_size(true);
+                if let Some(bad) = ids.iter().find(|id| **id as usize >= size) {
+                    return Err(*bad);
+                }
+                Ok(tok.decode(ids, false).unwrap_or_default())
+            }
+            Inner::Fallback => ids
+                .iter()
+                .map(|id| {
+                    if u64::from(*id) >= FALLBACK_VOCAB {
+                        return Err(*id);
+                    }
+                    Ok(self
+                        .vocab
+                        .iter()
+                        .find(|(v, _)| v == id)
+                        .map_or_else(|| format!("[{id}]"), |(_, t)| t.clone()))
+                })
+                .collect(),
+        }
+    }
+
     /// The `(id, text)` pairs generated tokens are drawn from; never empty.
     #[must_use]
     pub fn output_vocab(&self) -> &[(u32, String)] {

@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::post_json;
-use kthena_sim::{Config, KvEventsFormat, SimHandle, prompt_block_hashes, spawn};
+use kthena_sim::{BlockHasher, Config, HashAlgo, KvEventsFormat, RequestKeys, SimHandle, spawn};
 use rmpv::Value;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -20,13 +20,23 @@ fn cfg(format: KvEventsFormat) -> Config {
     let mut c = Config::default()
         .with_ephemeral_port()
         .with_model("m")
-        .with_time_scale(50.0);
+        .with_time_scale(50.0)
+        .with_hash_seed("0");
     c.kv_events_port = Some(0);
     c.kv_events_format = format;
     c.profile.block_size = BS;
     c.profile.num_gpu_blocks = 16;
     c.profile.max_model_len = 64;
     c
+}
+
+/// The int block hashes vLLM (seed "0", default algorithm) gives `tokens`.
+fn vllm_hashes(tokens: &[u32]) -> Vec<u64> {
+    BlockHasher::new(HashAlgo::Sha256, Some("0"))
+        .block_hashes(tokens, BS, RequestKeys::default())
+        .iter()
+        .map(|h| h.to_u64())
+        .collect()
 }
 
 fn prompt(seed: u32) -> Vec<u32> {
@@ -145,7 +155,7 @@ async fn rust_subscriber_decodes(format: KvEventsFormat) {
             e.0 == "BlockStored" && e.3 == p0.iter().map(|&t| u64::from(t)).collect::<Vec<_>>()
         })
         .expect("BlockStored for prompt 0");
-    assert_eq!(stored.1, prompt_block_hashes(&p0, BS, None));
+    assert_eq!(stored.1, vllm_hashes(&p0));
     assert_eq!(stored.2, None);
     let removed: Vec<u64> = events
         .iter()
@@ -242,7 +252,7 @@ async fn pyzmq_subscriber_interoperates() {
         .iter()
         .map(|h| h.as_u64().unwrap())
         .collect();
-    assert_eq!(hashes, prompt_block_hashes(&tokens, BS, None));
+    assert_eq!(hashes, vllm_hashes(&tokens));
     child.wait().await.unwrap();
     sim.kill().await;
 }

@@ -46,6 +46,8 @@ struct ResponsesRequest {
     stream: bool,
     #[serde(default)]
     seed: Option<u64>,
+    #[serde(default)]
+    cache_salt: Option<String>,
 }
 
 /// `usage` of a response (vLLM's `ResponseUsage`).
@@ -263,6 +265,7 @@ fn request(s: &Shared, body: &Bytes) -> Result<Meta, ApiError> {
         kv_transfer_params: None,
         bootstrap_room: None,
         bootstrap_host: None,
+        cache_salt: req.cache_salt,
     };
     let mut g = prepare(s, Api::Chat, common, prompt)?;
     g.id = s.request_id_sep("resp", '_');

@@ -66,6 +66,9 @@ pub(super) struct Common {
     pub(super) bootstrap_room: Option<u64>,
     #[serde(default)]
     pub(super) bootstrap_host: Option<String>,
+    /// vLLM's `cache_salt`: an extra block-hash key of the prompt's first block.
+    #[serde(default)]
+    pub(super) cache_salt: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
