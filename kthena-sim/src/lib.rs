@@ -1,9 +1,10 @@
 //! An LLM inference engine simulator that is vLLM (or SGLang) from the outside.
 //!
 //! `kthena-sim` serves vLLM's OpenAI-compatible HTTP API (`/v1/completions`,
-//! `/v1/chat/completions` with SSE, `/v1/models`, `/health`, `/tokenize`, LoRA load/unload,
-//! `/metrics` with vLLM's metric names) and publishes KV-cache events over ZMQ in vLLM's wire
-//! format. Inside, a discrete-time model of continuous batching (waiting queue,
+//! `/v1/chat/completions` with SSE, `/v1/responses`, `/v1/models`, `/health`, `/tokenize`,
+//! `/detokenize`, the `/render` endpoints, `/version`, `/load`, LoRA load/unload, `/metrics`
+//! with vLLM's metric names) and publishes KV-cache events over ZMQ in vLLM's wire format, with
+//! vLLM's own block hashes ([`BlockHasher`]). Inside, a discrete-time model of continuous batching (waiting queue,
 //! `max_num_seqs`, chunked prefill, a paged KV cache with prefix caching and LRU eviction)
 //! decides when each token comes out, with a default profile of a 7B model on one H100.
 //!
