@@ -61,6 +61,17 @@ struct Args {
     /// [default: 10s, or `overload.breakerCoolDown`].
     #[arg(long, value_parser = kthena_router::parse_go_duration)]
     breaker_cool_down: Option<Duration>,
+    /// Runtime worker threads [default: the CPUs this process may use (the cgroup's CPU
+    /// quota or the affinity mask, as `std::thread::available_parallelism` reads them)].
+    #[arg(long, env = "KTHENA_ROUTER_WORKER_THREADS")]
+    worker_threads: Option<usize>,
+}
+
+/// Worker threads of the runtime: `flag`, else the CPUs the process may use (at least 1).
+fn worker_threads(flag: Option<usize>) -> usize {
+    flag.filter(|n| *n > 0).unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    })
 }
 
 fn main() -> ExitCode {
@@ -95,7 +106,10 @@ fn main() -> ExitCode {
             return ExitCode::from(64);
         }
     };
+    let threads = worker_threads(args.worker_threads);
+    tracing::debug!(threads, "Starting the runtime");
     let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
         .enable_all()
         .build()
     {
