@@ -9,6 +9,9 @@ ensure_services() {
     # pyzmq + msgpack: the libzmq peer of kthena-sim's KV-event interop test; prometheus_client:
     # the reference parser its /metrics conformance test uses.
     python3 -c 'import zmq, msgpack, prometheus_client' 2>/dev/null || pip install -q pyzmq msgpack prometheus_client
+    # vllm-router (a peer router, Rust in a Python wheel): kthena-sim's peer-compatibility test
+    # and bench/peers/vllm_router_kv.py.
+    command -v vllm-router >/dev/null || pip install -q vllm-router==0.1.17
     # Redis on 127.0.0.1:6379: the Go-Kthena-compatible KV index test (kthena-router).
     if ! command -v redis-server >/dev/null; then
         apt-get install -y redis-server >/dev/null 2>&1 \

@@ -106,7 +106,7 @@ class Stack:
         self.port = free_port()
         cmd = [args.router, "--host", "127.0.0.1", "--port", str(self.port),
                "--policy", policy, "--worker-urls", *[u for u, _, _ in self.engines],
-               "--log-level", "info", "--prometheus-port", str(free_port())]
+               "--log-level", args.router_log_level, "--prometheus-port", str(free_port())]
         if policy == "kv_aware":
             for url, zport, _ in self.engines:
                 cmd += ["--kv-event-source", f"{url}=tcp://127.0.0.1:{zport}"]
@@ -190,6 +190,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="16 groups x 4 prompts")
     ap.add_argument("--log-dir", default=None)
+    ap.add_argument("--router-log-level", default="info")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if args.quick:
