@@ -44,6 +44,8 @@ pub struct Server {
     pub prefill_endpoints: Vec<Arc<Endpoint>>,
     /// Of those, the decode endpoints of its `pdGroup` (empty without one).
     pub decode_endpoints: Vec<Arc<Endpoint>>,
+    /// With a `pdGroup`: requests go through prefill/decode disaggregation (`crate::pd`).
+    pub pd: Option<crate::pd::PdLayout>,
     /// The manifest object (for the debug dump).
     pub object: ModelServer,
 }
@@ -112,8 +114,6 @@ pub struct Loader {
     /// Cluster mode: the scheduler and KV state built once from the config and kept across
     /// rebuilds (the config does not change, and the scheduler's state must survive).
     fixed: Option<(Arc<Scheduler>, Arc<crate::kv_cache::KvState>)>,
-    /// ModelServers already warned about for an unserved `pdGroup`.
-    pd_warned: HashSet<String>,
     /// Cluster mode: the warnings of the last snapshot (logged when they first appear).
     logged_warnings: Vec<crate::warnings::ConfigWarning>,
 }
@@ -391,16 +391,24 @@ impl Loader {
             .filter(|(e, labels)| e.namespace == namespace && labels_match(selector, labels))
             .map(|(e, l)| (Arc::clone(e), *l))
             .collect();
-        let (mut prefill, mut decode) = (Vec::new(), Vec::new());
+        let (mut prefill, mut decode, mut pd_members) = (Vec::new(), Vec::new(), Vec::new());
         if let Some(pd) = &spec.workload_selector.pd_group {
-            if self.pd_warned.insert(format!("{namespace}/{name}")) {
-                tracing::warn!(server = %name, "Prefill/decode disaggregated proxying is not served yet; routing to all selected endpoints");
-            }
             for (e, labels) in &selected {
-                match pd_role(pd, labels) {
+                let role = pd_role(pd, labels);
+                match role {
                     Some(PdRole::Decode) => decode.push(Arc::clone(e)),
                     Some(PdRole::Prefill) => prefill.push(Arc::clone(e)),
                     None => {}
+                }
+                if let (Some(role), Some(group)) = (role, labels.get(&pd.group_key)) {
+                    pd_members.push(crate::pd::PdEndpoint {
+                        id: e.id.clone(),
+                        role: match role {
+                            PdRole::Prefill => kthena_sched::PdRole::Prefill,
+                            PdRole::Decode => kthena_sched::PdRole::Decode,
+                        },
+                        group: group.clone(),
+                    });
                 }
             }
         }
@@ -412,6 +420,7 @@ impl Loader {
             endpoints: selected.into_iter().map(|(e, _)| e).collect(),
             prefill,
             decode,
+            pd_members,
         })
     }
 
@@ -489,6 +498,7 @@ struct ServerParts {
     endpoints: Vec<Arc<Endpoint>>,
     prefill: Vec<Arc<Endpoint>>,
     decode: Vec<Arc<Endpoint>>,
+    pd_members: Vec<crate::pd::PdEndpoint>,
 }
 
 impl Server {
@@ -504,6 +514,15 @@ impl Server {
             endpoints: p.endpoints,
             prefill_endpoints: p.prefill,
             decode_endpoints: p.decode,
+            pd: object
+                .spec
+                .workload_selector
+                .pd_group
+                .as_ref()
+                .map(|_| crate::pd::PdLayout {
+                    connector: crate::pd::Connector::of(&object.spec),
+                    members: p.pd_members,
+                }),
             object,
         }
     }

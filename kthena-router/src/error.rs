@@ -127,6 +127,26 @@ pub enum Error {
         /// The scheduler's reason.
         reason: String,
     },
+    /// A ModelServer with a `pdGroup` has no usable prefill/decode pair: no ready prefill
+    /// endpoint, no ready decode endpoint, or no decode endpoint with a prefill endpoint of
+    /// its group (503).
+    #[error("prefill/decode disaggregation can't serve model server {server}: {reason}")]
+    PdUnavailable {
+        /// `namespace/name` of the ModelServer.
+        server: String,
+        /// Which role is missing, for people.
+        reason: String,
+    },
+    /// Every prefill/decode pair failed before an answer reached the client (503).
+    #[error("all prefill/decode attempts of {server} failed after {pairs} pair(s): {last}")]
+    PdAttemptsFailed {
+        /// `namespace/name` of the ModelServer.
+        server: String,
+        /// Pairs tried.
+        pairs: usize,
+        /// The last failure, with its phase (`prefill` or `decode`), for people.
+        last: String,
+    },
     /// Every attempt failed to connect or was refused (503).
     #[error("request to all endpoints of {server} failed after {attempts} attempt(s): {last}")]
     AllUpstreamsFailed {
@@ -300,7 +320,9 @@ impl Error {
             Self::NoReadyEndpoint { .. }
             | Self::LoraAdapterNotLoaded { .. }
             | Self::Scheduling { .. }
+            | Self::PdUnavailable { .. }
             | Self::AllUpstreamsFailed { .. }
+            | Self::PdAttemptsFailed { .. }
             | Self::Overloaded { .. }
             | Self::CircuitOpen { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } => StatusCode::GATEWAY_TIMEOUT,
@@ -327,10 +349,12 @@ impl Error {
     pub fn side(&self) -> Side {
         match self {
             Self::AllUpstreamsFailed { .. }
+            | Self::PdAttemptsFailed { .. }
             | Self::UpstreamTimeout { .. }
             | Self::UpstreamIdle { .. } => Side::Upstream,
             Self::NoReadyEndpoint { .. }
             | Self::Scheduling { .. }
+            | Self::PdUnavailable { .. }
             | Self::ServerNotFound { .. }
             | Self::Overloaded { .. }
             | Self::CircuitOpen { .. } => Side::Internal,
@@ -389,7 +413,10 @@ impl Error {
             Self::EndpointRequired => "missing_endpoint",
             Self::EndpointNotFound { .. } => "endpoint_not_found",
             Self::Scheduling { .. } => "scheduling_failed",
-            Self::AllUpstreamsFailed { .. } => "upstream_unavailable",
+            Self::PdUnavailable { .. } => "no_prefill_decode_pair",
+            Self::AllUpstreamsFailed { .. } | Self::PdAttemptsFailed { .. } => {
+                "upstream_unavailable"
+            }
             Self::UpstreamTimeout { .. } => "upstream_timeout",
             Self::Overloaded { .. } => "server_overloaded",
             Self::CircuitOpen { .. } => "circuit_open",
@@ -428,8 +455,8 @@ impl Error {
             | Self::NoReadyEndpoint { .. }
             | Self::LoraAdapterNotLoaded { .. }
             | Self::EndpointNotFound { .. } => "pod_discovery",
-            Self::Scheduling { .. } => "scheduling",
-            Self::AllUpstreamsFailed { .. } => "proxy",
+            Self::Scheduling { .. } | Self::PdUnavailable { .. } => "scheduling",
+            Self::AllUpstreamsFailed { .. } | Self::PdAttemptsFailed { .. } => "proxy",
             Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } => "upstream_transport",
             Self::MethodNotAllowed { .. } => "request_protocol",
             Self::Overloaded { .. } | Self::CircuitOpen { .. } => "overload",

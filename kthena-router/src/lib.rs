@@ -58,6 +58,7 @@ mod lora;
 mod metrics;
 mod openai;
 mod overload;
+mod pd;
 mod pipeline;
 mod plugin_metrics;
 mod proxy;
@@ -97,6 +98,7 @@ pub use openai::{
     parse_request, usage_of,
 };
 pub use overload::{Breaker, BreakerState, OverloadConfig, OverloadMetrics};
+pub use pd::{Connector, PdEndpoint, PdLayout, PdMetrics};
 pub use plugin_metrics::{KVCACHE_BUCKETS, KvStage, PLUGIN_BUCKETS, PluginMetrics};
 pub use proxy::{BoxError, ProxyBody, RespBody};
 pub use route::{

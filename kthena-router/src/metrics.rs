@@ -113,6 +113,8 @@ pub struct Metrics {
     pub overload: crate::overload::OverloadMetrics,
     /// Go's scheduler-plugin families (`plugin_metrics`).
     pub plugins: crate::plugin_metrics::PluginMetrics,
+    /// Go's prefill/decode phase families (`pd`).
+    pub pd: crate::pd::metrics::PdMetrics,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -180,6 +182,7 @@ impl Metrics {
         let listener = crate::listener::ListenerMetrics::register(&mut registry);
         let overload = crate::overload::OverloadMetrics::register(&mut registry);
         let plugins = crate::plugin_metrics::PluginMetrics::register(&mut registry);
+        let pd = crate::pd::metrics::PdMetrics::register(&mut registry, &DURATION_BUCKETS);
         let config_warnings = Family::<KindLabel, Gauge>::default();
         registry.register(
             "kthena_router_config_warnings",
@@ -247,6 +250,7 @@ impl Metrics {
             listener,
             overload,
             plugins,
+            pd,
         }
     }
 

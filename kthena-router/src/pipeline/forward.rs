@@ -51,7 +51,16 @@ impl tower::Service<Request<()>> for Forward {
 
     fn call(&mut self, req: Request<()>) -> BoxFut {
         let shared = Arc::clone(&self.shared);
-        Box::pin(async move { Plan::new(shared, &req)?.run().await })
+        Box::pin(async move {
+            if req
+                .extensions()
+                .get::<crate::pd::pairs::PdScheduled>()
+                .is_some()
+            {
+                return crate::pd::flow::forward(shared, req).await;
+            }
+            Plan::new(shared, &req)?.run().await
+        })
     }
 }
 
@@ -309,7 +318,7 @@ impl Plan {
     }
 }
 
-fn stream_response(
+pub(crate) fn stream_response(
     resp: Response<Incoming>,
     acct: Accounting,
     parsed: &ParsedRequest,
@@ -345,7 +354,7 @@ const HOP_BY_HOP: [&str; 8] = [
     "upgrade",
 ];
 
-fn strip_hop_by_hop(h: &mut HeaderMap) {
+pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
     let listed: Vec<String> = h
         .get_all(header::CONNECTION)
         .iter()
@@ -360,7 +369,7 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
     }
 }
 
-fn upstream_headers(client: &HeaderMap, request_id: &str) -> HeaderMap {
+pub(crate) fn upstream_headers(client: &HeaderMap, request_id: &str) -> HeaderMap {
     let mut h = client.clone();
     strip_hop_by_hop(&mut h);
     h.remove(header::HOST);
@@ -381,7 +390,7 @@ fn upstream_headers(client: &HeaderMap, request_id: &str) -> HeaderMap {
 /// An error and its sources as one line for people: each cause's message once, joined by
 /// `: `, without the wrapper-only messages ("client error (Connect)") of hyper's client.
 /// Example: `tcp connect error: Connection refused (os error 111)`.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut cur = Some(e);
     while let Some(err) = cur {

@@ -30,10 +30,12 @@ use tower::ServiceBuilder;
 use tower::util::BoxCloneSyncService;
 
 pub(crate) use admit::AdmitLayer;
-pub(crate) use forward::Forward;
+pub(crate) use forward::{
+    Forward, error_chain, stream_response, strip_hop_by_hop, upstream_headers,
+};
 pub(crate) use parse::ParseLayer;
 pub(crate) use route::RouteLayer;
-pub(crate) use schedule::ScheduleLayer;
+pub(crate) use schedule::{ScheduleLayer, sched_request};
 pub(crate) use tokenize::TokenizeLayer;
 
 use crate::discovery::{Server, Snapshot};

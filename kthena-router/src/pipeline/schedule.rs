@@ -47,8 +47,13 @@ async fn run<S>(
 where
     S: Service<Request<()>, Response = Response<RespBody>, Error = Error>,
 {
-    let scheduled = schedule(&shared, &req)?;
-    req.extensions_mut().insert(scheduled);
+    if let Some(pd) = crate::pd::pairs::schedule(&req)? {
+        // A `pdGroup` server: prefill/decode pairs instead of one ranking.
+        req.extensions_mut().insert(pd);
+    } else {
+        let scheduled = schedule(&shared, &req)?;
+        req.extensions_mut().insert(scheduled);
+    }
     inner.call(req).await
 }
 
