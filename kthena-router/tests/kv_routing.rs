@@ -206,12 +206,16 @@ async fn direct_completion(sim: SocketAddr, prompt: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routes_to_the_engine_holding_the_prefix() {
     let mut sims = Vec::new();
-    for f in [
-        KvEventsFormat::Map,
-        KvEventsFormat::Array,
-        KvEventsFormat::Map,
+    // sim-2 publishes 32-byte block digests (vLLM with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0),
+    // the others int hashes; the index maps both through the events' token ids.
+    for (f, int_hashes) in [
+        (KvEventsFormat::Map, true),
+        (KvEventsFormat::Array, true),
+        (KvEventsFormat::Map, false),
     ] {
-        sims.push(kthena_sim::spawn(sim_config(f)).await.unwrap());
+        let mut c = sim_config(f);
+        c.kv_events_use_int_block_hashes = int_hashes;
+        sims.push(kthena_sim::spawn(c).await.unwrap());
     }
     let addrs: Vec<(SocketAddr, u16)> = sims
         .iter()
