@@ -40,6 +40,9 @@ pub struct Entry {
     /// `x-request-id`.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub request_id: String,
+    /// The authenticated user (the JWT's `sub`; not in Go Kthena's log).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub user_id: String,
     /// `model_server`.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub backend_type: String,
@@ -114,6 +117,7 @@ impl Entry {
             ("model_server", &self.model_server),
             ("selected_pod", &self.selected_pod),
             ("request_id", &self.request_id),
+            ("user_id", &self.user_id),
             ("backend_type", &self.backend_type),
             ("backend_name", &self.backend_name),
             ("upstream_model", &self.upstream_model),

@@ -54,6 +54,17 @@ pub(crate) struct RequestCtx {
     permit: Option<OwnedSemaphorePermit>,
     /// How the request ended, once known (the answer's status and error).
     outcome: Option<Outcome>,
+    /// Told the engine's output tokens when the answer ends (the output rate limit).
+    output_hook: Option<OutputHook>,
+}
+
+/// A callback taking the answer's `completion_tokens`.
+pub(crate) struct OutputHook(Box<dyn FnOnce(u64) + Send>);
+
+impl std::fmt::Debug for OutputHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OutputHook")
+    }
 }
 
 /// How a request ended: status, error `(type, message)`, error origin, output tokens.
@@ -95,6 +106,7 @@ impl RequestCtx {
             in_flight: None,
             permit: None,
             outcome: None,
+            output_hook: None,
         }
     }
 
@@ -227,6 +239,11 @@ impl Accounting {
         c.set_downstream(&label);
     }
 
+    /// The request authenticated as `user` (the token's `sub`).
+    pub(crate) fn user(&self, user: &str) {
+        self.lock().entry.user_id = user.to_owned();
+    }
+
     /// A ModelRoute matched (`namespace/name`).
     pub(crate) fn route_matched(&self, route: &str) {
         let mut c = self.lock();
@@ -322,14 +339,26 @@ impl Accounting {
         output_tokens: u64,
     ) {
         let mut c = self.lock();
-        if c.outcome.is_none() {
-            c.outcome = Some(Outcome {
-                status,
-                error,
-                origin,
-                output_tokens,
-            });
+        if c.outcome.is_some() {
+            return;
         }
+        c.outcome = Some(Outcome {
+            status,
+            error,
+            origin,
+            output_tokens,
+        });
+        let hook = (output_tokens > 0).then(|| c.output_hook.take()).flatten();
+        drop(c);
+        if let Some(OutputHook(f)) = hook {
+            f(output_tokens);
+        }
+    }
+
+    /// Calls `hook` with the engine's `usage.completion_tokens` when the answer ends with
+    /// some (once; for streams when the usage chunk has arrived and the stream ended).
+    pub(crate) fn on_output_tokens(&self, hook: Box<dyn FnOnce(u64) + Send>) {
+        self.lock().output_hook = Some(OutputHook(hook));
     }
 
     /// The request failed with `e` (answered by [`crate::service::error_response`]).

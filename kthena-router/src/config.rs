@@ -14,6 +14,9 @@ use serde::Deserialize;
 
 use crate::error::{Error, Result};
 
+pub(crate) use crate::duration::go_duration;
+pub use crate::duration::parse_go_duration;
+
 /// The `scheduler:` section in Kthena's format (`plugins.Filter/Score`, `pluginConfig`),
 /// owned by `kthena-sched`.
 pub type SchedulerConfig = kthena_sched::Config;
@@ -69,6 +72,8 @@ pub struct Config {
     pub standalone: Option<Standalone>,
     /// KV-cache-aware routing: index backend, tokenizers (see `docs/kv-cache-routing.md`).
     pub kv_cache: crate::kv_cache::KvCacheConfig,
+    /// JWT authentication of `/v1/*` (Go's `auth:` section; off without `jwksUri`).
+    pub auth: crate::auth::AuthConfig,
     /// The directory relative paths are resolved against (the config file's directory);
     /// not read from the file.
     #[serde(skip)]
@@ -163,6 +168,7 @@ impl Default for Config {
             overload: crate::overload::OverloadConfig::default(),
             standalone: None,
             kv_cache: crate::kv_cache::KvCacheConfig::default(),
+            auth: crate::auth::AuthConfig::default(),
             base_dir: PathBuf::from("."),
         }
     }
@@ -189,8 +195,8 @@ impl Config {
     /// * ``unknown key `standalone.endpoints[0].adress`: did you mean `address`?``;
     /// * ``unknown value `jsn` at `accessLog.format`: did you mean `json`?``;
     /// * `` `metricsScrapeInterval`: `10` has no unit: did you mean `10s`?``;
-    /// * `` `auth`: JWT authentication (`auth:`) is not supported yet ...`` for the sections of
-    ///   [`UNSUPPORTED_SECTIONS`];
+    /// * `` `<section>`: ... is not supported yet ...`` for the sections of
+    ///   [`UNSUPPORTED_SECTIONS`] (none at the moment);
     /// * `` `<path>`: <reason>`` for a value of the wrong type.
     pub fn from_yaml(path: &Path, text: &str) -> Result<Self> {
         let err = |reason: String| Error::Config {
@@ -324,6 +330,23 @@ impl Config {
             return Err(err("maxBodyBytes: must be at least 1".into()));
         }
         self.listener.validate().map_err(err)?;
+        let a = &self.auth;
+        if !a.jwks_uri.is_empty() {
+            if !(a.jwks_uri.starts_with("http://") || a.jwks_uri.starts_with("https://"))
+                || a.jwks_uri.parse::<http::Uri>().is_err()
+            {
+                return Err(err(format!(
+                    "auth.jwksUri: `{}` is not an http:// or https:// URL",
+                    a.jwks_uri
+                )));
+            }
+            if a.jwks_refresh_interval.is_zero() || a.jwks_retry_interval.is_zero() {
+                return Err(err(
+                    "auth.jwksRefreshInterval and auth.jwksRetryInterval must be greater than 0"
+                        .into(),
+                ));
+            }
+        }
         let mut seen = std::collections::HashSet::new();
         for (i, ep) in self.endpoints().iter().enumerate() {
             if ep.name.is_empty() {
@@ -389,28 +412,6 @@ pub fn resolve_address(address: &str) -> std::result::Result<SocketAddr, String>
         .ok_or_else(|| format!("{address:?} resolves to no address"))
 }
 
-/// Parses a Go duration string (`1s`, `500ms`, `1h30m`) with `kube::core::Duration`.
-///
-/// # Errors
-/// A reason that names the value: `` `10` has no unit: did you mean `10s`?`` for a bare
-/// number, `` `-1s` is negative`` , or `` `soon` is not a duration: ...`` listing the units.
-pub fn parse_go_duration(s: &str) -> std::result::Result<Duration, String> {
-    let t = s.trim();
-    if !t.is_empty() && t.parse::<f64>().is_ok() {
-        return Err(format!("`{t}` has no unit: did you mean `{t}s`?"));
-    }
-    let d: kube::core::Duration = t.parse().map_err(|_| {
-        format!(
-            "`{s}` is not a duration: expected a number with a unit (`ns`, `us`, `ms`, `s`, \
-             `m`, `h`), such as `500ms`, `10s` or `1m30s`"
-        )
-    })?;
-    if d.is_negative() {
-        return Err(format!("`{s}` is negative: a duration must be 0 or more"));
-    }
-    Ok(d.into())
-}
-
 /// Reads environment variables; tests pass a map instead of the process environment.
 pub trait Env {
     /// The value of `name`, if set.
@@ -436,11 +437,7 @@ impl Env for HashMap<String, String> {
 /// Top-level sections of Go Kthena features this router does not have yet, with the reason
 /// given when a config holds one (never silently ignored: an ignored `auth:` would leave the
 /// router open where the user asked for JWT).
-pub const UNSUPPORTED_SECTIONS: &[(&str, &str)] = &[(
-    "auth",
-    "JWT authentication (`auth:`) is not supported yet: remove the section and authenticate \
-     in front of the router (for example at the ingress), or keep Go Kthena for this feature",
-)];
+pub const UNSUPPORTED_SECTIONS: &[(&str, &str)] = &[];
 
 /// Go Kthena's switches of features this router does not have yet: set to true they are
 /// errors (the tuning variables such as `FAIRNESS_WINDOW_SIZE` stay harmless).
@@ -454,44 +451,6 @@ fn unsupported_section(m: &serde_json::Map<String, serde_json::Value>) -> Option
         .iter()
         .find(|(k, _)| m.contains_key(*k))
         .map(|(k, why)| format!("`{k}`: {why}"))
-}
-
-/// A Go duration (`1s`, `500ms`, `1h30m`) in a config file; a bare number is an error that
-/// suggests the unit (`10` → did you mean `10s`?), since Go Kthena's durations all need one.
-pub(crate) mod go_duration {
-    use std::time::Duration;
-
-    use serde::Deserializer;
-    use serde::de::{Error, Visitor};
-
-    struct GoDuration;
-
-    impl Visitor<'_> for GoDuration {
-        type Value = Duration;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a duration with a unit, such as `500ms`, `10s` or `1m30s`")
-        }
-        fn visit_str<E: Error>(self, s: &str) -> Result<Duration, E> {
-            super::parse_go_duration(s).map_err(E::custom)
-        }
-        fn visit_u64<E: Error>(self, n: u64) -> Result<Duration, E> {
-            Err(no_unit(&n.to_string()))
-        }
-        fn visit_i64<E: Error>(self, n: i64) -> Result<Duration, E> {
-            Err(no_unit(&n.to_string()))
-        }
-        fn visit_f64<E: Error>(self, n: f64) -> Result<Duration, E> {
-            Err(no_unit(&n.to_string()))
-        }
-    }
-
-    fn no_unit<E: Error>(n: &str) -> E {
-        E::custom(format!("`{n}` has no unit: did you mean `{n}s`?"))
-    }
-
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        d.deserialize_any(GoDuration)
-    }
 }
 
 #[cfg(test)]
@@ -699,12 +658,14 @@ standalone:
 
     #[test]
     fn sections_of_features_not_built_are_rejected() {
-        assert_eq!(
-            load_error("auth:\n  issuer: https://issuer\n  jwksUri: https://issuer/jwks.json\n"),
-            "`auth`: JWT authentication (`auth:`) is not supported yet: remove the section and \
-             authenticate in front of the router (for example at the ingress), or keep Go Kthena \
-             for this feature"
-        );
+        // `auth:` (Go's keys) is supported now.
+        let cfg = Config::from_yaml(
+            Path::new("r.yaml"),
+            "auth:\n  issuer: https://issuer\n  audiences: [a]\n  jwksUri: https://issuer/jwks.json\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.auth.jwks_uri, "https://issuer/jwks.json");
+        assert_eq!(cfg.auth.audiences, ["a"]);
         let env: HashMap<String, String> =
             [("ENABLE_FAIRNESS_SCHEDULING".to_owned(), "true".to_owned())]
                 .into_iter()

@@ -17,10 +17,6 @@ use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::route::{CompiledRoute, RouteTable};
 
-/// Why a ModelRoute with `spec.rateLimit` is rejected (never served without its limit).
-const RATE_LIMIT_UNSUPPORTED: &str = "token rate limiting is not supported yet: remove \
-    `rateLimit` from the route, or keep Go Kthena for this feature";
-
 /// A ModelServer resolved against the endpoints.
 #[derive(Debug)]
 pub struct Server {
@@ -458,11 +454,7 @@ impl Loader {
                 .creation_timestamp
                 .as_ref()
                 .map_or(seen_at, |t| t.0.as_nanosecond());
-            let compiled_route = if r.spec.rate_limit.is_some() {
-                Err(format!("spec.rateLimit: {RATE_LIMIT_UNSUPPORTED}"))
-            } else {
-                CompiledRoute::compile(&r, (created, seq))
-            };
+            let compiled_route = CompiledRoute::compile(&r, (created, seq));
             match compiled_route {
                 Ok(c) => {
                     compiled.push(c);

@@ -185,6 +185,42 @@ pub enum Error {
         /// Until the first breaker lets a probe through (whole seconds).
         retry_after: Duration,
     },
+    /// JWT authentication is on and the request has no `Authorization: Bearer <token>`
+    /// header (401, Go's message).
+    #[error("Authorization header missing or invalid")]
+    AuthHeaderInvalid,
+    /// The bearer token fails signature or claim checks (401; `reason` is Go's, for
+    /// example `failed to validate claims: time claims validation failed: token has expired`).
+    #[error("Unauthorized: {reason}")]
+    Unauthorized {
+        /// Why the token is refused.
+        reason: String,
+    },
+    /// JWT authentication is on but the key set has not been fetched yet (503 with
+    /// `Retry-After`).
+    #[error("no JWKS available for token validation: the key set of {jwks_uri} has not been fetched yet; retry after {}s", retry_after.as_secs())]
+    AuthUnavailable {
+        /// The configured `auth.jwksUri`.
+        jwks_uri: String,
+        /// The `Retry-After` given (whole seconds).
+        retry_after: Duration,
+    },
+    /// The ModelRoute's token rate limit is spent (429 with `Retry-After`; Go's messages
+    /// `input token rate limit exceeded` and `output token rate limit exceeded`).
+    #[error("{kind} token rate limit exceeded")]
+    RateLimited {
+        /// `input` or `output`.
+        kind: &'static str,
+        /// Until enough tokens are back (whole seconds, at least 1).
+        retry_after: Duration,
+    },
+    /// The Redis of a global token rate limit failed or timed out: the request is refused,
+    /// never served unlimited (503 with `Retry-After: 1`).
+    #[error("token rate limit store unavailable: {reason}")]
+    RateLimitUnavailable {
+        /// The client's reason.
+        reason: String,
+    },
     /// A pipeline stage ran without what an earlier stage provides (a wiring bug; 500).
     #[error("request pipeline misconfigured: no {missing} for this stage")]
     PipelineMissing {
@@ -310,6 +346,8 @@ impl Error {
                 StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST)
             }
             Self::EndpointNotFound { .. } => StatusCode::NOT_FOUND,
+            Self::AuthHeaderInvalid | Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::ModelNotFound { .. }
             | Self::NoRuleMatched { .. }
             | Self::ServerNotFound { .. }
@@ -324,6 +362,8 @@ impl Error {
             | Self::AllUpstreamsFailed { .. }
             | Self::PdAttemptsFailed { .. }
             | Self::Overloaded { .. }
+            | Self::AuthUnavailable { .. }
+            | Self::RateLimitUnavailable { .. }
             | Self::CircuitOpen { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::ReadFile { .. }
@@ -357,6 +397,8 @@ impl Error {
             | Self::PdUnavailable { .. }
             | Self::ServerNotFound { .. }
             | Self::Overloaded { .. }
+            | Self::AuthUnavailable { .. }
+            | Self::RateLimitUnavailable { .. }
             | Self::CircuitOpen { .. } => Side::Internal,
             e if e.status().is_client_error() => Side::Downstream,
             _ => Side::Internal,
@@ -384,6 +426,10 @@ impl Error {
     /// The OpenAI error `type` string.
     #[must_use]
     pub fn openai_type(&self) -> &'static str {
+        if matches!(self, Self::RateLimited { .. }) {
+            // OpenAI's type of a token rate limit answer.
+            return "tokens";
+        }
         match self.status().as_u16() {
             400..=499 => "invalid_request_error",
             503 => "service_unavailable_error",
@@ -420,6 +466,11 @@ impl Error {
             Self::UpstreamTimeout { .. } => "upstream_timeout",
             Self::Overloaded { .. } => "server_overloaded",
             Self::CircuitOpen { .. } => "circuit_open",
+            Self::AuthHeaderInvalid => "missing_authorization",
+            Self::Unauthorized { .. } => "invalid_token",
+            Self::AuthUnavailable { .. } => "auth_unavailable",
+            Self::RateLimited { .. } => "rate_limit_exceeded",
+            Self::RateLimitUnavailable { .. } => "rate_limit_unavailable",
             _ => "internal_error",
         }
     }
@@ -460,17 +511,25 @@ impl Error {
             Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } => "upstream_transport",
             Self::MethodNotAllowed { .. } => "request_protocol",
             Self::Overloaded { .. } | Self::CircuitOpen { .. } => "overload",
+            Self::AuthHeaderInvalid | Self::Unauthorized { .. } | Self::AuthUnavailable { .. } => {
+                "authentication"
+            }
+            Self::RateLimited { kind: "input", .. } => "input_rate_limit",
+            Self::RateLimited { .. } => "output_rate_limit",
+            Self::RateLimitUnavailable { .. } => "rate_limit",
             _ => "request_failed",
         }
     }
 
-    /// The `Retry-After` of the answer, for the overload 503s.
+    /// The `Retry-After` of the answer: overload and authentication 503s, rate limit 429s.
     #[must_use]
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            Self::Overloaded { retry_after, .. } | Self::CircuitOpen { retry_after, .. } => {
-                Some(*retry_after)
-            }
+            Self::Overloaded { retry_after, .. }
+            | Self::CircuitOpen { retry_after, .. }
+            | Self::AuthUnavailable { retry_after, .. }
+            | Self::RateLimited { retry_after, .. } => Some(*retry_after),
+            Self::RateLimitUnavailable { .. } => Some(Duration::from_secs(1)),
             _ => None,
         }
     }

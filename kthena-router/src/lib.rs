@@ -42,10 +42,12 @@
 
 mod accesslog;
 mod accounting;
+mod auth;
 mod cluster;
 mod config;
 mod debug;
 mod discovery;
+mod duration;
 mod endpoint;
 mod error;
 mod kv_cache;
@@ -62,6 +64,7 @@ mod pd;
 mod pipeline;
 mod plugin_metrics;
 mod proxy;
+mod ratelimit;
 mod route;
 mod sched;
 mod scrape;
@@ -73,6 +76,7 @@ mod warnings;
 mod watch;
 
 pub use accesslog::{AccessLog, Entry as AccessLogEntry, EntryError as AccessLogError};
+pub use auth::AuthConfig;
 pub use config::{
     AccessLogConfig, AccessLogFormat, Config, EndpointConfig, Env, ProcessEnv, SchedulerConfig,
     Standalone, UNSUPPORTED_SECTIONS, parse_go_duration, resolve_address,

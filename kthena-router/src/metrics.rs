@@ -115,6 +115,8 @@ pub struct Metrics {
     pub plugins: crate::plugin_metrics::PluginMetrics,
     /// Go's prefill/decode phase families (`pd`).
     pub pd: crate::pd::metrics::PdMetrics,
+    /// Token rate limit rejections (`ratelimit`).
+    pub(crate) rate_limit: crate::ratelimit::RateLimitMetrics,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -183,6 +185,7 @@ impl Metrics {
         let overload = crate::overload::OverloadMetrics::register(&mut registry);
         let plugins = crate::plugin_metrics::PluginMetrics::register(&mut registry);
         let pd = crate::pd::metrics::PdMetrics::register(&mut registry, &DURATION_BUCKETS);
+        let rate_limit = crate::ratelimit::RateLimitMetrics::register(&mut registry);
         let config_warnings = Family::<KindLabel, Gauge>::default();
         registry.register(
             "kthena_router_config_warnings",
@@ -251,6 +254,7 @@ impl Metrics {
             overload,
             plugins,
             pd,
+            rate_limit,
         }
     }
 

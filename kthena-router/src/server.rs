@@ -267,6 +267,9 @@ impl Router {
             cfg.metrics_scrape_timeout,
             cfg.metrics_scrape_concurrency,
         ));
+        if let Some(auth) = &shared.auth {
+            tasks.spawn(Arc::clone(auth).run(cancel.clone()));
+        }
         tasks.spawn(crate::kv_cache::supervise(
             Arc::clone(&shared),
             cancel.clone(),
@@ -310,6 +313,8 @@ impl Router {
         {
             tracing::warn!("Drain timeout reached; closing remaining connections");
         }
+        // Output charges of global rate limits still on their way to Redis.
+        let _ = tokio::time::timeout(Duration::from_secs(3), self.shared.rate_limits.drain()).await;
     }
 }
 
@@ -330,7 +335,8 @@ fn shared_state(
     )
     .with_listener(cfg.listener)
     .with_overload(cfg.overload)
-    .with_upstream_idle_timeout(cfg.upstream_idle_timeout);
+    .with_upstream_idle_timeout(cfg.upstream_idle_timeout)
+    .with_auth(&cfg.auth);
     shared.synced.store(synced, Ordering::Release);
     Ok(Arc::new(shared))
 }

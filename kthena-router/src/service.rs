@@ -65,6 +65,10 @@ pub struct Shared {
     pub overload: OverloadConfig,
     /// The admission slots of `overload.maxInFlight` (`None` without a cap).
     pub(crate) admission: Option<Arc<Semaphore>>,
+    /// JWT authentication (`None`: off).
+    pub(crate) auth: Option<Arc<crate::auth::Authenticator>>,
+    /// The token rate limiters of the routes' `rateLimit`s.
+    pub(crate) rate_limits: crate::ratelimit::RateLimits,
     rng: Mutex<SmallRng>,
 }
 
@@ -96,6 +100,8 @@ impl Shared {
             upstream_idle_timeout: None,
             overload: OverloadConfig::default(),
             admission: admission(&OverloadConfig::default()),
+            auth: None,
+            rate_limits: crate::ratelimit::RateLimits::default(),
             rng: Mutex::new(SmallRng::seed_from_u64(seed)),
         }
     }
@@ -121,6 +127,14 @@ impl Shared {
     pub fn with_overload(mut self, overload: OverloadConfig) -> Self {
         self.admission = admission(&overload);
         self.overload = overload;
+        self
+    }
+
+    /// Turns on JWT authentication of `/v1/*` when `auth.jwksUri` is set (the key set is
+    /// fetched by [`crate::auth::Authenticator::run`]).
+    #[must_use]
+    pub fn with_auth(mut self, auth: &crate::auth::AuthConfig) -> Self {
+        self.auth = crate::auth::Authenticator::new(auth);
         self
     }
 
@@ -283,6 +297,12 @@ async fn dispatch(
     acct: &Accounting,
     request_id: &Arc<str>,
 ) -> Result<Response<RespBody>, Error> {
+    if let Some(auth) = &shared.auth {
+        let user = auth.authenticate(req.headers())?;
+        acct.user(&user);
+        req.extensions_mut()
+            .insert(crate::auth::UserId(user.into()));
+    }
     let path = req.uri().path();
     if path == "/v1/models" {
         if req.method() != Method::GET {

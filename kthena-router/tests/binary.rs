@@ -48,7 +48,7 @@ fn logs_have_no_colour_when_stderr_is_piped() {
     );
 }
 
-/// A config with a misspelled key or a section of a feature not built yet exits with 64 and
+/// A config with a misspelled key or an invalid value exits with 64 and
 /// the documented message, naming the file once.
 #[test]
 fn bad_config_exits_64_with_the_message() {
@@ -60,8 +60,8 @@ fn bad_config_exits_64_with_the_message() {
             "unknown key `standalone.endpionts`: did you mean `endpoints`?",
         ),
         (
-            "auth: {jwksUri: 'https://issuer/jwks.json'}\n",
-            "`auth`: JWT authentication (`auth:`) is not supported yet",
+            "auth: {jwksUri: 'issuer/jwks.json'}\n",
+            "auth.jwksUri: `issuer/jwks.json` is not an http:// or https:// URL",
         ),
         (
             "drainTimeout: 30\n",

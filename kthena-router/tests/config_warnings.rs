@@ -148,9 +148,9 @@ async fn missing_server_and_unselected_endpoint_are_reported_at_load_and_reload(
     sim.shutdown(Duration::from_secs(1)).await;
 }
 
-/// A ModelRoute with `rateLimit` is rejected, never served without its limit.
+/// A ModelRoute with `rateLimit` is loaded (the limit is enforced; tests/ratelimit.rs).
 #[test]
-fn rate_limited_route_is_rejected() {
+fn rate_limited_route_is_loaded() {
     let dir = tempfile::tempdir().unwrap();
     let route = format!(
         "{}  rateLimit: {{inputTokensPerUnit: 100, unit: minute}}\n",
@@ -160,16 +160,9 @@ fn rate_limited_route_is_rejected() {
     let path = dir.path().join("router.yaml");
     let cfg =
         kthena_router::Config::from_yaml(&path, "standalone: {manifests: [r1.yaml]}\n").unwrap();
-    let e = kthena_router::Loader::new().load(&cfg, None).unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        format!(
-            "invalid manifest {}: document 1 (line 1) ModelRoute default/r1: spec.rateLimit: \
-             token rate limiting is not supported yet: remove `rateLimit` from the route, or \
-             keep Go Kthena for this feature",
-            dir.path().join("r1.yaml").display()
-        )
-    );
+    let snap = kthena_router::Loader::new().load(&cfg, None).unwrap();
+    let rl = snap.route_objects[0].spec.rate_limit.as_ref().unwrap();
+    assert_eq!(rl.input_tokens_per_unit, Some(100));
 }
 
 /// A misspelled manifest field (`wieght`) is dropped, as the API server prunes it, but never

@@ -15,6 +15,7 @@
 mod admit;
 mod forward;
 mod parse;
+mod ratelimit;
 mod route;
 mod schedule;
 mod tokenize;
@@ -34,6 +35,7 @@ pub(crate) use forward::{
     Forward, error_chain, stream_response, strip_hop_by_hop, upstream_headers,
 };
 pub(crate) use parse::ParseLayer;
+pub(crate) use ratelimit::RateLimitLayer;
 pub(crate) use route::RouteLayer;
 pub(crate) use schedule::{ScheduleLayer, sched_request};
 pub(crate) use tokenize::TokenizeLayer;
@@ -59,6 +61,7 @@ pub(crate) fn stack(shared: &Arc<Shared>) -> BoxHttp<Incoming> {
         // Authentication (JWT, issue 14 part 2) goes here.
         .layer(RouteLayer::new(Arc::clone(shared)))
         .layer(AdmitLayer::new(Arc::clone(shared)))
+        .layer(RateLimitLayer::new(Arc::clone(shared)))
         // Token rate limits and the fairness queue (parts 3 and 4) go here.
         .layer(TokenizeLayer::new(Arc::clone(shared)))
         .layer(ScheduleLayer::new(Arc::clone(shared)))

@@ -1,0 +1,442 @@
+//! JWT authentication of `/v1/*` requests, as Go Kthena's `filters/auth` (spec §2.11).
+//!
+//! Enabled when the config's `auth.jwksUri` is set. Every `/v1/*` request needs an
+//! `Authorization` header of exactly two whitespace-separated fields, the first `Bearer`
+//! (any case), the second a JWT signed by a key of the JWKS; then `iss` must equal
+//! `auth.issuer`, `aud` (a string or a list) must hold one of `auth.audiences` when any are
+//! configured, `exp` must be present and not passed, `nbf` (if present) passed, `iat` (if
+//! present) at most one minute ahead, and `sub` present. `sub` becomes the request's user id
+//! ([`UserId`], the access log's `user_id`).
+//!
+//! The key set is fetched in the background ([`Authenticator::run`]): at start, then every
+//! `auth.jwksRefreshInterval` (7 days, as Go). A failed fetch is retried every
+//! `auth.jwksRetryInterval` and keeps the keys already fetched. Until the first fetch
+//! succeeds, requests needing authentication get 503 with `Retry-After`
+//! ([`Error::AuthUnavailable`]); health, readiness and `/metrics` are served as usual.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use bytes::Bytes;
+use http::HeaderMap;
+use http_body_util::{BodyExt, Empty, Limited};
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Error;
+
+/// The `auth:` section of the router config (Go Kthena's `AuthenticationConfig`).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// The `iss` every token must carry.
+    pub issuer: String,
+    /// Accepted `aud` values; empty: `aud` is not checked.
+    pub audiences: Vec<String>,
+    /// Where the JWKS is fetched (`http://` or `https://`); empty: authentication off.
+    pub jwks_uri: String,
+    /// How often the key set is fetched again after a success (default `168h`, Go's 7 days).
+    #[serde(with = "crate::duration::go_duration")]
+    pub jwks_refresh_interval: Duration,
+    /// Pause before fetching again after a failed fetch (default `5s`; Go waits for the next
+    /// 7-day refresh).
+    #[serde(with = "crate::duration::go_duration")]
+    pub jwks_retry_interval: Duration,
+}
+
+impl Default for AuthConfig {
+    /// Off (no `jwksUri`), refresh every 7 days, retry every 5 s.
+    fn default() -> Self {
+        Self {
+            issuer: String::new(),
+            audiences: Vec::new(),
+            jwks_uri: String::new(),
+            jwks_refresh_interval: Duration::from_secs(7 * 24 * 3600),
+            jwks_retry_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The authenticated user of a request: the token's `sub` (a request extension).
+#[derive(Debug, Clone)]
+#[allow(dead_code, reason = "read by the stages that order requests per user")]
+pub(crate) struct UserId(pub(crate) Arc<str>);
+
+/// Largest JWKS document read, bytes.
+const MAX_JWKS_BYTES: usize = 1024 * 1024;
+
+/// Timeout of one JWKS fetch.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Go's allowance for `iat` in the future, seconds.
+const IAT_SKEW_SECS: f64 = 60.0;
+
+/// Validates bearer tokens against the fetched key set.
+#[derive(Debug)]
+pub(crate) struct Authenticator {
+    cfg: AuthConfig,
+    keys: ArcSwapOption<Vec<Jwk>>,
+}
+
+impl Authenticator {
+    /// An authenticator for `cfg`, `None` when `jwksUri` is empty (authentication off).
+    pub(crate) fn new(cfg: &AuthConfig) -> Option<Arc<Self>> {
+        (!cfg.jwks_uri.is_empty()).then(|| {
+            Arc::new(Self {
+                cfg: cfg.clone(),
+                keys: ArcSwapOption::empty(),
+            })
+        })
+    }
+
+    /// Replaces the key set (the keys of a fetched JWKS document).
+    pub(crate) fn set_keys(&self, keys: Vec<Jwk>) {
+        self.keys.store(Some(Arc::new(keys)));
+    }
+
+    /// The `sub` of the request's valid bearer token.
+    ///
+    /// # Errors
+    /// [`Error::AuthHeaderInvalid`] without a `Bearer <token>` header,
+    /// [`Error::AuthUnavailable`] before the key set arrived, [`Error::Unauthorized`] with
+    /// Go's reason for a token that fails signature or claim checks.
+    pub(crate) fn authenticate(&self, headers: &HeaderMap) -> Result<String, Error> {
+        let token = bearer_token(headers).ok_or(Error::AuthHeaderInvalid)?;
+        let Some(keys) = self.keys.load_full() else {
+            return Err(Error::AuthUnavailable {
+                jwks_uri: self.cfg.jwks_uri.clone(),
+                retry_after: whole_secs(self.cfg.jwks_retry_interval),
+            });
+        };
+        let claims =
+            verify(token, &keys).map_err(|e| unauthorized(format!("failed to parse jwt: {e}")))?;
+        let now = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
+        check_claims(&self.cfg, &claims, now)
+            .map_err(|e| unauthorized(format!("failed to validate claims: {e}")))
+    }
+
+    /// Fetches the key set now and then every refresh interval (every retry interval after
+    /// a failure) until `cancel`.
+    pub(crate) async fn run(self: Arc<Self>, cancel: CancellationToken) {
+        let client = jwks_client();
+        loop {
+            let pause = match fetch(&client, &self.cfg.jwks_uri).await {
+                Ok(keys) => {
+                    tracing::info!(uri = %self.cfg.jwks_uri, keys = keys.len(), "JWKS fetched");
+                    self.set_keys(keys);
+                    self.cfg.jwks_refresh_interval
+                }
+                Err(reason) => {
+                    tracing::error!(uri = %self.cfg.jwks_uri, %reason, retry_in = ?self.cfg.jwks_retry_interval, "Failed to fetch JWKS");
+                    self.cfg.jwks_retry_interval
+                }
+            };
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+}
+
+fn unauthorized(reason: String) -> Error {
+    Error::Unauthorized { reason }
+}
+
+/// `d` rounded up to whole seconds, at least 1 s.
+fn whole_secs(d: Duration) -> Duration {
+    Duration::from_secs(d.as_secs() + u64::from(d.subsec_nanos() > 0)).max(Duration::from_secs(1))
+}
+
+/// The token of `Authorization: Bearer <token>` (Go's `extractTokenFromHeader`: exactly two
+/// whitespace-separated fields, scheme compared without case).
+pub(crate) fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let v = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let mut fields = v.split_whitespace();
+    let (scheme, token) = (fields.next()?, fields.next()?);
+    (fields.next().is_none() && scheme.eq_ignore_ascii_case("Bearer")).then_some(token)
+}
+
+/// The algorithms a key may verify: its `alg` when set, else those of its type and curve
+/// (jwx's `WithInferAlgorithmFromKey`).
+fn key_algorithms(jwk: &Jwk) -> Vec<Algorithm> {
+    use Algorithm::{
+        ES256, ES384, EdDSA, HS256, HS384, HS512, PS256, PS384, PS512, RS256, RS384, RS512,
+    };
+    if let Some(alg) = jwk.common.key_algorithm {
+        return [
+            RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, EdDSA, HS256, HS384, HS512,
+        ]
+        .into_iter()
+        .filter(|a| format!("{a:?}") == format!("{alg:?}"))
+        .collect();
+    }
+    match &jwk.algorithm {
+        AlgorithmParameters::RSA(_) => vec![RS256, RS384, RS512, PS256, PS384, PS512],
+        AlgorithmParameters::EllipticCurve(p) => match p.curve {
+            EllipticCurve::P256 => vec![ES256],
+            EllipticCurve::P384 => vec![ES384],
+            _ => Vec::new(),
+        },
+        AlgorithmParameters::OctetKeyPair(_) => vec![EdDSA],
+        AlgorithmParameters::OctetKey(_) => vec![HS256, HS384, HS512],
+    }
+}
+
+/// Verifies the signature with the keys of the set (those with the token's `kid` when it
+/// names one) and returns the claims. Claims are checked by [`check_claims`].
+fn verify(token: &str, keys: &[Jwk]) -> Result<Map<String, Value>, String> {
+    let header = jsonwebtoken::decode_header(token).map_err(|e| e.to_string())?;
+    let mut validation = Validation::new(header.alg);
+    validation.required_spec_claims = HashSet::new();
+    validation.validate_exp = false;
+    validation.validate_nbf = false;
+    validation.validate_aud = false;
+    validation.leeway = 0;
+    let candidates = keys
+        .iter()
+        .filter(|k| header.kid.is_none() || k.common.key_id.as_deref() == header.kid.as_deref());
+    for jwk in candidates {
+        if !key_algorithms(jwk).contains(&header.alg) {
+            continue;
+        }
+        let Ok(key) = DecodingKey::from_jwk(jwk) else {
+            continue;
+        };
+        if let Ok(data) = jsonwebtoken::decode::<Map<String, Value>>(token, &key, &validation) {
+            return Ok(data.claims);
+        }
+    }
+    Err("could not verify message using any of the signatures or keys".into())
+}
+
+/// Go's `validateClaims` (issuer, audiences, time claims) plus the required `sub`; returns
+/// the `sub`. `now` is Unix seconds.
+fn check_claims(cfg: &AuthConfig, claims: &Map<String, Value>, now: f64) -> Result<String, String> {
+    let iss = claims
+        .get("iss")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if iss != cfg.issuer {
+        return Err(format!(
+            "issuer validation failed: invalid issuer: expected {}, got {iss}",
+            cfg.issuer
+        ));
+    }
+    check_audience(cfg, claims).map_err(|e| format!("audience validation failed: {e}"))?;
+    check_times(claims, now).map_err(|e| format!("time claims validation failed: {e}"))?;
+    match claims.get("sub").and_then(Value::as_str) {
+        Some(sub) if !sub.is_empty() => Ok(sub.to_owned()),
+        _ => Err("subject claim (sub) missing".into()),
+    }
+}
+
+/// Go's `%v` of a string list: `[a b]`.
+fn go_list(v: &[String]) -> String {
+    format!("[{}]", v.join(" "))
+}
+
+fn check_audience(cfg: &AuthConfig, claims: &Map<String, Value>) -> Result<(), String> {
+    if cfg.audiences.is_empty() {
+        return Ok(());
+    }
+    let aud: Vec<String> = match claims.get("aud") {
+        None | Some(Value::Null) => return Err("audience claim missing".into()),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect(),
+        Some(other) => vec![other.to_string()],
+    };
+    if aud.iter().any(|a| cfg.audiences.contains(a)) {
+        return Ok(());
+    }
+    Err(format!(
+        "audience mismatch: expected one of {}, got {}",
+        go_list(&cfg.audiences),
+        go_list(&aud)
+    ))
+}
+
+/// A NumericDate claim in seconds, `Err` for a non-number.
+fn numeric(claims: &Map<String, Value>, name: &str) -> Result<Option<f64>, String> {
+    match claims.get(name) {
+        None => Ok(None),
+        Some(v) => v
+            .as_f64()
+            .map(|s| Some(s.trunc()))
+            .ok_or_else(|| format!("invalid {name} value: {v}")),
+    }
+}
+
+fn check_times(claims: &Map<String, Value>, now: f64) -> Result<(), String> {
+    let Some(exp) = numeric(claims, "exp")? else {
+        return Err("expiration claim (exp) missing".into());
+    };
+    if now > exp {
+        return Err("token has expired".into());
+    }
+    if numeric(claims, "nbf")?.is_some_and(|nbf| now < nbf) {
+        return Err("token not yet valid".into());
+    }
+    if numeric(claims, "iat")?.is_some_and(|iat| now + IAT_SKEW_SECS < iat) {
+        return Err("token issued in the future".into());
+    }
+    Ok(())
+}
+
+type Connector = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>;
+
+/// The client of JWKS fetches: plain HTTP always, HTTPS with the system's root certificates
+/// (`Err` with the reason when there are none).
+struct JwksClient {
+    http: hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        Empty<Bytes>,
+    >,
+    https: Result<hyper_util::client::legacy::Client<Connector, Empty<Bytes>>, String>,
+}
+
+fn jwks_client() -> JwksClient {
+    let exec = hyper_util::rt::TokioExecutor::new();
+    let builder = hyper_util::client::legacy::Client::builder(exec);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_native_roots()
+        .map(|b| builder.build(b.https_or_http().enable_http1().build()))
+        .map_err(|e| format!("no system root certificates for https: {e}"));
+    JwksClient {
+        http: builder.build_http(),
+        https,
+    }
+}
+
+/// The keys of the JWKS at `uri`; keys of types the verifier does not know are skipped.
+async fn fetch(client: &JwksClient, uri: &str) -> Result<Vec<Jwk>, String> {
+    let uri: http::Uri = uri.parse().map_err(|e| format!("invalid URI: {e}"))?;
+    let get = match uri.scheme_str() {
+        Some("https") => client.https.as_ref().map_err(Clone::clone)?.get(uri),
+        _ => client.http.get(uri),
+    };
+    let resp = tokio::time::timeout(FETCH_TIMEOUT, get)
+        .await
+        .map_err(|_| format!("no answer within {FETCH_TIMEOUT:?}"))?
+        .map_err(|e| e.to_string())?;
+    let status = resp.status();
+    let body = tokio::time::timeout(
+        FETCH_TIMEOUT,
+        Limited::new(resp.into_body(), MAX_JWKS_BYTES).collect(),
+    )
+    .await
+    .map_err(|_| format!("body not received within {FETCH_TIMEOUT:?}"))?
+    .map_err(|e| e.to_string())?
+    .to_bytes();
+    if !status.is_success() {
+        return Err(format!("answered {status}"));
+    }
+    parse_jwks(&body)
+}
+
+/// The usable keys of a JWKS document `{"keys":[...]}`.
+pub(crate) fn parse_jwks(body: &[u8]) -> Result<Vec<Jwk>, String> {
+    #[derive(Deserialize)]
+    struct Doc {
+        keys: Vec<Value>,
+    }
+    let doc: Doc = serde_json::from_slice(body).map_err(|e| format!("invalid JWKS: {e}"))?;
+    let keys: Vec<Jwk> = doc
+        .keys
+        .into_iter()
+        .filter_map(|k| serde_json::from_value(k).ok())
+        .collect();
+    if keys.is_empty() {
+        return Err("the JWKS holds no usable key".into());
+    }
+    Ok(keys)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(v: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(http::header::AUTHORIZATION, v.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn bearer_token_follows_go() {
+        assert_eq!(bearer_token(&headers("Bearer abc")), Some("abc"));
+        assert_eq!(bearer_token(&headers("  bEaReR   abc  ")), Some("abc"));
+        for bad in ["abc", "Bearer ", "Bearer a b", "Basic abc", ""] {
+            assert_eq!(bearer_token(&headers(bad)), None, "{bad:?}");
+        }
+        assert_eq!(bearer_token(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn time_claims_and_sub() {
+        let cfg = AuthConfig {
+            issuer: "i".into(),
+            ..AuthConfig::default()
+        };
+        let c = |v: Value| v.as_object().unwrap().clone();
+        let now = 1_000.0;
+        let ok = c(serde_json::json!({"iss": "i", "sub": "u", "exp": 1000}));
+        assert_eq!(check_claims(&cfg, &ok, now), Ok("u".into()));
+        let cases = [
+            (
+                serde_json::json!({"iss": "i", "sub": "u", "exp": 999}),
+                "time claims validation failed: token has expired",
+            ),
+            (
+                serde_json::json!({"iss": "i", "sub": "u", "exp": 2000, "nbf": 1001}),
+                "time claims validation failed: token not yet valid",
+            ),
+            (
+                serde_json::json!({"iss": "i", "sub": "u", "exp": 2000, "iat": 1061}),
+                "time claims validation failed: token issued in the future",
+            ),
+            (
+                serde_json::json!({"iss": "i", "exp": 2000, "iat": 1060}),
+                "subject claim (sub) missing",
+            ),
+            (
+                serde_json::json!({"iss": "i", "sub": "u", "exp": "soon"}),
+                "time claims validation failed: invalid exp value: \"soon\"",
+            ),
+            (
+                serde_json::json!({"sub": "u", "exp": 2000}),
+                "issuer validation failed: invalid issuer: expected i, got ",
+            ),
+        ];
+        for (claims, want) in cases {
+            assert_eq!(check_claims(&cfg, &c(claims), now), Err(want.to_owned()));
+        }
+        let aud = AuthConfig {
+            audiences: vec!["a".into()],
+            ..cfg
+        };
+        let no_aud = c(serde_json::json!({"iss": "i", "sub": "u", "exp": 2000}));
+        assert_eq!(
+            check_claims(&aud, &no_aud, now),
+            Err("audience validation failed: audience claim missing".into())
+        );
+    }
+
+    #[test]
+    fn jwks_documents() {
+        let doc = br#"{"keys":[{"kty":"weird"},{"kty":"EC","crv":"P-256","kid":"k","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}"#;
+        let keys = parse_jwks(doc).unwrap();
+        assert_eq!(keys.len(), 1);
+        assert_eq!(key_algorithms(&keys[0]), vec![Algorithm::ES256]);
+        assert!(parse_jwks(br#"{"keys":[]}"#).is_err());
+        assert!(parse_jwks(b"nope").is_err());
+    }
+}

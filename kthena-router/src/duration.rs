@@ -1,0 +1,63 @@
+//! Go durations (`1s`, `500ms`, `1h30m`) in the config file and environment variables.
+
+use std::time::Duration;
+
+/// Parses a Go duration string (`1s`, `500ms`, `1h30m`) with `kube::core::Duration`.
+///
+/// # Errors
+/// A reason that names the value: `` `10` has no unit: did you mean `10s`?`` for a bare
+/// number, `` `-1s` is negative`` , or `` `soon` is not a duration: ...`` listing the units.
+pub fn parse_go_duration(s: &str) -> std::result::Result<Duration, String> {
+    let t = s.trim();
+    if !t.is_empty() && t.parse::<f64>().is_ok() {
+        return Err(format!("`{t}` has no unit: did you mean `{t}s`?"));
+    }
+    let d: kube::core::Duration = t.parse().map_err(|_| {
+        format!(
+            "`{s}` is not a duration: expected a number with a unit (`ns`, `us`, `ms`, `s`, \
+             `m`, `h`), such as `500ms`, `10s` or `1m30s`"
+        )
+    })?;
+    if d.is_negative() {
+        return Err(format!("`{s}` is negative: a duration must be 0 or more"));
+    }
+    Ok(d.into())
+}
+
+/// A Go duration (`1s`, `500ms`, `1h30m`) in a config file; a bare number is an error that
+/// suggests the unit (`10` → did you mean `10s`?), since Go Kthena's durations all need one.
+pub(crate) mod go_duration {
+    use std::time::Duration;
+
+    use serde::Deserializer;
+    use serde::de::{Error, Visitor};
+
+    struct GoDuration;
+
+    impl Visitor<'_> for GoDuration {
+        type Value = Duration;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a duration with a unit, such as `500ms`, `10s` or `1m30s`")
+        }
+        fn visit_str<E: Error>(self, s: &str) -> Result<Duration, E> {
+            super::parse_go_duration(s).map_err(E::custom)
+        }
+        fn visit_u64<E: Error>(self, n: u64) -> Result<Duration, E> {
+            Err(no_unit(&n.to_string()))
+        }
+        fn visit_i64<E: Error>(self, n: i64) -> Result<Duration, E> {
+            Err(no_unit(&n.to_string()))
+        }
+        fn visit_f64<E: Error>(self, n: f64) -> Result<Duration, E> {
+            Err(no_unit(&n.to_string()))
+        }
+    }
+
+    fn no_unit<E: Error>(n: &str) -> E {
+        E::custom(format!("`{n}` has no unit: did you mean `{n}s`?"))
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        d.deserialize_any(GoDuration)
+    }
+}

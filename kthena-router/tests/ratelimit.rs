@@ -1,0 +1,341 @@
+//! Token rate limits over real sockets (router + kthena-sim, the real Redis at
+//! 127.0.0.1:6379 for the global variant, keys of models named per test run): the input
+//! limit admits exactly what fits, the output limit counts the engine's real
+//! `completion_tokens`, two routers sharing Redis keep one budget, and a Redis that goes
+//! away gives 503 at once, then works again when it is back.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers fail the test on any error"
+)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use http::StatusCode;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+/// A model name of its own for this test run (its Redis keys are nobody else's).
+fn unique(name: &str) -> String {
+    format!(
+        "{name}-{}-{}",
+        std::process::id(),
+        jiff::Timestamp::now().as_nanosecond() % 1_000_000_000
+    )
+}
+
+fn limited_route(model: &str, rate_limit: &str) -> String {
+    format!(
+        "{}  rateLimit: {rate_limit}\n",
+        simple_route(&format!("route-{model}"), model, "srv")
+    )
+}
+
+async fn start(sim: SocketAddr, models: &[&str], routes: Vec<(String, String)>) -> TestRouter {
+    let mut manifests: Vec<(&str, String)> =
+        vec![("s.yaml", model_server("srv", models[0], "demo", ""))];
+    for (name, text) in &routes {
+        manifests.push((name.as_str(), text.clone()));
+    }
+    let r = TestRouter::start(
+        "metricsScrapeInterval: 100ms",
+        &endpoint("sim-a", sim, "demo"),
+        &manifests,
+    )
+    .await;
+    r.wait_ready().await;
+    r
+}
+
+/// A completion request whose prompt is `tokens` estimated tokens (4 characters each).
+fn completion(model: &str, tokens: usize, max_tokens: u32, stream: bool) -> String {
+    let mut v = serde_json::json!({
+        "model": model, "prompt": "abcd".repeat(tokens), "max_tokens": max_tokens,
+        "stream": stream,
+    });
+    if stream {
+        v["stream_options"] = serde_json::json!({"include_usage": true});
+    }
+    v.to_string()
+}
+
+/// `(status, error.message or "", Retry-After, completion_tokens)`.
+async fn send(url: &str, body: String) -> (StatusCode, String, Option<u64>, u64) {
+    let (s, h, b) = post(&format!("{url}/v1/completions"), body, &[]).await;
+    let retry = h
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().parse().unwrap());
+    let text = String::from_utf8_lossy(&b);
+    let mut completion = 0;
+    let mut message = String::new();
+    // A JSON answer, or SSE `data:` lines of which one carries the usage.
+    for doc in
+        std::iter::once(text.as_ref()).chain(text.lines().filter_map(|l| l.strip_prefix("data: ")))
+    {
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(doc) {
+            if let Some(n) = v["usage"]["completion_tokens"].as_u64() {
+                completion = n;
+            }
+            if let Some(m) = v["error"]["message"].as_str() {
+                message = m.to_owned();
+            }
+        }
+    }
+    (s, message, retry, completion)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_limit_per_minute_admits_exactly_what_fits() {
+    let sim = kthena_sim::spawn(sim_config("m")).await.unwrap();
+    let routes = vec![
+        (
+            "r.yaml".into(),
+            limited_route("m", "{inputTokensPerUnit: 100, unit: minute}"),
+        ),
+        ("free.yaml".into(), simple_route("free", "free", "srv")),
+    ];
+    let r = start(sim.addr(), &["m"], routes).await;
+    let url = r.url();
+    // 10 prompts of 10 tokens fit into 100 per minute; the 11th does not.
+    for i in 0..10 {
+        let (s, msg, _, _) = send(&url, completion("m", 10, 2, false)).await;
+        assert_eq!((s, msg.as_str()), (StatusCode::OK, ""), "request {i}");
+    }
+    let (s, msg, retry, _) = send(&url, completion("m", 10, 2, false)).await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(msg, "input token rate limit exceeded");
+    // 10 tokens at 100/60 per second.
+    assert_eq!(retry, Some(6));
+    // Under a second passed: not even 2 tokens are back.
+    assert_eq!(
+        send(&url, completion("m", 2, 2, false)).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // Other models are not limited.
+    assert_eq!(
+        send(&url, completion("free", 10, 2, false)).await.0,
+        StatusCode::OK
+    );
+    let series = r#"kthena_router_rate_limit_exceeded_total{model="m",limit_type="input_tokens",path="/v1/completions"}"#;
+    assert_eq!(r.metric(series).await, 2.0);
+    let log = r.access_log();
+    let limited: Vec<_> = log.iter().filter(|l| l["status_code"] == 429).collect();
+    assert_eq!(limited.len(), 2);
+    assert_eq!(limited[0]["error"]["type"], "input_rate_limit");
+    assert_eq!(
+        limited[0]["error"]["message"],
+        "input token rate limit exceeded"
+    );
+    r.router.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_limit_counts_the_engines_completion_tokens() {
+    let sim = kthena_sim::spawn(sim_config("m")).await.unwrap();
+    let routes = vec![(
+        "r.yaml".into(),
+        limited_route("m", "{outputTokensPerUnit: 50, unit: hour}"),
+    )];
+    let r = start(sim.addr(), &["m"], routes).await;
+    let url = r.url();
+    // A request is admitted while at least one output token is left; each answer's real
+    // completion_tokens (streamed or not) are charged when it ends.
+    let mut spent = 0;
+    let mut admitted = 0;
+    for i in 0..10 {
+        let (s, msg, retry, completion) = send(&url, completion("m", 1, 20, i % 2 == 1)).await;
+        if spent < 50 {
+            assert_eq!(
+                (s, msg.as_str()),
+                (StatusCode::OK, ""),
+                "request {i}, {spent} spent"
+            );
+            assert!(completion > 0, "request {i}: the engine reports usage");
+            spent += completion;
+            admitted += 1;
+        } else {
+            assert_eq!(
+                s,
+                StatusCode::TOO_MANY_REQUESTS,
+                "request {i}, {spent} spent"
+            );
+            assert_eq!(msg, "output token rate limit exceeded");
+            assert!(retry.is_some_and(|s| s >= 1));
+            break;
+        }
+    }
+    assert!(
+        spent >= 50,
+        "the limit was reached ({spent} tokens in {admitted} answers)"
+    );
+    assert!(admitted >= 2, "{admitted}");
+    let series = r#"kthena_router_rate_limit_exceeded_total{model="m",limit_type="output_tokens",path="/v1/completions"}"#;
+    assert_eq!(r.metric(series).await, 1.0);
+    r.router.shutdown().await;
+}
+
+fn redis() -> redis::Connection {
+    redis::Client::open("redis://127.0.0.1:6379/")
+        .unwrap()
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .expect("a Redis on 127.0.0.1:6379 (scripts/services.sh starts one)")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_routers_sharing_redis_keep_one_global_budget() {
+    let model = unique("rl-global");
+    let key = format!("kthena:ratelimit:{model}:input");
+    let sim = kthena_sim::spawn(sim_config(&model)).await.unwrap();
+    let spec =
+        "{inputTokensPerUnit: 100, unit: hour, global: {redis: {address: \"127.0.0.1:6379\"}}}";
+    let routes = || vec![("r.yaml".to_owned(), limited_route(&model, spec))];
+    let a = start(sim.addr(), &[&model], routes()).await;
+    let b = start(sim.addr(), &[&model], routes()).await;
+    // 30 prompts of 10 tokens at once, half through each router: 10 fit into 100.
+    let mut tasks = JoinSet::new();
+    for i in 0..30 {
+        let url = if i % 2 == 0 { a.url() } else { b.url() };
+        let body = completion(&model, 10, 2, false);
+        tasks.spawn(async move { send(&url, body).await });
+    }
+    let mut ok = 0;
+    let mut limited = 0;
+    while let Some(t) = tasks.join_next().await {
+        let (s, msg, _, _) = t.unwrap();
+        match s {
+            StatusCode::OK => ok += 1,
+            StatusCode::TOO_MANY_REQUESTS => {
+                assert_eq!(msg, "input token rate limit exceeded");
+                limited += 1;
+            }
+            other => panic!("unexpected {other}: {msg}"),
+        }
+    }
+    assert_eq!((ok, limited), (10, 20));
+    // Go's hash: fields `tokens` and `last_update`, an expiry of 3 hours.
+    let mut conn = redis();
+    let (tokens, last): (f64, f64) = redis::cmd("HMGET")
+        .arg(&key)
+        .arg("tokens")
+        .arg("last_update")
+        .query(&mut conn)
+        .unwrap();
+    assert!((0.0..1.0).contains(&tokens), "{tokens}");
+    assert!(last > 1.7e9, "{last}");
+    let ttl: i64 = redis::cmd("TTL").arg(&key).query(&mut conn).unwrap();
+    assert!((10_000..=10_800).contains(&ttl), "{ttl}");
+    let _: i64 = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
+    a.router.shutdown().await;
+    b.router.shutdown().await;
+}
+
+/// A TCP relay to the real Redis that can be cut (every connection closed) and brought back.
+struct Relay {
+    addr: SocketAddr,
+    tasks: Arc<Mutex<JoinSet<()>>>,
+}
+
+impl Relay {
+    async fn start(addr: SocketAddr) -> Self {
+        let listener = TcpListener::bind(addr).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let tasks: Arc<Mutex<JoinSet<()>>> = Arc::default();
+        let t2 = Arc::clone(&tasks);
+        tasks.lock().unwrap().spawn(async move {
+            while let Ok((mut down, _)) = listener.accept().await {
+                t2.lock().unwrap().spawn(async move {
+                    let mut up = tokio::net::TcpStream::connect("127.0.0.1:6379")
+                        .await
+                        .unwrap();
+                    let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
+                });
+            }
+        });
+        Self { addr, tasks }
+    }
+
+    /// Closes the listener and every relayed connection.
+    fn cut(&self) {
+        self.tasks.lock().unwrap().abort_all();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_going_away_gives_503_at_once_and_recovers() {
+    let model = unique("rl-outage");
+    let relay = Relay::start("127.0.0.1:0".parse().unwrap()).await;
+    let sim = kthena_sim::spawn(sim_config(&model)).await.unwrap();
+    let spec = format!(
+        "{{inputTokensPerUnit: 1000, unit: hour, global: {{redis: {{address: \"{}\"}}}}}}",
+        relay.addr
+    );
+    let r = start(
+        sim.addr(),
+        &[&model],
+        vec![("r.yaml".into(), limited_route(&model, &spec))],
+    )
+    .await;
+    let url = r.url();
+    assert_eq!(
+        send(&url, completion(&model, 10, 2, false)).await.0,
+        StatusCode::OK
+    );
+
+    // Redis goes away (connections reset, nothing listening): refused at once, not served
+    // unlimited, never hanging.
+    relay.cut();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for _ in 0..2 {
+        let answer = tokio::time::timeout(
+            Duration::from_secs(5),
+            send(&url, completion(&model, 10, 2, false)),
+        )
+        .await
+        .expect("no hang while Redis is away");
+        assert_eq!(answer.0, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            answer.1.starts_with("token rate limit store unavailable: "),
+            "{}",
+            answer.1
+        );
+        assert_eq!(answer.2, Some(1));
+    }
+    // A Redis that accepts but never answers: refused after the 1 s timeout.
+    let silent = TcpListener::bind(relay.addr).await.unwrap();
+    let answer = tokio::time::timeout(
+        Duration::from_secs(5),
+        send(&url, completion(&model, 10, 2, false)),
+    )
+    .await
+    .expect("no hang on a silent Redis");
+    assert_eq!(answer.0, StatusCode::SERVICE_UNAVAILABLE);
+    drop(silent);
+
+    // Redis is back: served again, with the budget it kept.
+    let relay = Relay::start(relay.addr).await;
+    assert_eq!(
+        send(&url, completion(&model, 10, 2, false)).await.0,
+        StatusCode::OK
+    );
+    let mut conn = redis();
+    let tokens: f64 = redis::cmd("HGET")
+        .arg(format!("kthena:ratelimit:{model}:input"))
+        .arg("tokens")
+        .query(&mut conn)
+        .unwrap();
+    assert!(
+        (980.0..982.0).contains(&tokens),
+        "two prompts of 10 spent: {tokens}"
+    );
+    let _: i64 = redis::cmd("DEL")
+        .arg(format!("kthena:ratelimit:{model}:input"))
+        .query(&mut conn)
+        .unwrap();
+    relay.cut();
+    r.router.shutdown().await;
+}
