@@ -2,8 +2,9 @@
 //! server, with the Volcano PodGroup CRD and pods made Running and Ready by the simulated
 //! node: the pods, headless services, PodGroups and status Go Kthena creates (names,
 //! labels, annotations, env, owner references, counts), then `Available=True`. Also: the
-//! debug dump, ServingGroupRecreate after a deleted pod, and a partition's protected
-//! groups staying on (and coming back at) the old revision.
+//! debug dump, ServingGroupRecreate after a deleted pod, a partition's protected groups
+//! staying on (and coming back at) the old revision, and a RoleRollingUpdate within the
+//! role's maxUnavailable.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use k8s_openapi::api::core::v1::{Container, Pod, Service};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kthena_api::thirdparty::PodGroup;
 use kthena_api::{ModelServing, Object, load_file};
 use kthena_controller::{Config, ServingCache, run};
@@ -156,6 +158,15 @@ fn start(ns: &TestNamespace, cache: &ServingCache, tasks: &mut JoinSet<()>) -> S
 
 /// Creates the ModelServing of `examples/model-serving/<file>` in `ns`.
 async fn create(ns: &TestNamespace, file: &str) -> Result<ModelServing> {
+    create_with(ns, file, |_| {}).await
+}
+
+/// As [`create`], changed by `edit` first.
+async fn create_with(
+    ns: &TestNamespace,
+    file: &str,
+    edit: impl FnOnce(&mut ModelServing),
+) -> Result<ModelServing> {
     let docs = load_file(examples_dir().join(file))?;
     let ms = docs.into_iter().find_map(|d| match d.object {
         Object::ModelServing(ms) => Some(ms),
@@ -163,6 +174,7 @@ async fn create(ns: &TestNamespace, file: &str) -> Result<ModelServing> {
     });
     let mut ms = *ms.with_context(|| format!("{file} has no ModelServing"))?;
     ms.metadata.namespace = Some(ns.name().to_owned());
+    edit(&mut ms);
     Ok(ns
         .api::<ModelServing>()
         .create(&PostParams::default(), &ms)
@@ -551,7 +563,7 @@ async fn a_partition_keeps_and_recreates_protected_groups_at_the_old_revision() 
     let config = strategy
         .rolling_update_configuration
         .get_or_insert_default();
-    config.partition = Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(2));
+    config.partition = Some(IntOrString::Int(2));
     let entry = &mut ms.spec.template.roles[0].entry_template;
     entry.spec.as_mut().context("no spec")?.containers[0].image = Some("nginx:1.29".to_owned());
     api.replace("sample", &PostParams::default(), &ms).await?;
@@ -631,4 +643,78 @@ async fn a_partition_keeps_and_recreates_protected_groups_at_the_old_revision() 
         .then_some(()))
     })
     .await
+}
+
+/// Decode role replicas of `sample-0` whose two pods are both Running and Ready.
+async fn ready_decode_replicas(ns: &TestNamespace) -> Result<usize> {
+    let pods = pods_of(ns, "sample").await?;
+    let mut ready: BTreeMap<String, usize> = BTreeMap::new();
+    for p in pods
+        .iter()
+        .filter(|p| kthena_controller::running_and_ready(p))
+    {
+        if p.labels()["modelserving.volcano.sh/role"] == "decode" {
+            *ready
+                .entry(p.labels()["modelserving.volcano.sh/role-id"].clone())
+                .or_default() += 1;
+        }
+    }
+    Ok(ready.values().filter(|&&n| n == 2).count())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn role_rolling_update_keeps_each_role_within_its_max_unavailable() -> Result<()> {
+    let ns = kthena_testenv::namespace("ex-role-mu").await?;
+    let mut tasks = JoinSet::new();
+    let _node = start(&ns, &ServingCache::default(), &mut tasks);
+    // role-rollingupdate.yaml with one group and 3 decode replicas, maxUnavailable 1.
+    let api = ns.api::<ModelServing>();
+    create_with(&ns, "role-rollingupdate.yaml", |ms| {
+        ms.spec.replicas = Some(1);
+        let decode = &mut ms.spec.template.roles[1];
+        decode.replicas = Some(3);
+        decode.max_unavailable = Some(IntOrString::Int(1));
+    })
+    .await?;
+    eventually("3 decode replicas ready", || async {
+        Ok((ready_decode_replicas(&ns).await? == 3).then_some(()))
+    })
+    .await?;
+    let before = available(&ns, "sample", 1).await?;
+    let old = before.status.clone().unwrap_or_default().update_revision;
+    let uids_before = uids(&ns, "sample").await?;
+    let mut ms = api.get("sample").await?;
+    let worker = ms.spec.template.roles[1]
+        .worker_template
+        .as_mut()
+        .context("no worker")?;
+    worker.spec.as_mut().context("no spec")?.containers[0].image = Some("nginx:1.29".to_owned());
+    api.replace("sample", &PostParams::default(), &ms).await?;
+    let fewest = std::sync::atomic::AtomicUsize::new(3);
+    let fewest = &fewest;
+    eventually("every decode pod replaced", || {
+        let (api, ns, uids_before, old) = (&api, &ns, &uids_before, &old);
+        let sample = ready_decode_replicas(ns);
+        async move {
+            fewest.fetch_min(sample.await?, std::sync::atomic::Ordering::Relaxed);
+            let now = uids(ns, "sample").await?;
+            let decode_new = now
+                .iter()
+                .filter(|(n, _)| n.contains("-decode-"))
+                .all(|(n, u)| uids_before.get(n) != Some(u));
+            let st = api.get("sample").await?.status.unwrap_or_default();
+            let done = decode_new
+                && now.len() == 8
+                && st.update_revision != *old
+                && st.available_replicas == Some(1);
+            Ok(done.then_some(()))
+        }
+    })
+    .await?;
+    let fewest = fewest.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        fewest >= 2,
+        "only {fewest} of 3 decode replicas were ready at some moment"
+    );
+    Ok(())
 }
