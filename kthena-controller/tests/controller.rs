@@ -734,13 +734,17 @@ async fn a_role_replica_change_converges_deleting_in_gos_order() -> Result<()> {
         )
         .await?;
     set_role_replicas(1).await?;
+    // The pods and then the services of replicas 1 and 0 are deleted.
+    let svc_names = || async {
+        let svcs = ns.api::<Service>().list(&ListParams::default()).await?;
+        anyhow::Ok(svcs.items.iter().map(|s| s.name_any()).collect::<Vec<_>>())
+    };
     eventually("only role replica 2 left", || async {
-        Ok((pod_names(ns, name).await? == role_pods(&[2])).then_some(()))
+        let pods = pod_names(ns, name).await? == role_pods(&[2]);
+        let svcs = svc_names().await? == [format!("{name}-0-llama-405b-2-0")];
+        Ok((pods && svcs).then_some(()))
     })
     .await?;
-    let svcs = ns.api::<Service>().list(&ListParams::default()).await?;
-    let names: Vec<_> = svcs.items.iter().map(|s| s.name_any()).collect();
-    assert_eq!(names, [format!("{name}-0-llama-405b-2-0")]);
     available(ns, name, 1).await?;
     Ok(())
 }
