@@ -64,6 +64,97 @@ pub enum Error {
     /// Children owned by another ModelServing of the same name exist; retried later.
     #[error("{0} is owned by another ModelServing with the same name")]
     Foreign(String),
+    /// A ModelBooster worker's `port` is not a port (Go `GetEnginePort`).
+    #[error("invalid port {port:?} for worker {worker}")]
+    EnginePort {
+        /// Worker type (`server`, `prefill`, `decode`).
+        worker: String,
+        /// The value as written.
+        port: String,
+    },
+    /// A ModelBooster's serving workers name different engine ports.
+    #[error("workers use different engine ports: {first} and {second}")]
+    EnginePortMismatch {
+        /// The port of the earlier workers.
+        first: i32,
+        /// The port of this worker.
+        second: i32,
+    },
+    /// More than one prefill (or decode) worker in a ModelBooster backend.
+    #[error(
+        "backend {backend}: found {count} {worker} workers, expected at most 1; duplicate {worker} workers are not supported"
+    )]
+    DuplicateWorkers {
+        /// Backend name.
+        backend: String,
+        /// `prefill` or `decode`.
+        worker: &'static str,
+        /// How many there are.
+        count: usize,
+    },
+    /// A worker's `kv-transfer-config` is not a JSON object string.
+    #[error("worker {worker}: invalid kv-transfer-config: {reason}")]
+    InvalidKvTransferConfig {
+        /// Worker type.
+        worker: &'static str,
+        /// What is wrong (`must be a JSON string`, the JSON error).
+        reason: String,
+    },
+    /// A worker's `kv-transfer-config` lacks `kv_connector` or `kv_role`.
+    #[error("worker {worker}: kv-transfer-config is set but {field} is missing")]
+    KvTransferFieldMissing {
+        /// Worker type.
+        worker: &'static str,
+        /// `kv_connector` or `kv_role`.
+        field: &'static str,
+    },
+    /// A `kv_connector` Kthena does not map to a connector type.
+    #[error(
+        "worker {worker}: unsupported kv_connector {connector:?} (supported: LMCacheConnectorV1, MooncakeConnector, MooncakeConnectorV1, NixlConnector)"
+    )]
+    UnsupportedKvConnector {
+        /// Worker type.
+        worker: &'static str,
+        /// The connector named.
+        connector: String,
+    },
+    /// A `kv_role` that does not fit the worker (prefill: `kv_producer`/`kv_both`, decode:
+    /// `kv_consumer`/`kv_both`).
+    #[error("worker {worker}: invalid kv_role {role:?}, expected one of [{allowed}]")]
+    InvalidKvRole {
+        /// Worker type.
+        worker: &'static str,
+        /// The role named.
+        role: String,
+        /// The roles allowed, comma-separated.
+        allowed: &'static str,
+    },
+    /// Only one of prefill and decode names a kv connector.
+    #[error(
+        "backend {backend}: {side} worker specifies kv_connector {connector:?} but the {other} worker has no kv-transfer-config; prefill and decode must configure the same kv connector"
+    )]
+    KvConnectorOneSided {
+        /// Backend name.
+        backend: String,
+        /// The worker that names one.
+        side: &'static str,
+        /// Its connector.
+        connector: String,
+        /// The worker that names none.
+        other: &'static str,
+    },
+    /// Prefill and decode name different kv connectors.
+    #[error(
+        "backend {backend}: kv_connector mismatch between prefill ({prefill:?}) and decode ({decode:?}) workers; prefill and decode must use the same kv connector"
+    )]
+    KvConnectorMismatch {
+        /// Backend name.
+        backend: String,
+        /// Prefill's connector.
+        prefill: String,
+        /// Decode's connector.
+        decode: String,
+    },
 }
 
 /// `Result` with [`Error`].

@@ -16,12 +16,16 @@
 //! With `--debug-port`, [`serve_debug`] dumps what the last reconciles saw and planned
 //! ([`ServingCache`]) on Go's `GET /debug/modelserving/cache`.
 //!
+//! [`booster`] generates the children of a ModelBooster (so far its ModelRoute and
+//! ModelServer) as Go's `convert` package does.
+//!
 //! [`serve_webhook`] is the TLS admission webhook server for every Kthena kind
 //! ([`admission::review`] is its pure handler).
 
 pub mod admission;
 #[cfg(test)]
 mod admission_tests;
+pub mod booster;
 mod cache;
 mod controller;
 mod desired;

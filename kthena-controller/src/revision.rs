@@ -48,7 +48,7 @@ fn hashed_role(role: &Role) -> Role {
     }
 }
 
-fn hash_json(value: &impl serde::Serialize) -> Result<String> {
+pub(crate) fn hash_json(value: &impl serde::Serialize) -> Result<String> {
     let bytes = serde_json::to_vec(value).map_err(Error::Encode)?;
     Ok(safe_encode(&fnv1_32(&bytes).to_string()))
 }
