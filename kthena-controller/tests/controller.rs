@@ -440,11 +440,11 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() -> Result<(
         Ok((holder(&ns).await?.as_deref() == Some("b")).then_some(()))
     })
     .await?;
-    // Within the lease time: the 3 s lease, one 1 s retry of the standby, and slack for
-    // a loaded machine (a correctness bound, not a latency measurement).
+    // Within the lease time: the 3 s lease and one 1 s retry of the standby, with room for
+    // API calls on a loaded machine (a correctness bound, not a latency measurement).
     let handover = killed.elapsed();
     assert!(
-        handover < Duration::from_secs(3 + 1 + 4),
+        handover < Duration::from_secs(3 + 1 + 10),
         "handover took {handover:?}"
     );
     let out = ns
