@@ -54,12 +54,14 @@ pub(crate) struct RequestCtx {
     permit: Option<OwnedSemaphorePermit>,
     /// How the request ended, once known (the answer's status and error).
     outcome: Option<Outcome>,
-    /// Told the engine's output tokens when the answer ends (the output rate limit).
+    /// Told the engine's output tokens as they are reported (the output rate limit).
     output_hook: Option<OutputHook>,
+    /// Output tokens already told to `output_hook`.
+    output_told: u64,
 }
 
-/// A callback taking the answer's `completion_tokens`.
-pub(crate) struct OutputHook(Box<dyn FnOnce(u64) + Send>);
+/// A callback taking output tokens not told before (the increase of `completion_tokens`).
+pub(crate) struct OutputHook(Box<dyn FnMut(u64) + Send>);
 
 impl std::fmt::Debug for OutputHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -107,12 +109,25 @@ impl RequestCtx {
             permit: None,
             outcome: None,
             output_hook: None,
+            output_told: 0,
         }
     }
 
     pub(crate) fn set_downstream(&mut self, model: &str) {
         self.metrics.active_downstream(model, 1);
         self.downstream_model = Some(model.to_owned());
+    }
+
+    /// Tells the output hook the tokens of `completion_tokens` not told yet.
+    fn tell_output(&mut self, completion_tokens: u64) {
+        if completion_tokens <= self.output_told {
+            return;
+        }
+        let more = completion_tokens - self.output_told;
+        self.output_told = completion_tokens;
+        if let Some(OutputHook(f)) = self.output_hook.as_mut() {
+            f(more);
+        }
     }
 
     pub(crate) fn set_upstream_active(&mut self, on: bool) {
@@ -348,16 +363,18 @@ impl Accounting {
             origin,
             output_tokens,
         });
-        let hook = (output_tokens > 0).then(|| c.output_hook.take()).flatten();
-        drop(c);
-        if let Some(OutputHook(f)) = hook {
-            f(output_tokens);
-        }
+        c.tell_output(output_tokens);
     }
 
-    /// Calls `hook` with the engine's `usage.completion_tokens` when the answer ends with
-    /// some (once; for streams when the usage chunk has arrived and the stream ended).
-    pub(crate) fn on_output_tokens(&self, hook: Box<dyn FnOnce(u64) + Send>) {
+    /// A stream chunk reported `usage.completion_tokens` (before the stream ends).
+    pub(crate) fn usage(&self, completion_tokens: u64) {
+        self.lock().tell_output(completion_tokens);
+    }
+
+    /// Calls `hook` with the output tokens as the engine reports them: a stream's usage chunk
+    /// as soon as it arrives (each increase once, for engines reporting usage in every
+    /// chunk), the rest of `completion_tokens` when the answer ends.
+    pub(crate) fn on_output_tokens(&self, hook: Box<dyn FnMut(u64) + Send>) {
         self.lock().output_hook = Some(OutputHook(hook));
     }
 
@@ -566,6 +583,21 @@ mod tests {
         assert_eq!(log[0]["error"]["type"], "route_not_found");
         assert_eq!(log[0]["error_origin"], "downstream");
         assert!(body.is_end_stream());
+    }
+
+    #[test]
+    fn output_tokens_are_told_once_as_they_grow() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_metrics, acct, _path) = setup(&dir);
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let t2 = Arc::clone(&told);
+        acct.on_output_tokens(Box::new(move |n| t2.lock().unwrap().push(n)));
+        acct.usage(3);
+        acct.usage(3);
+        acct.usage(5);
+        acct.finish(200, None, "", 8);
+        acct.finish(200, None, "", 9);
+        assert_eq!(*told.lock().unwrap(), [3, 2, 3]);
     }
 
     /// An `mpsc::Receiver` as a `Stream` (without tokio-stream).

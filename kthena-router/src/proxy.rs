@@ -210,7 +210,12 @@ impl ProxyBody {
             self.json.push(&data);
             return Some(data);
         };
+        let told = f.output_tokens;
         let out = f.push(data);
+        if f.output_tokens != told {
+            // The usage chunk: the output rate limit charges it now.
+            self.acct.usage(f.output_tokens);
+        }
         if !at_end {
             return (!out.is_empty()).then_some(out);
         }

@@ -339,3 +339,80 @@ async fn redis_going_away_gives_503_at_once_and_recovers() {
     relay.cut();
     r.router.shutdown().await;
 }
+
+/// An engine that streams one chunk with `usage` and then holds the stream open until the
+/// test ends.
+async fn usage_then_hold(completion_tokens: u64, server: &mut JoinSet<()>) -> SocketAddr {
+    use futures_util::StreamExt;
+    use http_body_util::{BodyExt, StreamBody};
+    use hyper::body::{Frame, Incoming};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    server.spawn(async move {
+        let mut conns = JoinSet::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            conns.spawn(async move {
+                let svc = hyper::service::service_fn(move |req: http::Request<Incoming>| async move {
+                    let post = req.method() == http::Method::POST;
+                    let chunk = format!(
+                        "data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":1,\"completion_tokens\":{completion_tokens}}}}}\n\n"
+                    );
+                    let frame = Ok::<_, std::convert::Infallible>(Frame::data(bytes::Bytes::from(chunk)));
+                    let frames = if post {
+                        futures_util::stream::iter([frame])
+                            .chain(futures_util::stream::pending())
+                            .boxed()
+                    } else {
+                        futures_util::stream::empty().boxed()
+                    };
+                    let mut resp = http::Response::new(BodyExt::boxed_unsync(StreamBody::new(frames)));
+                    if post {
+                        resp.headers_mut()
+                            .insert("content-type", "text/event-stream".parse().unwrap());
+                    }
+                    Ok::<_, std::convert::Infallible>(resp)
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streams_usage_chunk_is_charged_before_the_stream_ends() {
+    use futures_util::StreamExt as _;
+    let mut server = JoinSet::new();
+    let engine = usage_then_hold(60, &mut server).await;
+    let routes = vec![(
+        "r.yaml".into(),
+        limited_route("m", "{outputTokensPerUnit: 50, unit: hour}"),
+    )];
+    let r = start(engine, &["m"], routes).await;
+    let url = format!("{}/v1/completions", r.url());
+    let first = post_stream(&url, completion("m", 1, 100, true), &[]).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    // Read until the usage chunk has come through; the stream stays open.
+    let mut body = http_body_util::BodyDataStream::new(first.into_body());
+    let chunk = body.next().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&chunk).contains("\"completion_tokens\":60"));
+    // Without the early charge this request would be admitted and held open too.
+    let base = r.url();
+    let second = send(&base, completion("m", 1, 100, true));
+    let (s, msg, _, _) = tokio::time::timeout(Duration::from_secs(5), second)
+        .await
+        .expect("the second request is refused, not admitted");
+    assert_eq!(
+        (s, msg.as_str()),
+        (
+            StatusCode::TOO_MANY_REQUESTS,
+            "output token rate limit exceeded"
+        )
+    );
+    drop(body);
+    r.router.shutdown().await;
+}
