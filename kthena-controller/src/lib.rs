@@ -19,12 +19,16 @@
 //! [`booster`] generates the children of a ModelBooster (so far its ModelRoute and
 //! ModelServer) as Go's `convert` package does.
 //!
+//! [`run_autoscaler`] is the `autoscaler` controller: it scales ModelServings on their
+//! engines' metrics with `kthena-autoscale` (see `docs/autoscaler.md`).
+//!
 //! [`serve_webhook`] is the TLS admission webhook server for every Kthena kind
 //! ([`admission::review`] is its pure handler).
 
 pub mod admission;
 #[cfg(test)]
 mod admission_tests;
+mod autoscaler;
 pub mod booster;
 mod cache;
 mod controller;
@@ -49,6 +53,7 @@ mod testutil;
 mod view;
 mod webhook;
 
+pub use autoscaler::{AutoscalerConfig, DEFAULT_SYNC_PERIOD, run_autoscaler};
 pub use cache::{CACHE_PATH, CachedGroup, CachedRole, ServingCache, cache_entry, serve_debug};
 pub use controller::{Config, ControllerSet, run};
 pub use desired::{RoleReplicaRef, headless_service, role_replica_pods};

@@ -21,7 +21,7 @@ struct Args {
     #[arg(long, default_value_t = 5)]
     workers: u16,
     /// Controllers to run: `*` for all, `-name` disables, `+name` wins (modelserving,
-    /// modelbooster, autoscaler; only modelserving is built).
+    /// modelbooster, autoscaler; modelbooster is not built yet).
     #[arg(long, default_value = "*")]
     controllers: String,
     /// Watch only this namespace (default: all namespaces).
@@ -55,6 +55,9 @@ struct Args {
     /// between replicas; created when missing; empty: each replica generates its own.
     #[arg(long, default_value = kthena_controller::CERT_SECRET_NAME)]
     cert_secret_name: String,
+    /// Seconds between two rounds of the autoscaler controller.
+    #[arg(long, default_value_t = 15)]
+    autoscaling_sync_period_seconds: u64,
     /// Webhook Service name, for the generated certificate's DNS names.
     #[arg(long, default_value = kthena_controller::SERVICE_NAME)]
     service_name: String,
@@ -126,9 +129,12 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let set = ControllerSet::parse(&args.controllers)?;
-    if set.modelbooster || set.autoscaler {
+    if set.modelbooster {
+        tracing::warn!("the modelbooster controller is not built yet; not started");
+    }
+    if set.autoscaler && args.leader_elect {
         tracing::warn!(
-            "the modelbooster and autoscaler controllers are not built yet; not started"
+            "the autoscaler controller does not take part in leader election yet; not started"
         );
     }
     let client = client(&args).await?;
@@ -149,7 +155,7 @@ async fn main() -> anyhow::Result<()> {
         LeaderElection::go_defaults(ns.unwrap_or_else(|| client.default_namespace().to_owned()))
     });
     let config = Config {
-        namespace: args.namespace,
+        namespace: args.namespace.clone(),
         workers: args.workers,
         ..Config::default()
     };
@@ -166,6 +172,25 @@ async fn main() -> anyhow::Result<()> {
         match debug {
             Some(server) => server.await,
             None => std::future::pending().await,
+        }
+    };
+    let autoscaler = {
+        let run = set.autoscaler && !args.leader_elect;
+        let config = kthena_controller::AutoscalerConfig {
+            namespace: args.namespace.clone(),
+            sync_period: std::time::Duration::from_secs(
+                args.autoscaling_sync_period_seconds.max(1),
+            ),
+            ..kthena_controller::AutoscalerConfig::default()
+        };
+        let client = client.clone();
+        async move {
+            match run {
+                true => {
+                    kthena_controller::run_autoscaler(client, config, std::future::pending()).await
+                }
+                false => std::future::pending().await,
+            }
         }
     };
     let shutdown = async {
@@ -192,6 +217,7 @@ async fn main() -> anyhow::Result<()> {
         () = health => Ok(()),
         () = webhooks => Ok(()),
         () = debug => Ok(()),
+        () = autoscaler => Ok(()),
         res = controllers => Ok(res?),
     }
 }

@@ -1,0 +1,297 @@
+//! The autoscaler controller on a real API server (kthena-testenv) with the ModelServing
+//! controller and a simulated node: engine queues drive `spec.replicas` of a ModelServing.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use k8s_openapi::api::core::v1::Pod;
+use kthena_api::{AutoscalingPolicy, ModelServing};
+use kthena_controller::{AutoscalerConfig, Config, run, run_autoscaler};
+use kthena_sim::node::{NodeConfig, SimNode};
+use kthena_testenv::TestNamespace;
+use kube::api::{ListParams, PostParams};
+use serde_json::json;
+use tokio::task::JoinSet;
+
+/// Time between two autoscaling rounds in these tests.
+const SYNC: Duration = Duration::from_secs(2);
+/// Upper bound for things that have no deadline of their own (a timeout, not a latency).
+const WAIT: Duration = Duration::from_secs(60);
+const WAITING: &str = "vllm:num_requests_waiting";
+
+struct Env {
+    ns: TestNamespace,
+    _tasks: JoinSet<()>,
+    _node: SimNode,
+}
+
+async fn setup(prefix: &str) -> Result<Env> {
+    let ns = kthena_testenv::namespace(prefix).await?;
+    let mut tasks = JoinSet::new();
+    let config = Config {
+        namespace: Some(ns.name().to_owned()),
+        workers: 2,
+        ..Config::default()
+    };
+    tasks.spawn(run(ns.client().clone(), config, std::future::pending()));
+    let config = AutoscalerConfig {
+        namespace: Some(ns.name().to_owned()),
+        sync_period: SYNC,
+        ..AutoscalerConfig::default()
+    };
+    tasks.spawn(run_autoscaler(
+        ns.client().clone(),
+        config,
+        std::future::pending(),
+    ));
+    let node = SimNode::start(
+        ns.client().clone(),
+        NodeConfig {
+            namespace: Some(ns.name().to_owned()),
+            health_interval: Duration::from_millis(100),
+            ..NodeConfig::default()
+        },
+    );
+    Ok(Env {
+        ns,
+        _tasks: tasks,
+        _node: node,
+    })
+}
+
+/// A one-role ModelServing whose engines run one sequence at a time, so concurrent requests
+/// queue (`vllm:num_requests_waiting`), serving metrics on port 8100.
+async fn create_serving(ns: &TestNamespace, name: &str) -> Result<()> {
+    let ms: ModelServing = serde_json::from_value(json!({
+        "apiVersion": "workload.serving.volcano.sh/v1alpha1",
+        "kind": "ModelServing",
+        "metadata": {"name": name, "namespace": ns.name()},
+        "spec": {
+            "replicas": 1,
+            "template": {"roles": [{
+                "name": "engine",
+                "replicas": 1,
+                "workerReplicas": 0,
+                "entryTemplate": {"spec": {"containers": [{
+                    "name": "engine",
+                    "image": "kthena-sim",
+                    "command": ["kthena-sim"],
+                    "args": ["--model", "m", "--max-num-seqs", "1"],
+                    "ports": [{"containerPort": 8100}],
+                }]}},
+            }]},
+        },
+    }))?;
+    ns.api::<ModelServing>()
+        .create(&PostParams::default(), &ms)
+        .await?;
+    Ok(())
+}
+
+/// A homogeneous policy on `target`: 2 waiting requests per replica, 1..=4 replicas, the
+/// webhook's default scale-up (4 instances Or 100 % per minute) and a 6 s scale-down
+/// stabilization window.
+async fn create_policy(ns: &TestNamespace, target: &str, source: serde_json::Value) -> Result<()> {
+    let p: AutoscalingPolicy = serde_json::from_value(json!({
+        "apiVersion": "workload.serving.volcano.sh/v1alpha1",
+        "kind": "AutoscalingPolicy",
+        "metadata": {"name": format!("{target}-policy"), "namespace": ns.name()},
+        "spec": {
+            "metrics": [{"name": WAITING, "targetValue": "2"}],
+            "behavior": {"scaleDown": {"instances": 0, "percent": 100, "period": "1m",
+                                       "stabilizationWindow": "6s"}},
+            "homogeneousTarget": {
+                "minReplicas": 1,
+                "maxReplicas": 4,
+                "target": {"targetRef": {"kind": "ModelServing", "name": target},
+                           "metricSources": {WAITING: {"pod": source}}},
+            },
+        },
+    }))?;
+    ns.api::<AutoscalingPolicy>()
+        .create(&PostParams::default(), &p.with_defaults())
+        .await?;
+    Ok(())
+}
+
+async fn replicas(ns: &TestNamespace, name: &str) -> Result<i32> {
+    Ok(ns
+        .api::<ModelServing>()
+        .get(name)
+        .await?
+        .spec
+        .replicas
+        .unwrap_or(1))
+}
+
+/// The IP of the first Running and Ready entry pod of `name`.
+async fn entry_ip(ns: &TestNamespace, name: &str) -> Result<String> {
+    let lp = ListParams::default().labels(&format!("modelserving.volcano.sh/name={name}"));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let pods = ns.api::<Pod>().list(&lp).await?;
+        if let Some(ip) = pods.items.iter().find_map(|p| {
+            let st = p.status.as_ref()?;
+            let ready = st
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            ready.then(|| st.pod_ip.clone()).flatten()
+        }) {
+            return Ok(ip);
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("no ready entry pod of {name}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+type Client = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    Full<Bytes>,
+>;
+
+fn http() -> Client {
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http()
+}
+
+/// `n` concurrent long completions against the engine at `ip` (aborted when the set drops).
+fn load(ip: &str, n: usize) -> JoinSet<()> {
+    let mut set = JoinSet::new();
+    for _ in 0..n {
+        let url = format!("http://{ip}:8100/v1/completions");
+        set.spawn(async move {
+            let body = json!({"model": "m", "prompt": "hello", "max_tokens": 20000}).to_string();
+            let req = http::Request::post(url)
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(body)))
+                .expect("a valid request");
+            if let Ok(resp) = http().request(req).await {
+                let _ = resp.into_body().collect().await;
+            }
+        });
+    }
+    set
+}
+
+/// The engine's own `vllm:num_requests_waiting`.
+async fn waiting(ip: &str) -> Result<f64> {
+    let req =
+        http::Request::get(format!("http://{ip}:8100/metrics")).body(Full::new(Bytes::new()))?;
+    let body = http()
+        .request(req)
+        .await?
+        .into_body()
+        .collect()
+        .await?
+        .to_bytes();
+    let text = String::from_utf8(body.to_vec())?;
+    text.lines()
+        .filter(|l| l.starts_with(WAITING))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .reduce(|a, b| a + b)
+        .context("no waiting gauge")
+}
+
+/// Waits until the engine at `ip` reports at least `n` waiting requests.
+async fn queue_at_least(ip: &str, n: f64) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while waiting(ip).await? < n {
+        if tokio::time::Instant::now() > deadline {
+            bail!("the queue never reached {n}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// Samples `replicas` every second for `d`.
+async fn sample(ns: &TestNamespace, name: &str, d: Duration) -> Result<Vec<i32>> {
+    let mut out = Vec::new();
+    let end = tokio::time::Instant::now() + d;
+    while tokio::time::Instant::now() < end {
+        out.push(replicas(ns, name).await?);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Ok(out)
+}
+
+#[tokio::test]
+async fn queues_scale_up_within_two_sync_periods_then_down_after_the_window() -> Result<()> {
+    let env = setup("as-up").await?;
+    let ns = &env.ns;
+    create_serving(ns, "llm").await?;
+    create_policy(ns, "llm", json!({"port": 8100})).await?;
+    let ip = entry_ip(ns, "llm").await?;
+    // Idle: 0 waiting ⇒ the minimum, 1 replica.
+    let idle = sample(ns, "llm", SYNC * 2).await?;
+    assert!(idle.iter().all(|&r| r == 1), "{idle:?}");
+    // 9 requests: 1 running, 8 waiting ⇒ ceil(8 / 2) = 4 (the scale-up limit allows 1 + 4).
+    let load = load(&ip, 9);
+    queue_at_least(&ip, 8.0).await?;
+    let seen = tokio::time::Instant::now();
+    let deadline = seen + SYNC * 2 + Duration::from_millis(1500);
+    while replicas(ns, "llm").await? != 4 {
+        if tokio::time::Instant::now() > deadline {
+            bail!("not scaled to 4 within two sync periods of the queue rising");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let policy = ns.api::<AutoscalingPolicy>().get("llm-policy").await?;
+    let st = policy.status.context("no status")?;
+    let h = st.homogeneous_status.context("no homogeneous status")?;
+    assert_eq!((h.current_replicas, h.desired_replicas), (1, 4));
+    assert_eq!(h.mode.as_deref(), Some("Stable"));
+    assert!(
+        st.conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    );
+    // Load stops: the 6 s stabilization window holds 4, then one step down to 1; sampled every
+    // second, never back up.
+    drop(load);
+    let samples = sample(ns, "llm", Duration::from_secs(14)).await?;
+    let first_one = samples
+        .iter()
+        .position(|&r| r == 1)
+        .context("never scaled down")?;
+    assert!(first_one >= 4, "scaled down before the window: {samples:?}");
+    assert!(samples[..first_one].iter().all(|&r| r == 4), "{samples:?}");
+    assert!(
+        samples[first_one..].iter().all(|&r| r == 1),
+        "flapping: {samples:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_metrics_endpoint_that_fails_or_answers_garbage_never_scales() -> Result<()> {
+    let env = setup("as-bad").await?;
+    let ns = &env.ns;
+    create_serving(ns, "nf").await?;
+    create_serving(ns, "junk").await?;
+    // 404 on an unknown path; JSON (not metrics text) on /v1/models.
+    create_policy(ns, "nf", json!({"port": 8100, "uri": "/no-such-metrics"})).await?;
+    create_policy(ns, "junk", json!({"port": 8100, "uri": "/v1/models"})).await?;
+    let _a = load(&entry_ip(ns, "nf").await?, 9);
+    let _b = load(&entry_ip(ns, "junk").await?, 9);
+    let samples = sample(ns, "nf", SYNC * 3).await?;
+    assert!(samples.iter().all(|&r| r == 1), "{samples:?}");
+    assert_eq!(replicas(ns, "junk").await?, 1);
+    for name in ["nf-policy", "junk-policy"] {
+        let st = ns
+            .api::<AutoscalingPolicy>()
+            .get(name)
+            .await?
+            .status
+            .context("no status")?;
+        let h = st.homogeneous_status.context("no homogeneous status")?;
+        assert_eq!((h.current_replicas, h.desired_replicas), (1, 0), "{name}");
+        assert_eq!(h.mode, None, "{name}: no decision was made");
+    }
+    Ok(())
+}
