@@ -416,3 +416,80 @@ async fn a_streams_usage_chunk_is_charged_before_the_stream_ends() {
     drop(body);
     r.router.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_output_limit_charges_redis_with_the_engines_completion_tokens() {
+    let model = unique("rl-global-out");
+    let key = format!("kthena:ratelimit:{model}:output");
+    let sim = kthena_sim::spawn(sim_config(&model)).await.unwrap();
+    let spec =
+        "{outputTokensPerUnit: 1000, unit: hour, global: {redis: {address: \"127.0.0.1:6379\"}}}";
+    let r = start(
+        sim.addr(),
+        &[&model],
+        vec![("r.yaml".into(), limited_route(&model, spec))],
+    )
+    .await;
+    let (s, _, _, completion) = send(&r.url(), completion(&model, 1, 20, true)).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(completion > 0);
+    // The charge goes to Redis in the background: wait for it (bounded).
+    let mut conn = redis();
+    let mut tokens = 1000.0;
+    for _ in 0..100 {
+        let v: Option<f64> = redis::cmd("HGET")
+            .arg(&key)
+            .arg("tokens")
+            .query(&mut conn)
+            .unwrap();
+        tokens = v.unwrap_or(1000.0);
+        if tokens < 999.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let want = 1000.0 - completion as f64;
+    assert!(
+        (want..want + 1.0).contains(&tokens),
+        "{tokens}, {completion} charged"
+    );
+    let _: i64 = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
+    r.router.shutdown().await;
+}
+
+/// A bucket left in Redis by a Go Kthena router (hash fields `tokens` and `last_update` from
+/// Redis `TIME`) is the same budget for this router.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_written_by_a_go_router_is_shared() {
+    let model = unique("rl-go");
+    let key = format!("kthena:ratelimit:{model}:input");
+    let mut conn = redis();
+    let (secs, micros): (String, String) = redis::cmd("TIME").query(&mut conn).unwrap();
+    let now = format!("{secs}.{micros:0>6}");
+    let _: i64 = redis::cmd("HSET")
+        .arg(&key)
+        .arg("tokens")
+        .arg("50")
+        .arg("last_update")
+        .arg(&now)
+        .query(&mut conn)
+        .unwrap();
+    let sim = kthena_sim::spawn(sim_config(&model)).await.unwrap();
+    let spec =
+        "{inputTokensPerUnit: 100, unit: hour, global: {redis: {address: \"127.0.0.1:6379\"}}}";
+    let r = start(
+        sim.addr(),
+        &[&model],
+        vec![("r.yaml".into(), limited_route(&model, spec))],
+    )
+    .await;
+    let mut ok = 0;
+    for _ in 0..8 {
+        if send(&r.url(), completion(&model, 10, 2, false)).await.0 == StatusCode::OK {
+            ok += 1;
+        }
+    }
+    assert_eq!(ok, 5, "50 tokens left by the other router, 10 per request");
+    let _: i64 = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
+    r.router.shutdown().await;
+}
