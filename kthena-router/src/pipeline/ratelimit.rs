@@ -56,3 +56,93 @@ where
     }
     inner.call(req).await
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use kthena_api::networking::ModelRoute;
+    use tower::{Layer, ServiceExt};
+
+    use super::*;
+    use crate::pipeline::test_util;
+
+    /// Shared state whose model `m` has `rate_limit` (JSON).
+    fn limited(rate_limit: &str) -> Arc<Shared> {
+        let (shared, _) = test_util::shared(&["127.0.0.1:1"]);
+        let route: ModelRoute = serde_json::from_value(serde_json::json!({
+            "apiVersion": "networking.serving.volcano.sh/v1alpha1", "kind": "ModelRoute",
+            "metadata": {"name": "r", "namespace": "default"},
+            "spec": {"modelName": "m", "rules": [{"targetModels": [{"modelServerName": "ms"}]}],
+                     "rateLimit": serde_json::from_str::<serde_json::Value>(rate_limit).unwrap()},
+        }))
+        .unwrap();
+        let generation = shared.snapshot.load().generation;
+        // The limiters follow this route list until a newer snapshot comes.
+        assert!(
+            shared
+                .rate_limits
+                .for_model(generation, &[route], "m")
+                .is_some()
+        );
+        shared
+    }
+
+    fn request(shared: &Shared, acct: &Accounting, prompt: &str) -> Request<()> {
+        let body = serde_json::json!({"model": "m", "prompt": prompt}).to_string();
+        let mut req = test_util::parsed(shared, "/v1/completions", &body);
+        req.extensions_mut().insert(acct.clone());
+        req
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refuses_past_the_input_limit_until_tokens_refill() {
+        let shared = limited(r#"{"inputTokensPerUnit": 4, "unit": "second"}"#);
+        let (_, inner) = test_util::recorder();
+        let svc = RateLimitLayer::new(Arc::clone(&shared)).layer(inner);
+        let acct = test_util::accounting(&shared);
+        // 12 characters: 3 tokens of 4.
+        svc.clone()
+            .oneshot(request(&shared, &acct, "abcdefghijkl"))
+            .await
+            .unwrap();
+        let e = svc
+            .clone()
+            .oneshot(request(&shared, &acct, "abcdefgh"))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (e.status().as_u16(), e.code()),
+            (429, "rate_limit_exceeded")
+        );
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(1)));
+        tokio::time::advance(Duration::from_millis(250)).await;
+        svc.oneshot(request(&shared, &acct, "abcdefgh"))
+            .await
+            .unwrap();
+        let text = shared.metrics.encode();
+        let series = r#"kthena_router_rate_limit_exceeded_total{model="m",limit_type="input_tokens",path="/v1/completions"} 1"#;
+        assert!(text.contains(series), "{text}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn charges_the_answers_output_tokens() {
+        let shared = limited(r#"{"outputTokensPerUnit": 10, "unit": "minute"}"#);
+        let (_, inner) = test_util::recorder();
+        let svc = RateLimitLayer::new(Arc::clone(&shared)).layer(inner);
+        let first = test_util::accounting(&shared);
+        svc.clone()
+            .oneshot(request(&shared, &first, "hi"))
+            .await
+            .unwrap();
+        // The answer ends with 12 completion tokens: 2 in debt.
+        first.finish(200, None, "", 12);
+        let e = svc
+            .oneshot(request(&shared, &test_util::accounting(&shared), "hi"))
+            .await
+            .unwrap_err();
+        assert_eq!(e.to_string(), "output token rate limit exceeded");
+        // 3 tokens missing at 10 per minute.
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(18)));
+    }
+}
