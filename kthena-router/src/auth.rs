@@ -73,6 +73,9 @@ const MAX_JWKS_BYTES: usize = 1024 * 1024;
 /// Timeout of one JWKS fetch.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Timeout of the fetch awaited at start (Go waits up to 3 × 30 s).
+const FIRST_FETCH_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// Go's allowance for `iat` in the future, seconds.
 const IAT_SKEW_SECS: f64 = 60.0;
 
@@ -120,25 +123,46 @@ impl Authenticator {
             .map_err(|e| unauthorized(format!("failed to validate claims: {e}")))
     }
 
-    /// Fetches the key set now and then every refresh interval (every retry interval after
-    /// a failure) until `cancel`.
+    /// Fetches the key set every refresh interval (every retry interval after a failure)
+    /// until `cancel`.
     pub(crate) async fn run(self: Arc<Self>, cancel: CancellationToken) {
         let client = jwks_client();
+        // After the start-up fetch (`first_fetch`): refresh, or retry when it failed.
+        let mut pause = if self.keys.load().is_some() {
+            self.cfg.jwks_refresh_interval
+        } else {
+            self.cfg.jwks_retry_interval
+        };
         loop {
-            let pause = match fetch(&client, &self.cfg.jwks_uri).await {
-                Ok(keys) => {
-                    tracing::info!(uri = %self.cfg.jwks_uri, keys = keys.len(), "JWKS fetched");
-                    self.set_keys(keys);
-                    self.cfg.jwks_refresh_interval
-                }
-                Err(reason) => {
-                    tracing::error!(uri = %self.cfg.jwks_uri, %reason, retry_in = ?self.cfg.jwks_retry_interval, "Failed to fetch JWKS");
-                    self.cfg.jwks_retry_interval
-                }
-            };
             tokio::select! {
                 () = cancel.cancelled() => return,
                 () = tokio::time::sleep(pause) => {}
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                p = self.fetch_once(&client, FETCH_TIMEOUT) => pause = p,
+            }
+        }
+    }
+
+    /// The first fetch, awaited before the router listens so that its first requests find
+    /// the keys (bounded by [`FIRST_FETCH_TIMEOUT`]; [`Authenticator::run`] goes on after
+    /// a failure).
+    pub(crate) async fn first_fetch(&self) {
+        let _ = self.fetch_once(&jwks_client(), FIRST_FETCH_TIMEOUT).await;
+    }
+
+    /// One fetch; the pause before the next one.
+    async fn fetch_once(&self, client: &JwksClient, timeout: Duration) -> Duration {
+        match fetch(client, &self.cfg.jwks_uri, timeout).await {
+            Ok(keys) => {
+                tracing::info!(uri = %self.cfg.jwks_uri, keys = keys.len(), "JWKS fetched");
+                self.set_keys(keys);
+                self.cfg.jwks_refresh_interval
+            }
+            Err(reason) => {
+                tracing::error!(uri = %self.cfg.jwks_uri, %reason, retry_in = ?self.cfg.jwks_retry_interval, "Failed to fetch JWKS");
+                self.cfg.jwks_retry_interval
             }
         }
     }
@@ -317,23 +341,23 @@ fn jwks_client() -> JwksClient {
 }
 
 /// The keys of the JWKS at `uri`; keys of types the verifier does not know are skipped.
-async fn fetch(client: &JwksClient, uri: &str) -> Result<Vec<Jwk>, String> {
+async fn fetch(client: &JwksClient, uri: &str, timeout: Duration) -> Result<Vec<Jwk>, String> {
     let uri: http::Uri = uri.parse().map_err(|e| format!("invalid URI: {e}"))?;
     let get = match uri.scheme_str() {
         Some("https") => client.https.as_ref().map_err(Clone::clone)?.get(uri),
         _ => client.http.get(uri),
     };
-    let resp = tokio::time::timeout(FETCH_TIMEOUT, get)
+    let resp = tokio::time::timeout(timeout, get)
         .await
-        .map_err(|_| format!("no answer within {FETCH_TIMEOUT:?}"))?
+        .map_err(|_| format!("no answer within {timeout:?}"))?
         .map_err(|e| e.to_string())?;
     let status = resp.status();
     let body = tokio::time::timeout(
-        FETCH_TIMEOUT,
+        timeout,
         Limited::new(resp.into_body(), MAX_JWKS_BYTES).collect(),
     )
     .await
-    .map_err(|_| format!("body not received within {FETCH_TIMEOUT:?}"))?
+    .map_err(|_| format!("body not received within {timeout:?}"))?
     .map_err(|e| e.to_string())?
     .to_bytes();
     if !status.is_success() {

@@ -208,6 +208,10 @@ impl Router {
     ) -> Result<Self> {
         metrics.config_warnings(&snapshot.warnings);
         let shared = shared_state(cfg, snapshot, synced, metrics)?;
+        if let Some(auth) = &shared.auth {
+            // Before serving, so that the first requests find the keys.
+            auth.first_fetch().await;
+        }
 
         let bind = |addr: SocketAddr| async move {
             TcpListener::bind(addr).await.map_err(|source| Error::Bind {
