@@ -209,6 +209,25 @@ async fn queue_at_least(ip: &str, n: f64) -> Result<()> {
     Ok(())
 }
 
+/// Polls the policy's status until `ok` holds.
+async fn status_where(
+    ns: &TestNamespace,
+    name: &str,
+    ok: impl Fn(&kthena_api::workload::AutoscalingPolicyStatus) -> bool,
+) -> Result<kthena_api::workload::AutoscalingPolicyStatus> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let st = ns.api::<AutoscalingPolicy>().get(name).await?.status;
+        if let Some(st) = st.filter(|s| ok(s)) {
+            return Ok(st);
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("the status of {name} never matched");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Samples `replicas` every second for `d`.
 async fn sample(ns: &TestNamespace, name: &str, d: Duration) -> Result<Vec<i32>> {
     let mut out = Vec::new();
@@ -241,11 +260,17 @@ async fn queues_scale_up_within_two_sync_periods_then_down_after_the_window() ->
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let policy = ns.api::<AutoscalingPolicy>().get("llm-policy").await?;
-    let st = policy.status.context("no status")?;
+    // The status is written right after the patch: poll for it.
+    let st = status_where(ns, "llm-policy", |st| {
+        st.homogeneous_status
+            .as_ref()
+            .is_some_and(|h| h.desired_replicas == 4)
+    })
+    .await?;
     let h = st.homogeneous_status.context("no homogeneous status")?;
-    assert_eq!((h.current_replicas, h.desired_replicas), (1, 4));
+    assert!([1, 4].contains(&h.current_replicas), "{h:?}");
     assert_eq!(h.mode.as_deref(), Some("Stable"));
+    assert!(h.last_scale_time.is_some());
     assert!(
         st.conditions
             .iter()
@@ -293,5 +318,113 @@ async fn a_metrics_endpoint_that_fails_or_answers_garbage_never_scales() -> Resu
         assert_eq!((h.current_replicas, h.desired_replicas), (1, 0), "{name}");
         assert_eq!(h.mode, None, "{name}: no decision was made");
     }
+    Ok(())
+}
+
+fn role(name: &str) -> serde_json::Value {
+    json!({
+        "name": name,
+        "replicas": 1,
+        "workerReplicas": 0,
+        "entryTemplate": {"spec": {"containers": [{
+            "name": "engine",
+            "image": "kthena-sim",
+            "command": ["kthena-sim"],
+            "args": ["--model", "m", "--max-num-seqs", "1"],
+            "ports": [{"containerPort": 8100}],
+        }]}},
+    })
+}
+
+/// `(prefill, decode)` role replicas of `name`.
+async fn role_replicas(ns: &TestNamespace, name: &str) -> Result<(i32, i32)> {
+    let ms = ns.api::<ModelServing>().get(name).await?;
+    let get = |role: &str| {
+        ms.spec
+            .template
+            .roles
+            .iter()
+            .find(|r| r.name == role)
+            .and_then(|r| r.replicas)
+            .unwrap_or(1)
+    };
+    Ok((get("prefill"), get("decode")))
+}
+
+#[tokio::test]
+async fn a_disaggregated_target_keeps_the_role_ratio_at_every_sample() -> Result<()> {
+    let env = setup("as-pd").await?;
+    let ns = &env.ns;
+    let ms: ModelServing = serde_json::from_value(json!({
+        "apiVersion": "workload.serving.volcano.sh/v1alpha1",
+        "kind": "ModelServing",
+        "metadata": {"name": "pd", "namespace": ns.name()},
+        "spec": {"replicas": 1, "template": {"roles": [role("prefill"), role("decode")]}},
+    }))?;
+    ns.api::<ModelServing>()
+        .create(&PostParams::default(), &ms)
+        .await?;
+    let source = json!({WAITING: {"pod": {"port": 8100}}});
+    let p: AutoscalingPolicy = serde_json::from_value(json!({
+        "apiVersion": "workload.serving.volcano.sh/v1alpha1",
+        "kind": "AutoscalingPolicy",
+        "metadata": {"name": "pd-policy", "namespace": ns.name()},
+        "spec": {
+            "metrics": [{"name": WAITING, "targetValue": "2"}],
+            "disaggregatedTarget": {
+                "targetRef": {"kind": "ModelServing", "name": "pd"},
+                "roles": {
+                    "prefill": {"minReplicas": 1, "maxReplicas": 4, "metricSources": source},
+                    "decode": {"minReplicas": 1, "maxReplicas": 8, "metricSources": source},
+                },
+                "ratioConstraint": {"numeratorRole": "prefill", "denominatorRole": "decode",
+                                    "minRatio": "0.5", "maxRatio": "1"},
+            },
+        },
+    }))?;
+    ns.api::<AutoscalingPolicy>()
+        .create(&PostParams::default(), &p.with_defaults())
+        .await?;
+    // Load on decode only: 8 waiting ⇒ decode 4; prefill recommends 1, raised to
+    // ceil(0.5 × 4) = 2 by the ratio.
+    let lp = ListParams::default().labels("modelserving.volcano.sh/role=decode");
+    let _ = entry_ip(ns, "pd").await?;
+    let pods = ns.api::<Pod>().list(&lp).await?;
+    let ip = pods
+        .items
+        .iter()
+        .find_map(|p| p.status.as_ref()?.pod_ip.clone())
+        .context("decode ip")?;
+    let _load = load(&ip, 9);
+    queue_at_least(&ip, 8.0).await?;
+    let mut samples = Vec::new();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (p, d) = role_replicas(ns, "pd").await?;
+        samples.push((p, d));
+        assert!(2 * p >= d && p <= d, "ratio outside [0.5, 1]: {samples:?}");
+        if (p, d) == (2, 4) {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("never reached prefill 2, decode 4: {samples:?}");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let st = status_where(ns, "pd-policy", |st| st.disaggregated_status.is_some()).await?;
+    let d = st.disaggregated_status.context("no disaggregated status")?;
+    // Recommendations (the status' desiredReplicas): decode 4, prefill 1 (before the ratio).
+    let roles: Vec<_> = d
+        .roles
+        .iter()
+        .map(|r| (r.name.clone().unwrap_or_default(), r.desired_replicas))
+        .collect();
+    assert_eq!(
+        roles,
+        vec![("decode".to_owned(), 4), ("prefill".to_owned(), 1)]
+    );
+    let ratio = d.ratio_status.context("no ratio status")?;
+    assert_eq!(ratio.current_ratio.as_deref(), Some("0.5"));
+    assert_eq!(d.ratio_adjusted, Some(true));
     Ok(())
 }

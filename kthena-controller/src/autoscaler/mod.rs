@@ -1,10 +1,12 @@
 //! The `autoscaler` controller (Go `pkg/autoscaler/controller/autoscale_controller.go`, spec
-//! §6.1): every sync period, for each AutoscalingPolicy with a homogeneous target, collect the
-//! target's entry-pod metrics, compute with `kthena-autoscale` and merge-patch the
-//! ModelServing's `spec.replicas`, then write the policy's status.
+//! §6.1): every sync period, for each AutoscalingPolicy with a homogeneous or disaggregated
+//! target, collect the target's entry-pod metrics, compute with `kthena-autoscale`, patch the
+//! ModelServing's `spec.replicas` (merge patch) or role replicas (JSON patch), then write the
+//! policy's status.
 
 mod collect;
 mod metrics;
+mod roles;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -54,6 +56,13 @@ struct PolicyState {
     histograms: PodHistograms,
 }
 
+/// Scaling state of every policy, by `namespace/name`.
+#[derive(Default)]
+struct States {
+    single: HashMap<String, PolicyState>,
+    roles: HashMap<String, roles::RolesState>,
+}
+
 /// Runs the autoscaler until `shutdown` completes. Errors of one policy are logged and
 /// written to its status; the loop goes on.
 pub async fn run_autoscaler(
@@ -65,7 +74,7 @@ pub async fn run_autoscaler(
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .build_http();
     let start = tokio::time::Instant::now();
-    let mut states: HashMap<String, PolicyState> = HashMap::new();
+    let mut states = States::default();
     let mut tick = tokio::time::interval(config.sync_period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
@@ -85,7 +94,7 @@ async fn round(
     client: &Client,
     config: &AutoscalerConfig,
     http: &HttpClient,
-    states: &mut HashMap<String, PolicyState>,
+    states: &mut States,
     now: Duration,
 ) -> Result<()> {
     let api: Api<AutoscalingPolicy> = match &config.namespace {
@@ -97,12 +106,16 @@ async fn round(
         .await
         .map_err(kube_err("listing AutoscalingPolicies"))?;
     let live: Vec<String> = policies.items.iter().map(key).collect();
-    states.retain(|k, _| live.contains(k));
+    states.single.retain(|k, _| live.contains(k));
+    states.roles.retain(|k, _| live.contains(k));
     for policy in &policies.items {
-        if policy.spec.homogeneous_target.is_none() {
+        let outcome = if policy.spec.homogeneous_target.is_some() {
+            homogeneous(client, http, &mut states.single, policy, now).await
+        } else if policy.spec.disaggregated_target.is_some() {
+            roles::disaggregated(client, http, &mut states.roles, policy, now).await
+        } else {
             continue;
-        }
-        let outcome = homogeneous(client, http, states, policy, now).await;
+        };
         if let Err(e) = write_status(client, config, policy, outcome).await {
             tracing::warn!(policy = %key(policy), error = %e, "Writing the policy status failed");
         }
@@ -124,6 +137,10 @@ enum Outcome {
     },
     /// No metric had a value: nothing changed.
     Skipped { target: String, current: i32 },
+    /// The roles of a disaggregated target were scaled (or kept).
+    Roles(kthena_autoscale::RolesDecision),
+    /// A role had no metric value: nothing changed.
+    RolesSkipped,
     /// The target is missing or invalid.
     TargetInvalid(String),
     /// The policy cannot be used, or an API call failed.
@@ -331,6 +348,35 @@ fn next_status(policy: &AutoscalingPolicy, outcome: Outcome) -> AutoscalingPolic
                 Some(status),
             )
         }
+        Outcome::Roles(d) => {
+            st.disaggregated_status = Some(roles::roles_status(policy, &old, &d));
+            (
+                (
+                    true,
+                    "Reconciled",
+                    "disaggregated autoscaling policy reconciled".to_owned(),
+                ),
+                (
+                    true,
+                    "TargetFound",
+                    "target model serving and roles found".to_owned(),
+                ),
+                old.homogeneous_status,
+            )
+        }
+        Outcome::RolesSkipped => (
+            (
+                true,
+                "Reconciled",
+                "a role has no metric value this round; replicas kept".to_owned(),
+            ),
+            (
+                true,
+                "TargetFound",
+                "target model serving and roles found".to_owned(),
+            ),
+            old.homogeneous_status,
+        ),
         Outcome::TargetInvalid(m) => (
             (false, "ReconcileFailed", m.clone()),
             (false, "TargetInvalid", m),
