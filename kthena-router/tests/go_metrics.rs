@@ -51,8 +51,8 @@ fn fam(
     }
 }
 
-/// Spec §2.15 for the features built (rate limits, fairness and session-boost queues and
-/// prefill/decode durations are not).
+/// Spec §2.15 for the features built (fairness and session-boost queues and prefill/decode
+/// durations are not).
 fn spec_families() -> Vec<Family> {
     let with_dest =
         |base: &[&'static str]| -> Vec<&'static str> { base.iter().chain(DEST).copied().collect() };
@@ -135,6 +135,12 @@ fn spec_families() -> Vec<Family> {
             "kthena_router_kvcache_aware_errors_total",
             "counter",
             &["model", "stage"],
+            &[],
+        ),
+        fam(
+            "kthena_router_rate_limit_exceeded_total",
+            "counter",
+            &["model", "limit_type", "path"],
             &[],
         ),
     ]
@@ -305,6 +311,13 @@ scheduler:
             ("r.yaml", simple_route("route", "public", "srv")),
             ("s2.yaml", model_server("srv2", "other-model", "other", "")),
             ("r2.yaml", simple_route("route2", "untokenized", "srv2")),
+            (
+                "r3.yaml",
+                format!(
+                    "{}  rateLimit: {{inputTokensPerUnit: 1, unit: hour}}\n",
+                    simple_route("route3", "limited", "srv2")
+                ),
+            ),
         ],
     )
     .await
@@ -332,6 +345,15 @@ async fn traffic(r: &TestRouter) {
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    // A prompt of 3 tokens against a limit of 1 per hour.
+    let (status, _, _) = post(
+        &format!("{}/v1/completions", r.url()),
+        serde_json::json!({"model": "limited", "prompt": "hello there", "max_tokens": 2})
+            .to_string(),
+        &[],
+    )
+    .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
