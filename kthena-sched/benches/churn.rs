@@ -12,6 +12,10 @@
     clippy::print_stdout,
     reason = "a benchmark that prints its measurements"
 )]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a benchmark reports the wall time it took"
+)]
 
 use std::fmt::Write as _;
 use std::time::Instant;
