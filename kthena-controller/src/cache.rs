@@ -139,6 +139,55 @@ pub fn cache_entry(
     out
 }
 
+/// A role replica's status change, published as a Kubernetes Event on the ModelServing
+/// (Go's `emitRoleStatusEvent`, type Normal).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoleEvent {
+    /// `RoleRunning` or `RoleCreating`.
+    pub reason: &'static str,
+    /// `Role <role>/<roleId> in ServingGroup <group> is now Running` (or `Creating`).
+    pub message: String,
+    /// The role replica's entry pod (`<group>-<roleId>-0`), the event's related object, so
+    /// that the events of different role replicas are not merged into one series.
+    pub entry_pod: String,
+}
+
+/// The role events between two records of one ModelServing: `RoleRunning` for a role
+/// replica that is now Running and was not, `RoleCreating` for one that is now Creating and
+/// was not (absent: created; Deleting: recreated by recovery; Running: a pod failed).
+/// Groups by name, role replicas by role and id, in that order.
+#[must_use]
+pub fn role_events(
+    previous: Option<&BTreeMap<String, CachedGroup>>,
+    next: &BTreeMap<String, CachedGroup>,
+) -> Vec<RoleEvent> {
+    let mut out = Vec::new();
+    for (group, g) in next {
+        for (role, replicas) in &g.roles {
+            for (id, replica) in replicas {
+                let before = previous
+                    .and_then(|p| p.get(group))
+                    .and_then(|g| g.roles.get(role))
+                    .and_then(|r| r.get(id))
+                    .map(|r| r.status);
+                let reason = match (before, replica.status) {
+                    (Some(b), now) if b == now => continue,
+                    (_, "Running") => "RoleRunning",
+                    (_, "Creating") => "RoleCreating",
+                    _ => continue,
+                };
+                let state = reason.strip_prefix("Role").unwrap_or(reason);
+                out.push(RoleEvent {
+                    reason,
+                    message: format!("Role {role}/{id} in ServingGroup {group} is now {state}"),
+                    entry_pod: crate::names::pod_name(group, id, 0),
+                });
+            }
+        }
+    }
+    out
+}
+
 #[derive(Default)]
 struct Inner {
     /// `<namespace>/<name>` → group name → group.
@@ -163,11 +212,15 @@ impl ServingCache {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Records the groups of `ms` after a reconcile (see [`cache_entry`]).
-    pub fn record(&self, ms: &ModelServing, seen: &Observed, plan: &Plan) {
+    /// Records the groups of `ms` after a reconcile (see [`cache_entry`]) and returns the
+    /// [`role_events`] since the previous record.
+    pub fn record(&self, ms: &ModelServing, seen: &Observed, plan: &Plan) -> Vec<RoleEvent> {
         let key = format!("{}/{}", ms.namespace().unwrap_or_default(), ms.name_any());
         let entry = cache_entry(ms, seen, plan);
-        self.lock().entries.insert(key, entry);
+        let mut inner = self.lock();
+        let events = role_events(inner.entries.get(&key), &entry);
+        inner.entries.insert(key, entry);
+        events
     }
 
     /// From now on, dump only the ModelServings present in `store` (the controller's).
@@ -247,7 +300,31 @@ mod tests {
         let seen = Observed::new("sample", "uid-1", &pods, &[]);
         let plan = crate::plan(&ms, &seen, Timestamp::UNIX_EPOCH)?;
         let cache = ServingCache::default();
-        cache.record(&ms, &seen, &plan);
+        let events = cache.record(&ms, &seen, &plan);
+        let reasons: Vec<_> = events
+            .iter()
+            .map(|e| (e.reason, e.message.as_str()))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                (
+                    "RoleRunning",
+                    "Role prefill/prefill-0 in ServingGroup sample-0 is now Running"
+                ),
+                (
+                    "RoleCreating",
+                    "Role decode/decode-0 in ServingGroup sample-1 is now Creating"
+                ),
+                (
+                    "RoleCreating",
+                    "Role prefill/prefill-0 in ServingGroup sample-1 is now Creating"
+                ),
+            ]
+        );
+        assert_eq!(events[0].entry_pod, "sample-0-prefill-0-0");
+        // The same view again: nothing changed, no event.
+        assert_eq!(cache.record(&ms, &seen, &plan), []);
         let json = serde_json::to_value(cache.dump())?;
         let rev = crate::testutil::sample_revision();
         let g0 = &json["ns1/sample"]["sample-0"];

@@ -6,17 +6,18 @@ use std::time::Duration;
 
 use futures_util::StreamExt as _;
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kthena_api::ModelServing;
 use kthena_api::workload::ModelServingStatus;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
-use kube::{Client, ResourceExt as _};
+use kube::{Client, Resource as _, ResourceExt as _};
 use serde_json::json;
 
-use crate::cache::ServingCache;
+use crate::cache::{RoleEvent, ServingCache};
 use crate::error::{Error, Result, kube_err};
 use crate::names::{GROUP_NAME_LABEL, NAME_LABEL, ROLE_ID_LABEL, ROLE_LABEL};
 use crate::observed::{Observed, RecordedRevision};
@@ -104,6 +105,29 @@ struct Ctx {
     field_manager: String,
     podgroups: crate::gang::Discovery,
     cache: ServingCache,
+    recorder: Recorder,
+}
+
+/// Publishes a role event on the ModelServing (Go's recorder, type Normal), related to the
+/// role replica's entry pod; a failure is logged, never fails the reconcile.
+async fn publish(recorder: &Recorder, ms: &ModelServing, event: RoleEvent) {
+    let pod = ObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some("Pod".to_owned()),
+        name: Some(event.entry_pod),
+        namespace: ms.namespace(),
+        ..ObjectReference::default()
+    };
+    let ev = Event {
+        type_: EventType::Normal,
+        reason: event.reason.to_owned(),
+        note: Some(event.message),
+        action: "Reconcile".to_owned(),
+        secondary: Some(pod),
+    };
+    if let Err(e) = recorder.publish(&ev, &ms.object_ref(&())).await {
+        tracing::warn!(error = %e, reason = event.reason, "publishing an event failed");
+    }
 }
 
 /// Runs the ModelServing controller until `shutdown` completes: watches ModelServings and
@@ -127,11 +151,17 @@ pub async fn run(
         ),
     };
     let children = watcher::Config::default().labels(GROUP_NAME_LABEL);
+    let reporter = Reporter {
+        controller: config.field_manager.clone(),
+        instance: None,
+    };
+    let recorder = Recorder::new(client.clone(), reporter);
     let ctx = Arc::new(Ctx {
         client,
         field_manager: config.field_manager.clone(),
         podgroups: crate::gang::Discovery::default(),
         cache: config.cache.clone(),
+        recorder,
     });
     let mut controller = Controller::new(ms, watcher::Config::default())
         .owns(pods, children.clone())
@@ -200,7 +230,9 @@ async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
         return Ok(Action::requeue(FOREIGN_REQUEUE));
     }
     apply(&ctx, &defaulted, &plan).await?;
-    ctx.cache.record(&defaulted, &seen, &plan);
+    for event in ctx.cache.record(&defaulted, &seen, &plan) {
+        publish(&ctx.recorder, &ms, event).await;
+    }
     let st = status(&defaulted, &plan.groups, &plan.revision, &now);
     let revisions = |s: Option<&ModelServingStatus>| {
         s.map(|s| (s.current_revision.clone(), s.update_revision.clone()))

@@ -54,7 +54,10 @@ mod view;
 mod webhook;
 
 pub use autoscaler::{AutoscalerConfig, DEFAULT_SYNC_PERIOD, run_autoscaler};
-pub use cache::{CACHE_PATH, CachedGroup, CachedRole, ServingCache, cache_entry, serve_debug};
+pub use cache::{
+    CACHE_PATH, CachedGroup, CachedRole, RoleEvent, ServingCache, cache_entry, role_events,
+    serve_debug,
+};
 pub use controller::{Config, ControllerSet, run};
 pub use desired::{RoleReplicaRef, headless_service, role_replica_pods};
 pub use error::{Error, Result};

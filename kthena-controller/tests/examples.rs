@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use k8s_openapi::api::core::v1::{Container, Pod, Service};
+use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kthena_api::thirdparty::PodGroup;
 use kthena_api::{ModelServing, Object, load_file};
@@ -517,6 +518,39 @@ async fn debug_dump_and_serving_group_recreate_of_vllm_pd_multinode() -> Result<
     })
     .await?;
     available(&ns, name, 1).await?;
+    // Go's role events on the ModelServing: Running once ready, Creating when recreated.
+    let events = eventually("RoleRunning and RoleCreating events", || async {
+        let list = ns
+            .api::<K8sEvent>()
+            .list(&ListParams::default())
+            .await?
+            .items;
+        let notes: Vec<(String, String)> = list
+            .iter()
+            .filter(|e| {
+                e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("ModelServing")
+            })
+            .map(|e| {
+                (
+                    e.reason.clone().unwrap_or_default(),
+                    e.note.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        let has = |reason: &str| notes.iter().any(|(r, _)| r == reason);
+        Ok((has("RoleRunning") && has("RoleCreating")).then_some(notes))
+    })
+    .await?;
+    for role in ["prefill", "decode"] {
+        for reason in ["RoleRunning", "RoleCreating"] {
+            let state = reason.strip_prefix("Role").unwrap_or(reason);
+            let note = format!("Role {role}/{role}-0 in ServingGroup {name}-0 is now {state}");
+            assert!(
+                events.iter().any(|(r, n)| r == reason && *n == note),
+                "{note}: {events:?}"
+            );
+        }
+    }
     // A deleted ModelServing leaves the dump.
     ns.api::<ModelServing>()
         .delete(name, &Default::default())
