@@ -22,6 +22,12 @@ ensure_services() {
             --pidfile /tmp/kthena-redis-6379.pid --dir /tmp >/dev/null
         for _ in $(seq 50); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 0.1; done
     fi
+    # Prometheus (Debian's package): the autoscaler's `prometheus` metric-source test
+    # (kthena-controller/tests/autoscaler.rs) scrapes the simulated engines with it.
+    if ! command -v prometheus >/dev/null; then
+        apt-get install -y prometheus >/dev/null 2>&1 \
+            || { apt-get update >/dev/null && apt-get install -y prometheus >/dev/null; }
+    fi
     # llama.cpp llama-server + SmolLM2-135M for the real-engine test (cached under
     # /var/cache/kthena; built only when missing, about 10 minutes on 2 cores).
     eval "$(nice -n 19 scripts/llama-server.sh)"

@@ -106,7 +106,7 @@ async fn create_policy(ns: &TestNamespace, target: &str, source: serde_json::Val
                 "minReplicas": 1,
                 "maxReplicas": 4,
                 "target": {"targetRef": {"kind": "ModelServing", "name": target},
-                           "metricSources": {WAITING: {"pod": source}}},
+                           "metricSources": {WAITING: source}},
             },
         },
     }))?;
@@ -244,7 +244,7 @@ async fn queues_scale_up_within_two_sync_periods_then_down_after_the_window() ->
     let env = setup("as-up").await?;
     let ns = &env.ns;
     create_serving(ns, "llm").await?;
-    create_policy(ns, "llm", json!({"port": 8100})).await?;
+    create_policy(ns, "llm", json!({"pod": {"port": 8100}})).await?;
     let ip = entry_ip(ns, "llm").await?;
     // Idle: 0 waiting ⇒ the minimum, 1 replica.
     let idle = sample(ns, "llm", SYNC * 2).await?;
@@ -300,8 +300,18 @@ async fn a_metrics_endpoint_that_fails_or_answers_garbage_never_scales() -> Resu
     create_serving(ns, "nf").await?;
     create_serving(ns, "junk").await?;
     // 404 on an unknown path; JSON (not metrics text) on /v1/models.
-    create_policy(ns, "nf", json!({"port": 8100, "uri": "/no-such-metrics"})).await?;
-    create_policy(ns, "junk", json!({"port": 8100, "uri": "/v1/models"})).await?;
+    create_policy(
+        ns,
+        "nf",
+        json!({"pod": {"port": 8100, "uri": "/no-such-metrics"}}),
+    )
+    .await?;
+    create_policy(
+        ns,
+        "junk",
+        json!({"pod": {"port": 8100, "uri": "/v1/models"}}),
+    )
+    .await?;
     let _a = load(&entry_ip(ns, "nf").await?, 9);
     let _b = load(&entry_ip(ns, "junk").await?, 9);
     let samples = sample(ns, "nf", SYNC * 3).await?;
@@ -426,5 +436,121 @@ async fn a_disaggregated_target_keeps_the_role_ratio_at_every_sample() -> Result
     let ratio = d.ratio_status.context("no ratio status")?;
     assert_eq!(ratio.current_ratio.as_deref(), Some("0.5"));
     assert_eq!(d.ratio_adjusted, Some(true));
+    Ok(())
+}
+
+/// A real Prometheus (Debian's `prometheus`, installed by `scripts/services.sh`) scraping
+/// `target` every second, on a free loopback port; stopped when dropped.
+struct Prometheus {
+    _child: tokio::process::Child,
+    url: String,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn start_prometheus(tag: &str, target: &str) -> Result<Prometheus> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let dir = std::env::temp_dir().join(format!("kthena-prom-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let config = format!(
+        "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
+         scrape_configs:\n- job_name: engines\n  static_configs: [{{targets: ['{target}']}}]\n"
+    );
+    std::fs::write(dir.join("prometheus.yml"), config)?;
+    let bin = std::env::var("PROMETHEUS_BIN").unwrap_or_else(|_| "prometheus".to_owned());
+    let child = tokio::process::Command::new(&bin)
+        .arg(format!(
+            "--config.file={}",
+            dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {bin} (scripts/services.sh installs it)"))?;
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let req = http::Request::get(format!("{url}/-/ready")).body(Full::new(Bytes::new()))?;
+        if let Ok(resp) = http().request(req).await
+            && resp.status() == http::StatusCode::OK
+        {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("prometheus never became ready");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(Prometheus {
+        _child: child,
+        url,
+        dir,
+    })
+}
+
+/// The value of an instant query (`sum(...)`), 0 while there is no sample yet.
+async fn prom_value(url: &str, query: &str) -> Result<f64> {
+    let body = format!(
+        "query={}",
+        query
+            .replace('(', "%28")
+            .replace(')', "%29")
+            .replace(':', "%3A")
+    );
+    let req = http::Request::post(format!("{url}/api/v1/query"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(Full::new(Bytes::from(body)))?;
+    let body = http()
+        .request(req)
+        .await?
+        .into_body()
+        .collect()
+        .await?
+        .to_bytes();
+    let v: serde_json::Value = serde_json::from_slice(&body)?;
+    Ok(v["data"]["result"][0]["value"][1]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0.0))
+}
+
+#[tokio::test]
+async fn a_prometheus_sourced_metric_drives_the_same_scale_up() -> Result<()> {
+    let env = setup("as-prom").await?;
+    let ns = &env.ns;
+    create_serving(ns, "pq").await?;
+    let ip = entry_ip(ns, "pq").await?;
+    let prom = start_prometheus(ns.name(), &format!("{ip}:8100")).await?;
+    let query = format!("sum({WAITING})");
+    let source = json!({"prometheus": {"serverURL": prom.url, "query": query}});
+    create_policy(ns, "pq", source).await?;
+    let _load = load(&ip, 9);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while prom_value(&prom.url, &query).await? < 8.0 {
+        if tokio::time::Instant::now() > deadline {
+            bail!("prometheus never saw the queue");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let deadline = tokio::time::Instant::now() + SYNC * 2 + Duration::from_millis(1500);
+    while replicas(ns, "pq").await? != 4 {
+        if tokio::time::Instant::now() > deadline {
+            bail!("not scaled to 4 within two sync periods of Prometheus seeing the queue");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     Ok(())
 }

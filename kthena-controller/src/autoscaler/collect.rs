@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Empty, Limited};
+use http_body_util::{BodyExt as _, Full, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use k8s_openapi::api::core::v1::Pod;
@@ -15,7 +15,7 @@ use super::metrics::{FamilyValue, family};
 use crate::observed::running_and_ready;
 
 /// The HTTP client of the scrapes.
-pub(crate) type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+pub(crate) type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 /// Per-scrape timeout (Go: 3 s).
 pub(crate) const SCRAPE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -29,6 +29,8 @@ pub(crate) struct Collected {
     /// Pod metrics summed over the ready pods; a metric is absent when its group was
     /// unavailable this round.
     pub(crate) ready: Metrics,
+    /// Values of the metrics with a `prometheus` source that answered this round.
+    pub(crate) external: Metrics,
 }
 
 /// Why a pod group gives no value this round.
@@ -57,7 +59,7 @@ fn selected(pod: &Pod, source: &MetricSource) -> bool {
 /// GET `http://<ip>:<port><uri>`: the body of a 200 answer, else `None`.
 async fn scrape(client: &HttpClient, url: &str) -> Option<String> {
     let fut = async {
-        let req = http::Request::get(url).body(Empty::new()).ok()?;
+        let req = http::Request::get(url).body(Full::new(Bytes::new())).ok()?;
         let resp = client.request(req).await.ok()?;
         if resp.status() != http::StatusCode::OK {
             return None;
@@ -96,6 +98,15 @@ pub(crate) async fn collect(
 ) -> Collected {
     let mut out = Collected::default();
     for (metric, source) in sources {
+        if let Some(prom) = &source.prometheus {
+            match super::prometheus::query(client, prom).await {
+                Some(v) => {
+                    out.external.insert(metric.clone(), v);
+                }
+                None => tracing::info!(%metric, "Prometheus query gave no value this round"),
+            }
+            continue;
+        }
         let Some(pod_source) = &source.pod else {
             continue;
         };

@@ -6,6 +6,7 @@
 
 mod collect;
 mod metrics;
+mod prometheus;
 mod roles;
 
 use std::collections::HashMap;
@@ -185,7 +186,7 @@ async fn homogeneous(
         &h.target.metric_sources,
     )
     .await;
-    let external = kthena_autoscale::Metrics::new();
+    let external = collected.external;
     let ready = [collected.ready];
     let o = Observation {
         min_replicas: h.min_replicas,

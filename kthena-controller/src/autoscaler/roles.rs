@@ -105,6 +105,7 @@ pub(super) async fn disaggregated(
             .await;
             obs.unready = c.unready;
             obs.ready = c.ready;
+            obs.external = c.external;
         }
         observed.insert(role.clone(), obs);
     }
