@@ -225,9 +225,19 @@ impl RateLimitMetrics {
 /// The limiters of every rate-limited model, kept in step with the routing snapshot.
 #[derive(Debug, Default)]
 pub(crate) struct RateLimits {
+    /// What requests read (no lock on the request path).
+    current: arc_swap::ArcSwap<Current>,
+    /// Rebuilt under this lock when a newer snapshot comes.
     state: Mutex<State>,
     /// The background output charges of global limits.
     charges: TaskTracker,
+}
+
+/// The limiters of one snapshot generation.
+#[derive(Debug, Default)]
+struct Current {
+    generation: Option<u64>,
+    models: HashMap<String, Arc<ModelLimiter>>,
 }
 
 #[derive(Debug, Default)]
@@ -248,9 +258,18 @@ impl RateLimits {
         routes: &[ModelRoute],
         model: &str,
     ) -> Option<Arc<ModelLimiter>> {
+        let cur = self.current.load();
+        if cur.generation.is_some_and(|g| g >= generation) {
+            return cur.models.get(model).cloned();
+        }
+        drop(cur);
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if st.generation.is_none_or(|g| g < generation) {
             st.sync(generation, routes);
+            self.current.store(Arc::new(Current {
+                generation: st.generation,
+                models: st.models.clone(),
+            }));
         }
         st.models.get(model).cloned()
     }
