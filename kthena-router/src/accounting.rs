@@ -282,6 +282,21 @@ impl Accounting {
         e.upstream_model = upstream_model.to_owned();
     }
 
+    /// The route's target is the ExternalModelProvider `provider` (`namespace/name`).
+    pub(crate) fn provider_resolved(&self, route: &str, provider: &str, upstream_model: &str) {
+        let mut c = self.lock();
+        c.dest = Destination {
+            model_route: route.to_owned(),
+            backend_type: "external_provider".into(),
+            backend_name: provider.to_owned(),
+            upstream_model: upstream_model.to_owned(),
+        };
+        let e = &mut c.entry;
+        e.backend_type = "external_provider".into();
+        e.backend_name = provider.to_owned();
+        e.upstream_model = upstream_model.to_owned();
+    }
+
     /// Holds the router admission slot until the request settles.
     pub(crate) fn admitted(&self, permit: OwnedSemaphorePermit) {
         self.lock().permit = Some(permit);

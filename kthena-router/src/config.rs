@@ -112,6 +112,10 @@ pub struct Standalone {
     pub manifests: Vec<PathBuf>,
     /// The engine instances that stand in for Pods.
     pub endpoints: Vec<EndpointConfig>,
+    /// Files or environment variables standing in for the Secret keys that
+    /// ExternalModelProviders name.
+    #[serde(default)]
+    pub secrets: Vec<crate::provider::SecretSource>,
 }
 
 /// One engine instance.
@@ -245,6 +249,9 @@ impl Config {
     /// for `ENABLE_FAIRNESS_SCHEDULING` or `ENABLE_SESSION_BOOST` set to true (features not
     /// built yet).
     pub fn apply_env(mut self, env: &dyn Env) -> Result<Self> {
+        for s in self.standalone.iter_mut().flat_map(|s| &mut s.secrets) {
+            s.env_value = s.env.as_deref().and_then(|n| env.var(n));
+        }
         if let Some(v) = env.var("METRICS_SCRAPE_INTERVAL") {
             let d = parse_go_duration(&v).map_err(|reason| Error::Env {
                 name: "METRICS_SCRAPE_INTERVAL",
@@ -371,6 +378,12 @@ impl Config {
     #[must_use]
     pub fn is_cluster_mode(&self) -> bool {
         self.standalone.is_none()
+    }
+
+    /// `standalone.secrets` (empty in cluster mode).
+    #[must_use]
+    pub fn secrets(&self) -> &[crate::provider::SecretSource] {
+        self.standalone.as_ref().map_or(&[], |s| &s.secrets)
     }
 
     /// `standalone.endpoints` (empty in cluster mode).
@@ -637,7 +650,7 @@ standalone:
             ),
             (
                 "standalone: {watch: true}\n",
-                "unknown key `standalone.watch`: expected one of `manifests`, `endpoints`",
+                "unknown key `standalone.watch`: expected one of `manifests`, `endpoints`, `secrets`",
             ),
             (
                 "accessLog: {format: jsn}\n",

@@ -55,6 +55,8 @@ pub struct Snapshot {
     pub routes: RouteTable,
     /// ModelServers by `namespace/name`.
     pub servers: HashMap<String, Arc<Server>>,
+    /// ExternalModelProviders by `namespace/name` (standalone mode).
+    pub providers: HashMap<String, Arc<crate::provider::Provider>>,
     /// Every configured endpoint.
     pub endpoints: Vec<Arc<Endpoint>>,
     /// The scheduler built from the config's `scheduler:` section.
@@ -132,6 +134,9 @@ struct Inputs {
     endpoints: Vec<EndpointConfig>,
     files: Vec<PathBuf>,
     dirs: Vec<PathBuf>,
+    /// ExternalModelProvider manifests and the credentials standing in for their Secrets.
+    providers: Vec<kthena_api::networking::ExternalModelProvider>,
+    secrets: BTreeMap<(String, String, String), String>,
     /// Warnings found while reading the manifests (unknown fields).
     warnings: Vec<crate::warnings::ConfigWarning>,
 }
@@ -174,6 +179,7 @@ impl Loader {
         let scheduler = kv.build_scheduler(&cfg.scheduler).map_err(config_err)?;
         let mut inputs = read_manifests(cfg)?;
         inputs.endpoints = cfg.endpoints().to_vec();
+        inputs.secrets = crate::provider::read_secrets(cfg.secrets(), &cfg.base_dir);
         if let Some(p) = config_path {
             inputs.files.push(p.to_path_buf());
         }
@@ -300,6 +306,16 @@ impl Loader {
         }
         let (table, route_objects, first_seen, next_seq) =
             self.compile_routes(inputs.routes, on_invalid)?;
+        let secret = |ns: &str, name: &str, key: &str| {
+            let k = (ns.to_owned(), name.to_owned(), key.to_owned());
+            inputs.secrets.get(&k).cloned()
+        };
+        let providers: HashMap<String, Arc<crate::provider::Provider>> = inputs
+            .providers
+            .iter()
+            .map(|p| crate::provider::Provider::resolve(p, &secret))
+            .map(|p| (p.key.clone(), Arc::new(p)))
+            .collect();
 
         // Everything is valid: commit the history.
         let removed: Vec<Arc<Endpoint>> = self
@@ -317,7 +333,12 @@ impl Loader {
         self.generation += 1;
         let endpoints: Vec<Arc<Endpoint>> = endpoints.into_iter().map(|(e, _)| e).collect();
         let mut warnings = inputs.warnings;
-        warnings.extend(crate::warnings::check(&route_objects, &servers, &endpoints));
+        warnings.extend(crate::warnings::check(
+            &route_objects,
+            &servers,
+            &providers,
+            &endpoints,
+        ));
         if on_invalid == OnInvalid::Reject {
             crate::warnings::log(&warnings);
         } else {
@@ -334,6 +355,7 @@ impl Loader {
             generation: self.generation,
             routes: table,
             servers,
+            providers,
             endpoints,
             scheduler,
             kv,
@@ -575,7 +597,11 @@ fn read_manifests(cfg: &Config) -> Result<Inputs> {
                 let list: Vec<String> = errs.iter().map(ToString::to_string).collect();
                 return Err(reject(list.join("; ")));
             }
-            if matches!(obj, Object::ModelRoute(_) | Object::ModelServer(_)) && !seen.insert(id) {
+            let named = matches!(
+                obj,
+                Object::ModelRoute(_) | Object::ModelServer(_) | Object::ExternalModelProvider(_)
+            );
+            if named && !seen.insert(id) {
                 return Err(reject("defined twice".into()));
             }
             for field in &doc.unknown_fields {
@@ -599,6 +625,7 @@ fn read_manifests(cfg: &Config) -> Result<Inputs> {
                     what,
                     object: *s,
                 }),
+                Object::ExternalModelProvider(p) => inputs.providers.push(*p),
                 _ => {}
             }
         }

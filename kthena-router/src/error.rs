@@ -147,6 +147,37 @@ pub enum Error {
         /// The last failure, with its phase (`prefill` or `decode`), for people.
         last: String,
     },
+    /// The route names an `ExternalModelProvider` that does not exist (404).
+    #[error("can't find external model provider: {provider}")]
+    ProviderNotFound {
+        /// `namespace/name` of the missing provider.
+        provider: String,
+    },
+    /// The provider's credential or configuration is unusable: Secret or key missing, a
+    /// reserved static header (503).
+    #[error("external provider {provider} is not ready: {reason}")]
+    ProviderNotReady {
+        /// `namespace/name` of the provider.
+        provider: String,
+        /// Why, for people.
+        reason: String,
+    },
+    /// The provider type does not serve the request path (400).
+    #[error("provider type \"{provider_type}\" does not support path \"{path}\"")]
+    ProviderPath {
+        /// `OpenAI` or `Anthropic`.
+        provider_type: &'static str,
+        /// The request path.
+        path: String,
+    },
+    /// The call to the provider failed before an answer (502).
+    #[error("external provider {provider} request failed: {reason}")]
+    ProviderTransport {
+        /// `namespace/name` of the provider.
+        provider: String,
+        /// The transport's reason.
+        reason: String,
+    },
     /// Every attempt failed to connect or was refused (503).
     #[error("request to all endpoints of {server} failed after {attempts} attempt(s): {last}")]
     AllUpstreamsFailed {
@@ -234,8 +265,8 @@ pub enum Error {
         /// The configured timeout.
         timeout: Duration,
     },
-    /// Only `/v1/chat/completions`, `/v1/completions`, `/v1/responses` and `GET /v1/models`
-    /// are served (404).
+    /// Only `/v1/chat/completions`, `/v1/completions`, `/v1/responses`, `/v1/messages` and
+    /// `GET /v1/models` are served (404).
     #[error("unknown path {path}")]
     UnknownPath {
         /// The request path.
@@ -341,7 +372,9 @@ impl Error {
             | Self::InvalidField { .. }
             | Self::PromptNotFound
             | Self::BodyRead { .. }
+            | Self::ProviderPath { .. }
             | Self::EndpointRequired => StatusCode::BAD_REQUEST,
+            Self::ProviderTransport { .. } => StatusCode::BAD_GATEWAY,
             Self::ClientClosedRequest { .. } => {
                 StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST)
             }
@@ -351,6 +384,7 @@ impl Error {
             Self::ModelNotFound { .. }
             | Self::NoRuleMatched { .. }
             | Self::ServerNotFound { .. }
+            | Self::ProviderNotFound { .. }
             | Self::UnknownPath { .. } => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
@@ -359,6 +393,7 @@ impl Error {
             | Self::LoraAdapterNotLoaded { .. }
             | Self::Scheduling { .. }
             | Self::PdUnavailable { .. }
+            | Self::ProviderNotReady { .. }
             | Self::AllUpstreamsFailed { .. }
             | Self::PdAttemptsFailed { .. }
             | Self::Overloaded { .. }
@@ -390,11 +425,14 @@ impl Error {
         match self {
             Self::AllUpstreamsFailed { .. }
             | Self::PdAttemptsFailed { .. }
+            | Self::ProviderTransport { .. }
             | Self::UpstreamTimeout { .. }
             | Self::UpstreamIdle { .. } => Side::Upstream,
             Self::NoReadyEndpoint { .. }
             | Self::Scheduling { .. }
             | Self::PdUnavailable { .. }
+            | Self::ProviderNotFound { .. }
+            | Self::ProviderNotReady { .. }
             | Self::ServerNotFound { .. }
             | Self::Overloaded { .. }
             | Self::AuthUnavailable { .. }
@@ -434,6 +472,7 @@ impl Error {
             400..=499 => "invalid_request_error",
             503 => "service_unavailable_error",
             504 => "timeout_error",
+            502 => "api_error",
             _ => "server_error",
         }
     }
@@ -460,6 +499,10 @@ impl Error {
             Self::EndpointNotFound { .. } => "endpoint_not_found",
             Self::Scheduling { .. } => "scheduling_failed",
             Self::PdUnavailable { .. } => "no_prefill_decode_pair",
+            Self::ProviderNotFound { .. } => "external_provider_not_found",
+            Self::ProviderNotReady { .. } => "external_provider_not_ready",
+            Self::ProviderPath { .. } => "unsupported_path",
+            Self::ProviderTransport { .. } => "upstream_unavailable",
             Self::AllUpstreamsFailed { .. } | Self::PdAttemptsFailed { .. } => {
                 "upstream_unavailable"
             }
@@ -509,7 +552,10 @@ impl Error {
             Self::Scheduling { .. } | Self::PdUnavailable { .. } => "scheduling",
             Self::AllUpstreamsFailed { .. } | Self::PdAttemptsFailed { .. } => "proxy",
             Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } => "upstream_transport",
-            Self::MethodNotAllowed { .. } => "request_protocol",
+            Self::MethodNotAllowed { .. } | Self::ProviderPath { .. } => "request_protocol",
+            Self::ProviderNotFound { .. } => "provider_discovery",
+            Self::ProviderNotReady { .. } => "provider_config",
+            Self::ProviderTransport { .. } => "upstream_transport",
             Self::Overloaded { .. } | Self::CircuitOpen { .. } => "overload",
             Self::AuthHeaderInvalid | Self::Unauthorized { .. } | Self::AuthUnavailable { .. } => {
                 "authentication"

@@ -63,6 +63,7 @@ mod overload;
 mod pd;
 mod pipeline;
 mod plugin_metrics;
+mod provider;
 mod proxy;
 mod ratelimit;
 mod route;
@@ -104,6 +105,9 @@ pub use openai::{
 pub use overload::{Breaker, BreakerState, OverloadConfig, OverloadMetrics};
 pub use pd::{Connector, PdEndpoint, PdLayout, PdMetrics};
 pub use plugin_metrics::{KVCACHE_BUCKETS, KvStage, PLUGIN_BUCKETS, PluginMetrics};
+pub use provider::{
+    ALLOWED_HEADERS, ANTHROPIC_HEADERS, Provider, RESERVED_HEADERS, SecretSource, read_secrets,
+};
 pub use proxy::{BoxError, ProxyBody, RespBody};
 pub use route::{
     CompiledRoute, CompiledRule, MatchError, RouteMatch, RouteTable, StringMatcher, TargetRef,

@@ -21,7 +21,7 @@ pub const WARNING_KINDS: [&str; 5] = [
     "model_server_not_found",
     "endpoint_not_selected",
     "model_server_without_endpoints",
-    "external_provider_not_served",
+    "external_provider_not_found",
 ];
 
 /// One problem of the loaded configuration, in the words logged and dumped.
@@ -38,11 +38,12 @@ pub struct ConfigWarning {
 pub(crate) fn check(
     routes: &[ModelRoute],
     servers: &HashMap<String, Arc<Server>>,
+    providers: &HashMap<String, Arc<crate::provider::Provider>>,
     endpoints: &[Arc<Endpoint>],
 ) -> Vec<ConfigWarning> {
     let mut out = Vec::new();
     for r in routes {
-        route_targets(r, servers, &mut out);
+        route_targets(r, servers, providers, &mut out);
     }
     let mut keys: Vec<&String> = servers.keys().collect();
     keys.sort();
@@ -85,6 +86,7 @@ pub(crate) fn check(
 fn route_targets(
     r: &ModelRoute,
     servers: &HashMap<String, Arc<Server>>,
+    providers: &HashMap<String, Arc<crate::provider::Provider>>,
     out: &mut Vec<ConfigWarning>,
 ) {
     let ns = r.metadata.namespace.as_deref().unwrap_or("default");
@@ -106,13 +108,15 @@ fn route_targets(
                          {ns}/{server} does not exist{hint}; requests for this target get 404"
                     ),
                 });
-            } else if let Some(p) = &t.external_model_provider_name {
+            } else if let Some(p) = &t.external_model_provider_name
+                && !providers.contains_key(&format!("{ns}/{p}"))
+            {
                 out.push(ConfigWarning {
-                    kind: "external_provider_not_served",
+                    kind: "external_provider_not_found",
                     message: format!(
                         "ModelRoute {ns}/{name}: {field}.externalModelProviderName: \
-                         ExternalModelProvider {ns}/{p} targets are not served yet; requests for \
-                         this target get 404"
+                         ExternalModelProvider {ns}/{p} does not exist; requests for this \
+                         target get 404"
                     ),
                 });
             }

@@ -87,7 +87,7 @@ where
     let path = req.uri().path();
     if !matches!(
         path,
-        "/v1/chat/completions" | "/v1/completions" | "/v1/responses"
+        "/v1/chat/completions" | "/v1/completions" | "/v1/responses" | "/v1/messages"
     ) {
         return Err(Error::UnknownPath {
             path: path.to_owned(),

@@ -29,12 +29,25 @@ async fn run<S>(
 where
     S: Service<Request<()>, Response = Response<RespBody>, Error = Error>,
 {
-    let routed = resolve(&shared, &req)?;
-    req.extensions_mut().insert(routed);
-    inner.call(req).await
+    match resolve(&shared, &req)? {
+        Target::Server(routed) => {
+            req.extensions_mut().insert(routed);
+            inner.call(req).await
+        }
+        // An external provider: no endpoints to admit, tokenize for or schedule.
+        Target::Provider(p) => crate::provider::forward::forward(shared, req, p).await,
+    }
 }
 
-fn resolve(shared: &Shared, req: &Request<()>) -> Result<Routed, Error> {
+/// Where the route sends the request.
+enum Target {
+    /// A ModelServer and its endpoints.
+    Server(Routed),
+    /// An ExternalModelProvider.
+    Provider(Arc<crate::provider::Provider>),
+}
+
+fn resolve(shared: &Shared, req: &Request<()>) -> Result<Target, Error> {
     let Parsed { req: parsed, snap } = ext::<Parsed>(req, "parsed request")?;
     let acct = req.extensions().get::<Accounting>();
     let m = {
@@ -57,12 +70,18 @@ fn resolve(shared: &Shared, req: &Request<()>) -> Result<Routed, Error> {
     let server_name = match &m.target {
         TargetRef::ModelServer(s) => s.clone(),
         TargetRef::ExternalProvider(p) => {
-            return Err(Error::ServerNotFound {
-                server: format!(
-                    "{}/{p} (ExternalModelProvider targets are not served yet)",
-                    m.route.namespace
-                ),
-            });
+            let key = format!("{}/{p}", m.route.namespace);
+            let Some(provider) = snap.providers.get(&key).cloned() else {
+                return Err(Error::ProviderNotFound { provider: key });
+            };
+            let upstream = provider
+                .model
+                .clone()
+                .unwrap_or_else(|| parsed.model.clone());
+            if let Some(a) = acct {
+                a.provider_resolved(&route_key, &key, &upstream);
+            }
+            return Ok(Target::Provider(provider));
         }
     };
     let server_key = format!("{}/{server_name}", m.route.namespace);
@@ -80,12 +99,12 @@ fn resolve(shared: &Shared, req: &Request<()>) -> Result<Routed, Error> {
     // LoRA requests only go to endpoints that list the adapter; base requests to all.
     let lora = m.is_lora.then(|| parsed.model.clone());
     let pool = crate::lora::candidates(&server, lora.as_deref())?;
-    Ok(Routed {
+    Ok(Target::Server(Routed {
         server,
         lora,
         upstream_model,
         pool: Arc::new(pool),
-    })
+    }))
 }
 
 #[cfg(test)]

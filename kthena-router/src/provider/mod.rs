@@ -1,0 +1,332 @@
+//! External model providers (`kthena-spec.md` §1.3, §2.12): an `ExternalModelProvider` is an
+//! OpenAI- or Anthropic-shaped HTTPS API outside the cluster that a ModelRoute target can
+//! name. This module resolves a provider manifest and its credential into a [`Provider`];
+//! [`forward`] proxies a request to it.
+//!
+//! In standalone mode a credential (`spec.auth.secretRef`, a Secret name and key) comes from
+//! `standalone.secrets` ([`SecretSource`]): a file or an environment variable standing in for
+//! the Secret's key.
+
+// A leaf module (no `crate::` imports): config and discovery use its types; the request path
+// reaches `forward` by its own path.
+pub(crate) mod forward;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use http::{HeaderName, HeaderValue, Uri};
+use kthena_api::networking::{AuthScheme, ExternalModelProvider, ProviderType};
+use serde::Deserialize;
+
+/// Client headers passed on to every provider (Go Kthena's allow-list); others are dropped.
+pub const ALLOWED_HEADERS: [&str; 11] = [
+    "content-type",
+    "accept",
+    "x-request-id",
+    "traceparent",
+    "tracestate",
+    "baggage",
+    "x-b3-traceid",
+    "x-b3-spanid",
+    "x-b3-parentspanid",
+    "x-b3-sampled",
+    "x-b3-flags",
+];
+
+/// Client headers also passed on to Anthropic providers.
+pub const ANTHROPIC_HEADERS: [&str; 2] = ["anthropic-version", "anthropic-beta"];
+
+/// Header names `spec.headers` may not set (credentials and hop-by-hop headers).
+pub const RESERVED_HEADERS: [&str; 13] = [
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "x-api-key",
+    "host",
+    "content-length",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "trailer",
+    "te",
+];
+
+/// A standalone stand-in for one key of a Kubernetes Secret: `standalone.secrets[]`.
+///
+/// ```yaml
+/// standalone:
+///   secrets:
+///   - {name: openai, key: api-key, file: keys/openai}      # file relative to the config
+///   - {name: anthropic, key: api-key, env: ANTHROPIC_API_KEY}
+/// ```
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretSource {
+    /// The Secret's name (`secretRef.name`).
+    pub name: String,
+    /// The Secret's namespace (default `default`).
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// The key (`secretRef.key`).
+    pub key: String,
+    /// A file holding the value (read at every load; relative to the config file).
+    #[serde(default)]
+    pub file: Option<PathBuf>,
+    /// An environment variable holding the value (read when the config is loaded).
+    #[serde(default)]
+    pub env: Option<String>,
+    /// The value of `env`, filled in when the config is loaded.
+    #[serde(skip)]
+    pub env_value: Option<String>,
+}
+
+fn default_namespace() -> String {
+    "default".into()
+}
+
+/// A resolved `ExternalModelProvider`.
+#[derive(Debug, Clone)]
+pub struct Provider {
+    /// `namespace/name`.
+    pub key: String,
+    /// OpenAI or Anthropic.
+    pub kind: ProviderType,
+    /// `spec.baseURL` (an `https://` URL).
+    pub base_url: String,
+    /// `spec.model`: the model sent upstream instead of the request's.
+    pub model: Option<String>,
+    /// `spec.insecureSkipVerify`.
+    pub insecure_skip_verify: bool,
+    /// `spec.headers`, checked.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// The credential header, `None` without `spec.auth`; `Err` with the reason the provider
+    /// is not ready (Secret or key missing, invalid configuration).
+    pub credential: Result<Option<(HeaderName, HeaderValue)>, String>,
+}
+
+impl Provider {
+    /// Resolves `p` (defaults applied); `secret(namespace, name, key)` looks a credential up
+    /// (`None`: no such Secret or key).
+    #[must_use]
+    pub fn resolve(
+        p: &ExternalModelProvider,
+        secret: &dyn Fn(&str, &str, &str) -> Option<String>,
+    ) -> Self {
+        let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+        let name = p.metadata.name.as_deref().unwrap_or_default();
+        let s = &p.spec;
+        let kind = s.provider_type.unwrap_or_default();
+        let mut headers = Vec::new();
+        let mut invalid = None;
+        for (k, v) in &s.headers {
+            match (
+                HeaderName::try_from(k.as_str()),
+                HeaderValue::try_from(v.as_str()),
+            ) {
+                (Ok(n), _) if RESERVED_HEADERS.contains(&n.as_str()) => {
+                    invalid = Some(format!("spec.headers: {k} may not be set here"));
+                }
+                (Ok(n), Ok(v)) => headers.push((n, v)),
+                _ => invalid = Some(format!("spec.headers: {k} is not a valid header")),
+            }
+        }
+        if s.base_url.parse::<Uri>().is_err() {
+            invalid = Some(format!("spec.baseURL {:?} is not a URL", s.base_url));
+        }
+        let credential = match (invalid, &s.auth) {
+            (Some(reason), _) => Err(reason),
+            (None, None) => Ok(None),
+            (None, Some(auth)) => {
+                let r = &auth.secret_ref;
+                let scheme = auth.scheme.unwrap_or(match kind {
+                    ProviderType::OpenAI => AuthScheme::Bearer,
+                    ProviderType::Anthropic => AuthScheme::ApiKey,
+                });
+                credential(secret(ns, &r.name, &r.key), scheme)
+                    .map_err(|why| format!("Secret {ns}/{} key {}: {why}", r.name, r.key))
+            }
+        };
+        Self {
+            key: format!("{ns}/{name}"),
+            kind,
+            base_url: s.base_url.clone(),
+            model: s.model.clone(),
+            insecure_skip_verify: s.insecure_skip_verify.unwrap_or(false),
+            headers,
+            credential,
+        }
+    }
+
+    /// The upstream URL of `path_and_query` (Go Kthena's rules): OpenAI drops the leading
+    /// `/v1` of the path when the base URL has a path; Anthropic only when that path ends
+    /// with `/v1`.
+    #[must_use]
+    pub fn upstream_url(&self, path_and_query: &str) -> String {
+        let base = self.base_url.trim_end_matches('/');
+        let base_path = base
+            .strip_prefix("https://")
+            .and_then(|r| r.find('/').map(|i| &r[i..]))
+            .unwrap_or("");
+        let strip = match self.kind {
+            ProviderType::OpenAI => !base_path.is_empty(),
+            ProviderType::Anthropic => base_path.ends_with("/v1"),
+        };
+        let rest = if strip {
+            path_and_query
+                .strip_prefix("/v1")
+                .filter(|r| r.is_empty() || r.starts_with('/') || r.starts_with('?'))
+                .unwrap_or(path_and_query)
+        } else {
+            path_and_query
+        };
+        format!("{base}{rest}")
+    }
+
+    /// Whether the provider serves `path`: OpenAI chat, completions and responses;
+    /// Anthropic messages.
+    #[must_use]
+    pub fn serves(&self, path: &str) -> bool {
+        match self.kind {
+            ProviderType::OpenAI => matches!(
+                path,
+                "/v1/chat/completions" | "/v1/completions" | "/v1/responses"
+            ),
+            ProviderType::Anthropic => path == "/v1/messages",
+        }
+    }
+}
+
+fn credential(
+    value: Option<String>,
+    scheme: AuthScheme,
+) -> Result<Option<(HeaderName, HeaderValue)>, String> {
+    let value = value.ok_or("not found")?;
+    let value = value.trim();
+    if value.is_empty() {
+        return Err("empty".into());
+    }
+    let (name, text) = match scheme {
+        AuthScheme::Bearer => (http::header::AUTHORIZATION, format!("Bearer {value}")),
+        AuthScheme::ApiKey => (HeaderName::from_static("x-api-key"), value.to_owned()),
+    };
+    let mut v = HeaderValue::try_from(text).map_err(|_| "not a valid header value".to_owned())?;
+    v.set_sensitive(true);
+    Ok(Some((name, v)))
+}
+
+/// The values of `standalone.secrets`, by `(namespace, name, key)`: files are read now
+/// (relative to `base_dir`), environment values were read with the config.
+#[must_use]
+pub fn read_secrets(
+    sources: &[SecretSource],
+    base_dir: &std::path::Path,
+) -> BTreeMap<(String, String, String), String> {
+    let mut out = BTreeMap::new();
+    for s in sources {
+        let value = match &s.file {
+            Some(f) => std::fs::read_to_string(base_dir.join(f)).ok(),
+            None => s.env_value.clone(),
+        };
+        if let Some(v) = value {
+            out.insert((s.namespace.clone(), s.name.clone(), s.key.clone()), v);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn provider(kind: &str, base: &str, extra: &str) -> ExternalModelProvider {
+        let yaml = format!(
+            "apiVersion: networking.serving.volcano.sh/v1alpha1\nkind: ExternalModelProvider\nmetadata: {{name: p, namespace: ns}}\nspec:\n  providerType: {kind}\n  baseURL: {base}\n{extra}"
+        );
+        serde_saphyr::from_str::<ExternalModelProvider>(&yaml)
+            .unwrap()
+            .with_defaults()
+    }
+
+    #[test]
+    fn rewrites_paths_as_go_kthena() {
+        let none = |_: &str, _: &str, _: &str| None;
+        let cases = [
+            (
+                "OpenAI",
+                "https://api.openai.com/v1",
+                "/v1/chat/completions?x=1",
+                "https://api.openai.com/v1/chat/completions?x=1",
+            ),
+            (
+                "OpenAI",
+                "https://h",
+                "/v1/chat/completions",
+                "https://h/v1/chat/completions",
+            ),
+            (
+                "OpenAI",
+                "https://h/",
+                "/v1/responses",
+                "https://h/v1/responses",
+            ),
+            (
+                "OpenAI",
+                "https://h/openai/v1/",
+                "/v1/completions",
+                "https://h/openai/v1/completions",
+            ),
+            (
+                "Anthropic",
+                "https://api.anthropic.com",
+                "/v1/messages",
+                "https://api.anthropic.com/v1/messages",
+            ),
+            (
+                "Anthropic",
+                "https://h/v1",
+                "/v1/messages",
+                "https://h/v1/messages",
+            ),
+            (
+                "Anthropic",
+                "https://h/proxy",
+                "/v1/messages",
+                "https://h/proxy/v1/messages",
+            ),
+        ];
+        for (kind, base, path, want) in cases {
+            let p = Provider::resolve(&provider(kind, base, ""), &none);
+            assert_eq!(p.upstream_url(path), want, "{kind} {base} {path}");
+        }
+    }
+
+    #[test]
+    fn resolves_credentials_and_rejects_reserved_headers() {
+        let auth = "  auth: {secretRef: {name: s, key: k}}\n";
+        let found = |ns: &str, n: &str, k: &str| {
+            (ns, n, k)
+                .eq(&("ns", "s", "k"))
+                .then(|| " sk-1\n".to_owned())
+        };
+        let p = Provider::resolve(&provider("OpenAI", "https://h", auth), &found);
+        let (n, v) = p.credential.unwrap().unwrap();
+        assert_eq!(
+            (n.as_str(), v.to_str().unwrap()),
+            ("authorization", "Bearer sk-1")
+        );
+        let p = Provider::resolve(&provider("Anthropic", "https://h", auth), &found);
+        let (n, v) = p.credential.unwrap().unwrap();
+        assert_eq!((n.as_str(), v.to_str().unwrap()), ("x-api-key", "sk-1"));
+        let missing = |_: &str, _: &str, _: &str| None;
+        let p = Provider::resolve(&provider("OpenAI", "https://h", auth), &missing);
+        assert_eq!(p.credential.unwrap_err(), "Secret ns/s key k: not found");
+        let bad = "  headers: {Authorization: x}\n";
+        let p = Provider::resolve(&provider("OpenAI", "https://h", bad), &missing);
+        assert_eq!(
+            p.credential.unwrap_err(),
+            "spec.headers: Authorization may not be set here"
+        );
+    }
+}
