@@ -554,3 +554,62 @@ async fn a_prometheus_sourced_metric_drives_the_same_scale_up() -> Result<()> {
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_heterogeneous_policy_fills_the_cheapest_target_first() -> Result<()> {
+    let env = setup("as-het").await?;
+    let ns = &env.ns;
+    create_serving(ns, "cheap").await?;
+    create_serving(ns, "dear").await?;
+    let source = json!({WAITING: {"pod": {"port": 8100}}});
+    let p: AutoscalingPolicy = serde_json::from_value(json!({
+        "apiVersion": "workload.serving.volcano.sh/v1alpha1",
+        "kind": "AutoscalingPolicy",
+        "metadata": {"name": "het-policy", "namespace": ns.name()},
+        "spec": {
+            "metrics": [{"name": WAITING, "targetValue": "2"}],
+            "heterogeneousTarget": {"params": [
+                {"cost": 10, "minReplicas": 0, "maxReplicas": 4,
+                 "target": {"targetRef": {"name": "dear"}, "metricSources": source}},
+                {"cost": 1, "minReplicas": 1, "maxReplicas": 2,
+                 "target": {"targetRef": {"name": "cheap"}, "metricSources": source}},
+            ]},
+        },
+    }))?;
+    ns.api::<AutoscalingPolicy>()
+        .create(&PostParams::default(), &p.with_defaults())
+        .await?;
+    // Idle: the total goes to Σ min = 1, all of it the cheap target's minimum.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while (replicas(ns, "cheap").await?, replicas(ns, "dear").await?) != (1, 0) {
+        if tokio::time::Instant::now() > deadline {
+            bail!("never settled at cheap 1, dear 0");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // 8 waiting on cheap ⇒ total 4: cheap's package (1 at cost 1) first, then dear's two
+    // single-replica packages (cost 10 each) before its 2-replica one (cost 20).
+    let ip = entry_ip(ns, "cheap").await?;
+    let _load = load(&ip, 9);
+    queue_at_least(&ip, 8.0).await?;
+    let deadline = tokio::time::Instant::now() + SYNC * 2 + Duration::from_millis(1500);
+    while (replicas(ns, "cheap").await?, replicas(ns, "dear").await?) != (2, 2) {
+        if tokio::time::Instant::now() > deadline {
+            bail!("not at cheap 2, dear 2 within two sync periods");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let st = status_where(ns, "het-policy", |st| {
+        st.heterogeneous_status
+            .iter()
+            .any(|s| s.desired_replicas == 2 && s.name.as_deref() == Some("dear"))
+    })
+    .await?;
+    let names: Vec<_> = st
+        .heterogeneous_status
+        .iter()
+        .map(|s| s.name.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(names, vec!["dear", "cheap"]);
+    Ok(())
+}

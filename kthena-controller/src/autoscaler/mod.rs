@@ -1,10 +1,11 @@
 //! The `autoscaler` controller (Go `pkg/autoscaler/controller/autoscale_controller.go`, spec
-//! §6.1): every sync period, for each AutoscalingPolicy with a homogeneous or disaggregated
-//! target, collect the target's entry-pod metrics, compute with `kthena-autoscale`, patch the
+//! §6.1): every sync period, for each AutoscalingPolicy with a homogeneous, heterogeneous or
+//! disaggregated target, collect the target's entry-pod metrics, compute with `kthena-autoscale`, patch the
 //! ModelServing's `spec.replicas` (merge patch) or role replicas (JSON patch), then write the
 //! policy's status.
 
 mod collect;
+mod hetero;
 mod metrics;
 mod prometheus;
 mod roles;
@@ -62,6 +63,7 @@ struct PolicyState {
 struct States {
     single: HashMap<String, PolicyState>,
     roles: HashMap<String, roles::RolesState>,
+    hetero: HashMap<String, hetero::HeteroState>,
 }
 
 /// Runs the autoscaler until `shutdown` completes. Errors of one policy are logged and
@@ -109,11 +111,14 @@ async fn round(
     let live: Vec<String> = policies.items.iter().map(key).collect();
     states.single.retain(|k, _| live.contains(k));
     states.roles.retain(|k, _| live.contains(k));
+    states.hetero.retain(|k, _| live.contains(k));
     for policy in &policies.items {
         let outcome = if policy.spec.homogeneous_target.is_some() {
             homogeneous(client, http, &mut states.single, policy, now).await
         } else if policy.spec.disaggregated_target.is_some() {
             roles::disaggregated(client, http, &mut states.roles, policy, now).await
+        } else if policy.spec.heterogeneous_target.is_some() {
+            hetero::heterogeneous(client, http, &mut states.hetero, policy, now).await
         } else {
             continue;
         };
@@ -142,6 +147,10 @@ enum Outcome {
     Roles(kthena_autoscale::RolesDecision),
     /// A role had no metric value: nothing changed.
     RolesSkipped,
+    /// The targets of a heterogeneous policy got their shares.
+    Hetero(Vec<hetero::TargetPart>, kthena_autoscale::Mode),
+    /// No metric of a heterogeneous policy had a value: nothing changed.
+    HeteroSkipped,
     /// The target is missing or invalid.
     TargetInvalid(String),
     /// The policy cannot be used, or an API call failed.
@@ -365,6 +374,35 @@ fn next_status(policy: &AutoscalingPolicy, outcome: Outcome) -> AutoscalingPolic
                 old.homogeneous_status,
             )
         }
+        Outcome::Hetero(parts, mode) => {
+            st.heterogeneous_status = hetero::hetero_status(&old, &parts, mode);
+            (
+                (
+                    true,
+                    "Reconciled",
+                    "heterogeneous autoscaling policy reconciled".to_owned(),
+                ),
+                (
+                    true,
+                    "TargetFound",
+                    "target model servings found".to_owned(),
+                ),
+                old.homogeneous_status,
+            )
+        }
+        Outcome::HeteroSkipped => (
+            (
+                true,
+                "Reconciled",
+                "no metric value this round; replicas kept".to_owned(),
+            ),
+            (
+                true,
+                "TargetFound",
+                "target model servings found".to_owned(),
+            ),
+            old.homogeneous_status,
+        ),
         Outcome::RolesSkipped => (
             (
                 true,
