@@ -44,6 +44,10 @@ pub struct Config {
     /// Where each reconcile records its ServingGroups and role replicas (dumped by
     /// [`crate::serve_debug`]).
     pub cache: ServingCache,
+    /// The autoscaler to run next to the ModelServing controller while holding the Lease
+    /// ([`crate::run_leader_elected`] only; without leader election call
+    /// [`crate::run_autoscaler`] yourself). `None` (default): no autoscaler.
+    pub autoscaler: Option<crate::AutoscalerConfig>,
 }
 
 impl Default for Config {
@@ -53,6 +57,7 @@ impl Default for Config {
             workers: 5,
             field_manager: "kthena-controller".to_owned(),
             cache: ServingCache::default(),
+            autoscaler: None,
         }
     }
 }

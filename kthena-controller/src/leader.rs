@@ -57,7 +57,8 @@ pub fn identity() -> String {
     format!("{host}_{}", uuid::Uuid::new_v4())
 }
 
-/// Waits to hold the Lease, then runs the controllers ([`run`]) while holding it.
+/// Waits to hold the Lease, then runs the controllers ([`run`], and the autoscaler when
+/// `config.autoscaler` is set) while holding it.
 ///
 /// Returns `Ok` when `shutdown` completes (the Lease is released for the next replica), and
 /// [`Error::LostLease`] as soon as the Lease is lost: the controllers stop at once and the
@@ -95,8 +96,18 @@ pub async fn run_leader_elected(
     }
     tracing::info!(identity = %election.identity, "holding the lease: starting controllers");
     let lost = async { while leader.changed().await.is_ok() && *leader.borrow() {} };
+    let autoscaler = {
+        let (client, autoscaler) = (client.clone(), config.autoscaler.clone());
+        async move {
+            match autoscaler {
+                Some(a) => crate::run_autoscaler(client, a, std::future::pending()).await,
+                None => std::future::pending().await,
+            }
+        }
+    };
     tokio::select! {
         () = run(client, config, shutdown) => {}
+        () = autoscaler => {}
         () = lost => return Err(Error::LostLease),
     }
     drop(leader);

@@ -132,11 +132,6 @@ async fn main() -> anyhow::Result<()> {
     if set.modelbooster {
         tracing::warn!("the modelbooster controller is not built yet; not started");
     }
-    if set.autoscaler && args.leader_elect {
-        tracing::warn!(
-            "the autoscaler controller does not take part in leader election yet; not started"
-        );
-    }
     let client = client(&args).await?;
     let (addr, health) = kthena_controller::serve_health(args.healthz_bind_address).await?;
     tracing::info!(%addr, "serving /healthz");
@@ -154,9 +149,17 @@ async fn main() -> anyhow::Result<()> {
         let ns = args.leader_elect_namespace.clone();
         LeaderElection::go_defaults(ns.unwrap_or_else(|| client.default_namespace().to_owned()))
     });
+    let autoscaling = kthena_controller::AutoscalerConfig {
+        namespace: args.namespace.clone(),
+        sync_period: std::time::Duration::from_secs(args.autoscaling_sync_period_seconds.max(1)),
+        ..kthena_controller::AutoscalerConfig::default()
+    };
+    // With leader election the autoscaler runs next to the controllers while the Lease is
+    // held; without it, on its own below.
     let config = Config {
         namespace: args.namespace.clone(),
         workers: args.workers,
+        autoscaler: (set.autoscaler && args.leader_elect).then(|| autoscaling.clone()),
         ..Config::default()
     };
     let debug = match args.debug_port {
@@ -176,18 +179,12 @@ async fn main() -> anyhow::Result<()> {
     };
     let autoscaler = {
         let run = set.autoscaler && !args.leader_elect;
-        let config = kthena_controller::AutoscalerConfig {
-            namespace: args.namespace.clone(),
-            sync_period: std::time::Duration::from_secs(
-                args.autoscaling_sync_period_seconds.max(1),
-            ),
-            ..kthena_controller::AutoscalerConfig::default()
-        };
         let client = client.clone();
         async move {
             match run {
                 true => {
-                    kthena_controller::run_autoscaler(client, config, std::future::pending()).await
+                    kthena_controller::run_autoscaler(client, autoscaling, std::future::pending())
+                        .await
                 }
                 false => std::future::pending().await,
             }

@@ -8,7 +8,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use k8s_openapi::api::core::v1::Pod;
 use kthena_api::{AutoscalingPolicy, ModelServing};
-use kthena_controller::{AutoscalerConfig, Config, run, run_autoscaler};
+use kthena_controller::{
+    AutoscalerConfig, Config, LEASE_NAME, LeaderElection, run, run_autoscaler, run_leader_elected,
+};
 use kthena_sim::node::{NodeConfig, SimNode};
 use kthena_testenv::TestNamespace;
 use kube::api::{ListParams, PostParams};
@@ -28,24 +30,45 @@ struct Env {
 }
 
 async fn setup(prefix: &str) -> Result<Env> {
+    setup_with(prefix, false).await
+}
+
+/// The controllers in a fresh namespace; with `elected`, both run under
+/// `run_leader_elected` (the autoscaler through `Config::autoscaler`).
+async fn setup_with(prefix: &str, elected: bool) -> Result<Env> {
     let ns = kthena_testenv::namespace(prefix).await?;
     let mut tasks = JoinSet::new();
-    let config = Config {
-        namespace: Some(ns.name().to_owned()),
-        workers: 2,
-        ..Config::default()
-    };
-    tasks.spawn(run(ns.client().clone(), config, std::future::pending()));
-    let config = AutoscalerConfig {
+    let autoscaler = AutoscalerConfig {
         namespace: Some(ns.name().to_owned()),
         sync_period: SYNC,
         ..AutoscalerConfig::default()
     };
-    tasks.spawn(run_autoscaler(
-        ns.client().clone(),
-        config,
-        std::future::pending(),
-    ));
+    let mut config = Config {
+        namespace: Some(ns.name().to_owned()),
+        workers: 2,
+        ..Config::default()
+    };
+    if elected {
+        config.autoscaler = Some(autoscaler);
+        let election = LeaderElection {
+            lease_name: LEASE_NAME.to_owned(),
+            namespace: ns.name().to_owned(),
+            identity: "autoscaler-test".to_owned(),
+            duration: Duration::from_secs(3),
+            retry: Duration::from_secs(1),
+        };
+        let client = ns.client().clone();
+        tasks.spawn(async move {
+            let _ = run_leader_elected(client, config, election, std::future::pending()).await;
+        });
+    } else {
+        tasks.spawn(run(ns.client().clone(), config, std::future::pending()));
+        tasks.spawn(run_autoscaler(
+            ns.client().clone(),
+            autoscaler,
+            std::future::pending(),
+        ));
+    }
     let node = SimNode::start(
         ns.client().clone(),
         NodeConfig {
@@ -611,5 +634,24 @@ async fn a_heterogeneous_policy_fills_the_cheapest_target_first() -> Result<()> 
         .map(|s| s.name.clone().unwrap_or_default())
         .collect();
     assert_eq!(names, vec!["dear", "cheap"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_leader_runs_the_autoscaler() -> Result<()> {
+    let env = setup_with("as-lead", true).await?;
+    let ns = &env.ns;
+    create_serving(ns, "led").await?;
+    create_policy(ns, "led", json!({"pod": {"port": 8100}})).await?;
+    let ip = entry_ip(ns, "led").await?;
+    let _load = load(&ip, 9);
+    queue_at_least(&ip, 8.0).await?;
+    let deadline = tokio::time::Instant::now() + SYNC * 2 + Duration::from_millis(1500);
+    while replicas(ns, "led").await? != 4 {
+        if tokio::time::Instant::now() > deadline {
+            bail!("the leader did not scale within two sync periods");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     Ok(())
 }
