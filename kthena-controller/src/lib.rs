@@ -42,6 +42,7 @@ mod observed;
 mod plan;
 mod podgroup;
 mod quantity;
+mod ratelimit;
 mod recovery;
 mod revision;
 mod rolling;
@@ -73,6 +74,7 @@ pub use podgroup::{
     annotate_pod, crd_has_sub_groups, gang_scheduled, min_role_replicas, plan_pod_groups,
     pod_group,
 };
+pub use ratelimit::rate_limit;
 pub use recovery::ReplicaCheck;
 pub use revision::{
     controller_revision, model_serving_revision, recorded_roles, role_template_hash,
@@ -82,6 +84,6 @@ pub use status::{AVAILABLE, PROGRESSING, UPDATE_IN_PROGRESS, set_condition, stat
 pub use view::{GroupView, group_partition, role_status, scaled_value};
 pub use webhook::{
     CERT_SECRET_NAME, Certificate, MUTATING_WEBHOOK, SERVICE_NAME, VALIDATING_WEBHOOK,
-    generate_certificate, load_certificate, patch_ca_bundle, secret_certificate, serve_webhook,
-    service_hosts,
+    WEBHOOK_TIMEOUT, generate_certificate, load_certificate, patch_ca_bundle, secret_certificate,
+    serve_webhook, service_hosts,
 };

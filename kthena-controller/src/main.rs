@@ -44,6 +44,18 @@ struct Args {
     /// Port of the TLS webhook server (all interfaces; 0 picks a free port).
     #[arg(long, default_value_t = 8443)]
     port: u16,
+    /// Read and write timeout of the webhook server: seconds (Go's form, `30`) or a Go
+    /// duration (`30s`, `1m`).
+    #[arg(long, default_value = "30", value_parser = parse_timeout)]
+    webhook_timeout: std::time::Duration,
+    /// Average requests per second to the API server (up to --kube-api-burst at once); 0: no
+    /// client-side limit.
+    #[arg(long, default_value_t = 0.0)]
+    kube_api_qps: f64,
+    /// Requests that may go to the API server at once above --kube-api-qps (at least 1 when
+    /// a QPS is set); 0 with a QPS: the QPS rounded up.
+    #[arg(long, default_value_t = 0)]
+    kube_api_burst: u32,
     /// Webhook serving certificate (PEM); with --tls-private-key-file, used when both files
     /// exist, else the certificate of --cert-secret-name (generated at start if missing).
     #[arg(long, default_value = "/etc/tls/tls.crt")]
@@ -65,6 +77,20 @@ struct Args {
     /// JSON); 0 = off.
     #[arg(long, default_value_t = 0)]
     debug_port: u16,
+}
+
+/// `--webhook-timeout`: whole seconds, as Go's flag, or a Go duration.
+fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
+    if let Ok(secs) = text.parse::<u64>() {
+        return Ok(std::time::Duration::from_secs(secs));
+    }
+    let parsed: kube::core::Duration = text
+        .parse()
+        .map_err(|e| format!("invalid duration {text:?}: {e}"))?;
+    match parsed.is_negative() {
+        true => Err(format!("invalid duration {text:?}: must not be negative")),
+        false => Ok(parsed.into()),
+    }
 }
 
 /// Starts the webhook server: the certificate from the files when both exist, else
@@ -90,7 +116,8 @@ async fn webhook(
         }
     };
     let addr = SocketAddr::from(([0, 0, 0, 0], args.port));
-    let (addr, server) = kthena_controller::serve_webhook(addr, &cert).await?;
+    let (addr, server) =
+        kthena_controller::serve_webhook(addr, &cert, args.webhook_timeout).await?;
     tracing::info!(%addr, "serving admission webhooks");
     kthena_controller::patch_ca_bundle(
         client,
@@ -117,7 +144,13 @@ async fn client(args: &Args) -> anyhow::Result<kube::Client> {
             .parse()
             .with_context(|| format!("--master {master}"))?;
     }
-    Ok(kube::Client::try_from(config)?)
+    let builder = kube::client::ClientBuilder::try_from(config)?;
+    Ok(
+        match kthena_controller::rate_limit(args.kube_api_qps, args.kube_api_burst) {
+            Some(layer) => builder.with_layer(&layer).build(),
+            None => builder.build(),
+        },
+    )
 }
 
 #[tokio::main]

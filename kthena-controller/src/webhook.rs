@@ -5,9 +5,11 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::response::IntoResponse as _;
 use axum::routing::{get, post};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -215,12 +217,23 @@ fn tls_config(cert: &Certificate) -> Result<ServerConfig> {
     Ok(config)
 }
 
-fn router() -> Router {
+/// Go's `--webhook-timeout` default: 30 s.
+pub const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn router(timeout: Duration) -> Router {
     let mut app = Router::new().route("/healthz", get(|| async { "ok" }));
     for &(path, action) in admission::PATHS {
         app = app.route(path, post(move |body: Bytes| handle(action, body)));
     }
-    app
+    // Reading the request (body included) and answering it within `timeout`.
+    app.layer(axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| async move {
+            match tokio::time::timeout(timeout, next.run(req)).await {
+                Ok(response) => response,
+                Err(_) => http::StatusCode::REQUEST_TIMEOUT.into_response(),
+            }
+        },
+    ))
 }
 
 async fn handle(action: Action, body: Bytes) -> ([(&'static str, &'static str); 1], Vec<u8>) {
@@ -233,12 +246,19 @@ async fn handle(action: Action, body: Bytes) -> ([(&'static str, &'static str); 
 /// Binds `addr` and returns the bound address and a future serving the webhooks over TLS
 /// with `cert` (plus `GET /healthz`) until it is dropped.
 ///
+/// `timeout` is Go's `--webhook-timeout` (its server's read and write timeouts, default
+/// [`WEBHOOK_TIMEOUT`]): the TLS handshake, each request's headers (also the wait for the
+/// next request on a kept-alive connection) and each request's body with its answer must
+/// each finish within it; a connection that is too slow is closed, a request that is too
+/// slow gets `408 Request Timeout`.
+///
 /// # Errors
 /// [`Error::Listen`] if the address cannot be bound; [`Error::Pem`] / [`Error::Tls`] if the
 /// certificate or key is unusable.
 pub async fn serve_webhook(
     addr: SocketAddr,
     cert: &Certificate,
+    timeout: Duration,
 ) -> Result<(SocketAddr, impl Future<Output = ()> + use<>)> {
     let acceptor = TlsAcceptor::from(Arc::new(tls_config(cert)?));
     let listener = TcpListener::bind(addr)
@@ -247,7 +267,7 @@ pub async fn serve_webhook(
     let local = listener
         .local_addr()
         .map_err(|source| Error::Listen { addr, source })?;
-    let app = router();
+    let app = router(timeout);
     Ok((local, async move {
         // Connections end with the server (dropping the set aborts them).
         let mut connections = tokio::task::JoinSet::new();
@@ -258,17 +278,25 @@ pub async fn serve_webhook(
             };
             let (acceptor, app) = (acceptor.clone(), app.clone());
             connections.spawn(async move {
-                let tls = match acceptor.accept(tcp).await {
-                    Ok(tls) => tls,
-                    Err(e) => {
+                let tls = match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
+                    Ok(Ok(tls)) => tls,
+                    Err(_) => {
+                        tracing::debug!(%peer, "webhook TLS handshake timed out");
+                        return;
+                    }
+                    Ok(Err(e)) => {
                         tracing::debug!(%peer, error = %e, "webhook TLS handshake failed");
                         return;
                     }
                 };
                 let service = hyper_util::service::TowerToHyperService::new(app);
-                let builder = hyper_util::server::conn::auto::Builder::new(
+                let mut builder = hyper_util::server::conn::auto::Builder::new(
                     hyper_util::rt::TokioExecutor::new(),
                 );
+                builder
+                    .http1()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(timeout);
                 if let Err(e) = builder
                     .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
                     .await

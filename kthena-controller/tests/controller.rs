@@ -582,6 +582,15 @@ async fn the_binary_serves_healthz_and_reconciles() -> Result<()> {
         stderr.contains(r#"unknown controller "-lws" in --controllers"#),
         "{stderr}"
     );
+    let bad = tokio::process::Command::new(bin)
+        .args(["--webhook-timeout", "soon"])
+        .output()
+        .await?;
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        !bad.status.success() && stderr.contains(r#"invalid duration "soon""#),
+        "{stderr}"
+    );
 
     let kubeconfig = ns.env().kubeconfig().to_owned();
     let mut child = tokio::process::Command::new(bin)
@@ -594,6 +603,12 @@ async fn the_binary_serves_healthz_and_reconciles() -> Result<()> {
             "127.0.0.1:0",
             "--port",
             "0",
+            "--webhook-timeout",
+            "30s",
+            "--kube-api-qps",
+            "50",
+            "--kube-api-burst",
+            "100",
         ])
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")

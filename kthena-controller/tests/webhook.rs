@@ -12,8 +12,8 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use kthena_api::{Object, load_file};
 use kthena_controller::{
-    MUTATING_WEBHOOK, SERVICE_NAME, VALIDATING_WEBHOOK, generate_certificate, patch_ca_bundle,
-    serve_webhook, service_hosts,
+    MUTATING_WEBHOOK, SERVICE_NAME, VALIDATING_WEBHOOK, WEBHOOK_TIMEOUT, generate_certificate,
+    patch_ca_bundle, serve_webhook, service_hosts,
 };
 use kthena_testenv::TestNamespace;
 use kube::Api;
@@ -275,7 +275,7 @@ fn denied(out: std::result::Result<String, String>) -> Result<String> {
 async fn kubectl_apply_is_validated_and_defaulted_by_the_webhooks() -> Result<()> {
     let ns = kthena_testenv::namespace("webhook").await?;
     let cert = generate_certificate(&service_hosts(SERVICE_NAME, ns.name()))?;
-    let (addr, server) = serve_webhook("127.0.0.1:0".parse()?, &cert).await?;
+    let (addr, server) = serve_webhook("127.0.0.1:0".parse()?, &cert, WEBHOOK_TIMEOUT).await?;
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(server);
     register(&ns, addr.port()).await?;
@@ -351,5 +351,24 @@ async fn kubectl_apply_is_validated_and_defaulted_by_the_webhooks() -> Result<()
 
     // ModelBooster: the one valid booster is admitted (its rejection is in the table).
     apply(&ns, &booster("one", 1))?.map_err(anyhow::Error::msg)?;
+    Ok(())
+}
+
+/// `--webhook-timeout`: a client that never starts its TLS handshake is disconnected.
+#[tokio::test]
+async fn a_silent_connection_is_closed_after_the_webhook_timeout() -> Result<()> {
+    use tokio::io::AsyncReadExt as _;
+    let cert = generate_certificate(&service_hosts(SERVICE_NAME, "default"))?;
+    let timeout = std::time::Duration::from_millis(300);
+    let (addr, server) = serve_webhook("127.0.0.1:0".parse()?, &cert, timeout).await?;
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(server);
+    let mut conn = tokio::net::TcpStream::connect(addr).await?;
+    let mut buf = [0u8; 16];
+    // EOF (or a reset) once the server gives up; without the timeout this waits forever.
+    let read = tokio::time::timeout(std::time::Duration::from_secs(20), conn.read(&mut buf))
+        .await
+        .context("the connection stayed open")?;
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
     Ok(())
 }
