@@ -380,6 +380,28 @@ async fn creators(ns: &TestNamespace, ms: &str) -> Result<BTreeMap<String, BTree
         .collect())
 }
 
+/// The controller field managers (`ctl-*`) of every write in the namespace: pods, services,
+/// ControllerRevisions and ModelServings (their status subresource included).
+async fn writers(ns: &TestNamespace) -> Result<BTreeSet<String>> {
+    fn of<K: kube::Resource>(items: &[K]) -> impl Iterator<Item = String> + '_ {
+        items
+            .iter()
+            .flat_map(|o| o.meta().managed_fields.iter().flatten())
+            .filter_map(|f| f.manager.clone())
+            .filter(|m| m.starts_with("ctl-"))
+    }
+    let lp = ListParams::default();
+    let pods = ns.api::<Pod>().list(&lp).await?.items;
+    let services = ns.api::<Service>().list(&lp).await?.items;
+    let revisions = ns.api::<ControllerRevision>().list(&lp).await?.items;
+    let servings = ns.api::<ModelServing>().list(&lp).await?.items;
+    Ok(of(&pods)
+        .chain(of(&services))
+        .chain(of(&revisions))
+        .chain(of(&servings))
+        .collect())
+}
+
 async fn holder(ns: &TestNamespace) -> Result<Option<String>> {
     let lease = ns.api::<Lease>().get_opt(LEASE_NAME).await?;
     Ok(lease.and_then(|l| l.spec?.holder_identity))
@@ -430,6 +452,8 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() -> Result<(
     available(&ns, name, 1).await?;
     let managers: BTreeSet<String> = creators(&ns, name).await?.into_values().flatten().collect();
     assert_eq!(managers, BTreeSet::from(["ctl-a".to_owned()]));
+    // The follower wrote nothing at all: no pod, service, revision or status.
+    assert_eq!(writers(&ns).await?, BTreeSet::from(["ctl-a".to_owned()]));
     assert_eq!(holder(&ns).await?.as_deref(), Some("a"));
     // The leader is killed (its task dropped, the Lease not released); the standby takes
     // the lease once it expires and reconciles from then on.
@@ -467,6 +491,17 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() -> Result<(
         assert_eq!(managers, &BTreeSet::from([want.to_owned()]), "{pod}");
     }
     assert_eq!(by_pod.len(), 8);
+    // The new leader wrote the status of the scaled ModelServing.
+    let ms = ns.api::<ModelServing>().get(name).await?;
+    let status_writers: BTreeSet<String> = ms
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|f| f.subresource.as_deref() == Some("status"))
+        .filter_map(|f| f.manager.clone())
+        .collect();
+    assert!(status_writers.contains("ctl-b"), "{status_writers:?}");
     Ok(())
 }
 
