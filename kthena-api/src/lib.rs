@@ -49,6 +49,7 @@
 mod common;
 mod crd;
 mod error;
+pub mod gateway;
 mod load;
 pub mod networking;
 mod quantity;

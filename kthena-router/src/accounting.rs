@@ -297,6 +297,18 @@ impl Accounting {
         e.upstream_model = upstream_model.to_owned();
     }
 
+    /// An HTTPRoute sent the request to an InferencePool (`namespace/name`).
+    pub(crate) fn pool_resolved(&self, pool: &str, upstream_model: &str) {
+        let mut c = self.lock();
+        c.dest.backend_type = "inference_pool".into();
+        c.dest.backend_name = pool.to_owned();
+        c.dest.upstream_model = upstream_model.to_owned();
+        let e = &mut c.entry;
+        e.backend_type = "inference_pool".into();
+        e.backend_name = pool.to_owned();
+        e.upstream_model = upstream_model.to_owned();
+    }
+
     /// Holds the router admission slot until the request settles.
     pub(crate) fn admitted(&self, permit: OwnedSemaphorePermit) {
         self.lock().permit = Some(permit);

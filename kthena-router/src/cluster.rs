@@ -118,7 +118,7 @@ pub(crate) fn spawn(
 }
 
 /// Runs a reflector for `K` on `api`, notifying `changed` after every watch event.
-fn reflect<K>(
+pub(crate) fn reflect<K>(
     api: Api<K>,
     changed: &Arc<Notify>,
     cancel: &CancellationToken,

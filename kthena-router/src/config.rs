@@ -74,6 +74,10 @@ pub struct Config {
     pub kv_cache: crate::kv_cache::KvCacheConfig,
     /// JWT authentication of `/v1/*` (Go's `auth:` section; off without `jwksUri`).
     pub auth: crate::auth::AuthConfig,
+    /// Gateway API mode and the Inference Extension (cluster mode only, see
+    /// `docs/gateway-api.md`; flags `--enable-gateway-api`,
+    /// `--enable-gateway-api-inference-extension`).
+    pub gateway_api: crate::gateway::GatewayApiConfig,
     /// The directory relative paths are resolved against (the config file's directory);
     /// not read from the file.
     #[serde(skip)]
@@ -173,6 +177,7 @@ impl Default for Config {
             standalone: None,
             kv_cache: crate::kv_cache::KvCacheConfig::default(),
             auth: crate::auth::AuthConfig::default(),
+            gateway_api: crate::gateway::GatewayApiConfig::default(),
             base_dir: PathBuf::from("."),
         }
     }
@@ -267,6 +272,9 @@ impl Config {
             }
             self.metrics_scrape_interval = d;
         }
+        if let Some(v) = env.var("POD_NAMESPACE").filter(|v| !v.is_empty()) {
+            self.gateway_api.namespace.get_or_insert(v);
+        }
         if let Some(v) = env.var("DRAIN_TIMEOUT") {
             self.drain_timeout = parse_go_duration(&v).map_err(|reason| Error::Env {
                 name: "DRAIN_TIMEOUT",
@@ -353,6 +361,12 @@ impl Config {
                         .into(),
                 ));
             }
+        }
+        if self.gateway_api.inference_extension && !self.gateway_api.enabled {
+            return Err(err(
+                "gatewayApi.inferenceExtension: requires gatewayApi.enabled (--enable-gateway-api)"
+                    .into(),
+            ));
         }
         let mut seen = std::collections::HashSet::new();
         for (i, ep) in self.endpoints().iter().enumerate() {

@@ -55,6 +55,21 @@ pub enum Error {
         /// The request's `model`.
         model: String,
     },
+    /// Gateway API mode: no listener of the router's port serves the request's host (404).
+    #[error("No matching listener found")]
+    NoMatchingListener,
+    /// The matched HTTPRoute rule names an InferencePool that does not exist (404).
+    #[error("can't find inference pool: {pool}")]
+    PoolNotFound {
+        /// `namespace/name` of the InferencePool.
+        pool: String,
+    },
+    /// The matched HTTPRoute rule has no InferencePool backend with weight (503).
+    #[error("no InferencePool backend in the matched rule of HTTPRoute {route}")]
+    NoPoolBackend {
+        /// `namespace/name` of the HTTPRoute.
+        route: String,
+    },
     /// The chosen route names a ModelServer that does not exist (404).
     #[error("can't find model server: {server}")]
     ServerNotFound {
@@ -385,11 +400,14 @@ impl Error {
             | Self::NoRuleMatched { .. }
             | Self::ServerNotFound { .. }
             | Self::ProviderNotFound { .. }
+            | Self::NoMatchingListener
+            | Self::PoolNotFound { .. }
             | Self::UnknownPath { .. } => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::NoReadyEndpoint { .. }
+            | Self::NoPoolBackend { .. }
             | Self::LoraAdapterNotLoaded { .. }
             | Self::Scheduling { .. }
             | Self::PdUnavailable { .. }
@@ -490,6 +508,9 @@ impl Error {
             Self::BodyTimeout { .. } => "request_timeout",
             Self::ModelNotFound { .. } | Self::NoRuleMatched { .. } => "model_not_found",
             Self::ServerNotFound { .. } => "model_server_not_found",
+            Self::NoMatchingListener => "no_matching_listener",
+            Self::PoolNotFound { .. } => "inference_pool_not_found",
+            Self::NoPoolBackend { .. } => "no_inference_pool_backend",
             Self::UnknownPath { .. } => "unknown_url",
             Self::MethodNotAllowed { .. } => "method_not_allowed",
             Self::BodyTooLarge { .. } => "request_too_large",
@@ -543,7 +564,11 @@ impl Error {
             | Self::BodyRead { .. } => "request_parsing",
             Self::PromptNotFound => "prompt_parsing",
             Self::BodyTimeout { .. } => "request_timeout",
-            Self::ModelNotFound { .. } | Self::UnknownPath { .. } => "route_not_found",
+            Self::ModelNotFound { .. } | Self::UnknownPath { .. } | Self::NoMatchingListener => {
+                "route_not_found"
+            }
+            Self::NoPoolBackend { .. } => "inference_pool_selection",
+            Self::PoolNotFound { .. } => "inference_pool_discovery",
             Self::NoRuleMatched { .. } => "model_route_matching",
             Self::ServerNotFound { .. }
             | Self::NoReadyEndpoint { .. }

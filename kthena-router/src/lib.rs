@@ -50,6 +50,7 @@ mod discovery;
 mod duration;
 mod endpoint;
 mod error;
+mod gateway;
 mod kv_cache;
 mod kv_events;
 mod kv_metrics;

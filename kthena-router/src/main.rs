@@ -61,6 +61,13 @@ struct Args {
     /// [default: 10s, or `overload.breakerCoolDown`].
     #[arg(long, value_parser = kthena_router::parse_go_duration)]
     breaker_cool_down: Option<Duration>,
+    /// Gateway API mode (cluster mode): Gateways of class `kthena-router` select the
+    /// routing context by listener hostname; the `default` Gateway is created.
+    #[arg(long)]
+    enable_gateway_api: bool,
+    /// HTTPRoute → InferencePool routing (requires `--enable-gateway-api`).
+    #[arg(long)]
+    enable_gateway_api_inference_extension: bool,
     /// Runtime worker threads [default: the CPUs this process may use (the cgroup's CPU
     /// quota or the affinity mask, as `std::thread::available_parallelism` reads them)].
     #[arg(long, env = "KTHENA_ROUTER_WORKER_THREADS")]
@@ -98,6 +105,8 @@ fn main() -> ExitCode {
         max_in_flight_per_endpoint: args.max_in_flight_per_endpoint,
         breaker_failures: args.breaker_failures,
         breaker_cool_down: args.breaker_cool_down,
+        enable_gateway_api: args.enable_gateway_api,
+        enable_gateway_api_inference_extension: args.enable_gateway_api_inference_extension,
     };
     let cfg = match kthena_router::load_config(&args.config, &ProcessEnv, overrides) {
         Ok(c) => c,

@@ -54,6 +54,10 @@ pub struct Overrides {
     pub breaker_failures: Option<u32>,
     /// `--breaker-cool-down`.
     pub breaker_cool_down: Option<Duration>,
+    /// `--enable-gateway-api`.
+    pub enable_gateway_api: bool,
+    /// `--enable-gateway-api-inference-extension`.
+    pub enable_gateway_api_inference_extension: bool,
 }
 
 impl Overrides {
@@ -84,6 +88,8 @@ impl Overrides {
             .unwrap_or(o.max_in_flight_per_endpoint);
         o.breaker_failures = self.breaker_failures.unwrap_or(o.breaker_failures);
         o.breaker_cool_down = self.breaker_cool_down.unwrap_or(o.breaker_cool_down);
+        cfg.gateway_api.enabled |= self.enable_gateway_api;
+        cfg.gateway_api.inference_extension |= self.enable_gateway_api_inference_extension;
         cfg
     }
 }
@@ -182,6 +188,7 @@ impl Router {
         let mut loader = Loader::with_metrics(&metrics);
         let snapshot = loader.load_cluster(&cfg, Vec::new(), Vec::new(), Vec::new())?;
         let router = Self::serve_snapshot(&cfg, snapshot, false, metrics).await?;
+        let cfg_gateway = cfg.gateway_api.clone();
         let scrape = crate::cluster::ScrapeSettings {
             concurrency: cfg.metrics_scrape_concurrency,
             timeout: cfg.metrics_scrape_timeout,
@@ -195,6 +202,16 @@ impl Router {
             &router.cancel,
             &router.tasks,
         );
+        if cfg_gateway.enabled {
+            crate::gateway::spawn(
+                Arc::clone(&router.shared.gateway),
+                &client,
+                &cfg_gateway,
+                router.addr.port(),
+                &router.cancel,
+                &router.tasks,
+            );
+        }
         Ok(router)
     }
 

@@ -69,6 +69,8 @@ pub struct Shared {
     pub(crate) auth: Option<Arc<crate::auth::Authenticator>>,
     /// The token rate limiters of the routes' `rateLimit`s.
     pub(crate) rate_limits: crate::ratelimit::RateLimits,
+    /// Gateway API mode's listeners, HTTPRoutes and InferencePools (`None`: mode off).
+    pub(crate) gateway: crate::gateway::StateSlot,
     rng: Mutex<SmallRng>,
 }
 
@@ -102,6 +104,7 @@ impl Shared {
             admission: admission(&OverloadConfig::default()),
             auth: None,
             rate_limits: crate::ratelimit::RateLimits::default(),
+            gateway: Arc::default(),
             rng: Mutex::new(SmallRng::seed_from_u64(seed)),
         }
     }

@@ -14,6 +14,7 @@
 
 mod admit;
 mod forward;
+mod gateway;
 mod parse;
 mod ratelimit;
 mod route;

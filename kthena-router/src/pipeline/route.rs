@@ -29,7 +29,11 @@ async fn run<S>(
 where
     S: Service<Request<()>, Response = Response<RespBody>, Error = Error>,
 {
-    match resolve(&shared, &req)? {
+    let (target, rewritten) = resolve(&shared, &req)?;
+    if let Some(path) = rewritten {
+        set_path(&mut req, &path);
+    }
+    match target {
         Target::Server(routed) => {
             req.extensions_mut().insert(routed);
             inner.call(req).await
@@ -47,8 +51,39 @@ enum Target {
     Provider(Arc<crate::provider::Provider>),
 }
 
-fn resolve(shared: &Shared, req: &Request<()>) -> Result<Target, Error> {
-    let Parsed { req: parsed, snap } = ext::<Parsed>(req, "parsed request")?;
+/// Replaces the request path (an HTTPRoute `URLRewrite`), keeping the query.
+fn set_path(req: &mut Request<()>, path: &str) {
+    let pq = match req.uri().query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_owned(),
+    };
+    let mut parts = req.uri().clone().into_parts();
+    parts.path_and_query = pq.parse().ok();
+    if let Ok(uri) = http::Uri::from_parts(parts) {
+        *req.uri_mut() = uri;
+    }
+}
+
+/// The target, and the upstream path when an HTTPRoute rewrote it. In Gateway API mode
+/// the request's listener must exist; a request no ModelRoute serves may go through an
+/// HTTPRoute to an InferencePool.
+fn resolve(shared: &Shared, req: &Request<()>) -> Result<(Target, Option<String>), Error> {
+    let p = ext::<Parsed>(req, "parsed request")?;
+    if let Some(gw) = shared.gateway.load_full() {
+        crate::gateway::listener_for(&gw, super::gateway::host_of(req))?;
+    }
+    match resolve_model_route(shared, req, &p) {
+        Ok(t) => Ok((t, None)),
+        Err(e @ (Error::ModelNotFound { .. } | Error::NoRuleMatched { .. })) => {
+            let (routed, path) = super::gateway::via_gateway(shared, req, &p, e)?;
+            Ok((Target::Server(routed), path))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn resolve_model_route(shared: &Shared, req: &Request<()>, p: &Parsed) -> Result<Target, Error> {
+    let Parsed { req: parsed, snap } = p;
     let acct = req.extensions().get::<Accounting>();
     let m = {
         let mut rng = shared.rng();

@@ -1,0 +1,126 @@
+//! Gateway API mode (`--enable-gateway-api`, spec §2.4) and the Gateway API Inference
+//! Extension (`--enable-gateway-api-inference-extension`, spec §2.13) in cluster mode.
+//!
+//! [`matcher`] holds the pure matching rules, [`table`] compiles the watched objects,
+//! [`watch`] runs the reflectors and writes the statuses. At request time
+//! [`listener_for`] picks the Gateway listener from the `Host` header and [`choose_pool`]
+//! routes through an HTTPRoute to an InferencePool when no ModelRoute matched (the
+//! pipeline's route stage then takes the pool's pods from the snapshot).
+//!
+//! This module depends on no routing-state module (discovery, service, config): they
+//! depend on it.
+
+mod matcher;
+mod status;
+mod table;
+mod watch;
+
+use rand::Rng;
+use serde::Deserialize;
+
+use crate::error::Error;
+pub(crate) use matcher::CompiledListener;
+pub(crate) use table::{GatewayTable, Pool};
+pub(crate) use watch::{StateSlot, spawn};
+
+/// GatewayClass served by the router.
+pub(crate) const GATEWAY_CLASS: &str = "kthena-router";
+/// `controllerName` of [`GATEWAY_CLASS`].
+pub(crate) const CONTROLLER_NAME: &str = "volcano.sh/kthena-router";
+/// API group of InferencePool backends.
+pub(crate) const INFERENCE_POOL_GROUP: &str = "inference.networking.k8s.io";
+/// Name of the Gateway the router ensures in its namespace.
+pub(crate) const DEFAULT_GATEWAY: &str = "default";
+
+/// `gatewayApi` section of the config file; the flags `--enable-gateway-api` and
+/// `--enable-gateway-api-inference-extension` turn the switches on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GatewayApiConfig {
+    /// Gateway API mode: Gateway listeners select the routing context.
+    #[serde(default)]
+    pub enabled: bool,
+    /// HTTPRoute → InferencePool routing (requires `enabled`).
+    #[serde(default)]
+    pub inference_extension: bool,
+    /// Namespace of the `default` Gateway (`POD_NAMESPACE`, else `default`).
+    #[serde(default)]
+    pub namespace: Option<String>,
+}
+
+/// What the request side reads: the table and the port the router serves.
+#[derive(Debug, Clone)]
+pub(crate) struct GatewayState {
+    /// The compiled objects.
+    pub(crate) table: GatewayTable,
+    /// The router's inference port (the only listener port served).
+    pub(crate) port: u16,
+    /// Whether HTTPRoute/InferencePool routing is on.
+    pub(crate) inference_extension: bool,
+}
+
+/// The listener serving `host` on the router's port.
+///
+/// # Errors
+/// [`Error::NoMatchingListener`] (404) when no listener serves the host.
+pub(crate) fn listener_for<'a>(
+    state: &'a GatewayState,
+    host: &str,
+) -> Result<&'a CompiledListener, Error> {
+    matcher::select_listener(&state.table.listeners, state.port, host)
+        .ok_or(Error::NoMatchingListener)
+}
+
+/// The InferencePool chosen for a request no ModelRoute served.
+#[derive(Debug, Clone)]
+pub(crate) struct PoolChoice {
+    /// `namespace/name` of the HTTPRoute.
+    pub(crate) route: String,
+    /// `namespace/name` of the InferencePool.
+    pub(crate) pool_key: String,
+    /// The InferencePool.
+    pub(crate) pool: Pool,
+    /// The path sent upstream (after `URLRewrite`).
+    pub(crate) path: String,
+}
+
+/// Routes `path` on `host` through the HTTPRoutes attached to `listener` to one of the
+/// matched rule's InferencePools (weighted random, weights as written).
+///
+/// # Errors
+/// `Ok(None)` when no HTTPRoute matches; [`Error::NoPoolBackend`] (503) for a rule without
+/// InferencePool backends of weight above 0, [`Error::PoolNotFound`] (404).
+pub(crate) fn choose_pool(
+    state: &GatewayState,
+    listener: &CompiledListener,
+    host: &str,
+    path: &str,
+    rng: &mut impl Rng,
+) -> Result<Option<PoolChoice>, Error> {
+    let t = &state.table;
+    let Some(m) = matcher::best_match(&t.routes, listener, host, path) else {
+        return Ok(None);
+    };
+    let route = m.route.key();
+    let rule = &m.route.rules[m.rule];
+    let total = matcher::total_weight(&rule.backends);
+    let picked = (total > 0)
+        .then(|| matcher::pick_backend(&rule.backends, rng.random_range(0..total)))
+        .flatten()
+        .ok_or_else(|| Error::NoPoolBackend {
+            route: route.clone(),
+        })?;
+    let pool = t.pools.get(picked).ok_or_else(|| Error::PoolNotFound {
+        pool: picked.to_owned(),
+    })?;
+    let path = rule.rewrite.as_ref().map_or_else(
+        || path.to_owned(),
+        |rw| matcher::rewrite_path(path, rw, &m.prefix),
+    );
+    Ok(Some(PoolChoice {
+        route,
+        pool_key: picked.to_owned(),
+        pool: pool.clone(),
+        path,
+    }))
+}

@@ -1,0 +1,307 @@
+//! The statuses Go Kthena writes (`controller/gateway_controller.go`,
+//! `controller/httproute_controller.go`): Gateway `Accepted`/`Programmed` with per-listener
+//! conditions, HTTPRoute per-parent `Accepted`/`ResolvedRefs`. A condition keeps its
+//! `lastTransitionTime` while status, reason and message stay the same.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kthena_api::gateway::{
+    Gateway, GatewayStatus, HTTPRoute, HTTPRouteStatus, ListenerStatus, RouteGroupKind,
+    RouteParentStatus,
+};
+use kthena_api::networking::ParentReference;
+
+use super::table::GatewayTable;
+use super::{CONTROLLER_NAME, GATEWAY_CLASS};
+
+fn cond(t: &str, ok: bool, reason: &str, message: String, generation: Option<i64>) -> Condition {
+    Condition {
+        type_: t.to_owned(),
+        status: if ok { "True" } else { "False" }.to_owned(),
+        reason: reason.to_owned(),
+        message,
+        observed_generation: generation,
+        last_transition_time: Time(jiff::Timestamp::now()),
+    }
+}
+
+/// `new` with the `lastTransitionTime` of the same-typed condition in `old` when nothing
+/// else changed.
+fn keep_times(old: &[Condition], mut new: Vec<Condition>) -> Vec<Condition> {
+    for c in &mut new {
+        if let Some(o) = old.iter().find(|o| o.type_ == c.type_)
+            && o.status == c.status
+            && o.reason == c.reason
+            && o.message == c.message
+        {
+            c.last_transition_time = o.last_transition_time.clone();
+        }
+    }
+    new
+}
+
+/// Whether two condition lists agree on type, status, reason and message (Go's
+/// `conditionsEqual`: the write is skipped then).
+pub(crate) fn same_conditions(a: &[Condition], b: &[Condition]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.type_ == y.type_
+                && x.status == y.status
+                && x.reason == y.reason
+                && x.message == y.message
+        })
+}
+
+/// The status of a Gateway of class `kthena-router`; listeners on a port other than
+/// `port` (the router's) are not served and fail.
+pub(crate) fn gateway_status(gw: &Gateway, table: &GatewayTable, port: u16) -> GatewayStatus {
+    let g = gw.metadata.generation;
+    let old = gw.status.clone().unwrap_or_default();
+    let listener_err = |l: &kthena_api::gateway::Listener| -> Option<String> {
+        (u16::try_from(l.port).ok() != Some(port)).then(|| {
+            format!(
+                "port {} is not served (the router serves port {port} only)",
+                l.port
+            )
+        })
+    };
+    let supported = |p: &str| p == "HTTP" || p == "HTTPS";
+    let accepted = gw.spec.gateway_class_name == GATEWAY_CLASS;
+    let mut programmed = (
+        accepted,
+        "Programmed",
+        "Gateway has been programmed by kthena-router".to_owned(),
+    );
+    if !accepted {
+        programmed = (
+            false,
+            "Pending",
+            "Waiting for Gateway to be accepted".to_owned(),
+        );
+    }
+    for l in gw.spec.listeners.iter().filter(|_| accepted) {
+        if let Some(e) = listener_err(l) {
+            programmed = (
+                false,
+                "Invalid",
+                format!("Listener {:?} failed: {e}", l.name),
+            );
+            break;
+        }
+        if !supported(&l.protocol) {
+            programmed = (
+                false,
+                "Invalid",
+                format!(
+                    "Listener {:?} uses unsupported protocol {}",
+                    l.name, l.protocol
+                ),
+            );
+            break;
+        }
+    }
+    let conditions = vec![
+        if accepted {
+            cond(
+                "Accepted",
+                true,
+                "Accepted",
+                "Gateway has been accepted by kthena-router".into(),
+                g,
+            )
+        } else {
+            cond(
+                "Accepted",
+                false,
+                "NotAccepted",
+                "Gateway is not accepted: unknown GatewayClass".into(),
+                g,
+            )
+        },
+        cond("Programmed", programmed.0, programmed.1, programmed.2, g),
+    ];
+    let (ns, name) = (
+        gw.metadata.namespace.clone().unwrap_or_default(),
+        gw.metadata.name.clone().unwrap_or_default(),
+    );
+    let listeners = gw
+        .spec
+        .listeners
+        .iter()
+        .map(|l| {
+            let err = listener_err(l);
+            let acc = match (&err, supported(&l.protocol)) {
+                (None, true) => cond(
+                    "Accepted",
+                    true,
+                    "Accepted",
+                    "Listener has been accepted".into(),
+                    g,
+                ),
+                (Some(e), _) => cond(
+                    "Accepted",
+                    false,
+                    "PortUnavailable",
+                    format!("Listener failed to bind: {e}"),
+                    g,
+                ),
+                (None, false) => cond(
+                    "Accepted",
+                    false,
+                    "UnsupportedProtocol",
+                    format!("Protocol {} is not supported", l.protocol),
+                    g,
+                ),
+            };
+            let prog = match &err {
+                None => cond(
+                    "Programmed",
+                    true,
+                    "Programmed",
+                    "Listener has been programmed".into(),
+                    g,
+                ),
+                Some(e) => cond(
+                    "Programmed",
+                    false,
+                    "Invalid",
+                    format!("Listener failed to bind: {e}"),
+                    g,
+                ),
+            };
+            let old_l = old.listeners.iter().find(|o| o.name == l.name);
+            let attached = table
+                .listeners
+                .iter()
+                .find(|c| c.gateway_namespace == ns && c.gateway_name == name && c.name == l.name)
+                .map_or(0, |c| {
+                    table
+                        .routes
+                        .iter()
+                        .filter(|r| super::matcher::attaches(r, c))
+                        .count()
+                });
+            ListenerStatus {
+                name: l.name.clone(),
+                supported_kinds: vec![RouteGroupKind {
+                    group: Some("gateway.networking.k8s.io".into()),
+                    kind: "HTTPRoute".into(),
+                }],
+                attached_routes: i32::try_from(attached).unwrap_or(i32::MAX),
+                conditions: keep_times(old_l.map_or(&[][..], |o| &o.conditions), vec![acc, prog]),
+            }
+        })
+        .collect();
+    GatewayStatus {
+        conditions: keep_times(&old.conditions, conditions),
+        listeners,
+    }
+}
+
+/// Whether the status written would change anything Go compares.
+pub(crate) fn gateway_status_changed(gw: &Gateway, new: &GatewayStatus) -> bool {
+    let old = gw.status.clone().unwrap_or_default();
+    !same_conditions(&old.conditions, &new.conditions)
+        || old.listeners.len() != new.listeners.len()
+        || old.listeners.iter().zip(&new.listeners).any(|(a, b)| {
+            a.name != b.name
+                || a.supported_kinds != b.supported_kinds
+                || a.attached_routes != b.attached_routes
+                || !same_conditions(&a.conditions, &b.conditions)
+        })
+}
+
+/// The parents of `route` that are Gateways of class `kthena-router` (by `namespace/name`
+/// in `kthena_gateways`).
+pub(crate) fn route_status(
+    route: &HTTPRoute,
+    kthena_gateways: &[String],
+    table: &GatewayTable,
+) -> Option<HTTPRouteStatus> {
+    let ns = route.metadata.namespace.clone().unwrap_or_default();
+    let g = route.metadata.generation;
+    let old = route.status.clone().unwrap_or_default();
+    let mut parents: Vec<RouteParentStatus> = old
+        .parents
+        .iter()
+        .filter(|p| p.controller_name != CONTROLLER_NAME)
+        .cloned()
+        .collect();
+    let resolved = resolve_refs(route, &ns, table);
+    let mut ours = 0;
+    for p in &route.spec.parent_refs {
+        let key = format!("{}/{}", p.namespace.as_deref().unwrap_or(&ns), p.name);
+        if p.kind.as_deref().is_some_and(|k| k != "Gateway") || !kthena_gateways.contains(&key) {
+            continue;
+        }
+        ours += 1;
+        let conds = vec![
+            cond(
+                "Accepted",
+                true,
+                "Accepted",
+                "HTTPRoute has been accepted by kthena-router".into(),
+                g,
+            ),
+            cond(
+                "ResolvedRefs",
+                resolved.0,
+                &resolved.1,
+                resolved.2.clone(),
+                g,
+            ),
+        ];
+        let old_c = old
+            .parents
+            .iter()
+            .find(|o| same_parent(&o.parent_ref, p, &ns))
+            .map_or(&[][..], |o| &o.conditions[..]);
+        parents.push(RouteParentStatus {
+            parent_ref: p.clone(),
+            controller_name: CONTROLLER_NAME.into(),
+            conditions: keep_times(old_c, conds),
+        });
+    }
+    (ours > 0).then_some(HTTPRouteStatus { parents })
+}
+
+/// Whether a route status differs from the stored one (by parent, controller and
+/// conditions).
+pub(crate) fn route_status_changed(route: &HTTPRoute, new: &HTTPRouteStatus) -> bool {
+    let old = route.status.clone().unwrap_or_default();
+    old.parents.len() != new.parents.len()
+        || old.parents.iter().zip(&new.parents).any(|(a, b)| {
+            a.parent_ref != b.parent_ref
+                || a.controller_name != b.controller_name
+                || !same_conditions(&a.conditions, &b.conditions)
+        })
+}
+
+fn same_parent(a: &ParentReference, b: &ParentReference, ns: &str) -> bool {
+    a.name == b.name
+        && a.namespace.as_deref().unwrap_or(ns) == b.namespace.as_deref().unwrap_or(ns)
+        && a.kind.as_deref().unwrap_or("Gateway") == b.kind.as_deref().unwrap_or("Gateway")
+        && a.section_name == b.section_name
+        && a.port == b.port
+}
+
+/// `(resolved, reason, message)`: every InferencePool backend exists (Services are not
+/// checked, as in Go).
+fn resolve_refs(route: &HTTPRoute, ns: &str, table: &GatewayTable) -> (bool, String, String) {
+    for b in route.spec.rules.iter().flat_map(|r| &r.backend_refs) {
+        if b.kind.as_deref() == Some("InferencePool") {
+            let bns = b.namespace.as_deref().unwrap_or(ns);
+            if !table.pools.contains_key(&format!("{bns}/{}", b.name)) {
+                return (
+                    false,
+                    "BackendNotFound".into(),
+                    format!("InferencePool {:?} not found in namespace {bns:?}", b.name),
+                );
+            }
+        }
+    }
+    (
+        true,
+        "ResolvedRefs".into(),
+        "All references resolved".into(),
+    )
+}

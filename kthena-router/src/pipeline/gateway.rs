@@ -1,0 +1,105 @@
+//! The Gateway API Inference Extension's side of route matching: a request no ModelRoute
+//! served goes through the HTTPRoutes of its Gateway listener to an InferencePool, whose
+//! pods are the snapshot's endpoints (spec §2.13).
+
+use std::sync::Arc;
+
+use http::Request;
+use kthena_api::ModelServer;
+
+use super::{Parsed, Routed};
+use crate::accounting::Accounting;
+use crate::discovery::{Server, Snapshot};
+use crate::endpoint::Endpoint;
+use crate::error::Error;
+use crate::gateway::{Pool, PoolChoice};
+use crate::service::Shared;
+
+/// The request's host: the `Host` header, else the URI authority (HTTP/2).
+pub(super) fn host_of(req: &Request<()>) -> &str {
+    req.headers()
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| req.uri().authority().map(http::uri::Authority::as_str))
+        .unwrap_or("")
+}
+
+/// In Gateway API mode with the inference extension: the HTTPRoute → InferencePool route
+/// of a request no ModelRoute served, else `fallback`.
+pub(super) fn via_gateway(
+    shared: &Shared,
+    req: &Request<()>,
+    parsed: &Parsed,
+    fallback: Error,
+) -> Result<(Routed, Option<String>), Error> {
+    let Some(gw) = shared.gateway.load_full().filter(|g| g.inference_extension) else {
+        return Err(fallback);
+    };
+    let host = host_of(req);
+    let listener = crate::gateway::listener_for(&gw, host)?;
+    let choice = {
+        let mut rng = shared.rng();
+        crate::gateway::choose_pool(&gw, listener, host, req.uri().path(), &mut *rng)?
+    };
+    let Some(c) = choice else {
+        return Err(fallback);
+    };
+    let endpoints = pool_endpoints(&c.pool, &parsed.snap);
+    if endpoints.is_empty() {
+        return Err(Error::NoReadyEndpoint { server: c.pool_key });
+    }
+    if let Some(a) = req.extensions().get::<Accounting>() {
+        a.pool_resolved(&c.pool_key, &parsed.req.model);
+    }
+    tracing::debug!(gateway = %listener.gateway_key(), http_route = %c.route, inference_pool = %c.pool_key, "Routed by HTTPRoute");
+    let server = Arc::new(pool_server(&c, endpoints));
+    let pool = crate::lora::candidates(&server, None)?;
+    let rewritten = (c.path != req.uri().path()).then(|| c.path.clone());
+    Ok((
+        Routed {
+            server,
+            lora: None,
+            upstream_model: parsed.req.model.clone(),
+            pool: Arc::new(pool),
+        },
+        rewritten,
+    ))
+}
+
+/// The endpoints of `pool`: those of the snapshot in its namespace carrying every
+/// `matchLabels` pair and serving on its first target port (pods are endpoints only when
+/// some ModelServer selects them, as in Go Kthena).
+fn pool_endpoints(pool: &Pool, snap: &Snapshot) -> Vec<Arc<Endpoint>> {
+    snap.endpoints
+        .iter()
+        .filter(|e| {
+            e.namespace == pool.namespace
+                && pool.port == Some(e.socket.port())
+                && pool
+                    .match_labels
+                    .iter()
+                    .all(|(k, v)| e.labels.get(k) == Some(v))
+        })
+        .cloned()
+        .collect()
+}
+
+/// A ModelServer-shaped view of the chosen pool: key `namespace/name` of the pool, vLLM,
+/// no traffic policy.
+fn pool_server(c: &PoolChoice, endpoints: Vec<Arc<Endpoint>>) -> Server {
+    let (namespace, name) = c.pool_key.split_once('/').unwrap_or(("", &c.pool_key));
+    Server {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        key: c.pool_key.clone(),
+        model: None,
+        engine: kthena_api::networking::InferenceEngine::default(),
+        timeout: None,
+        retry: None,
+        endpoints,
+        prefill_endpoints: Vec::new(),
+        decode_endpoints: Vec::new(),
+        pd: None,
+        object: ModelServer::default(),
+    }
+}

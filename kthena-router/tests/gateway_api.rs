@@ -1,0 +1,360 @@
+//! Gateway API mode on the real API server (kthena-testenv): Kthena's example Gateway,
+//! HTTPRoute and InferencePool manifests route to kthena-sim pods; hostnames and listener
+//! `allowedRoutes` decide which HTTPRoutes serve a request; the router writes Gateway and
+//! HTTPRoute statuses that `kubectl get` shows.
+
+#![allow(clippy::unwrap_used, reason = "tests fail on any error")]
+
+mod cluster_support;
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use cluster_support::{ClusterRouter, Node, apply, model_server};
+use kthena_api::gateway::{Gateway, HTTPRoute};
+use kthena_api::thirdparty::InferencePool;
+use kthena_testenv::TestNamespace;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use common::{chat, post};
+
+fn example(name: &str) -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/kthena-manifests/examples/kthena-router");
+    std::fs::read_to_string(dir.join(name)).unwrap()
+}
+
+async fn start(ns: &TestNamespace) -> ClusterRouter {
+    let extra = format!(
+        "metricsScrapeInterval: 100ms\ngatewayApi: {{enabled: true, inferenceExtension: true, namespace: {}}}",
+        ns.name()
+    );
+    let r = ClusterRouter::start_with(ns, &extra).await;
+    r.wait_ready().await;
+    r
+}
+
+/// `(status, backend_name of the access-log line)` of a chat request with `Host: host`.
+async fn ask(r: &ClusterRouter, host: &str, path: &str, model: &str) -> (u16, Value) {
+    let (status, _, body) = post(
+        &format!("{}{path}", r.url()),
+        chat(model, "hi", false, 4),
+        &[("host", host)],
+    )
+    .await;
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    (status.as_u16(), body)
+}
+
+/// The last access-log line.
+fn last_log(r: &ClusterRouter) -> Value {
+    let text = std::fs::read_to_string(r.dir.path().join("access.log")).unwrap_or_default();
+    text.lines()
+        .last()
+        .map_or(Value::Null, |l| serde_json::from_str(l).unwrap())
+}
+
+/// Polls `ask` until its status is `want` (5 s at most); returns the last access-log line.
+async fn until(r: &ClusterRouter, host: &str, path: &str, model: &str, want: u16) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (status, body) = ask(r, host, path, model).await;
+        if status == want {
+            return last_log(r);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still {status} for {host}{path}: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn create<K>(ns: &TestNamespace, obj: Value)
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = ns.api();
+    let obj: K = serde_json::from_value(obj).unwrap();
+    api.create(&PostParams::default(), &obj).await.unwrap();
+}
+
+fn yaml(text: &str) -> Value {
+    serde_saphyr::from_str(text).unwrap()
+}
+
+/// A ModelServer `ms-<app>` (pods are only pool members when some ModelServer selects
+/// them, as in Go) and one pod `pod-<app>` serving `model`.
+async fn pods(ns: &TestNamespace, node: &Node, app: &str, model: &str) {
+    node.pod(&format!("pod-{app}"), app, model).await;
+    let n = ns.name();
+    apply(
+        ns,
+        &[model_server(n, &format!("ms-{app}"), model, app, node.port)],
+        &[],
+    )
+    .await;
+}
+
+fn pool(name: &str, app: &str, port: u16) -> Value {
+    json!({
+        "apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
+        "metadata": {"name": name},
+        "spec": {"targetPorts": [{"number": port}], "selector": {"matchLabels": {"app": app}},
+                 "endpointPickerRef": {"name": name, "port": {"number": 8080}}},
+    })
+}
+
+fn route(name: &str, gateway_ns: &str, gateway: &str, hosts: &[&str], pool: (&str, &str)) -> Value {
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": name},
+        "spec": {
+            "parentRefs": [{"name": gateway, "namespace": gateway_ns}],
+            "hostnames": hosts,
+            "rules": [{"backendRefs": [{"group": "inference.networking.k8s.io", "kind": "InferencePool",
+                                        "name": pool.1, "namespace": pool.0}]}],
+        },
+    })
+}
+
+/// Kthena's example HTTPRoute `llm-route` (PathPrefix `/` to InferencePool
+/// `deepseek-r1-1-5b`, parent the `default` Gateway) serves a model no ModelRoute knows;
+/// a PathPrefix `/v1` rule does not match `/v10`; the statuses read as Go writes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn example_manifests_route_through_the_default_gateway() {
+    let ns = kthena_testenv::namespace("gw-example").await.unwrap();
+    let n = ns.name().to_owned();
+    let model = format!("{n}-ds");
+    let node = Node::start(&ns);
+    pods(&ns, &node, "deepseek-r1-1-5b", &model).await;
+    let mut p = yaml(&example("InferencePool.yaml"));
+    p["spec"]["targetPorts"][0]["number"] = json!(node.port);
+    create::<InferencePool>(&ns, p).await;
+    let route_text = example("HTTPRoute.yaml").replace("kthena-system", &n);
+    create::<HTTPRoute>(&ns, yaml(&route_text)).await;
+    let r = start(&ns).await;
+
+    let log = until(&r, "127.0.0.1", "/v1/chat/completions", &model, 200).await;
+    assert_eq!(log["backend_type"], "inference_pool", "{log}");
+    assert_eq!(
+        log["backend_name"],
+        format!("{n}/deepseek-r1-1-5b"),
+        "{log}"
+    );
+    assert_eq!(log["selected_pod"], "pod-deepseek-r1-1-5b", "{log}");
+
+    // PathPrefix `/v1` is segment-based: a rule for it does not take `/v10`.
+    let routes: Api<HTTPRoute> = ns.api();
+    let patch = json!({"spec": {"rules": [{
+        "matches": [{"path": {"type": "PathPrefix", "value": "/v1"}}],
+        "backendRefs": [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "deepseek-r1-1-5b"}]}]}});
+    routes
+        .patch("llm-route", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    until(&r, "127.0.0.1", "/v10/chat/completions", &model, 404).await;
+    let (status, body) = ask(&r, "127.0.0.1", "/v1/chat/completions", &model).await;
+    assert_eq!(status, 200, "{body}");
+
+    // Statuses: the default Gateway is Programmed, the route Accepted with resolved refs.
+    let out = wait_kubectl(&ns, &["get", "gateway", "default"], "True").await;
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "CLASS", "ADDRESS", "PROGRAMMED", "AGE"],
+        "{out}"
+    );
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(&row[..3], ["default", "kthena-router", "True"], "{out}");
+    let gws: Api<Gateway> = ns.api();
+    let st = gws.get("default").await.unwrap().status.unwrap();
+    let c: Vec<_> = st
+        .conditions
+        .iter()
+        .map(|c| (c.type_.as_str(), c.status.as_str(), c.reason.as_str()))
+        .collect();
+    assert_eq!(
+        c,
+        [
+            ("Accepted", "True", "Accepted"),
+            ("Programmed", "True", "Programmed")
+        ]
+    );
+    assert_eq!(st.listeners[0].name, "default");
+    assert_eq!(st.listeners[0].attached_routes, 1);
+    let hr = routes.get("llm-route").await.unwrap().status.unwrap();
+    assert_eq!(hr.parents.len(), 1);
+    assert_eq!(hr.parents[0].controller_name, "volcano.sh/kthena-router");
+    let c: Vec<_> = hr.parents[0]
+        .conditions
+        .iter()
+        .map(|c| {
+            (
+                c.type_.as_str(),
+                c.status.as_str(),
+                c.reason.as_str(),
+                c.message.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        c,
+        [
+            (
+                "Accepted",
+                "True",
+                "Accepted",
+                "HTTPRoute has been accepted by kthena-router"
+            ),
+            (
+                "ResolvedRefs",
+                "True",
+                "ResolvedRefs",
+                "All references resolved"
+            ),
+        ]
+    );
+    r.router.shutdown().await;
+}
+
+/// `kubectl <args>` until its output contains `want` (5 s at most).
+async fn wait_kubectl(ns: &TestNamespace, args: &[&str], want: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let out = ns.kubectl().args(args).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if text.contains(want) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "kubectl {args:?} never showed {want:?}: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A route restricted to `api.example.com` takes only that host (and wins over a
+/// catch-all route for it); other hosts go to the catch-all, and 404 without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostname_restricted_route_ignores_other_hosts() {
+    let ns = kthena_testenv::namespace("gw-host").await.unwrap();
+    let n = ns.name().to_owned();
+    let model = format!("{n}-m");
+    let node = Node::start(&ns);
+    pods(&ns, &node, "a", &model).await;
+    pods(&ns, &node, "b", &model).await;
+    create::<InferencePool>(&ns, pool("pool-a", "a", node.port)).await;
+    create::<InferencePool>(&ns, pool("pool-b", "b", node.port)).await;
+    create::<HTTPRoute>(
+        &ns,
+        route(
+            "api-only",
+            &n,
+            "default",
+            &["api.example.com"],
+            (&n, "pool-a"),
+        ),
+    )
+    .await;
+    create::<HTTPRoute>(&ns, route("any-host", &n, "default", &[], (&n, "pool-b"))).await;
+    let r = start(&ns).await;
+
+    let path = "/v1/chat/completions";
+    let log = until(&r, "api.example.com", path, &model, 200).await;
+    assert_eq!(log["backend_name"], format!("{n}/pool-a"), "{log}");
+    let log = until(&r, "API.example.com:80", path, &model, 200).await;
+    assert_eq!(log["backend_name"], format!("{n}/pool-a"), "{log}");
+    let log = until(&r, "other.example.com", path, &model, 200).await;
+    assert_eq!(log["backend_name"], format!("{n}/pool-b"), "{log}");
+
+    let routes: Api<HTTPRoute> = ns.api();
+    routes
+        .delete("any-host", &DeleteParams::default())
+        .await
+        .unwrap();
+    let log = until(&r, "other.example.com", path, &model, 404).await;
+    assert_eq!(log["error"]["type"], "route_not_found", "{log}");
+    let log = until(&r, "api.example.com", path, &model, 200).await;
+    assert_eq!(log["backend_name"], format!("{n}/pool-a"), "{log}");
+    r.router.shutdown().await;
+}
+
+/// A listener with the default `allowedRoutes` (`Same`) does not take an HTTPRoute of
+/// another namespace; `from: All` does. A listener on a port the router does not serve
+/// makes its Gateway `Programmed=False`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_routes_exclude_routes_of_other_namespaces() {
+    let ns = kthena_testenv::namespace("gw-allowed").await.unwrap();
+    let other = kthena_testenv::namespace("gw-allowed-other").await.unwrap();
+    let n = ns.name().to_owned();
+    let model = format!("{n}-m");
+    let node = Node::start(&ns);
+    pods(&ns, &node, "a", &model).await;
+    create::<InferencePool>(&ns, pool("pool-a", "a", node.port)).await;
+    create::<HTTPRoute>(&other, route("foreign", &n, "gw", &[], (&n, "pool-a"))).await;
+    let r = start(&ns).await;
+    let port = r.router.addr.port();
+    create::<Gateway>(
+        &ns,
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "gw"},
+            "spec": {"gatewayClassName": "kthena-router", "listeners": [
+                {"name": "api", "hostname": "api.example.com", "port": port, "protocol": "HTTP"}]},
+        }),
+    )
+    .await;
+
+    let path = "/v1/chat/completions";
+    // The listener is found (not "No matching listener found"), but no route attaches.
+    wait_kubectl(&ns, &["get", "gateway", "gw"], "True").await;
+    let log = until(&r, "api.example.com", path, &model, 404).await;
+    assert_eq!(log["error"]["type"], "route_not_found", "{log}");
+    let msg = log["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.ends_with("not found: no ModelRoute serves it"), "{log}");
+    let gws: Api<Gateway> = ns.api();
+    let st = gws.get("gw").await.unwrap().status.unwrap();
+    assert_eq!(st.listeners[0].attached_routes, 0);
+    let patch = json!({"spec": {"listeners": [{"name": "api", "hostname": "api.example.com", "port": port,
+        "protocol": "HTTP", "allowedRoutes": {"namespaces": {"from": "All"}}}]}});
+    gws.patch("gw", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let log = until(&r, "api.example.com", path, &model, 200).await;
+    assert_eq!(log["backend_name"], format!("{n}/pool-a"), "{log}");
+
+    // A second listener on a port this router does not serve.
+    let patch = json!({"spec": {"listeners": [
+        {"name": "api", "hostname": "api.example.com", "port": port, "protocol": "HTTP",
+         "allowedRoutes": {"namespaces": {"from": "All"}}},
+        {"name": "elsewhere", "port": 1, "protocol": "HTTP"}]}});
+    gws.patch("gw", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let out = wait_kubectl(&ns, &["get", "gateway", "gw"], "False").await;
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(&row[..3], ["gw", "kthena-router", "False"], "{out}");
+    let st = gws.get("gw").await.unwrap().status.unwrap();
+    let prog = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Programmed")
+        .unwrap();
+    assert_eq!(prog.reason, "Invalid");
+    assert!(
+        prog.message.starts_with("Listener \"elsewhere\" failed"),
+        "{}",
+        prog.message
+    );
+    r.router.shutdown().await;
+}
