@@ -61,6 +61,15 @@ pub struct Entry {
     /// `upstream` or `downstream` or `internal` for errors.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub error_origin: String,
+    /// `namespace/name` of the Gateway whose listener took the request (Gateway API mode).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub gateway: String,
+    /// `namespace/name` of the HTTPRoute that matched (Inference Extension).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub http_route: String,
+    /// `namespace/name` of the InferencePool the request went to (Inference Extension).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub inference_pool: String,
     /// Input tokens (estimate or engine-reported).
     #[serde(skip_serializing_if = "is_zero_u64")]
     pub input_tokens: u64,
@@ -135,6 +144,15 @@ impl Entry {
         }
         if !self.error_origin.is_empty() {
             let _ = write!(s, " error_origin={}", self.error_origin);
+        }
+        for (k, v) in [
+            ("gateway", &self.gateway),
+            ("http_route", &self.http_route),
+            ("inference_pool", &self.inference_pool),
+        ] {
+            if !v.is_empty() {
+                let _ = write!(s, " {k}={v}");
+            }
         }
         if self.input_tokens > 0 || self.output_tokens > 0 {
             let _ = write!(s, " tokens={}/{}", self.input_tokens, self.output_tokens);
@@ -285,6 +303,12 @@ mod tests {
             message: "model x not found".into(),
         });
         assert!(e.to_text().starts_with("[2026-01-09T14:35:22.147Z] \"POST /v1/chat/completions HTTP/1.1\" 404 error=route_not_found:model x not found model_name="));
+        let mut e = entry();
+        e.error_origin = "upstream".into();
+        e.gateway = "kthena-system/default".into();
+        e.http_route = "default/llm-route".into();
+        e.inference_pool = "default/pool".into();
+        assert!(e.to_text().ends_with(" error_origin=upstream gateway=kthena-system/default http_route=default/llm-route inference_pool=default/pool tokens=150/75 timings=2350ms(45+2180+5)"), "{}", e.to_text());
     }
 
     #[test]

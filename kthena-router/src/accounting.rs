@@ -297,9 +297,19 @@ impl Accounting {
         e.upstream_model = upstream_model.to_owned();
     }
 
-    /// An HTTPRoute sent the request to an InferencePool (`namespace/name`).
-    pub(crate) fn pool_resolved(&self, pool: &str, upstream_model: &str) {
+    /// The HTTPRoute `route` of Gateway `gateway` sent the request to the InferencePool
+    /// `pool` (all `namespace/name`).
+    pub(crate) fn pool_resolved(
+        &self,
+        gateway: &str,
+        route: &str,
+        pool: &str,
+        upstream_model: &str,
+    ) {
         let mut c = self.lock();
+        c.entry.gateway = gateway.to_owned();
+        c.entry.http_route = route.to_owned();
+        c.entry.inference_pool = pool.to_owned();
         c.dest.backend_type = "inference_pool".into();
         c.dest.backend_name = pool.to_owned();
         c.dest.upstream_model = upstream_model.to_owned();

@@ -151,6 +151,13 @@ async fn example_manifests_route_through_the_default_gateway() {
         "{log}"
     );
     assert_eq!(log["selected_pod"], "pod-deepseek-r1-1-5b", "{log}");
+    assert_eq!(log["gateway"], format!("{n}/default"), "{log}");
+    assert_eq!(log["http_route"], format!("{n}/llm-route"), "{log}");
+    assert_eq!(
+        log["inference_pool"],
+        format!("{n}/deepseek-r1-1-5b"),
+        "{log}"
+    );
 
     // PathPrefix `/v1` is segment-based: a rule for it does not take `/v10`.
     let routes: Api<HTTPRoute> = ns.api();

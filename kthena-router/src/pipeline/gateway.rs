@@ -49,7 +49,12 @@ pub(super) fn via_gateway(
         return Err(Error::NoReadyEndpoint { server: c.pool_key });
     }
     if let Some(a) = req.extensions().get::<Accounting>() {
-        a.pool_resolved(&c.pool_key, &parsed.req.model);
+        a.pool_resolved(
+            &listener.gateway_key(),
+            &c.route,
+            &c.pool_key,
+            &parsed.req.model,
+        );
     }
     tracing::debug!(gateway = %listener.gateway_key(), http_route = %c.route, inference_pool = %c.pool_key, "Routed by HTTPRoute");
     let server = Arc::new(pool_server(&c, endpoints));
