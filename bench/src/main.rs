@@ -2,7 +2,9 @@
 //! measures the router's overhead. See `docs/benchmarks.md`.
 
 mod harness;
+mod loadgen;
 mod overhead;
+mod peers;
 mod soak_run;
 
 use std::io::Write as _;
@@ -99,9 +101,17 @@ struct Args {
     /// simulator's built-in tokenizer).
     #[arg(long)]
     tokenizer: Option<PathBuf>,
-    /// Overhead mode: offered rates in requests per wall second.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![1000.0, 5000.0])]
+    /// Overhead mode: offered rates in requests per wall second (each non-streaming and
+    /// streaming).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1000.0, 3000.0, 5000.0])]
     rates: Vec<f64>,
+    /// Overhead mode: only the contenders whose label starts with one of these (comma
+    /// separated: `kthena-router`, `vllm-router`, `SGLang`, `nginx`, `Envoy`).
+    #[arg(long, value_delimiter = ',')]
+    proxies: Vec<String>,
+    /// Internal: run as the overhead load generator with this JSON spec.
+    #[arg(long, hide = true)]
+    load_gen: Option<String>,
     /// Overhead mode: seconds per point [default: 5, or 2 with --quick].
     #[arg(long)]
     seconds: Option<f64>,
@@ -133,6 +143,9 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    if let Some(spec) = &args.load_gen {
+        return loadgen::child_main(spec);
+    }
     // Client, router and engines share this process: every routed request holds four of its
     // sockets. Raise the soft open-files limit to the hard one, as the router binary does.
     if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
@@ -426,16 +439,10 @@ async fn run_direct(
 
 async fn run_overhead(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
     let seconds = args.seconds.unwrap_or(if args.quick { 2.0 } else { 5.0 });
-    let rows = overhead::run(rt, &args.rates, seconds).await?;
+    let points = overhead::points(&args.rates);
+    let rows = overhead::run(rt, &points, seconds, &args.proxies).await?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", overhead::table(&rows))?;
-    let nginx = std::process::Command::new("nginx")
-        .arg("-v")
-        .output()
-        .is_ok();
-    if !nginx {
-        writeln!(out, "nginx is not installed: no plain L7 proxy baseline.")?;
-    }
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&rows)?)
             .with_context(|| format!("writing {}", path.display()))?;

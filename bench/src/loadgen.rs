@@ -1,0 +1,179 @@
+//! The fixed-rate load generator of the overhead measurement, run as its own process
+//! (`kthena-bench --load-gen <spec>`, started by [`measure`]) so that its work is scheduled
+//! apart from the proxy under test and from the engines.
+//!
+//! Open loop: request `i` is due at `start + i / rate` whatever happened before, and its
+//! latency is timed from that due time to its last byte (latency-corrected: a generator or
+//! proxy that falls behind shows it in the percentiles instead of hiding it, the
+//! "coordinated omission" correction of wrk2 and `oha --latency-correction`). A streamed
+//! answer counts only when it ends with `data: [DONE]`.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use kthena_bench::report::percentile;
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::harness::{self, HttpClient, MODEL};
+
+/// Output tokens per overhead request.
+const MAX_TOKENS: usize = 8;
+
+/// What the generator process is asked to do.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Spec {
+    /// Base URLs, used in turn (round-robin).
+    pub(crate) targets: Vec<String>,
+    /// Whether requests ask for a streamed (SSE) answer.
+    pub(crate) stream: bool,
+    /// Offered rate, requests per wall second.
+    pub(crate) rate: f64,
+    /// Length of the measured run, wall seconds.
+    pub(crate) seconds: f64,
+}
+
+/// What the generator measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Measured {
+    /// Completed requests per wall second.
+    pub(crate) achieved_rps: f64,
+    /// Requests sent.
+    pub(crate) sent: usize,
+    /// Requests that failed (no answer, a status other than 200, or a broken stream).
+    pub(crate) failed: usize,
+    /// Median latency, microseconds (from the due time to the last byte).
+    pub(crate) p50_us: f64,
+    /// 99th percentile latency, microseconds.
+    pub(crate) p99_us: f64,
+}
+
+/// Runs `spec` in a child process of this binary and returns what it measured.
+///
+/// # Errors
+/// The child cannot be started, fails, or prints no result.
+pub(crate) async fn measure(spec: &Spec) -> anyhow::Result<Measured> {
+    let exe = std::env::current_exe().context("finding the kthena-bench binary")?;
+    let out = tokio::process::Command::new(exe)
+        .arg("--load-gen")
+        .arg(serde_json::to_string(spec)?)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .context("running the load generator")?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "load generator failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    serde_json::from_slice(&out.stdout).context("reading the load generator's result")
+}
+
+/// The child's side: parses the spec, warms the connections up (0.5 s at 200 req/s, not
+/// measured), runs the measured load and prints the result as JSON on stdout.
+///
+/// # Errors
+/// An invalid spec or runtime.
+pub(crate) fn child_main(spec: &str) -> anyhow::Result<()> {
+    let spec: Spec = serde_json::from_str(spec).context("load generator spec")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let m = rt.block_on(async {
+        let client = harness::http_client();
+        let warm = Spec {
+            rate: 200.0,
+            seconds: 0.5,
+            ..spec.clone()
+        };
+        let _ = run(&client, &warm).await;
+        run(&client, &spec).await
+    });
+    println!("{}", serde_json::to_string(&m)?);
+    Ok(())
+}
+
+/// Sends one request; `true` when it was answered 200 in full.
+async fn one(client: &HttpClient, url: &str, body: Bytes, stream: bool) -> bool {
+    let Ok(req) = http::Request::post(url)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(body))
+    else {
+        return false;
+    };
+    let Ok(resp) = client.request(req).await else {
+        return false;
+    };
+    if resp.status() != http::StatusCode::OK {
+        return false;
+    }
+    match resp.into_body().collect().await {
+        Ok(b) => !stream || b.to_bytes().ends_with(b"data: [DONE]\n\n"),
+        Err(_) => false,
+    }
+}
+
+async fn run(client: &HttpClient, spec: &Spec) -> Measured {
+    let n = (spec.rate * spec.seconds).round().max(1.0) as usize;
+    let body = Bytes::from(
+        serde_json::json!({
+            "model": MODEL,
+            "prompt": "Route this short request to the engine with the least load please.",
+            "max_tokens": MAX_TOKENS,
+            "stream": spec.stream,
+        })
+        .to_string(),
+    );
+    let urls: Vec<String> = spec
+        .targets
+        .iter()
+        .map(|t| format!("{t}/v1/completions"))
+        .collect();
+    let start = Instant::now() + Duration::from_millis(20);
+    let mut tasks = JoinSet::new();
+    for i in 0..n {
+        let at = start + Duration::from_secs_f64(i as f64 / spec.rate);
+        let url = urls[i % urls.len()].clone();
+        let client = client.clone();
+        let body = body.clone();
+        let stream = spec.stream;
+        tasks.spawn(async move {
+            tokio::time::sleep_until(at).await;
+            let ok = one(&client, &url, body, stream).await;
+            let done = Instant::now();
+            (ok, done - at, done)
+        });
+    }
+    let mut lat = Vec::with_capacity(n);
+    let mut failed = 0;
+    let mut end = start;
+    while let Some(r) = tasks.join_next().await {
+        match r {
+            Ok((true, l, done)) => {
+                lat.push(l.as_secs_f64() * 1e6);
+                end = end.max(done);
+            }
+            _ => failed += 1,
+        }
+    }
+    lat.sort_by(f64::total_cmp);
+    let wall = (end - start).as_secs_f64();
+    Measured {
+        achieved_rps: if wall > 0.0 {
+            lat.len() as f64 / wall
+        } else {
+            0.0
+        },
+        sent: n,
+        failed,
+        p50_us: percentile(&lat, 0.5),
+        p99_us: percentile(&lat, 0.99),
+    }
+}

