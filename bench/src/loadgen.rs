@@ -8,6 +8,7 @@
 //! "coordinated omission" correction of wrk2 and `oha --latency-correction`). A streamed
 //! answer counts only when it ends with `data: [DONE]`.
 
+use std::io::Write as _;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -96,7 +97,8 @@ pub(crate) fn child_main(spec: &str) -> anyhow::Result<()> {
         let _ = run(&client, &warm).await;
         run(&client, &spec).await
     });
-    println!("{}", serde_json::to_string(&m)?);
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", serde_json::to_string(&m)?)?;
     Ok(())
 }
 

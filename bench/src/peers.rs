@@ -24,6 +24,9 @@ use crate::harness::{HttpClient, MODEL};
 pub(crate) enum Peer {
     /// kthena-router, the Helm chart's default scheduler.
     Kthena,
+    /// Another kthena-router build (`$KTHENA_ROUTER_BASELINE_BIN`), for before/after
+    /// comparisons in the same run.
+    KthenaBaseline,
     /// nginx, round-robin `upstream` with keep-alive, no buffering.
     Nginx,
     /// Envoy, round-robin static cluster, HTTP/1.1.
@@ -36,35 +39,40 @@ pub(crate) enum Peer {
 
 impl Peer {
     /// Every contender, in table order.
-    pub(crate) const ALL: [Peer; 5] = [
-        Peer::Kthena,
-        Peer::VllmRouter,
-        Peer::Smg,
-        Peer::Nginx,
-        Peer::Envoy,
+    pub(crate) const ALL: [Self; 6] = [
+        Self::KthenaBaseline,
+        Self::Kthena,
+        Self::VllmRouter,
+        Self::Smg,
+        Self::Nginx,
+        Self::Envoy,
     ];
 
     /// The row label.
     pub(crate) fn label(self) -> &'static str {
         match self {
-            Peer::Kthena => "kthena-router (least-request)",
-            Peer::Nginx => "nginx (round-robin)",
-            Peer::Envoy => "Envoy (round-robin)",
-            Peer::VllmRouter => "vllm-router (round_robin)",
-            Peer::Smg => "SGLang Model Gateway (cache_aware)",
+            Self::Kthena => "kthena-router (least-request)",
+            Self::KthenaBaseline => "kthena-router baseline build (least-request)",
+            Self::Nginx => "nginx (round-robin)",
+            Self::Envoy => "Envoy (round-robin)",
+            Self::VllmRouter => "vllm-router (round_robin)",
+            Self::Smg => "SGLang Model Gateway (cache_aware)",
         }
     }
 
     /// The program to run, when it is installed.
     pub(crate) fn program(self) -> Option<PathBuf> {
         let name = match self {
-            Peer::Kthena => return kthena_router_binary(),
-            Peer::Nginx => "nginx",
-            Peer::Envoy => "envoy",
-            Peer::VllmRouter => "vllm-router",
-            Peer::Smg => "smg",
+            Self::Kthena => return kthena_router_binary(),
+            Self::KthenaBaseline => {
+                return std::env::var_os("KTHENA_ROUTER_BASELINE_BIN").map(PathBuf::from);
+            }
+            Self::Nginx => "nginx",
+            Self::Envoy => "envoy",
+            Self::VllmRouter => "vllm-router",
+            Self::Smg => "smg",
         };
-        let probe = if self == Peer::Nginx { "-v" } else { "--help" };
+        let probe = if self == Self::Nginx { "-v" } else { "--help" };
         Command::new(name)
             .arg(probe)
             .stdout(Stdio::null())
@@ -164,7 +172,7 @@ fn command(
     let engines = engines.as_slice();
     let urls: Vec<String> = engines.iter().map(|a| format!("http://{a}")).collect();
     match peer {
-        Peer::Kthena => {
+        Peer::Kthena | Peer::KthenaBaseline => {
             // The Helm chart's default scheduler (JSON is YAML), a 1 s scrape interval.
             let scheduler = serde_json::to_string(&kthena_router::SchedulerConfig::default())?;
             let config = crate::harness::write_router_config(
