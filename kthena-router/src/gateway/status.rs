@@ -305,3 +305,97 @@ fn resolve_refs(route: &HTTPRoute, ns: &str, table: &GatewayTable) -> (bool, Str
         "All references resolved".into(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn gateway(listeners: &serde_json::Value) -> Gateway {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "gw", "namespace": "ns", "generation": 3},
+            "spec": {"gatewayClassName": "kthena-router", "listeners": listeners},
+        }))
+        .unwrap()
+    }
+
+    fn summary(c: &[Condition]) -> Vec<(String, String, String)> {
+        c.iter()
+            .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn gateway_programmed_only_when_every_listener_is_served() {
+        let gw = gateway(&serde_json::json!([{"name": "a", "port": 8080, "protocol": "HTTP"}]));
+        let table = GatewayTable::compile(&[Arc::new(gw.clone())], &[], &[]);
+        let st = gateway_status(&gw, &table, 8080);
+        let s = |t: &str, v: &str, r: &str| (t.to_owned(), v.to_owned(), r.to_owned());
+        assert_eq!(
+            summary(&st.conditions),
+            [
+                s("Accepted", "True", "Accepted"),
+                s("Programmed", "True", "Programmed")
+            ]
+        );
+        assert_eq!(st.conditions[0].observed_generation, Some(3));
+        assert_eq!(st.listeners[0].supported_kinds[0].kind, "HTTPRoute");
+        assert!(gateway_status_changed(&gw, &st));
+        // Unchanged conditions keep their transition time and need no write.
+        let mut written = gw;
+        written.status = Some(st.clone());
+        let again = gateway_status(&written, &table, 8080);
+        assert!(!gateway_status_changed(&written, &again));
+        assert_eq!(
+            again.conditions[0].last_transition_time,
+            st.conditions[0].last_transition_time
+        );
+
+        let gw = gateway(&serde_json::json!([
+            {"name": "a", "port": 8080, "protocol": "HTTP"},
+            {"name": "b", "port": 9, "protocol": "HTTP"}]));
+        let st = gateway_status(&gw, &table, 8080);
+        assert_eq!(
+            summary(&st.conditions)[1],
+            s("Programmed", "False", "Invalid")
+        );
+        assert!(
+            st.conditions[1]
+                .message
+                .starts_with("Listener \"b\" failed: port 9")
+        );
+        assert_eq!(
+            summary(&st.listeners[1].conditions)[0],
+            s("Accepted", "False", "PortUnavailable")
+        );
+    }
+
+    #[test]
+    fn route_status_per_kthena_parent_with_resolved_refs() {
+        let route: HTTPRoute = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": "r", "namespace": "app"},
+            "spec": {
+                "parentRefs": [{"name": "gw", "namespace": "ns"}, {"name": "elsewhere"}],
+                "rules": [{"backendRefs": [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "p"}]}],
+            },
+        }))
+        .unwrap();
+        let kthena = vec!["ns/gw".to_owned()];
+        let st = route_status(&route, &kthena, &GatewayTable::default()).unwrap();
+        assert_eq!(st.parents.len(), 1);
+        assert_eq!(st.parents[0].controller_name, CONTROLLER_NAME);
+        let c = &st.parents[0].conditions;
+        assert_eq!(
+            (c[1].status.as_str(), c[1].reason.as_str()),
+            ("False", "BackendNotFound")
+        );
+        assert_eq!(
+            c[1].message,
+            "InferencePool \"p\" not found in namespace \"app\""
+        );
+        assert!(route_status(&route, &[], &GatewayTable::default()).is_none());
+    }
+}
