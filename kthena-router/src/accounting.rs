@@ -58,6 +58,8 @@ pub(crate) struct RequestCtx {
     output_hook: Option<OutputHook>,
     /// Output tokens already told to `output_hook`.
     output_told: u64,
+    /// The fairness or session-boost turn, given back (and charged) when the request settles.
+    queue_ticket: Option<crate::queue::Ticket>,
 }
 
 /// A callback taking output tokens not told before (the increase of `completion_tokens`).
@@ -110,6 +112,7 @@ impl RequestCtx {
             outcome: None,
             output_hook: None,
             output_told: 0,
+            queue_ticket: None,
         }
     }
 
@@ -190,6 +193,10 @@ impl RequestCtx {
             });
         }
         self.access_log.write(&self.entry);
+        if let Some(t) = self.queue_ticket.take() {
+            let ok = status < 400 && error_type.is_none();
+            t.settled(ok, self.entry.input_tokens, output_tokens);
+        }
         if let Some(s) = self.sched.take() {
             let mut req = SchedRequest::new(&s.model).with_prompt(&s.prompt);
             if let Some(l) = &s.lora {
@@ -322,6 +329,11 @@ impl Accounting {
     /// Holds the router admission slot until the request settles.
     pub(crate) fn admitted(&self, permit: OwnedSemaphorePermit) {
         self.lock().permit = Some(permit);
+    }
+
+    /// Holds the request's queue turn until the request settles.
+    pub(crate) fn queued(&self, ticket: crate::queue::Ticket) {
+        self.lock().queue_ticket = Some(ticket);
     }
 
     /// The prompt was tokenized: `n` input tokens (replaces the estimate).

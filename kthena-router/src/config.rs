@@ -78,6 +78,14 @@ pub struct Config {
     /// `docs/gateway-api.md`; flags `--enable-gateway-api`,
     /// `--enable-gateway-api-inference-extension`).
     pub gateway_api: crate::gateway::GatewayApiConfig,
+    /// The fairness or session-boost queue, from Go Kthena's environment variables only
+    /// (`ENABLE_FAIRNESS_SCHEDULING`, `ENABLE_SESSION_BOOST`, ...; see `docs/router.md`).
+    #[serde(skip)]
+    pub queue: crate::queue::QueueConfig,
+    /// Redis for per-endpoint in-flight counts shared by routers (`redis://host:port/0`),
+    /// from Go Kthena's `REDIS_HOST`, `REDIS_PORT`, `REDIS_PASSWORD` only.
+    #[serde(skip)]
+    pub on_flight_redis: Option<String>,
     /// The directory relative paths are resolved against (the config file's directory);
     /// not read from the file.
     #[serde(skip)]
@@ -178,6 +186,8 @@ impl Default for Config {
             kv_cache: crate::kv_cache::KvCacheConfig::default(),
             auth: crate::auth::AuthConfig::default(),
             gateway_api: crate::gateway::GatewayApiConfig::default(),
+            queue: crate::queue::QueueConfig::default(),
+            on_flight_redis: None,
             base_dir: PathBuf::from("."),
         }
     }
@@ -251,8 +261,8 @@ impl Config {
     ///
     /// # Errors
     /// [`Error::Env`] for an unparsable or out-of-range value (never a silent default), and
-    /// for `ENABLE_FAIRNESS_SCHEDULING` or `ENABLE_SESSION_BOOST` set to true (features not
-    /// built yet).
+    /// for `ENABLE_FAIRNESS_SCHEDULING` and `ENABLE_SESSION_BOOST` both set to true (Go
+    /// Kthena refuses to start).
     pub fn apply_env(mut self, env: &dyn Env) -> Result<Self> {
         for s in self.standalone.iter_mut().flat_map(|s| &mut s.secrets) {
             s.env_value = s.env.as_deref().and_then(|n| env.var(n));
@@ -313,17 +323,8 @@ impl Config {
         {
             self.access_log.output = v;
         }
-        for (name, feature) in UNSUPPORTED_ENV {
-            if let Some(v) = env.var(name)
-                && matches!(v.to_ascii_lowercase().as_str(), "1" | "t" | "true")
-            {
-                return Err(Error::Env {
-                    name,
-                    value: v,
-                    reason: format!("{feature} is not supported yet; unset it or set it to false"),
-                });
-            }
-        }
+        self.queue = crate::queue::QueueConfig::from_env(env)?;
+        self.on_flight_redis = crate::inflight::redis_url_from_env(env);
         Ok(self)
     }
 
@@ -468,11 +469,6 @@ pub const UNSUPPORTED_SECTIONS: &[(&str, &str)] = &[];
 
 /// Go Kthena's switches of features this router does not have yet: set to true they are
 /// errors (the tuning variables such as `FAIRNESS_WINDOW_SIZE` stay harmless).
-const UNSUPPORTED_ENV: [(&str, &str); 2] = [
-    ("ENABLE_FAIRNESS_SCHEDULING", "fairness scheduling"),
-    ("ENABLE_SESSION_BOOST", "the session-boost queue"),
-];
-
 fn unsupported_section(m: &serde_json::Map<String, serde_json::Value>) -> Option<String> {
     UNSUPPORTED_SECTIONS
         .iter()
@@ -693,20 +689,19 @@ standalone:
         .unwrap();
         assert_eq!(cfg.auth.jwks_uri, "https://issuer/jwks.json");
         assert_eq!(cfg.auth.audiences, ["a"]);
-        let env: HashMap<String, String> =
-            [("ENABLE_FAIRNESS_SCHEDULING".to_owned(), "true".to_owned())]
-                .into_iter()
-                .collect();
-        assert_eq!(
-            Config::default().apply_env(&env).unwrap_err().to_string(),
-            "invalid environment variable ENABLE_FAIRNESS_SCHEDULING=\"true\": fairness \
-             scheduling is not supported yet; unset it or set it to false"
+        let env: HashMap<String, String> = [
+            ("ENABLE_FAIRNESS_SCHEDULING".to_owned(), "true".to_owned()),
+            ("ENABLE_SESSION_BOOST".to_owned(), "true".to_owned()),
+        ]
+        .into_iter()
+        .collect();
+        assert!(
+            Config::default()
+                .apply_env(&env)
+                .unwrap_err()
+                .to_string()
+                .contains("mutually exclusive")
         );
-        let env: HashMap<String, String> =
-            [("ENABLE_SESSION_BOOST".to_owned(), "false".to_owned())]
-                .into_iter()
-                .collect();
-        assert!(Config::default().apply_env(&env).is_ok());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use kthena_api::networking::InferenceEngine;
@@ -38,6 +38,9 @@ pub struct Endpoint {
     in_flight: AtomicU32,
     awaiting_first_token: AtomicU32,
     pending_prefill_tokens: AtomicU64,
+    /// Requests in flight here from every router (Redis-shared counts, `crate::inflight`);
+    /// `-1` while unknown.
+    shared_in_flight: AtomicI64,
     state: Mutex<EngineState>,
     breaker: Breaker,
 }
@@ -96,6 +99,7 @@ impl Endpoint {
             in_flight: AtomicU32::new(0),
             awaiting_first_token: AtomicU32::new(0),
             pending_prefill_tokens: AtomicU64::new(0),
+            shared_in_flight: AtomicI64::new(-1),
             state: Mutex::new(EngineState::default()),
             breaker: Breaker::default(),
         })
@@ -117,6 +121,26 @@ impl Endpoint {
     #[must_use]
     pub fn in_flight(&self) -> u32 {
         self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Requests in flight here from every router sharing counts through Redis (the last
+    /// count Redis gave), `None` without one.
+    #[must_use]
+    pub fn shared_in_flight(&self) -> Option<u32> {
+        u32::try_from(self.shared_in_flight.load(Ordering::Relaxed)).ok()
+    }
+
+    /// Records the count Redis gave (`None`: unknown, the router's own count is used).
+    pub(crate) fn set_shared_in_flight(&self, v: Option<i64>) {
+        self.shared_in_flight
+            .store(v.map_or(-1, |v| v.max(0)), Ordering::Relaxed);
+    }
+
+    /// The in-flight count the scheduler sees: the shared count when known (at least the
+    /// router's own), else the router's own.
+    fn scheduler_in_flight(&self) -> u32 {
+        let own = self.in_flight();
+        self.shared_in_flight().map_or(own, |s| s.max(own))
     }
 
     /// Requests sent to this endpoint that have not yet returned a response body byte.
@@ -143,6 +167,7 @@ impl Endpoint {
         InFlightGuard {
             endpoint: Arc::clone(self),
             prefill_tokens: Some(prefill_tokens),
+            share: None,
         }
     }
 
@@ -199,7 +224,7 @@ impl Endpoint {
         Candidate::new(self.id.clone(), base)
             .with_lora_adapters(st.lora_adapters.iter().cloned())
             .with_metrics(Metrics {
-                in_flight: self.in_flight(),
+                in_flight: self.scheduler_in_flight(),
                 running_requests: st.running,
                 waiting_requests: st.waiting,
                 kv_cache_usage: st.kv_cache_usage,
@@ -211,6 +236,13 @@ impl Endpoint {
     }
 }
 
+/// Where a request's in-flight slot is also counted (Redis, `crate::inflight`); told when
+/// the slot is given back.
+pub(crate) trait InFlightShare: Send + Sync + std::fmt::Debug {
+    /// The request to `endpoint` ended.
+    fn released(&self, endpoint: Arc<Endpoint>);
+}
+
 /// Decrements an endpoint's in-flight count when dropped, and its prefill counters at the
 /// first response byte (or when dropped, whichever comes first).
 #[derive(Debug)]
@@ -218,9 +250,16 @@ pub struct InFlightGuard {
     endpoint: Arc<Endpoint>,
     /// `Some` until the first response byte.
     prefill_tokens: Option<u64>,
+    /// Told when the guard drops (the shared count).
+    share: Option<Arc<dyn InFlightShare>>,
 }
 
 impl InFlightGuard {
+    /// Also gives the slot back to `share` when dropped.
+    pub(crate) fn share_with(&mut self, share: Arc<dyn InFlightShare>) {
+        self.share = Some(share);
+    }
+
     /// The first response body byte arrived: the request's prefill is over.
     pub fn first_byte(&mut self) {
         if let Some(t) = self.prefill_tokens.take() {
@@ -238,5 +277,8 @@ impl Drop for InFlightGuard {
     fn drop(&mut self) {
         self.first_byte();
         self.endpoint.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if let Some(s) = self.share.take() {
+            s.released(Arc::clone(&self.endpoint));
+        }
     }
 }

@@ -267,6 +267,23 @@ pub enum Error {
         /// The client's reason.
         reason: String,
     },
+    /// The request waited in the fairness or session-boost queue longer than its bound
+    /// (504, Go Kthena's message).
+    #[error("Request processing timed out in queue")]
+    QueueTimeout {
+        /// The bound that expired.
+        timeout: Duration,
+    },
+    /// The client went away while its request waited in a queue (503, Go Kthena's
+    /// message; recorded in the access log, nobody reads the answer).
+    #[error("Client disconnected while waiting in queue")]
+    QueueClientDisconnected,
+    /// The request could not be queued (500).
+    #[error("failed to enqueue request: {reason}")]
+    Enqueue {
+        /// Why.
+        reason: String,
+    },
     /// A pipeline stage ran without what an earlier stage provides (a wiring bug; 500).
     #[error("request pipeline misconfigured: no {missing} for this stage")]
     PipelineMissing {
@@ -417,8 +434,11 @@ impl Error {
             | Self::Overloaded { .. }
             | Self::AuthUnavailable { .. }
             | Self::RateLimitUnavailable { .. }
+            | Self::QueueClientDisconnected
             | Self::CircuitOpen { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } => StatusCode::GATEWAY_TIMEOUT,
+            Self::UpstreamTimeout { .. }
+            | Self::UpstreamIdle { .. }
+            | Self::QueueTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::ReadFile { .. }
             | Self::Config { .. }
             | Self::Manifest { .. }
@@ -430,6 +450,7 @@ impl Error {
             | Self::KvEventDecode { .. }
             | Self::Tokenizer { .. }
             | Self::Redis { .. }
+            | Self::Enqueue { .. }
             | Self::PipelineMissing { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -455,7 +476,9 @@ impl Error {
             | Self::Overloaded { .. }
             | Self::AuthUnavailable { .. }
             | Self::RateLimitUnavailable { .. }
+            | Self::QueueTimeout { .. }
             | Self::CircuitOpen { .. } => Side::Internal,
+            Self::QueueClientDisconnected => Side::Downstream,
             e if e.status().is_client_error() => Side::Downstream,
             _ => Side::Internal,
         }
@@ -535,6 +558,8 @@ impl Error {
             Self::AuthUnavailable { .. } => "auth_unavailable",
             Self::RateLimited { .. } => "rate_limit_exceeded",
             Self::RateLimitUnavailable { .. } => "rate_limit_unavailable",
+            Self::QueueTimeout { .. } => "queue_timeout",
+            Self::QueueClientDisconnected => "client_disconnect",
             _ => "internal_error",
         }
     }
@@ -556,7 +581,7 @@ impl Error {
     #[must_use]
     pub fn finish_reason(&self) -> &'static str {
         match self {
-            Self::ClientClosedRequest { .. } => "client_disconnect",
+            Self::ClientClosedRequest { .. } | Self::QueueClientDisconnected => "client_disconnect",
             Self::BadJson { .. }
             | Self::MissingModel
             | Self::InvalidField { .. }
@@ -588,6 +613,7 @@ impl Error {
             Self::RateLimited { kind: "input", .. } => "input_rate_limit",
             Self::RateLimited { .. } => "output_rate_limit",
             Self::RateLimitUnavailable { .. } => "rate_limit",
+            Self::QueueTimeout { .. } => "queue_timeout",
             _ => "request_failed",
         }
     }

@@ -51,6 +51,7 @@ mod duration;
 mod endpoint;
 mod error;
 mod gateway;
+mod inflight;
 mod kv_cache;
 mod kv_events;
 mod kv_metrics;
@@ -66,6 +67,7 @@ mod pipeline;
 mod plugin_metrics;
 mod provider;
 mod proxy;
+mod queue;
 mod ratelimit;
 mod route;
 mod sched;
@@ -86,6 +88,7 @@ pub use config::{
 pub use discovery::{Loader, Server, Snapshot, manifest_files};
 pub use endpoint::{DOWN_AFTER_FAILURES, Endpoint, EngineState, InFlightGuard};
 pub use error::{Error, Result, Side, openai_error_body};
+pub use inflight::{ON_FLIGHT_KEY, SYNC_INTERVAL};
 pub use kv_cache::{
     IndexBackend, KvCacheConfig, KvLoader, KvState, RedisConfig, SUPERVISE_INTERVAL,
     TokenizerConfig, supervise,
@@ -110,6 +113,7 @@ pub use provider::{
     ALLOWED_HEADERS, ANTHROPIC_HEADERS, Provider, RESERVED_HEADERS, SecretSource, read_secrets,
 };
 pub use proxy::{BoxError, ProxyBody, RespBody};
+pub use queue::{FairnessConfig, QueueConfig, QueueMetrics, QueueMode, SessionBoostConfig};
 pub use route::{
     CompiledRoute, CompiledRule, MatchError, RouteMatch, RouteTable, StringMatcher, TargetRef,
 };

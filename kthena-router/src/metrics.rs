@@ -111,6 +111,8 @@ pub struct Metrics {
     pub listener: crate::listener::ListenerMetrics,
     /// Overload families: shed requests, circuit breaker state (`overload`).
     pub overload: crate::overload::OverloadMetrics,
+    /// Fairness and session-boost queue families (`queue`).
+    pub queue: crate::queue::QueueMetrics,
     /// Go's scheduler-plugin families (`plugin_metrics`).
     pub plugins: crate::plugin_metrics::PluginMetrics,
     /// Go's prefill/decode phase families (`pd`).
@@ -183,6 +185,7 @@ impl Metrics {
         let kv = crate::kv_metrics::KvMetrics::register(&mut registry);
         let listener = crate::listener::ListenerMetrics::register(&mut registry);
         let overload = crate::overload::OverloadMetrics::register(&mut registry);
+        let queue = crate::queue::QueueMetrics::register(&mut registry);
         let plugins = crate::plugin_metrics::PluginMetrics::register(&mut registry);
         let pd = crate::pd::metrics::PdMetrics::register(&mut registry, &DURATION_BUCKETS);
         let rate_limit = crate::ratelimit::RateLimitMetrics::register(&mut registry);
@@ -252,6 +255,7 @@ impl Metrics {
             kv,
             listener,
             overload,
+            queue,
             plugins,
             pd,
             rate_limit,

@@ -229,6 +229,11 @@ impl Router {
             // Before serving, so that the first requests find the keys.
             auth.first_fetch().await;
         }
+        if let Some(url) = &cfg.on_flight_redis
+            && let Some(s) = crate::inflight::SharedInFlight::connect(url).await
+        {
+            let _ = shared.in_flight_share.set(s);
+        }
 
         let bind = |addr: SocketAddr| async move {
             TcpListener::bind(addr).await.map_err(|source| Error::Bind {
@@ -359,7 +364,9 @@ fn shared_state(
     .with_upstream_idle_timeout(cfg.upstream_idle_timeout)
     .with_auth(&cfg.auth);
     shared.synced.store(synced, Ordering::Release);
-    Ok(Arc::new(shared))
+    let shared = Arc::new(shared);
+    crate::pipeline::install_queues(&shared, &cfg.queue);
+    Ok(shared)
 }
 
 /// Runs the router until Ctrl-C or SIGTERM, then drains.

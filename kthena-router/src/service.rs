@@ -71,6 +71,10 @@ pub struct Shared {
     pub(crate) rate_limits: crate::ratelimit::RateLimits,
     /// Gateway API mode's listeners, HTTPRoutes and InferencePools (`None`: mode off).
     pub(crate) gateway: crate::gateway::StateSlot,
+    /// The fairness or session-boost queues (unset when both are off).
+    pub(crate) queues: std::sync::OnceLock<Arc<crate::queue::Queues>>,
+    /// Per-endpoint in-flight counts shared through Redis (unset without `REDIS_HOST`).
+    pub(crate) in_flight_share: std::sync::OnceLock<Arc<crate::inflight::SharedInFlight>>,
     rng: Mutex<SmallRng>,
 }
 
@@ -105,6 +109,8 @@ impl Shared {
             auth: None,
             rate_limits: crate::ratelimit::RateLimits::default(),
             gateway: Arc::default(),
+            queues: std::sync::OnceLock::new(),
+            in_flight_share: std::sync::OnceLock::new(),
             rng: Mutex::new(SmallRng::seed_from_u64(seed)),
         }
     }

@@ -54,7 +54,7 @@ where
 }
 
 /// The endpoints of the pool under the per-endpoint cap whose breaker is not open.
-fn admit_endpoints(
+pub(super) fn admit_endpoints(
     shared: &Shared,
     routed: &Routed,
 ) -> Result<Vec<Arc<crate::endpoint::Endpoint>>, Error> {

@@ -193,7 +193,10 @@ impl Plan {
         let snap = &self.parsed.snap;
         let sreq = sched_request(&self.parsed.req, &self.tokens, lora);
         let cand = &self.sched.cands[idx];
-        let guard = ep.begin_request(snap.scheduler.prefill_tokens(&sreq, cand));
+        let mut guard = ep.begin_request(snap.scheduler.prefill_tokens(&sreq, cand));
+        if let Some(s) = self.shared.in_flight_share.get() {
+            s.track(ep, &mut guard).await;
+        }
         // Cache-affinity plugins learn the decision now, while the engine prefills, so that
         // the next request with the same new prefix follows this one (Go Kthena's
         // PostSchedule runs only after a successful answer).

@@ -16,6 +16,7 @@ mod admit;
 mod forward;
 mod gateway;
 mod parse;
+mod queue;
 mod ratelimit;
 mod route;
 mod schedule;
@@ -36,6 +37,7 @@ pub(crate) use forward::{
     Forward, error_chain, stream_response, strip_hop_by_hop, upstream_headers,
 };
 pub(crate) use parse::ParseLayer;
+pub(crate) use queue::{QueueLayer, install as install_queues};
 pub(crate) use ratelimit::RateLimitLayer;
 pub(crate) use route::RouteLayer;
 pub(crate) use schedule::{ScheduleLayer, sched_request};
@@ -63,7 +65,7 @@ pub(crate) fn stack(shared: &Arc<Shared>) -> BoxHttp<Incoming> {
         .layer(RouteLayer::new(Arc::clone(shared)))
         .layer(AdmitLayer::new(Arc::clone(shared)))
         .layer(RateLimitLayer::new(Arc::clone(shared)))
-        // Token rate limits and the fairness queue (parts 3 and 4) go here.
+        .layer(QueueLayer::new(Arc::clone(shared)))
         .layer(TokenizeLayer::new(Arc::clone(shared)))
         .layer(ScheduleLayer::new(Arc::clone(shared)))
         .service(Forward::new(Arc::clone(shared)));

@@ -47,6 +47,11 @@ async fn run<S>(
 where
     S: Service<Request<()>, Response = Response<RespBody>, Error = Error>,
 {
+    if let Some(s) = shared.in_flight_share.get()
+        && let Some(p) = req.extensions().get::<Parsed>()
+    {
+        s.sync(&p.snap.endpoints).await;
+    }
     if let Some(pd) = crate::pd::pairs::schedule(&req)? {
         // A `pdGroup` server: prefill/decode pairs instead of one ranking.
         req.extensions_mut().insert(pd);

@@ -89,6 +89,16 @@ impl TestRouter {
     /// Writes `router.yaml` (`head` + access log + endpoints) and `manifests/*.yaml`, then
     /// starts a router on ephemeral ports.
     pub(crate) async fn start(head: &str, endpoints: &str, manifests: &[(&str, String)]) -> Self {
+        Self::start_with_env(head, endpoints, manifests, &[]).await
+    }
+
+    /// [`TestRouter::start`] with Go Kthena's environment variables `env` (not the process's).
+    pub(crate) async fn start_with_env(
+        head: &str,
+        endpoints: &str,
+        manifests: &[(&str, String)],
+        env: &[(&str, &str)],
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mdir = dir.path().join("manifests");
         std::fs::create_dir_all(&mdir).unwrap();
@@ -102,7 +112,11 @@ impl TestRouter {
         );
         let path = dir.path().join("router.yaml");
         std::fs::write(&path, cfg).unwrap();
-        let router = start_router_at(&path).await;
+        let env: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let router = start_router_with_env(&path, &env).await;
         Self { dir, router }
     }
 
@@ -173,13 +187,18 @@ impl TestRouter {
 
 /// Starts a router from a config file, all ports ephemeral.
 pub(crate) async fn start_router_at(path: &Path) -> Router {
+    start_router_with_env(path, &HashMap::new()).await
+}
+
+/// Starts a router from a config file and environment `env`, all ports ephemeral.
+pub(crate) async fn start_router_with_env(path: &Path, env: &HashMap<String, String>) -> Router {
     let ov = Overrides {
         port: Some(0),
         metrics_port: Some(0),
         debug_port: Some(0),
         ..Overrides::default()
     };
-    let cfg = kthena_router::load_config(path, &HashMap::<String, String>::new(), ov).unwrap();
+    let cfg = kthena_router::load_config(path, env, ov).unwrap();
     Router::start(cfg, Some(path.to_path_buf()), ov)
         .await
         .unwrap()

@@ -1,0 +1,222 @@
+//! Per-endpoint in-flight counts shared by every router through Redis (spec §2.9, Go Kthena
+//! `datastore/on_flight_counter.go`), so that routers in front of the same engines balance
+//! as one.
+//!
+//! With `REDIS_HOST` set (and `REDIS_PORT`, `REDIS_PASSWORD`; DB 0) and a `PING` answered
+//! within 2 s at start, every request sent to an endpoint is counted in the Redis hash
+//! [`ON_FLIGHT_KEY`], field `<namespace>/<name>`: `HINCRBY +1` before it is sent, `-1` when
+//! it ends (a negative result is reset to 0). The answer is the endpoint's global count the
+//! scheduler sees. Before scheduling, one `HMGET` of every endpoint refreshes the counts,
+//! at most once per [`SYNC_INTERVAL`]. Each Redis call has 100 ms; a failed call leaves the
+//! endpoint on the router's own count until the next good answer. Without Redis (or when
+//! the start-up `PING` fails) only the router's own count is used.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::time::Instant;
+
+use crate::config::Env;
+use crate::endpoint::{Endpoint, InFlightGuard, InFlightShare};
+
+/// Go Kthena's hash of per-pod in-flight counts.
+pub const ON_FLIGHT_KEY: &str = "kthena:on-flight-requests";
+
+/// Shortest time between two refreshes of every count (Go's `onFlightSyncInterval`).
+pub const SYNC_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Time given to each Redis call.
+const CALL_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// The Redis URL of Go Kthena's `REDIS_HOST`, `REDIS_PORT` (6379), `REDIS_PASSWORD`, DB 0;
+/// `None` without `REDIS_HOST`.
+pub(crate) fn redis_url_from_env(env: &dyn Env) -> Option<String> {
+    let host = env.var("REDIS_HOST").filter(|h| !h.is_empty())?;
+    let port = env
+        .var("REDIS_PORT")
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "6379".into());
+    let auth = env
+        .var("REDIS_PASSWORD")
+        .filter(|p| !p.is_empty())
+        .map(|p| format!(":{p}@"))
+        .unwrap_or_default();
+    Some(format!("redis://{auth}{host}:{port}/0"))
+}
+
+/// The shared counts (see the module docs).
+#[derive(Clone)]
+pub(crate) struct SharedInFlight {
+    conn: ConnectionManager,
+    start: Instant,
+    /// Milliseconds after `start` of the last refresh (+1; 0 = never).
+    last_sync: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for SharedInFlight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedInFlight").finish_non_exhaustive()
+    }
+}
+
+fn field(ep: &Endpoint) -> String {
+    format!("{}/{}", ep.namespace, ep.name)
+}
+
+impl SharedInFlight {
+    /// Connects to `url` and checks it with a `PING` within 2 s; `None` (logged) when Redis
+    /// cannot be used.
+    pub(crate) async fn connect(url: &str) -> Option<Arc<Self>> {
+        let client = match redis::Client::open(url) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "Invalid Redis address; in-flight counts stay local");
+                return None;
+            }
+        };
+        let cfg = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(CALL_TIMEOUT))
+            .set_number_of_retries(1);
+        let connected = tokio::time::timeout(Duration::from_secs(2), async {
+            let mut conn = ConnectionManager::new_with_config(client, cfg).await?;
+            redis::cmd("PING").query_async::<String>(&mut conn).await?;
+            Ok::<_, redis::RedisError>(conn)
+        })
+        .await;
+        match connected {
+            Ok(Ok(conn)) => {
+                tracing::info!("In-flight counts are shared through Redis ({ON_FLIGHT_KEY})");
+                Some(Arc::new(Self {
+                    conn,
+                    start: Instant::now(),
+                    last_sync: Arc::new(AtomicU64::new(0)),
+                }))
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "Redis did not answer PING; in-flight counts stay local");
+                None
+            }
+            Err(_) => {
+                tracing::warn!("Redis did not answer PING within 2s; in-flight counts stay local");
+                None
+            }
+        }
+    }
+
+    async fn hincrby(&self, ep: &Endpoint, by: i64) -> Option<i64> {
+        let mut conn = self.conn.clone();
+        let mut cmd = redis::cmd("HINCRBY");
+        cmd.arg(ON_FLIGHT_KEY).arg(field(ep)).arg(by);
+        match tokio::time::timeout(CALL_TIMEOUT, cmd.query_async::<i64>(&mut conn)).await {
+            Ok(Ok(v)) if v < 0 => {
+                // A stale negative value (a router restarted mid-request): reset it.
+                let mut reset = redis::cmd("HSET");
+                reset.arg(ON_FLIGHT_KEY).arg(field(ep)).arg(0);
+                let _ =
+                    tokio::time::timeout(CALL_TIMEOUT, reset.query_async::<i64>(&mut conn)).await;
+                Some(0)
+            }
+            Ok(Ok(v)) => Some(v),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, endpoint = %ep.name, "Redis in-flight update failed; using the local count");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Counts one more request to `ep` (the guard of `begin_request`) in Redis, and gives it
+    /// back there when the guard drops. On a Redis failure only the local count moves.
+    pub(crate) async fn track(self: &Arc<Self>, ep: &Endpoint, guard: &mut InFlightGuard) {
+        let global = self.hincrby(ep, 1).await;
+        ep.set_shared_in_flight(global);
+        if global.is_some() {
+            guard.share_with(Arc::clone(self) as Arc<dyn InFlightShare>);
+        }
+    }
+
+    /// Refreshes every count of `endpoints` with one `HMGET`, at most once per
+    /// [`SYNC_INTERVAL`] over all callers (the others return at once).
+    pub(crate) async fn sync(&self, endpoints: &[Arc<Endpoint>]) {
+        if endpoints.is_empty() {
+            return;
+        }
+        let now = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX) + 1;
+        let last = self.last_sync.load(Ordering::Relaxed);
+        let interval = u64::try_from(SYNC_INTERVAL.as_millis()).unwrap_or(50);
+        if last != 0 && now.saturating_sub(last) < interval {
+            return;
+        }
+        if self
+            .last_sync
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(ON_FLIGHT_KEY);
+        for ep in endpoints {
+            cmd.arg(field(ep));
+        }
+        let mut conn = self.conn.clone();
+        let got =
+            tokio::time::timeout(CALL_TIMEOUT, cmd.query_async::<Vec<Option<i64>>>(&mut conn))
+                .await;
+        match got {
+            Ok(Ok(values)) => {
+                for (ep, v) in endpoints.iter().zip(values) {
+                    ep.set_shared_in_flight(Some(v.unwrap_or(0).max(0)));
+                }
+            }
+            Ok(Err(e)) => tracing::debug!(error = %e, "Redis in-flight refresh failed"),
+            Err(_) => tracing::debug!("Redis in-flight refresh timed out"),
+        }
+    }
+}
+
+impl InFlightShare for SharedInFlight {
+    fn released(&self, endpoint: Arc<Endpoint>) {
+        let this = self.clone();
+        let tasks = tokio_util::task::TaskTracker::new();
+        tasks.spawn(async move {
+            let global = this.hincrby(&endpoint, -1).await;
+            endpoint.set_shared_in_flight(global);
+        });
+        tasks.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    #[test]
+    fn go_kthenas_variables_name_the_redis_server() {
+        let env = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        assert_eq!(redis_url_from_env(&env(&[])), None);
+        assert_eq!(
+            redis_url_from_env(&env(&[("REDIS_HOST", "redis-server")])).as_deref(),
+            Some("redis://redis-server:6379/0")
+        );
+        assert_eq!(
+            redis_url_from_env(&env(&[
+                ("REDIS_HOST", "10.0.0.5"),
+                ("REDIS_PORT", "6380"),
+                ("REDIS_PASSWORD", "pw"),
+            ]))
+            .as_deref(),
+            Some("redis://:pw@10.0.0.5:6380/0")
+        );
+    }
+}
