@@ -240,7 +240,7 @@ impl Endpoint {
 /// the slot is given back.
 pub(crate) trait InFlightShare: Send + Sync + std::fmt::Debug {
     /// The request to `endpoint` ended.
-    fn released(&self, endpoint: Arc<Endpoint>);
+    fn released(self: Arc<Self>, endpoint: Arc<Endpoint>);
 }
 
 /// Decrements an endpoint's in-flight count when dropped, and its prefill counters at the

@@ -7,15 +7,15 @@
 //! [`ON_FLIGHT_KEY`], field `<namespace>/<name>`: `HINCRBY +1` before it is sent, `-1` when
 //! it ends (a negative result is reset to 0). The answer is the endpoint's global count the
 //! scheduler sees. Before scheduling, one `HMGET` of every endpoint refreshes the counts,
-//! at most once per [`SYNC_INTERVAL`]. Each Redis call has 100 ms; a failed call leaves the
+//! at most once per [`SYNC_INTERVAL`]. Each Redis call has 100 ms (on the blocking pool, over
+//! a few pooled connections); a failed call leaves the
 //! endpoint on the router's own count until the next good answer. Without Redis (or when
 //! the start-up `PING` fails) only the router's own count is used.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
 
 use crate::config::Env;
@@ -46,13 +46,14 @@ pub(crate) fn redis_url_from_env(env: &dyn Env) -> Option<String> {
     Some(format!("redis://{auth}{host}:{port}/0"))
 }
 
-/// The shared counts (see the module docs).
-#[derive(Clone)]
+/// The shared counts (see the module docs). Calls run on the blocking pool over a small
+/// pool of connections, each with [`CALL_TIMEOUT`].
 pub(crate) struct SharedInFlight {
-    conn: ConnectionManager,
+    client: redis::Client,
+    idle: Mutex<Vec<redis::Connection>>,
     start: Instant,
     /// Milliseconds after `start` of the last refresh (+1; 0 = never).
-    last_sync: Arc<AtomicU64>,
+    last_sync: AtomicU64,
 }
 
 impl std::fmt::Debug for SharedInFlight {
@@ -76,56 +77,97 @@ impl SharedInFlight {
                 return None;
             }
         };
-        let cfg = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(CALL_TIMEOUT))
-            .set_number_of_retries(1);
-        let connected = tokio::time::timeout(Duration::from_secs(2), async {
-            let mut conn = ConnectionManager::new_with_config(client, cfg).await?;
-            redis::cmd("PING").query_async::<String>(&mut conn).await?;
-            Ok::<_, redis::RedisError>(conn)
+        let c2 = client.clone();
+        let ping = tokio::task::spawn_blocking(move || -> redis::RedisResult<redis::Connection> {
+            let mut conn = c2.get_connection_with_timeout(Duration::from_secs(2))?;
+            conn.set_read_timeout(Some(Duration::from_secs(2)))?;
+            redis::cmd("PING").query::<String>(&mut conn)?;
+            Ok(conn)
         })
         .await;
-        match connected {
+        match ping {
             Ok(Ok(conn)) => {
                 tracing::info!("In-flight counts are shared through Redis ({ON_FLIGHT_KEY})");
                 Some(Arc::new(Self {
-                    conn,
+                    client,
+                    idle: Mutex::new(vec![conn]),
                     start: Instant::now(),
-                    last_sync: Arc::new(AtomicU64::new(0)),
+                    last_sync: AtomicU64::new(0),
                 }))
             }
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "Redis did not answer PING; in-flight counts stay local");
                 None
             }
-            Err(_) => {
-                tracing::warn!("Redis did not answer PING within 2s; in-flight counts stay local");
+            Err(e) => {
+                tracing::warn!(error = %e, "Redis PING failed; in-flight counts stay local");
                 None
             }
         }
     }
 
-    async fn hincrby(&self, ep: &Endpoint, by: i64) -> Option<i64> {
-        let mut conn = self.conn.clone();
-        let mut cmd = redis::cmd("HINCRBY");
-        cmd.arg(ON_FLIGHT_KEY).arg(field(ep)).arg(by);
-        match tokio::time::timeout(CALL_TIMEOUT, cmd.query_async::<i64>(&mut conn)).await {
-            Ok(Ok(v)) if v < 0 => {
-                // A stale negative value (a router restarted mid-request): reset it.
-                let mut reset = redis::cmd("HSET");
-                reset.arg(ON_FLIGHT_KEY).arg(field(ep)).arg(0);
-                let _ =
-                    tokio::time::timeout(CALL_TIMEOUT, reset.query_async::<i64>(&mut conn)).await;
-                Some(0)
+    /// Runs `f` on a pooled connection off the async threads; `None` on any failure.
+    async fn call<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T> + Send + 'static,
+    ) -> Option<T> {
+        let this = Arc::clone(self);
+        let got = tokio::task::spawn_blocking(move || {
+            let pooled = this
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop();
+            let mut conn = match pooled {
+                Some(c) => c,
+                None => {
+                    let c = this.client.get_connection_with_timeout(CALL_TIMEOUT)?;
+                    c.set_read_timeout(Some(CALL_TIMEOUT))?;
+                    c.set_write_timeout(Some(CALL_TIMEOUT))?;
+                    c
+                }
+            };
+            let _ = conn.set_read_timeout(Some(CALL_TIMEOUT));
+            let r = f(&mut conn);
+            if r.is_ok() {
+                this.idle
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(conn);
             }
+            r
+        })
+        .await;
+        match got {
             Ok(Ok(v)) => Some(v),
             Ok(Err(e)) => {
-                tracing::debug!(error = %e, endpoint = %ep.name, "Redis in-flight update failed; using the local count");
+                tracing::debug!(error = %e, "Redis in-flight call failed; using the local count");
                 None
             }
             Err(_) => None,
         }
+    }
+
+    async fn hincrby(self: &Arc<Self>, ep: &Endpoint, by: i64) -> Option<i64> {
+        let f = field(ep);
+        self.call(move |c| {
+            let v: i64 = redis::cmd("HINCRBY")
+                .arg(ON_FLIGHT_KEY)
+                .arg(&f)
+                .arg(by)
+                .query(c)?;
+            if v < 0 {
+                // A stale negative value (a router restarted mid-request): reset it.
+                let _: i64 = redis::cmd("HSET")
+                    .arg(ON_FLIGHT_KEY)
+                    .arg(&f)
+                    .arg(0)
+                    .query(c)?;
+                return Ok(0);
+            }
+            Ok(v)
+        })
+        .await
     }
 
     /// Counts one more request to `ep` (the guard of `begin_request`) in Redis, and gives it
@@ -140,7 +182,7 @@ impl SharedInFlight {
 
     /// Refreshes every count of `endpoints` with one `HMGET`, at most once per
     /// [`SYNC_INTERVAL`] over all callers (the others return at once).
-    pub(crate) async fn sync(&self, endpoints: &[Arc<Endpoint>]) {
+    pub(crate) async fn sync(self: &Arc<Self>, endpoints: &[Arc<Endpoint>]) {
         if endpoints.is_empty() {
             return;
         }
@@ -157,33 +199,30 @@ impl SharedInFlight {
         {
             return;
         }
-        let mut cmd = redis::cmd("HMGET");
-        cmd.arg(ON_FLIGHT_KEY);
-        for ep in endpoints {
-            cmd.arg(field(ep));
-        }
-        let mut conn = self.conn.clone();
-        let got =
-            tokio::time::timeout(CALL_TIMEOUT, cmd.query_async::<Vec<Option<i64>>>(&mut conn))
-                .await;
-        match got {
-            Ok(Ok(values)) => {
-                for (ep, v) in endpoints.iter().zip(values) {
-                    ep.set_shared_in_flight(Some(v.unwrap_or(0).max(0)));
+        let fields: Vec<String> = endpoints.iter().map(|e| field(e)).collect();
+        let got = self
+            .call(move |c| {
+                let mut cmd = redis::cmd("HMGET");
+                cmd.arg(ON_FLIGHT_KEY);
+                for f in &fields {
+                    cmd.arg(f);
                 }
+                cmd.query::<Vec<Option<i64>>>(c)
+            })
+            .await;
+        if let Some(values) = got {
+            for (ep, v) in endpoints.iter().zip(values) {
+                ep.set_shared_in_flight(Some(v.unwrap_or(0).max(0)));
             }
-            Ok(Err(e)) => tracing::debug!(error = %e, "Redis in-flight refresh failed"),
-            Err(_) => tracing::debug!("Redis in-flight refresh timed out"),
         }
     }
 }
 
 impl InFlightShare for SharedInFlight {
-    fn released(&self, endpoint: Arc<Endpoint>) {
-        let this = self.clone();
+    fn released(self: Arc<Self>, endpoint: Arc<Endpoint>) {
         let tasks = tokio_util::task::TaskTracker::new();
         tasks.spawn(async move {
-            let global = this.hincrby(&endpoint, -1).await;
+            let global = self.hincrby(&endpoint, -1).await;
             endpoint.set_shared_in_flight(global);
         });
         tasks.close();
