@@ -65,6 +65,8 @@ pub struct Probe {
     pub fds: u64,
     /// Sum of the router's `kthena_router_active_*` gauges at that moment.
     pub in_flight: u64,
+    /// `kthena_router_kv_index_entries`: entries of the KV index.
+    pub kv_index_entries: u64,
 }
 
 /// Latency of the successful requests that started in one window.
@@ -308,6 +310,13 @@ impl SoakRun {
             self.leaked.join(", ")
         };
         let _ = writeln!(s, "| in-flight counters at the end | {leaked} |");
+        let kv = self.probes.iter().map(|p| p.kv_index_entries);
+        let _ = writeln!(
+            s,
+            "| KV index entries max / last | {} / {} |",
+            kv.clone().max().unwrap_or(0),
+            self.probes.last().map_or(0, |p| p.kv_index_entries)
+        );
         let _ = writeln!(s, "| panics in the router log | {} |", self.panics.len());
     }
 }
@@ -322,6 +331,7 @@ mod tests {
             rss_kib,
             fds: 10,
             in_flight: 0,
+            kv_index_entries: 0,
         }
     }
 

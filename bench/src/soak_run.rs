@@ -41,11 +41,14 @@ pub(crate) struct SoakOpts {
 }
 
 /// The scheduler: least-request, prefix-cache and kvcache-aware (KV events from the engines).
+/// Both indexes get small caps (2,000 hashes per endpoint, 8,192 KV entries) that fill during
+/// the warm-up, as the engines' small KV caches ([`ENGINE_BLOCKS`]) do: RSS growing after it
+/// is then a leak, not a cache still filling towards a large cap.
 const SCHEDULER: &str = "  pluginConfig:
   - name: prefix-cache
-    args: {blockSizeToHash: 64, maxBlocksToMatch: 128, maxHashCacheSize: 50000, topKMatches: 5}
+    args: {blockSizeToHash: 64, maxBlocksToMatch: 128, maxHashCacheSize: 2000, topKMatches: 5}
   - name: kvcache-aware
-    args: {blockSizeToHash: 16, maxBlocksToMatch: 128}
+    args: {blockSizeToHash: 16, maxBlocksToMatch: 128, maxIndexEntries: 8192}
   plugins:
     Score:
       enabled:
@@ -53,6 +56,10 @@ const SCHEDULER: &str = "  pluginConfig:
       - {name: prefix-cache, weight: 1}
       - {name: kvcache-aware, weight: 2}
 ";
+
+/// KV-cache blocks (16 tokens) of each engine: full after a few hundred requests, so the engines
+/// evict and publish `BlockRemoved` all along.
+const ENGINE_BLOCKS: usize = 4096;
 
 /// The engine faults that rotate, one engine at a time.
 fn fault_phase(i: usize) -> (&'static str, Faults) {
@@ -166,6 +173,14 @@ async fn busy_counters(client: &HttpClient, r: &RouterProc) -> anyhow::Result<Ve
     Ok(busy)
 }
 
+/// The value of `kthena_router_kv_index_entries` (0 when absent).
+fn kv_index_entries(text: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix("kthena_router_kv_index_entries "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0, |v| v.max(0.0) as u64)
+}
+
 /// `(sum, non-zero series)` of the `kthena_router_active_*` gauges.
 fn active_gauges(text: &str) -> (u64, Vec<String>) {
     let mut sum = 0;
@@ -186,7 +201,7 @@ fn active_gauges(text: &str) -> (u64, Vec<String>) {
     (sum, busy)
 }
 
-fn proc_probe(pid: u32, at_s: f64, in_flight: u64) -> Probe {
+fn proc_probe(pid: u32, at_s: f64, in_flight: u64, kv_index_entries: u64) -> Probe {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let rss_kib = status
         .lines()
@@ -199,6 +214,7 @@ fn proc_probe(pid: u32, at_s: f64, in_flight: u64) -> Probe {
         rss_kib,
         fds,
         in_flight,
+        kv_index_entries,
     }
 }
 
@@ -397,7 +413,12 @@ async fn watch(
         let text = get_text(&client, &format!("{}/metrics", r.1))
             .await
             .unwrap_or_default();
-        let p = proc_probe(r.0, at.as_secs_f64(), active_gauges(&text).0);
+        let p = proc_probe(
+            r.0,
+            at.as_secs_f64(),
+            active_gauges(&text).0,
+            kv_index_entries(&text),
+        );
         out.lock().unwrap_or_else(PoisonError::into_inner).0.push(p);
         tokio::time::sleep(every).await;
     }
@@ -410,6 +431,7 @@ pub(crate) async fn run(rt: &Runtimes, opts: &SoakOpts) -> anyhow::Result<SoakRu
         .with_model(MODEL)
         .with_time_scale(20.0);
     cfg.kv_events_port = Some(0);
+    cfg.profile.num_gpu_blocks = ENGINE_BLOCKS;
     let sims = Arc::new(harness::start_sims(rt, 3, cfg).await?);
     let mut router = spawn_router(opts, &sims)?;
     let client = harness::http_client();
@@ -469,7 +491,13 @@ async fn soak(
     }
     let (mut probes, mut faults) =
         std::mem::take(&mut *shared.lock().unwrap_or_else(PoisonError::into_inner));
-    probes.push(proc_probe(router.child.id(), t0.elapsed().as_secs_f64(), 0));
+    let last = probes.last().map_or(0, |p| p.kv_index_entries);
+    probes.push(proc_probe(
+        router.child.id(),
+        t0.elapsed().as_secs_f64(),
+        0,
+        last,
+    ));
     faults.push(format!("client starts shed (no free client slot): {shed}"));
     Ok(SoakRun {
         duration_s: secs,
