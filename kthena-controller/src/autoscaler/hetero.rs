@@ -14,7 +14,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
 use super::collect::{HttpClient, collect};
-use super::{Outcome, key, target};
+use super::{Outcome, kept_state, key, target};
 use crate::names::{ENTRY_LABEL, NAME_LABEL};
 
 /// The state kept for one heterogeneous policy.
@@ -36,17 +36,18 @@ fn state_for<'a>(
     states: &'a mut HashMap<String, HeteroState>,
     policy: &AutoscalingPolicy,
 ) -> kthena_autoscale::Result<&'a mut HeteroState> {
-    let generation = policy.metadata.generation;
-    let k = key(policy);
-    if states.get(&k).is_none_or(|s| s.generation != generation) {
-        let fresh = HeteroState {
-            generation,
-            optimizer: kthena_autoscale::optimizer_from_api(policy)?,
-            histograms: PodHistograms::new(),
-        };
-        states.insert(k.clone(), fresh);
-    }
-    Ok(states.get_mut(&k).expect("invariant: inserted above"))
+    kept_state(
+        states,
+        policy,
+        |s| s.generation,
+        || {
+            Ok(HeteroState {
+                generation: policy.metadata.generation,
+                optimizer: kthena_autoscale::optimizer_from_api(policy)?,
+                histograms: PodHistograms::new(),
+            })
+        },
+    )
 }
 
 /// One round of a heterogeneous policy: each target's metrics (its entry pods and sources),

@@ -268,22 +268,41 @@ fn state_for<'a>(
     states: &'a mut HashMap<String, PolicyState>,
     policy: &AutoscalingPolicy,
 ) -> kthena_autoscale::Result<&'a mut PolicyState> {
+    kept_state(
+        states,
+        policy,
+        |s| s.generation,
+        || {
+            Ok(PolicyState {
+                generation: policy.metadata.generation,
+                scaler: Scaler::new(kthena_autoscale::behavior_from_api(policy)?),
+                histograms: PodHistograms::new(),
+            })
+        },
+    )
+}
+
+/// The state kept in `states` for `policy` (by `namespace/name`): the stored one while its
+/// generation (read by `generation_of`) equals the policy's `metadata.generation`, else a
+/// fresh one from `make`, so a spec change restarts the windows.
+///
+/// # Errors
+/// Whatever `make` returns (an AutoscalingPolicy the scaling math cannot use).
+fn kept_state<'a, S>(
+    states: &'a mut HashMap<String, S>,
+    policy: &AutoscalingPolicy,
+    generation_of: fn(&S) -> Option<i64>,
+    make: impl FnOnce() -> kthena_autoscale::Result<S>,
+) -> kthena_autoscale::Result<&'a mut S> {
     use std::collections::hash_map::Entry;
     let generation = policy.metadata.generation;
-    let fresh = || -> kthena_autoscale::Result<PolicyState> {
-        Ok(PolicyState {
-            generation,
-            scaler: Scaler::new(kthena_autoscale::behavior_from_api(policy)?),
-            histograms: PodHistograms::new(),
-        })
-    };
     Ok(match states.entry(key(policy)) {
-        Entry::Occupied(e) if e.get().generation == generation => e.into_mut(),
+        Entry::Occupied(e) if generation_of(e.get()) == generation => e.into_mut(),
         Entry::Occupied(mut e) => {
-            e.insert(fresh()?);
+            e.insert(make()?);
             e.into_mut()
         }
-        Entry::Vacant(e) => e.insert(fresh()?),
+        Entry::Vacant(e) => e.insert(make()?),
     })
 }
 

@@ -16,7 +16,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
 use super::collect::{HttpClient, collect};
-use super::{Outcome, key, target};
+use super::{Outcome, kept_state, key, target};
 use crate::names::{ENTRY_LABEL, NAME_LABEL, ROLE_LABEL};
 
 /// The state kept for one disaggregated policy.
@@ -30,17 +30,18 @@ fn state_for<'a>(
     states: &'a mut HashMap<String, RolesState>,
     policy: &AutoscalingPolicy,
 ) -> kthena_autoscale::Result<&'a mut RolesState> {
-    let generation = policy.metadata.generation;
-    let k = key(policy);
-    if states.get(&k).is_none_or(|s| s.generation != generation) {
-        let fresh = RolesState {
-            generation,
-            scaler: kthena_autoscale::roles_scaler_from_api(policy)?,
-            histograms: PodHistograms::new(),
-        };
-        states.insert(k.clone(), fresh);
-    }
-    Ok(states.get_mut(&k).expect("invariant: inserted above"))
+    kept_state(
+        states,
+        policy,
+        |s| s.generation,
+        || {
+            Ok(RolesState {
+                generation: policy.metadata.generation,
+                scaler: kthena_autoscale::roles_scaler_from_api(policy)?,
+                histograms: PodHistograms::new(),
+            })
+        },
+    )
 }
 
 /// One round of a disaggregated policy: per-role metrics (entry pods of the role), the
