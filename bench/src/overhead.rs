@@ -90,13 +90,13 @@ async fn run_on(
             continue;
         }
         let Some(program) = peer.program() else {
-            eprintln!("{}: not installed, skipped", peer.label());
+            tracing::info!(peer = peer.label(), "Not installed, skipped");
             continue;
         };
         let running = match peers::start(peer, &program, sims, &client).await {
             Ok(r) => r,
             Err(e) => {
-                eprintln!("{}: not started, skipped: {e:#}", peer.label());
+                tracing::warn!(peer = peer.label(), error = %format!("{e:#}"), "Not started, skipped");
                 continue;
             }
         };
@@ -110,15 +110,17 @@ async fn run_on(
             };
             let d = loadgen::measure(&spec(direct.clone())).await?;
             let p = loadgen::measure(&spec(vec![running.url.clone()])).await?;
-            eprintln!(
-                "{} {rate:.0} req/s stream={stream}: direct p50/p99 {:.0}/{:.0} µs, proxy {:.0}/{:.0} µs ({:.0} req/s, {} failed)",
-                peer.label(),
-                d.p50_us,
-                d.p99_us,
-                p.p50_us,
-                p.p99_us,
-                p.achieved_rps,
-                p.failed
+            tracing::info!(
+                peer = peer.label(),
+                rate,
+                stream,
+                direct_p50_us = d.p50_us,
+                direct_p99_us = d.p99_us,
+                proxy_p50_us = p.p50_us,
+                proxy_p99_us = p.p99_us,
+                achieved_rps = p.achieved_rps,
+                failed = p.failed,
+                "Point measured"
             );
             cells.push(Cell {
                 rate,
