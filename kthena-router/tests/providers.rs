@@ -201,6 +201,14 @@ async fn router(up: &FakeProvider) -> TestRouter {
                 .replace("insecureSkipVerify: true", "insecureSkipVerify: false"),
         ),
         ("r4.yaml", route("strict", "strict")),
+        (
+            "r5.yaml",
+            limited_route("metered", "oa", "{inputTokensPerUnit: 20, unit: minute}"),
+        ),
+        (
+            "r6.yaml",
+            limited_route("capped", "oa", "{outputTokensPerUnit: 5, unit: minute}"),
+        ),
     ];
     let dir = tempfile::tempdir().unwrap();
     let mdir = dir.path().join("manifests");
@@ -244,6 +252,11 @@ spec:
   - targetModels: [{{externalModelProviderName: {provider}}}]
 "
     )
+}
+
+/// A route of `model` to `provider` with `rateLimit: <limit>`.
+fn limited_route(model: &str, provider: &str, limit: &str) -> String {
+    format!("{}  rateLimit: {limit}\n", route(model, provider))
 }
 
 #[tokio::test]
@@ -447,4 +460,54 @@ async fn provider_errors_map_to_statuses() {
     assert_eq!(log[0]["error"]["type"], "provider_config");
     assert_eq!(log[2]["error"]["type"], "upstream_transport");
     assert_eq!(log.last().unwrap()["error"]["type"], "upstream_response");
+}
+
+/// A ModelRoute's `rateLimit` applies to its provider targets as to ModelServers: input
+/// tokens are estimated from the prompt, output tokens charged from the provider's
+/// `usage.completion_tokens`; refused requests never reach the provider.
+#[tokio::test]
+async fn rate_limits_apply_to_provider_routes() {
+    let up = FakeProvider::start().await;
+    let r = router(&up).await;
+    let url = format!("{}/v1/chat/completions", r.url());
+    let ask = |model: &str| {
+        let body = json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+        post(&url, body.to_string(), &[])
+    };
+    // 20 input tokens per minute; "hi" renders to 30 characters, 8 tokens: two fit.
+    let mut statuses = Vec::new();
+    let mut last = None;
+    for _ in 0..3 {
+        let (status, headers, body) = ask("metered").await;
+        statuses.push(status.as_u16());
+        last = Some((headers, body));
+    }
+    assert_eq!(statuses, [200, 200, 429]);
+    let (headers, body) = last.take().unwrap();
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["error"]["code"], "rate_limit_exceeded");
+    assert_eq!(v["error"]["message"], "input token rate limit exceeded");
+    // 4 tokens missing at 20 per minute.
+    assert_eq!(headers["retry-after"], "12");
+
+    // 5 output tokens per minute; the provider reports 3 per answer: the second request
+    // still finds a token, the third finds the bucket in debt.
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        let (status, headers, body) = ask("capped").await;
+        statuses.push(status.as_u16());
+        last = Some((headers, body));
+    }
+    assert_eq!(statuses, [200, 200, 429]);
+    let (headers, body) = last.take().unwrap();
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["error"]["message"], "output token rate limit exceeded");
+    // -1 left, 1 needed: 2 tokens at 5 per minute.
+    assert_eq!(headers["retry-after"], "24");
+
+    assert_eq!(up.got().len(), 4, "refused requests are not sent");
+    let series = "kthena_router_rate_limit_exceeded_total{model=\"metered\",limit_type=\"input_tokens\",path=\"/v1/chat/completions\"}";
+    assert_eq!(r.metric(series).await, 1.0);
+    let series = "kthena_router_rate_limit_exceeded_total{model=\"capped\",limit_type=\"output_tokens\",path=\"/v1/chat/completions\"}";
+    assert_eq!(r.metric(series).await, 1.0);
 }

@@ -31,30 +31,42 @@ async fn run<S>(
 where
     S: Service<Request<()>, Response = Response<RespBody>, Error = Error>,
 {
-    let parsed = ext::<Parsed>(&req, "parsed request")?;
+    admit(&shared, &req).await?;
+    inner.call(req).await
+}
+
+/// Admits `req` by its model's token rate limit (when its route has one) and arranges for
+/// the answer's output tokens to be charged; the route stage calls it directly for
+/// ExternalModelProvider targets, which leave the pipeline before this stage.
+///
+/// # Errors
+/// [`Error::RateLimited`] (429) or [`Error::RateLimitUnavailable`] (503).
+pub(super) async fn admit(shared: &Shared, req: &Request<()>) -> Result<(), Error> {
+    let parsed = ext::<Parsed>(req, "parsed request")?;
     let model = &parsed.req.model;
     let snap = &parsed.snap;
     let limits = &shared.rate_limits;
-    if let Some(limiter) = limits.for_model(snap.generation, &snap.route_objects, model) {
-        // Go's estimate, as Go routers sharing the Redis count it.
-        let tokens = estimate_tokens(&parsed.req.prompt_text);
-        if let Err(e) = limiter.admit(tokens).await {
-            if let Error::RateLimited { kind, .. } = &e {
-                shared
-                    .metrics
-                    .rate_limit
-                    .exceeded(model, kind, req.uri().path());
-            }
-            return Err(e);
+    let Some(limiter) = limits.for_model(snap.generation, &snap.route_objects, model) else {
+        return Ok(());
+    };
+    // Go's estimate, as Go routers sharing the Redis count it.
+    let tokens = estimate_tokens(&parsed.req.prompt_text);
+    if let Err(e) = limiter.admit(tokens).await {
+        if let Error::RateLimited { kind, .. } = &e {
+            shared
+                .metrics
+                .rate_limit
+                .exceeded(model, kind, req.uri().path());
         }
-        if limiter.limits_output()
-            && let Some(acct) = req.extensions().get::<Accounting>()
-        {
-            let tasks = shared.rate_limits.charges().clone();
-            acct.on_output_tokens(Box::new(move |n| limiter.charge_output(n, &tasks)));
-        }
+        return Err(e);
     }
-    inner.call(req).await
+    if limiter.limits_output()
+        && let Some(acct) = req.extensions().get::<Accounting>()
+    {
+        let tasks = shared.rate_limits.charges().clone();
+        acct.on_output_tokens(Box::new(move |n| limiter.charge_output(n, &tasks)));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

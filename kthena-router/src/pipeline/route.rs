@@ -38,8 +38,12 @@ where
             req.extensions_mut().insert(routed);
             inner.call(req).await
         }
-        // An external provider: no endpoints to admit, tokenize for or schedule.
-        Target::Provider(p) => crate::provider::forward::forward(shared, req, p).await,
+        // An external provider: the route's token rate limit applies; there are no
+        // endpoints to admit, tokenize for or schedule.
+        Target::Provider(p) => {
+            super::ratelimit::admit(&shared, &req).await?;
+            crate::provider::forward::forward(shared, req, p).await
+        }
     }
 }
 
