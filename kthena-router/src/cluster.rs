@@ -1,5 +1,8 @@
-//! Cluster mode: kube-rs reflectors on ModelRoute, ModelServer and Pod (all namespaces)
-//! feed the same routing [`Snapshot`](crate::discovery::Snapshot) as standalone mode.
+//! Cluster mode: kube-rs reflectors on ModelRoute, ModelServer, ExternalModelProvider, Pod
+//! and the credential Secrets (label [`CREDENTIAL_LABEL`]` = "true"`; all namespaces) feed
+//! the same routing [`Snapshot`](crate::discovery::Snapshot) as standalone mode. After each
+//! rebuild the ExternalModelProviders' status conditions are written where they changed
+//! (`crate::provider::status`).
 //!
 //! Go Kthena's semantics (spec §2.16): a pod is an endpoint when it is `Running`, `Ready`
 //! and not being deleted, bound to every ModelServer of its namespace whose
@@ -11,7 +14,7 @@
 //! snapshot while the API server is away. Events are coalesced for [`REBUILD_DEBOUNCE`]
 //! before a rebuild; endpoints that persist keep their state (in-flight counts, scraped
 //! metrics, KV index entries). New endpoints are scraped at once. `/readyz` turns 200 once
-//! all three reflectors have listed and the first snapshot's endpoints were scraped.
+//! all the reflectors have listed and the first snapshot's endpoints were scraped.
 
 use std::collections::HashSet;
 use std::fmt::Debug;
@@ -22,9 +25,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kthena_api::networking::InferenceEngine;
-use kthena_api::{ModelRoute, ModelServer};
+use kthena_api::{ExternalModelProvider, ModelRoute, ModelServer};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -34,7 +37,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, EndpointConfig};
-use crate::discovery::Loader;
+use crate::discovery::{ClusterObjects, Loader};
+use crate::provider::{CREDENTIAL_LABEL, Secrets};
 use crate::error::Result;
 use crate::scrape::scrape_all;
 use crate::service::Shared;
@@ -61,12 +65,15 @@ pub(crate) async fn connect() -> Result<Client> {
     Ok(Client::try_default().await?)
 }
 
-/// The three stores the snapshot is built from.
+/// The stores the snapshot is built from.
 #[derive(Debug, Clone)]
 struct Stores {
     routes: Store<ModelRoute>,
     servers: Store<ModelServer>,
     pods: Store<Pod>,
+    providers: Store<ExternalModelProvider>,
+    /// Only the Secrets labelled [`CREDENTIAL_LABEL`]` = "true"`.
+    secrets: Store<Secret>,
 }
 
 /// Starts the reflectors and the rebuild task, which marks `shared` synced after the first
@@ -81,12 +88,16 @@ pub(crate) fn spawn(
     tasks: &TaskTracker,
 ) {
     let changed = Arc::new(Notify::new());
+    let credentials = watcher::Config::default().labels(&format!("{CREDENTIAL_LABEL}=true"));
     let stores = Stores {
         routes: reflect(Api::all(client.clone()), &changed, cancel, tasks),
         servers: reflect(Api::all(client.clone()), &changed, cancel, tasks),
         pods: reflect(Api::all(client.clone()), &changed, cancel, tasks),
+        providers: reflect(Api::all(client.clone()), &changed, cancel, tasks),
+        secrets: reflect_with(Api::all(client.clone()), credentials, &changed, cancel, tasks),
     };
     let mut rebuilder = Rebuilder {
+        client: client.clone(),
         shared,
         loader,
         cfg,
@@ -128,6 +139,21 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
+    reflect_with(api, watcher::Config::default(), changed, cancel, tasks)
+}
+
+/// [`reflect`] with a watcher configuration (a label selector).
+pub(crate) fn reflect_with<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    changed: &Arc<Notify>,
+    cancel: &CancellationToken,
+    tasks: &TaskTracker,
+) -> Store<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
     let (store, writer) = reflector::store();
     let kind = K::kind(&K::DynamicType::default()).into_owned();
     let changed = Arc::clone(changed);
@@ -135,7 +161,7 @@ where
     tasks.spawn(async move {
         let stream = reflector::reflector(
             writer,
-            watcher(api, watcher::Config::default()).default_backoff(),
+            watcher(api, config).default_backoff(),
         );
         let mut stream = std::pin::pin!(stream);
         loop {
@@ -156,20 +182,42 @@ where
 }
 
 impl Stores {
-    /// Waits for the first list of all three; false when a reflector stopped first.
+    /// Waits for the first list of every store; false when a reflector stopped first.
     async fn wait_until_ready(&self) -> bool {
-        let (a, b, c) = tokio::join!(
+        let (a, b, c, d, e) = tokio::join!(
             self.routes.wait_until_ready(),
             self.servers.wait_until_ready(),
-            self.pods.wait_until_ready()
+            self.pods.wait_until_ready(),
+            self.providers.wait_until_ready(),
+            self.secrets.wait_until_ready()
         );
-        a.is_ok() && b.is_ok() && c.is_ok()
+        a.is_ok() && b.is_ok() && c.is_ok() && d.is_ok() && e.is_ok()
+    }
+
+    /// The credential Secrets' values (UTF-8, lossy) by Secret and key.
+    fn secrets(&self) -> Secrets {
+        let mut out = Secrets::new(MISSING_HINT);
+        for s in self.secrets.state() {
+            let ns = s.metadata.namespace.as_deref().unwrap_or("default");
+            let name = s.metadata.name.as_deref().unwrap_or("");
+            out.add_secret(ns, name);
+            for (k, v) in s.data.iter().flatten() {
+                out.insert(ns, name, k, String::from_utf8_lossy(&v.0).into_owned());
+            }
+        }
+        out
     }
 }
 
+/// What a request to a provider whose Secret is missing is told in cluster mode (the
+/// label is [`CREDENTIAL_LABEL`]).
+const MISSING_HINT: &str = " (the router reads only Secrets labelled \
+     networking.serving.volcano.sh/external-model-provider-credential=true)";
+
 /// Builds snapshots from the stores.
-#[derive(Debug)]
 struct Rebuilder {
+    /// Writes the providers' statuses.
+    client: Client,
     shared: Arc<Shared>,
     loader: Loader,
     cfg: Config,
@@ -179,18 +227,33 @@ struct Rebuilder {
     warned: HashSet<String>,
 }
 
+impl std::fmt::Debug for Rebuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rebuilder")
+            .field("stores", &self.stores)
+            .field("warned", &self.warned.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Rebuilder {
     /// Rebuilds and swaps the snapshot, then scrapes the new endpoints: awaited on the
     /// first sync (which then marks the router synced), in the background afterwards.
     async fn rebuild(&mut self, tasks: &TaskTracker, first: bool) {
         let routes = valid_objects(&self.stores.routes.state(), &mut self.warned);
         let servers = valid_objects(&self.stores.servers.state(), &mut self.warned);
+        let provider_objects = self.stores.providers.state();
+        let providers = valid_objects(&provider_objects, &mut self.warned);
         let pods = self.stores.pods.state();
         let endpoints = pod_endpoints(&pods, &servers);
-        let snap = match self
-            .loader
-            .load_cluster(&self.cfg, routes, servers, endpoints)
-        {
+        let objects = ClusterObjects {
+            routes,
+            servers,
+            endpoints,
+            providers,
+            secrets: self.stores.secrets(),
+        };
+        let snap = match self.loader.load_cluster_objects(&self.cfg, objects) {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "Cannot build the routing snapshot");
@@ -214,7 +277,9 @@ impl Rebuilder {
             "Routing snapshot rebuilt"
         );
         self.shared.metrics.config_warnings(&snap.warnings);
-        self.shared.snapshot.store(Arc::new(snap));
+        let snap = Arc::new(snap);
+        self.shared.snapshot.store(Arc::clone(&snap));
+        crate::provider::status::write_all(&self.client, &provider_objects, &snap.providers).await;
         let shared = Arc::clone(&self.shared);
         let ScrapeSettings {
             concurrency,
@@ -292,6 +357,7 @@ macro_rules! validated {
 }
 validated!(ModelRoute, "ModelRoute");
 validated!(ModelServer, "ModelServer");
+validated!(ExternalModelProvider, "ExternalModelProvider");
 
 /// Whether a pod serves traffic: phase `Running`, condition `Ready=True`, no
 /// `deletionTimestamp`, and a pod IP.

@@ -55,7 +55,7 @@ pub struct Snapshot {
     pub routes: RouteTable,
     /// ModelServers by `namespace/name`.
     pub servers: HashMap<String, Arc<Server>>,
-    /// ExternalModelProviders by `namespace/name` (standalone mode).
+    /// ExternalModelProviders by `namespace/name`.
     pub providers: HashMap<String, Arc<crate::provider::Provider>>,
     /// Every configured endpoint.
     pub endpoints: Vec<Arc<Endpoint>>,
@@ -126,6 +126,21 @@ struct Sourced<T> {
     object: T,
 }
 
+/// The API server's objects a cluster-mode snapshot is built from (valid ones only).
+#[derive(Debug, Default)]
+pub(crate) struct ClusterObjects {
+    /// ModelRoutes.
+    pub(crate) routes: Vec<ModelRoute>,
+    /// ModelServers.
+    pub(crate) servers: Vec<ModelServer>,
+    /// The ready pods some ModelServer selects.
+    pub(crate) endpoints: Vec<EndpointConfig>,
+    /// ExternalModelProviders.
+    pub(crate) providers: Vec<kthena_api::networking::ExternalModelProvider>,
+    /// The labelled credential Secrets.
+    pub(crate) secrets: crate::provider::Secrets,
+}
+
 /// What a snapshot is built from, whatever the discovery source.
 #[derive(Debug, Default)]
 struct Inputs {
@@ -136,7 +151,7 @@ struct Inputs {
     dirs: Vec<PathBuf>,
     /// ExternalModelProvider manifests and the credentials standing in for their Secrets.
     providers: Vec<kthena_api::networking::ExternalModelProvider>,
-    secrets: BTreeMap<(String, String, String), String>,
+    secrets: crate::provider::Secrets,
     /// Warnings found while reading the manifests (unknown fields).
     warnings: Vec<crate::warnings::ConfigWarning>,
 }
@@ -207,6 +222,31 @@ impl Loader {
         servers: Vec<ModelServer>,
         endpoints: Vec<EndpointConfig>,
     ) -> Result<Snapshot> {
+        let objects = ClusterObjects {
+            routes,
+            servers,
+            endpoints,
+            ..ClusterObjects::default()
+        };
+        self.load_cluster_objects(cfg, objects)
+    }
+
+    /// [`Loader::load_cluster`] with every kind of object, providers and Secrets included.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when the scheduler section is rejected (first call only).
+    pub(crate) fn load_cluster_objects(
+        &mut self,
+        cfg: &Config,
+        objects: ClusterObjects,
+    ) -> Result<Snapshot> {
+        let ClusterObjects {
+            routes,
+            servers,
+            endpoints,
+            providers,
+            secrets,
+        } = objects;
         let (scheduler, kv) = match &self.fixed {
             Some((s, k)) => (Arc::clone(s), Arc::clone(k)),
             None => {
@@ -247,6 +287,8 @@ impl Loader {
                 })
                 .collect(),
             endpoints,
+            providers,
+            secrets,
             ..Inputs::default()
         };
         self.build(inputs, OnInvalid::Skip, scheduler, kv, None)
@@ -306,14 +348,10 @@ impl Loader {
         }
         let (table, route_objects, first_seen, next_seq) =
             self.compile_routes(inputs.routes, on_invalid)?;
-        let secret = |ns: &str, name: &str, key: &str| {
-            let k = (ns.to_owned(), name.to_owned(), key.to_owned());
-            inputs.secrets.get(&k).cloned()
-        };
         let providers: HashMap<String, Arc<crate::provider::Provider>> = inputs
             .providers
             .iter()
-            .map(|p| crate::provider::Provider::resolve(p, &secret))
+            .map(|p| crate::provider::Provider::resolve(p, &inputs.secrets))
             .map(|p| (p.key.clone(), Arc::new(p)))
             .collect();
 

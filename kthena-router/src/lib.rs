@@ -44,6 +44,7 @@ mod accesslog;
 mod accounting;
 mod auth;
 mod cluster;
+mod conditions;
 mod config;
 mod debug;
 mod discovery;
@@ -110,7 +111,8 @@ pub use overload::{Breaker, BreakerState, OverloadConfig, OverloadMetrics};
 pub use pd::{Connector, PdEndpoint, PdLayout, PdMetrics};
 pub use plugin_metrics::{KVCACHE_BUCKETS, KvStage, PLUGIN_BUCKETS, PluginMetrics};
 pub use provider::{
-    ALLOWED_HEADERS, ANTHROPIC_HEADERS, Provider, RESERVED_HEADERS, SecretSource, read_secrets,
+    ALLOWED_HEADERS, ANTHROPIC_HEADERS, CREDENTIAL_LABEL, CredentialState, Provider,
+    RESERVED_HEADERS, SecretSource, Secrets, read_secrets,
 };
 pub use proxy::{BoxError, ProxyBody, RespBody};
 pub use queue::{FairnessConfig, QueueConfig, QueueMetrics, QueueMode, SessionBoostConfig};

@@ -1,7 +1,9 @@
 //! ExternalModelProvider targets through the router, against local HTTPS servers that speak
-//! the OpenAI and Anthropic wire formats (self-signed certificates, `insecureSkipVerify`).
+//! the OpenAI and Anthropic wire formats (self-signed certificates, `insecureSkipVerify`):
+//! standalone mode, and cluster mode on the real API server (kthena-testenv).
 #![allow(clippy::unwrap_used, reason = "tests")]
 
+mod cluster_support;
 mod common;
 
 use std::collections::HashMap;
@@ -510,4 +512,183 @@ async fn rate_limits_apply_to_provider_routes() {
     assert_eq!(r.metric(series).await, 1.0);
     let series = "kthena_router_rate_limit_exceeded_total{model=\"capped\",limit_type=\"output_tokens\",path=\"/v1/chat/completions\"}";
     assert_eq!(r.metric(series).await, 1.0);
+}
+
+/// The request's `(status, error message)` in cluster mode.
+async fn ask_cluster(r: &cluster_support::ClusterRouter, model: &str) -> (u16, String) {
+    let body = json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+    let (status, _, out) = post(
+        &format!("{}/v1/chat/completions", r.url()),
+        body.to_string(),
+        &[],
+    )
+    .await;
+    let v: Value = serde_json::from_slice(&out).unwrap_or(Value::Null);
+    let msg = v["error"]["message"].as_str().unwrap_or_default().to_owned();
+    (status.as_u16(), msg)
+}
+
+/// Polls until the request's status is `want` (10 s at most); returns the error message.
+async fn until_status(r: &cluster_support::ClusterRouter, model: &str, want: u16) -> String {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (status, msg) = ask_cluster(r, model).await;
+        if status == want {
+            return msg;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still {status} ({msg}), not {want}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// `(type, status, reason, message)` of the provider's conditions once they satisfy
+/// `done` (10 s at most), and its `observedGeneration`.
+async fn until_conditions(
+    api: &kube::Api<kthena_api::ExternalModelProvider>,
+    name: &str,
+    done: impl Fn(&[(String, String, String, String)]) -> bool,
+) -> (Vec<(String, String, String, String)>, Option<i64>) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let p = api.get(name).await.unwrap();
+        let st = p.status.unwrap_or_default();
+        let got: Vec<_> = st
+            .conditions
+            .iter()
+            .map(|c| {
+                (
+                    c.type_.clone(),
+                    c.status.clone(),
+                    c.reason.clone(),
+                    c.message.clone(),
+                )
+            })
+            .collect();
+        if done(&got) {
+            assert_eq!(st.observed_generation, p.metadata.generation);
+            return (got, st.observed_generation);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "conditions never settled: {got:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+fn cond4(t: &str, s: &str, r: &str, m: &str) -> (String, String, String, String) {
+    (t.into(), s.into(), r.into(), m.into())
+}
+
+/// Cluster mode: the router watches ExternalModelProviders and the labelled credential
+/// Secrets. A missing Secret is a 503 naming the label, and the status says
+/// `CredentialNotFound`; the Secret labelled later serves without a restart (the upstream
+/// sees its value), with `Ready=True`; deleting it returns to 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_mode_watches_providers_and_their_secrets() {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+
+    let up = FakeProvider::start().await;
+    let ns = kthena_testenv::namespace("providers").await.unwrap();
+    let n = ns.name().to_owned();
+    let model = format!("{n}-gpt");
+    let providers: kube::Api<kthena_api::ExternalModelProvider> = ns.api();
+    let provider: kthena_api::ExternalModelProvider = serde_json::from_value(json!({
+        "apiVersion": "networking.serving.volcano.sh/v1alpha1", "kind": "ExternalModelProvider",
+        "metadata": {"name": "oa"},
+        "spec": {"providerType": "OpenAI", "baseURL": format!("https://{}/v1", up.addr),
+                 "insecureSkipVerify": true,
+                 "auth": {"secretRef": {"name": "openai", "key": "api-key"}}},
+    }))
+    .unwrap();
+    providers
+        .create(&PostParams::default(), &provider)
+        .await
+        .unwrap();
+    let routes: kube::Api<kthena_api::ModelRoute> = ns.api();
+    let route: kthena_api::ModelRoute = serde_json::from_value(json!({
+        "apiVersion": "networking.serving.volcano.sh/v1alpha1", "kind": "ModelRoute",
+        "metadata": {"name": "gpt"},
+        "spec": {"modelName": model, "rules": [{"targetModels": [{"externalModelProviderName": "oa"}]}]},
+    }))
+    .unwrap();
+    routes.create(&PostParams::default(), &route).await.unwrap();
+    let r = cluster_support::ClusterRouter::start(&ns).await;
+    r.wait_ready().await;
+
+    let label = "networking.serving.volcano.sh/external-model-provider-credential";
+    let msg = until_status(&r, &model, 503).await;
+    assert_eq!(
+        msg,
+        format!(
+            "external provider {n}/oa is not ready: Secret {n}/openai key api-key: not found \
+             (the router reads only Secrets labelled {label}=true)"
+        )
+    );
+    let missing = format!("Credential Secret is not found or does not have label {label}=true");
+    let (got, generation) =
+        until_conditions(&providers, "oa", |c| c.len() == 2 && c[1].2 == "CredentialNotFound").await;
+    assert_eq!(
+        got,
+        [
+            cond4("CredentialsResolved", "False", "CredentialNotFound", &missing),
+            cond4("Ready", "False", "CredentialNotFound", &missing),
+        ]
+    );
+    assert_eq!(generation, Some(1));
+    assert!(up.got().is_empty());
+
+    // The Secret, first without the label (not read), then labelled.
+    let secrets: kube::Api<Secret> = ns.api();
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "openai"}, "stringData": {"api-key": "sk-cluster-1\n"},
+    }))
+    .unwrap();
+    secrets.create(&PostParams::default(), &secret).await.unwrap();
+    assert_eq!(ask_cluster(&r, &model).await.0, 503);
+    let patch = json!({"metadata": {"labels": {label: "true"}}});
+    secrets
+        .patch("openai", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    until_status(&r, &model, 200).await;
+    let got = up.got();
+    assert_eq!(got[0].headers["authorization"], "Bearer sk-cluster-1");
+    assert_eq!(got[0].path, "/v1/chat/completions");
+    let (got, _) = until_conditions(&providers, "oa", |c| c.len() == 2 && c[1].1 == "True").await;
+    assert_eq!(
+        got,
+        [
+            cond4(
+                "CredentialsResolved",
+                "True",
+                "CredentialResolved",
+                "Credential Secret and key are available"
+            ),
+            cond4(
+                "Ready",
+                "True",
+                "Ready",
+                "External provider configuration is ready"
+            ),
+        ]
+    );
+    let text = std::fs::read_to_string(r.dir.path().join("access.log")).unwrap();
+    let log: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(log["backend_type"], "external_provider", "{log}");
+    assert_eq!(log["backend_name"], format!("{n}/oa"), "{log}");
+    assert_eq!(log["output_tokens"], 3, "{log}");
+
+    // The Secret deleted: 503 again, and the status follows.
+    secrets
+        .delete("openai", &DeleteParams::default())
+        .await
+        .unwrap();
+    until_status(&r, &model, 503).await;
+    until_conditions(&providers, "oa", |c| c.len() == 2 && c[1].2 == "CredentialNotFound").await;
+    r.router.shutdown().await;
 }

@@ -3,7 +3,6 @@
 //! conditions, HTTPRoute per-parent `Accepted`/`ResolvedRefs`. A condition keeps its
 //! `lastTransitionTime` while status, reason and message stay the same.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kthena_api::gateway::{
     Gateway, GatewayStatus, HTTPRoute, HTTPRouteStatus, ListenerStatus, RouteGroupKind,
     RouteParentStatus,
@@ -11,45 +10,8 @@ use kthena_api::gateway::{
 use kthena_api::networking::ParentReference;
 
 use super::table::GatewayTable;
+use crate::conditions::{cond, keep_times, same_conditions};
 use super::{CONTROLLER_NAME, GATEWAY_CLASS};
-
-fn cond(t: &str, ok: bool, reason: &str, message: String, generation: Option<i64>) -> Condition {
-    Condition {
-        type_: t.to_owned(),
-        status: if ok { "True" } else { "False" }.to_owned(),
-        reason: reason.to_owned(),
-        message,
-        observed_generation: generation,
-        last_transition_time: Time(jiff::Timestamp::now()),
-    }
-}
-
-/// `new` with the `lastTransitionTime` of the same-typed condition in `old` when nothing
-/// else changed.
-fn keep_times(old: &[Condition], mut new: Vec<Condition>) -> Vec<Condition> {
-    for c in &mut new {
-        if let Some(o) = old.iter().find(|o| o.type_ == c.type_)
-            && o.status == c.status
-            && o.reason == c.reason
-            && o.message == c.message
-        {
-            c.last_transition_time = o.last_transition_time.clone();
-        }
-    }
-    new
-}
-
-/// Whether two condition lists agree on type, status, reason and message (Go's
-/// `conditionsEqual`: the write is skipped then).
-pub(crate) fn same_conditions(a: &[Condition], b: &[Condition]) -> bool {
-    a.len() == b.len()
-        && a.iter().zip(b).all(|(x, y)| {
-            x.type_ == y.type_
-                && x.status == y.status
-                && x.reason == y.reason
-                && x.message == y.message
-        })
-}
 
 /// The status of a Gateway of class `kthena-router`; listeners on a port other than
 /// `port` (the router's) are not served and fail.
@@ -309,6 +271,8 @@ fn resolve_refs(route: &HTTPRoute, ns: &str, table: &GatewayTable) -> (bool, Str
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
     use super::*;
 

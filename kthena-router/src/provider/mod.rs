@@ -3,13 +3,16 @@
 //! name. This module resolves a provider manifest and its credential into a [`Provider`];
 //! [`forward`] proxies a request to it.
 //!
-//! In standalone mode a credential (`spec.auth.secretRef`, a Secret name and key) comes from
-//! `standalone.secrets` ([`SecretSource`]): a file or an environment variable standing in for
-//! the Secret's key.
+//! A credential (`spec.auth.secretRef`, a Secret name and key) comes from [`Secrets`]: in
+//! standalone mode `standalone.secrets` ([`SecretSource`], a file or an environment variable
+//! standing in for the Secret's key), in cluster mode the Secrets labelled
+//! [`CREDENTIAL_LABEL`]` = "true"` (Go Kthena's label); [`status`] writes the provider's
+//! status conditions there.
 
 // A leaf module (no `crate::` imports): config and discovery use its types; the request path
 // reaches `forward` by its own path.
 pub(crate) mod forward;
+pub(crate) mod status;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -86,6 +89,72 @@ fn default_namespace() -> String {
     "default".into()
 }
 
+/// The label (value `"true"`) a Secret needs in cluster mode to be read as a credential
+/// (Go Kthena's `ExternalModelProviderSecretLabelKey`): the router watches only those.
+pub const CREDENTIAL_LABEL: &str = "networking.serving.volcano.sh/external-model-provider-credential";
+
+/// Credential values by Secret (`namespace`, `name`) and key.
+#[derive(Debug, Clone, Default)]
+pub struct Secrets {
+    by_secret: BTreeMap<(String, String), BTreeMap<String, String>>,
+    /// Appended to the reason of a missing Secret (cluster mode: the label it needs).
+    missing_hint: &'static str,
+}
+
+impl Secrets {
+    /// No Secret; a missing Secret's reason is "not found" followed by `missing_hint`.
+    #[must_use]
+    pub fn new(missing_hint: &'static str) -> Self {
+        Self {
+            by_secret: BTreeMap::new(),
+            missing_hint,
+        }
+    }
+
+    /// Records Secret `namespace/name` (also when it has no key).
+    pub fn add_secret(&mut self, namespace: &str, name: &str) {
+        self.by_secret
+            .entry((namespace.to_owned(), name.to_owned()))
+            .or_default();
+    }
+
+    /// Records `key` of Secret `namespace/name`.
+    pub fn insert(&mut self, namespace: &str, name: &str, key: &str, value: String) {
+        self.by_secret
+            .entry((namespace.to_owned(), name.to_owned()))
+            .or_default()
+            .insert(key.to_owned(), value);
+    }
+
+    fn lookup(&self, namespace: &str, name: &str, key: &str) -> Result<&str, CredentialState> {
+        let secret = self
+            .by_secret
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .ok_or(CredentialState::NotFound)?;
+        secret
+            .get(key)
+            .filter(|v| !v.is_empty())
+            .map(String::as_str)
+            .ok_or(CredentialState::KeyNotFound)
+    }
+}
+
+/// Where a provider's credential stands: Go Kthena's `CredentialsResolved` reasons.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CredentialState {
+    /// No `spec.auth` (`CredentialNotRequired`).
+    NotRequired,
+    /// The Secret and key hold a usable value (`CredentialResolved`).
+    Resolved,
+    /// No such Secret (`CredentialNotFound`).
+    NotFound,
+    /// The Secret lacks the key, or its value is empty (`CredentialKeyNotFound`).
+    KeyNotFound,
+    /// The value cannot be sent: blank after trimming, or not a header value
+    /// (`CredentialInvalid`, with the reason).
+    Invalid(String),
+}
+
 /// A resolved `ExternalModelProvider`.
 #[derive(Debug, Clone)]
 pub struct Provider {
@@ -104,49 +173,53 @@ pub struct Provider {
     /// The credential header, `None` without `spec.auth`; `Err` with the reason the provider
     /// is not ready (Secret or key missing, invalid configuration).
     pub credential: Result<Option<(HeaderName, HeaderValue)>, String>,
+    /// How the credential was resolved (the `CredentialsResolved` condition).
+    pub credential_state: CredentialState,
+    /// Why the spec cannot be used (`Ready=False`, `ConfigurationInvalid`): a reserved or
+    /// invalid `spec.headers` name, an unparsable `baseURL`.
+    pub config_error: Option<String>,
 }
 
 impl Provider {
-    /// Resolves `p` (defaults applied); `secret(namespace, name, key)` looks a credential up
-    /// (`None`: no such Secret or key).
+    /// Resolves `p` (defaults applied) with its credential from `secrets`.
     #[must_use]
-    pub fn resolve(
-        p: &ExternalModelProvider,
-        secret: &dyn Fn(&str, &str, &str) -> Option<String>,
-    ) -> Self {
+    pub fn resolve(p: &ExternalModelProvider, secrets: &Secrets) -> Self {
         let ns = p.metadata.namespace.as_deref().unwrap_or("default");
         let name = p.metadata.name.as_deref().unwrap_or_default();
         let s = &p.spec;
         let kind = s.provider_type.unwrap_or_default();
-        let mut headers = Vec::new();
-        let mut invalid = None;
-        for (k, v) in &s.headers {
-            match (
-                HeaderName::try_from(k.as_str()),
-                HeaderValue::try_from(v.as_str()),
-            ) {
-                (Ok(n), _) if RESERVED_HEADERS.contains(&n.as_str()) => {
-                    invalid = Some(format!("spec.headers: {k} may not be set here"));
-                }
-                (Ok(n), Ok(v)) => headers.push((n, v)),
-                _ => invalid = Some(format!("spec.headers: {k} is not a valid header")),
-            }
-        }
-        if s.base_url.parse::<Uri>().is_err() {
-            invalid = Some(format!("spec.baseURL {:?} is not a URL", s.base_url));
-        }
-        let credential = match (invalid, &s.auth) {
-            (Some(reason), _) => Err(reason),
-            (None, None) => Ok(None),
-            (None, Some(auth)) => {
+        let (headers, config_error) = check_spec(s);
+        let (credential_state, header) = match &s.auth {
+            None => (CredentialState::NotRequired, None),
+            Some(auth) => {
                 let r = &auth.secret_ref;
                 let scheme = auth.scheme.unwrap_or(match kind {
                     ProviderType::OpenAI => AuthScheme::Bearer,
                     ProviderType::Anthropic => AuthScheme::ApiKey,
                 });
-                credential(secret(ns, &r.name, &r.key), scheme)
-                    .map_err(|why| format!("Secret {ns}/{} key {}: {why}", r.name, r.key))
+                match secrets
+                    .lookup(ns, &r.name, &r.key)
+                    .and_then(|v| credential(v, scheme))
+                {
+                    Ok(h) => (CredentialState::Resolved, Some(h)),
+                    Err(state) => (state, None),
+                }
             }
+        };
+        let credential = match (&config_error, &credential_state, &s.auth) {
+            (Some(reason), _, _) => Err(reason.clone()),
+            (None, CredentialState::NotRequired | CredentialState::Resolved, _) => Ok(header),
+            (None, state, Some(auth)) => {
+                let why = match state {
+                    CredentialState::NotFound => format!("not found{}", secrets.missing_hint),
+                    CredentialState::KeyNotFound => "key not found or empty".into(),
+                    CredentialState::Invalid(why) => why.clone(),
+                    CredentialState::NotRequired | CredentialState::Resolved => String::new(),
+                };
+                let r = &auth.secret_ref;
+                Err(format!("Secret {ns}/{} key {}: {why}", r.name, r.key))
+            }
+            (None, _, None) => Ok(None),
         };
         Self {
             key: format!("{ns}/{name}"),
@@ -156,6 +229,8 @@ impl Provider {
             insecure_skip_verify: s.insecure_skip_verify.unwrap_or(false),
             headers,
             credential,
+            credential_state,
+            config_error,
         }
     }
 
@@ -198,39 +273,64 @@ impl Provider {
     }
 }
 
+/// The checked `spec.headers`, and the first reason the spec is unusable.
+fn check_spec(
+    s: &kthena_api::networking::ExternalModelProviderSpec,
+) -> (Vec<(HeaderName, HeaderValue)>, Option<String>) {
+    let mut headers = Vec::new();
+    let mut invalid = None;
+    for (k, v) in &s.headers {
+        match (
+            HeaderName::try_from(k.as_str()),
+            HeaderValue::try_from(v.as_str()),
+        ) {
+            (Ok(n), _) if RESERVED_HEADERS.contains(&n.as_str()) => {
+                invalid = Some(format!("spec.headers: {k} may not be set here"));
+            }
+            (Ok(n), Ok(v)) => headers.push((n, v)),
+            _ => invalid = Some(format!("spec.headers: {k} is not a valid header")),
+        }
+    }
+    if s.base_url.parse::<Uri>().is_err() {
+        invalid = Some(format!("spec.baseURL {:?} is not a URL", s.base_url));
+    }
+    (headers, invalid)
+}
+
+/// The credential header of a Secret value (trimmed, as Go Kthena does).
 fn credential(
-    value: Option<String>,
+    value: &str,
     scheme: AuthScheme,
-) -> Result<Option<(HeaderName, HeaderValue)>, String> {
-    let value = value.ok_or("not found")?;
+) -> Result<(HeaderName, HeaderValue), CredentialState> {
     let value = value.trim();
     if value.is_empty() {
-        return Err("empty".into());
+        return Err(CredentialState::Invalid(
+            "the value is only whitespace".into(),
+        ));
     }
     let (name, text) = match scheme {
         AuthScheme::Bearer => (http::header::AUTHORIZATION, format!("Bearer {value}")),
         AuthScheme::ApiKey => (HeaderName::from_static("x-api-key"), value.to_owned()),
     };
-    let mut v = HeaderValue::try_from(text).map_err(|_| "not a valid header value".to_owned())?;
+    let mut v = HeaderValue::try_from(text)
+        .map_err(|_| CredentialState::Invalid("not a valid header value".into()))?;
     v.set_sensitive(true);
-    Ok(Some((name, v)))
+    Ok((name, v))
 }
 
-/// The values of `standalone.secrets`, by `(namespace, name, key)`: files are read now
-/// (relative to `base_dir`), environment values were read with the config.
+/// The values of `standalone.secrets`: files are read now (relative to `base_dir`),
+/// environment values were read with the config. A source whose file or variable is
+/// missing leaves its key out.
 #[must_use]
-pub fn read_secrets(
-    sources: &[SecretSource],
-    base_dir: &std::path::Path,
-) -> BTreeMap<(String, String, String), String> {
-    let mut out = BTreeMap::new();
+pub fn read_secrets(sources: &[SecretSource], base_dir: &std::path::Path) -> Secrets {
+    let mut out = Secrets::new("");
     for s in sources {
         let value = match &s.file {
             Some(f) => std::fs::read_to_string(base_dir.join(f)).ok(),
             None => s.env_value.clone(),
         };
         if let Some(v) = value {
-            out.insert((s.namespace.clone(), s.name.clone(), s.key.clone()), v);
+            out.insert(&s.namespace, &s.name, &s.key, v);
         }
     }
     out
@@ -251,7 +351,7 @@ mod tests {
 
     #[test]
     fn rewrites_paths_as_go_kthena() {
-        let none = |_: &str, _: &str, _: &str| None;
+        let none = Secrets::default();
         let cases = [
             (
                 "OpenAI",
@@ -305,12 +405,10 @@ mod tests {
     #[test]
     fn resolves_credentials_and_rejects_reserved_headers() {
         let auth = "  auth: {secretRef: {name: s, key: k}}\n";
-        let found = |ns: &str, n: &str, k: &str| {
-            (ns, n, k)
-                .eq(&("ns", "s", "k"))
-                .then(|| " sk-1\n".to_owned())
-        };
+        let mut found = Secrets::new(" (hint)");
+        found.insert("ns", "s", "k", " sk-1\n".into());
         let p = Provider::resolve(&provider("OpenAI", "https://h", auth), &found);
+        assert_eq!(p.credential_state, CredentialState::Resolved);
         let (n, v) = p.credential.unwrap().unwrap();
         assert_eq!(
             (n.as_str(), v.to_str().unwrap()),
@@ -319,11 +417,31 @@ mod tests {
         let p = Provider::resolve(&provider("Anthropic", "https://h", auth), &found);
         let (n, v) = p.credential.unwrap().unwrap();
         assert_eq!((n.as_str(), v.to_str().unwrap()), ("x-api-key", "sk-1"));
-        let missing = |_: &str, _: &str, _: &str| None;
+        let missing = Secrets::new(" (hint)");
         let p = Provider::resolve(&provider("OpenAI", "https://h", auth), &missing);
-        assert_eq!(p.credential.unwrap_err(), "Secret ns/s key k: not found");
+        assert_eq!(p.credential_state, CredentialState::NotFound);
+        assert_eq!(
+            p.credential.unwrap_err(),
+            "Secret ns/s key k: not found (hint)"
+        );
+        let mut other_key = Secrets::default();
+        other_key.insert("ns", "s", "other", "x".into());
+        let p = Provider::resolve(&provider("OpenAI", "https://h", auth), &other_key);
+        assert_eq!(p.credential_state, CredentialState::KeyNotFound);
+        let mut blank = Secrets::default();
+        blank.insert("ns", "s", "k", " \n".into());
+        let p = Provider::resolve(&provider("OpenAI", "https://h", auth), &blank);
+        assert_eq!(
+            p.credential.unwrap_err(),
+            "Secret ns/s key k: the value is only whitespace"
+        );
         let bad = "  headers: {Authorization: x}\n";
         let p = Provider::resolve(&provider("OpenAI", "https://h", bad), &missing);
+        assert_eq!(p.credential_state, CredentialState::NotRequired);
+        assert_eq!(
+            p.config_error.as_deref(),
+            Some("spec.headers: Authorization may not be set here")
+        );
         assert_eq!(
             p.credential.unwrap_err(),
             "spec.headers: Authorization may not be set here"
