@@ -38,8 +38,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, EndpointConfig};
 use crate::discovery::{ClusterObjects, Loader};
-use crate::provider::{CREDENTIAL_LABEL, Secrets};
 use crate::error::Result;
+use crate::provider::{CREDENTIAL_LABEL, Secrets};
 use crate::scrape::scrape_all;
 use crate::service::Shared;
 
@@ -94,7 +94,13 @@ pub(crate) fn spawn(
         servers: reflect(Api::all(client.clone()), &changed, cancel, tasks),
         pods: reflect(Api::all(client.clone()), &changed, cancel, tasks),
         providers: reflect(Api::all(client.clone()), &changed, cancel, tasks),
-        secrets: reflect_with(Api::all(client.clone()), credentials, &changed, cancel, tasks),
+        secrets: reflect_with(
+            Api::all(client.clone()),
+            credentials,
+            &changed,
+            cancel,
+            tasks,
+        ),
     };
     let mut rebuilder = Rebuilder {
         client: client.clone(),

@@ -524,7 +524,10 @@ async fn ask_cluster(r: &cluster_support::ClusterRouter, model: &str) -> (u16, S
     )
     .await;
     let v: Value = serde_json::from_slice(&out).unwrap_or(Value::Null);
-    let msg = v["error"]["message"].as_str().unwrap_or_default().to_owned();
+    let msg = v["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     (status.as_u16(), msg)
 }
 
@@ -630,12 +633,19 @@ async fn cluster_mode_watches_providers_and_their_secrets() {
         )
     );
     let missing = format!("Credential Secret is not found or does not have label {label}=true");
-    let (got, generation) =
-        until_conditions(&providers, "oa", |c| c.len() == 2 && c[1].2 == "CredentialNotFound").await;
+    let (got, generation) = until_conditions(&providers, "oa", |c| {
+        c.len() == 2 && c[1].2 == "CredentialNotFound"
+    })
+    .await;
     assert_eq!(
         got,
         [
-            cond4("CredentialsResolved", "False", "CredentialNotFound", &missing),
+            cond4(
+                "CredentialsResolved",
+                "False",
+                "CredentialNotFound",
+                &missing
+            ),
             cond4("Ready", "False", "CredentialNotFound", &missing),
         ]
     );
@@ -648,7 +658,10 @@ async fn cluster_mode_watches_providers_and_their_secrets() {
         "metadata": {"name": "openai"}, "stringData": {"api-key": "sk-cluster-1\n"},
     }))
     .unwrap();
-    secrets.create(&PostParams::default(), &secret).await.unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
     assert_eq!(ask_cluster(&r, &model).await.0, 503);
     let patch = json!({"metadata": {"labels": {label: "true"}}});
     secrets
@@ -689,6 +702,9 @@ async fn cluster_mode_watches_providers_and_their_secrets() {
         .await
         .unwrap();
     until_status(&r, &model, 503).await;
-    until_conditions(&providers, "oa", |c| c.len() == 2 && c[1].2 == "CredentialNotFound").await;
+    until_conditions(&providers, "oa", |c| {
+        c.len() == 2 && c[1].2 == "CredentialNotFound"
+    })
+    .await;
     r.router.shutdown().await;
 }

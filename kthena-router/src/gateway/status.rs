@@ -10,8 +10,8 @@ use kthena_api::gateway::{
 use kthena_api::networking::ParentReference;
 
 use super::table::GatewayTable;
-use crate::conditions::{cond, keep_times, same_conditions};
 use super::{CONTROLLER_NAME, GATEWAY_CLASS};
+use crate::conditions::{cond, keep_times, same_conditions};
 
 /// The status of a Gateway of class `kthena-router`; listeners on a port other than
 /// `port` (the router's) are not served and fail.

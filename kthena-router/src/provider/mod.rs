@@ -91,7 +91,8 @@ fn default_namespace() -> String {
 
 /// The label (value `"true"`) a Secret needs in cluster mode to be read as a credential
 /// (Go Kthena's `ExternalModelProviderSecretLabelKey`): the router watches only those.
-pub const CREDENTIAL_LABEL: &str = "networking.serving.volcano.sh/external-model-provider-credential";
+pub const CREDENTIAL_LABEL: &str =
+    "networking.serving.volcano.sh/external-model-provider-credential";
 
 /// Credential values by Secret (`namespace`, `name`) and key.
 #[derive(Debug, Clone, Default)]

@@ -32,7 +32,9 @@ pub(crate) fn status(obj: &ExternalModelProvider, p: &Provider) -> ExternalModel
         CredentialState::NotFound => (
             false,
             "CredentialNotFound",
-            format!("Credential Secret is not found or does not have label {CREDENTIAL_LABEL}=true"),
+            format!(
+                "Credential Secret is not found or does not have label {CREDENTIAL_LABEL}=true"
+            ),
         ),
         CredentialState::KeyNotFound => (
             false,
@@ -110,7 +112,10 @@ pub(crate) async fn write_all(
         }
         let api = Api::<ExternalModelProvider>::namespaced(client.clone(), ns);
         let patch = Patch::Merge(serde_json::json!({ "status": st }));
-        match api.patch_status(name, &PatchParams::default(), &patch).await {
+        match api
+            .patch_status(name, &PatchParams::default(), &patch)
+            .await
+        {
             Ok(_) => {}
             // Deleted meanwhile.
             Err(kube::Error::Api(e)) if e.code == 404 => {}
@@ -166,7 +171,12 @@ mod tests {
         assert_eq!(
             summary(&st),
             [
-                c("CredentialsResolved", "False", "CredentialNotFound", &missing),
+                c(
+                    "CredentialsResolved",
+                    "False",
+                    "CredentialNotFound",
+                    &missing
+                ),
                 c("Ready", "False", "CredentialNotFound", &missing),
             ]
         );
@@ -208,7 +218,10 @@ mod tests {
         empty_key.add_secret("ns", "s");
         let st = status(&obj, &Provider::resolve(&obj, &empty_key));
         assert_eq!(st.conditions[0].reason, "CredentialKeyNotFound");
-        assert_eq!(st.conditions[0].message, "Credential Secret key is not found");
+        assert_eq!(
+            st.conditions[0].message,
+            "Credential Secret key is not found"
+        );
 
         let obj = provider("  headers: {Host: x}\n");
         let st = status(&obj, &Provider::resolve(&obj, &none));
