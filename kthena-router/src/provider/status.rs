@@ -185,7 +185,7 @@ mod tests {
         let mut found = Secrets::new("");
         found.insert("ns", "s", "k", "sk".into());
         let mut stored = obj.clone();
-        stored.status = Some(st.clone());
+        stored.status = Some(st);
         let ready = status(&stored, &Provider::resolve(&stored, &found));
         assert!(changed(&stored, &ready));
         assert_eq!(
