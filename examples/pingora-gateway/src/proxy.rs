@@ -1,0 +1,252 @@
+//! The pingora proxy: body → prompt → schedule → upstream → report back.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::{Client, connect::HttpConnector};
+use hyper_util::rt::TokioExecutor;
+use kthena_sched::{Candidate, Completion, EndpointId, Metrics, Request, Scheduler};
+use pingora::prelude::{HttpPeer, Result};
+use pingora::proxy::{ProxyHttp, Session};
+use pingora::{Error, ErrorType::HTTPStatus};
+use serde_json::Value;
+
+use crate::{Config, Engine};
+
+/// Largest request body, bytes: pingora 0.9 replays at most 64 KiB of a body read before
+/// `upstream_peer` (its retry buffer); larger bodies are answered 413.
+const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// The gateway: a pingora [`ProxyHttp`] over a static engine list and one [`Scheduler`].
+#[derive(Debug)]
+pub struct Gateway {
+    model: String,
+    engines: Vec<Engine>,
+    ids: Vec<EndpointId>,
+    load: Vec<Load>,
+    scheduler: Arc<Scheduler>,
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+/// Per-request state: the prompt the scheduler sees, its ranking, the engine in use.
+#[derive(Debug, Default)]
+pub struct Ctx {
+    prompt: String,
+    tokens: Option<Vec<u32>>,
+    ranked: Vec<usize>,
+    tried: usize,
+    /// The engine the request was sent to, and whether its first body byte came back.
+    sent: Option<(usize, bool)>,
+}
+
+impl Gateway {
+    /// Builds the scheduler from `config.scheduler`.
+    ///
+    /// # Errors
+    /// [`crate::Error::Scheduler`] when the scheduler section is invalid.
+    pub fn new(config: &Config) -> crate::Result<Self> {
+        Ok(Self {
+            model: config.model.clone(),
+            ids: (config.engines.iter())
+                .map(|e| EndpointId::new(e.address.to_string()))
+                .collect(),
+            load: config.engines.iter().map(|_| Load::default()).collect(),
+            engines: config.engines.clone(),
+            scheduler: Arc::new(Scheduler::from_config(&config.scheduler)?),
+            client: Client::builder(TokioExecutor::new()).build_http(),
+        })
+    }
+
+    /// The embedded scheduler.
+    pub fn scheduler(&self) -> &Arc<Scheduler> {
+        &self.scheduler
+    }
+
+    /// Token ids from the first engine whose `/tokenize` answers within 2 s (vLLM's shape:
+    /// `prompt`, or `messages` rendered with the engine's own chat template).
+    async fn tokenize(&self, body: &Value) -> Option<Vec<u32>> {
+        let mut req = serde_json::json!({"model": body.get("model")});
+        for key in ["prompt", "messages"] {
+            if let Some(v) = body.get(key) {
+                req[key] = v.clone();
+            }
+        }
+        for engine in &self.engines {
+            let call = async {
+                let post = http::Request::post(format!("http://{}/tokenize", engine.address))
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from(req.to_string())))
+                    .ok()?;
+                let body = self.client.request(post).await.ok()?.into_body();
+                let v: Value =
+                    serde_json::from_slice(&body.collect().await.ok()?.to_bytes()).ok()?;
+                serde_json::from_value(v.get("tokens")?.clone()).ok()
+            };
+            if let Ok(Some(tokens)) = tokio::time::timeout(Duration::from_secs(2), call).await {
+                return Some(tokens);
+            }
+        }
+        None
+    }
+
+    /// The request ended on its engine: settle the load counts and report the outcome.
+    fn finish(&self, ctx: &mut Ctx, success: bool) {
+        if let Some((engine, first_byte)) = ctx.sent.take() {
+            let (request, endpoint) = (&ctx.request(&self.model), &self.ids[engine]);
+            (self.scheduler).on_completed(&Completion {
+                request,
+                endpoint,
+                success,
+            });
+            self.load[engine].end(first_byte);
+        }
+    }
+}
+
+#[async_trait]
+impl ProxyHttp for Gateway {
+    type CTX = Ctx;
+
+    fn new_ctx(&self) -> Ctx {
+        Ctx::default()
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        session.enable_retry_buffering(); // what is read here is replayed to the engine
+        let mut body = Vec::new();
+        while let Some(chunk) = session.read_request_body().await? {
+            body.extend_from_slice(&chunk);
+            if body.len() > MAX_BODY_BYTES {
+                session.respond_error(413).await?;
+                return Ok(true);
+            }
+        }
+        let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        ctx.prompt = prompt_text(&json);
+        if self.scheduler.kv_index().is_some() && !ctx.prompt.is_empty() {
+            ctx.tokens = self.tokenize(&json).await;
+        }
+        Ok(false)
+    }
+
+    async fn upstream_peer(&self, _: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
+        let cands: Vec<Candidate> = (self.ids.iter().zip(&self.load))
+            .map(|(id, l)| Candidate::new(id.clone(), &self.model).with_metrics(l.metrics()))
+            .collect();
+        if ctx.ranked.is_empty() {
+            let decision = (self.scheduler.schedule(&ctx.request(&self.model), &cands))
+                .map_err(|e| Error::because(HTTPStatus(503), "scheduling", e))?;
+            ctx.ranked = decision.ranked.iter().map(|r| r.index).collect();
+        }
+        let Some(&engine) = ctx.ranked.get(ctx.tried) else {
+            return Error::e_explain(HTTPStatus(502), "every engine failed");
+        };
+        ctx.tried += 1;
+        (self.scheduler).on_scheduled(&ctx.request(&self.model), &cands[engine]);
+        self.load[engine].begin();
+        ctx.sent = Some((engine, false));
+        let addr = self.engines[engine].address;
+        Ok(Box::new(HttpPeer::new(addr, false, String::new())))
+    }
+
+    fn fail_to_connect(
+        &self,
+        _: &mut Session,
+        _: &HttpPeer,
+        ctx: &mut Ctx,
+        mut e: Box<Error>,
+    ) -> Box<Error> {
+        self.finish(ctx, false);
+        e.set_retry(ctx.tried < ctx.ranked.len()); // nothing was sent: take the next fallback
+        e
+    }
+
+    fn upstream_response_body_filter(
+        &self,
+        _: &mut Session,
+        body: &mut Option<Bytes>,
+        _: bool,
+        ctx: &mut Ctx,
+    ) -> Result<Option<Duration>> {
+        if let Some((engine, first_byte @ false)) = &mut ctx.sent
+            && body.as_ref().is_some_and(|b| !b.is_empty())
+        {
+            *first_byte = true;
+            self.load[*engine].first_byte();
+        }
+        Ok(None)
+    }
+
+    async fn logging(&self, session: &mut Session, _: Option<&Error>, ctx: &mut Ctx) {
+        let written = session.as_downstream().response_written();
+        self.finish(ctx, written.is_some_and(|r| r.status.is_success()));
+    }
+}
+
+impl Ctx {
+    /// The scheduler's view of the request.
+    fn request<'a>(&'a self, model: &'a str) -> Request<'a> {
+        let req = Request::new(model).with_prompt(&self.prompt);
+        self.tokens
+            .as_deref()
+            .map_or(req, |t| req.with_token_ids(t))
+    }
+}
+
+/// The prompt text of an OpenAI request: `prompt` (a string, or strings joined by newlines),
+/// else the `messages` as `role: content` lines; empty for other bodies.
+fn prompt_text(body: &Value) -> String {
+    let text = |v: &Value| match v {
+        Value::Array(parts) => (parts.iter())
+            .filter_map(|p| p.as_str().or_else(|| p.get("text")?.as_str()))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        v => v.as_str().unwrap_or_default().to_owned(),
+    };
+    if let Some(p) = body.get("prompt") {
+        return text(p);
+    }
+    let messages = body.get("messages").and_then(Value::as_array).into_iter();
+    (messages.flatten())
+        .map(|m| {
+            format!(
+                "{}: {}\n",
+                m["role"].as_str().unwrap_or("user"),
+                text(&m["content"])
+            )
+        })
+        .collect()
+}
+
+/// One engine's requests sent and not ended (`in_flight`), and those without a first
+/// response byte yet (`awaiting_first_token`).
+#[derive(Debug, Default)]
+struct Load(AtomicU32, AtomicU32);
+
+impl Load {
+    fn metrics(&self) -> Metrics {
+        let (in_flight, awaiting_first_token) = (self.0.load(Relaxed), self.1.load(Relaxed));
+        Metrics {
+            in_flight,
+            awaiting_first_token,
+            ..Metrics::default()
+        }
+    }
+    fn begin(&self) {
+        self.0.fetch_add(1, Relaxed);
+        self.1.fetch_add(1, Relaxed);
+    }
+    fn first_byte(&self) {
+        self.1.fetch_sub(1, Relaxed);
+    }
+    fn end(&self, first_byte: bool) {
+        self.0.fetch_sub(1, Relaxed);
+        if !first_byte {
+            self.first_byte();
+        }
+    }
+}
