@@ -167,9 +167,9 @@ impl ProxyHttp for Gateway {
 
     fn upstream_response_body_filter(
         &self,
-        _: &mut Session,
+        session: &mut Session,
         body: &mut Option<Bytes>,
-        _: bool,
+        end_of_stream: bool,
         ctx: &mut Ctx,
     ) -> Result<Option<Duration>> {
         if let Some((engine, first_byte @ false)) = &mut ctx.sent
@@ -177,6 +177,11 @@ impl ProxyHttp for Gateway {
         {
             *first_byte = true;
             self.load[*engine].first_byte();
+        }
+        if end_of_stream {
+            // The engine is done, before the client has the whole response.
+            let written = session.as_downstream().response_written();
+            self.finish(ctx, written.is_some_and(|r| r.status.is_success()));
         }
         Ok(None)
     }
