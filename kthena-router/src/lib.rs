@@ -50,6 +50,7 @@ mod debug;
 mod discovery;
 mod duration;
 mod endpoint;
+mod epp;
 mod error;
 mod gateway;
 mod inflight;
@@ -83,8 +84,9 @@ mod watch;
 pub use accesslog::{AccessLog, Entry as AccessLogEntry, EntryError as AccessLogError};
 pub use auth::AuthConfig;
 pub use config::{
-    AccessLogConfig, AccessLogFormat, Config, EndpointConfig, Env, ProcessEnv, SchedulerConfig,
-    Standalone, UNSUPPORTED_SECTIONS, parse_go_duration, resolve_address,
+    AccessLogConfig, AccessLogFormat, Config, EndpointConfig, EndpointPickerConfig, Env,
+    ProcessEnv, SchedulerConfig, Standalone, UNSUPPORTED_SECTIONS, parse_go_duration,
+    resolve_address,
 };
 pub use discovery::{Loader, Server, Snapshot, manifest_files};
 pub use endpoint::{DOWN_AFTER_FAILURES, Endpoint, EngineState, InFlightGuard};

@@ -68,6 +68,15 @@ struct Args {
     /// HTTPRoute → InferencePool routing (requires `--enable-gateway-api`).
     #[arg(long)]
     enable_gateway_api_inference_extension: bool,
+    /// Endpoint-picker mode: serve Envoy's external processor (ext_proc, the Gateway API
+    /// Inference Extension's protocol) over gRPC on this address, e.g. `0.0.0.0:9002`
+    /// [default: off, or `endpointPicker.address`].
+    #[arg(long, value_name = "ADDR")]
+    epp: Option<std::net::SocketAddr>,
+    /// Most endpoints the picker names per request (the pick, then fallbacks); 1 for
+    /// Envoy ORIGINAL_DST clusters [default: 5, or `endpointPicker.maxEndpoints`].
+    #[arg(long)]
+    epp_max_endpoints: Option<usize>,
     /// Runtime worker threads [default: the CPUs this process may use (the cgroup's CPU
     /// quota or the affinity mask, as `std::thread::available_parallelism` reads them)].
     #[arg(long, env = "KTHENA_ROUTER_WORKER_THREADS")]
@@ -107,6 +116,8 @@ fn main() -> ExitCode {
         breaker_cool_down: args.breaker_cool_down,
         enable_gateway_api: args.enable_gateway_api,
         enable_gateway_api_inference_extension: args.enable_gateway_api_inference_extension,
+        epp: args.epp,
+        epp_max_endpoints: args.epp_max_endpoints,
     };
     let cfg = match kthena_router::load_config(&args.config, &ProcessEnv, overrides) {
         Ok(c) => c,

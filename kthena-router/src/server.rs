@@ -58,6 +58,10 @@ pub struct Overrides {
     pub enable_gateway_api: bool,
     /// `--enable-gateway-api-inference-extension`.
     pub enable_gateway_api_inference_extension: bool,
+    /// `--epp` (the endpoint picker's gRPC address).
+    pub epp: Option<SocketAddr>,
+    /// `--epp-max-endpoints`.
+    pub epp_max_endpoints: Option<usize>,
 }
 
 impl Overrides {
@@ -90,6 +94,9 @@ impl Overrides {
         o.breaker_cool_down = self.breaker_cool_down.unwrap_or(o.breaker_cool_down);
         cfg.gateway_api.enabled |= self.enable_gateway_api;
         cfg.gateway_api.inference_extension |= self.enable_gateway_api_inference_extension;
+        let e = &mut cfg.endpoint_picker;
+        e.address = self.epp.or(e.address);
+        e.max_endpoints = self.epp_max_endpoints.unwrap_or(e.max_endpoints);
         cfg
     }
 }
@@ -113,6 +120,8 @@ pub struct Router {
     pub metrics_addr: SocketAddr,
     /// Debug listener address (localhost).
     pub debug_addr: SocketAddr,
+    /// The endpoint picker's gRPC address (`endpointPicker.address`, `--epp`), when on.
+    pub epp_addr: Option<SocketAddr>,
     shared: Arc<Shared>,
     cancel: CancellationToken,
     tasks: TaskTracker,
@@ -244,9 +253,14 @@ impl Router {
         let inference = bind(SocketAddr::new(cfg.bind_address, cfg.port)).await?;
         let metrics_l = bind(SocketAddr::new(cfg.bind_address, cfg.metrics_port)).await?;
         let debug_l = bind(SocketAddr::from(([127, 0, 0, 1], cfg.debug_port))).await?;
+        let epp_l = match cfg.endpoint_picker.address {
+            Some(a) => Some(bind(a).await?),
+            None => None,
+        };
         let addr = inference.local_addr()?;
         let metrics_addr = metrics_l.local_addr()?;
         let debug_addr = debug_l.local_addr()?;
+        let epp_addr = epp_l.as_ref().map(TcpListener::local_addr).transpose()?;
 
         let cancel = CancellationToken::new();
         let tasks = TaskTracker::new();
@@ -301,11 +315,16 @@ impl Router {
             cancel.clone(),
             tasks.clone(),
         ));
-        tracing::info!(%addr, %metrics_addr, %debug_addr, "Router listening");
+        if let Some(l) = epp_l {
+            let shared = Arc::clone(&shared);
+            crate::epp::spawn(l, shared, &cfg.endpoint_picker, &cancel, &tasks);
+        }
+        tracing::info!(%addr, %metrics_addr, %debug_addr, epp_addr = ?epp_addr, "Router listening");
         Ok(Self {
             addr,
             metrics_addr,
             debug_addr,
+            epp_addr,
             shared,
             cancel,
             tasks,

@@ -305,19 +305,26 @@ impl Plan {
 
     /// Feeds `ep`'s breaker and exports a state change.
     fn breaker_result(&self, ep: &Endpoint, success: bool) {
-        let cfg = &self.shared.overload;
-        let now = Instant::now();
-        let threshold = cfg.breaker_failures;
-        if let Some(state) = ep
-            .breaker()
-            .record(success, now, threshold, cfg.breaker_cool_down)
-        {
-            if state == BreakerState::Open {
-                tracing::warn!(endpoint = %ep.name, cool_down = ?cfg.breaker_cool_down, "Circuit breaker open: the endpoint gets no requests until the cool-down ends");
-            }
-            let m = &self.shared.metrics.overload;
-            m.breaker(&ep.namespace, &ep.name, state);
+        record_breaker(&self.shared, ep, success);
+    }
+}
+
+/// Feeds `ep`'s circuit breaker with one request's result and exports a state change.
+pub(crate) fn record_breaker(shared: &Shared, ep: &Endpoint, success: bool) {
+    let cfg = &shared.overload;
+    let now = Instant::now();
+    let threshold = cfg.breaker_failures;
+    if let Some(state) = ep
+        .breaker()
+        .record(success, now, threshold, cfg.breaker_cool_down)
+    {
+        if state == BreakerState::Open {
+            tracing::warn!(endpoint = %ep.name, cool_down = ?cfg.breaker_cool_down, "Circuit breaker open: the endpoint gets no requests until the cool-down ends");
         }
+        shared
+            .metrics
+            .overload
+            .breaker(&ep.namespace, &ep.name, state);
     }
 }
 

@@ -34,9 +34,9 @@ use tower::util::BoxCloneSyncService;
 
 pub(crate) use admit::AdmitLayer;
 pub(crate) use forward::{
-    Forward, error_chain, stream_response, strip_hop_by_hop, upstream_headers,
+    Forward, error_chain, record_breaker, stream_response, strip_hop_by_hop, upstream_headers,
 };
-pub(crate) use parse::ParseLayer;
+pub(crate) use parse::{ParseLayer, is_inference_path};
 pub(crate) use queue::{QueueLayer, install as install_queues};
 pub(crate) use ratelimit::RateLimitLayer;
 pub(crate) use route::RouteLayer;
@@ -71,6 +71,11 @@ pub(crate) fn stack(shared: &Arc<Shared>) -> BoxHttp<Incoming> {
         .service(Forward::new(Arc::clone(shared)));
     BoxCloneSyncService::new(svc)
 }
+
+/// Marks a request the endpoint picker runs (endpoint-picker mode): stages that would answer it
+/// themselves (an external provider's route) fail with [`Error::NotPickable`] instead.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PickOnly;
 
 /// The request id (`x-request-id` or a new UUID), sent upstream and answered.
 #[derive(Debug, Clone)]

@@ -85,10 +85,7 @@ where
     B::Error: Into<BoxError>,
 {
     let path = req.uri().path();
-    if !matches!(
-        path,
-        "/v1/chat/completions" | "/v1/completions" | "/v1/responses" | "/v1/messages"
-    ) {
+    if !is_inference_path(path) {
         return Err(Error::UnknownPath {
             path: path.to_owned(),
         });
@@ -111,6 +108,14 @@ where
         snap,
     });
     inner.call(req).await
+}
+
+/// Whether `path` is one of the inference paths this stage parses.
+pub(crate) fn is_inference_path(path: &str) -> bool {
+    matches!(
+        path,
+        "/v1/chat/completions" | "/v1/completions" | "/v1/responses" | "/v1/messages"
+    )
 }
 
 /// Reads the whole body: at most `limit` bytes (413 beyond), no gap between two reads longer

@@ -38,6 +38,12 @@ where
             req.extensions_mut().insert(routed);
             inner.call(req).await
         }
+        // The endpoint picker names endpoints of ModelServers only.
+        Target::Provider(p) if req.extensions().get::<super::PickOnly>().is_some() => {
+            Err(Error::NotPickable {
+                reason: format!("its route goes to the external provider {}", p.key),
+            })
+        }
         // An external provider: the route's token rate limit applies; there are no
         // endpoints to admit, tokenize for or schedule.
         Target::Provider(p) => {

@@ -1,0 +1,124 @@
+//! The picker's pipeline: the router's stages up to scheduling, a stage narrowing the pool
+//! to Envoy's subset hint, and a last service that hands the decision back in the
+//! response's extensions instead of proxying.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use tower::util::BoxCloneSyncService;
+use tower::{Service, ServiceBuilder};
+
+use crate::error::Error;
+use crate::pipeline::{
+    AdmitLayer, BoxFut, BoxHttp, ParseLayer, Parsed, QueueLayer, RateLimitLayer, RouteLayer,
+    Routed, ScheduleLayer, Scheduled, TokenizeLayer, Tokens, ext, stage,
+};
+use crate::proxy::{RespBody, full};
+use crate::service::Shared;
+
+/// The endpoints Envoy allows (`x-gateway-destination-endpoint-subset`).
+#[derive(Debug, Clone)]
+pub(super) struct Subset(pub(super) Arc<Vec<SocketAddr>>);
+
+/// The scheduling decision, left in the response's extensions.
+#[derive(Debug, Clone)]
+pub(super) struct Picked {
+    pub(super) parsed: Parsed,
+    pub(super) routed: Routed,
+    pub(super) tokens: Tokens,
+    pub(super) sched: Scheduled,
+}
+
+/// The picker's stack over `shared`: the router's stages with [`SubsetLayer`] after
+/// admission and [`Decide`] in place of the proxy.
+pub(super) fn stack(shared: &Arc<Shared>) -> BoxHttp<Full<Bytes>> {
+    let svc = ServiceBuilder::new()
+        .layer(ParseLayer::new(Arc::clone(shared)))
+        .layer(RouteLayer::new(Arc::clone(shared)))
+        .layer(AdmitLayer::new(Arc::clone(shared)))
+        .layer(SubsetLayer::new(Arc::clone(shared)))
+        .layer(RateLimitLayer::new(Arc::clone(shared)))
+        .layer(QueueLayer::new(Arc::clone(shared)))
+        .layer(TokenizeLayer::new(Arc::clone(shared)))
+        .layer(ScheduleLayer::new(Arc::clone(shared)))
+        .service(Decide);
+    BoxCloneSyncService::new(svc)
+}
+
+stage!(
+    /// Keeps only the pool endpoints Envoy's subset hint lists (503 when none is left).
+    SubsetLayer,
+    SubsetFilter,
+    Request<()>,
+    narrow
+);
+
+async fn narrow<S>(
+    _shared: Arc<Shared>,
+    mut req: Request<()>,
+    mut inner: S,
+) -> Result<Response<RespBody>, Error>
+where
+    S: Service<Request<()>, Response = Response<RespBody>, Error = Error>,
+{
+    if let Some(Subset(allowed)) = req.extensions().get::<Subset>().cloned() {
+        let mut routed = ext::<Routed>(&req, "route match")?;
+        let pool: Vec<_> = routed
+            .pool
+            .iter()
+            .filter(|e| allowed.contains(&e.socket))
+            .cloned()
+            .collect();
+        if pool.is_empty() {
+            return Err(Error::NoReadyEndpoint {
+                server: routed.server.key.clone(),
+            });
+        }
+        routed.pool = Arc::new(pool);
+        req.extensions_mut().insert(routed);
+    }
+    inner.call(req).await
+}
+
+/// The innermost service: the decision goes back as a [`Picked`] response extension.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Decide;
+
+impl Service<Request<()>> for Decide {
+    type Response = Response<RespBody>;
+    type Error = Error;
+    type Future = BoxFut;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<()>) -> BoxFut {
+        let picked = (|| {
+            if req
+                .extensions()
+                .get::<crate::pd::pairs::PdScheduled>()
+                .is_some()
+            {
+                return Err(Error::NotPickable {
+                    reason: "a prefill/decode ModelServer needs two upstream requests".into(),
+                });
+            }
+            Ok(Picked {
+                parsed: ext::<Parsed>(&req, "parsed request")?,
+                routed: ext::<Routed>(&req, "route match")?,
+                tokens: ext::<Tokens>(&req, "token ids")?,
+                sched: ext::<Scheduled>(&req, "scheduling decision")?,
+            })
+        })();
+        Box::pin(async move {
+            let mut resp = Response::new(full(Bytes::new()));
+            resp.extensions_mut().insert(picked?);
+            Ok(resp)
+        })
+    }
+}
