@@ -48,6 +48,10 @@ pub struct Config {
     /// ([`crate::run_leader_elected`] only; without leader election call
     /// [`crate::run_autoscaler`] yourself). `None` (default): no autoscaler.
     pub autoscaler: Option<crate::AutoscalerConfig>,
+    /// The ModelBooster controller to run next to the ModelServing controller while holding
+    /// the Lease ([`crate::run_leader_elected`] only; without leader election call
+    /// [`crate::run_booster`] yourself). `None` (default): none.
+    pub booster: Option<crate::BoosterConfig>,
 }
 
 impl Default for Config {
@@ -58,6 +62,7 @@ impl Default for Config {
             field_manager: "kthena-controller".to_owned(),
             cache: ServingCache::default(),
             autoscaler: None,
+            booster: None,
         }
     }
 }
@@ -68,9 +73,9 @@ impl Default for Config {
 pub struct ControllerSet {
     /// `modelserving` runs.
     pub modelserving: bool,
-    /// `modelbooster` requested (not built yet).
+    /// `modelbooster` runs.
     pub modelbooster: bool,
-    /// `autoscaler` requested (not built yet).
+    /// `autoscaler` runs.
     pub autoscaler: bool,
 }
 

@@ -155,6 +155,23 @@ pub enum Error {
         /// Decode's connector.
         decode: String,
     },
+    /// A ModelBooster backend lacks the worker its type needs (Go `BuildModelServing`).
+    #[error("{worker} worker not found in backend: {backend}")]
+    MissingWorker {
+        /// Backend name.
+        backend: String,
+        /// `server`, `prefill` or `decode`.
+        worker: &'static str,
+    },
+    /// A ModelBooster `cacheURI` that is neither `pvc://` nor `hostpath://`.
+    #[error("not support prefix in CacheURI: {0}")]
+    CacheUri(String),
+    /// A generated object does not decode (a worker `config` that is not an object, ...).
+    #[error("generating the ModelServing: {0}")]
+    Template(String),
+    /// A reconcile's API calls did not finish in time; retried.
+    #[error("reconcile timed out after {0:?}")]
+    Timeout(std::time::Duration),
 }
 
 /// `Result` with [`Error`].

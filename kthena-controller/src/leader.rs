@@ -57,8 +57,9 @@ pub fn identity() -> String {
     format!("{host}_{}", uuid::Uuid::new_v4())
 }
 
-/// Waits to hold the Lease, then runs the controllers ([`run`], and the autoscaler when
-/// `config.autoscaler` is set) while holding it.
+/// Waits to hold the Lease, then runs the controllers ([`run`], the autoscaler when
+/// `config.autoscaler` is set, the ModelBooster controller when `config.booster` is set)
+/// while holding it.
 ///
 /// Returns `Ok` when `shutdown` completes (the Lease is released for the next replica), and
 /// [`Error::LostLease`] as soon as the Lease is lost: the controllers stop at once and the
@@ -105,9 +106,19 @@ pub async fn run_leader_elected(
             }
         }
     };
+    let booster = {
+        let (client, booster) = (client.clone(), config.booster.clone());
+        async move {
+            match booster {
+                Some(b) => crate::run_booster(client, b, std::future::pending()).await,
+                None => std::future::pending().await,
+            }
+        }
+    };
     tokio::select! {
         () = run(client, config, shutdown) => {}
         () = autoscaler => {}
+        () = booster => {}
         () = lost => return Err(Error::LostLease),
     }
     drop(leader);

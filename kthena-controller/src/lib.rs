@@ -16,8 +16,9 @@
 //! With `--debug-port`, [`serve_debug`] dumps what the last reconciles saw and planned
 //! ([`ServingCache`]) on Go's `GET /debug/modelserving/cache`.
 //!
-//! [`booster`] generates the children of a ModelBooster (so far its ModelRoute and
-//! ModelServer) as Go's `convert` package does.
+//! [`booster`] generates the children of a ModelBooster (its ModelServing, ModelServer and
+//! ModelRoute) as Go's `convert` package does; [`run_booster`] is the `modelbooster`
+//! controller that writes them.
 //!
 //! [`run_autoscaler`] is the `autoscaler` controller: it scales ModelServings on their
 //! engines' metrics with `kthena-autoscale` (see `docs/autoscaler.md`).
@@ -55,6 +56,7 @@ mod view;
 mod webhook;
 
 pub use autoscaler::{AutoscalerConfig, DEFAULT_SYNC_PERIOD, run_autoscaler};
+pub use booster::{BoosterConfig, run_booster};
 pub use cache::{
     CACHE_PATH, CachedGroup, CachedRole, RoleEvent, ServingCache, cache_entry, role_events,
     serve_debug,

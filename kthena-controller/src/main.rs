@@ -21,7 +21,7 @@ struct Args {
     #[arg(long, default_value_t = 5)]
     workers: u16,
     /// Controllers to run: `*` for all, `-name` disables, `+name` wins (modelserving,
-    /// modelbooster, autoscaler; modelbooster is not built yet).
+    /// modelbooster, autoscaler).
     #[arg(long, default_value = "*")]
     controllers: String,
     /// Watch only this namespace (default: all namespaces).
@@ -162,9 +162,6 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let set = ControllerSet::parse(&args.controllers)?;
-    if set.modelbooster {
-        tracing::warn!("the modelbooster controller is not built yet; not started");
-    }
     let client = client(&args).await?;
     let (addr, health) = kthena_controller::serve_health(args.healthz_bind_address).await?;
     tracing::info!(%addr, "serving /healthz");
@@ -187,12 +184,18 @@ async fn main() -> anyhow::Result<()> {
         sync_period: std::time::Duration::from_secs(args.autoscaling_sync_period_seconds.max(1)),
         ..kthena_controller::AutoscalerConfig::default()
     };
-    // With leader election the autoscaler runs next to the controllers while the Lease is
-    // held; without it, on its own below.
+    let boosting = kthena_controller::BoosterConfig {
+        namespace: args.namespace.clone(),
+        workers: args.workers,
+        ..kthena_controller::BoosterConfig::default()
+    };
+    // With leader election the autoscaler and the ModelBooster controller run next to the
+    // ModelServing controller while the Lease is held; without it, on their own below.
     let config = Config {
         namespace: args.namespace.clone(),
         workers: args.workers,
         autoscaler: (set.autoscaler && args.leader_elect).then(|| autoscaling.clone()),
+        booster: (set.modelbooster && args.leader_elect).then(|| boosting.clone()),
         ..Config::default()
     };
     let debug = match args.debug_port {
@@ -223,12 +226,24 @@ async fn main() -> anyhow::Result<()> {
             }
         }
     };
+    let booster = {
+        let run = set.modelbooster && !args.leader_elect;
+        let client = client.clone();
+        async move {
+            match run {
+                true => {
+                    kthena_controller::run_booster(client, boosting, std::future::pending()).await
+                }
+                false => std::future::pending().await,
+            }
+        }
+    };
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
     let controllers = async move {
         if !set.modelserving {
-            tracing::warn!("no controller enabled");
+            tracing::warn!("the modelserving controller is disabled");
             shutdown.await;
             return Ok(());
         }
@@ -248,6 +263,7 @@ async fn main() -> anyhow::Result<()> {
         () = webhooks => Ok(()),
         () = debug => Ok(()),
         () = autoscaler => Ok(()),
+        () = booster => Ok(()),
         res = controllers => Ok(res?),
     }
 }

@@ -1,13 +1,20 @@
 //! ModelBooster: the children Go Kthena's ModelBooster controller generates from one
 //! `ModelBooster` (`pkg/model-booster-controller/convert`), as pure functions.
 //!
-//! Built so far: the generated [`ModelRoute`](kthena_api::ModelRoute) ([`model_route`]) and
-//! [`ModelServer`](kthena_api::ModelServer) ([`model_server`]) with Go's names, labels,
-//! owner references, engine port and kv-connector mapping. The ModelServing templates and
-//! the controller that applies these are not built yet (see `docs/model-booster.md`).
+//! The generated [`ModelServing`](kthena_api::ModelServing) ([`model_serving`], Go's
+//! `vllm.yaml` and `vllm-pd.yaml` templates), [`ModelServer`](kthena_api::ModelServer)
+//! ([`model_server`]) and [`ModelRoute`](kthena_api::ModelRoute) ([`model_route`]) with
+//! Go's names, labels, owner references, engine command, engine port and kv-connector
+//! mapping; [`writes`] and [`status`] decide a reconcile from what exists, and
+//! [`run_booster`] is the `modelbooster` controller that applies them (see
+//! `docs/model-booster.md`).
 
+mod controller;
+mod engine;
+mod reconcile;
 mod route;
 mod server;
+mod serving;
 
 use std::collections::BTreeMap;
 
@@ -16,8 +23,15 @@ use kthena_api::ModelBooster;
 use kthena_api::workload::API_VERSION;
 use kube::ResourceExt as _;
 
+pub use controller::{BoosterConfig, run_booster};
+pub use engine::{cache_path, engine_args, engine_command, model_dir};
+pub use reconcile::{
+    ACTIVE, Children, Existing, FAILED, INITIALIZED, Outcome, Writes, desired, serving_available,
+    status, writes,
+};
 pub use route::{RULE_NAME, model_route};
 pub use server::{engine_port, kv_connector, model_server, served_model_name};
+pub use serving::{Images, model_serving, serving_revision};
 
 /// Label on every child: the ModelBooster's name.
 pub const MODEL_NAME_LABEL: &str = "workload.serving.volcano.sh/model-name";

@@ -23,7 +23,7 @@ use crate::revision::hash_json;
 /// vLLM's default port, the engine port when no worker sets `port`.
 const DEFAULT_ENGINE_PORT: i32 = 8000;
 
-fn worker_type(w: &ModelWorker) -> ModelWorkerType {
+pub(crate) fn worker_type(w: &ModelWorker) -> ModelWorkerType {
     w.type_.unwrap_or_default()
 }
 
