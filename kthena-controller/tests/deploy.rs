@@ -1,6 +1,6 @@
 //! `deploy/controller/` on a real API server: the Deployment passes a server-side dry run,
 //! and the RBAC is enough for a leader-elected controller with the ServiceAccount's token
-//! to reconcile a ModelServing, while it may not read Secrets.
+//! to reconcile a ModelServing and a ModelBooster, while it may not read Secrets.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -8,10 +8,10 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
-use kthena_api::{ModelServing, Object, load_file};
+use kthena_api::{ModelBooster, ModelRoute, ModelServing, Object, load_file};
 use kthena_controller::{
-    CERT_SECRET_NAME, Config, LEASE_NAME, LeaderElection, SERVICE_NAME, run_leader_elected,
-    secret_certificate, service_hosts,
+    BoosterConfig, CERT_SECRET_NAME, Config, LEASE_NAME, LeaderElection, SERVICE_NAME,
+    run_leader_elected, secret_certificate, service_hosts,
 };
 use kthena_sim::node::{NodeConfig, SimNode};
 use kthena_testenv::TestEnv;
@@ -120,6 +120,10 @@ async fn deploy_rbac_is_enough_for_a_leader_elected_controller() -> Result<()> {
     let _node = SimNode::start(ns.client().clone(), node_config);
     let config = Config {
         namespace: Some(ns.name().to_owned()),
+        booster: Some(BoosterConfig {
+            namespace: Some(ns.name().to_owned()),
+            ..BoosterConfig::default()
+        }),
         ..Config::default()
     };
     let election = LeaderElection {
@@ -155,6 +159,33 @@ async fn deploy_rbac_is_enough_for_a_leader_elected_controller() -> Result<()> {
         }
         if tokio::time::Instant::now() > deadline {
             bail!("not available with the ServiceAccount's token: {st:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The ModelBooster controller writes a booster's children and status with these rights.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/kthena-manifests/examples/model-booster/Qwen2.5-0.5B-Instruct.yaml");
+    let Some(Object::ModelBooster(b)) = load_file(&path)?.into_iter().next().map(|d| d.object)
+    else {
+        bail!("not a ModelBooster");
+    };
+    let mut b = *b;
+    b.metadata.namespace = Some(ns.name().to_owned());
+    let boosters = ns.api::<ModelBooster>();
+    boosters.create(&PostParams::default(), &b).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let route = ns.api::<ModelRoute>().get_opt("demo").await?;
+        let written = boosters
+            .get("demo")
+            .await?
+            .status
+            .is_some_and(|s| !s.conditions.is_empty());
+        if route.is_some() && written && api.get_opt("demo-backend1").await?.is_some() {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("the booster's children were not written with the ServiceAccount's token");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
