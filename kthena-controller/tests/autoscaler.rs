@@ -87,6 +87,13 @@ async fn setup_with(prefix: &str, elected: bool) -> Result<Env> {
 /// A one-role ModelServing whose engines run one sequence at a time, so concurrent requests
 /// queue (`vllm:num_requests_waiting`), serving metrics on port 8100.
 async fn create_serving(ns: &TestNamespace, name: &str) -> Result<()> {
+    create_serving_with(ns, name, &[]).await
+}
+
+/// [`create_serving`] with more kthena-sim flags for the engines.
+async fn create_serving_with(ns: &TestNamespace, name: &str, flags: &[&str]) -> Result<()> {
+    let mut args = vec!["--model", "m", "--max-num-seqs", "1"];
+    args.extend_from_slice(flags);
     let ms: ModelServing = serde_json::from_value(json!({
         "apiVersion": "workload.serving.volcano.sh/v1alpha1",
         "kind": "ModelServing",
@@ -101,7 +108,7 @@ async fn create_serving(ns: &TestNamespace, name: &str) -> Result<()> {
                     "name": "engine",
                     "image": "kthena-sim",
                     "command": ["kthena-sim"],
-                    "args": ["--model", "m", "--max-num-seqs", "1"],
+                    "args": args,
                     "ports": [{"containerPort": 8100}],
                 }]}},
             }]},
@@ -322,7 +329,9 @@ async fn a_metrics_endpoint_that_fails_or_answers_garbage_never_scales() -> Resu
     let ns = &env.ns;
     create_serving(ns, "nf").await?;
     create_serving(ns, "junk").await?;
-    // 404 on an unknown path; JSON (not metrics text) on /v1/models.
+    create_serving_with(ns, "fail", &["--fault-metrics-status", "500"]).await?;
+    // 500 on /metrics itself; 404 on an unknown path; JSON (not metrics text) on /v1/models.
+    create_policy(ns, "fail", json!({"pod": {"port": 8100, "uri": "/metrics"}})).await?;
     create_policy(
         ns,
         "nf",
@@ -337,10 +346,16 @@ async fn a_metrics_endpoint_that_fails_or_answers_garbage_never_scales() -> Resu
     .await?;
     let _a = load(&entry_ip(ns, "nf").await?, 9);
     let _b = load(&entry_ip(ns, "junk").await?, 9);
+    let fail_ip = entry_ip(ns, "fail").await?;
+    let _c = load(&fail_ip, 9);
     let samples = sample(ns, "nf", SYNC * 3).await?;
     assert!(samples.iter().all(|&r| r == 1), "{samples:?}");
     assert_eq!(replicas(ns, "junk").await?, 1);
-    for name in ["nf-policy", "junk-policy"] {
+    assert_eq!(replicas(ns, "fail").await?, 1);
+    // The engine serves; only its metrics endpoint fails.
+    let req = http::Request::get(format!("http://{fail_ip}:8100/metrics")).body(Full::new(Bytes::new()))?;
+    assert_eq!(http().request(req).await?.status(), 500);
+    for name in ["nf-policy", "junk-policy", "fail-policy"] {
         let st = ns
             .api::<AutoscalingPolicy>()
             .get(name)

@@ -253,6 +253,10 @@ async fn health() -> StatusCode {
 }
 
 async fn metrics(State(s): State<Arc<Shared>>) -> Response {
+    if let Some(code) = s.faults.load().metrics_status {
+        let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return (status, format!("Injected fault: {status}\n")).into_response();
+    }
     let mut resp = Response::new(Body::from(s.metrics.encode()));
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

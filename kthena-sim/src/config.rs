@@ -72,6 +72,10 @@ pub struct Faults {
     /// streaming response; unset means never.
     #[arg(long = "fault-drop-after-chunks")]
     pub drop_after_chunks: Option<u32>,
+    /// Answer `GET /metrics` with this status and a plain-text body instead of the metrics
+    /// (an engine whose metrics endpoint fails); unset means never.
+    #[arg(long = "fault-metrics-status")]
+    pub metrics_status: Option<u16>,
 }
 
 impl Default for Faults {
@@ -81,6 +85,7 @@ impl Default for Faults {
             error_codes: vec![500],
             first_byte_delay_ms: 0,
             drop_after_chunks: None,
+            metrics_status: None,
         }
     }
 }

@@ -392,6 +392,18 @@ async fn fault_injection() {
     .await;
     assert_eq!(status, 200);
     assert!(t0.elapsed() >= Duration::from_millis(150));
+    // A failing metrics endpoint, and back.
+    sim.set_faults(Faults {
+        metrics_status: Some(500),
+        ..Faults::default()
+    });
+    let metrics_url = format!("{}/metrics", sim.base_url());
+    let (status, body) = send("GET", &metrics_url, None).await;
+    assert_eq!((status, &body[..]), (500, &b"Injected fault: 500 Internal Server Error\n"[..]));
+    sim.set_faults(Faults::default());
+    let (status, body) = send("GET", &metrics_url, None).await;
+    assert_eq!(status, 200);
+    assert!(String::from_utf8_lossy(&body).contains("vllm:num_requests_waiting"));
     sim.kill().await;
 }
 
