@@ -331,7 +331,12 @@ async fn a_metrics_endpoint_that_fails_or_answers_garbage_never_scales() -> Resu
     create_serving(ns, "junk").await?;
     create_serving_with(ns, "fail", &["--fault-metrics-status", "500"]).await?;
     // 500 on /metrics itself; 404 on an unknown path; JSON (not metrics text) on /v1/models.
-    create_policy(ns, "fail", json!({"pod": {"port": 8100, "uri": "/metrics"}})).await?;
+    create_policy(
+        ns,
+        "fail",
+        json!({"pod": {"port": 8100, "uri": "/metrics"}}),
+    )
+    .await?;
     create_policy(
         ns,
         "nf",
@@ -353,7 +358,8 @@ async fn a_metrics_endpoint_that_fails_or_answers_garbage_never_scales() -> Resu
     assert_eq!(replicas(ns, "junk").await?, 1);
     assert_eq!(replicas(ns, "fail").await?, 1);
     // The engine serves; only its metrics endpoint fails.
-    let req = http::Request::get(format!("http://{fail_ip}:8100/metrics")).body(Full::new(Bytes::new()))?;
+    let req = http::Request::get(format!("http://{fail_ip}:8100/metrics"))
+        .body(Full::new(Bytes::new()))?;
     assert_eq!(http().request(req).await?.status(), 500);
     for name in ["nf-policy", "junk-policy", "fail-policy"] {
         let st = ns

@@ -399,7 +399,10 @@ async fn fault_injection() {
     });
     let metrics_url = format!("{}/metrics", sim.base_url());
     let (status, body) = send("GET", &metrics_url, None).await;
-    assert_eq!((status, &body[..]), (500, &b"Injected fault: 500 Internal Server Error\n"[..]));
+    assert_eq!(
+        (status, &body[..]),
+        (500, &b"Injected fault: 500 Internal Server Error\n"[..])
+    );
     sim.set_faults(Faults::default());
     let (status, body) = send("GET", &metrics_url, None).await;
     assert_eq!(status, 200);
