@@ -43,6 +43,38 @@ use tokio_util::task::TaskTracker;
 
 use crate::proxy::RespBody;
 
+/// Listen backlog when `/proc/sys/net/core/somaxconn` cannot be read (Linux's default since
+/// 5.4).
+const DEFAULT_BACKLOG: u32 = 4096;
+
+/// The listen backlog: the kernel's `net.core.somaxconn`, as Go's `net` package uses
+/// (`maxListenerBacklog`), capped to 65,535. Tokio's `TcpListener::bind` uses 1,024, which
+/// a burst of new clients overflows: the kernel then falls back to SYN cookies and resets
+/// the connections whose cookies fail.
+fn listen_backlog() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .filter(|n| *n > 0)
+        .map_or(DEFAULT_BACKLOG, |n| n.min(u32::from(u16::MAX)))
+}
+
+/// Binds a listening TCP socket on `addr` with `SO_REUSEADDR` (as Go's listeners) and the
+/// kernel's full listen backlog ([`listen_backlog`]).
+///
+/// # Errors
+/// The socket, bind or listen error (address in use, permission denied).
+pub(crate) fn bind(addr: std::net::SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(listen_backlog())
+}
+
 /// The `listener:` section: read timeouts, the connection cap and TCP keepalive of every
 /// listener (inference, metrics, debug; each has its own cap). Read at start only.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]

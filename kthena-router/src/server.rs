@@ -244,17 +244,17 @@ impl Router {
             let _ = shared.in_flight_share.set(s);
         }
 
-        let bind = |addr: SocketAddr| async move {
-            TcpListener::bind(addr).await.map_err(|source| Error::Bind {
+        let bind = |addr: SocketAddr| {
+            crate::listener::bind(addr).map_err(|source| Error::Bind {
                 addr: addr.to_string(),
                 source,
             })
         };
-        let inference = bind(SocketAddr::new(cfg.bind_address, cfg.port)).await?;
-        let metrics_l = bind(SocketAddr::new(cfg.bind_address, cfg.metrics_port)).await?;
-        let debug_l = bind(SocketAddr::from(([127, 0, 0, 1], cfg.debug_port))).await?;
+        let inference = bind(SocketAddr::new(cfg.bind_address, cfg.port))?;
+        let metrics_l = bind(SocketAddr::new(cfg.bind_address, cfg.metrics_port))?;
+        let debug_l = bind(SocketAddr::from(([127, 0, 0, 1], cfg.debug_port)))?;
         let epp_l = match cfg.endpoint_picker.address {
-            Some(a) => Some(bind(a).await?),
+            Some(a) => Some(bind(a)?),
             None => None,
         };
         let addr = inference.local_addr()?;

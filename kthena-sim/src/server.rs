@@ -103,6 +103,24 @@ impl Drop for SimHandle {
     }
 }
 
+/// A listening socket on `addr` with the kernel's full listen backlog
+/// (`net.core.somaxconn`, as a Go or vLLM server gets), not tokio's 1,024: a router opening a
+/// thousand connections at once must not find the accept queue full.
+fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let backlog = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .map_or(4096, |n| n.clamp(1, u32::from(u16::MAX)));
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog)
+}
+
 /// Starts one simulator on the current Tokio runtime: validates `config`, loads the
 /// tokenizer, binds `config.host:config.port` (port 0 picks a free port) and, when
 /// `kv_events_port` is set, the ZMQ publisher (port 0 picks a free port too).
@@ -126,12 +144,10 @@ pub async fn spawn(config: Config) -> Result<SimHandle> {
         None => Tokenizer::fallback(),
     };
     let bind_addr = SocketAddr::new(config.host, config.port);
-    let listener = TcpListener::bind(bind_addr)
-        .await
-        .map_err(|source| Error::Bind {
-            addr: bind_addr,
-            source,
-        })?;
+    let listener = bind(bind_addr).map_err(|source| Error::Bind {
+        addr: bind_addr,
+        source,
+    })?;
     let addr = listener.local_addr().map_err(|source| Error::Bind {
         addr: bind_addr,
         source,
