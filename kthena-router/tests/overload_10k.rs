@@ -5,6 +5,10 @@
 //!
 //! The router runs as a separate process so that its sockets and the 10,000 client sockets of
 //! this test count against two open-file limits, as they would in production.
+#![allow(
+    clippy::unwrap_used,
+    reason = "helpers of a test fail the test on any error"
+)]
 
 mod common;
 
@@ -183,17 +187,19 @@ async fn ten_thousand_streams_against_a_cap_of_one_thousand() {
         }));
     }
     tasks.close();
-    let sampler = {
+    let sampler = TaskTracker::new();
+    {
         let (pid, peak) = (router.child.id(), Arc::clone(&peak_fds));
         let tasks = tasks.clone();
-        tokio::spawn(async move {
+        sampler.spawn(async move {
             while !tasks.is_empty() {
                 let n = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
                 peak.fetch_max(n, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-        })
-    };
+        });
+    }
+    sampler.close();
     let (mut ok, mut shed, mut first_shed_after) = (0usize, 0usize, usize::MAX);
     for h in handles {
         let (status, finished_before, bytes) = h.await.unwrap();
@@ -212,7 +218,7 @@ async fn ten_thousand_streams_against_a_cap_of_one_thousand() {
             s => panic!("unexpected status {s}: {text}"),
         }
     }
-    sampler.await.unwrap();
+    sampler.wait().await;
     let peak = peak_fds.load(Ordering::SeqCst);
     eprintln!(
         "accepted {ok}, shed {shed} of {CLIENTS} against a cap of {CAP}; router fds: \
