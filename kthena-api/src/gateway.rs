@@ -88,6 +88,10 @@ pub struct RouteNamespaces {
     /// `Same` (the default), `All` or `Selector`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
+    /// With `from: Selector`: the label selector (`matchLabels`, `matchExpressions`) over
+    /// namespaces, kept as JSON (a `metav1.LabelSelector`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<serde_json::Value>,
 }
 
 /// Status of a `Gateway`.

@@ -98,6 +98,8 @@ pub struct CompiledRoute {
     pub rules: Vec<CompiledRule>,
     /// Sort key: older first (creation time in ns since the epoch, then load sequence).
     pub age: (i128, u64),
+    /// `spec.parentRefs`: the Gateways it serves through in Gateway API mode.
+    pub parent_refs: Vec<kthena_api::networking::ParentReference>,
 }
 
 /// What a request matched.
@@ -190,6 +192,7 @@ impl CompiledRoute {
             lora_adapters: route.spec.lora_adapters.clone(),
             rules,
             age,
+            parent_refs: route.spec.parent_refs.clone(),
         })
     }
 
@@ -309,6 +312,7 @@ impl RouteTable {
         headers: &HeaderMap,
         path: &str,
         rng: &mut impl Rng,
+        serves: impl Fn(&CompiledRoute) -> bool,
     ) -> Result<RouteMatch, MatchError> {
         let (routes, is_lora) = match self.by_model.get(model) {
             Some(r) => (r, false),
@@ -317,7 +321,7 @@ impl RouteTable {
                 None => return Err(MatchError::UnknownModel),
             },
         };
-        for route in routes {
+        for route in routes.iter().filter(|r| serves(r)) {
             let Some(rule) = route.select_rule(model, headers, path) else {
                 continue;
             };
@@ -386,7 +390,7 @@ spec:
         let t = RouteTable::new(vec![route(MULTI, 0)]);
         let mut rng = SmallRng::seed_from_u64(1);
         let m = |h: &HeaderMap, p: &str, model: &str, rng: &mut SmallRng| {
-            t.match_request(model, h, p, rng)
+            t.match_request(model, h, p, rng, |_| true)
                 .map(|m| (m.target, m.is_lora, m.rule))
         };
         let big = TargetRef::ModelServer("big".into());
@@ -470,7 +474,7 @@ spec:
         let mut v1 = 0;
         for _ in 0..10_000 {
             let m = t
-                .match_request("ds", &HeaderMap::new(), "/", &mut rng)
+                .match_request("ds", &HeaderMap::new(), "/", &mut rng, |_| true)
                 .unwrap();
             assert_eq!(m.route.name, "subset");
             if m.target == TargetRef::ModelServer("v1".into()) {
@@ -497,12 +501,12 @@ spec:
         let t = RouteTable::new(vec![route(zero, 0), route(&other, 1)]);
         let mut rng = SmallRng::seed_from_u64(1);
         let m = t
-            .match_request("ds", &HeaderMap::new(), "/", &mut rng)
+            .match_request("ds", &HeaderMap::new(), "/", &mut rng, |_| true)
             .unwrap();
         assert_eq!(m.route.name, "b-other");
         let t = RouteTable::new(vec![route(zero, 0)]);
         assert_eq!(
-            t.match_request("ds", &HeaderMap::new(), "/", &mut rng)
+            t.match_request("ds", &HeaderMap::new(), "/", &mut rng, |_| true)
                 .unwrap_err(),
             MatchError::NoRule
         );

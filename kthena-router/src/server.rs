@@ -198,6 +198,11 @@ impl Router {
         let snapshot = loader.load_cluster(&cfg, Vec::new(), Vec::new(), Vec::new())?;
         let router = Self::serve_snapshot(&cfg, snapshot, false, metrics).await?;
         let cfg_gateway = cfg.gateway_api.clone();
+        let serving = crate::gateway::Serving {
+            port: router.addr.port(),
+            bind: cfg.bind_address,
+            serve: router.port_server(cfg.listener, cfg.drain_timeout),
+        };
         let scrape = crate::cluster::ScrapeSettings {
             concurrency: cfg.metrics_scrape_concurrency,
             timeout: cfg.metrics_scrape_timeout,
@@ -216,12 +221,45 @@ impl Router {
                 Arc::clone(&router.shared.gateway),
                 &client,
                 &cfg_gateway,
-                router.addr.port(),
+                serving,
                 &router.cancel,
                 &router.tasks,
             );
         }
         Ok(router)
+    }
+
+    /// Serves the inference service on a Gateway listener socket (Gateway API mode), each
+    /// request tagged with the socket's [`crate::gateway::ListenerPort`]; the listener has
+    /// the main one's settings and stops (draining) when its token is cancelled.
+    fn port_server(
+        &self,
+        cfg: crate::listener::ListenerConfig,
+        drain: Duration,
+    ) -> crate::gateway::ServePort {
+        let shared = Arc::clone(&self.shared);
+        let tasks = self.tasks.clone();
+        Arc::new(move |socket, port, cancel| {
+            let svc = RouterService::new(Arc::clone(&shared));
+            let listener = Listener {
+                name: "inference",
+                cfg,
+                metrics: shared.metrics.listener.clone(),
+                drain,
+            };
+            let tag = move |mut r: http::Request<hyper::body::Incoming>| {
+                r.extensions_mut()
+                    .insert(crate::gateway::ListenerPort(port));
+                r
+            };
+            tasks.spawn(crate::listener::serve(
+                socket,
+                listener,
+                cancel,
+                tasks.clone(),
+                move || tower::ServiceExt::map_request(svc.clone(), tag),
+            ));
+        })
     }
 
     /// Binds the listeners and starts serving `snapshot` with the scrape loop and the KV

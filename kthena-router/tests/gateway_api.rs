@@ -1,7 +1,8 @@
 //! Gateway API mode on the real API server (kthena-testenv): Kthena's example Gateway,
 //! HTTPRoute and InferencePool manifests route to kthena-sim pods; hostnames and listener
-//! `allowedRoutes` decide which HTTPRoutes serve a request; the router writes Gateway and
-//! HTTPRoute statuses that `kubectl get` shows.
+//! `allowedRoutes` (Same, All, Selector) decide which HTTPRoutes serve a request; listeners
+//! on other ports are opened; ModelRoute `parentRefs` bind routes to their Gateway; the
+//! router writes Gateway and HTTPRoute statuses that `kubectl get` shows.
 
 #![allow(clippy::unwrap_used, reason = "tests fail on any error")]
 
@@ -11,7 +12,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use cluster_support::{ClusterRouter, Node, apply, model_server};
+use cluster_support::{ClusterRouter, Node, apply, model_route, model_server};
 use kthena_api::gateway::{Gateway, HTTPRoute};
 use kthena_api::thirdparty::InferencePool;
 use kthena_testenv::TestNamespace;
@@ -30,7 +31,7 @@ fn example(name: &str) -> String {
 
 async fn start(ns: &TestNamespace) -> ClusterRouter {
     let extra = format!(
-        "metricsScrapeInterval: 100ms\ngatewayApi: {{enabled: true, inferenceExtension: true, namespace: {}}}",
+        "metricsScrapeInterval: 100ms\ngatewayApi: {{enabled: true, inferenceExtension: true, namespace: {0}, gatewayNamespaces: [{0}]}}",
         ns.name()
     );
     let r = ClusterRouter::start_with(ns, &extra).await;
@@ -38,10 +39,15 @@ async fn start(ns: &TestNamespace) -> ClusterRouter {
     r
 }
 
-/// `(status, backend_name of the access-log line)` of a chat request with `Host: host`.
+/// `(status, body)` of a chat request with `Host: host` to the router's main port.
 async fn ask(r: &ClusterRouter, host: &str, path: &str, model: &str) -> (u16, Value) {
+    ask_at(&r.url(), host, path, model).await
+}
+
+/// `(status, body)` of a chat request with `Host: host` to `base` (`http://addr`).
+async fn ask_at(base: &str, host: &str, path: &str, model: &str) -> (u16, Value) {
     let (status, _, body) = post(
-        &format!("{}{path}", r.url()),
+        &format!("{base}{path}"),
         chat(model, "hi", false, 4),
         &[("host", host)],
     )
@@ -60,9 +66,21 @@ fn last_log(r: &ClusterRouter) -> Value {
 
 /// Polls `ask` until its status is `want` (5 s at most); returns the last access-log line.
 async fn until(r: &ClusterRouter, host: &str, path: &str, model: &str, want: u16) -> Value {
+    until_at(r, &r.url(), host, path, model, want).await
+}
+
+/// [`until`] against `base` (another listener port of the router).
+async fn until_at(
+    r: &ClusterRouter,
+    base: &str,
+    host: &str,
+    path: &str,
+    model: &str,
+    want: u16,
+) -> Value {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let (status, body) = ask(r, host, path, model).await;
+        let (status, body) = ask_at(base, host, path, model).await;
         if status == want {
             return last_log(r);
         }
@@ -297,7 +315,7 @@ async fn a_hostname_restricted_route_ignores_other_hosts() {
 }
 
 /// A listener with the default `allowedRoutes` (`Same`) does not take an HTTPRoute of
-/// another namespace; `from: All` does. A listener on a port the router does not serve
+/// another namespace; `from: All` does. A listener on a port the router cannot open (taken)
 /// makes its Gateway `Programmed=False`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allowed_routes_exclude_routes_of_other_namespaces() {
@@ -340,11 +358,13 @@ async fn allowed_routes_exclude_routes_of_other_namespaces() {
     let log = until(&r, "api.example.com", path, &model, 200).await;
     assert_eq!(log["backend_name"], format!("{n}/pool-a"), "{log}");
 
-    // A second listener on a port this router does not serve.
+    // A second listener on a port something else holds.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
     let patch = json!({"spec": {"listeners": [
         {"name": "api", "hostname": "api.example.com", "port": port, "protocol": "HTTP",
          "allowedRoutes": {"namespaces": {"from": "All"}}},
-        {"name": "elsewhere", "port": 1, "protocol": "HTTP"}]}});
+        {"name": "elsewhere", "port": taken_port, "protocol": "HTTP"}]}});
     gws.patch("gw", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
@@ -359,9 +379,131 @@ async fn allowed_routes_exclude_routes_of_other_namespaces() {
         .unwrap();
     assert_eq!(prog.reason, "Invalid");
     assert!(
-        prog.message.starts_with("Listener \"elsewhere\" failed"),
+        prog.message.starts_with(&format!(
+            "Listener \"elsewhere\" failed: listen tcp 127.0.0.1:{taken_port}: "
+        )),
         "{}",
         prog.message
     );
+    let l = &st.listeners[1].conditions[0];
+    assert_eq!(
+        (l.status.as_str(), l.reason.as_str()),
+        ("False", "PortUnavailable")
+    );
+    drop(taken);
+    r.router.shutdown().await;
+}
+
+/// A port no one holds (bound and released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A Gateway whose only listener is on another port: the router opens that port and
+/// serves it. A ModelRoute whose `parentRefs` name that Gateway serves only there; one
+/// without parentRefs serves the Gateways of its namespace. An HTTPRoute of another
+/// namespace attaches through `allowedRoutes.namespaces.from: Selector` once that namespace
+/// carries the selected label. Deleting the Gateway closes its port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_ports_parent_refs_and_namespace_selectors() {
+    let ns = kthena_testenv::namespace("gw-ports").await.unwrap();
+    let other = kthena_testenv::namespace("gw-ports-other").await.unwrap();
+    let n = ns.name().to_owned();
+    let node = Node::start(&ns);
+    let (bound, plain, pooled) = (
+        format!("{n}-bound"),
+        format!("{n}-plain"),
+        format!("{n}-pool"),
+    );
+    node.pod("pod-a", "a", &bound).await;
+    node.pod("pod-b", "b", &pooled).await;
+    let mut bound_route = model_route(&n, "bound", &bound, "ms-a");
+    bound_route.spec.parent_refs = vec![kthena_api::networking::ParentReference {
+        name: "side".into(),
+        ..Default::default()
+    }];
+    apply(
+        &ns,
+        &[
+            model_server(&n, "ms-a", &bound, "a", node.port),
+            model_server(&n, "ms-b", &pooled, "b", node.port),
+        ],
+        &[bound_route, model_route(&n, "plain", &plain, "ms-a")],
+    )
+    .await;
+    create::<InferencePool>(&ns, pool("pool-b", "b", node.port)).await;
+    create::<HTTPRoute>(&other, route("foreign", &n, "side", &[], (&n, "pool-b"))).await;
+    let r = start(&ns).await;
+    let side_port = free_port();
+    create::<Gateway>(
+        &ns,
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "side"},
+            "spec": {"gatewayClassName": "kthena-router", "listeners": [
+                {"name": "http", "port": side_port, "protocol": "HTTP",
+                 "allowedRoutes": {"namespaces": {"from": "Selector",
+                     "selector": {"matchLabels": {"kthena-test": n.clone()}}}}}]},
+        }),
+    )
+    .await;
+    let side = format!("http://127.0.0.1:{side_port}");
+    let path = "/v1/chat/completions";
+    // The router opens the port once it sees the Gateway.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while tokio::net::TcpStream::connect(("127.0.0.1", side_port))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "port {side_port} never opened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // The bound route serves on the side Gateway's port only.
+    until_at(&r, &side, "x", path, &bound, 200).await;
+    let (status, body) = ask(&r, "x", path, &bound).await;
+    assert_eq!(status, 404, "{body}");
+    // Without parentRefs: the Gateways of the route's namespace, both ports.
+    until(&r, "x", path, &plain, 200).await;
+    until_at(&r, &side, "x", path, &plain, 200).await;
+    let out = wait_kubectl(&ns, &["get", "gateway", "side"], "True").await;
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(&row[..3], ["side", "kthena-router", "True"], "{out}");
+
+    // The foreign HTTPRoute: not admitted until its namespace carries the label.
+    let (status, _) = ask_at(&side, "x", path, &pooled).await;
+    assert_eq!(status, 404);
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ns.client().clone());
+    let patch = json!({"metadata": {"labels": {"kthena-test": n.clone()}}});
+    namespaces
+        .patch(other.name(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let log = until_at(&r, &side, "x", path, &pooled, 200).await;
+    assert_eq!(
+        log["http_route"],
+        format!("{}/foreign", other.name()),
+        "{log}"
+    );
+    assert_eq!(log["gateway"], format!("{n}/side"), "{log}");
+    assert_eq!(log["selected_pod"], "pod-b", "{log}");
+    let gws: Api<Gateway> = ns.api();
+    let st = gws.get("side").await.unwrap().status.unwrap();
+    assert_eq!(st.listeners[0].attached_routes, 1);
+
+    // Deleting the Gateway closes its port.
+    gws.delete("side", &DeleteParams::default()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while tokio::net::TcpStream::connect(("127.0.0.1", side_port))
+        .await
+        .is_ok()
+    {
+        assert!(Instant::now() < deadline, "port {side_port} still open");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     r.router.shutdown().await;
 }

@@ -4,6 +4,7 @@
 //! `URLRewrite` filter and the weighted InferencePool pick.
 
 use std::cmp::Ordering;
+use std::collections::BTreeSet;
 
 use kthena_api::networking::ParentReference;
 use regex::Regex;
@@ -32,26 +33,16 @@ impl CompiledListener {
     }
 }
 
-/// `allowedRoutes.namespaces.from` of a listener.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `allowedRoutes.namespaces` of a listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AllowedFrom {
     /// Routes of the Gateway's namespace (the default).
     Same,
     /// Routes of every namespace.
     All,
-    /// Routes of namespaces a label selector picks: not supported, no route attaches.
-    Selector,
-}
-
-impl AllowedFrom {
-    /// Parses the field (unset or unknown values are `Same`, the API default).
-    pub(crate) fn parse(from: Option<&str>) -> Self {
-        match from {
-            Some("All") => Self::All,
-            Some("Selector") => Self::Selector,
-            _ => Self::Same,
-        }
-    }
+    /// `from: Selector`: routes of the namespaces whose labels the selector matched when
+    /// the table was compiled (none for an invalid or missing selector).
+    Selector(BTreeSet<String>),
 }
 
 /// A path predicate.
@@ -217,25 +208,52 @@ pub(crate) fn select_listener<'a>(
         .or_else(|| on_port().find(|l| l.hostname.is_none()))
 }
 
-/// Whether `route` attaches to `listener`: a parentRef names its Gateway (group
-/// `gateway.networking.k8s.io`, kind `Gateway`, namespace default the route's), with a
-/// matching `sectionName` and `port` when set, and the listener's `allowedRoutes` admits
-/// the route's namespace.
+/// Whether `route` attaches to `listener`: a parentRef names the listener
+/// ([`parent_matches`]) and the listener's `allowedRoutes` admits the route's namespace.
 pub(crate) fn attaches(route: &CompiledRoute, listener: &CompiledListener) -> bool {
-    let allowed = match listener.from {
+    let allowed = match &listener.from {
         AllowedFrom::All => true,
         AllowedFrom::Same => route.namespace == listener.gateway_namespace,
-        AllowedFrom::Selector => false,
+        AllowedFrom::Selector(namespaces) => namespaces.contains(&route.namespace),
     };
     allowed
-        && route.parents.iter().any(|p| {
-            p.group.as_deref().unwrap_or("gateway.networking.k8s.io") == "gateway.networking.k8s.io"
-                && p.kind.as_deref().unwrap_or("Gateway") == "Gateway"
-                && p.namespace.as_deref().unwrap_or(&route.namespace) == listener.gateway_namespace
-                && p.name == listener.gateway_name
-                && p.section_name.as_ref().is_none_or(|s| *s == listener.name)
-                && p.port.is_none_or(|port| port == i32::from(listener.port))
-        })
+        && route
+            .parents
+            .iter()
+            .any(|p| parent_matches(p, &route.namespace, listener))
+}
+
+/// Whether parentRef `p` of a route in `route_ns` names `listener`: group
+/// `gateway.networking.k8s.io`, kind `Gateway` (both the defaults), the listener's Gateway
+/// (namespace default `route_ns`), and `sectionName` and `port` equal to the listener's
+/// when set.
+pub(crate) fn parent_matches(
+    p: &ParentReference,
+    route_ns: &str,
+    listener: &CompiledListener,
+) -> bool {
+    p.group.as_deref().unwrap_or("gateway.networking.k8s.io") == "gateway.networking.k8s.io"
+        && p.kind.as_deref().unwrap_or("Gateway") == "Gateway"
+        && p.namespace.as_deref().unwrap_or(route_ns) == listener.gateway_namespace
+        && p.name == listener.gateway_name
+        && p.section_name.as_ref().is_none_or(|s| *s == listener.name)
+        && p.port.is_none_or(|port| port == i32::from(listener.port))
+}
+
+/// Whether a ModelRoute of `namespace` with `parents` serves a request that came through
+/// `listener` (`None` outside Gateway API mode), as Go Kthena's `MatchModelServer` decides
+/// (spec §2.6): with parentRefs, only through a listener one of them names; without, only
+/// outside Gateway API mode or through a Gateway of the route's namespace.
+pub(crate) fn model_route_serves(
+    namespace: &str,
+    parents: &[ParentReference],
+    listener: Option<&CompiledListener>,
+) -> bool {
+    match listener {
+        None => parents.is_empty(),
+        Some(l) if parents.is_empty() => namespace == l.gateway_namespace,
+        Some(l) => parents.iter().any(|p| parent_matches(p, namespace, l)),
+    }
 }
 
 /// How specifically `route` serves the normalized `host`; `None` when it does not.

@@ -230,9 +230,15 @@ fn allowed_routes_and_parent_refs_decide_attachment() {
         &r,
         &listener("gw", "http", 80, None, AllowedFrom::Same)
     ));
+    let picked =
+        |names: &[&str]| AllowedFrom::Selector(names.iter().map(|n| (*n).to_owned()).collect());
     assert!(!attaches(
         &r,
-        &listener("gw", "http", 80, None, AllowedFrom::Selector)
+        &listener("gw", "http", 80, None, picked(&[]))
+    ));
+    assert!(attaches(
+        &r,
+        &listener("gw", "http", 80, None, picked(&["app-ns"]))
     ));
     let mut same = r.clone();
     same.namespace = "gw-ns".into();
@@ -267,8 +273,29 @@ fn allowed_routes_and_parent_refs_decide_attachment() {
         &svc,
         &listener("gw", "http", 80, None, AllowedFrom::All)
     ));
-    assert_eq!(AllowedFrom::parse(None), AllowedFrom::Same);
-    assert_eq!(AllowedFrom::parse(Some("All")), AllowedFrom::All);
+}
+
+#[test]
+fn model_routes_serve_the_listeners_their_parent_refs_name() {
+    let l = listener("gw", "http", 80, None, AllowedFrom::Same);
+    // Outside Gateway API mode: only routes without parentRefs.
+    assert!(model_route_serves("app-ns", &[], None));
+    assert!(!model_route_serves("app-ns", &[parent("gw")], None));
+    // Without parentRefs: Gateways of the route's namespace.
+    assert!(!model_route_serves("app-ns", &[], Some(&l)));
+    assert!(model_route_serves("gw-ns", &[], Some(&l)));
+    // With parentRefs: the named Gateway (and listener, and port) only.
+    assert!(model_route_serves("app-ns", &[parent("gw")], Some(&l)));
+    assert!(!model_route_serves("app-ns", &[parent("other")], Some(&l)));
+    let mut sec = parent("gw");
+    sec.section_name = Some("https".into());
+    assert!(!model_route_serves("app-ns", &[sec.clone()], Some(&l)));
+    sec.section_name = Some("http".into());
+    assert!(model_route_serves("app-ns", &[sec], Some(&l)));
+    let mut local = parent("gw");
+    local.namespace = None;
+    assert!(model_route_serves("gw-ns", &[local.clone()], Some(&l)));
+    assert!(!model_route_serves("app-ns", &[local], Some(&l)));
 }
 
 #[test]

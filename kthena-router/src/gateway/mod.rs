@@ -2,24 +2,31 @@
 //! Extension (`--enable-gateway-api-inference-extension`, spec §2.13) in cluster mode.
 //!
 //! [`matcher`] holds the pure matching rules, [`table`] compiles the watched objects,
-//! [`watch`] runs the reflectors and writes the statuses. At request time
-//! [`listener_for`] picks the Gateway listener from the `Host` header and [`choose_pool`]
-//! routes through an HTTPRoute to an InferencePool when no ModelRoute matched (the
-//! pipeline's route stage then takes the pool's pods from the snapshot).
+//! [`watch`] runs the reflectors, opens a TCP listener for every Gateway listener port other
+//! than the router's own ([`ports`]) and writes the statuses. At request time
+//! [`listener_for`] picks the Gateway listener from the port the request came in on
+//! ([`ListenerPort`]) and its `Host` header, [`model_route_serves`] tells which ModelRoutes
+//! serve through it (`parentRefs`), and [`choose_pool`] routes through an HTTPRoute to an
+//! InferencePool when no ModelRoute matched (the pipeline's route stage then takes the
+//! pool's pods from the snapshot).
 //!
 //! This module depends on no routing-state module (discovery, service, config): they
 //! depend on it.
 
 mod matcher;
+mod ports;
 mod status;
 mod table;
 mod watch;
+
+use std::collections::HashMap;
 
 use rand::Rng;
 use serde::Deserialize;
 
 use crate::error::Error;
-pub(crate) use matcher::CompiledListener;
+pub(crate) use matcher::{CompiledListener, model_route_serves};
+pub(crate) use ports::{ServePort, Serving};
 pub(crate) use table::{GatewayTable, Pool};
 pub(crate) use watch::{StateSlot, spawn};
 
@@ -46,29 +53,42 @@ pub struct GatewayApiConfig {
     /// Namespace of the `default` Gateway (`POD_NAMESPACE`, else `default`).
     #[serde(default)]
     pub namespace: Option<String>,
+    /// Namespaces whose Gateways this router serves (opens ports for, writes the status
+    /// of); empty: every namespace (Go Kthena). HTTPRoutes and ModelRoutes of any namespace
+    /// may still attach to those Gateways.
+    #[serde(default)]
+    pub gateway_namespaces: Vec<String>,
 }
 
-/// What the request side reads: the table and the port the router serves.
+/// Request extension: the port of the Gateway listener socket the request came in on
+/// (absent: the router's main inference port).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ListenerPort(pub(crate) u16);
+
+/// What the request side reads: the table and the ports the router serves.
 #[derive(Debug, Clone)]
 pub(crate) struct GatewayState {
     /// The compiled objects.
     pub(crate) table: GatewayTable,
-    /// The router's inference port (the only listener port served).
+    /// The router's main inference port.
     pub(crate) port: u16,
     /// Whether HTTPRoute/InferencePool routing is on.
     pub(crate) inference_extension: bool,
+    /// Gateway listener ports the router could not open, with the reason.
+    pub(crate) bind_errors: HashMap<u16, String>,
 }
 
-/// The listener serving `host` on the router's port.
+/// The listener serving `host` on `port` (a request's [`ListenerPort`], else the main port).
 ///
 /// # Errors
-/// [`Error::NoMatchingListener`] (404) when no listener serves the host.
+/// [`Error::NoMatchingListener`] (404) when no listener on the port serves the host.
 pub(crate) fn listener_for<'a>(
     state: &'a GatewayState,
+    port: Option<ListenerPort>,
     host: &str,
 ) -> Result<&'a CompiledListener, Error> {
-    matcher::select_listener(&state.table.listeners, state.port, host)
-        .ok_or(Error::NoMatchingListener)
+    let port = port.map_or(state.port, |p| p.0);
+    matcher::select_listener(&state.table.listeners, port, host).ok_or(Error::NoMatchingListener)
 }
 
 /// The InferencePool chosen for a request no ModelRoute served.

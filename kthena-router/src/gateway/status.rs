@@ -3,6 +3,8 @@
 //! conditions, HTTPRoute per-parent `Accepted`/`ResolvedRefs`. A condition keeps its
 //! `lastTransitionTime` while status, reason and message stay the same.
 
+use std::collections::HashMap;
+
 use kthena_api::gateway::{
     Gateway, GatewayStatus, HTTPRoute, HTTPRouteStatus, ListenerStatus, RouteGroupKind,
     RouteParentStatus,
@@ -13,18 +15,19 @@ use super::table::GatewayTable;
 use super::{CONTROLLER_NAME, GATEWAY_CLASS};
 use crate::conditions::{cond, keep_times, same_conditions};
 
-/// The status of a Gateway of class `kthena-router`; listeners on a port other than
-/// `port` (the router's) are not served and fail.
-pub(crate) fn gateway_status(gw: &Gateway, table: &GatewayTable, port: u16) -> GatewayStatus {
+/// The status of a Gateway of class `kthena-router`; a listener whose port could not be
+/// opened (`bind_errors`, by port) fails.
+pub(crate) fn gateway_status(
+    gw: &Gateway,
+    table: &GatewayTable,
+    bind_errors: &HashMap<u16, String>,
+) -> GatewayStatus {
     let g = gw.metadata.generation;
     let old = gw.status.clone().unwrap_or_default();
     let listener_err = |l: &kthena_api::gateway::Listener| -> Option<String> {
-        (u16::try_from(l.port).ok() != Some(port)).then(|| {
-            format!(
-                "port {} is not served (the router serves port {port} only)",
-                l.port
-            )
-        })
+        u16::try_from(l.port)
+            .ok()
+            .and_then(|p| bind_errors.get(&p).cloned())
     };
     let supported = |p: &str| p == "HTTP" || p == "HTTPS";
     let accepted = gw.spec.gateway_class_name == GATEWAY_CLASS;
@@ -294,8 +297,8 @@ mod tests {
     #[test]
     fn gateway_programmed_only_when_every_listener_is_served() {
         let gw = gateway(&serde_json::json!([{"name": "a", "port": 8080, "protocol": "HTTP"}]));
-        let table = GatewayTable::compile(&[Arc::new(gw.clone())], &[], &[]);
-        let st = gateway_status(&gw, &table, 8080);
+        let table = GatewayTable::compile(&[Arc::new(gw.clone())], &[], &[], &[]);
+        let st = gateway_status(&gw, &table, &HashMap::new());
         let s = |t: &str, v: &str, r: &str| (t.to_owned(), v.to_owned(), r.to_owned());
         assert_eq!(
             summary(&st.conditions),
@@ -310,7 +313,7 @@ mod tests {
         // Unchanged conditions keep their transition time and need no write.
         let mut written = gw;
         written.status = Some(st.clone());
-        let again = gateway_status(&written, &table, 8080);
+        let again = gateway_status(&written, &table, &HashMap::new());
         assert!(!gateway_status_changed(&written, &again));
         assert_eq!(
             again.conditions[0].last_transition_time,
@@ -320,7 +323,7 @@ mod tests {
         let gw = gateway(&serde_json::json!([
             {"name": "a", "port": 8080, "protocol": "HTTP"},
             {"name": "b", "port": 9, "protocol": "HTTP"}]));
-        let st = gateway_status(&gw, &table, 8080);
+        let st = gateway_status(&gw, &table, &HashMap::new());
         assert_eq!(
             summary(&st.conditions)[1],
             s("Programmed", "False", "Invalid")
@@ -328,7 +331,7 @@ mod tests {
         assert!(
             st.conditions[1]
                 .message
-                .starts_with("Listener \"b\" failed: port 9")
+                .starts_with("Listener \"b\" failed: listen tcp 127.0.0.1:9: in use")
         );
         assert_eq!(
             summary(&st.listeners[1].conditions)[0],

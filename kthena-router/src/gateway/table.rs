@@ -4,8 +4,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use kthena_api::gateway::{Gateway, HTTPRoute, HTTPRouteRule};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kthena_api::gateway::{Gateway, HTTPRoute, HTTPRouteRule, RouteNamespaces};
 use kthena_api::thirdparty::InferencePool;
+use kube::core::{Selector, SelectorExt};
 
 use super::matcher::{
     AllowedFrom, CompiledListener, CompiledRoute, CompiledRule, PathMatch, Rewrite,
@@ -43,11 +46,13 @@ fn ns_name(m: &kube::core::ObjectMeta) -> (String, String) {
 }
 
 impl GatewayTable {
-    /// Compiles the objects (Gateways of other classes and non-HTTP listeners are left out).
+    /// Compiles the objects (Gateways of other classes and non-HTTP listeners are left out);
+    /// `namespaces` are evaluated against the listeners' `allowedRoutes` selectors.
     pub(crate) fn compile(
         gateways: &[Arc<Gateway>],
         routes: &[Arc<HTTPRoute>],
         pools: &[Arc<InferencePool>],
+        namespaces: &[Arc<Namespace>],
     ) -> Self {
         let mut gws: Vec<&Arc<Gateway>> = gateways
             .iter()
@@ -69,11 +74,11 @@ impl GatewayTable {
                             name: l.name.clone(),
                             port: u16::try_from(l.port).ok()?,
                             hostname: l.hostname.as_deref().map(lower_host),
-                            from: AllowedFrom::parse(
+                            from: allowed_from(
                                 l.allowed_routes
                                     .as_ref()
-                                    .and_then(|a| a.namespaces.as_ref())
-                                    .and_then(|n| n.from.as_deref()),
+                                    .and_then(|a| a.namespaces.as_ref()),
+                                namespaces,
                             ),
                         })
                     })
@@ -108,6 +113,33 @@ impl GatewayTable {
             routes,
             pools,
         }
+    }
+}
+
+/// `allowedRoutes.namespaces` of a listener: `Same` when unset or unknown (the API
+/// default), `All`, or `Selector` with the names of the namespaces its label selector
+/// matches now (none when the selector is missing or invalid).
+pub(crate) fn allowed_from(
+    field: Option<&RouteNamespaces>,
+    namespaces: &[Arc<Namespace>],
+) -> AllowedFrom {
+    match field.and_then(|f| f.from.as_deref()) {
+        Some("All") => AllowedFrom::All,
+        Some("Selector") => {
+            let selector = field
+                .and_then(|f| f.selector.clone())
+                .and_then(|v| serde_json::from_value::<LabelSelector>(v).ok())
+                .and_then(|ls| Selector::try_from(ls).ok());
+            let picked = selector.map_or_else(Default::default, |sel| {
+                namespaces
+                    .iter()
+                    .filter(|n| sel.matches(&n.metadata.labels.clone().unwrap_or_default()))
+                    .filter_map(|n| n.metadata.name.clone())
+                    .collect()
+            });
+            AllowedFrom::Selector(picked)
+        }
+        _ => AllowedFrom::Same,
     }
 }
 

@@ -1,10 +1,13 @@
 //! The kube side of Gateway API mode: ensures the `kthena-router` GatewayClass and the
-//! `default` Gateway, reflects Gateways, HTTPRoutes and (with the inference extension)
-//! InferencePools, swaps the compiled [`GatewayState`] into the shared state after every
-//! burst of events, and writes the Gateway and HTTPRoute statuses.
+//! `default` Gateway, reflects Gateways, HTTPRoutes, Namespaces (for `allowedRoutes`
+//! selectors) and (with the inference extension) InferencePools, opens the served
+//! Gateways' listener ports ([`Ports`]), swaps the compiled [`GatewayState`] into the shared
+//! state after every burst of events, and writes the Gateway and HTTPRoute statuses.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Namespace;
 use kthena_api::gateway::{Gateway, GatewayClass, GatewayClassSpec, GatewaySpec, HTTPRoute};
 use kthena_api::thirdparty::InferencePool;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -14,6 +17,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::ports::{Ports, Serving};
 use super::status;
 use super::{DEFAULT_GATEWAY, GATEWAY_CLASS, GatewayApiConfig, GatewayState, GatewayTable};
 use crate::cluster::{REBUILD_DEBOUNCE, reflect};
@@ -24,15 +28,16 @@ pub(crate) type StateSlot = Arc<arc_swap::ArcSwapOption<GatewayState>>;
 struct Stores {
     gateways: Store<Gateway>,
     routes: Store<HTTPRoute>,
+    namespaces: Store<Namespace>,
     pools: Option<Store<InferencePool>>,
 }
 
-/// Starts Gateway API mode for a router serving inference on `port`.
+/// Starts Gateway API mode for a router serving as `serving` says.
 pub(crate) fn spawn(
     slot: StateSlot,
     client: &Client,
     cfg: &GatewayApiConfig,
-    port: u16,
+    serving: Serving,
     cancel: &CancellationToken,
     tasks: &TaskTracker,
 ) {
@@ -40,32 +45,38 @@ pub(crate) fn spawn(
     let stores = Stores {
         gateways: reflect(Api::all(client.clone()), &changed, cancel, tasks),
         routes: reflect(Api::all(client.clone()), &changed, cancel, tasks),
+        namespaces: reflect(Api::all(client.clone()), &changed, cancel, tasks),
         pools: cfg
             .inference_extension
             .then(|| reflect(Api::all(client.clone()), &changed, cancel, tasks)),
     };
     let namespace = cfg.namespace.clone().unwrap_or_else(|| "default".into());
+    let scope = cfg.gateway_namespaces.clone();
     let inference_extension = cfg.inference_extension;
     let client = client.clone();
     let cancel = cancel.clone();
     tasks.spawn(async move {
-        ensure_defaults(&client, &namespace, port).await;
+        ensure_defaults(&client, &namespace, serving.port).await;
+        let mut ports = Ports::default();
         loop {
-            let table = compile(&stores);
-            let kthena: Vec<String> = stores
+            let served: Vec<Arc<Gateway>> = stores
                 .gateways
                 .state()
-                .iter()
-                .filter(|g| served(g, port))
-                .map(|g| key(&g.metadata))
+                .into_iter()
+                .filter(|g| served(g, &scope))
                 .collect();
+            let table = compile(&stores, &served);
+            let wanted: BTreeSet<u16> = table.listeners.iter().map(|l| l.port).collect();
+            let bind_errors = ports.reconcile(&wanted, &serving, &cancel).await;
             let state = Arc::new(GatewayState {
                 table,
-                port,
+                port: serving.port,
                 inference_extension,
+                bind_errors,
             });
             slot.store(Some(Arc::clone(&state)));
-            write_statuses(&client, &stores, &state.table, &kthena, port).await;
+            let keys: Vec<String> = served.iter().map(|g| key(&g.metadata)).collect();
+            write_statuses(&client, &stores, &served, &state, &keys).await;
             tokio::select! {
                 () = cancel.cancelled() => return,
                 () = changed.notified() => {}
@@ -86,17 +97,17 @@ fn key(m: &kube::core::ObjectMeta) -> String {
     )
 }
 
-/// Whether this router serves (and writes the status of) `gw`: class `kthena-router` and
-/// a listener on the router's port. Gateways with listeners on other ports only are left
-/// to the router that serves those ports.
-fn served(gw: &Gateway, port: u16) -> bool {
+/// Whether this router serves (opens the ports of, writes the status of) `gw`: class
+/// `kthena-router`, in one of `scope` (every namespace when empty).
+fn served(gw: &Gateway, scope: &[String]) -> bool {
+    let ns = gw.metadata.namespace.as_deref().unwrap_or("default");
     gw.spec.gateway_class_name == GATEWAY_CLASS
-        && gw.spec.listeners.iter().any(|l| l.port == i32::from(port))
+        && (scope.is_empty() || scope.iter().any(|s| s == ns))
 }
 
-fn compile(s: &Stores) -> GatewayTable {
+fn compile(s: &Stores, gateways: &[Arc<Gateway>]) -> GatewayTable {
     let pools = s.pools.as_ref().map(Store::state).unwrap_or_default();
-    GatewayTable::compile(&s.gateways.state(), &s.routes.state(), &pools)
+    GatewayTable::compile(gateways, &s.routes.state(), &pools, &s.namespaces.state())
 }
 
 /// Creates the GatewayClass `kthena-router` and the Gateway `default` (one HTTP listener
@@ -133,20 +144,20 @@ where
     }
 }
 
+/// Writes the status of every served Gateway and of every HTTPRoute with a served parent
+/// (`served_keys`, `namespace/name`), where it changed.
 async fn write_statuses(
     client: &Client,
     s: &Stores,
-    table: &GatewayTable,
-    kthena: &[String],
-    port: u16,
+    served: &[Arc<Gateway>],
+    state: &GatewayState,
+    served_keys: &[String],
 ) {
     let pp = PatchParams::default();
-    for gw in s.gateways.state() {
-        if !served(&gw, port) {
-            continue;
-        }
-        let st = status::gateway_status(&gw, table, port);
-        if !status::gateway_status_changed(&gw, &st) {
+    let table = &state.table;
+    for gw in served {
+        let st = status::gateway_status(gw, table, &state.bind_errors);
+        if !status::gateway_status_changed(gw, &st) {
             continue;
         }
         let (Some(ns), Some(name)) = (&gw.metadata.namespace, &gw.metadata.name) else {
@@ -159,7 +170,7 @@ async fn write_statuses(
         }
     }
     for r in s.routes.state() {
-        let Some(st) = status::route_status(&r, kthena, table) else {
+        let Some(st) = status::route_status(&r, served_keys, table) else {
             continue;
         };
         if !status::route_status_changed(&r, &st) {

@@ -36,7 +36,11 @@ pub(super) fn via_gateway(
         return Err(fallback);
     };
     let host = host_of(req);
-    let listener = crate::gateway::listener_for(&gw, host)?;
+    let port = req
+        .extensions()
+        .get::<crate::gateway::ListenerPort>()
+        .copied();
+    let listener = crate::gateway::listener_for(&gw, port, host)?;
     let choice = {
         let mut rng = shared.rng();
         crate::gateway::choose_pool(&gw, listener, host, req.uri().path(), &mut *rng)?

@@ -9,6 +9,7 @@ use tower::Service;
 use super::{Parsed, Routed, ext, stage};
 use crate::accounting::Accounting;
 use crate::error::Error;
+use crate::gateway::{CompiledListener, ListenerPort};
 use crate::proxy::RespBody;
 use crate::route::{MatchError, TargetRef};
 use crate::service::Shared;
@@ -79,10 +80,16 @@ fn set_path(req: &mut Request<()>, path: &str) {
 /// HTTPRoute to an InferencePool.
 fn resolve(shared: &Shared, req: &Request<()>) -> Result<(Target, Option<String>), Error> {
     let p = ext::<Parsed>(req, "parsed request")?;
-    if let Some(gw) = shared.gateway.load_full() {
-        crate::gateway::listener_for(&gw, super::gateway::host_of(req))?;
-    }
-    match resolve_model_route(shared, req, &p) {
+    let gw = shared.gateway.load_full();
+    let listener = match &gw {
+        Some(gw) => Some(crate::gateway::listener_for(
+            gw,
+            req.extensions().get::<ListenerPort>().copied(),
+            super::gateway::host_of(req),
+        )?),
+        None => None,
+    };
+    match resolve_model_route(shared, req, &p, listener) {
         Ok(t) => Ok((t, None)),
         Err(e @ (Error::ModelNotFound { .. } | Error::NoRuleMatched { .. })) => {
             let (routed, path) = super::gateway::via_gateway(shared, req, &p, e)?;
@@ -92,13 +99,28 @@ fn resolve(shared: &Shared, req: &Request<()>) -> Result<(Target, Option<String>
     }
 }
 
-fn resolve_model_route(shared: &Shared, req: &Request<()>, p: &Parsed) -> Result<Target, Error> {
+/// The ModelRoute target; in Gateway API mode only routes serving `listener` compete
+/// (`parentRefs`, [`crate::gateway::model_route_serves`]).
+fn resolve_model_route(
+    shared: &Shared,
+    req: &Request<()>,
+    p: &Parsed,
+    listener: Option<&CompiledListener>,
+) -> Result<Target, Error> {
     let Parsed { req: parsed, snap } = p;
     let acct = req.extensions().get::<Accounting>();
+    let serves = |r: &crate::route::CompiledRoute| {
+        crate::gateway::model_route_serves(&r.namespace, &r.parent_refs, listener)
+    };
     let m = {
         let mut rng = shared.rng();
-        snap.routes
-            .match_request(&parsed.model, req.headers(), req.uri().path(), &mut *rng)
+        snap.routes.match_request(
+            &parsed.model,
+            req.headers(),
+            req.uri().path(),
+            &mut *rng,
+            serves,
+        )
     };
     let m = m.map_err(|e| match e {
         MatchError::UnknownModel => Error::ModelNotFound {
