@@ -338,3 +338,45 @@ fn weighted_pick_walks_the_weights() {
     assert_eq!(pick_backend(&b, 4), None);
     assert_eq!(pick_backend(&[], 0), None);
 }
+
+#[test]
+fn namespace_selectors_pick_namespaces_by_label() {
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::Namespace;
+    use kthena_api::gateway::RouteNamespaces;
+
+    use super::super::table::allowed_from;
+
+    let ns = |name: &str, team: Option<&str>| {
+        let mut n = Namespace::default();
+        n.metadata.name = Some(name.into());
+        n.metadata.labels = team.map(|t| [("team".to_owned(), t.to_owned())].into());
+        Arc::new(n)
+    };
+    let all = [ns("a", Some("x")), ns("b", Some("y")), ns("c", None)];
+    let field = |from: &str, selector: serde_json::Value| RouteNamespaces {
+        from: Some(from.into()),
+        selector: Some(selector),
+    };
+    let picked =
+        |names: &[&str]| AllowedFrom::Selector(names.iter().map(|n| (*n).to_owned()).collect());
+    let by_labels = field(
+        "Selector",
+        serde_json::json!({"matchLabels": {"team": "x"}}),
+    );
+    assert_eq!(allowed_from(Some(&by_labels), &all), picked(&["a"]));
+    let by_expr = field(
+        "Selector",
+        serde_json::json!({"matchExpressions": [{"key": "team", "operator": "Exists"}]}),
+    );
+    assert_eq!(allowed_from(Some(&by_expr), &all), picked(&["a", "b"]));
+    let bad = field(
+        "Selector",
+        serde_json::json!({"matchExpressions": [{"key": "team", "operator": "Nope"}]}),
+    );
+    assert_eq!(allowed_from(Some(&bad), &all), picked(&[]));
+    assert_eq!(allowed_from(None, &all), AllowedFrom::Same);
+    let everyone = field("All", serde_json::Value::Null);
+    assert_eq!(allowed_from(Some(&everyone), &all), AllowedFrom::All);
+}

@@ -295,7 +295,7 @@ mod tests {
     }
 
     #[test]
-    fn gateway_programmed_only_when_every_listener_is_served() {
+    fn gateway_programmed_only_when_every_listener_port_is_open() {
         let gw = gateway(&serde_json::json!([{"name": "a", "port": 8080, "protocol": "HTTP"}]));
         let table = GatewayTable::compile(&[Arc::new(gw.clone())], &[], &[], &[]);
         let st = gateway_status(&gw, &table, &HashMap::new());
@@ -323,7 +323,8 @@ mod tests {
         let gw = gateway(&serde_json::json!([
             {"name": "a", "port": 8080, "protocol": "HTTP"},
             {"name": "b", "port": 9, "protocol": "HTTP"}]));
-        let st = gateway_status(&gw, &table, &HashMap::new());
+        let taken = HashMap::from([(9, "listen tcp 127.0.0.1:9: in use".to_owned())]);
+        let st = gateway_status(&gw, &table, &taken);
         assert_eq!(
             summary(&st.conditions)[1],
             s("Programmed", "False", "Invalid")
