@@ -191,9 +191,14 @@ fn http() -> Client {
 
 /// `n` concurrent long completions against the engine at `ip` (aborted when the set drops).
 fn load(ip: &str, n: usize) -> JoinSet<()> {
+    load_via(&format!("{ip}:8100"), n)
+}
+
+/// `n` concurrent long completions of model `m` sent to `addr` (an engine or a router).
+fn load_via(addr: &str, n: usize) -> JoinSet<()> {
     let mut set = JoinSet::new();
     for _ in 0..n {
-        let url = format!("http://{ip}:8100/v1/completions");
+        let url = format!("http://{addr}/v1/completions");
         set.spawn(async move {
             let body = json!({"model": "m", "prompt": "hello", "max_tokens": 20000}).to_string();
             let req = http::Request::post(url)
@@ -674,5 +679,77 @@ async fn the_leader_runs_the_autoscaler() -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    Ok(())
+}
+
+/// The router in cluster mode, in process, routing model `m` of `ns` to the ModelServing
+/// `target`'s entry pods (port 8100).
+async fn cluster_router(ns: &TestNamespace, target: &str) -> Result<kthena_router::Router> {
+    let server: kthena_api::ModelServer = serde_json::from_value(json!({
+        "apiVersion": "networking.serving.volcano.sh/v1alpha1",
+        "kind": "ModelServer",
+        "metadata": {"name": target, "namespace": ns.name()},
+        "spec": {
+            "model": "m",
+            "inferenceEngine": "vLLM",
+            "workloadSelector": {"matchLabels": {"modelserving.volcano.sh/name": target}},
+            "workloadPort": {"port": 8100},
+        },
+    }))?;
+    ns.api::<kthena_api::ModelServer>()
+        .create(&PostParams::default(), &server)
+        .await?;
+    let route: kthena_api::ModelRoute = serde_json::from_value(json!({
+        "apiVersion": "networking.serving.volcano.sh/v1alpha1",
+        "kind": "ModelRoute",
+        "metadata": {"name": target, "namespace": ns.name()},
+        "spec": {"modelName": "m", "rules": [{"name": "default", "targetModels": [{"modelServerName": target}]}]},
+    }))?;
+    ns.api::<kthena_api::ModelRoute>()
+        .create(&PostParams::default(), &route)
+        .await?;
+    let text = "port: 0\nmetricsPort: 0\ndebugPort: 0\nbindAddress: 127.0.0.1\naccessLog: {enabled: false}\n";
+    let path = std::path::Path::new("router.yaml");
+    let cfg = kthena_router::Config::from_yaml(path, text)?.validate(path)?;
+    let router = kthena_router::Router::start_in_cluster(cfg, ns.client().clone()).await?;
+    Ok(router)
+}
+
+#[tokio::test]
+async fn load_through_the_router_in_cluster_mode_scales_up_within_two_sync_periods() -> Result<()> {
+    let env = setup("as-router").await?;
+    let ns = &env.ns;
+    create_serving(ns, "llm").await?;
+    let ip = entry_ip(ns, "llm").await?;
+    let router = cluster_router(ns, "llm").await?;
+    let addr = router.addr.to_string();
+    // Wait until the router routes `m` to the engine.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let body = json!({"model": "m", "prompt": "hi", "max_tokens": 1}).to_string();
+        let req = http::Request::post(format!("http://{addr}/v1/completions"))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))?;
+        if http().request(req).await.is_ok_and(|r| r.status() == 200) {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("the router never routed model m");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    create_policy(ns, "llm", json!({"pod": {"port": 8100}})).await?;
+    // 9 requests through the router: the engine runs 1 and queues 8 ⇒ 4 replicas.
+    let load = load_via(&addr, 9);
+    queue_at_least(&ip, 8.0).await?;
+    let deadline = tokio::time::Instant::now() + SYNC * 2 + Duration::from_millis(1500);
+    while replicas(ns, "llm").await? != 4 {
+        if tokio::time::Instant::now() > deadline {
+            bail!("not scaled to 4 within two sync periods of the queue rising");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(load);
+    router.shutdown().await;
     Ok(())
 }
