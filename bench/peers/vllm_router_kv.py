@@ -93,7 +93,8 @@ class Stack:
             port, zport = free_port(), free_port()
             cmd = [args.sim, "--port", str(port), "--model", MODEL,
                    "--time-scale", str(args.time_scale), "--seed", str(i),
-                   "--kv-events-port", str(zport), "--hash-seed", "0",
+                   "--kv-events-port", str(zport), "--kv-events-topic", "",
+                   "--hash-seed", "0",
                    "--block-size", str(args.block_size),
                    "--num-gpu-blocks", str(args.num_gpu_blocks),
                    "--max-model-len", str(args.max_model_len)]

@@ -4,6 +4,7 @@
 mod harness;
 mod loadgen;
 mod overhead;
+mod peer_policy;
 mod peers;
 mod soak_run;
 
@@ -75,6 +76,12 @@ struct Args {
     /// combination, `direct` for the single-engine anchor).
     #[arg(long, value_delimiter = ',')]
     policies: Vec<String>,
+    /// Also run the peer routers in front of the same engines, each as its own process:
+    /// `smg` (cache_aware, round_robin, random) and `vllm-router` (cache_aware, random,
+    /// kv_aware), when installed. They run in real time: use with `--time-scale 1`. With
+    /// `--policies` naming peer rows (`"smg random"`), only those.
+    #[arg(long)]
+    peers: bool,
     /// Extra policy: a file holding a `scheduler:` section (Kthena's format) or just its
     /// contents; named after the file stem. Repeatable.
     #[arg(long)]
@@ -269,6 +276,41 @@ async fn run_scenario(
     }
     if wanted(args, "direct") {
         rows.push(run_direct(args, rt, sc, &workload).await?);
+    }
+    if args.peers {
+        rows.extend(run_peers(args, rt, sc, &workload).await?);
+    }
+    Ok(rows)
+}
+
+/// The peer rows (`--peers`), on the same engines, workload and arrivals as our policies.
+async fn run_peers(
+    args: &Args,
+    rt: &Runtimes,
+    sc: &Scenario,
+    workload: &Arc<Workload>,
+) -> anyhow::Result<Vec<PolicyResult>> {
+    let all = peer_policy::PeerPolicy::ALL;
+    let named = args
+        .policies
+        .iter()
+        .any(|p| all.iter().any(|pp| pp.name() == *p));
+    let setup = peer_policy::Setup {
+        rt,
+        engines: args.engines,
+        sim: sim_config(args, false),
+        arrivals: arrivals(args, sc, workload.sessions.len()),
+        max_concurrency: sc.max_concurrency,
+        time_scale: args.time_scale,
+    };
+    let mut rows = Vec::new();
+    for pp in all {
+        if named && !wanted(args, &pp.name()) {
+            continue;
+        }
+        if let Some(row) = peer_policy::run(&setup, &sc.name, workload, pp).await? {
+            rows.push(row);
+        }
     }
     Ok(rows)
 }

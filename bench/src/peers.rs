@@ -141,9 +141,26 @@ pub(crate) async fn start(
     sims: &[SimHandle],
     client: &HttpClient,
 ) -> anyhow::Result<Running> {
+    start_with_policy(peer, program, sims, client, None).await
+}
+
+/// As [`start`], with `policy` instead of the peer's default one (vllm-router and SGLang
+/// Model Gateway only: their `--policy`). vllm-router's `kv_aware` also subscribes to every
+/// engine's KV events (`--kv-event-source <worker URL>=tcp://<ip>:<port>`, block size 16,
+/// the engines' model); the engines must publish them.
+///
+/// # Errors
+/// The program cannot be started or does not answer within 60 s.
+pub(crate) async fn start_with_policy(
+    peer: Peer,
+    program: &Path,
+    sims: &[SimHandle],
+    client: &HttpClient,
+    policy: Option<&str>,
+) -> anyhow::Result<Running> {
     let dir = tempfile::tempdir()?;
     let port = free_port()?;
-    let mut cmd = command(peer, program, sims, dir.path(), port)?;
+    let mut cmd = command(peer, program, sims, dir.path(), port, policy)?;
     let log = std::fs::File::create(dir.path().join("proxy.log"))?;
     cmd.stdin(Stdio::null())
         .stdout(log.try_clone()?)
@@ -166,6 +183,7 @@ fn command(
     sims: &[SimHandle],
     dir: &Path,
     port: u16,
+    policy: Option<&str>,
 ) -> anyhow::Result<Command> {
     let mut cmd = Command::new(program);
     let engines: Vec<SocketAddr> = sims.iter().map(SimHandle::addr).collect();
@@ -205,22 +223,51 @@ fn command(
             if peer == Peer::Smg {
                 cmd.arg("launch");
             }
-            let policy = if peer == Peer::Smg {
+            let default = if peer == Peer::Smg {
                 "cache_aware"
             } else {
                 "round_robin"
             };
+            let policy = policy.unwrap_or(default);
             cmd.args(["--host", "127.0.0.1", "--port", &port.to_string()]);
-            cmd.arg("--worker-urls").args(&urls);
-            cmd.args(["--policy", policy]);
             cmd.args(["--prometheus-port", &free_port()?.to_string()]);
             cmd.args(["--prometheus-host", "127.0.0.1"]);
             let level = if peer == Peer::Smg { "warn" } else { "warning" };
             cmd.args(["--log-level", level]);
+            cmd.args(["--policy", policy]);
+            if peer == Peer::VllmRouter && policy == "kv_aware" {
+                cmd.args(kv_event_args(sims));
+            }
+            cmd.arg("--worker-urls").args(&urls);
         }
     }
     Ok(cmd)
 }
+
+/// vllm-router's static KV-event subscriptions, one per engine that publishes events.
+fn kv_event_args(sims: &[SimHandle]) -> Vec<String> {
+    let mut args = Vec::new();
+    for s in sims {
+        if let Some(port) = s.kv_events_port() {
+            args.push("--kv-event-source".to_owned());
+            args.push(format!(
+                "http://{}=tcp://{}:{port}",
+                s.addr(),
+                s.addr().ip()
+            ));
+        }
+    }
+    args.extend([
+        "--kv-event-block-size".to_owned(),
+        KV_BLOCK_SIZE.to_string(),
+        "--kv-event-model".to_owned(),
+        MODEL.to_owned(),
+    ]);
+    args
+}
+
+/// The engines' KV-cache block size in tokens (kthena-sim's default, vLLM's default).
+const KV_BLOCK_SIZE: usize = 16;
 
 fn nginx_conf(dir: &Path, engines: &[SocketAddr], port: u16) -> String {
     let d = dir.display();
