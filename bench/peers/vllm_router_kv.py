@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """vllm-router's `kv_aware` policy against its `random` policy, on kthena-sim engines.
 
-Starts N kthena-sim engines that publish vLLM KV events (vLLM's block hashes, seed 0), puts
+Starts N kthena-sim engines that publish vLLM KV events (vLLM's block hashes, seed 0, on
+vLLM's default empty topic: vllm-router's static `--kv-event-source` applies no other), puts
 `vllm-router` (PyPI `vllm-router`) in front of them, sends a long-shared-prefix workload
 through it, and reports the engines' prefix-cache hit rate
 (`vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total`, summed over engines) for

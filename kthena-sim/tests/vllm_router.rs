@@ -70,7 +70,7 @@ async fn start_router(sims: &[SimHandle]) -> (tokio::process::Child, String, u16
         .args(["--kv-event-block-size", "16", "--kv-event-model", MODEL])
         .arg("--worker-urls")
         .args(sims.iter().map(SimHandle::base_url));
-    for s in &sims {
+    for s in sims {
         let z = s.kv_events_port().unwrap();
         cmd.arg("--kv-event-source")
             .arg(format!("{}=tcp://127.0.0.1:{z}", s.base_url()));
