@@ -46,7 +46,7 @@ impl Ports {
     /// Opens the `wanted` ports not open yet (retrying failed ones) and closes the open
     /// ports no longer wanted; returns the ports that could not be opened, with the reason
     /// (`listen tcp <addr>: <error>`, as Go's `net.Listen` words it).
-    pub(crate) async fn reconcile(
+    pub(crate) fn reconcile(
         &mut self,
         wanted: &BTreeSet<u16>,
         serving: &Serving,
@@ -66,7 +66,7 @@ impl Ports {
                 continue;
             }
             let addr = SocketAddr::new(serving.bind, port);
-            match TcpListener::bind(addr).await {
+            match crate::listener::bind(addr) {
                 Ok(l) => {
                     tracing::info!(%addr, "Serving a Gateway listener port");
                     let token = cancel.child_token();

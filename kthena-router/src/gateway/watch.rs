@@ -67,7 +67,7 @@ pub(crate) fn spawn(
                 .collect();
             let table = compile(&stores, &served);
             let wanted: BTreeSet<u16> = table.listeners.iter().map(|l| l.port).collect();
-            let bind_errors = ports.reconcile(&wanted, &serving, &cancel).await;
+            let bind_errors = ports.reconcile(&wanted, &serving, &cancel);
             let state = Arc::new(GatewayState {
                 table,
                 port: serving.port,
