@@ -716,7 +716,8 @@ async fn cluster_router(ns: &TestNamespace, target: &str) -> Result<kthena_route
 }
 
 #[tokio::test]
-async fn load_through_the_router_in_cluster_mode_scales_up_within_two_sync_periods() -> Result<()> {
+async fn load_through_the_router_in_cluster_mode_scales_up_then_down_after_the_window() -> Result<()>
+{
     let env = setup("as-router").await?;
     let ns = &env.ns;
     create_serving(ns, "llm").await?;
@@ -749,7 +750,20 @@ async fn load_through_the_router_in_cluster_mode_scales_up_within_two_sync_perio
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // The clients go away: the router cancels the upstream requests, the queue empties, and
+    // after the 6 s window the target drops to 1 in one step, never back up.
     drop(load);
+    let samples = sample(ns, "llm", Duration::from_secs(12)).await?;
+    let first_one = samples
+        .iter()
+        .position(|&r| r == 1)
+        .context("never scaled down")?;
+    assert!(first_one >= 4, "scaled down before the window: {samples:?}");
+    assert!(samples[..first_one].iter().all(|&r| r == 4), "{samples:?}");
+    assert!(
+        samples[first_one..].iter().all(|&r| r == 1),
+        "flapping: {samples:?}"
+    );
     router.shutdown().await;
     Ok(())
 }
