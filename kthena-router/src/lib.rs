@@ -92,14 +92,14 @@ pub use discovery::{Loader, Server, Snapshot, manifest_files};
 pub use endpoint::{DOWN_AFTER_FAILURES, Endpoint, EngineState, InFlightGuard};
 pub use error::{Error, Result, Side, openai_error_body};
 pub use inflight::{ON_FLIGHT_KEY, SYNC_INTERVAL};
+pub use kthena_kvevents::{
+    END_SEQ, IndexBatch, SeqStep, SeqTracker, decode_batch, event_type, split_frames,
+};
 pub use kv_cache::{
     IndexBackend, KvCacheConfig, KvLoader, KvState, RedisConfig, SUPERVISE_INTERVAL,
     TokenizerConfig, supervise,
 };
-pub use kv_events::{
-    END_SEQ, EventBatch, Ingest, KvSource, REPLAY_TIMEOUT, SeqStep, SeqTracker, decode_batch,
-    event_type, replay, split_frames, subscribe,
-};
+pub use kv_events::{Ingest, KvSource, REPLAY_TIMEOUT, replay, subscribe};
 pub use kv_metrics::{KvMetrics, TOKENIZE_BUCKETS};
 pub use kv_redis::{KEY_PREFIX, RedisKvIndex, block_key, kthena_block_hash, owner_of};
 pub use listener::{ListenerConfig, ListenerMetrics};

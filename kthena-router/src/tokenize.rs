@@ -1,46 +1,31 @@
 //! Prompt tokenization for KV-cache-aware routing and token accounting.
 //!
-//! A model's Hugging Face `tokenizer.json` is loaded in-process with the `tokenizers` crate;
-//! chat requests are rendered with the model's chat template (`chat_template` of
-//! `tokenizer_config.json`, evaluated with `minijinja` plus its Python-compatible string
-//! methods, `trim_blocks` and `lstrip_blocks` on, as Hugging Face renders it), so the token ids
-//! are those the engine computes and hashes into KV blocks. Without a template, messages are
-//! rendered in ChatML (`<|im_start|>{role}\n{content}<|im_end|>\n` per message, then
-//! `<|im_start|>assistant\n`). Chat prompts are encoded without added special tokens and
-//! completion prompts with them, as vLLM's `/tokenize` does.
-//!
-//! # Prompt-prefix cache
-//!
-//! Tokenizers split the text at special tokens (`<|im_start|>`, ...) before anything else, so
-//! the ids of a text are the concatenation of the ids of its pieces when it is cut just before
-//! a special token. [`ModelTokenizer::encode`] cuts there, keys each prefix ending at a cut by
-//! a chained XXH3-64 hash of its pieces, and keeps the ids of such prefixes (at least
-//! [`MIN_CACHED_PREFIX_BYTES`] long) in an LRU of `tokenizeCacheEntries` entries. A request
-//! that repeats a long system prompt then only tokenizes what follows the longest cached
-//! prefix. Texts without special tokens (plain completion prompts) are not cached.
+//! Chat-template rendering, tokenization and the prompt-prefix cache are the
+//! `kthena-tokenize` crate's (shared with the simulator): a model's Hugging Face
+//! `tokenizer.json` is loaded in-process, chat requests are rendered with the model's chat
+//! template (ChatML without one) and encoded without added special tokens, completion prompts
+//! with them, as vLLM's `/tokenize` does, so the token ids are those the engine hashes into KV
+//! blocks. Prefixes ending before a special token are cached in an LRU of
+//! `tokenizeCacheEntries` entries, so a request that repeats a long system prompt only
+//! tokenizes what follows it.
 //!
 //! When no tokenizer is configured for a model, the engine's `/tokenize` is asked instead
 //! (vLLM and SGLang request shapes, plus llama.cpp's `content` key).
 
 use std::collections::HashMap;
-use std::num::NonZeroUsize;
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use lru::LruCache;
+pub use kthena_tokenize::{CacheOutcome, MIN_CACHED_PREFIX_BYTES};
 use tokio::time::Instant;
-use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::error::{Error, Result};
 use crate::kv_metrics::KvMetrics;
 use crate::openai::{Message, Prompt};
 use crate::scrape::HttpClient;
-
-/// Prefixes shorter than this many bytes are not cached (tokenizing them is cheap).
-pub const MIN_CACHED_PREFIX_BYTES: usize = 256;
 
 /// Texts longer than this many bytes are tokenized on the blocking thread pool instead of
 /// the request's runtime thread.
@@ -49,76 +34,20 @@ pub const BLOCKING_THRESHOLD_BYTES: usize = 16 * 1024;
 /// Largest `/tokenize` answer read, bytes.
 const MAX_TOKENIZE_BYTES: usize = 16 * 1024 * 1024;
 
-/// Whether [`ModelTokenizer::encode`] reused a cached prefix.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CacheOutcome {
-    /// A cached prefix of this many bytes was reused.
-    Hit {
-        /// Length of the reused prefix, bytes of the text.
-        prefix_bytes: usize,
-    },
-    /// Nothing was reused.
-    Miss,
-    /// The text has no cut point; the cache was not consulted.
-    Uncacheable,
-}
-
-/// A cached prefix: its length in bytes (checked on lookup) and its token ids.
-type CachedPrefix = (usize, Arc<[u32]>);
-
-struct ChatTemplate {
-    env: minijinja::Environment<'static>,
-    bos: String,
-    eos: String,
+impl kthena_tokenize::ChatMessage for Message {
+    fn role(&self) -> &str {
+        &self.role
+    }
+    fn content(&self) -> &str {
+        &self.content
+    }
 }
 
 /// One model's tokenizer, chat template and prompt-prefix cache.
+#[derive(Debug)]
 pub struct ModelTokenizer {
     model: String,
-    tok: tokenizers::Tokenizer,
-    template: Option<ChatTemplate>,
-    /// Matches the special tokens the text may be cut before.
-    cuts: Option<regex::Regex>,
-    /// Ids the post-processor adds to an empty input (e.g. BOS), prepended when
-    /// `add_special_tokens` is requested.
-    lead: Vec<u32>,
-    cache: Mutex<LruCache<u64, CachedPrefix>>,
-}
-
-impl std::fmt::Debug for ModelTokenizer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ModelTokenizer")
-            .field("model", &self.model)
-            .field("chat_template", &self.template.is_some())
-            .field(
-                "cached_prefixes",
-                &self
-                    .cache
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .len(),
-            )
-            .finish_non_exhaustive()
-    }
-}
-
-fn token_text(v: Option<&serde_json::Value>) -> String {
-    match v {
-        Some(serde_json::Value::String(s)) => s.clone(),
-        Some(serde_json::Value::Object(o)) => o
-            .get("content")
-            .and_then(|c| c.as_str())
-            .unwrap_or_default()
-            .to_owned(),
-        _ => String::new(),
-    }
-}
-
-fn raise_exception(msg: String) -> std::result::Result<String, minijinja::Error> {
-    Err(minijinja::Error::new(
-        minijinja::ErrorKind::InvalidOperation,
-        msg,
-    ))
+    tok: kthena_tokenize::Tokenizer,
 }
 
 // === impl ModelTokenizer ===
@@ -137,84 +66,11 @@ impl ModelTokenizer {
         tokenizer_config: Option<&Path>,
         cache_entries: usize,
     ) -> Result<Self> {
-        let err = |reason: String| Error::Tokenizer {
-            model: model.to_owned(),
-            reason,
-        };
-        let tok = tokenizers::Tokenizer::from_file(tokenizer_json)
-            .map_err(|e| err(format!("{}: {e}", tokenizer_json.display())))?;
-        let template = match tokenizer_config {
-            Some(p) => {
-                let text =
-                    std::fs::read_to_string(p).map_err(|e| err(format!("{}: {e}", p.display())))?;
-                let cfg: serde_json::Value = serde_json::from_str(&text)
-                    .map_err(|e| err(format!("{}: {e}", p.display())))?;
-                let source = match cfg.get("chat_template") {
-                    Some(serde_json::Value::String(s)) => Some(s.clone()),
-                    // A list of named templates: use "default".
-                    Some(serde_json::Value::Array(list)) => list
-                        .iter()
-                        .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
-                        .and_then(|t| t.get("template"))
-                        .and_then(|t| t.as_str())
-                        .map(str::to_owned),
-                    _ => None,
-                };
-                match source {
-                    Some(src) => {
-                        let mut env = minijinja::Environment::new();
-                        let syntax = minijinja::syntax::SyntaxConfig::builder()
-                            .trim_blocks(true)
-                            .lstrip_blocks(true)
-                            .build()
-                            .map_err(|e| err(format!("chat template syntax: {e}")))?;
-                        env.set_syntax(syntax);
-                        env.set_unknown_method_callback(
-                            minijinja_contrib::pycompat::unknown_method_callback,
-                        );
-                        env.add_function("raise_exception", raise_exception);
-                        env.add_template_owned("chat", src)
-                            .map_err(|e| err(format!("chat template: {e}")))?;
-                        Some(ChatTemplate {
-                            env,
-                            bos: token_text(cfg.get("bos_token")),
-                            eos: token_text(cfg.get("eos_token")),
-                        })
-                    }
-                    None => None,
-                }
-            }
-            None => None,
-        };
-        let mut specials: Vec<String> = tok
-            .get_added_tokens_decoder()
-            .into_values()
-            .filter(|t| {
-                t.special && !t.lstrip && !t.rstrip && !t.single_word && !t.content.is_empty()
-            })
-            .map(|t| regex::escape(&t.content))
-            .collect();
-        specials.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
-        let cuts = if specials.is_empty() {
-            None
-        } else {
-            Some(
-                regex::Regex::new(&specials.join("|"))
-                    .map_err(|e| err(format!("special tokens: {e}")))?,
-            )
-        };
-        let lead = tok
-            .encode_fast("", true)
-            .map(|e| e.get_ids().to_vec())
-            .unwrap_or_default();
-        let cache = LruCache::new(NonZeroUsize::new(cache_entries).unwrap_or(NonZeroUsize::MIN));
+        let tok = kthena_tokenize::Tokenizer::load(tokenizer_json, tokenizer_config, cache_entries)
+            .map_err(|e| tokenizer_error(model, &e))?;
         Ok(Self {
             model: model.to_owned(),
             tok,
-            template,
-            cuts: if cache_entries == 0 { None } else { cuts },
-            lead,
-            cache: Mutex::new(cache),
         })
     }
 
@@ -227,7 +83,7 @@ impl ModelTokenizer {
     /// Whether a chat template was loaded.
     #[must_use]
     pub fn has_chat_template(&self) -> bool {
-        self.template.is_some()
+        self.tok.has_chat_template()
     }
 
     /// Renders chat messages into the prompt text the engine sees, with the generation
@@ -236,39 +92,9 @@ impl ModelTokenizer {
     /// # Errors
     /// [`Error::Tokenizer`] when the template fails (for example `raise_exception`).
     pub fn render_chat(&self, messages: &[Message]) -> Result<String> {
-        let Some(t) = &self.template else {
-            let mut s = Prompt::Messages(messages.to_vec()).render();
-            s.push_str("<|im_start|>assistant\n");
-            return Ok(s);
-        };
-        let msgs: Vec<HashMap<&str, String>> = messages
-            .iter()
-            .map(|m| HashMap::from([("role", m.role.clone()), ("content", m.content.clone())]))
-            .collect();
-        let tmpl = t.env.get_template("chat").map_err(|e| Error::Tokenizer {
-            model: self.model.clone(),
-            reason: e.to_string(),
-        })?;
-        tmpl.render(minijinja::context! {
-            messages => msgs,
-            add_generation_prompt => true,
-            bos_token => t.bos.clone(),
-            eos_token => t.eos.clone(),
-        })
-        .map_err(|e| Error::Tokenizer {
-            model: self.model.clone(),
-            reason: format!("chat template: {e}"),
-        })
-    }
-
-    fn encode_piece(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
         self.tok
-            .encode_fast(text, add_special_tokens)
-            .map(|e| e.get_ids().to_vec())
-            .map_err(|e| Error::Tokenizer {
-                model: self.model.clone(),
-                reason: e.to_string(),
-            })
+            .render_chat(messages)
+            .map_err(|e| tokenizer_error(&self.model, &e))
     }
 
     /// Token ids of `text` without the prefix cache (the reference result).
@@ -276,84 +102,20 @@ impl ModelTokenizer {
     /// # Errors
     /// [`Error::Tokenizer`] when the tokenizer fails.
     pub fn encode_uncached(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
-        self.encode_piece(text, add_special_tokens)
+        self.tok
+            .encode_uncached(text, add_special_tokens)
+            .map_err(|e| tokenizer_error(&self.model, &e))
     }
 
-    /// Token ids of `text`, reusing the longest cached prefix (see the module docs); the
-    /// result equals [`encode_uncached`](Self::encode_uncached).
+    /// Token ids of `text`, reusing the longest cached prefix; the result equals
+    /// [`encode_uncached`](Self::encode_uncached).
     ///
     /// # Errors
     /// [`Error::Tokenizer`] when the tokenizer fails.
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<(Vec<u32>, CacheOutcome)> {
-        let Some(re) = &self.cuts else {
-            return Ok((
-                self.encode_piece(text, add_special_tokens)?,
-                CacheOutcome::Uncacheable,
-            ));
-        };
-        // Cut points: 0, every special-token start, len.
-        let mut cuts: Vec<usize> = Vec::with_capacity(16);
-        cuts.push(0);
-        cuts.extend(re.find_iter(text).map(|m| m.start()).filter(|&s| s > 0));
-        cuts.push(text.len());
-        cuts.dedup();
-        if cuts.len() <= 2 && text.len() < MIN_CACHED_PREFIX_BYTES {
-            return Ok((
-                self.encode_piece(text, add_special_tokens)?,
-                CacheOutcome::Uncacheable,
-            ));
-        }
-        // hashes[k]: the prefix text[..cuts[k]], chained piece by piece.
-        let seed = u64::from(add_special_tokens);
-        let mut hashes = Vec::with_capacity(cuts.len());
-        hashes.push(seed);
-        for w in cuts.windows(2) {
-            let prev = hashes.last().copied().unwrap_or(seed);
-            hashes.push(xxh3_64_with_seed(&text.as_bytes()[w[0]..w[1]], prev));
-        }
-        let mut start = 0;
-        let mut ids: Vec<u32> = Vec::new();
-        {
-            let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-            for k in (1..cuts.len()).rev() {
-                if cuts[k] < MIN_CACHED_PREFIX_BYTES {
-                    break;
-                }
-                if let Some((len, cached)) = cache.get(&hashes[k])
-                    && *len == cuts[k]
-                {
-                    ids.reserve(cached.len() + (text.len() - cuts[k]) / 3);
-                    ids.extend_from_slice(cached);
-                    start = k;
-                    break;
-                }
-            }
-        }
-        let outcome = if start > 0 {
-            CacheOutcome::Hit {
-                prefix_bytes: cuts[start],
-            }
-        } else {
-            CacheOutcome::Miss
-        };
-        if start == 0 && add_special_tokens {
-            ids.extend_from_slice(&self.lead);
-        }
-        let mut fresh: Vec<(u64, usize, Arc<[u32]>)> = Vec::new();
-        for k in start..cuts.len() - 1 {
-            let piece = &text[cuts[k]..cuts[k + 1]];
-            ids.extend(self.encode_piece(piece, false)?);
-            if cuts[k + 1] >= MIN_CACHED_PREFIX_BYTES {
-                fresh.push((hashes[k + 1], cuts[k + 1], Arc::from(&ids[..])));
-            }
-        }
-        if !fresh.is_empty() {
-            let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-            for (h, len, v) in fresh {
-                cache.put(h, (len, v));
-            }
-        }
-        Ok((ids, outcome))
+        self.tok
+            .encode(text, add_special_tokens)
+            .map_err(|e| tokenizer_error(&self.model, &e))
     }
 
     /// Renders (for chat) and tokenizes a prompt; chat prompts without added special tokens,
@@ -369,6 +131,21 @@ impl ModelTokenizer {
                 self.encode(&text, false)
             }
         }
+    }
+}
+
+/// The router's error for a tokenizer failure, with the crate error's causes in the reason.
+fn tokenizer_error(model: &str, e: &kthena_tokenize::Error) -> Error {
+    let mut reason = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        reason.push_str(": ");
+        reason.push_str(&s.to_string());
+        source = s.source();
+    }
+    Error::Tokenizer {
+        model: model.to_owned(),
+        reason,
     }
 }
 

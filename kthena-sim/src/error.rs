@@ -46,7 +46,4 @@ pub enum Error {
         /// The port the engine must listen on.
         port: u16,
     },
-    /// Encoding a KV-event batch failed.
-    #[error("cannot encode a KV-event batch")]
-    Encode(#[source] rmpv::encode::Error),
 }

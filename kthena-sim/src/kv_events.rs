@@ -12,6 +12,9 @@
 //! | BlockRemoved | type, block_hashes, medium, group_idx | `["BlockRemoved", hashes, medium]` |
 //! | AllBlocksCleared | type | `["AllBlocksCleared"]` |
 //!
+//! The encoding itself is the `kthena-kvevents` crate's ([`EventBatch::encode`]); this module
+//! maps the cache's events to it and publishes them.
+//!
 //! Block hashes are unsigned 64-bit integers, the digest's low 64 bits (vLLM's default,
 //! `VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1`), or the digest bytes as msgpack `bin` when
 //! `int_hashes` is false. `extra_keys` has one entry per block: nil, or the block's hash extra
@@ -19,7 +22,7 @@
 //! `[identifier, offset]`).
 
 use bytes::Bytes;
-use rmpv::Value;
+use kthena_kvevents::{BlockRemoved, BlockStored, Encoding, Event, EventBatch};
 use tokio::sync::mpsc;
 use zeromq::{Socket, SocketSend, ZmqMessage};
 
@@ -28,132 +31,88 @@ use crate::hash::{BlockHash, ExtraKey};
 use crate::kv::KvEvent;
 use crate::{Error, Result};
 
-fn s(v: &str) -> Value {
-    Value::from(v)
-}
-
-fn hash(h: &BlockHash, int_hashes: bool) -> Value {
+fn hash(h: &BlockHash, int_hashes: bool) -> kthena_kvevents::BlockHash {
     if int_hashes {
-        Value::from(h.to_u64())
+        kthena_kvevents::BlockHash::Int(h.to_u64())
     } else {
-        Value::Binary(h.as_bytes().to_vec())
+        kthena_kvevents::BlockHash::Bytes(h.as_bytes().to_vec())
     }
 }
 
-fn extra_key(k: &ExtraKey) -> Value {
+fn extra_key(k: &ExtraKey) -> kthena_kvevents::ExtraKey {
     match k {
-        ExtraKey::Str(s) => Value::from(s.as_str()),
-        ExtraKey::Mm { identifier, offset } => {
-            Value::Array(vec![Value::from(identifier.as_str()), Value::from(*offset)])
-        }
-        ExtraKey::Bytes(b) => Value::Binary(b.clone()),
+        ExtraKey::Str(s) => kthena_kvevents::ExtraKey::Str(s.clone()),
+        ExtraKey::Mm { identifier, offset } => kthena_kvevents::ExtraKey::Mm {
+            identifier: identifier.clone(),
+            offset: *offset,
+        },
+        ExtraKey::Bytes(b) => kthena_kvevents::ExtraKey::Bytes(b.clone()),
     }
 }
 
-fn extra_keys(keys: &[Vec<ExtraKey>]) -> Value {
-    Value::Array(
-        keys.iter()
-            .map(|k| {
-                if k.is_empty() {
-                    Value::Nil
-                } else {
-                    Value::Array(k.iter().map(extra_key).collect())
-                }
-            })
-            .collect(),
-    )
-}
-
-/// One event as a msgpack value in `format`, with int block hashes if `int_hashes`, else the
-/// digest bytes.
+/// One event in vLLM's terms: tier `GPU`, and in the map form (vLLM 0.32) the fields vLLM
+/// 0.32 adds (`extra_keys`, `group_idx` 0, `kv_cache_spec_kind` `full_attention`), with int
+/// block hashes if `int_hashes`, else the digest bytes.
 #[must_use]
-pub fn event_value(ev: &KvEvent, format: KvEventsFormat, int_hashes: bool) -> Value {
-    let hashes = |h: &[BlockHash]| Value::Array(h.iter().map(|x| hash(x, int_hashes)).collect());
-    match (ev, format) {
-        (
-            KvEvent::BlockStored {
-                block_hashes,
-                parent_block_hash,
-                token_ids,
-                block_size,
-                lora_name,
-                extra_keys: keys,
-            },
-            fmt,
-        ) => {
-            let parent = parent_block_hash
-                .as_ref()
-                .map_or(Value::Nil, |h| hash(h, int_hashes));
-            let tokens = Value::Array(token_ids.iter().map(|t| Value::from(*t)).collect());
-            let lora = lora_name.as_deref().map_or(Value::Nil, s);
-            let bs = Value::from(*block_size as u64);
-            match fmt {
-                KvEventsFormat::Map => Value::Map(vec![
-                    (s("type"), s("BlockStored")),
-                    (s("block_hashes"), hashes(block_hashes)),
-                    (s("parent_block_hash"), parent),
-                    (s("token_ids"), tokens),
-                    (s("block_size"), bs),
-                    (s("lora_id"), Value::Nil),
-                    (s("medium"), s("GPU")),
-                    (s("lora_name"), lora),
-                    (s("extra_keys"), extra_keys(keys)),
-                    (s("group_idx"), Value::from(0)),
-                    (s("kv_cache_spec_kind"), s("full_attention")),
-                ]),
-                KvEventsFormat::Array => Value::Array(vec![
-                    s("BlockStored"),
-                    hashes(block_hashes),
-                    parent,
-                    tokens,
-                    bs,
-                    Value::Nil,
-                    s("GPU"),
-                    lora,
-                ]),
-            }
-        }
-        (KvEvent::BlockRemoved { block_hashes }, KvEventsFormat::Map) => Value::Map(vec![
-            (s("type"), s("BlockRemoved")),
-            (s("block_hashes"), hashes(block_hashes)),
-            (s("medium"), s("GPU")),
-            (s("group_idx"), Value::from(0)),
-        ]),
-        (KvEvent::BlockRemoved { block_hashes }, KvEventsFormat::Array) => {
-            Value::Array(vec![s("BlockRemoved"), hashes(block_hashes), s("GPU")])
-        }
-        (KvEvent::AllBlocksCleared, KvEventsFormat::Map) => {
-            Value::Map(vec![(s("type"), s("AllBlocksCleared"))])
-        }
-        (KvEvent::AllBlocksCleared, KvEventsFormat::Array) => {
-            Value::Array(vec![s("AllBlocksCleared")])
-        }
+pub fn wire_event(ev: &KvEvent, format: KvEventsFormat, int_hashes: bool) -> Event {
+    let map = format == KvEventsFormat::Map;
+    let hashes = |h: &[BlockHash]| h.iter().map(|x| hash(x, int_hashes)).collect();
+    match ev {
+        KvEvent::BlockStored {
+            block_hashes,
+            parent_block_hash,
+            token_ids,
+            block_size,
+            lora_name,
+            extra_keys,
+        } => Event::BlockStored(BlockStored {
+            block_hashes: hashes(block_hashes),
+            parent_block_hash: parent_block_hash.as_ref().map(|h| hash(h, int_hashes)),
+            token_ids: token_ids.clone(),
+            block_size: *block_size,
+            lora_id: None,
+            medium: Some("GPU".to_owned()),
+            lora_name: lora_name.clone(),
+            extra_keys: map.then(|| {
+                extra_keys
+                    .iter()
+                    .map(|k| k.iter().map(extra_key).collect())
+                    .collect()
+            }),
+            group_idx: map.then_some(0),
+            kv_cache_spec_kind: map.then(|| "full_attention".to_owned()),
+            kv_cache_spec_sliding_window: None,
+        }),
+        KvEvent::BlockRemoved { block_hashes } => Event::BlockRemoved(BlockRemoved {
+            block_hashes: hashes(block_hashes),
+            medium: Some("GPU".to_owned()),
+            group_idx: map.then_some(0),
+        }),
+        KvEvent::AllBlocksCleared => Event::AllBlocksCleared,
     }
 }
 
-/// Encodes one batch `[ts, [events], 0]` as msgpack bytes (hashes as in [`event_value`]).
-///
-/// # Errors
-/// [`Error::Encode`] if msgpack serialisation fails (it cannot for in-memory buffers).
+/// Encodes one batch `[ts, [events], 0]` as msgpack bytes (events as in [`wire_event`]),
+/// `ts` in Unix seconds.
+#[must_use]
 pub fn encode_batch(
     ts: f64,
     events: &[KvEvent],
     format: KvEventsFormat,
     int_hashes: bool,
-) -> Result<Vec<u8>> {
-    let batch = Value::Array(vec![
-        Value::F64(ts),
-        Value::Array(
-            events
-                .iter()
-                .map(|e| event_value(e, format, int_hashes))
-                .collect(),
-        ),
-        Value::from(0),
-    ]);
-    let mut out = Vec::new();
-    rmpv::encode::write_value(&mut out, &batch).map_err(Error::Encode)?;
-    Ok(out)
+) -> Vec<u8> {
+    let batch = EventBatch {
+        ts,
+        events: events
+            .iter()
+            .map(|e| wire_event(e, format, int_hashes))
+            .collect(),
+        data_parallel_rank: Some(0),
+    };
+    batch.encode(match format {
+        KvEventsFormat::Map => Encoding::VllmMap,
+        KvEventsFormat::Array => Encoding::VllmArray,
+    })
 }
 
 /// A bound PUB socket.
@@ -218,9 +177,7 @@ impl Publisher {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs_f64())
                 .unwrap_or(0.0);
-            let Ok(payload) = encode_batch(ts, &events, self.format, self.int_hashes) else {
-                continue;
-            };
+            let payload = encode_batch(ts, &events, self.format, self.int_hashes);
             let mut msg = ZmqMessage::from(self.topic.clone());
             msg.push_back(Bytes::copy_from_slice(&self.seq.to_be_bytes()));
             msg.push_back(Bytes::from(payload));
@@ -249,7 +206,7 @@ mod tests {
             lora_name: None,
             extra_keys: vec![vec![], vec![]],
         };
-        let bytes = encode_batch(1.5, &[ev], KvEventsFormat::Map, true).unwrap();
+        let bytes = encode_batch(1.5, &[ev], KvEventsFormat::Map, true);
         let v = rmpv::decode::read_value(&mut bytes.as_slice()).unwrap();
         let arr = v.as_array().unwrap();
         assert_eq!(arr.len(), 3);

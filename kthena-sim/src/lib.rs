@@ -47,7 +47,7 @@ pub use config::{Config, Faults, Flavor, KvEventsFormat, Profile, Role};
 pub use error::Error;
 pub use hash::{BlockHash, BlockHasher, ExtraKey, HashAlgo, RequestKeys};
 pub use kv::KvEvent;
-pub use kv_events::{encode_batch, event_value};
+pub use kv_events::{encode_batch, wire_event};
 pub use offline::{OfflineReport, OfflineRequest, simulate};
 pub use server::{SimHandle, spawn, spawn_many};
 pub use tokenize::{FALLBACK_VOCAB, Tokenizer, render_chat};

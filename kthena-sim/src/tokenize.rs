@@ -1,4 +1,5 @@
-//! Tokenization: a Hugging Face `tokenizer.json` when configured, else a deterministic
+//! Tokenization: a Hugging Face `tokenizer.json` when configured (the `kthena-tokenize`
+//! crate, shared with the router: chat template, prompt-prefix cache), else a deterministic
 //! fallback.
 //!
 //! # Fallback tokenizer
@@ -80,91 +81,19 @@ fn fallback_pieces(text: &str) -> Vec<&str> {
     pieces
 }
 
+/// Prompt prefixes the Hugging Face tokenizer keeps (`kthena_tokenize`'s prefix cache).
+const PREFIX_CACHE_ENTRIES: usize = 256;
+
 #[derive(Debug)]
 enum Inner {
-    Hf(Box<tokenizers::Tokenizer>),
+    Hf(Box<kthena_tokenize::Tokenizer>),
     Fallback,
-}
-
-/// A model's Jinja chat template (`chat_template` of `tokenizer_config.json`).
-struct ChatTemplate {
-    env: minijinja::Environment<'static>,
-    bos: String,
-    eos: String,
-}
-
-impl std::fmt::Debug for ChatTemplate {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChatTemplate").finish_non_exhaustive()
-    }
-}
-
-fn raise_exception(msg: String) -> std::result::Result<String, minijinja::Error> {
-    Err(minijinja::Error::new(
-        minijinja::ErrorKind::InvalidOperation,
-        msg,
-    ))
-}
-
-/// A special-token field of `tokenizer_config.json`: a string or `{"content": ...}`.
-fn token_text(v: Option<&serde_json::Value>) -> String {
-    match v {
-        Some(serde_json::Value::String(s)) => s.clone(),
-        Some(o) => o
-            .get("content")
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or_default()
-            .to_owned(),
-        None => String::new(),
-    }
-}
-
-/// Loads the chat template from a `tokenizer_config.json`, if it has one.
-fn load_template(path: &Path) -> Result<Option<ChatTemplate>> {
-    let err = |reason: String| Error::Tokenizer {
-        path: path.display().to_string(),
-        reason,
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-    let cfg: serde_json::Value = serde_json::from_str(&text).map_err(|e| err(e.to_string()))?;
-    let source = match cfg.get("chat_template") {
-        Some(serde_json::Value::String(s)) => s.clone(),
-        // A list of named templates: use "default".
-        Some(serde_json::Value::Array(list)) => match list
-            .iter()
-            .find(|t| t.get("name").and_then(serde_json::Value::as_str) == Some("default"))
-            .and_then(|t| t.get("template"))
-            .and_then(serde_json::Value::as_str)
-        {
-            Some(s) => s.to_owned(),
-            None => return Ok(None),
-        },
-        _ => return Ok(None),
-    };
-    let mut env = minijinja::Environment::new();
-    // Hugging Face renders templates with trim_blocks and lstrip_blocks.
-    let syntax = minijinja::syntax::SyntaxConfig::builder()
-        .trim_blocks(true)
-        .lstrip_blocks(true)
-        .build()
-        .map_err(|e| err(format!("chat template syntax: {e}")))?;
-    env.set_syntax(syntax);
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-    env.add_function("raise_exception", raise_exception);
-    env.add_template_owned("chat", source)
-        .map_err(|e| err(format!("chat template: {e}")))?;
-    Ok(Some(ChatTemplate {
-        env,
-        bos: token_text(cfg.get("bos_token")),
-        eos: token_text(cfg.get("eos_token")),
-    }))
 }
 
 /// A tokenizer shared by all requests. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Tokenizer {
     inner: Arc<Inner>,
-    template: Option<Arc<ChatTemplate>>,
     /// `(id, text)` pairs generated output is drawn from.
     vocab: Arc<Vec<(u32, String)>>,
 }
@@ -180,7 +109,6 @@ impl Tokenizer {
         vocab.dedup_by(|a, b| a.0 == b.0);
         Self {
             inner: Arc::new(Inner::Fallback),
-            template: None,
             vocab: Arc::new(vocab),
         }
     }
@@ -196,12 +124,15 @@ impl Tokenizer {
             path: path.display().to_string(),
             reason,
         };
-        let tok = tokenizers::Tokenizer::from_file(path).map_err(|e| err(e.to_string()))?;
+        let tok = kthena_tokenize::Tokenizer::from_file(path, PREFIX_CACHE_ENTRIES)
+            .map_err(|e| err(e.to_string()))?;
         let mut vocab = Vec::new();
         for w in OUTPUT_WORDS {
-            let enc = tok.encode(*w, false).map_err(|e| err(e.to_string()))?;
-            for &id in enc.get_ids() {
-                let text = tok.decode(&[id], false).map_err(|e| err(e.to_string()))?;
+            let ids = tok
+                .encode_uncached(w, false)
+                .map_err(|e| err(e.to_string()))?;
+            for id in ids {
+                let text = tok.decode(&[id]).map_err(|e| err(e.to_string()))?;
                 if !text.is_empty() && !vocab.iter().any(|(v, _)| *v == id) {
                     vocab.push((id, text));
                 }
@@ -210,15 +141,8 @@ impl Tokenizer {
         if vocab.is_empty() {
             return Err(err("the tokenizer produced no output vocabulary".to_owned()));
         }
-        let config = path.with_file_name("tokenizer_config.json");
-        let template = if config.exists() {
-            load_template(&config)?.map(Arc::new)
-        } else {
-            None
-        };
         Ok(Self {
             inner: Arc::new(Inner::Hf(Box::new(tok))),
-            template,
             vocab: Arc::new(vocab),
         })
     }
@@ -231,7 +155,7 @@ impl Tokenizer {
         match &*self.inner {
             Inner::Hf(tok) => tok
                 .encode(text, add_special_tokens)
-                .map(|e| e.get_ids().to_vec())
+                .map(|(ids, _)| ids)
                 .unwrap_or_default(),
             Inner::Fallback => fallback_pieces(text).into_iter().map(fallback_id).collect(),
         }
@@ -245,13 +169,10 @@ impl Tokenizer {
     /// The first id outside the vocabulary.
     pub fn decode(&self, ids: &[u32]) -> std::result::Result<String, u32> {
         match &*self.inner {
-            Inner::Hf(tok) => {
-                let size = tok.get_vocab_size(true);
-                if let Some(bad) = ids.iter().find(|id| **id as usize >= size) {
-                    return Err(*bad);
-                }
-                Ok(tok.decode(ids, false).unwrap_or_default())
-            }
+            Inner::Hf(tok) => match tok.decode(ids) {
+                Err(kthena_tokenize::Error::UnknownId { id, .. }) => Err(id),
+                other => Ok(other.unwrap_or_default()),
+            },
             Inner::Fallback => ids
                 .iter()
                 .map(|id| {
@@ -283,7 +204,7 @@ impl Tokenizer {
     /// Whether a model chat template was loaded.
     #[must_use]
     pub fn has_chat_template(&self) -> bool {
-        self.template.is_some()
+        matches!(&*self.inner, Inner::Hf(t) if t.has_chat_template())
     }
 
     /// Renders `(role, content)` messages into the prompt text, with the generation prompt
@@ -297,26 +218,10 @@ impl Tokenizer {
         &self,
         messages: &[(String, String)],
     ) -> std::result::Result<String, String> {
-        let Some(t) = &self.template else {
-            return Ok(render_chat(messages));
-        };
-        let msgs: Vec<std::collections::BTreeMap<&'static str, String>> = messages
-            .iter()
-            .map(|(role, content)| {
-                std::collections::BTreeMap::from([
-                    ("role", role.clone()),
-                    ("content", content.clone()),
-                ])
-            })
-            .collect();
-        let tmpl = t.env.get_template("chat").map_err(|e| e.to_string())?;
-        tmpl.render(minijinja::context! {
-            messages => msgs,
-            add_generation_prompt => true,
-            bos_token => t.bos.clone(),
-            eos_token => t.eos.clone(),
-        })
-        .map_err(|e| format!("chat template: {e}"))
+        match &*self.inner {
+            Inner::Hf(t) => t.render_chat(messages).map_err(|e| e.to_string()),
+            Inner::Fallback => Ok(render_chat(messages)),
+        }
     }
 }
 
@@ -325,16 +230,7 @@ impl Tokenizer {
 /// `<|im_start|>assistant\n`); used when no model chat template is loaded.
 #[must_use]
 pub fn render_chat(messages: &[(String, String)]) -> String {
-    let mut out = String::new();
-    for (role, content) in messages {
-        out.push_str("<|im_start|>");
-        out.push_str(role);
-        out.push('\n');
-        out.push_str(content);
-        out.push_str("<|im_end|>\n");
-    }
-    out.push_str("<|im_start|>assistant\n");
-    out
+    kthena_tokenize::render_chatml(messages)
 }
 
 #[cfg(test)]
