@@ -14,12 +14,11 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use kthena_sched::{Completion, Request as SchedRequest, Scheduler};
+use kthena_sched::{Completion, LoadGuard, Scheduler};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::accesslog::{AccessLog, Entry, EntryError};
-use crate::endpoint::{Endpoint, InFlightGuard};
 use crate::error::Error;
 use crate::metrics::{Destination, Metrics, RequestRecord};
 use crate::openai::{ParsedRequest, estimate_tokens};
@@ -49,7 +48,7 @@ pub(crate) struct RequestCtx {
     pub(crate) sched: Option<SchedDone>,
     pub(crate) settled: bool,
     /// The chosen endpoint's in-flight slot, given back when the request settles.
-    in_flight: Option<InFlightGuard>,
+    in_flight: Option<LoadGuard>,
     /// The admission slot of `overload.maxInFlight`, given back when the request settles.
     permit: Option<OwnedSemaphorePermit>,
     /// How the request ended, once known (the answer's status and error).
@@ -80,14 +79,12 @@ struct Outcome {
     output_tokens: u64,
 }
 
-/// What the scheduler is told when the request completes.
+/// What the scheduler is told when the request completes: the owned completion data
+/// [`Scheduler::on_scheduled`] returned, for the scheduler that scheduled the request.
 #[derive(Debug)]
 pub(crate) struct SchedDone {
     pub(crate) scheduler: Arc<Scheduler>,
-    pub(crate) model: String,
-    pub(crate) lora: Option<String>,
-    pub(crate) prompt: String,
-    pub(crate) endpoint: Arc<Endpoint>,
+    pub(crate) done: Completion,
 }
 
 impl RequestCtx {
@@ -198,15 +195,8 @@ impl RequestCtx {
             t.settled(ok, self.entry.input_tokens, output_tokens);
         }
         if let Some(s) = self.sched.take() {
-            let mut req = SchedRequest::new(&s.model).with_prompt(&s.prompt);
-            if let Some(l) = &s.lora {
-                req = req.with_lora(l);
-            }
-            s.scheduler.on_completed(&Completion {
-                request: &req,
-                endpoint: &s.endpoint.id,
-                success: status < 400 && error_type.is_none(),
-            });
+            let success = status < 400 && error_type.is_none();
+            s.scheduler.on_completed(&s.done, success);
         }
     }
 }
@@ -377,13 +367,13 @@ impl Accounting {
         self.lock().upstream_end = Some(Instant::now());
     }
 
-    /// The answer being streamed holds the endpoint's slot; a success also tells the
-    /// scheduler when the request completes.
-    pub(crate) fn answered(&self, guard: InFlightGuard, sched: Option<SchedDone>) {
+    /// The answer being streamed holds the endpoint's slot; the scheduler is told when the
+    /// request completes (with its outcome).
+    pub(crate) fn answered(&self, guard: LoadGuard, sched: SchedDone) {
         let mut c = self.lock();
         c.upstream_end = Some(Instant::now());
         c.in_flight = Some(guard);
-        c.sched = sched;
+        c.sched = Some(sched);
     }
 
     /// The first response body byte arrived: the endpoint's prefill is over.

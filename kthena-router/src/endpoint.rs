@@ -3,11 +3,11 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use kthena_api::networking::InferenceEngine;
-use kthena_sched::{Candidate, EndpointId, Metrics};
+use kthena_sched::{Candidate, EndpointId, LoadGuard, LoadTracker, Metrics};
 use tokio::time::Instant;
 
 use crate::config::EndpointConfig;
@@ -35,9 +35,8 @@ pub struct Endpoint {
     pub kv_events: Option<String>,
     /// Scheduler id (`namespace/name`).
     pub id: EndpointId,
-    in_flight: AtomicU32,
-    awaiting_first_token: AtomicU32,
-    pending_prefill_tokens: AtomicU64,
+    /// The router's own in-flight, awaiting-first-token and pending-prefill counts.
+    load: Arc<LoadTracker>,
     /// Requests in flight here from every router (Redis-shared counts, `crate::inflight`);
     /// `-1` while unknown.
     shared_in_flight: AtomicI64,
@@ -96,9 +95,7 @@ impl Endpoint {
             labels: cfg.labels.clone(),
             kv_events: cfg.kv_events.clone(),
             id: EndpointId::new(format!("{}/{}", cfg.namespace, cfg.name)),
-            in_flight: AtomicU32::new(0),
-            awaiting_first_token: AtomicU32::new(0),
-            pending_prefill_tokens: AtomicU64::new(0),
+            load: Arc::new(LoadTracker::new()),
             shared_in_flight: AtomicI64::new(-1),
             state: Mutex::new(EngineState::default()),
             breaker: Breaker::default(),
@@ -120,7 +117,7 @@ impl Endpoint {
     /// Requests the router currently has open to this endpoint.
     #[must_use]
     pub fn in_flight(&self) -> u32 {
-        self.in_flight.load(Ordering::Relaxed)
+        self.load.in_flight()
     }
 
     /// Requests in flight here from every router sharing counts through Redis (the last
@@ -146,29 +143,20 @@ impl Endpoint {
     /// Requests sent to this endpoint that have not yet returned a response body byte.
     #[must_use]
     pub fn awaiting_first_token(&self) -> u32 {
-        self.awaiting_first_token.load(Ordering::Relaxed)
+        self.load.awaiting_first_token()
     }
 
     /// Prompt tokens those requests still have to prefill (estimated when each was sent).
     #[must_use]
     pub fn pending_prefill_tokens(&self) -> u64 {
-        self.pending_prefill_tokens.load(Ordering::Relaxed)
+        self.load.pending_prefill_tokens()
     }
 
-    /// Counts one more open request that has `prefill_tokens` prompt tokens to prefill here;
-    /// the guard gives both back: the prefill part at [`InFlightGuard::first_byte`] (or on
-    /// drop), the request when dropped.
-    #[must_use]
-    pub fn begin_request(self: &Arc<Self>, prefill_tokens: u64) -> InFlightGuard {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-        self.awaiting_first_token.fetch_add(1, Ordering::Relaxed);
-        self.pending_prefill_tokens
-            .fetch_add(prefill_tokens, Ordering::Relaxed);
-        InFlightGuard {
-            endpoint: Arc::clone(self),
-            prefill_tokens: Some(prefill_tokens),
-            share: None,
-        }
+    /// Counts one more open request that has `prefill_tokens` prompt tokens to prefill here
+    /// (kthena-sched's [`LoadTracker`] protocol): the guard gives the prefill part back at
+    /// [`LoadGuard::first_byte`] (or on drop), the request when dropped.
+    pub fn begin_request(&self, prefill_tokens: u64) -> LoadGuard {
+        self.load.begin(prefill_tokens)
     }
 
     /// Locks the engine state (short critical sections only).
@@ -221,64 +209,18 @@ impl Endpoint {
             .find(|m| !st.lora_adapters.contains(m))
             .cloned()
             .unwrap_or_default();
+        let mut metrics = Metrics {
+            running_requests: st.running,
+            waiting_requests: st.waiting,
+            kv_cache_usage: st.kv_cache_usage,
+            ttft_ms: st.ttft_ms,
+            tpot_ms: st.tpot_ms,
+            ..Metrics::default()
+        };
+        self.load.fill(&mut metrics);
+        metrics.in_flight = self.scheduler_in_flight();
         Candidate::new(self.id.clone(), base)
             .with_lora_adapters(st.lora_adapters.iter().cloned())
-            .with_metrics(Metrics {
-                in_flight: self.scheduler_in_flight(),
-                running_requests: st.running,
-                waiting_requests: st.waiting,
-                kv_cache_usage: st.kv_cache_usage,
-                ttft_ms: st.ttft_ms,
-                tpot_ms: st.tpot_ms,
-                awaiting_first_token: self.awaiting_first_token(),
-                pending_prefill_tokens: self.pending_prefill_tokens(),
-            })
-    }
-}
-
-/// Where a request's in-flight slot is also counted (Redis, `crate::inflight`); told when
-/// the slot is given back.
-pub(crate) trait InFlightShare: Send + Sync + std::fmt::Debug {
-    /// The request to `endpoint` ended.
-    fn released(self: Arc<Self>, endpoint: Arc<Endpoint>);
-}
-
-/// Decrements an endpoint's in-flight count when dropped, and its prefill counters at the
-/// first response byte (or when dropped, whichever comes first).
-#[derive(Debug)]
-pub struct InFlightGuard {
-    endpoint: Arc<Endpoint>,
-    /// `Some` until the first response byte.
-    prefill_tokens: Option<u64>,
-    /// Told when the guard drops (the shared count).
-    share: Option<Arc<dyn InFlightShare>>,
-}
-
-impl InFlightGuard {
-    /// Also gives the slot back to `share` when dropped.
-    pub(crate) fn share_with(&mut self, share: Arc<dyn InFlightShare>) {
-        self.share = Some(share);
-    }
-
-    /// The first response body byte arrived: the request's prefill is over.
-    pub fn first_byte(&mut self) {
-        if let Some(t) = self.prefill_tokens.take() {
-            self.endpoint
-                .awaiting_first_token
-                .fetch_sub(1, Ordering::Relaxed);
-            self.endpoint
-                .pending_prefill_tokens
-                .fetch_sub(t, Ordering::Relaxed);
-        }
-    }
-}
-
-impl Drop for InFlightGuard {
-    fn drop(&mut self) {
-        self.first_byte();
-        self.endpoint.in_flight.fetch_sub(1, Ordering::Relaxed);
-        if let Some(s) = self.share.take() {
-            s.released(Arc::clone(&self.endpoint));
-        }
+            .with_metrics(metrics)
     }
 }

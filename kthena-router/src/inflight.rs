@@ -19,7 +19,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::Env;
-use crate::endpoint::{Endpoint, InFlightGuard, InFlightShare};
+use kthena_sched::LoadGuard;
+
+use crate::endpoint::Endpoint;
 
 /// Go Kthena's hash of per-pod in-flight counts.
 pub const ON_FLIGHT_KEY: &str = "kthena:on-flight-requests";
@@ -171,12 +173,14 @@ impl SharedInFlight {
     }
 
     /// Counts one more request to `ep` (the guard of `begin_request`) in Redis, and gives it
-    /// back there when the guard drops. On a Redis failure only the local count moves.
-    pub(crate) async fn track(self: &Arc<Self>, ep: &Endpoint, guard: &mut InFlightGuard) {
+    /// back there when the guard drops ([`LoadGuard::on_release`]). On a Redis failure only
+    /// the local count moves.
+    pub(crate) async fn track(self: &Arc<Self>, ep: &Arc<Endpoint>, guard: &mut LoadGuard) {
         let global = self.hincrby(ep, 1).await;
         ep.set_shared_in_flight(global);
         if global.is_some() {
-            guard.share_with(Arc::clone(self) as Arc<dyn InFlightShare>);
+            let (this, ep) = (Arc::clone(self), Arc::clone(ep));
+            guard.on_release(move || this.released(ep));
         }
     }
 
@@ -218,7 +222,8 @@ impl SharedInFlight {
     }
 }
 
-impl InFlightShare for SharedInFlight {
+impl SharedInFlight {
+    /// The request to `endpoint` ended: `HINCRBY -1` in the background.
     fn released(self: Arc<Self>, endpoint: Arc<Endpoint>) {
         let tasks = tokio_util::task::TaskTracker::new();
         tasks.spawn(async move {

@@ -89,7 +89,7 @@ pub use config::{
     resolve_address,
 };
 pub use discovery::{Loader, Server, Snapshot, manifest_files};
-pub use endpoint::{DOWN_AFTER_FAILURES, Endpoint, EngineState, InFlightGuard};
+pub use endpoint::{DOWN_AFTER_FAILURES, Endpoint, EngineState};
 pub use error::{Error, Result, Side, openai_error_body};
 pub use inflight::{ON_FLIGHT_KEY, SYNC_INTERVAL};
 pub use kthena_kvevents::{

@@ -5,7 +5,7 @@
 
 #![allow(clippy::print_stdout, reason = "an example that prints its result")]
 
-use kthena_sched::{Candidate, Completion, Config, KvEvent, Metrics, PdRole, Request, Scheduler};
+use kthena_sched::{Candidate, Config, KvEvent, Metrics, PdRole, Request, Scheduler};
 
 const ROUTER_CONFIG: &str = r#"
 scheduler:
@@ -69,12 +69,11 @@ fn main() -> anyhow::Result<()> {
     let req = Request::new("qwen3").with_prompt(&prompt);
 
     let best = print("first request:", &scheduler, &req, &endpoints)?;
-    scheduler.on_scheduled(&req, &endpoints[best]);
-    scheduler.on_completed(&Completion {
-        request: &req,
-        endpoint: &endpoints[best].id,
-        success: true,
-    });
+    // Sending: the owned completion data does not borrow the request, so a host may drop
+    // the prompt now and keep only `done` until the response stream ends.
+    let done = scheduler.on_scheduled(&req, &endpoints[best]);
+    // ... the response stream ends successfully:
+    scheduler.on_completed(&done, true);
 
     let prompt2 = format!("{system}And of Germany?");
     let req2 = Request::new("qwen3").with_prompt(&prompt2);

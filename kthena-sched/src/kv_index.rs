@@ -88,6 +88,14 @@ pub trait KvIndex: Send + Sync + fmt::Debug {
     /// Number of (endpoint, block) entries held.
     fn len(&self) -> usize;
 
+    /// Whether [`match_prefix`](Self::match_prefix) does I/O (the index lives in another
+    /// process, for example Redis). A host should then answer the lookups of
+    /// [`Scheduler::prepare`](crate::Scheduler::prepare) itself before scheduling, so that
+    /// scheduling never blocks ([`Prefetch`](crate::Prefetch)). Default: `false`.
+    fn is_remote(&self) -> bool {
+        false
+    }
+
     /// Whether the index holds no entry.
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -308,7 +316,7 @@ impl KvIndex for InMemoryKvIndex {
                     let local = token_block_hash(prev, tokens);
                     prev = Some(local);
                     let cap = g.cap.get();
-                    match crate::plugins::push_bounded(&mut g.entries, cap, (slot, *engine), local)
+                    match crate::bounded::push_bounded(&mut g.entries, cap, (slot, *engine), local)
                     {
                         Some((k, old)) if k == (slot, *engine) => {
                             // Re-stored: the value was replaced.
@@ -388,7 +396,7 @@ impl KvIndex for InMemoryKvIndex {
                 .get(h)
                 .is_some_and(|hs| hs.iter().any(|(s, _)| *s == slot));
             if !confirmed {
-                crate::plugins::push_bounded(&mut g.provisional, cap, (slot, *h), ());
+                crate::bounded::push_bounded(&mut g.provisional, cap, (slot, *h), ());
             }
         }
     }

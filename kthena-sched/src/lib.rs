@@ -55,29 +55,42 @@
 //!
 //! The user guide `docs/scheduler.md` gives every formula and argument.
 
+mod bounded;
+mod builder;
 mod config;
+mod decision;
 mod framework;
 mod hash;
 mod kv_index;
+mod plugin;
 mod plugins;
+mod prefetch;
+mod registry;
+mod request;
 mod strict;
+mod tracker;
 mod types;
 
+pub use builder::SchedulerBuilder;
 pub use config::{Config, FilterPlugins, PluginConfig, Plugins, ScorePlugins, WeightedPlugin};
-pub use framework::{
-    BuildContext, Clock, DEFAULT_TOP_N, Decision, FilterFactory, FilterPlugin, PdDecision, PdPair,
-    PluginKind, PluginStats, PluginTiming, Ranked, Registry, Scheduler, SchedulerBuilder,
-    ScoreFactory, ScoreNote, ScorePlugin,
+pub use decision::{
+    Decision, PdDecision, PdPair, PluginKind, PluginStats, PluginTiming, Ranked, ScoreNote,
 };
+pub use framework::{Clock, DEFAULT_TOP_N, Scheduler};
 pub use hash::{TOKEN_CHAIN_ROOT, prefix_block_hashes, token_block_hash, token_block_hashes};
 pub use kv_index::{InMemoryKvIndex, KvEvent, KvIndex, KvQuery};
+pub use plugin::{FilterPlugin, ScorePlugin};
 pub use plugins::{
     GpuUsage, KvCacheAware, KvCacheAwareArgs, LeastLatency, LeastLatencyArgs, LeastPrefill,
     LeastPrefillArgs, LeastRequest, LeastRequestArgs, LoadImbalance, LoadImbalanceArgs,
     LoraAffinity, LoraAffinityByName, PrefixCache, PrefixCacheArgs, PrefixStore, Random,
 };
+pub use prefetch::{KvLookup, Prefetch};
+pub use registry::{BuildContext, FilterFactory, Registry, ScoreFactory};
+pub use request::{Completion, Request};
 pub use strict::from_value;
-pub use types::{Candidate, Completion, EndpointId, Metrics, PdMember, PdRole, Request};
+pub use tracker::{LoadGuard, LoadTracker};
+pub use types::{Candidate, EndpointId, Metrics, PdMember, PdRole};
 
 /// Errors of this crate. Configuration errors happen at load time; per-request errors are
 /// the three "nothing to schedule" cases.

@@ -18,6 +18,7 @@ use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
+use kthena_sched::LoadGuard;
 use rand::Rng;
 use tokio::time::Instant;
 
@@ -26,7 +27,7 @@ use super::body::{self, Base};
 use super::metrics::{PdMetrics, Phase};
 use super::pairs::PdScheduled;
 use crate::accounting::{Accounting, SchedDone};
-use crate::endpoint::{Endpoint, InFlightGuard};
+use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::overload::BreakerState;
 use crate::pipeline::{
@@ -236,9 +237,9 @@ impl Plan {
         } else {
             body::to_bytes(&self.base)
         };
-        let (guard, start) = self.begin(&pair.decode, 0);
+        let (guard, done, start) = self.begin(&pair.decode, false);
         Ok(match self.decode(&pair.decode.1, dec, start).await? {
-            Ok(resp) => Ok(self.answered(&pair.decode.1, resp, guard, start)),
+            Ok(resp) => Ok(self.answered(resp, (guard, done), start)),
             Err(f) => Err(f),
         })
     }
@@ -251,7 +252,7 @@ impl Plan {
         let host = pair.prefill.1.socket.ip().to_string();
         let pre = body::sglang_prefill(&self.base, room);
         let dec = body::sglang_decode(&self.base, room, &host);
-        let (guard, start) = self.begin(&pair.decode, 0);
+        let (guard, done, start) = self.begin(&pair.decode, false);
         let prefill = self.prefill(&pair.prefill, pre);
         let decode = self.decode(&pair.decode.1, dec, start);
         tokio::pin!(prefill, decode);
@@ -276,21 +277,25 @@ impl Plan {
                 r
             }
         };
-        Ok(Ok(self.answered(&pair.decode.1, resp, guard, start)))
+        Ok(Ok(self.answered(resp, (guard, done), start)))
     }
 
-    /// Takes an in-flight slot on the endpoint and tells the scheduler about it.
+    /// Tells the scheduler about the request and takes an in-flight slot on the endpoint,
+    /// with the request's prefill tokens when `prefill` (the prefill endpoint).
     fn begin(
         &self,
         (idx, ep): &(usize, Arc<Endpoint>),
-        prefill_tokens: u64,
-    ) -> (InFlightGuard, Instant) {
+        prefill: bool,
+    ) -> (LoadGuard, SchedDone, Instant) {
         let sreq = sched_request(&self.parsed.req, &self.tokens, self.routed.lora.as_deref());
-        self.parsed
-            .snap
-            .scheduler
-            .on_scheduled(&sreq, &self.sched.cands[*idx]);
-        (ep.begin_request(prefill_tokens), Instant::now())
+        let scheduler = &self.parsed.snap.scheduler;
+        let done = scheduler.on_scheduled(&sreq, &self.sched.cands[*idx]);
+        let guard = ep.begin_request(if prefill { done.prefill_tokens } else { 0 });
+        let done = SchedDone {
+            scheduler: Arc::clone(scheduler),
+            done,
+        };
+        (guard, done, Instant::now())
     }
 
     /// The prefill call, read to the end of its answer: the answer body on a 2xx.
@@ -299,10 +304,7 @@ impl Plan {
         target: &(usize, Arc<Endpoint>),
         body: Bytes,
     ) -> Result<Result<Bytes, Failure>, Error> {
-        let sreq = sched_request(&self.parsed.req, &self.tokens, self.routed.lora.as_deref());
-        let tokens =
-            (self.parsed.snap.scheduler).prefill_tokens(&sreq, &self.sched.cands[target.0]);
-        let (guard, start) = self.begin(target, tokens);
+        let (guard, done, start) = self.begin(target, true);
         let ep = &target.1;
         let call = async {
             let resp = match self.send(ep, body).await {
@@ -332,6 +334,7 @@ impl Plan {
         let out = self.bounded(ep, call).await;
         drop(guard);
         let ok = matches!(out, Ok(Ok(_)));
+        done.scheduler.on_completed(&done.done, ok);
         let failed_server = !ok && !matches!(&out, Ok(Err(f)) if f.stop);
         self.breaker_result(ep, !failed_server);
         let m = &self.shared.metrics.pd;
@@ -430,19 +433,11 @@ impl Plan {
     /// The decode answer streamed to the client, holding the decode endpoint's slot.
     fn answered(
         &self,
-        ep: &Arc<Endpoint>,
         resp: Response<Incoming>,
-        guard: InFlightGuard,
+        (guard, done): (LoadGuard, SchedDone),
         start: Instant,
     ) -> Response<RespBody> {
-        let sched = resp.status().is_success().then(|| SchedDone {
-            scheduler: Arc::clone(&self.parsed.snap.scheduler),
-            model: self.parsed.req.model.clone(),
-            lora: self.routed.lora.clone(),
-            prompt: self.parsed.req.prompt_text.clone(),
-            endpoint: Arc::clone(ep),
-        });
-        self.acct.answered(guard, sched);
+        self.acct.answered(guard, done);
         let resp = stream_response(
             resp,
             self.acct.clone(),

@@ -12,12 +12,13 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
+use kthena_sched::LoadGuard;
 use tokio::time::Instant;
 
 use super::schedule::sched_request;
 use super::{BoxFut, Parsed, RequestId, Routed, Scheduled, Tokens, ext};
 use crate::accounting::{Accounting, SchedDone};
-use crate::endpoint::{Endpoint, InFlightGuard};
+use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::openai::{ParsedRequest, UpstreamBody};
 use crate::overload::BreakerState;
@@ -193,18 +194,24 @@ impl Plan {
         let snap = &self.parsed.snap;
         let sreq = sched_request(&self.parsed.req, &self.tokens, lora);
         let cand = &self.sched.cands[idx];
-        let mut guard = ep.begin_request(snap.scheduler.prefill_tokens(&sreq, cand));
+        // Cache-affinity plugins learn the decision now, while the engine prefills, so that
+        // the next request with the same new prefix follows this one (Go Kthena's
+        // PostSchedule runs only after a successful answer). The owned completion data
+        // carries the prefill tokens to count (computed before the plugins recorded it).
+        let done = snap.scheduler.on_scheduled(&sreq, cand);
+        let mut guard = ep.begin_request(done.prefill_tokens);
         if let Some(s) = self.shared.in_flight_share.get() {
             s.track(ep, &mut guard).await;
         }
-        // Cache-affinity plugins learn the decision now, while the engine prefills, so that
-        // the next request with the same new prefix follows this one (Go Kthena's
-        // PostSchedule runs only after a successful answer).
-        snap.scheduler.on_scheduled(&sreq, cand);
+        let done = SchedDone {
+            scheduler: Arc::clone(&snap.scheduler),
+            done,
+        };
         match self.send(ep).await? {
             Err(e) => {
                 self.acct.attempt_failed();
                 drop(guard);
+                done.scheduler.on_completed(&done.done, false);
                 self.breaker_result(ep, false);
                 tracing::debug!(endpoint = %ep.name, attempt, error = ?e, "Upstream attempt failed; trying the next endpoint");
                 Ok(Step::Failed {
@@ -213,7 +220,7 @@ impl Plan {
                     stop: false,
                 })
             }
-            Ok(resp) => self.answered(ep, resp, guard).await,
+            Ok(resp) => self.answered(ep, resp, (guard, done)).await,
         }
     }
 
@@ -251,7 +258,7 @@ impl Plan {
         &self,
         ep: &Arc<Endpoint>,
         resp: Response<Incoming>,
-        guard: InFlightGuard,
+        (guard, done): (LoadGuard, SchedDone),
     ) -> Result<Step, Error> {
         let status = resp.status();
         self.acct.upstream_status(status.as_u16());
@@ -269,6 +276,7 @@ impl Plan {
                 .unwrap_or_default();
             self.acct.attempt_failed();
             drop(guard);
+            done.scheduler.on_completed(&done.done, false);
             let mut stop = false;
             if lora_404 {
                 match lora.filter(|_| crate::lora::is_missing_model(&bytes)) {
@@ -285,14 +293,7 @@ impl Plan {
                 stop,
             });
         }
-        let sched = status.is_success().then(|| SchedDone {
-            scheduler: Arc::clone(&self.parsed.snap.scheduler),
-            model: self.parsed.req.model.clone(),
-            lora: self.routed.lora.clone(),
-            prompt: self.parsed.req.prompt_text.clone(),
-            endpoint: Arc::clone(ep),
-        });
-        self.acct.answered(guard, sched);
+        self.acct.answered(guard, done);
         let injected = self.body.injected_usage;
         Ok(Step::Answer(stream_response(
             resp,

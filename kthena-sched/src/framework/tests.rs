@@ -1,5 +1,6 @@
 use super::*;
 use crate::types::{Metrics, PdRole};
+use crate::{Config, Registry, ScoreNote};
 
 const SPEC_ROUTER_CONFIG: &str = r#"
 scheduler:

@@ -1,9 +1,9 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::framework::ScorePlugin;
+use crate::Request;
+use crate::ScorePlugin;
 use crate::plugins::{KvCacheAware, KvCacheAwareArgs};
-use crate::types::Request;
 
 fn stored(hashes: &[u64], parent: Option<u64>, tokens: &[u32]) -> KvEvent {
     KvEvent::BlockStored {

@@ -7,10 +7,13 @@ use serde::{Deserialize, Serialize};
 
 use super::{invalid, ratio_score};
 use crate::Result;
-use crate::framework::{BuildContext, ScoreNote, ScorePlugin};
+use crate::decision::ScoreNote;
 use crate::hash::token_block_hashes;
 use crate::kv_index::{InMemoryKvIndex, KvIndex, KvQuery};
-use crate::types::{Candidate, Request};
+use crate::plugin::ScorePlugin;
+use crate::registry::BuildContext;
+use crate::request::Request;
+use crate::types::Candidate;
 
 /// Args of `kvcache-aware` (spec §3.8), plus `maxIndexEntries` for the in-memory index.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -109,7 +112,7 @@ impl KvCacheAware {
         let index = shared_index(
             ctx,
             "kvcache-aware",
-            args.block_size_to_hash,
+            (args.block_size_to_hash, args.max_blocks_to_match),
             args.max_index_entries,
         )?;
         Self::new(args, index)
@@ -133,10 +136,9 @@ impl ScorePlugin for KvCacheAware {
         };
         let (matched, total) = match_blocks(
             self.index.as_ref(),
-            req.model,
+            req,
             tokens,
-            self.args.block_size_to_hash,
-            self.args.max_blocks_to_match,
+            (self.args.block_size_to_hash, self.args.max_blocks_to_match),
             cands,
         );
         let mut longest = 0;
@@ -145,6 +147,15 @@ impl ScorePlugin for KvCacheAware {
             *o = ratio_score(*m as usize, total);
         }
         ScoreNote::with_match_ratio(longest as f64 / total as f64)
+    }
+
+    /// The chained token-block hashes of the prompt (nothing without token ids).
+    fn completion_blocks(&self, req: &Request<'_>) -> Option<Arc<[u64]>> {
+        token_blocks(
+            req,
+            self.args.block_size_to_hash,
+            self.args.max_blocks_to_match,
+        )
     }
 
     /// Records the prompt's full blocks as provisionally held by `chosen`
@@ -178,21 +189,40 @@ fn with_query<R>(
     })
 }
 
-/// Each candidate's contiguous match in `index` (in blocks) and the number of blocks
-/// looked up (`>= 1` for non-empty `tokens`).
+/// Each candidate's contiguous match (in blocks) and the number of blocks looked up (`>= 1`
+/// for non-empty `tokens`), for blocks of `block_size` tokens, at most `max_blocks`: from
+/// the request's [`Prefetch`](crate::Prefetch) when it has this lookup (unanswered: no
+/// match), else from `index`.
 pub(crate) fn match_blocks(
     index: &dyn KvIndex,
-    model: &str,
+    req: &Request<'_>,
     tokens: &[u32],
-    block_size: usize,
-    max_blocks: usize,
+    (block_size, max_blocks): (usize, usize),
     cands: &[&Candidate],
 ) -> (Vec<u32>, usize) {
-    with_query(model, tokens, block_size, max_blocks, |q| {
+    if let Some(l) = req.prefetch.and_then(|p| p.lookup(req.model, block_size)) {
+        let total = tokens.len().div_ceil(block_size).min(max_blocks);
+        let cap = u32::try_from(total).unwrap_or(u32::MAX);
+        let matched = cands.iter().map(|c| l.matched(&c.id).min(cap)).collect();
+        return (matched, total);
+    }
+    with_query(req.model, tokens, block_size, max_blocks, |q| {
         let mut matched = vec![0u32; cands.len()];
         index.match_prefix(q, cands, &mut matched);
         (matched, q.block_hashes.len())
     })
+}
+
+/// The chained hashes of the request's token blocks (`None` without token ids).
+pub(crate) fn token_blocks(
+    req: &Request<'_>,
+    block_size: usize,
+    max_blocks: usize,
+) -> Option<Arc<[u64]>> {
+    let tokens = req.token_ids.filter(|t| !t.is_empty())?;
+    let mut hashes = Vec::with_capacity(max_blocks.min(1024));
+    token_block_hashes(tokens, block_size, max_blocks, &mut hashes);
+    Some(hashes.into())
 }
 
 /// Hashes the request's token ids in blocks and tells `index` they were routed to `chosen`
@@ -220,20 +250,17 @@ pub(crate) fn record_routed(
 pub(crate) fn shared_index(
     ctx: &BuildContext,
     plugin: &str,
-    block_size: usize,
+    (block_size, max_blocks): (usize, usize),
     cap: usize,
 ) -> Result<Arc<dyn KvIndex>> {
-    let mut err = None;
-    let index = ctx.kv_index_or_init(|| match InMemoryKvIndex::new(block_size, cap) {
-        Ok(i) => Arc::new(i),
-        Err(e) => {
-            err = Some(e);
-            Arc::new(Unavailable)
-        }
-    });
-    if let Some(e) = err {
-        return Err(e);
-    }
+    let index = ctx.kv_index_or_try_init(|| {
+        // Kept across reconfigurations while the block size and the cap stay the same.
+        let key = format!("kv-index/blockSizeToHash={block_size}/maxIndexEntries={cap}");
+        let kept = ctx.state(&key, || {
+            InMemoryKvIndex::new(block_size, cap).map(|i| Arc::new(i) as Arc<dyn KvIndex>)
+        })?;
+        Ok(Arc::clone(&kept))
+    })?;
     if let Some(other) = index.block_size().filter(|b| *b != block_size) {
         return Err(invalid(
             plugin,
@@ -244,25 +271,6 @@ pub(crate) fn shared_index(
             ),
         ));
     }
+    ctx.kv_lookup(block_size, max_blocks);
     Ok(index)
-}
-
-/// Stand-in used only while an index construction error is being returned.
-#[derive(Debug)]
-struct Unavailable;
-
-impl KvIndex for Unavailable {
-    fn apply(&self, _: &crate::EndpointId, _: &crate::KvEvent) -> Result<()> {
-        Ok(())
-    }
-    fn match_prefix(&self, _: &KvQuery<'_>, _: &[&Candidate], out: &mut [u32]) {
-        out.fill(0);
-    }
-    fn remove_endpoint(&self, _: &crate::EndpointId) {}
-    fn block_size(&self) -> Option<usize> {
-        None
-    }
-    fn len(&self) -> usize {
-        0
-    }
 }

@@ -7,11 +7,14 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::invalid;
-use super::kvcache_aware::{match_blocks, record_routed, shared_index};
+use super::kvcache_aware::{match_blocks, record_routed, shared_index, token_blocks};
 use crate::Result;
-use crate::framework::{BuildContext, ScoreNote, ScorePlugin};
+use crate::decision::ScoreNote;
 use crate::kv_index::KvIndex;
-use crate::types::{Candidate, Request};
+use crate::plugin::ScorePlugin;
+use crate::registry::BuildContext;
+use crate::request::{Request, estimated_tokens};
+use crate::types::Candidate;
 
 /// Args of `least-prefill`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -124,7 +127,7 @@ impl LeastPrefill {
         let index = shared_index(
             ctx,
             "least-prefill",
-            args.block_size_to_hash,
+            (args.block_size_to_hash, args.max_blocks_to_match),
             args.max_index_entries,
         )?;
         Self::new(args, index)
@@ -134,11 +137,6 @@ impl LeastPrefill {
     pub fn index(&self) -> &Arc<dyn KvIndex> {
         &self.index
     }
-}
-
-/// `ceil(bytes / 4)`: Go Kthena's token estimate for a prompt it did not tokenize.
-pub(crate) fn estimated_tokens(prompt_bytes: usize) -> usize {
-    prompt_bytes.div_ceil(4)
 }
 
 impl ScorePlugin for LeastPrefill {
@@ -155,10 +153,9 @@ impl ScorePlugin for LeastPrefill {
                 let bs = self.args.block_size_to_hash;
                 let (matched, total) = match_blocks(
                     self.index.as_ref(),
-                    req.model,
+                    req,
                     tokens,
-                    bs,
-                    self.args.max_blocks_to_match,
+                    (bs, self.args.max_blocks_to_match),
                     cands,
                 );
                 let mut longest = 0usize;
@@ -185,6 +182,15 @@ impl ScorePlugin for LeastPrefill {
             *o = 100.0 * min / c;
         }
         note
+    }
+
+    /// The chained token-block hashes of the prompt (nothing without token ids).
+    fn completion_blocks(&self, req: &Request<'_>) -> Option<Arc<[u64]>> {
+        token_blocks(
+            req,
+            self.args.block_size_to_hash,
+            self.args.max_blocks_to_match,
+        )
     }
 
     /// Records the prompt's full blocks as provisionally held by `chosen`.

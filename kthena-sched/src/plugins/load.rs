@@ -5,8 +5,9 @@ use serde::{Deserialize, Serialize};
 
 use super::invalid;
 use crate::Result;
-use crate::framework::FilterPlugin;
-use crate::types::{Candidate, Request};
+use crate::plugin::FilterPlugin;
+use crate::request::Request;
+use crate::types::Candidate;
 
 /// Args of `load-imbalance`, named as in SGLang Model Gateway's `cache_aware` policy.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -7,7 +7,6 @@ mod prefix_cache;
 mod simple;
 
 pub use kvcache_aware::{KvCacheAware, KvCacheAwareArgs};
-pub(crate) use least_prefill::estimated_tokens;
 pub use least_prefill::{LeastPrefill, LeastPrefillArgs};
 pub use load::{LoadImbalance, LoadImbalanceArgs};
 pub use prefix_cache::{PrefixCache, PrefixCacheArgs, PrefixStore};
@@ -18,10 +17,21 @@ pub use simple::{
 
 use serde::de::DeserializeOwned;
 
-use crate::framework::Registry;
+use crate::registry::Registry;
 use crate::{Error, Result};
 
-pub(crate) fn register_builtin(r: &mut Registry) {
+impl Registry {
+    /// The built-in plugins: filters `least-request`, `lora-affinity`, `lora-affinity-by-name`,
+    /// `load-imbalance`; scores `least-request`, `least-latency`, `gpu-usage`, `random`,
+    /// `prefix-cache`, `kvcache-aware`, `least-prefill`.
+    pub fn builtin() -> Self {
+        let mut r = Self::empty();
+        register_builtin(&mut r);
+        r
+    }
+}
+
+fn register_builtin(r: &mut Registry) {
     r.register_filter("least-request", |a, _| {
         Ok(Box::new(LeastRequest::new(parse_args(
             "least-request",
@@ -62,8 +72,9 @@ pub(crate) fn register_builtin(r: &mut Registry) {
         no_args("random", a)?;
         Ok(Box::new(Random::new(ctx.seed())))
     });
-    r.register_score("prefix-cache", |a, _| {
-        Ok(Box::new(PrefixCache::new(parse_args("prefix-cache", a)?)?))
+    r.register_score("prefix-cache", |a, ctx| {
+        let args: PrefixCacheArgs = parse_args("prefix-cache", a)?;
+        PrefixCache::from_context(args, ctx).map(|p| Box::new(p) as _)
     });
     r.register_score("kvcache-aware", |a, ctx| {
         let args: KvCacheAwareArgs = parse_args("kvcache-aware", a)?;
@@ -110,27 +121,6 @@ pub(crate) fn ratio_score(part: usize, total: usize) -> f64 {
         return 0.0;
     }
     (part as f64 / total as f64 * 100.0).trunc()
-}
-
-/// `LruCache::push` with a capacity enforced here, so an unbounded cache (which does not
-/// pre-allocate `cap` slots as `LruCache::new` does) stays within `cap` entries. Returns the
-/// replaced entry (same key) or the evicted least-recently-used one.
-pub(crate) fn push_bounded<K: std::hash::Hash + Eq + Copy, V, S: std::hash::BuildHasher>(
-    lru: &mut lru::LruCache<K, V, S>,
-    cap: usize,
-    k: K,
-    v: V,
-) -> Option<(K, V)> {
-    if lru.contains(&k) {
-        return lru.push(k, v);
-    }
-    let evicted = if lru.len() >= cap {
-        lru.pop_lru()
-    } else {
-        None
-    };
-    lru.put(k, v);
-    evicted
 }
 
 #[cfg(test)]

@@ -2,16 +2,20 @@
 //! prefix, learned from the scheduler's own decisions.
 
 use std::num::NonZeroUsize;
-use std::sync::{PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use lru::LruCache;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
-use super::{invalid, push_bounded, ratio_score};
-use crate::framework::{PluginStats, ScoreNote, ScorePlugin};
+use super::{invalid, ratio_score};
+use crate::bounded::push_bounded;
+use crate::decision::{PluginStats, ScoreNote};
 use crate::hash::prefix_block_hashes;
-use crate::types::{Candidate, EndpointId, Request};
+use crate::plugin::ScorePlugin;
+use crate::registry::BuildContext;
+use crate::request::Request;
+use crate::types::{Candidate, EndpointId};
 use crate::{FastMap, Result};
 
 /// Args of `prefix-cache` (spec §3.7). Every value must be > 0 (Go Kthena silently replaces
@@ -228,7 +232,7 @@ fn unhold(holders: &mut FastMap<u64, SmallVec<[u32; 4]>>, h: u64, slot: u32) {
 #[derive(Debug)]
 pub struct PrefixCache {
     args: PrefixCacheArgs,
-    store: PrefixStore,
+    store: Arc<PrefixStore>,
 }
 
 impl PrefixCache {
@@ -237,6 +241,36 @@ impl PrefixCache {
     /// # Errors
     /// [`Error::InvalidArgs`](crate::Error::InvalidArgs) if any argument is 0.
     pub fn new(args: PrefixCacheArgs) -> Result<Self> {
+        let args = Self::validate(args)?;
+        Self::with_store(args, Arc::new(PrefixStore::new(args.max_hash_cache_size)))
+    }
+
+    /// The plugin over an existing `store` (shared with another plugin, or kept from an
+    /// earlier scheduler); `maxHashCacheSize` is the store's own capacity then.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgs`](crate::Error::InvalidArgs) if any argument is 0.
+    pub fn with_store(args: PrefixCacheArgs, store: Arc<PrefixStore>) -> Result<Self> {
+        Ok(Self {
+            args: Self::validate(args)?,
+            store,
+        })
+    }
+
+    /// The plugin of a scheduler build: its store is kept across
+    /// [`Scheduler::reconfigure`](crate::Scheduler::reconfigure) while `blockSizeToHash`
+    /// and `maxHashCacheSize` stay the same ([`BuildContext::state`]).
+    pub(crate) fn from_context(args: PrefixCacheArgs, ctx: &BuildContext) -> Result<Self> {
+        let args = Self::validate(args)?;
+        let key = format!(
+            "prefix-cache/blockSizeToHash={}/maxHashCacheSize={}",
+            args.block_size_to_hash, args.max_hash_cache_size
+        );
+        let store = ctx.state(&key, || Ok(PrefixStore::new(args.max_hash_cache_size)))?;
+        Self::with_store(args, store)
+    }
+
+    fn validate(args: PrefixCacheArgs) -> Result<PrefixCacheArgs> {
         for (k, v) in [
             ("blockSizeToHash", args.block_size_to_hash),
             ("maxBlocksToMatch", args.max_blocks_to_match),
@@ -247,10 +281,7 @@ impl PrefixCache {
                 return Err(invalid("prefix-cache", format!("{k} must be > 0")));
             }
         }
-        Ok(Self {
-            store: PrefixStore::new(args.max_hash_cache_size),
-            args,
-        })
+        Ok(args)
     }
 
     /// The store (for inspection and tests).
@@ -291,6 +322,11 @@ impl ScorePlugin for PrefixCache {
             *o = ratio_score(*l as usize, hashes.len());
         }
         ScoreNote::with_match_ratio(longest as f64 / hashes.len() as f64)
+    }
+
+    /// The prompt's block hashes (as recorded for the chosen endpoint).
+    fn completion_blocks(&self, req: &Request<'_>) -> Option<Arc<[u64]>> {
+        Some(self.hashes(req).into())
     }
 
     fn on_scheduled(&self, req: &Request<'_>, chosen: &Candidate) {

@@ -9,8 +9,10 @@ use serde::{Deserialize, Serialize};
 
 use super::invalid;
 use crate::Result;
-use crate::framework::{FilterPlugin, ScoreNote, ScorePlugin};
-use crate::types::{Candidate, Request};
+use crate::decision::ScoreNote;
+use crate::plugin::{FilterPlugin, ScorePlugin};
+use crate::request::Request;
+use crate::types::Candidate;
 
 /// Args of `least-request` (filter and score share them).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -1,6 +1,6 @@
 use super::*;
-use crate::framework::{FilterPlugin, ScorePlugin};
-use crate::types::{Candidate, EndpointId, Metrics, Request};
+use crate::{Candidate, EndpointId, Metrics, Request};
+use crate::{FilterPlugin, ScorePlugin};
 
 fn cand(id: &str, m: Metrics) -> Candidate {
     Candidate::new(id, "m").with_metrics(m)
