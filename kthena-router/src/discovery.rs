@@ -112,6 +112,9 @@ pub struct Loader {
     /// Cluster mode: the scheduler and KV state built once from the config and kept across
     /// rebuilds (the config does not change, and the scheduler's state must survive).
     fixed: Option<(Arc<Scheduler>, Arc<crate::kv_cache::KvState>)>,
+    /// Standalone mode: the scheduler of the last snapshot, whose plugin state (prefix-cache
+    /// store, KV index) the next reload carries over ([`Scheduler::rebuild`]).
+    scheduler: Option<Arc<Scheduler>>,
     /// Cluster mode: the warnings of the last snapshot (logged when they first appear).
     logged_warnings: Vec<crate::warnings::ConfigWarning>,
 }
@@ -191,7 +194,9 @@ impl Loader {
             reason,
         };
         let kv = self.kv.prepare(cfg).map_err(config_err)?;
-        let scheduler = kv.build_scheduler(&cfg.scheduler).map_err(config_err)?;
+        let scheduler = kv
+            .build_scheduler(&cfg.scheduler, self.scheduler.as_deref())
+            .map_err(config_err)?;
         let mut inputs = read_manifests(cfg)?;
         inputs.endpoints = cfg.endpoints().to_vec();
         inputs.secrets = crate::provider::read_secrets(cfg.secrets(), &cfg.base_dir);
@@ -206,6 +211,7 @@ impl Loader {
             config_path,
         )?;
         self.kv.commit(cfg, &snap.kv);
+        self.scheduler = Some(Arc::clone(&snap.scheduler));
         Ok(snap)
     }
 
@@ -255,7 +261,9 @@ impl Loader {
                     reason,
                 };
                 let kv = self.kv.prepare(cfg).map_err(config_err)?;
-                let s = kv.build_scheduler(&cfg.scheduler).map_err(config_err)?;
+                let s = kv
+                    .build_scheduler(&cfg.scheduler, None)
+                    .map_err(config_err)?;
                 self.kv.commit(cfg, &kv);
                 let fixed = (Arc::new(s), Arc::new(kv));
                 self.fixed = Some(fixed.clone());

@@ -169,28 +169,40 @@ impl KvState {
         self.index.is_some() || !self.tokenizers.is_empty()
     }
 
-    /// Builds a scheduler from the `scheduler:` section that uses this state's index.
+    /// Builds a scheduler from the `scheduler:` section that uses this state's index. With
+    /// `previous` (a reload) it is rebuilt from that scheduler: same seed, and the plugin
+    /// state of plugins in both configurations (the prefix-cache store) carried over.
     ///
     /// # Errors
     /// The scheduler's reason.
-    pub fn build_scheduler(&self, cfg: &kthena_sched::Config) -> Result<Scheduler, String> {
+    pub fn build_scheduler(
+        &self,
+        cfg: &kthena_sched::Config,
+        previous: Option<&Scheduler>,
+    ) -> Result<Scheduler, String> {
         let cfg = cfg
             .clone()
             .validate()
             .map_err(crate::sched::scheduler_reason)?;
-        let seed = u64::try_from(
-            jiff::Timestamp::now()
-                .as_nanosecond()
-                .rem_euclid(i128::from(u64::MAX)),
-        )
-        .unwrap_or(0x9e37_79b9_7f4a_7c15);
-        let mut b = Scheduler::builder(cfg)
-            .seed(seed)
-            .clock(crate::sched::clock);
-        if let Some(idx) = &self.index {
-            b = b.kv_index(Arc::clone(idx));
-        }
-        b.build().map_err(crate::sched::scheduler_reason)
+        let b = match previous {
+            Some(p) => p.rebuild(cfg),
+            None => {
+                let seed = u64::try_from(
+                    jiff::Timestamp::now()
+                        .as_nanosecond()
+                        .rem_euclid(i128::from(u64::MAX)),
+                )
+                .unwrap_or(0x9e37_79b9_7f4a_7c15);
+                Scheduler::builder(cfg).seed(seed)
+            }
+        };
+        let b = match &self.index {
+            Some(idx) => b.kv_index(Arc::clone(idx)),
+            None => b.without_kv_index(),
+        };
+        b.clock(crate::sched::clock)
+            .build()
+            .map_err(crate::sched::scheduler_reason)
     }
 
     /// The token ids of a request's prompt, when they are wanted: in-process with the

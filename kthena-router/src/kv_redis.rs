@@ -20,9 +20,12 @@
 //! index never writes or deletes keys (the sidecar and its GC own them), so
 //! [`KvIndex::apply`] and [`KvIndex::remove_endpoint`] do nothing.
 //!
-//! The `KvIndex` trait is synchronous: the round trip runs on the calling thread with the
-//! configured timeout (a local Redis answers in well under a millisecond). On any error the
-//! request scores 0 everywhere, the connection is dropped and re-opened on the next request.
+//! The index is remote ([`KvIndex::is_remote`]): before scheduling, the router answers the
+//! request's lookups ([`kthena_sched::Scheduler::prepare`]) on the blocking pool, with the
+//! configured timeout, so the scheduler never waits on Redis on an async thread. Called
+//! directly, [`KvIndex::match_prefix`] runs the round trip on the calling thread. On any
+//! error the request scores 0 everywhere, the connection is dropped and re-opened on the
+//! next request.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -251,6 +254,11 @@ impl KvIndex for RedisKvIndex {
 
     /// Does nothing: the sidecar's garbage collection removes stale owners.
     fn remove_endpoint(&self, _endpoint: &EndpointId) {}
+
+    /// Every lookup is a Redis round trip: the router fetches them before scheduling.
+    fn is_remote(&self) -> bool {
+        true
+    }
 
     fn block_size(&self) -> Option<usize> {
         None

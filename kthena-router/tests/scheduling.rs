@@ -1,10 +1,13 @@
 //! Router integration tests of load-aware scheduling over real sockets: prefix-cache
-//! affinity, engine metrics scraping and its concurrency bound, per-endpoint prefill
-//! counters with `least-prefill`, and provisional prefix entries.
+//! affinity (also across a config reload), engine metrics scraping and its concurrency
+//! bound, per-endpoint prefill counters with `least-prefill`, and provisional prefix
+//! entries.
 
 mod common;
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::*;
@@ -63,6 +66,121 @@ scheduler:
             .await
             >= 230.0
     );
+    r.router.shutdown().await;
+}
+
+/// A scheduler change reloaded in the middle of traffic keeps the prefix-cache store: the
+/// requests after the reload still land on the engine holding their long prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_mid_traffic_keeps_prefix_affinity() {
+    let sims = kthena_sim::spawn_many(3, sim_config("m").with_time_scale(1000.0))
+        .await
+        .unwrap();
+    let eps: String = sims
+        .iter()
+        .enumerate()
+        .map(|(i, s)| endpoint(&format!("sim-{i}"), s.addr(), "demo"))
+        .collect();
+    let head = "metricsScrapeInterval: 1h
+scheduler:
+  plugins:
+    Score:
+      enabled:
+      - {name: prefix-cache, weight: 1}
+      - {name: least-request, weight: 1}
+";
+    let r = TestRouter::start(
+        head,
+        &eps,
+        &[
+            ("s.yaml", model_server("srv", "m", "demo", "")),
+            ("r.yaml", simple_route("route", "m", "srv")),
+        ],
+    )
+    .await;
+    let url = format!("{}/v1/completions", r.url());
+    // Three long prefixes (20 blocks of 64 bytes each), first sent one at a time: idle
+    // engines tie, so they take turns and each prefix gets its own engine.
+    let prefixes: Vec<String> = (0..3)
+        .map(|k| format!("system prompt {k}: ").repeat(80))
+        .collect();
+    let body = |k: usize, i: usize| {
+        serde_json::json!({"model": "m", "prompt": format!("{} q{i}", prefixes[k]), "max_tokens": 1})
+            .to_string()
+    };
+    for k in 0..3 {
+        let (s, _, _) = post(&url, body(k, 0), &[]).await;
+        assert_eq!(s, StatusCode::OK);
+    }
+    let holders: Vec<String> = r.access_log()[..3]
+        .iter()
+        .map(|l| l["selected_pod"].as_str().unwrap().to_owned())
+        .collect();
+
+    // Traffic on the three prefixes while the scheduler section changes.
+    let stop = Arc::new(AtomicBool::new(false));
+    let traffic = tokio::spawn({
+        let (stop, url) = (Arc::clone(&stop), url.clone());
+        let bodies: Vec<Vec<String>> = (0..3)
+            .map(|k| (0..200).map(|i| body(k, 1000 + i)).collect())
+            .collect();
+        async move {
+            let mut sent = 0;
+            while !stop.load(Ordering::Relaxed) || sent < 9 {
+                let (s, _, _) = post(&url, bodies[sent % 3][sent / 3 % 200].clone(), &[]).await;
+                assert_eq!(s, StatusCode::OK);
+                sent += 1;
+            }
+            sent
+        }
+    });
+    let before = r.router.snapshot();
+    let path = r.dir.path().join("router.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let changed = text.replace(
+        "{name: least-request, weight: 1}",
+        "{name: least-request, weight: 2}",
+    );
+    assert_ne!(text, changed);
+    std::fs::write(&path, changed).unwrap();
+    for _ in 0..200 {
+        if r.router.generation() > before.generation {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let after = r.router.snapshot();
+    assert!(after.generation > before.generation, "the config reloaded");
+    assert!(
+        !Arc::ptr_eq(&before.scheduler, &after.scheduler),
+        "a new scheduler"
+    );
+    stop.store(true, Ordering::Relaxed);
+    let sent = traffic.await.unwrap();
+
+    // After the reload: every request of a prefix lands on the engine that held it.
+    for i in 0..5 {
+        for k in 0..3 {
+            let (s, _, _) = post(&url, body(k, 2000 + i), &[]).await;
+            assert_eq!(s, StatusCode::OK);
+        }
+    }
+    let log = r.access_log();
+    assert_eq!(log.len(), 3 + sent + 15);
+    let pods = |lines: &[serde_json::Value]| -> Vec<String> {
+        lines
+            .iter()
+            .map(|l| l["selected_pod"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let want_traffic: Vec<String> = (0..sent).map(|n| holders[n % 3].clone()).collect();
+    assert_eq!(pods(&log[3..3 + sent]), want_traffic);
+    let want_after: Vec<String> = (0..15).map(|n| holders[n % 3].clone()).collect();
+    assert_eq!(pods(&log[3 + sent..]), want_after);
+    let mut distinct = holders.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 3, "one engine per prefix: {holders:?}");
     r.router.shutdown().await;
 }
 

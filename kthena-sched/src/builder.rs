@@ -59,6 +59,13 @@ impl SchedulerBuilder {
         self
     }
 
+    /// Drops a KV index given with [`kv_index`](Self::kv_index) (or carried over by
+    /// [`Scheduler::rebuild`]): the plugins that need one create an in-memory index.
+    pub fn without_kv_index(mut self) -> Self {
+        self.kv_index = None;
+        self
+    }
+
     /// Validates the config and builds every enabled plugin.
     ///
     /// # Errors

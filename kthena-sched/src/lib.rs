@@ -8,6 +8,27 @@
 //! the ranked endpoints in order, and reports back through [`Scheduler::on_scheduled`],
 //! [`Scheduler::on_completed`] and [`Scheduler::on_endpoint_removed`].
 //!
+//! # The embedding contract
+//!
+//! Everything a host needs is public (kthena-router uses nothing else):
+//!
+//! * **Owned completion data**: [`Scheduler::on_scheduled`] returns a [`Completion`] that
+//!   borrows nothing of the request, so the host drops the prompt once it is sent and hands
+//!   the `Completion` back to [`Scheduler::on_completed`] when the stream ends.
+//! * **Load counters**: one [`LoadTracker`] per endpoint implements the add-at-send /
+//!   subtract-at-first-byte / settle-at-end protocol of [`Metrics::in_flight`],
+//!   [`Metrics::awaiting_first_token`] and [`Metrics::pending_prefill_tokens`] with an RAII
+//!   [`LoadGuard`].
+//! * **Reconfiguration**: [`Scheduler::reconfigure`] builds the scheduler of a new config
+//!   and carries over the state of plugins present in both (the prefix-cache store, the KV
+//!   index); host plugins keep theirs through [`BuildContext::state`].
+//! * **Ties** take turns per model ([`Decision::ranked`]).
+//! * **Remote KV indexes** never block scheduling: [`Scheduler::prepare`] returns the
+//!   lookups ([`Prefetch`]) the host answers on its own runtime before
+//!   [`schedule`](Scheduler::schedule) ([`Request::with_prefetch`]).
+//! * **Match ratios** of every plugin with a notion of match are in
+//!   [`Decision::match_ratios`].
+//!
 //! Start with [`Config`] (the `scheduler:` section of Kthena's router configuration) and
 //! [`Scheduler::from_config`]:
 //!
@@ -35,7 +56,16 @@
 //! let decision = scheduler.schedule(&request, &endpoints)?;
 //! assert_eq!(decision.best().id.as_str(), "10.0.0.2:8000");
 //! assert_eq!(decision.ranked.len(), 2); // best, then the fallback
-//! scheduler.on_scheduled(&request, &endpoints[decision.best().index]);
+//!
+//! // Sending: the owned completion data and the endpoint's load counters.
+//! let load = std::sync::Arc::new(kthena_sched::LoadTracker::new());
+//! let done = scheduler.on_scheduled(&request, &endpoints[decision.best().index]);
+//! assert_eq!(done.prefill_tokens, 7); // ceil(28 prompt bytes / 4), no KV index
+//! let mut guard = load.begin(done.prefill_tokens);
+//! guard.first_byte(); // the first token arrived
+//! drop(guard); // the stream ended
+//! scheduler.on_completed(&done, true);
+//! assert_eq!(load.in_flight(), 0);
 //! # Ok::<(), kthena_sched::Error>(())
 //! ```
 //!
@@ -51,6 +81,7 @@
 //! | `lora-affinity-by-name` | filter | Go's lora-affinity: keeps endpoints whose model list has the requested name (§3.6) |
 //! | `prefix-cache` | score | prompt-byte block hashes in per-endpoint LRUs (§3.7) |
 //! | `kvcache-aware` | score | token-block hashes in a [`KvIndex`] fed by KV events (§3.8) |
+//! | `least-prefill` | score | fewest prompt tokens to prefill before this request's first token |
 //! | `load-imbalance` | filter | SMG's imbalance guard: when loads are imbalanced keep only the least-loaded |
 //!
 //! The user guide `docs/scheduler.md` gives every formula and argument.

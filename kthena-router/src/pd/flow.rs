@@ -31,8 +31,8 @@ use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::overload::BreakerState;
 use crate::pipeline::{
-    Parsed, RequestId, Routed, Tokens, error_chain, ext, sched_request, stream_response,
-    strip_hop_by_hop, upstream_headers,
+    Parsed, Prefetched, RequestId, Routed, Tokens, error_chain, ext, sched_request,
+    stream_response, strip_hop_by_hop, upstream_headers,
 };
 use crate::proxy::{BoxError, RespBody, full};
 use crate::service::Shared;
@@ -84,6 +84,7 @@ struct Plan {
     parsed: Parsed,
     routed: Routed,
     tokens: Tokens,
+    prefetched: Prefetched,
     sched: PdScheduled,
     connector: Connector,
     base: Base,
@@ -120,6 +121,7 @@ impl Plan {
         Ok(Self {
             acct: ext::<Accounting>(req, "accounting")?,
             tokens: ext::<Tokens>(req, "token ids")?,
+            prefetched: Prefetched::of(req),
             headers: upstream_headers(req.headers(), &request_id.0),
             path_and_query: req
                 .uri()
@@ -287,7 +289,8 @@ impl Plan {
         (idx, ep): &(usize, Arc<Endpoint>),
         prefill: bool,
     ) -> (LoadGuard, SchedDone, Instant) {
-        let sreq = sched_request(&self.parsed.req, &self.tokens, self.routed.lora.as_deref());
+        let lora = self.routed.lora.as_deref();
+        let sreq = sched_request(&self.parsed.req, &self.tokens, lora, &self.prefetched);
         let scheduler = &self.parsed.snap.scheduler;
         let done = scheduler.on_scheduled(&sreq, &self.sched.cands[*idx]);
         let guard = ep.begin_request(if prefill { done.prefill_tokens } else { 0 });

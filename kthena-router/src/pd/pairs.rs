@@ -59,7 +59,9 @@ pub(crate) fn schedule(req: &Request<()>) -> Result<Option<PdScheduled>, Error> 
             )));
         }
     }
-    let sreq = crate::pipeline::sched_request(&parsed, &tokens, routed.lora.as_deref());
+    let prefetched = crate::pipeline::Prefetched::of(req);
+    let sreq =
+        crate::pipeline::sched_request(&parsed, &tokens, routed.lora.as_deref(), &prefetched);
     let decision = snap
         .scheduler
         .schedule_pd(&sreq, &cands)

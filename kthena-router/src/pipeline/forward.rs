@@ -16,7 +16,7 @@ use kthena_sched::LoadGuard;
 use tokio::time::Instant;
 
 use super::schedule::sched_request;
-use super::{BoxFut, Parsed, RequestId, Routed, Scheduled, Tokens, ext};
+use super::{BoxFut, Parsed, Prefetched, RequestId, Routed, Scheduled, Tokens, ext};
 use crate::accounting::{Accounting, SchedDone};
 use crate::endpoint::Endpoint;
 use crate::error::Error;
@@ -72,6 +72,7 @@ struct Plan {
     parsed: Parsed,
     routed: Routed,
     tokens: Tokens,
+    prefetched: Prefetched,
     sched: Scheduled,
     body: UpstreamBody,
     headers: HeaderMap,
@@ -111,6 +112,7 @@ impl Plan {
         Ok(Self {
             acct: ext::<Accounting>(req, "accounting")?,
             tokens: ext::<Tokens>(req, "token ids")?,
+            prefetched: Prefetched::of(req),
             sched: ext::<Scheduled>(req, "scheduling decision")?,
             headers: upstream_headers(req.headers(), &request_id.0),
             path_and_query: req
@@ -192,7 +194,7 @@ impl Plan {
         }
         self.acct.attempt(&ep.name, attempt + 1);
         let snap = &self.parsed.snap;
-        let sreq = sched_request(&self.parsed.req, &self.tokens, lora);
+        let sreq = sched_request(&self.parsed.req, &self.tokens, lora, &self.prefetched);
         let cand = &self.sched.cands[idx];
         // Cache-affinity plugins learn the decision now, while the engine prefills, so that
         // the next request with the same new prefix follows this one (Go Kthena's

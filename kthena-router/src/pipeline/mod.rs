@@ -107,6 +107,18 @@ pub(crate) struct Routed {
 #[derive(Debug, Clone)]
 pub(crate) struct Tokens(pub(crate) Option<Arc<Vec<u32>>>);
 
+/// The KV-index lookups of a remote index ([`kthena_sched::Scheduler::prepare`]), answered
+/// off the async threads before scheduling; `None` when there was nothing to fetch ahead.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Prefetched(pub(crate) Option<Arc<kthena_sched::Prefetch>>);
+
+impl Prefetched {
+    /// The prefetch of `req`, if the schedule stage left one.
+    pub(crate) fn of<B>(req: &http::Request<B>) -> Self {
+        req.extensions().get::<Self>().cloned().unwrap_or_default()
+    }
+}
+
 /// The scheduler's decision over [`Routed::pool`].
 #[derive(Debug, Clone)]
 pub(crate) struct Scheduled {

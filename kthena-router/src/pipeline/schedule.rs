@@ -6,7 +6,7 @@ use http::{Request, Response};
 use kthena_sched::{Candidate, Request as SchedRequest};
 use tower::Service;
 
-use super::{Parsed, Routed, Scheduled, Tokens, ext, stage};
+use super::{Parsed, Prefetched, Routed, Scheduled, Tokens, ext, stage};
 use crate::error::Error;
 use crate::openai::ParsedRequest;
 use crate::proxy::RespBody;
@@ -20,13 +20,18 @@ stage!(
     run
 );
 
-/// The scheduler's view of a request: model, prompt, token ids, LoRA adapter, session.
+/// The scheduler's view of a request: model, prompt, token ids, LoRA adapter, session, and
+/// the prefetched KV-index lookups.
 pub(crate) fn sched_request<'a>(
     parsed: &'a ParsedRequest,
     tokens: &'a Tokens,
     lora: Option<&'a str>,
+    prefetched: &'a Prefetched,
 ) -> SchedRequest<'a> {
     let mut sreq = SchedRequest::new(&parsed.model).with_prompt(&parsed.prompt_text);
+    if let Some(p) = &prefetched.0 {
+        sreq = sreq.with_prefetch(p);
+    }
     if let Some(t) = &tokens.0 {
         sreq = sreq.with_token_ids(t);
     }
@@ -52,6 +57,8 @@ where
     {
         s.sync(&p.snap.endpoints).await;
     }
+    let prefetched = prefetch(&req).await?;
+    req.extensions_mut().insert(prefetched);
     if let Some(pd) = crate::pd::pairs::schedule(&req)? {
         // A `pdGroup` server: prefill/decode pairs instead of one ranking.
         req.extensions_mut().insert(pd);
@@ -62,12 +69,37 @@ where
     inner.call(req).await
 }
 
+/// Answers the KV-index lookups of a remote index (Redis) on the blocking pool, so that
+/// scheduling itself never waits on I/O ([`kthena_sched::Scheduler::prepare`]).
+async fn prefetch(req: &Request<()>) -> Result<Prefetched, Error> {
+    let Parsed { req: parsed, snap } = ext::<Parsed>(req, "parsed request")?;
+    let routed = ext::<Routed>(req, "route match")?;
+    let tokens = ext::<Tokens>(req, "token ids")?;
+    let none = Prefetched::default();
+    let sreq = sched_request(&parsed, &tokens, routed.lora.as_deref(), &none);
+    let (Some(mut p), Some(index)) = (snap.scheduler.prepare(&sreq), snap.scheduler.kv_index())
+    else {
+        return Ok(none);
+    };
+    let index = Arc::clone(index);
+    let cands: Vec<Candidate> = routed.pool.iter().map(|e| e.candidate()).collect();
+    let answered = tokio::task::spawn_blocking(move || {
+        let refs: Vec<&Candidate> = cands.iter().collect();
+        p.answer_from(index.as_ref(), &refs);
+        p
+    })
+    .await;
+    // A lookup task that panicked: schedule without the prefetch (plugins ask the index).
+    Ok(Prefetched(answered.ok().map(Arc::new)))
+}
+
 fn schedule(shared: &Shared, req: &Request<()>) -> Result<Scheduled, Error> {
     let Parsed { req: parsed, snap } = ext::<Parsed>(req, "parsed request")?;
     let routed = ext::<Routed>(req, "route match")?;
     let tokens = ext::<Tokens>(req, "token ids")?;
+    let prefetched = Prefetched::of(req);
     let cands: Vec<Candidate> = routed.pool.iter().map(|e| e.candidate()).collect();
-    let sreq = sched_request(&parsed, &tokens, routed.lora.as_deref());
+    let sreq = sched_request(&parsed, &tokens, routed.lora.as_deref(), &prefetched);
     let decision = snap
         .scheduler
         .schedule(&sreq, &cands)
