@@ -119,7 +119,8 @@ scheduler:
 
     // Traffic on the three prefixes while the scheduler section changes.
     let stop = Arc::new(AtomicBool::new(false));
-    let traffic = tokio::spawn({
+    let mut traffic = tokio::task::JoinSet::new();
+    traffic.spawn({
         let (stop, url) = (Arc::clone(&stop), url.clone());
         let bodies: Vec<Vec<String>> = (0..3)
             .map(|k| (0..200).map(|i| body(k, 1000 + i)).collect())
@@ -156,7 +157,7 @@ scheduler:
         "a new scheduler"
     );
     stop.store(true, Ordering::Relaxed);
-    let sent = traffic.await.unwrap();
+    let sent = traffic.join_next().await.unwrap().unwrap();
 
     // After the reload: every request of a prefix lands on the engine that held it.
     for i in 0..5 {

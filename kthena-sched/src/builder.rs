@@ -81,67 +81,21 @@ impl SchedulerBuilder {
         if let Some(idx) = self.kv_index {
             let _ = ctx.kv_index.set(idx);
         }
-        for pc in &config.plugin_config {
-            if !self.registry.knows(&pc.name) {
-                return Err(Error::UnknownPlugin {
-                    list: "pluginConfig",
-                    name: pc.name.clone(),
-                });
-            }
-            let enabled = config.plugins.filter.enabled.contains(&pc.name)
-                || config
-                    .plugins
-                    .score
-                    .enabled
-                    .iter()
-                    .any(|w| w.name == pc.name);
-            if !enabled {
-                // Check the args of configured but disabled plugins too, in a throwaway
-                // context, so a typo never waits until the plugin is switched on.
-                let scratch = BuildContext::new(self.seed, KeptState::default());
-                if let Some(f) = self.registry.filters.get(&pc.name) {
-                    f(&pc.args, &scratch).map_err(|e| in_args(&config, &pc.name, e))?;
-                }
-                if let Some(f) = self.registry.scores.get(&pc.name) {
-                    f(&pc.args, &scratch).map_err(|e| in_args(&config, &pc.name, e))?;
-                }
-            }
-        }
+        check_configured_args(&config, &self.registry, self.seed)?;
+        let reg = &self.registry;
         let mut filters = Vec::new();
         for name in &config.plugins.filter.enabled {
-            let factory = self.registry.filters.get(name).ok_or_else(|| {
-                let list = "plugins.Filter.enabled";
-                if self.registry.scores.contains_key(name) {
-                    Error::WrongPluginKind {
-                        list,
-                        name: name.clone(),
-                        kind: "score",
-                    }
-                } else {
-                    Error::UnknownPlugin {
-                        list,
-                        name: name.clone(),
-                    }
-                }
+            let factory = reg.filters.get(name).ok_or_else(|| {
+                let other = reg.scores.contains_key(name);
+                not_found(other, "plugins.Filter.enabled", name, "score")
             })?;
             filters.push(factory(config.args(name), &ctx).map_err(|e| in_args(&config, name, e))?);
         }
         let mut scores = Vec::new();
         for wp in &config.plugins.score.enabled {
-            let factory = self.registry.scores.get(&wp.name).ok_or_else(|| {
-                let list = "plugins.Score.enabled";
-                if self.registry.filters.contains_key(&wp.name) {
-                    Error::WrongPluginKind {
-                        list,
-                        name: wp.name.clone(),
-                        kind: "filter",
-                    }
-                } else {
-                    Error::UnknownPlugin {
-                        list,
-                        name: wp.name.clone(),
-                    }
-                }
+            let factory = reg.scores.get(&wp.name).ok_or_else(|| {
+                let other = reg.filters.contains_key(&wp.name);
+                not_found(other, "plugins.Score.enabled", &wp.name, "filter")
             })?;
             let plugin =
                 factory(config.args(&wp.name), &ctx).map_err(|e| in_args(&config, &wp.name, e))?;
@@ -171,6 +125,43 @@ impl SchedulerBuilder {
                 kv_lookups,
             },
         })
+    }
+}
+
+/// Every `pluginConfig` entry names a known plugin, and the args of configured but disabled
+/// plugins are valid too (built in a throwaway context), so a typo never waits until the
+/// plugin is switched on.
+fn check_configured_args(config: &Config, registry: &Registry, seed: u64) -> Result<()> {
+    for pc in &config.plugin_config {
+        if !registry.knows(&pc.name) {
+            return Err(Error::UnknownPlugin {
+                list: "pluginConfig",
+                name: pc.name.clone(),
+            });
+        }
+        let enabled = config.plugins.filter.enabled.contains(&pc.name)
+            || (config.plugins.score.enabled.iter()).any(|w| w.name == pc.name);
+        if !enabled {
+            let scratch = BuildContext::new(seed, KeptState::default());
+            if let Some(f) = registry.filters.get(&pc.name) {
+                f(&pc.args, &scratch).map_err(|e| in_args(config, &pc.name, e))?;
+            }
+            if let Some(f) = registry.scores.get(&pc.name) {
+                f(&pc.args, &scratch).map_err(|e| in_args(config, &pc.name, e))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A name missing from its list's factories: [`Error::WrongPluginKind`] when the other
+/// kind has it (`other`, a `kind` plugin), else [`Error::UnknownPlugin`].
+fn not_found(other: bool, list: &'static str, name: &str, kind: &'static str) -> Error {
+    let name = name.to_owned();
+    if other {
+        Error::WrongPluginKind { list, name, kind }
+    } else {
+        Error::UnknownPlugin { list, name }
     }
 }
 

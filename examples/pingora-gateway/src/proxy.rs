@@ -1,7 +1,6 @@
 //! The pingora proxy: body → prompt → schedule → upstream → report back.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -9,7 +8,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::{Client, connect::HttpConnector};
 use hyper_util::rt::TokioExecutor;
-use kthena_sched::{Candidate, Completion, EndpointId, Metrics, Request, Scheduler};
+use kthena_sched::{
+    Candidate, Completion, EndpointId, LoadGuard, LoadTracker, Metrics, Request, Scheduler,
+};
 use pingora::prelude::{HttpPeer, Result};
 use pingora::proxy::{ProxyHttp, Session};
 use pingora::{Error, ErrorType::HTTPStatus};
@@ -27,7 +28,7 @@ pub struct Gateway {
     model: String,
     engines: Vec<Engine>,
     ids: Vec<EndpointId>,
-    load: Vec<Load>,
+    load: Vec<Arc<LoadTracker>>,
     scheduler: Arc<Scheduler>,
     client: Client<HttpConnector, Full<Bytes>>,
 }
@@ -39,8 +40,8 @@ pub struct Ctx {
     tokens: Option<Vec<u32>>,
     ranked: Vec<usize>,
     tried: usize,
-    /// The engine the request was sent to, and whether its first body byte came back.
-    sent: Option<(usize, bool)>,
+    /// The request on its engine: the owned completion data and the engine's load share.
+    sent: Option<(Completion, LoadGuard)>,
 }
 
 impl Gateway {
@@ -54,7 +55,9 @@ impl Gateway {
             ids: (config.engines.iter())
                 .map(|e| EndpointId::new(e.address.to_string()))
                 .collect(),
-            load: config.engines.iter().map(|_| Load::default()).collect(),
+            load: (config.engines.iter())
+                .map(|_| Arc::new(LoadTracker::new()))
+                .collect(),
             engines: config.engines.clone(),
             scheduler: Arc::new(Scheduler::from_config(&config.scheduler)?),
             client: Client::builder(TokioExecutor::new()).build_http(),
@@ -95,14 +98,9 @@ impl Gateway {
 
     /// The request ended on its engine: settle the load counts and report the outcome.
     fn finish(&self, ctx: &mut Ctx, success: bool) {
-        if let Some((engine, first_byte)) = ctx.sent.take() {
-            let (request, endpoint) = (&ctx.request(&self.model), &self.ids[engine]);
-            (self.scheduler).on_completed(&Completion {
-                request,
-                endpoint,
-                success,
-            });
-            self.load[engine].end(first_byte);
+        if let Some((done, guard)) = ctx.sent.take() {
+            drop(guard);
+            self.scheduler.on_completed(&done, success);
         }
     }
 }
@@ -135,7 +133,11 @@ impl ProxyHttp for Gateway {
 
     async fn upstream_peer(&self, _: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
         let cands: Vec<Candidate> = (self.ids.iter().zip(&self.load))
-            .map(|(id, l)| Candidate::new(id.clone(), &self.model).with_metrics(l.metrics()))
+            .map(|(id, l)| {
+                let mut m = Metrics::default();
+                l.fill(&mut m);
+                Candidate::new(id.clone(), &self.model).with_metrics(m)
+            })
             .collect();
         if ctx.ranked.is_empty() {
             let decision = (self.scheduler.schedule(&ctx.request(&self.model), &cands))
@@ -146,9 +148,9 @@ impl ProxyHttp for Gateway {
             return Error::e_explain(HTTPStatus(502), "every engine failed");
         };
         ctx.tried += 1;
-        (self.scheduler).on_scheduled(&ctx.request(&self.model), &cands[engine]);
-        self.load[engine].begin();
-        ctx.sent = Some((engine, false));
+        let done = (self.scheduler).on_scheduled(&ctx.request(&self.model), &cands[engine]);
+        let guard = self.load[engine].begin(done.prefill_tokens);
+        ctx.sent = Some((done, guard));
         let addr = self.engines[engine].address;
         Ok(Box::new(HttpPeer::new(addr, false, String::new())))
     }
@@ -172,11 +174,10 @@ impl ProxyHttp for Gateway {
         end_of_stream: bool,
         ctx: &mut Ctx,
     ) -> Result<Option<Duration>> {
-        if let Some((engine, first_byte @ false)) = &mut ctx.sent
+        if let Some((_, guard)) = &mut ctx.sent
             && body.as_ref().is_some_and(|b| !b.is_empty())
         {
-            *first_byte = true;
-            self.load[*engine].first_byte();
+            guard.first_byte(); // later calls do nothing
         }
         if end_of_stream {
             // The engine is done, before the client has the whole response.
@@ -225,33 +226,4 @@ fn prompt_text(body: &Value) -> String {
             )
         })
         .collect()
-}
-
-/// One engine's requests sent and not ended (`in_flight`), and those without a first
-/// response byte yet (`awaiting_first_token`).
-#[derive(Debug, Default)]
-struct Load(AtomicU32, AtomicU32);
-
-impl Load {
-    fn metrics(&self) -> Metrics {
-        let (in_flight, awaiting_first_token) = (self.0.load(Relaxed), self.1.load(Relaxed));
-        Metrics {
-            in_flight,
-            awaiting_first_token,
-            ..Metrics::default()
-        }
-    }
-    fn begin(&self) {
-        self.0.fetch_add(1, Relaxed);
-        self.1.fetch_add(1, Relaxed);
-    }
-    fn first_byte(&self) {
-        self.1.fetch_sub(1, Relaxed);
-    }
-    fn end(&self, first_byte: bool) {
-        self.0.fetch_sub(1, Relaxed);
-        if !first_byte {
-            self.first_byte();
-        }
-    }
 }
