@@ -14,8 +14,8 @@ use tower::{Service, ServiceBuilder};
 
 use crate::error::Error;
 use crate::pipeline::{
-    AdmitLayer, BoxFut, BoxHttp, ParseLayer, Parsed, QueueLayer, RateLimitLayer, RouteLayer,
-    Routed, ScheduleLayer, Scheduled, TokenizeLayer, Tokens, ext, stage,
+    AdmitLayer, BoxFut, BoxHttp, ParseLayer, Parsed, Prefetched, QueueLayer, RateLimitLayer,
+    RouteLayer, Routed, ScheduleLayer, Scheduled, TokenizeLayer, Tokens, ext, stage,
 };
 use crate::proxy::{RespBody, full};
 use crate::service::Shared;
@@ -30,6 +30,7 @@ pub(super) struct Picked {
     pub(super) parsed: Parsed,
     pub(super) routed: Routed,
     pub(super) tokens: Tokens,
+    pub(super) prefetched: Prefetched,
     pub(super) sched: Scheduled,
 }
 
@@ -112,6 +113,7 @@ impl Service<Request<()>> for Decide {
                 parsed: ext::<Parsed>(&req, "parsed request")?,
                 routed: ext::<Routed>(&req, "route match")?,
                 tokens: ext::<Tokens>(&req, "token ids")?,
+                prefetched: Prefetched::of(&req),
                 sched: ext::<Scheduled>(&req, "scheduling decision")?,
             })
         })();

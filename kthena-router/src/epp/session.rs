@@ -16,6 +16,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 use envoy_types::pb::google::protobuf::Struct;
 use http::Request;
 use http_body_util::Full;
+use kthena_sched::LoadGuard;
 use tower::ServiceExt;
 
 use super::Picker;
@@ -23,7 +24,7 @@ use super::pick::{Picked, Subset};
 use super::wire::{self, DESTINATION, Head};
 use crate::accesslog::Entry;
 use crate::accounting::{Accounting, SchedDone};
-use crate::endpoint::{Endpoint, InFlightGuard};
+use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::overload::BreakerState;
 use crate::pipeline::{PickOnly, RequestId, is_inference_path, record_breaker, sched_request};
@@ -57,8 +58,9 @@ struct Chosen {
     named: Vec<usize>,
     /// The index into `named` of the endpoint holding the request's slot.
     current: usize,
-    /// The slot until the response headers hand it to the accounting.
-    guard: Option<InFlightGuard>,
+    /// The slot and the owned completion data until the response headers hand them to the
+    /// accounting.
+    guard: Option<(LoadGuard, SchedDone)>,
 }
 
 impl Drop for Chosen {
@@ -291,7 +293,10 @@ impl Session {
                 record_breaker(shared, &pool[i], false);
             }
             c.acct.attempt_failed();
-            c.guard = None;
+            if let Some((g, d)) = c.guard.take() {
+                drop(g);
+                d.scheduler.on_completed(&d.done, false);
+            }
             c.guard =
                 Some(take_slot(&self.picker, &c.acct, &c.picked, c.named[pos], pos + 1).await);
             c.current = pos;
@@ -299,14 +304,7 @@ impl Session {
         let ep = &pool[c.named[c.current]];
         c.acct.upstream_status(status);
         record_breaker(shared, ep, !(500..600).contains(&status));
-        let sched = (200..300).contains(&status).then(|| SchedDone {
-            scheduler: Arc::clone(&c.picked.parsed.snap.scheduler),
-            model: c.picked.parsed.req.model.clone(),
-            lora: c.picked.routed.lora.clone(),
-            prompt: c.picked.parsed.req.prompt_text.clone(),
-            endpoint: Arc::clone(ep),
-        });
-        if let Some(mut g) = c.guard.take() {
+        if let Some((mut g, sched)) = c.guard.take() {
             // The answer has started: the prefill is over (the picker sees no body bytes).
             g.first_byte();
             c.acct.answered(g, sched);
@@ -360,22 +358,27 @@ async fn take_slot(
     picked: &Picked,
     idx: usize,
     attempt: usize,
-) -> InFlightGuard {
+) -> (LoadGuard, SchedDone) {
     let ep = &picked.routed.pool[idx];
     acct.attempt(&ep.name, attempt);
     let sreq = sched_request(
         &picked.parsed.req,
         &picked.tokens,
         picked.routed.lora.as_deref(),
+        &picked.prefetched,
     );
     let cand = &picked.sched.cands[idx];
     let scheduler = &picked.parsed.snap.scheduler;
-    let mut guard = ep.begin_request(scheduler.prefill_tokens(&sreq, cand));
+    let done = scheduler.on_scheduled(&sreq, cand);
+    let mut guard = ep.begin_request(done.prefill_tokens);
     if let Some(s) = picker.shared.in_flight_share.get() {
         s.track(ep, &mut guard).await;
     }
-    scheduler.on_scheduled(&sreq, cand);
-    guard
+    let done = SchedDone {
+        scheduler: Arc::clone(scheduler),
+        done,
+    };
+    (guard, done)
 }
 
 /// Settles a request the picker answers itself.
