@@ -54,7 +54,15 @@ fn bootstrap(
     picker: SocketAddr,
     engines: &[SocketAddr],
     log: &Path,
+    duplex: bool,
 ) -> String {
+    // Buffered request body (the response is not sent), or both bodies full duplex
+    // (GIE's streaming mode: trailers must be sent too).
+    let (req_body, resp_body, trailers) = if duplex {
+        ("FULL_DUPLEX_STREAMED", "FULL_DUPLEX_STREAMED", "SEND")
+    } else {
+        ("BUFFERED", "NONE", "SKIP")
+    };
     let engines: String = engines
         .iter()
         .map(|a| {
@@ -110,11 +118,11 @@ static_resources:
               message_timeout: 10s
               processing_mode:
                 request_header_mode: SEND
-                request_body_mode: BUFFERED
+                request_body_mode: {req_body}
                 response_header_mode: SEND
-                response_body_mode: NONE
-                request_trailer_mode: SKIP
-                response_trailer_mode: SKIP
+                response_body_mode: {resp_body}
+                request_trailer_mode: {trailers}
+                response_trailer_mode: {trailers}
               request_attributes: [request.protocol]
               metadata_options:
                 forwarding_namespaces: {{untyped: [envoy.lb, envoy.lb.subset_hint]}}
@@ -172,11 +180,15 @@ struct Envoy {
 }
 
 impl Envoy {
-    async fn start(dir: &Path, picker: SocketAddr, engines: &[SocketAddr]) -> Self {
+    async fn start(dir: &Path, picker: SocketAddr, engines: &[SocketAddr], duplex: bool) -> Self {
         let (listen, admin) = (free_port(), free_port());
         let log = dir.join("envoy-access.log");
         let cfg = dir.join("envoy.yaml");
-        std::fs::write(&cfg, bootstrap(listen, admin, picker, engines, &log)).unwrap();
+        std::fs::write(
+            &cfg,
+            bootstrap(listen, admin, picker, engines, &log, duplex),
+        )
+        .unwrap();
         let stderr = std::fs::File::create(dir.join("envoy.stderr")).unwrap();
         let child = tokio::process::Command::new(envoy_bin())
             .arg("-c")
@@ -297,7 +309,7 @@ scheduler:
     .await;
     r.wait_ready().await;
     let picker = r.router.epp_addr.expect("endpoint picker listening");
-    let envoy = Envoy::start(r.dir.path(), picker, &addrs).await;
+    let envoy = Envoy::start(r.dir.path(), picker, &addrs, false).await;
     let prefix = "You are a helpful assistant. ".repeat(40);
 
     // 1. A repeated long prefix lands on one engine (the engines' own counts).
@@ -394,11 +406,23 @@ scheduler:
     r.router.shutdown().await;
 }
 
-/// The picked endpoint's slot is held while its answer streams and given back when the
-/// stream ends (here: the client goes away); requests the picker cannot route are answered
-/// by Envoy with the router's OpenAI-shaped error; other paths pass through untouched.
+/// Buffered request bodies: the picked endpoint's slot is held while its answer streams and
+/// given back when the stream ends (here: the client goes away); requests the picker cannot
+/// route are answered by Envoy with the router's OpenAI-shaped error; other paths pass
+/// through untouched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slots_follow_the_stream_and_errors_are_immediate_responses() {
+    slots_and_errors(false).await;
+}
+
+/// The same in GIE's streaming mode (`FULL_DUPLEX_STREAMED` both ways): the headers are
+/// answered once the body is whole, and every response chunk goes through the picker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_duplex_streamed_mode() {
+    slots_and_errors(true).await;
+}
+
+async fn slots_and_errors(duplex: bool) {
     let (closed_tx, mut closed) = tokio::sync::mpsc::unbounded_channel();
     let up = Upstream::start(Script::EndlessStream {
         every: Duration::from_millis(20),
@@ -417,7 +441,7 @@ async fn slots_follow_the_stream_and_errors_are_immediate_responses() {
     )
     .await;
     r.wait_ready().await;
-    let envoy = Envoy::start(r.dir.path(), r.router.epp_addr.unwrap(), &[up.addr]).await;
+    let envoy = Envoy::start(r.dir.path(), r.router.epp_addr.unwrap(), &[up.addr], duplex).await;
     let ep = std::sync::Arc::clone(&r.router.snapshot().endpoints[0]);
 
     // A stream: counted while it runs, its prefill over once the answer started.
@@ -446,6 +470,11 @@ async fn slots_follow_the_stream_and_errors_are_immediate_responses() {
     assert_eq!(picks.len(), 1);
     assert_eq!(picks[0]["selected_pod"], "up-0");
     assert_eq!(picks[0]["status_code"], 200);
+    let sent: Value = serde_json::from_slice(&up.bodies.lock().unwrap()[0]).unwrap();
+    assert_eq!(
+        sent["messages"][0]["content"], "hello",
+        "the body reached the engine whole"
+    );
 
     // No route, no ready endpoint: Envoy answers with the picker's error.
     for (model, status, code) in [

@@ -1,7 +1,8 @@
 //! Endpoint-picker mode: the router as Envoy's external processor (`ext_proc`), the
 //! protocol of the Gateway API Inference Extension's endpoint picker (EPP).
 //!
-//! Envoy sends each request's headers and buffered body over a gRPC stream
+//! Envoy sends each request's headers and body (`BUFFERED`, or GIE's `FULL_DUPLEX_STREAMED`
+//! streaming mode, where the headers are answered once the body is whole) over a gRPC stream
 //! (`envoy.service.ext_proc.v3.ExternalProcessor/Process`). The picker runs the router's own
 //! pipeline on it (parse → match route → admit → subset hint → rate limit → queue →
 //! tokenize → schedule) and, instead of proxying, answers with the chosen endpoints: the
@@ -14,9 +15,9 @@
 //! `docs/proposals/004-endpoint-picker-protocol`.
 //!
 //! In-flight accounting follows the router's: the chosen endpoint's slot is taken at the
-//! pick, its prefill counters are given back at the response headers, and the slot when the
-//! stream ends (Envoy closes it when the HTTP stream ends) or at the end of the response
-//! body when Envoy sends it. When Envoy reports the endpoint that served the request
+//! pick, its prefill counters are given back at the first response byte (at the response
+//! headers when Envoy does not send the body), and the slot at the end of the response body,
+//! or when the stream ends (Envoy closes it when the HTTP stream ends). When Envoy reports the endpoint that served the request
 //! (`x-gateway-destination-endpoint-served` in `envoy.lb`, the `override_host` policy's
 //! `selected_host_key`), a fallback's slot replaces the pick's and the pick's circuit
 //! breaker records the failure.
@@ -84,16 +85,16 @@ impl ExternalProcessor for Picker {
     ) -> Result<tonic::Response<ProcessStream>, tonic::Status> {
         let inbound = request.into_inner();
         let session = session::Session::new(self.clone());
+        let queue = std::collections::VecDeque::new();
         let stream = futures_util::stream::unfold(
-            (inbound, session),
-            |(mut inbound, mut session)| async move {
+            (inbound, session, queue),
+            |(mut inbound, mut session, mut queue)| async move {
                 loop {
+                    if let Some(resp) = queue.pop_front() {
+                        return Some((Ok(resp), (inbound, session, queue)));
+                    }
                     match inbound.message().await {
-                        Ok(Some(msg)) => {
-                            if let Some(resp) = session.handle(msg).await {
-                                return Some((Ok(resp), (inbound, session)));
-                            }
-                        }
+                        Ok(Some(msg)) => queue.extend(session.handle(msg).await),
                         Ok(None) => {
                             session.end();
                             return None;

@@ -7,11 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request as Phase;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response as Reply;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
-    BodyMutation, BodyResponse, CommonResponse, HeaderMutation, HeadersResponse, HttpHeaders,
-    ProcessingRequest, ProcessingResponse, TrailersResponse, body_mutation,
+    BodyMutation, BodyResponse, CommonResponse, HeaderMutation, HeadersResponse, HttpBody,
+    HttpHeaders, ProcessingRequest, ProcessingResponse, StreamedBodyResponse, TrailersResponse,
+    body_mutation,
 };
 use envoy_types::pb::google::protobuf::Struct;
 use http::Request;
@@ -37,7 +39,14 @@ pub(super) struct Session {
     body: BytesMut,
     subset: Option<Arc<Vec<SocketAddr>>>,
     chosen: Option<Chosen>,
+    /// `FULL_DUPLEX_STREAMED` request body: headers answered with the whole body.
+    duplex_request: bool,
+    /// `FULL_DUPLEX_STREAMED` response body: every chunk goes back through the picker.
+    duplex_response: bool,
 }
+
+/// Largest body chunk sent back in one streamed response (Envoy's recommendation, 64 KiB).
+const STREAMED_CHUNK: usize = 64 * 1024;
 
 /// What the picker answers a request phase with.
 enum Answer {
@@ -79,56 +88,135 @@ impl Session {
             body: BytesMut::new(),
             subset: None,
             chosen: None,
+            duplex_request: false,
+            duplex_response: false,
         }
     }
 
-    /// Handles one message; the answer Envoy waits for (none in observability mode).
-    pub(super) async fn handle(&mut self, msg: ProcessingRequest) -> Option<ProcessingResponse> {
+    /// Handles one message; the answers Envoy waits for (none in observability mode).
+    pub(super) async fn handle(&mut self, msg: ProcessingRequest) -> Vec<ProcessingResponse> {
+        if let Some(pc) = &msg.protocol_config {
+            let duplex = i32::from(BodySendMode::FullDuplexStreamed);
+            self.duplex_request = pc.request_body_mode == duplex;
+            self.duplex_response = pc.response_body_mode == duplex;
+        }
         let md = msg.metadata_context.as_ref();
-        let reply = match msg.request? {
+        let Some(phase) = msg.request else {
+            return Vec::new();
+        };
+        let replies = match phase {
             Phase::RequestHeaders(h) => {
                 self.subset = wire::subset(md).map(Arc::new);
                 self.protocol = wire::protocol(&msg.attributes).unwrap_or_default();
                 self.head = Some(wire::head(h.headers.as_ref()));
                 if h.end_of_stream {
                     let answer = self.pick(Bytes::new()).await;
-                    wrap(answer, |r| {
+                    vec![wrap(answer, |r| {
                         Reply::RequestHeaders(HeadersResponse { response: r })
-                    })
+                    })]
+                } else if self.duplex_request {
+                    // Full duplex: the headers are answered with the body, once it is whole.
+                    Vec::new()
                 } else {
-                    reply(Reply::RequestHeaders(HeadersResponse::default()))
+                    vec![reply(Reply::RequestHeaders(HeadersResponse::default()))]
                 }
             }
-            Phase::RequestBody(b) => {
-                self.body.extend_from_slice(&b.body);
-                if b.end_of_stream {
-                    let body = std::mem::take(&mut self.body).freeze();
-                    let answer = self.pick(body).await;
-                    wrap(answer, |r| Reply::RequestBody(BodyResponse { response: r }))
-                } else {
-                    reply(Reply::RequestBody(BodyResponse::default()))
+            Phase::RequestBody(b) => self.request_body(b).await,
+            Phase::RequestTrailers(_) => {
+                let mut out = Vec::new();
+                if self.duplex_request && self.head.is_some() {
+                    out = self.duplex_pick(false).await;
                 }
+                if !out.iter().any(is_immediate) {
+                    out.push(reply(Reply::RequestTrailers(TrailersResponse::default())));
+                }
+                out
             }
-            Phase::RequestTrailers(_) => reply(Reply::RequestTrailers(TrailersResponse::default())),
             Phase::ResponseHeaders(h) => {
                 self.response_headers(&h, wire::served(md)).await;
                 if h.end_of_stream {
                     self.chosen = None;
                 }
-                reply(Reply::ResponseHeaders(HeadersResponse::default()))
+                vec![reply(Reply::ResponseHeaders(HeadersResponse::default()))]
             }
             Phase::ResponseBody(b) => {
+                let out = if self.duplex_response {
+                    if let (Some(c), false) = (&self.chosen, b.body.is_empty()) {
+                        c.acct.first_byte();
+                    }
+                    vec![streamed(b.body, b.end_of_stream, Reply::ResponseBody)]
+                } else {
+                    vec![reply(Reply::ResponseBody(BodyResponse::default()))]
+                };
                 if b.end_of_stream {
                     self.chosen = None;
                 }
-                reply(Reply::ResponseBody(BodyResponse::default()))
+                out
             }
             Phase::ResponseTrailers(_) => {
                 self.chosen = None;
-                reply(Reply::ResponseTrailers(TrailersResponse::default()))
+                vec![reply(Reply::ResponseTrailers(TrailersResponse::default()))]
             }
         };
-        (!msg.observability_mode).then_some(reply)
+        if msg.observability_mode {
+            Vec::new()
+        } else {
+            replies
+        }
+    }
+
+    /// A request body chunk: the pick once the body is whole.
+    async fn request_body(&mut self, b: HttpBody) -> Vec<ProcessingResponse> {
+        self.body.extend_from_slice(&b.body);
+        match (b.end_of_stream, self.duplex_request) {
+            (false, true) => Vec::new(),
+            (false, false) => vec![reply(Reply::RequestBody(BodyResponse::default()))],
+            (true, true) => self.duplex_pick(true).await,
+            (true, false) => {
+                let body = std::mem::take(&mut self.body).freeze();
+                let answer = self.pick(body).await;
+                vec![wrap(answer, |r| {
+                    Reply::RequestBody(BodyResponse { response: r })
+                })]
+            }
+        }
+    }
+
+    /// Full duplex: the pick answers the held headers, then the body goes back to Envoy in
+    /// streamed chunks (`end` on the last one unless trailers follow).
+    async fn duplex_pick(&mut self, end: bool) -> Vec<ProcessingResponse> {
+        let body = std::mem::take(&mut self.body).freeze();
+        let (headers, body) = match self.pick(body.clone()).await {
+            Answer::Immediate(r) => return vec![r],
+            Answer::Pass => (
+                reply(Reply::RequestHeaders(HeadersResponse::default())),
+                body,
+            ),
+            Answer::Route(mut common, metadata) => {
+                let body = match common.body_mutation.take().and_then(|m| m.mutation) {
+                    Some(body_mutation::Mutation::Body(b)) => Bytes::from(b),
+                    _ => body,
+                };
+                let headers = ProcessingResponse {
+                    response: Some(Reply::RequestHeaders(HeadersResponse {
+                        response: Some(common),
+                    })),
+                    dynamic_metadata: Some(metadata),
+                    ..ProcessingResponse::default()
+                };
+                (headers, body)
+            }
+        };
+        let mut out = vec![headers];
+        let mut chunks = body.chunks(STREAMED_CHUNK).peekable();
+        if chunks.peek().is_none() {
+            out.push(streamed(Vec::new(), end, Reply::RequestBody));
+        }
+        while let Some(c) = chunks.next() {
+            let last = chunks.peek().is_none();
+            out.push(streamed(c.to_vec(), end && last, Reply::RequestBody));
+        }
+        out
     }
 
     /// The stream ended: the request settles (as a client disconnect without an answer).
@@ -305,8 +393,10 @@ impl Session {
         c.acct.upstream_status(status);
         record_breaker(shared, ep, !(500..600).contains(&status));
         if let Some((mut g, sched)) = c.guard.take() {
-            // The answer has started: the prefill is over (the picker sees no body bytes).
-            g.first_byte();
+            if !self.duplex_response {
+                // The answer has started: the prefill is over (the picker sees no body).
+                g.first_byte();
+            }
             c.acct.answered(g, sched);
         }
         let failed = status == 429 || status >= 500;
@@ -405,4 +495,31 @@ fn reply(r: Reply) -> ProcessingResponse {
         response: Some(r),
         ..ProcessingResponse::default()
     }
+}
+
+fn is_immediate(r: &ProcessingResponse) -> bool {
+    matches!(r.response, Some(Reply::ImmediateResponse(_)))
+}
+
+/// A body chunk handed back to Envoy in full-duplex mode.
+fn streamed(
+    body: Vec<u8>,
+    end_of_stream: bool,
+    phase: fn(BodyResponse) -> Reply,
+) -> ProcessingResponse {
+    let common = CommonResponse {
+        body_mutation: Some(BodyMutation {
+            mutation: Some(body_mutation::Mutation::StreamedResponse(
+                StreamedBodyResponse {
+                    body,
+                    end_of_stream,
+                    ..StreamedBodyResponse::default()
+                },
+            )),
+        }),
+        ..CommonResponse::default()
+    };
+    reply(phase(BodyResponse {
+        response: Some(common),
+    }))
 }
