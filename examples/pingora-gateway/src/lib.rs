@@ -4,6 +4,7 @@
 //! Not a production router: a static engine list, no metric scraping, no auth.
 //! `docs/embedding.md` walks through it.
 
+mod kv;
 mod proxy;
 
 use std::net::SocketAddr;
@@ -15,6 +16,7 @@ use pingora::services::listening::Service;
 use serde::Deserialize;
 use tokio::net::TcpListener;
 
+pub use kv::KvEvents;
 pub use proxy::{Ctx, Gateway};
 
 /// The gateway's configuration file (YAML; `gateway.yaml` next to `Cargo.toml` is an example).

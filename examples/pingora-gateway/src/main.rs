@@ -2,6 +2,7 @@
 //! shutdown), with the KV-event subscriptions as a background service.
 
 use pingora::server::Server;
+use pingora::services::background::background_service;
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt().with_env_filter("info").init();
@@ -12,6 +13,9 @@ fn main() -> anyhow::Result<()> {
     let gateway = pingora_gateway::Gateway::new(&config)?;
     let mut server = Server::new(None)?;
     server.bootstrap();
+    if let Some(kv) = gateway.kv_events() {
+        server.add_service(background_service("kv events", kv));
+    }
     let mut proxy = pingora::proxy::http_proxy_service(&server.configuration, gateway);
     proxy.add_tcp(&config.listen);
     server.add_service(proxy);

@@ -16,7 +16,7 @@ use pingora::proxy::{ProxyHttp, Session};
 use pingora::{Error, ErrorType::HTTPStatus};
 use serde_json::Value;
 
-use crate::{Config, Engine};
+use crate::{Config, Engine, KvEvents};
 
 /// Largest request body, bytes: pingora 0.9 replays at most 64 KiB of a body read before
 /// `upstream_peer` (its retry buffer); larger bodies are answered 413.
@@ -67,6 +67,20 @@ impl Gateway {
     /// The embedded scheduler.
     pub fn scheduler(&self) -> &Arc<Scheduler> {
         &self.scheduler
+    }
+
+    /// The background service feeding the scheduler's KV index from the engines' KV events
+    /// (`None` when no plugin uses a KV index).
+    pub fn kv_events(&self) -> Option<KvEvents> {
+        let index = Arc::clone(self.scheduler.kv_index()?);
+        let sources = (self.ids.iter().zip(&self.engines))
+            .filter_map(|(id, e)| Some((id.clone(), e.kv_events.clone()?)))
+            .collect();
+        Some(KvEvents {
+            sources,
+            index,
+            subscribed: Arc::default(),
+        })
     }
 
     /// Token ids from the first engine whose `/tokenize` answers within 2 s (vLLM's shape:

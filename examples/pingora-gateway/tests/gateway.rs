@@ -7,13 +7,16 @@
     reason = "test helpers fail the test on any error"
 )]
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use kthena_sim::SimHandle;
-use pingora_gateway::{Config, Engine, Gateway};
+use pingora::services::background::BackgroundService;
+use pingora_gateway::{Config, Engine, Gateway, KvEvents};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -25,6 +28,8 @@ const MODEL: &str = "Qwen/Qwen2.5-7B-Instruct";
 struct Setup {
     sims: Vec<SimHandle>,
     url: String,
+    scheduler: std::sync::Arc<kthena_sched::Scheduler>,
+    kv: Option<KvEvents>,
     client: Client<HttpConnector, Full<Bytes>>,
     _shutdown: watch::Sender<bool>,
     _tasks: JoinSet<()>,
@@ -48,14 +53,22 @@ impl Setup {
             })
             .collect();
         let gateway = Gateway::new(&config).unwrap();
+        let scheduler = gateway.scheduler().clone();
+        let kv = gateway.kv_events();
         let (tx, rx) = watch::channel(false);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let mut tasks = JoinSet::new();
+        if let Some(kv) = kv.clone() {
+            let rx = rx.clone();
+            tasks.spawn(async move { kv.start(rx).await });
+        }
         tasks.spawn(async move { pingora_gateway::serve(gateway, listener, rx).await.unwrap() });
         Self {
             sims,
             url,
+            scheduler,
+            kv,
             client: Client::builder(TokioExecutor::new()).build_http(),
             _shutdown: tx,
             _tasks: tasks,
@@ -172,4 +185,61 @@ async fn repeated_prefix_goes_back_to_its_engine() {
     let (status, text) = s.call("GET", &format!("{}/v1/models", s.url), None).await;
     assert_eq!(status, 200, "{text}");
     assert!(text.contains(MODEL), "{text}");
+}
+/// `kvcache-aware` fed by KV events only: a long chat prefix computed by one engine directly
+/// (the gateway never routed it) draws at least 9 of 10 later gateway requests to that engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_events_draw_the_prefix_to_the_engine_holding_it() {
+    let s = Setup::start(
+        "plugins: {Score: {enabled: [{name: least-request, weight: 1}, {name: kvcache-aware, weight: 1}]}}",
+        true,
+    )
+    .await;
+    let kv = s.kv.clone().unwrap();
+    for _ in 0..250 {
+        if kv.subscribed() == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(kv.subscribed(), 3);
+    // Give the publishers a moment to register the subscriptions (ZMQ slow joiner).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let index = s.scheduler.kv_index().unwrap().clone();
+    let chat = |doc: &str, q: &str| {
+        json!({"model": MODEL, "max_tokens": 2, "messages": [
+            {"role": "system", "content": doc}, {"role": "user", "content": q}]})
+    };
+    for (engine, topic) in [(2, "bicycle"), (1, "flower")] {
+        let doc = document(topic);
+        let url = format!("{}/v1/chat/completions", s.sims[engine].base_url());
+        let held = index.len();
+        let (status, text) = s.call("POST", &url, Some(&chat(&doc, "Hello?"))).await;
+        assert_eq!(status, 200, "{text}");
+        let tokens = serde_json::from_str::<Value>(&text).unwrap()["usage"]["prompt_tokens"]
+            .as_u64()
+            .unwrap() as usize;
+        for _ in 0..250 {
+            if index.len() >= held + tokens / 16 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            index.len() >= held + tokens / 16,
+            "{topic}: {} entries",
+            index.len()
+        );
+
+        let before = s.served().await;
+        for q in 0..10 {
+            let body = chat(&doc, &format!("Question {q}: what does rule {q} say?"));
+            s.post("/v1/chat/completions", &body).await;
+        }
+        let d = deltas(&before, &s.served().await);
+        assert!(
+            d[engine] >= 9.0,
+            "{topic}: engine {engine} holds it, served {d:?}"
+        );
+    }
 }
