@@ -8,13 +8,8 @@ mod kv;
 mod proxy;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
-use pingora::server::ShutdownWatch;
-use pingora::server::configuration::ServerConf;
-use pingora::services::listening::Service;
 use serde::Deserialize;
-use tokio::net::TcpListener;
 
 pub use kv::KvEvents;
 pub use proxy::{Ctx, Gateway};
@@ -23,8 +18,7 @@ pub use proxy::{Ctx, Gateway};
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Config {
-    /// Address to listen on, `host:port`. Default `127.0.0.1:8080`.
-    #[serde(default = "default_listen")]
+    /// Address to listen on, `host:port`.
     pub listen: String,
     /// The model every engine serves: seeds the prefix-cache hash chain and keys the KV index.
     pub model: String,
@@ -47,63 +41,12 @@ pub struct Engine {
     pub kv_events: Option<String>,
 }
 
-fn default_listen() -> String {
-    "127.0.0.1:8080".to_owned()
-}
-
 impl Config {
     /// Parses the YAML text.
     ///
     /// # Errors
-    /// [`Error::Config`] for invalid YAML, an unknown key or a missing field.
-    pub fn from_yaml(text: &str) -> Result<Self> {
-        serde_saphyr::from_str(text).map_err(|e| Error::Config(Box::new(e)))
-    }
-}
-
-/// Errors of the gateway.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// The configuration text is invalid.
-    #[error("invalid gateway configuration: {0}")]
-    Config(#[source] Box<serde_saphyr::Error>),
-    /// The scheduler section is invalid (unknown plugin, bad args, ...).
-    #[error("invalid scheduler configuration: {0}")]
-    Scheduler(#[from] kthena_sched::Error),
-    /// Accepting a connection failed.
-    #[error("accept failed: {0}")]
-    Io(#[from] std::io::Error),
-}
-
-/// `Result` with this crate's [`Error`].
-pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// Serves `gateway` on `listener` on the current Tokio runtime until `shutdown` turns true
-/// (the binary uses pingora's `Server` instead; this is for tests and hosts with their own
-/// runtime).
-///
-/// # Errors
-/// [`Error::Io`] when accepting fails.
-pub async fn serve(
-    gateway: Gateway,
-    listener: TcpListener,
-    mut shutdown: ShutdownWatch,
-) -> Result<()> {
-    let conf = Arc::new(ServerConf::default());
-    let app = Arc::new(pingora::proxy::http_proxy(&conf, gateway));
-    let mut conns = tokio::task::JoinSet::new();
-    loop {
-        let (tcp, _) = tokio::select! {
-            r = listener.accept() => r?,
-            _ = shutdown.changed() => return Ok(()),
-        };
-        while conns.try_join_next().is_some() {}
-        let stream = Box::new(pingora::protocols::l4::stream::Stream::from(tcp));
-        conns.spawn(Service::handle_event(
-            stream,
-            Arc::clone(&app),
-            shutdown.clone(),
-        ));
+    /// serde-saphyr's error for invalid YAML, an unknown key or a missing field.
+    pub fn from_yaml(text: &str) -> Result<Self, serde_saphyr::Error> {
+        serde_saphyr::from_str(text)
     }
 }

@@ -18,10 +18,6 @@ use serde_json::Value;
 
 use crate::{Config, Engine, KvEvents};
 
-/// Largest request body, bytes: pingora 0.9 replays at most 64 KiB of a body read before
-/// `upstream_peer` (its retry buffer); larger bodies are answered 413.
-const MAX_BODY_BYTES: usize = 64 * 1024;
-
 /// The gateway: a pingora [`ProxyHttp`] over a static engine list and one [`Scheduler`].
 #[derive(Debug)]
 pub struct Gateway {
@@ -48,16 +44,14 @@ impl Gateway {
     /// Builds the scheduler from `config.scheduler`.
     ///
     /// # Errors
-    /// [`crate::Error::Scheduler`] when the scheduler section is invalid.
-    pub fn new(config: &Config) -> crate::Result<Self> {
+    /// [`kthena_sched::Error`] when the scheduler section is invalid.
+    pub fn new(config: &Config) -> kthena_sched::Result<Self> {
         Ok(Self {
             model: config.model.clone(),
             ids: (config.engines.iter())
                 .map(|e| EndpointId::new(e.address.to_string()))
                 .collect(),
-            load: (config.engines.iter())
-                .map(|_| Arc::new(LoadTracker::new()))
-                .collect(),
+            load: config.engines.iter().map(|_| Arc::default()).collect(),
             engines: config.engines.clone(),
             scheduler: Arc::new(Scheduler::from_config(&config.scheduler)?),
             client: Client::builder(TokioExecutor::new()).build_http(),
@@ -86,17 +80,16 @@ impl Gateway {
     /// Token ids from the first engine whose `/tokenize` answers within 2 s (vLLM's shape:
     /// `prompt`, or `messages` rendered with the engine's own chat template).
     async fn tokenize(&self, body: &Value) -> Option<Vec<u32>> {
-        let mut req = serde_json::json!({"model": body.get("model")});
-        for key in ["prompt", "messages"] {
-            if let Some(v) = body.get(key) {
-                req[key] = v.clone();
-            }
-        }
+        let req: serde_json::Map<String, Value> = (["model", "prompt", "messages"].into_iter())
+            .filter_map(|k| Some((k.to_owned(), body.get(k)?.clone())))
+            .collect();
         for engine in &self.engines {
             let call = async {
                 let post = http::Request::post(format!("http://{}/tokenize", engine.address))
                     .header("content-type", "application/json")
-                    .body(Full::new(Bytes::from(req.to_string())))
+                    .body(Full::new(Bytes::from(
+                        Value::Object(req.clone()).to_string(),
+                    )))
                     .ok()?;
                 let body = self.client.request(post).await.ok()?.into_body();
                 let v: Value =
@@ -132,7 +125,8 @@ impl ProxyHttp for Gateway {
         let mut body = Vec::new();
         while let Some(chunk) = session.read_request_body().await? {
             body.extend_from_slice(&chunk);
-            if body.len() > MAX_BODY_BYTES {
+            // pingora 0.9 replays at most 64 KiB read before `upstream_peer` (its retry buffer).
+            if body.len() > 64 * 1024 {
                 session.respond_error(413).await?;
                 return Ok(true);
             }

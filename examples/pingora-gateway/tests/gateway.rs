@@ -7,6 +7,7 @@
     reason = "test helpers fail the test on any error"
 )]
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,7 +16,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use kthena_sim::SimHandle;
+use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
+use pingora::services::listening::Service;
 use pingora_gateway::{Config, Engine, Gateway, KvEvents};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -63,7 +66,7 @@ impl Setup {
             let rx = rx.clone();
             tasks.spawn(async move { kv.start(rx).await });
         }
-        tasks.spawn(async move { pingora_gateway::serve(gateway, listener, rx).await.unwrap() });
+        tasks.spawn(serve(gateway, listener, rx));
         Self {
             sims,
             url,
@@ -115,6 +118,26 @@ impl Setup {
             out.push(self.counter(i, "vllm:request_success_total").await);
         }
         out
+    }
+}
+
+/// The gateway on the test's runtime: pingora's proxy app (`http_proxy`) behind a plain accept
+/// loop, so the test knows the ephemeral port (the binary uses pingora's `Server`).
+async fn serve(gateway: Gateway, listener: TcpListener, mut shutdown: ShutdownWatch) {
+    let app = Arc::new(pingora::proxy::http_proxy(&Arc::default(), gateway));
+    let mut conns = JoinSet::new();
+    loop {
+        let (tcp, _) = tokio::select! {
+            r = listener.accept() => r.unwrap(),
+            _ = shutdown.changed() => return,
+        };
+        while conns.try_join_next().is_some() {}
+        let stream = Box::new(pingora::protocols::l4::stream::Stream::from(tcp));
+        conns.spawn(Service::handle_event(
+            stream,
+            Arc::clone(&app),
+            shutdown.clone(),
+        ));
     }
 }
 
