@@ -88,7 +88,7 @@ pub(crate) async fn run(
     pp: PeerPolicy,
 ) -> anyhow::Result<Option<PolicyResult>> {
     let Some(program) = pp.peer.program() else {
-        eprintln!("{}: not installed, skipped", pp.name());
+        tracing::warn!(peer = %pp.name(), "not installed, skipped");
         return Ok(None);
     };
     let mut sim = setup.sim.clone();
