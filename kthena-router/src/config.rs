@@ -356,8 +356,8 @@ impl Config {
     }
 
     /// Checks every value: endpoint names unique and addresses resolvable, ports non-zero
-    /// unless the value 0 is meant (tests bind port 0), scrape concurrency ≥ 1, the scheduler
-    /// section valid.
+    /// unless the value 0 is meant (tests bind port 0), scrape interval and timeout > 0, scrape
+    /// concurrency ≥ 1, the scheduler section valid.
     ///
     /// # Errors
     /// [`Error::Config`] naming the field.
@@ -368,6 +368,13 @@ impl Config {
         };
         if self.metrics_scrape_concurrency == 0 {
             return Err(err("metricsScrapeConcurrency: must be at least 1".into()));
+        }
+        // A zero interval would panic the scrape loop's timer; a zero timeout fails every scrape.
+        if self.metrics_scrape_interval.is_zero() {
+            return Err(err("metricsScrapeInterval: must be greater than 0".into()));
+        }
+        if self.metrics_scrape_timeout.is_zero() {
+            return Err(err("metricsScrapeTimeout: must be greater than 0".into()));
         }
         if self.max_body_bytes == 0 {
             return Err(err("maxBodyBytes: must be at least 1".into()));

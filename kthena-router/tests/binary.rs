@@ -67,6 +67,14 @@ fn bad_config_exits_64_with_the_message() {
             "drainTimeout: 30\n",
             "`drainTimeout`: `30` has no unit: did you mean `30s`?",
         ),
+        (
+            "metricsScrapeInterval: 0s\n",
+            "metricsScrapeInterval: must be greater than 0",
+        ),
+        (
+            "metricsScrapeTimeout: 0s\n",
+            "metricsScrapeTimeout: must be greater than 0",
+        ),
     ];
     for (yaml, want) in cases {
         std::fs::write(&cfg, yaml).unwrap();
