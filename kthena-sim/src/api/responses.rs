@@ -13,18 +13,19 @@
 
 use std::sync::Arc;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use http::{HeaderValue, StatusCode, header};
+use http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::{
-    Api, ApiError, Common, Content, Gen, Message, RawBody, Shared, collect, json_response, parse,
-    prepare, render_messages, submit, unix_secs,
-};
+use super::body::{ApiError, RawBody, json_response, parse, sse_response};
+use super::generate::{collect, submit};
+use super::request::{Api, Gen, prepare, render_messages};
+use super::shared::{Shared, unix_secs};
+use super::wire::{Common, Content, Message};
 use crate::engine::{Finished, Output};
 
 #[derive(Debug, Deserialize)]
@@ -163,6 +164,16 @@ impl Meta {
         }
     }
 
+    /// `extra` with the ids of the message's text part (`item_id`, `output_index`,
+    /// `content_index`) first.
+    fn part_fields(&self, extra: Value) -> Value {
+        let mut v = json!({"item_id": self.msg_id, "output_index": 0, "content_index": 0});
+        if let (Value::Object(a), Value::Object(b)) = (&mut v, extra) {
+            a.extend(b);
+        }
+        v
+    }
+
     /// The assistant message output item.
     fn message(&self, text: &str, status: &str) -> Value {
         let content: Vec<Value> = if status == "in_progress" {
@@ -207,21 +218,7 @@ pub(super) async fn create(State(s): State<Arc<Shared>>, RawBody(body): RawBody)
         let _guard = guard;
         stream_events(&meta, &mut rx, &tx).await;
     };
-    let body_stream = futures_util::stream::unfold(body_rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    });
-    use futures_util::StreamExt as _;
-    let stream = futures_util::stream::select(
-        body_stream,
-        futures_util::stream::once(producer)
-            .filter_map(|()| async { None::<Result<Bytes, std::io::Error>> }),
-    );
-    let mut resp = Response::new(Body::from_stream(stream));
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream; charset=utf-8"),
-    );
-    resp
+    sse_response(body_rx, producer)
 }
 
 fn request(s: &Shared, body: &Bytes) -> Result<Meta, ApiError> {
@@ -297,37 +294,7 @@ async fn stream_events(
     tx: &mpsc::Sender<Result<Bytes, std::io::Error>>,
 ) {
     let mut seq = 0u64;
-    let ids = json!({"item_id": m.msg_id, "output_index": 0, "content_index": 0});
-    let with = |extra: Value| {
-        let mut v = ids.clone();
-        if let (Value::Object(a), Value::Object(b)) = (&mut v, extra) {
-            a.extend(b);
-        }
-        v
-    };
-    let in_progress = serde_json::to_value(m.object(None)).unwrap_or_default();
-    let mut head = vec![
-        event(
-            "response.created",
-            &mut seq,
-            json!({"response": in_progress}),
-        ),
-        event(
-            "response.in_progress",
-            &mut seq,
-            json!({"response": in_progress}),
-        ),
-        event(
-            "response.output_item.added",
-            &mut seq,
-            json!({"output_index": 0, "item": m.message("", "in_progress")}),
-        ),
-        event(
-            "response.content_part.added",
-            &mut seq,
-            with(json!({"part": text_part("")})),
-        ),
-    ];
+    let mut head = head_events(m, &mut seq);
     let mut text = String::new();
     loop {
         let Some(Output {
@@ -343,30 +310,10 @@ async fn stream_events(
         frames.push(event(
             "response.output_text.delta",
             &mut seq,
-            with(json!({"delta": t, "logprobs": []})),
+            m.part_fields(json!({"delta": t, "logprobs": []})),
         ));
         if let Some(f) = &finished {
-            let done = serde_json::to_value(m.object(Some((&text, f)))).unwrap_or_default();
-            frames.push(event(
-                "response.output_text.done",
-                &mut seq,
-                with(json!({"text": text, "logprobs": []})),
-            ));
-            frames.push(event(
-                "response.content_part.done",
-                &mut seq,
-                with(json!({"part": text_part(&text)})),
-            ));
-            frames.push(event(
-                "response.output_item.done",
-                &mut seq,
-                json!({"output_index": 0, "item": m.message(&text, "completed")}),
-            ));
-            frames.push(event(
-                "response.completed",
-                &mut seq,
-                json!({"response": done}),
-            ));
+            done_events(m, &mut seq, &text, f, &mut frames);
         }
         for fr in frames {
             if tx.send(Ok(fr)).await.is_err() {
@@ -377,4 +324,50 @@ async fn stream_events(
             return;
         }
     }
+}
+
+/// The events before the first token: the response created and in progress, the message
+/// item and its text part added.
+fn head_events(m: &Meta, seq: &mut u64) -> Vec<Bytes> {
+    let in_progress = serde_json::to_value(m.object(None)).unwrap_or_default();
+    vec![
+        event("response.created", seq, json!({"response": in_progress})),
+        event(
+            "response.in_progress",
+            seq,
+            json!({"response": in_progress}),
+        ),
+        event(
+            "response.output_item.added",
+            seq,
+            json!({"output_index": 0, "item": m.message("", "in_progress")}),
+        ),
+        event(
+            "response.content_part.added",
+            seq,
+            m.part_fields(json!({"part": text_part("")})),
+        ),
+    ]
+}
+
+/// The events after the last token: the text, part and item done, then the response
+/// completed (or incomplete) with its usage.
+fn done_events(m: &Meta, seq: &mut u64, text: &str, f: &Finished, frames: &mut Vec<Bytes>) {
+    let done = serde_json::to_value(m.object(Some((text, f)))).unwrap_or_default();
+    frames.push(event(
+        "response.output_text.done",
+        seq,
+        m.part_fields(json!({"text": text, "logprobs": []})),
+    ));
+    frames.push(event(
+        "response.content_part.done",
+        seq,
+        m.part_fields(json!({"part": text_part(text)})),
+    ));
+    frames.push(event(
+        "response.output_item.done",
+        seq,
+        json!({"output_index": 0, "item": m.message(text, "completed")}),
+    ));
+    frames.push(event("response.completed", seq, json!({"response": done})));
 }

@@ -1,6 +1,6 @@
 //! The vLLM 0.32 endpoints routers call besides generation: prompt rendering
-//! (`/v1/completions/render`, `/v1/chat/completions/render`), `/detokenize`, `/version`,
-//! `/load` and `/ping`.
+//! (`/v1/completions/render`, `/v1/chat/completions/render`), `/tokenize`, `/detokenize`,
+//! `/version`, `/load` and `/ping`.
 //!
 //! Render bodies are vLLM's token-in `GenerateRequest` (`vllm/entrypoints/serve/disagg/
 //! protocol.py`), in its field order: `request_id`, `token_ids`, `assistant_tokens_mask`,
@@ -20,9 +20,10 @@ use http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{
-    ApiError, Gen, RawBody, Shared, chat_request, completion_request, json_response, parse,
-};
+use super::body::{ApiError, RawBody, json_response, parse};
+use super::request::{Gen, chat_request, completion_request, render_messages};
+use super::shared::Shared;
+use super::wire::Message;
 
 /// vLLM's version string, as `GET /version` reports it.
 pub(super) const VLLM_VERSION: &str = "0.32.0";
@@ -32,6 +33,7 @@ pub(super) fn routes() -> Router<Arc<Shared>> {
     Router::new()
         .route("/v1/completions/render", post(render_completions))
         .route("/v1/chat/completions/render", post(render_chat))
+        .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/version", get(version))
         .route("/load", get(load))
@@ -116,6 +118,56 @@ async fn render_chat(
     let g = chat_request(&s, &body)?;
     let echo: Echo = parse(&body)?;
     Ok(json_response(StatusCode::OK, &generate_request(&g, &echo)))
+}
+
+/// `/tokenize` response, fields in vLLM's order.
+#[derive(Serialize)]
+struct TokenizeResponse<'a> {
+    count: usize,
+    max_model_len: usize,
+    tokens: &'a [u32],
+    token_strs: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct TokenizeRequest {
+    #[serde(default)]
+    prompt: Option<String>,
+    #[serde(default)]
+    messages: Option<Vec<Message>>,
+    /// vLLM's default: true for prompts, false for messages.
+    #[serde(default)]
+    add_special_tokens: Option<bool>,
+}
+
+async fn tokenize(
+    State(s): State<Arc<Shared>>,
+    RawBody(body): RawBody,
+) -> Result<Response, ApiError> {
+    let req: TokenizeRequest = parse(&body)?;
+    let tokens = match (req.prompt, req.messages) {
+        (Some(p), _) => s
+            .tokenizer
+            .encode(&p, req.add_special_tokens.unwrap_or(true)),
+        (None, Some(m)) => s.tokenizer.encode(
+            &render_messages(&s, m)?,
+            req.add_special_tokens.unwrap_or(false),
+        ),
+        (None, None) => {
+            return Err(ApiError::bad_request(
+                "Either prompt or messages is required",
+            ));
+        }
+    };
+    Ok(json_response(
+        StatusCode::OK,
+        &TokenizeResponse {
+            count: tokens.len(),
+            max_model_len: s.cfg.profile.max_model_len,
+            tokens: &tokens,
+            token_strs: None,
+        },
+    ))
 }
 
 #[derive(Debug, Deserialize)]

@@ -4,7 +4,6 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::KvTransferOut;
 use crate::engine::Finished;
 
 // === request types ===
@@ -220,6 +219,21 @@ pub(super) struct Chunk<'a> {
     pub(super) prompt_text: Option<Option<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) kv_transfer_params: Option<KvTransferOut>,
+}
+
+/// vLLM NIXL-style `kv_transfer_params` returned by a prefill that was asked to
+/// `do_remote_decode`: the fields of vLLM's `NixlConnectorScheduler.request_finished`, in its
+/// order.
+#[derive(Debug, Serialize)]
+pub(super) struct KvTransferOut {
+    pub(super) do_remote_prefill: bool,
+    pub(super) do_remote_decode: bool,
+    /// Physical ids of the prefill engine's KV blocks holding the prompt.
+    pub(super) remote_block_ids: Vec<u32>,
+    pub(super) remote_engine_id: String,
+    pub(super) remote_host: String,
+    pub(super) remote_port: u16,
+    pub(super) tp_size: u32,
 }
 
 #[derive(Debug, Serialize)]
