@@ -146,9 +146,27 @@ pub(crate) struct StepResult {
     /// Model time the step takes, in seconds (0 when there was nothing to do).
     pub(crate) duration: f64,
     /// `(sender, output)` pairs to deliver at the end of the step.
-    pub(crate) outputs: Vec<(mpsc::UnboundedSender<Output>, Output)>,
+    pub(crate) outputs: Outputs,
     /// KV events produced by the step.
     pub(crate) events: Vec<KvEvent>,
+}
+
+/// `(sender, output)` pairs of one step, delivered at its end.
+type Outputs = Vec<(mpsc::UnboundedSender<Output>, Output)>;
+
+/// How a waiting sequence is admitted (see [`Scheduler::admission`]).
+#[derive(Debug, Clone, Copy)]
+struct Admission {
+    /// Full prompt blocks found in the prefix cache.
+    hit_blocks: usize,
+    /// `hit_blocks` in tokens.
+    hit_tokens: usize,
+    /// Tokens to compute in this step (or to receive by KV transfer).
+    new: usize,
+    /// The prompt's KV arrives from a remote prefill instead of being computed.
+    transfer: bool,
+    /// KV blocks to allocate.
+    need: usize,
 }
 
 /// The pure engine state.
@@ -310,16 +328,45 @@ impl Scheduler {
     /// Runs one step at model time `now` (seconds).
     pub(crate) fn step(&mut self, now: f64) -> StepResult {
         self.drop_cancelled();
-        let bs = self.profile.block_size;
         let mut budget = self.profile.max_num_batched_tokens;
         // (index into running, tokens scheduled)
         let mut scheduled: Vec<(usize, usize)> = Vec::new();
-        let mut preempted = false;
+        let preempted = self.schedule_running(now, &mut budget, &mut scheduled);
+        let lora_loads = if preempted {
+            0
+        } else {
+            self.admit(now, &mut budget, &mut scheduled)
+        };
+        if scheduled.is_empty() {
+            return self.transfers_only(now);
+        }
+        let (ms, tokens) = self.step_ms(&scheduled, lora_loads);
+        self.metrics.observe_iteration_tokens(tokens);
+        let duration = ms / 1e3;
+        let end = now + duration;
+        let (mut outputs, finished) = self.apply(&scheduled, end);
+        self.finish(finished, &mut outputs, end);
+        StepResult {
+            duration,
+            outputs,
+            events: self.kv.take_events(),
+        }
+    }
 
-        // 1. Running sequences.
+    /// Step 1: schedules the running sequences in admission order within `budget`, pushing
+    /// `(index into running, tokens)` to `scheduled`. A sequence that cannot get its KV blocks
+    /// preempts the newest running ones, or itself when it is the newest. Returns whether
+    /// anything was preempted.
+    fn schedule_running(
+        &mut self,
+        now: f64,
+        budget: &mut usize,
+        scheduled: &mut Vec<(usize, usize)>,
+    ) -> bool {
+        let mut preempted = false;
         let mut i = 0;
         while i < self.running.len() {
-            if budget == 0 {
+            if *budget == 0 {
                 break;
             }
             let seq = &self.running[i];
@@ -327,7 +374,7 @@ impl Scheduler {
                 i += 1;
                 continue;
             }
-            let new = (seq.tokens.len() - seq.computed).min(budget);
+            let new = (seq.tokens.len() - seq.computed).min(*budget);
             if new == 0 {
                 i += 1;
                 continue;
@@ -351,85 +398,123 @@ impl Scheduler {
             }
             self.running[i].private += need;
             scheduled.push((i, new));
-            budget -= new;
+            *budget -= new;
             i += 1;
         }
+        preempted
+    }
 
-        // 2. Admission.
+    /// Step 2: admits waiting sequences in FIFO order while fewer than `max_num_seqs` run,
+    /// budget remains, blocks can be allocated and the LoRA slots allow it (a sequence whose
+    /// adapter does not fit is skipped and keeps its place). Returns the number of adapters
+    /// loaded.
+    fn admit(
+        &mut self,
+        now: f64,
+        budget: &mut usize,
+        scheduled: &mut Vec<(usize, usize)>,
+    ) -> usize {
         let mut lora_loads = 0usize;
-        if !preempted {
-            let mut skipped: Vec<Seq> = Vec::new();
-            while self.running.len() < self.profile.max_num_seqs && budget > 0 {
-                let Some(mut seq) = self.waiting.pop_front() else {
-                    break;
-                };
-                if !self.lora_fits(seq.lora.as_deref()) {
-                    skipped.push(seq);
-                    continue;
-                }
-                let max_hit_blocks = (seq.tokens.len().saturating_sub(1)) / bs;
-                let hit_blocks = self
-                    .kv
-                    .longest_prefix(&seq.prompt_hashes)
-                    .min(max_hit_blocks);
-                let hit_tokens = hit_blocks * bs;
-                let (new, transfer) = if seq.remote_prefill {
-                    // KV for all but the last prompt token arrives by transfer.
-                    (
-                        seq.tokens
-                            .len()
-                            .saturating_sub(1)
-                            .saturating_sub(hit_tokens),
-                        true,
-                    )
-                } else {
-                    ((seq.tokens.len() - hit_tokens).min(budget), false)
-                };
-                let need = (hit_tokens + new).div_ceil(bs).saturating_sub(hit_blocks);
-                // Reference the hit blocks first so that allocation cannot evict them.
-                self.kv.acquire(&seq.prompt_hashes[..hit_blocks]);
-                if !self.kv.allocate(need) {
-                    self.kv.release(&seq.prompt_hashes[..hit_blocks], 0);
-                    self.waiting.push_front(seq);
-                    break;
-                }
-                seq.committed = seq.prompt_hashes[..hit_blocks].to_vec();
-                seq.private = need;
-                seq.computed = hit_tokens;
-                seq.cached_tokens = hit_tokens;
-                seq.first_scheduled.get_or_insert(now);
-                self.metrics.observe_prefix(seq.tokens.len(), hit_tokens);
-                if let Some(name) = &seq.lora
-                    && self.resident_loras.get(name).is_none()
-                {
-                    lora_loads += 1;
-                    self.resident_loras.push(name.clone(), ());
-                    while self.resident_loras.len() > self.profile.max_loras {
-                        self.resident_loras.pop_lru();
-                    }
-                }
-                let idx = self.running.len();
-                if transfer {
-                    let ms = self.profile.kv_transfer_base_ms
-                        + self.profile.kv_transfer_per_token_ms * new as f64;
-                    seq.ready_at = Some(now + ms / 1e3);
-                    seq.computed = seq.tokens.len().saturating_sub(1);
-                    self.running.push(seq);
-                } else {
-                    self.running.push(seq);
-                    scheduled.push((idx, new));
-                    budget -= new;
-                }
+        let mut skipped: Vec<Seq> = Vec::new();
+        while self.running.len() < self.profile.max_num_seqs && *budget > 0 {
+            let Some(mut seq) = self.waiting.pop_front() else {
+                break;
+            };
+            if !self.lora_fits(seq.lora.as_deref()) {
+                skipped.push(seq);
+                continue;
             }
-            for s in skipped.into_iter().rev() {
-                self.waiting.push_front(s);
+            let plan = self.admission(&seq, *budget);
+            // Reference the hit blocks first so that allocation cannot evict them.
+            self.kv.acquire(&seq.prompt_hashes[..plan.hit_blocks]);
+            if !self.kv.allocate(plan.need) {
+                self.kv.release(&seq.prompt_hashes[..plan.hit_blocks], 0);
+                self.waiting.push_front(seq);
+                break;
+            }
+            seq.committed = seq.prompt_hashes[..plan.hit_blocks].to_vec();
+            seq.private = plan.need;
+            seq.computed = plan.hit_tokens;
+            seq.cached_tokens = plan.hit_tokens;
+            seq.first_scheduled.get_or_insert(now);
+            self.metrics
+                .observe_prefix(seq.tokens.len(), plan.hit_tokens);
+            if self.load_lora(seq.lora.as_ref()) {
+                lora_loads += 1;
+            }
+            let idx = self.running.len();
+            if plan.transfer {
+                let ms = self.profile.kv_transfer_base_ms
+                    + self.profile.kv_transfer_per_token_ms * plan.new as f64;
+                seq.ready_at = Some(now + ms / 1e3);
+                seq.computed = seq.tokens.len().saturating_sub(1);
+                self.running.push(seq);
+            } else {
+                self.running.push(seq);
+                scheduled.push((idx, plan.new));
+                *budget -= plan.new;
             }
         }
+        for s in skipped.into_iter().rev() {
+            self.waiting.push_front(s);
+        }
+        lora_loads
+    }
 
-        // 3. Step time.
+    /// How a waiting sequence would be admitted with `budget` tokens left: the longest cached
+    /// prefix of full blocks (capped at `prompt - 1` tokens, so at least one token is
+    /// computed), the tokens to compute (or, with a remote prefill, to transfer) and the
+    /// blocks to allocate.
+    fn admission(&self, seq: &Seq, budget: usize) -> Admission {
+        let bs = self.profile.block_size;
+        let max_hit_blocks = (seq.tokens.len().saturating_sub(1)) / bs;
+        let hit_blocks = self
+            .kv
+            .longest_prefix(&seq.prompt_hashes)
+            .min(max_hit_blocks);
+        let hit_tokens = hit_blocks * bs;
+        let (new, transfer) = if seq.remote_prefill {
+            // KV for all but the last prompt token arrives by transfer.
+            (
+                seq.tokens
+                    .len()
+                    .saturating_sub(1)
+                    .saturating_sub(hit_tokens),
+                true,
+            )
+        } else {
+            ((seq.tokens.len() - hit_tokens).min(budget), false)
+        };
+        let need = (hit_tokens + new).div_ceil(bs).saturating_sub(hit_blocks);
+        Admission {
+            hit_blocks,
+            hit_tokens,
+            new,
+            transfer,
+            need,
+        }
+    }
+
+    /// Makes `lora` resident (evicting the least recently used beyond `max_loras`); true when
+    /// it was not resident, so loading it costs `lora_load_ms`.
+    fn load_lora(&mut self, lora: Option<&String>) -> bool {
+        let Some(name) = lora else { return false };
+        if self.resident_loras.get(name).is_some() {
+            return false;
+        }
+        self.resident_loras.push(name.clone(), ());
+        while self.resident_loras.len() > self.profile.max_loras {
+            self.resident_loras.pop_lru();
+        }
+        true
+    }
+
+    /// Step 3: the step's model time in ms and its tokens (decoding sequences plus prefill
+    /// tokens), by the formula in the module docs.
+    fn step_ms(&self, scheduled: &[(usize, usize)], lora_loads: usize) -> (f64, usize) {
         let mut decode_seqs = 0usize;
         let mut prefill_tokens = 0usize;
-        for &(i, new) in &scheduled {
+        for &(i, new) in scheduled {
             let seq = &self.running[i];
             if seq.computed >= seq.prompt_len && new == 1 {
                 decode_seqs += 1;
@@ -446,33 +531,36 @@ impl Scheduler {
             ms += p.prefill_overhead_ms + p.prefill_per_token_ms * prefill_tokens as f64;
         }
         ms += p.lora_load_ms * lora_loads as f64;
-        if scheduled.is_empty() {
-            // Only transfers in flight: advance to the first completion.
-            let next = self
-                .running
-                .iter()
-                .filter_map(|s| s.ready_at)
-                .filter(|t| *t > now)
-                .fold(f64::INFINITY, f64::min);
-            let mut result = StepResult {
-                events: self.kv.take_events(),
-                ..StepResult::default()
-            };
-            if next.is_finite() {
-                result.duration = next - now;
-            }
-            return result;
-        }
-        self.metrics
-            .observe_iteration_tokens(decode_seqs + prefill_tokens);
-        let duration = ms / 1e3;
-        let end = now + duration;
+        (ms, decode_seqs + prefill_tokens)
+    }
 
-        // 4. Apply the step.
+    /// A step with nothing to compute, only KV transfers in flight: it lasts until the first
+    /// transfer completes (0 when there is none).
+    fn transfers_only(&mut self, now: f64) -> StepResult {
+        let next = self
+            .running
+            .iter()
+            .filter_map(|s| s.ready_at)
+            .filter(|t| *t > now)
+            .fold(f64::INFINITY, f64::min);
+        let mut result = StepResult {
+            events: self.kv.take_events(),
+            ..StepResult::default()
+        };
+        if next.is_finite() {
+            result.duration = next - now;
+        }
+        result
+    }
+
+    /// Step 4: at model time `end`, every scheduled sequence whose KV caught up samples one
+    /// token, and full blocks are committed to the prefix cache. Returns the outputs and the
+    /// `(index into running, index into outputs)` of the sequences that are done.
+    fn apply(&mut self, scheduled: &[(usize, usize)], end: f64) -> (Outputs, Vec<(usize, usize)>) {
+        let bs = self.profile.block_size;
         let mut outputs = Vec::new();
-        // (index into running, index into outputs)
         let mut finished: Vec<(usize, usize)> = Vec::new();
-        for &(i, new) in &scheduled {
+        for &(i, new) in scheduled {
             let seq = &mut self.running[i];
             seq.ready_at = None;
             seq.computed += new;
@@ -508,6 +596,12 @@ impl Scheduler {
                 finished.push((i, outputs.len() - 1));
             }
         }
+        (outputs, finished)
+    }
+
+    /// Removes the finished sequences from `running`, frees their blocks and marks their last
+    /// output with the summary.
+    fn finish(&mut self, mut finished: Vec<(usize, usize)>, outputs: &mut Outputs, end: f64) {
         finished.sort_unstable();
         for (i, out) in finished.into_iter().rev() {
             let seq = self.running.remove(i);
@@ -521,11 +615,6 @@ impl Scheduler {
                 cached_tokens: seq.cached_tokens,
                 block_ids: self.kv.block_ids(&seq.committed),
             });
-        }
-        StepResult {
-            duration,
-            outputs,
-            events: self.kv.take_events(),
         }
     }
 

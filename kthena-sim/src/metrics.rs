@@ -15,7 +15,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::config::{Config, Flavor};
+use crate::config::{Config, Flavor, Profile};
 
 type Labels = Vec<(String, String)>;
 
@@ -106,8 +106,32 @@ fn hist(buckets: &[f64]) -> Histogram {
     Histogram::new(buckets.iter().copied())
 }
 
+/// vLLM's `vllm:cache_config_info`: one series at 1 whose labels describe the KV cache.
+fn vllm_cache_info(p: &Profile) -> Family<Labels, Gauge> {
+    let cache_info = Family::<Labels, Gauge>::default();
+    let mut info: Labels = vec![
+        ("block_size".to_owned(), p.block_size.to_string()),
+        ("cache_dtype".to_owned(), "auto".to_owned()),
+        ("enable_prefix_caching".to_owned(), "True".to_owned()),
+    ];
+    info.extend([
+        ("gpu_memory_utilization".to_owned(), "0.9".to_owned()),
+        (
+            "kv_cache_size_tokens".to_owned(),
+            (p.num_gpu_blocks * p.block_size).to_string(),
+        ),
+        ("num_cpu_blocks".to_owned(), "None".to_owned()),
+        ("num_gpu_blocks".to_owned(), p.num_gpu_blocks.to_string()),
+        ("prefix_caching_hash_algo".to_owned(), "xxhash".to_owned()),
+    ]);
+    cache_info.get_or_create(&info).set(1);
+    cache_info
+}
+
 impl Metrics {
     /// Builds and registers every family for `cfg.flavor`.
+    ///
+    /// `prometheus-client` ends every help text with a period: the texts here omit theirs.
     pub(crate) fn new(cfg: &Config) -> Self {
         let vllm = cfg.flavor == Flavor::Vllm;
         let labels: Vec<(Cow<'static, str>, Cow<'static, str>)> = if vllm {
@@ -118,18 +142,32 @@ impl Metrics {
         } else {
             vec![(Cow::Borrowed("model_name"), Cow::Owned(cfg.model.clone()))]
         };
-        // `prometheus-client` ends every help text with a period: the texts below omit theirs.
+        let mut m = Self::unregistered(cfg);
         let mut root = Registry::default();
         let registry = root.sub_registry_with_labels(labels.into_iter());
+        if vllm {
+            m.register_vllm(registry);
+            // vLLM labels this info metric with `engine` only (no `model_name`).
+            root.sub_registry_with_labels(std::iter::once((
+                Cow::Borrowed("engine"),
+                Cow::Borrowed("0"),
+            )))
+            .register(
+                "vllm:cache_config_info",
+                "Information of the LLMEngine CacheConfig",
+                vllm_cache_info(&cfg.profile),
+            );
+        } else {
+            m.register_sglang(registry, &cfg.profile);
+        }
+        m.registry = root;
+        m
+    }
+
+    /// Every series of `cfg.flavor`, not registered yet (in an empty registry).
+    fn unregistered(cfg: &Config) -> Self {
+        let vllm = cfg.flavor == Flavor::Vllm;
         let p = &cfg.profile;
-        let running = Gauge::default();
-        let waiting = Gauge::default();
-        let kv_usage = Gauge::<f64, AtomicU64>::default();
-        let prompt_tokens = Counter::default();
-        let generation_tokens = Counter::default();
-        let prefix_queries = Counter::default();
-        let prefix_hits = Counter::default();
-        let preemptions = Counter::default();
         let success = Family::<Labels, Counter>::default();
         if vllm {
             // vLLM creates one series per finish reason at startup, all at 0.
@@ -139,230 +177,205 @@ impl Metrics {
                 );
             }
         }
-        let ttft = hist(TTFT_BUCKETS);
-        let itl = hist(ITL_BUCKETS);
-        let e2e = hist(REQUEST_BUCKETS);
-        let queue = hist(REQUEST_BUCKETS);
-        let iteration_tokens = hist(ITERATION_BUCKETS);
         let len_buckets = buckets_1_2_5(p.max_model_len);
-        let request_prompt = hist(&len_buckets);
-        let request_generation = hist(&len_buckets);
-        let mut lora_info = None;
-        let mut vllm_cache_info = None;
-        let mut kv_available_tokens = None;
-        if vllm {
-            registry.register(
-                "vllm:num_requests_running",
-                "Number of requests in model execution batches",
-                running.clone(),
-            );
-            registry.register(
-                "vllm:num_requests_waiting",
-                "Number of requests waiting to be processed",
-                waiting.clone(),
-            );
-            registry.register(
-                "vllm:kv_cache_usage_perc",
-                "KV-cache usage. 1 means 100 percent usage",
-                kv_usage.clone(),
-            );
-            registry.register(
-                "vllm:prefix_cache_queries",
-                "Prefix cache queries, in terms of number of queried tokens",
-                prefix_queries.clone(),
-            );
-            registry.register(
-                "vllm:prefix_cache_hits",
-                "Prefix cache hits, in terms of number of cached tokens",
-                prefix_hits.clone(),
-            );
-            registry.register(
-                "vllm:num_preemptions",
-                "Cumulative number of preemption from the engine",
-                preemptions.clone(),
-            );
-            registry.register(
-                "vllm:prompt_tokens",
-                "Number of prefill tokens processed",
-                prompt_tokens.clone(),
-            );
-            registry.register(
-                "vllm:generation_tokens",
-                "Number of generation tokens processed",
-                generation_tokens.clone(),
-            );
-            registry.register(
-                "vllm:request_success",
-                "Count of successfully processed requests",
-                success.clone(),
-            );
-            registry.register(
-                "vllm:request_prompt_tokens",
-                "Number of prefill tokens processed",
-                request_prompt.clone(),
-            );
-            registry.register(
-                "vllm:request_generation_tokens",
-                "Number of generation tokens processed",
-                request_generation.clone(),
-            );
-            registry.register(
-                "vllm:iteration_tokens_total",
-                "Histogram of number of tokens per engine_step",
-                iteration_tokens.clone(),
-            );
-            registry.register(
-                "vllm:time_to_first_token_seconds",
-                "Histogram of time to first token in seconds",
-                ttft.clone(),
-            );
-            registry.register(
-                "vllm:inter_token_latency_seconds",
-                "Histogram of inter-token latency in seconds",
-                itl.clone(),
-            );
-            registry.register(
-                "vllm:e2e_request_latency_seconds",
-                "Histogram of e2e request latency in seconds",
-                e2e.clone(),
-            );
-            registry.register(
-                "vllm:request_queue_time_seconds",
-                "Histogram of time spent in WAITING phase for request",
-                queue.clone(),
-            );
-            let fam = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+        Self {
+            registry: Registry::default(),
+            running: Gauge::default(),
+            waiting: Gauge::default(),
+            kv_usage: Gauge::<f64, AtomicU64>::default(),
+            kv_available_tokens: (!vllm)
+                .then(|| (Gauge::default(), p.num_gpu_blocks * p.block_size)),
+            ttft: hist(TTFT_BUCKETS),
+            itl: hist(ITL_BUCKETS),
+            e2e: hist(REQUEST_BUCKETS),
+            queue: hist(REQUEST_BUCKETS),
+            iteration_tokens: hist(ITERATION_BUCKETS),
+            request_prompt: hist(&len_buckets),
+            request_generation: hist(&len_buckets),
+            prompt_tokens: Counter::default(),
+            generation_tokens: Counter::default(),
+            prefix_queries: Counter::default(),
+            prefix_hits: Counter::default(),
+            preemptions: Counter::default(),
+            success,
+            vllm,
+            lora_info: vllm.then(Family::<Labels, Gauge<f64, AtomicU64>>::default),
+            lora_state: Mutex::new(LoraInfoState::default()),
+            max_lora: p.max_loras,
+        }
+    }
+
+    /// Registers the vLLM families, in vLLM's names and help texts.
+    fn register_vllm(&self, registry: &mut Registry) {
+        registry.register(
+            "vllm:num_requests_running",
+            "Number of requests in model execution batches",
+            self.running.clone(),
+        );
+        registry.register(
+            "vllm:num_requests_waiting",
+            "Number of requests waiting to be processed",
+            self.waiting.clone(),
+        );
+        registry.register(
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage. 1 means 100 percent usage",
+            self.kv_usage.clone(),
+        );
+        registry.register(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens",
+            self.prefix_queries.clone(),
+        );
+        registry.register(
+            "vllm:prefix_cache_hits",
+            "Prefix cache hits, in terms of number of cached tokens",
+            self.prefix_hits.clone(),
+        );
+        registry.register(
+            "vllm:num_preemptions",
+            "Cumulative number of preemption from the engine",
+            self.preemptions.clone(),
+        );
+        registry.register(
+            "vllm:prompt_tokens",
+            "Number of prefill tokens processed",
+            self.prompt_tokens.clone(),
+        );
+        registry.register(
+            "vllm:generation_tokens",
+            "Number of generation tokens processed",
+            self.generation_tokens.clone(),
+        );
+        registry.register(
+            "vllm:request_success",
+            "Count of successfully processed requests",
+            self.success.clone(),
+        );
+        self.register_vllm_histograms(registry);
+        if let Some(fam) = &self.lora_info {
             registry.register(
                 "vllm:lora_requests_info",
                 "Running stats on lora requests",
                 fam.clone(),
             );
-            lora_info = Some(fam);
-            let cache_info = Family::<Labels, Gauge>::default();
-            let mut info: Labels = vec![
-                ("block_size".to_owned(), p.block_size.to_string()),
-                ("cache_dtype".to_owned(), "auto".to_owned()),
-                ("enable_prefix_caching".to_owned(), "True".to_owned()),
-            ];
-            info.extend([
-                ("gpu_memory_utilization".to_owned(), "0.9".to_owned()),
-                (
-                    "kv_cache_size_tokens".to_owned(),
-                    (p.num_gpu_blocks * p.block_size).to_string(),
-                ),
-                ("num_cpu_blocks".to_owned(), "None".to_owned()),
-                ("num_gpu_blocks".to_owned(), p.num_gpu_blocks.to_string()),
-                ("prefix_caching_hash_algo".to_owned(), "xxhash".to_owned()),
-            ]);
-            cache_info.get_or_create(&info).set(1);
-            vllm_cache_info = Some(cache_info);
-        } else {
-            registry.register(
-                "sglang:num_running_reqs",
-                "The number of running requests",
-                running.clone(),
-            );
-            registry.register(
-                "sglang:num_queue_reqs",
-                "The number of requests in the waiting queue",
-                waiting.clone(),
-            );
-            registry.register("sglang:token_usage", "The token usage", kv_usage.clone());
-            let avail = Gauge::default();
+        }
+    }
+
+    /// Registers vLLM's request, iteration and latency histograms.
+    fn register_vllm_histograms(&self, registry: &mut Registry) {
+        registry.register(
+            "vllm:request_prompt_tokens",
+            "Number of prefill tokens processed",
+            self.request_prompt.clone(),
+        );
+        registry.register(
+            "vllm:request_generation_tokens",
+            "Number of generation tokens processed",
+            self.request_generation.clone(),
+        );
+        registry.register(
+            "vllm:iteration_tokens_total",
+            "Histogram of number of tokens per engine_step",
+            self.iteration_tokens.clone(),
+        );
+        registry.register(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds",
+            self.ttft.clone(),
+        );
+        registry.register(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds",
+            self.itl.clone(),
+        );
+        registry.register(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds",
+            self.e2e.clone(),
+        );
+        registry.register(
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request",
+            self.queue.clone(),
+        );
+    }
+
+    /// Registers the SGLang families, in SGLang's names and help texts.
+    fn register_sglang(&self, registry: &mut Registry, p: &Profile) {
+        registry.register(
+            "sglang:num_running_reqs",
+            "The number of running requests",
+            self.running.clone(),
+        );
+        registry.register(
+            "sglang:num_queue_reqs",
+            "The number of requests in the waiting queue",
+            self.waiting.clone(),
+        );
+        registry.register(
+            "sglang:token_usage",
+            "The token usage",
+            self.kv_usage.clone(),
+        );
+        if let Some((avail, _)) = &self.kv_available_tokens {
             registry.register(
                 "sglang:kv_available_tokens",
                 "The number of available KV cache tokens",
                 avail.clone(),
             );
-            kv_available_tokens = Some((avail, p.num_gpu_blocks * p.block_size));
-            registry.register(
-                "sglang:prompt_tokens",
-                "Number of prefill tokens processed",
-                prompt_tokens.clone(),
-            );
-            registry.register(
-                "sglang:generation_tokens",
-                "Number of generation tokens processed",
-                generation_tokens.clone(),
-            );
-            registry.register(
-                "sglang:cached_tokens",
-                "Number of cached prompt tokens",
-                prefix_hits.clone(),
-            );
-            registry.register(
-                "sglang:num_requests",
-                "Number of requests processed",
-                success.clone(),
-            );
-            registry.register(
-                "sglang:time_to_first_token_seconds",
-                "Histogram of time to first token in seconds",
-                ttft.clone(),
-            );
-            registry.register(
-                "sglang:inter_token_latency_seconds",
-                "Histogram of inter-token latency in seconds",
-                itl.clone(),
-            );
-            registry.register(
-                "sglang:e2e_request_latency_seconds",
-                "Histogram of End-to-end request latency in seconds",
-                e2e.clone(),
-            );
-            registry.register(
-                "sglang:queue_time_seconds",
-                "Histogram of queueing time in seconds",
-                queue.clone(),
-            );
-            let cache_info = Family::<Labels, Gauge>::default();
-            let info: Labels = vec![
-                ("num_pages".to_owned(), p.num_gpu_blocks.to_string()),
-                ("page_size".to_owned(), p.block_size.to_string()),
-            ];
-            cache_info.get_or_create(&info).set(1);
-            registry.register(
-                "sglang:cache_config_info",
-                "Cache configuration",
-                cache_info,
-            );
         }
-        if let Some(cache_info) = vllm_cache_info {
-            // vLLM labels this info metric with `engine` only (no `model_name`).
-            root.sub_registry_with_labels(std::iter::once((
-                Cow::Borrowed("engine"),
-                Cow::Borrowed("0"),
-            )))
-            .register(
-                "vllm:cache_config_info",
-                "Information of the LLMEngine CacheConfig",
-                cache_info,
-            );
-        }
-        Self {
-            registry: root,
-            running,
-            waiting,
-            kv_usage,
-            kv_available_tokens,
-            ttft,
-            itl,
-            e2e,
-            queue,
-            iteration_tokens,
-            request_prompt,
-            request_generation,
-            prompt_tokens,
-            generation_tokens,
-            prefix_queries,
-            prefix_hits,
-            preemptions,
-            success,
-            vllm,
-            lora_info,
-            lora_state: Mutex::new(LoraInfoState::default()),
-            max_lora: p.max_loras,
-        }
+        registry.register(
+            "sglang:prompt_tokens",
+            "Number of prefill tokens processed",
+            self.prompt_tokens.clone(),
+        );
+        registry.register(
+            "sglang:generation_tokens",
+            "Number of generation tokens processed",
+            self.generation_tokens.clone(),
+        );
+        registry.register(
+            "sglang:cached_tokens",
+            "Number of cached prompt tokens",
+            self.prefix_hits.clone(),
+        );
+        registry.register(
+            "sglang:num_requests",
+            "Number of requests processed",
+            self.success.clone(),
+        );
+        registry.register(
+            "sglang:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds",
+            self.ttft.clone(),
+        );
+        registry.register(
+            "sglang:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds",
+            self.itl.clone(),
+        );
+        registry.register(
+            "sglang:e2e_request_latency_seconds",
+            "Histogram of End-to-end request latency in seconds",
+            self.e2e.clone(),
+        );
+        registry.register(
+            "sglang:queue_time_seconds",
+            "Histogram of queueing time in seconds",
+            self.queue.clone(),
+        );
+        let cache_info = Family::<Labels, Gauge>::default();
+        let info: Labels = vec![
+            ("num_pages".to_owned(), p.num_gpu_blocks.to_string()),
+            ("page_size".to_owned(), p.block_size.to_string()),
+        ];
+        cache_info.get_or_create(&info).set(1);
+        registry.register(
+            "sglang:cache_config_info",
+            "Cache configuration",
+            cache_info,
+        );
     }
 
     /// Text exposition (OpenMetrics text format, as `prometheus-client` writes it).

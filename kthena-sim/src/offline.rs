@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use crate::config::{Config, Profile};
-use crate::engine::{Scheduler, Submit};
+use crate::engine::{Output, Scheduler, Submit};
 use crate::hash::BlockHasher;
 use crate::metrics::Metrics;
 use crate::tokenize::Tokenizer;
@@ -59,49 +59,20 @@ pub fn simulate(
         ..Config::default()
     }
     .validate()?;
-    for (i, r) in requests.iter().enumerate() {
-        if r.prompt.is_empty()
-            || r.max_tokens == 0
-            || r.prompt.len() + r.max_tokens > profile.max_model_len
-            || !(r.arrival.is_finite() && r.arrival >= 0.0)
-        {
-            return Err(Error::Config {
-                field: format!("requests[{i}]"),
-                reason: "needs a prompt, max_tokens >= 1, a finite arrival >= 0, and must fit in max_model_len".to_owned(),
-            });
-        }
-    }
+    check_requests(profile, requests)?;
     let metrics = Arc::new(Metrics::new(&cfg));
     let hasher = BlockHasher::new(cfg.prefix_caching_hash_algo, cfg.hash_seed.as_deref());
     let mut sched = Scheduler::new(cfg.profile, seed, hasher, Tokenizer::fallback(), metrics);
     let mut order: Vec<usize> = (0..requests.len()).collect();
     order.sort_by(|&a, &b| requests[a].arrival.total_cmp(&requests[b].arrival));
-    let mut receivers: Vec<Option<mpsc::UnboundedReceiver<crate::engine::Output>>> =
-        (0..requests.len()).map(|_| None).collect();
-    let mut ttft = vec![f64::NAN; requests.len()];
-    let mut remaining = requests.len();
+    let mut replay = Replay::new(requests);
     let mut next = 0;
     let mut now = order.first().map_or(0.0, |&i| requests[i].arrival);
     let start = now;
-    let mut output_tokens = 0;
     let mut steps = 0;
-    while remaining > 0 {
+    while replay.remaining > 0 {
         while next < order.len() && requests[order[next]].arrival <= now {
-            let i = order[next];
-            let (tx, rx) = mpsc::unbounded_channel();
-            sched.add(
-                Submit {
-                    prompt: requests[i].prompt.clone(),
-                    max_tokens: requests[i].max_tokens,
-                    lora: requests[i].lora.clone(),
-                    cache_salt: None,
-                    remote_prefill: false,
-                    seed: i as u64,
-                    tx,
-                },
-                requests[i].arrival,
-            );
-            receivers[i] = Some(rx);
+            replay.submit(&mut sched, order[next]);
             next += 1;
         }
         if sched.is_idle() {
@@ -120,23 +91,10 @@ pub fn simulate(
         for (tx, out) in result.outputs {
             let _ = tx.send(out);
         }
-        for (i, slot) in receivers.iter_mut().enumerate() {
-            let Some(rx) = slot else { continue };
-            let mut done = false;
-            while let Ok(out) = rx.try_recv() {
-                output_tokens += 1;
-                if ttft[i].is_nan() {
-                    ttft[i] = now - requests[i].arrival;
-                }
-                done |= out.finished.is_some();
-            }
-            if done {
-                remaining -= 1;
-                *slot = None;
-            }
-        }
+        replay.collect(now);
     }
     let makespan = now - start;
+    let output_tokens = replay.output_tokens;
     Ok(OfflineReport {
         makespan,
         output_tokens,
@@ -145,10 +103,92 @@ pub fn simulate(
         } else {
             0.0
         },
-        ttft,
+        ttft: replay.ttft,
         steps,
         preemptions: sched.preemptions,
     })
+}
+
+/// Every request needs a prompt, `max_tokens >= 1`, a finite arrival `>= 0`, and must fit in
+/// `max_model_len`.
+fn check_requests(profile: &Profile, requests: &[OfflineRequest]) -> Result<()> {
+    for (i, r) in requests.iter().enumerate() {
+        if r.prompt.is_empty()
+            || r.max_tokens == 0
+            || r.prompt.len() + r.max_tokens > profile.max_model_len
+            || !(r.arrival.is_finite() && r.arrival >= 0.0)
+        {
+            return Err(Error::Config {
+                field: format!("requests[{i}]"),
+                reason: "needs a prompt, max_tokens >= 1, a finite arrival >= 0, and must fit in max_model_len".to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The requests of a replay in flight: their output channels and what was measured so far.
+struct Replay<'a> {
+    requests: &'a [OfflineRequest],
+    /// Output receiver of each submitted, unfinished request (by input index).
+    receivers: Vec<Option<mpsc::UnboundedReceiver<Output>>>,
+    /// Time to first token of each request (NaN until it has one), model seconds.
+    ttft: Vec<f64>,
+    /// Requests not finished yet.
+    remaining: usize,
+    /// Tokens received so far.
+    output_tokens: usize,
+}
+
+impl<'a> Replay<'a> {
+    fn new(requests: &'a [OfflineRequest]) -> Self {
+        Self {
+            requests,
+            receivers: (0..requests.len()).map(|_| None).collect(),
+            ttft: vec![f64::NAN; requests.len()],
+            remaining: requests.len(),
+            output_tokens: 0,
+        }
+    }
+
+    /// Queues request `i` (seeded with its index) at its arrival time.
+    fn submit(&mut self, sched: &mut Scheduler, i: usize) {
+        let r = &self.requests[i];
+        let (tx, rx) = mpsc::unbounded_channel();
+        sched.add(
+            Submit {
+                prompt: r.prompt.clone(),
+                max_tokens: r.max_tokens,
+                lora: r.lora.clone(),
+                cache_salt: None,
+                remote_prefill: false,
+                seed: i as u64,
+                tx,
+            },
+            r.arrival,
+        );
+        self.receivers[i] = Some(rx);
+    }
+
+    /// Counts the outputs delivered at model time `now`: tokens, first-token times and
+    /// finished requests.
+    fn collect(&mut self, now: f64) {
+        for (i, slot) in self.receivers.iter_mut().enumerate() {
+            let Some(rx) = slot else { continue };
+            let mut done = false;
+            while let Ok(out) = rx.try_recv() {
+                self.output_tokens += 1;
+                if self.ttft[i].is_nan() {
+                    self.ttft[i] = now - self.requests[i].arrival;
+                }
+                done |= out.finished.is_some();
+            }
+            if done {
+                self.remaining -= 1;
+                *slot = None;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
