@@ -5,19 +5,15 @@ mod common;
 
 use std::time::Duration;
 
-use common::{get_json, metric, metrics, post_json, send, stream};
-use kthena_sim::{Config, Faults, Flavor, spawn, spawn_many};
+use common::{cfg, get_json, metric, metrics, post_json, send, stream};
+use kthena_sim::{Faults, Flavor, spawn, spawn_many};
 use serde_json::{Value, json};
 
-fn cfg() -> Config {
-    Config::default()
-        .with_ephemeral_port()
-        .with_model("tiny-qwen3")
-        .with_time_scale(10.0)
-}
-
+/// The keys of a JSON object, sorted.
 fn keys(v: &Value) -> Vec<&str> {
-    v.as_object().unwrap().keys().map(String::as_str).collect()
+    let mut k: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    k.sort_unstable();
+    k
 }
 
 #[tokio::test]
@@ -38,18 +34,10 @@ async fn completion_shape_matches_vllm() {
         body["usage"],
         json!({"prompt_tokens": 7, "total_tokens": 12, "completion_tokens": 5, "prompt_tokens_details": null, "completion_tokens_details": null})
     );
-    let mut k = keys(&body);
-    k.sort_unstable();
     let sample: Value =
         serde_json::from_str(include_str!("fixtures/vllm-0.32-cpu/completion.json")).unwrap();
-    let mut sk = keys(&sample);
-    sk.sort_unstable();
-    assert_eq!(k, sk);
-    let mut ck = keys(&body["choices"][0]);
-    ck.sort_unstable();
-    let mut sck = keys(&sample["choices"][0]);
-    sck.sort_unstable();
-    assert_eq!(ck, sck);
+    assert_eq!(keys(&body), keys(&sample));
+    assert_eq!(keys(&body["choices"][0]), keys(&sample["choices"][0]));
     // Same prompt, same seed: same text (determinism).
     let (_, again) = post_json(
         &url,
@@ -72,10 +60,7 @@ async fn chat_shape_and_stream_match_vllm() {
     assert_eq!(status, 200);
     let sample: Value =
         serde_json::from_str(include_str!("fixtures/vllm-0.32-cpu/chat.json")).unwrap();
-    let (mut a, mut b) = (keys(&body), keys(&sample));
-    a.sort_unstable();
-    b.sort_unstable();
-    assert_eq!(a, b);
+    assert_eq!(keys(&body), keys(&sample));
     assert_eq!(body["object"], "chat.completion");
     assert_eq!(body["choices"][0]["message"]["role"], "assistant");
     assert_eq!(body["usage"]["completion_tokens"], 6);
@@ -117,7 +102,18 @@ async fn chat_shape_and_stream_match_vllm() {
         chunks[7]["usage"]["total_tokens"],
         chunks[7]["usage"]["prompt_tokens"].as_u64().unwrap() + 6
     );
-    // The captured vLLM stream has the same chunk layout.
+    assert_layout_like_vllm(&chunks);
+
+    // Without include_usage there is no usage chunk.
+    sreq["stream_options"] = json!({"include_usage": false});
+    let (_, events, _) = stream(&url, &sreq).await;
+    assert_eq!(events.len(), 8);
+    sim.kill().await;
+}
+
+/// The first, a token, the finishing and the usage chunk of a chat stream have the keys (and
+/// choice keys) of the captured vLLM stream's.
+fn assert_layout_like_vllm(chunks: &[Value]) {
     let sample = include_str!("fixtures/vllm-0.32-cpu/chat-stream.sse");
     let sample_events: Vec<Value> = sample
         .split("\n\n")
@@ -125,29 +121,13 @@ async fn chat_shape_and_stream_match_vllm() {
         .filter(|e| *e != "[DONE]")
         .map(|e| serde_json::from_str(e).unwrap())
         .collect();
-    for (ours, theirs) in [
-        (&chunks[0], &sample_events[0]),
-        (&chunks[1], &sample_events[1]),
-        (&chunks[6], &sample_events[6]),
-        (&chunks[7], &sample_events[7]),
-    ] {
-        let (mut a, mut b) = (keys(ours), keys(theirs));
-        a.sort_unstable();
-        b.sort_unstable();
-        assert_eq!(a, b);
+    for i in [0, 1, 6, 7] {
+        let (ours, theirs) = (&chunks[i], &sample_events[i]);
+        assert_eq!(keys(ours), keys(theirs));
         if let (Some(x), Some(y)) = (ours["choices"].get(0), theirs["choices"].get(0)) {
-            let (mut a, mut b) = (keys(x), keys(y));
-            a.sort_unstable();
-            b.sort_unstable();
-            assert_eq!(a, b);
+            assert_eq!(keys(x), keys(y));
         }
     }
-
-    // Without include_usage there is no usage chunk.
-    sreq["stream_options"] = json!({"include_usage": false});
-    let (_, events, _) = stream(&url, &sreq).await;
-    assert_eq!(events.len(), 8);
-    sim.kill().await;
 }
 
 #[tokio::test]

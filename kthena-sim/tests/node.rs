@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod};
 use kthena_sim::node::{EXIT_ANNOTATION, NodeConfig, READY_ANNOTATION, SimNode};
 use kthena_testenv::TestNamespace;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -69,6 +69,31 @@ fn pod_ip(pod: &Pod) -> Result<IpAddr> {
 }
 
 /// A namespace and a node running its pods on node `sim-<namespace>`.
+/// Waits until pod `name` is `Failed` and not Ready; its first container's status and
+/// terminated state.
+async fn wait_failed(
+    api: &Api<Pod>,
+    name: &str,
+) -> Result<(ContainerStatus, ContainerStateTerminated)> {
+    let failed = |p: Option<&Pod>| {
+        p.and_then(|p| p.status.as_ref()?.phase.clone()).as_deref() == Some("Failed")
+    };
+    let p = wait_for(api, name, "Failed", failed).await?;
+    assert_eq!(condition(&p, "Ready").as_deref(), Some("False"));
+    let cs = p
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.clone())
+        .and_then(|s| s.into_iter().next())
+        .context("statuses")?;
+    let terminated = cs
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.clone())
+        .context("terminated")?;
+    Ok((cs, terminated))
+}
+
 async fn setup(prefix: &str) -> Result<(TestNamespace, SimNode, String)> {
     let ns = kthena_testenv::namespace(prefix).await?;
     let node_name = format!("sim-{}", ns.name());
@@ -210,21 +235,7 @@ async fn exit_annotation_fails_the_container() -> Result<()> {
     let exit = json!({"metadata": {"annotations": {EXIT_ANNOTATION: "3"}}});
     api.patch("p", &PatchParams::default(), &Patch::Merge(exit))
         .await?;
-    let failed = |p: Option<&Pod>| {
-        p.and_then(|p| p.status.as_ref()?.phase.clone()).as_deref() == Some("Failed")
-    };
-    let p = wait_for(&api, "p", "Failed", failed).await?;
-    assert_eq!(condition(&p, "Ready").as_deref(), Some("False"));
-    let cs = &p
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.clone())
-        .context("statuses")?[0];
-    let terminated = cs
-        .state
-        .as_ref()
-        .and_then(|s| s.terminated.clone())
-        .context("terminated")?;
+    let (cs, terminated) = wait_failed(&api, "p").await?;
     assert_eq!(
         (terminated.exit_code, terminated.reason.as_deref()),
         (3, Some("Error"))
@@ -247,21 +258,7 @@ async fn a_crashed_engine_fails_the_container() -> Result<()> {
         .await?;
     wait_for(&api, "p", "Ready", is_ready(true)).await?;
     assert!(node.crash_engine(ns.name(), "p").await);
-    let failed = |p: Option<&Pod>| {
-        p.and_then(|p| p.status.as_ref()?.phase.clone()).as_deref() == Some("Failed")
-    };
-    let p = wait_for(&api, "p", "Failed", failed).await?;
-    assert_eq!(condition(&p, "Ready").as_deref(), Some("False"));
-    let cs = &p
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.clone())
-        .context("statuses")?[0];
-    let terminated = cs
-        .state
-        .as_ref()
-        .and_then(|s| s.terminated.clone())
-        .context("terminated")?;
+    let (_, terminated) = wait_failed(&api, "p").await?;
     assert_eq!(terminated.exit_code, 1);
     assert_eq!(
         terminated.message.as_deref(),

@@ -5,17 +5,10 @@
 mod common;
 
 use bytes::Bytes;
-use common::{client, post_json, send};
+use common::{cfg, client, post_json, send};
 use http_body_util::{BodyExt, Full};
 use kthena_sim::{Config, spawn};
 use serde_json::{Value, json};
-
-fn cfg() -> Config {
-    Config::default()
-        .with_ephemeral_port()
-        .with_model("tiny-qwen3")
-        .with_time_scale(10.0)
-}
 
 #[tokio::test]
 async fn responses_non_streaming_object() {

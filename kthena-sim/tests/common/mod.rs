@@ -9,7 +9,16 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use kthena_sim::Config;
 use serde_json::Value;
+
+/// An engine on an ephemeral port serving `tiny-qwen3`, 10 times faster than the model.
+pub(crate) fn cfg() -> Config {
+    Config::default()
+        .with_ephemeral_port()
+        .with_model("tiny-qwen3")
+        .with_time_scale(10.0)
+}
 
 type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
 
