@@ -9,7 +9,11 @@
 # corpus lives in $FUZZ_WORK/corpus/TARGET (default target/fuzz), seeded from
 # fuzz/seeds/TARGET; a crashing input is written to $FUZZ_WORK/artifacts/TARGET/ and the script
 # exits 1. Build: release with debug assertions and overflow checks, no sanitizer (the code
-# is safe Rust; libFuzzer's coverage instrumentation only). Prints one summary line per
+# is safe Rust; libFuzzer's coverage instrumentation only), in $FUZZ_TARGET_DIR (default
+# $FUZZ_WORK/build). Each target is built with only the feature it needs (its
+# `required-features` in fuzz/libfuzzer/Cargo.toml): `router` for all targets but
+# admission_review, `admission` for that one, so the router's targets never compile the
+# controller and admission_review never compiles the router. Prints one summary line per
 # target: executions, executions per second, corpus size, crash or not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +27,12 @@ FUZZ_DIR=fuzz/libfuzzer
 
 log() { echo "fuzz.sh: $*" >&2; }
 targets() { sed -n 's/^name = "\(.*\)"$/\1/p' "$FUZZ_DIR/Cargo.toml" | grep -v '^kthena-fuzz-targets$'; }
+# The one feature a target requires (`required-features = ["router"]` in its [[bin]]).
+feature_of() {
+    awk -v t="$1" '/^name = /{n=$3; gsub(/"/, "", n)}
+        /^required-features = / && n == t {f=$3; gsub(/[^a-z_]/, "", f); print f; exit}' \
+        "$FUZZ_DIR/Cargo.toml"
+}
 
 if [[ ${1:-} == list ]]; then targets; exit 0; fi
 if [[ $# -ne 2 || ! $2 =~ ^[0-9]+$ ]]; then
@@ -50,12 +60,15 @@ if ! command -v cargo-fuzz >/dev/null || [[ $(cargo-fuzz --version) != *"$CARGO_
     exec 9>&-
 fi
 
-FLAGS=(--fuzz-dir "$FUZZ_DIR" --sanitizer none --debug-assertions)
+FLAGS=(--fuzz-dir "$FUZZ_DIR" --sanitizer none --debug-assertions --no-default-features)
 log "building ${run[*]} (nightly, release; the first build takes a while)"
 if [[ $1 == all ]]; then
-    cargo +nightly fuzz build "${FLAGS[@]}" >&2
+    # One build per feature (in the targets' order): every target of that feature at once.
+    for f in $(for t in "${run[@]}"; do feature_of "$t"; done | awk '!seen[$0]++'); do
+        cargo +nightly fuzz build "${FLAGS[@]}" --features "$f" >&2
+    done
 else
-    cargo +nightly fuzz build "${FLAGS[@]}" "$1" >&2
+    cargo +nightly fuzz build "${FLAGS[@]}" --features "$(feature_of "$1")" "$1" >&2
 fi
 
 status=0
@@ -66,7 +79,8 @@ for t in "${run[@]}"; do
     out=$FUZZ_WORK/$t.log
     log "running $t for $2 s (log: $out)"
     set +e
-    cargo +nightly fuzz run "${FLAGS[@]}" "$t" "$corpus" "fuzz/seeds/$t" -- \
+    cargo +nightly fuzz run "${FLAGS[@]}" --features "$(feature_of "$t")" "$t" \
+        "$corpus" "fuzz/seeds/$t" -- \
         -max_total_time="$2" -timeout=10 -print_final_stats=1 \
         -artifact_prefix="$artifacts" >"$out" 2>&1
     rc=$?

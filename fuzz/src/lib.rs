@@ -20,39 +20,64 @@
 //! | `router_config` | the router's YAML config | `Config::from_yaml`, `apply_env`, `validate`, `parse_go_duration` |
 //! | `tokenizer_cache` | prompts, through the prompt-prefix cache | `ModelTokenizer::encode` against `encode_uncached` |
 //! | `admission_review` | AdmissionReview bodies the API server posts | `kthena_controller::admission::review` |
+//!
+//! Feature `router` (default) brings every target but `admission_review`, feature `admission`
+//! (default) brings `admission_review`: a libFuzzer build of the router's targets does not
+//! compile the controller, and the AdmissionReview target does not compile the router.
 
+#[cfg(feature = "admission")]
 mod admission;
+#[cfg(feature = "router")]
 mod config;
+#[cfg(feature = "router")]
 mod engine;
+#[cfg(feature = "router")]
 mod kv;
+#[cfg(feature = "router")]
 mod openai;
+#[cfg(feature = "router")]
 mod tokenizer;
 
+#[cfg(feature = "admission")]
 pub use admission::admission_review;
+#[cfg(feature = "router")]
 pub use config::{manifests, router_config};
+#[cfg(feature = "router")]
 pub use engine::{engine_metrics, sse_filter};
+#[cfg(feature = "router")]
 pub use kv::kv_events;
+#[cfg(feature = "router")]
 pub use openai::openai_request;
+#[cfg(feature = "router")]
 pub use tokenizer::{tokenizer_cache, tokenizer_dir};
 
 /// A harness: feeds one input to a parser, panics on a broken invariant.
 pub type Harness = fn(&[u8]);
 
-/// Every target by name, as `fuzz/libfuzzer/fuzz_targets/<name>.rs` and
-/// `fuzz/seeds/<name>/` name it.
+/// Every target of the enabled features by name, as `fuzz/libfuzzer/fuzz_targets/<name>.rs`
+/// and `fuzz/seeds/<name>/` name it.
 pub const TARGETS: &[(&str, Harness)] = &[
+    #[cfg(feature = "router")]
     ("openai_request", openai_request),
+    #[cfg(feature = "router")]
     ("sse_filter", sse_filter),
+    #[cfg(feature = "router")]
     ("engine_metrics", engine_metrics),
+    #[cfg(feature = "router")]
     ("kv_events", kv_events),
+    #[cfg(feature = "router")]
     ("manifests", manifests),
+    #[cfg(feature = "router")]
     ("router_config", router_config),
+    #[cfg(feature = "router")]
     ("tokenizer_cache", tokenizer_cache),
+    #[cfg(feature = "admission")]
     ("admission_review", admission_review),
 ];
 
 /// The input as text: invalid UTF-8 replaced, as the parsers that take `&str` would never
 /// see it otherwise.
+#[cfg(feature = "router")]
 fn text(data: &[u8]) -> std::borrow::Cow<'_, str> {
     String::from_utf8_lossy(data)
 }

@@ -47,7 +47,8 @@ fn every_target_has_a_seed_directory_and_libfuzzer_target() {
 }
 
 macro_rules! replay_tests {
-    ($($name:ident),* $(,)?) => {$(
+    ($feature:literal: $($name:ident),* $(,)?) => {$(
+        #[cfg(feature = $feature)]
         #[test]
         fn $name() {
             assert_ne!(replay(stringify!($name)), 0, "no seed for {}", stringify!($name));
@@ -56,6 +57,7 @@ macro_rules! replay_tests {
 }
 
 replay_tests! {
+    "router":
     openai_request,
     sse_filter,
     engine_metrics,
@@ -63,5 +65,6 @@ replay_tests! {
     manifests,
     router_config,
     tokenizer_cache,
-    admission_review,
 }
+
+replay_tests! { "admission": admission_review }

@@ -1,5 +1,5 @@
-//! Fault matrix, client side: clients that abort (before scheduling, during prefill,
-//! mid-stream), a client that does not read (backpressure), and hostile bodies (at and over
+//! Fault matrix, client side: clients that abort (before scheduling, while queued, during
+//! prefill, mid-stream), a client that does not read (backpressure), and hostile bodies (at and over
 //! the size limit, invalid UTF-8, deeply nested JSON). Each test checks what the client sees,
 //! what the engine saw, and that the router's in-flight counters are back to zero.
 //! The matrix is documented in docs/reliability.md.
@@ -51,6 +51,76 @@ async fn client_aborts_before_scheduling() {
     assert_eq!(line["error"]["type"], "client_disconnect", "{line}");
     assert_eq!(line["status_code"], 499, "{line}");
     assert_eq!(up.request_count(), 0);
+    assert_counters_zero(&r).await;
+    r.router.shutdown().await;
+}
+
+/// The model's only fairness slot (`FAIRNESS_MAX_CONCURRENT=1`) is held by a request the
+/// engine stalls; a second client sends its whole request and leaves while it waits in the
+/// fairness queue. The queued request never reaches the engine; its access-log line is 503
+/// `Client disconnected while waiting in queue` (Go Kthena's), `client_disconnect` from
+/// downstream, with no selected pod. Once the first client leaves too, the departed entry is
+/// skipped: the queue is empty, no slot is held, and every in-flight counter is zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_aborts_while_queued() {
+    let mut up = FaultUpstream::start(Fault::StallBeforeHeaders).await;
+    let r = fault_router_with_env(
+        up.addr,
+        &[
+            ("ENABLE_FAIRNESS_SCHEDULING", "true"),
+            ("FAIRNESS_MAX_CONCURRENT", "1"),
+        ],
+    )
+    .await;
+    let url = chat_url(&r);
+    let mut first = tokio::task::JoinSet::new();
+    first.spawn(async move { post(&url, chat("m", "first", true, 4), &[]).await });
+    for _ in 0..250 {
+        if up.request_count() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(up.request_count(), 1);
+    let size = r#"kthena_router_fairness_queue_size{model="m",user_id="_all"}"#;
+    let slots = r#"kthena_router_fairness_queue_inflight{model="m"}"#;
+    assert_eq!(r.metric(slots).await, 1.0);
+
+    let mut s = TcpStream::connect(r.router.addr).await.unwrap();
+    let body = chat("m", "queued", false, 4);
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-request-id: queued\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(body.as_bytes()).await.unwrap();
+    wait_metric(&r, size, 1.0).await;
+    assert_eq!(r.router.snapshot().endpoints[0].in_flight(), 1);
+    drop(s);
+    let line = last_log_line(&r, 1).await;
+    assert_eq!(line["request_id"], "queued", "{line}");
+    assert_eq!(line["status_code"], 503, "{line}");
+    assert_eq!(
+        line["error"]["message"], "Client disconnected while waiting in queue",
+        "{line}"
+    );
+    assert_eq!(line["error"]["type"], "client_disconnect", "{line}");
+    assert_eq!(line["error_origin"], "downstream", "{line}");
+    assert!(
+        line["selected_pod"].as_str().unwrap_or("").is_empty(),
+        "{line}"
+    );
+
+    first.abort_all();
+    up.expect_disconnect().await;
+    wait_metric(&r, size, 0.0).await;
+    wait_metric(&r, slots, 0.0).await;
+    assert_eq!(
+        r.metric(r#"kthena_router_fairness_queue_cancelled_total{model="m",user_id=""}"#)
+            .await,
+        1.0
+    );
+    assert_eq!(up.request_count(), 1, "the queued request reached the engine");
     assert_counters_zero(&r).await;
     r.router.shutdown().await;
 }

@@ -372,6 +372,34 @@ pub(crate) async fn fault_router(head: &str, addr: SocketAddr, extra_spec: &str)
     .await
 }
 
+/// [`fault_router`] with Go Kthena's environment variables `env` (the queues' switches).
+pub(crate) async fn fault_router_with_env(
+    addr: SocketAddr,
+    env: &[(&str, &str)],
+) -> TestRouter {
+    TestRouter::start_with_env(
+        "metricsScrapeInterval: 1h",
+        &crate::common::endpoint("e", addr, "x"),
+        &[
+            ("s.yaml", crate::common::model_server("srv", "m", "x", "")),
+            ("r.yaml", crate::common::simple_route("route", "m", "srv")),
+        ],
+        env,
+    )
+    .await
+}
+
+/// Waits (at most 5 s) until the `/metrics` series line `series` has the value `want`.
+pub(crate) async fn wait_metric(r: &TestRouter, series: &str, want: f64) {
+    for _ in 0..250 {
+        if r.metric(series).await == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{series} never reached {want}: {}", r.metric(series).await);
+}
+
 /// Asserts an OpenAI-shaped error answer: `{"error":{"message","type","param","code"}}`.
 pub(crate) fn assert_openai_error(
     status: http::StatusCode,
