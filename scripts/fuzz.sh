@@ -13,7 +13,7 @@
 # $FUZZ_WORK/build). Each target is built with only the feature it needs (its
 # `required-features` in fuzz/libfuzzer/Cargo.toml): `router` for all targets but
 # admission_review, `admission` for that one, so the router's targets never compile the
-# controller and admission_review never compiles the router. Prints one summary line per
+# controller. Prints one summary line per
 # target: executions, executions per second, corpus size, crash or not.
 set -euo pipefail
 cd "$(dirname "$0")/.."

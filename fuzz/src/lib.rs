@@ -23,7 +23,7 @@
 //!
 //! Feature `router` (default) brings every target but `admission_review`, feature `admission`
 //! (default) brings `admission_review`: a libFuzzer build of the router's targets does not
-//! compile the controller, and the AdmissionReview target does not compile the router.
+//! compile the controller.
 
 #[cfg(feature = "admission")]
 mod admission;

@@ -5,6 +5,7 @@
 //! (spec §2.5): `prompt` wins, then `messages`, then the Responses API `input`.
 
 use bytes::Bytes;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
@@ -260,29 +261,92 @@ impl ParsedRequest {
                 injected_usage: false,
             };
         }
-        let mut body = self.body.clone();
-        if let Some(m) = rewrite {
-            body.insert("model".into(), Value::String(m.to_owned()));
-        }
-        if inject {
-            let opts = body
-                .entry("stream_options")
-                .or_insert_with(|| Value::Object(Map::new()));
-            if !opts.is_object() {
-                *opts = Value::Object(Map::new());
-            }
-            if let Value::Object(o) = opts {
-                o.insert("include_usage".into(), Value::Bool(true));
-            }
-        }
-        let bytes = serde_json::to_vec(&Value::Object(body))
-            .map(Bytes::from)
-            .unwrap_or_else(|_| self.raw.clone());
+        let bytes = rewrite_members(&self.raw, rewrite, inject)
+            .map_or_else(|| self.raw.clone(), Bytes::from);
         UpstreamBody {
             bytes,
             injected_usage: inject,
         }
     }
+}
+
+/// The members of a JSON object in their order (duplicates kept), each value as its raw
+/// JSON text.
+struct Members<'a>(Vec<(String, &'a RawValue)>);
+
+impl<'de> serde::Deserialize<'de> for Members<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Members<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Members<'de>, A::Error> {
+                let mut members = Vec::new();
+                while let Some(entry) = map.next_entry::<String, &'de RawValue>()? {
+                    members.push(entry);
+                }
+                Ok(Members(members))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// Writes the object `raw` again with every `model` member set to `model` (when given) and,
+/// with `inject`, `include_usage: true` set in every `stream_options` object (a
+/// `stream_options` that is not an object becomes `{"include_usage":true}`; one is appended
+/// when there is none). Every other member is copied as its raw text: re-serializing parsed
+/// values would change numbers that `f64` cannot hold exactly (a `seed` above 2^64, a long
+/// decimal) before the engine sees them. `None` when `raw` is not a JSON object.
+fn rewrite_members(raw: &[u8], model: Option<&str>, inject: bool) -> Option<Vec<u8>> {
+    let Members(members) = serde_json::from_slice(raw).ok()?;
+    let mut out = Vec::with_capacity(raw.len() + 32);
+    let mut has_options = false;
+    for (key, value) in &members {
+        out.push(if out.is_empty() { b'{' } else { b',' });
+        serde_json::to_writer(&mut out, key).ok()?;
+        out.push(b':');
+        match (key.as_str(), model) {
+            ("model", Some(m)) => serde_json::to_writer(&mut out, m).ok()?,
+            ("stream_options", _) if inject => {
+                has_options = true;
+                out.extend_from_slice(&with_include_usage(value));
+            }
+            _ => out.extend_from_slice(value.get().as_bytes()),
+        }
+    }
+    if inject && !has_options {
+        out.push(if out.is_empty() { b'{' } else { b',' });
+        out.extend_from_slice(br#""stream_options":{"include_usage":true}"#);
+    }
+    if out.is_empty() {
+        out.push(b'{');
+    }
+    out.push(b'}');
+    Some(out)
+}
+
+/// `stream_options` with `include_usage: true`: the object's other members kept as they
+/// were, anything that is not an object replaced.
+fn with_include_usage(value: &RawValue) -> Vec<u8> {
+    let Ok(Members(members)) = serde_json::from_str::<Members<'_>>(value.get()) else {
+        return br#"{"include_usage":true}"#.to_vec();
+    };
+    let mut out = vec![b'{'];
+    for (key, v) in members.iter().filter(|(k, _)| k != "include_usage") {
+        // A key serializes infallibly: it is a `String`.
+        let _ = serde_json::to_writer(&mut out, key);
+        out.push(b':');
+        out.extend_from_slice(v.get().as_bytes());
+        out.push(b',');
+    }
+    out.extend_from_slice(br#""include_usage":true}"#);
+    out
 }
 
 /// Token usage reported by an engine (`usage` object).
@@ -600,6 +664,51 @@ mod tests {
         let v: Value = serde_json::from_slice(&b.bytes).unwrap();
         assert_eq!(v["model"], "real");
         assert!(v.get("stream_options").is_none());
+    }
+
+    /// Found by the `openai_request` fuzz target: a rewritten body was serialized again from
+    /// parsed values, so numbers that `f64` cannot hold reached the engine changed (the
+    /// token-id prompt `[111…1]` (82 digits) became `1.1111111111111108e81`, a `seed` of
+    /// 2^64 a float). Now only `model` and `stream_options` change; every other member,
+    /// duplicates and spacing inside values included, goes upstream as the client wrote it.
+    #[test]
+    fn upstream_body_keeps_every_other_member_verbatim() {
+        let digits = "1".repeat(82);
+        let tail = r#""seed":18446744073709551616,"temperature":0.1000000000000000055511151231257827,"n": [1, 2.50],"stream":true"#;
+        let raw = format!(
+            r#"{{"model":"a","prompt":[{digits}],{tail},"stream_options":{{"continuous_usage_stats":false,"include_usage":false}},"model":"b"}}"#
+        );
+        let r = parse(&raw).unwrap();
+        assert_eq!(r.model, "b");
+        let b = r.upstream_body(Some("real"));
+        assert!(b.injected_usage);
+        assert_eq!(
+            std::str::from_utf8(&b.bytes).unwrap(),
+            format!(
+                r#"{{"model":"real","prompt":[{digits}],{tail},"stream_options":{{"continuous_usage_stats":false,"include_usage":true}},"model":"real"}}"#
+            )
+        );
+        let again = parse_request(b.bytes).unwrap();
+        assert_eq!(again.prompt, r.prompt);
+        assert_eq!(again.model, "real");
+
+        // No `stream_options`: appended; one that is not an object: replaced.
+        let r = parse(r#"{"model":"a","prompt":"x","stream":true}"#).unwrap();
+        assert_eq!(
+            &r.upstream_body(None).bytes[..],
+            br#"{"model":"a","prompt":"x","stream":true,"stream_options":{"include_usage":true}}"#
+        );
+        let r = parse(r#"{"model":"a","prompt":"x","stream":true,"stream_options":7}"#).unwrap();
+        assert_eq!(
+            &r.upstream_body(None).bytes[..],
+            br#"{"model":"a","prompt":"x","stream":true,"stream_options":{"include_usage":true}}"#
+        );
+        // The Responses API: only the model.
+        let r = parse(r#"{"model":"a","input":"x","seed":1e2,"stream":true}"#).unwrap();
+        assert_eq!(
+            &r.upstream_responses_body(Some("real")).bytes[..],
+            br#"{"model":"real","input":"x","seed":1e2,"stream":true}"#
+        );
     }
 
     #[test]
