@@ -460,7 +460,7 @@ impl<'de> serde::Deserialize<'de> for ResponseProbe {
                         ProbeKey::Choices => p.choices_empty = map.next_value::<EmptyArray>()?.0,
                         ProbeKey::Response => p.response_usage = map.next_value::<InnerUsage>()?.0,
                         ProbeKey::Other => {
-                            map.next_value::<serde::de::IgnoredAny>()?;
+                            map.next_value::<Checked>()?;
                         }
                     }
                 }
@@ -495,6 +495,39 @@ macro_rules! skip_scalars {
     };
 }
 
+/// A value the probe does not look at, read as serde_json reads it into a [`Value`]: unlike
+/// [`serde::de::IgnoredAny`], a number outside `f64`'s range (`1e400`) is an error, so the
+/// probe and [`usage_of`] agree on what is JSON (found by the `sse_filter` fuzz target).
+struct Checked;
+
+impl<'de> serde::Deserialize<'de> for Checked {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        d.deserialize_any(Checked)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Checked {
+    type Value = Self;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    skip_scalars!(Checked);
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<Self, A::Error> {
+        while seq.next_element::<Self>()?.is_some() {}
+        Ok(Self)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self, A::Error> {
+        while map.next_entry::<Self, Self>()?.is_some() {}
+        Ok(Self)
+    }
+}
+
 /// `true` when the value is an empty array.
 struct EmptyArray(bool);
 
@@ -512,7 +545,7 @@ impl<'de> serde::Deserialize<'de> for EmptyArray {
                 mut seq: A,
             ) -> std::result::Result<EmptyArray, A::Error> {
                 let mut empty = true;
-                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                while seq.next_element::<Checked>()?.is_some() {
                     empty = false;
                 }
                 Ok(EmptyArray(empty))
@@ -521,7 +554,7 @@ impl<'de> serde::Deserialize<'de> for EmptyArray {
                 self,
                 map: A,
             ) -> std::result::Result<EmptyArray, A::Error> {
-                serde::de::IgnoredAny.visit_map(map)?;
+                Checked.visit_map(map)?;
                 Ok(EmptyArray(false))
             }
         }
@@ -545,7 +578,7 @@ impl<'de> serde::Deserialize<'de> for InnerUsage {
                 self,
                 seq: A,
             ) -> std::result::Result<InnerUsage, A::Error> {
-                serde::de::IgnoredAny.visit_seq(seq)?;
+                Checked.visit_seq(seq)?;
                 Ok(InnerUsage(None))
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(
@@ -557,7 +590,7 @@ impl<'de> serde::Deserialize<'de> for InnerUsage {
                     if matches!(k, ProbeKey::Usage) {
                         usage = Some(map.next_value()?);
                     } else {
-                        map.next_value::<serde::de::IgnoredAny>()?;
+                        map.next_value::<Checked>()?;
                     }
                 }
                 Ok(InnerUsage(usage))
@@ -747,6 +780,16 @@ mod tests {
                     .and_then(Value::as_array)
                     .is_some_and(Vec::is_empty);
             assert_eq!(p.usage_only(), usage_only, "{body}");
+        }
+        // Found by the `sse_filter` fuzz target: a number outside f64's range in a field the
+        // probe skips made it accept what serde_json (and so `usage_of`) rejects.
+        for body in [
+            r#"{"choices":[],"created":1e96038425}"#,
+            r#"{"choices":[],"x":{"y":[1,-1e400]}}"#,
+            r#"{"response":{"id":1e400,"usage":{"output_tokens":3}}}"#,
+        ] {
+            assert!(serde_json::from_str::<Value>(body).is_err(), "{body}");
+            assert!(ResponseProbe::parse(body.as_bytes()).is_none(), "{body}");
         }
         assert!(ResponseProbe::parse(b"[1]").is_none());
         assert!(ResponseProbe::parse(b"{\"usage\":").is_none());

@@ -120,7 +120,11 @@ async fn client_aborts_while_queued() {
             .await,
         1.0
     );
-    assert_eq!(up.request_count(), 1, "the queued request reached the engine");
+    assert_eq!(
+        up.request_count(),
+        1,
+        "the queued request reached the engine"
+    );
     assert_counters_zero(&r).await;
     r.router.shutdown().await;
 }

@@ -373,10 +373,7 @@ pub(crate) async fn fault_router(head: &str, addr: SocketAddr, extra_spec: &str)
 }
 
 /// [`fault_router`] with Go Kthena's environment variables `env` (the queues' switches).
-pub(crate) async fn fault_router_with_env(
-    addr: SocketAddr,
-    env: &[(&str, &str)],
-) -> TestRouter {
+pub(crate) async fn fault_router_with_env(addr: SocketAddr, env: &[(&str, &str)]) -> TestRouter {
     TestRouter::start_with_env(
         "metricsScrapeInterval: 1h",
         &crate::common::endpoint("e", addr, "x"),
