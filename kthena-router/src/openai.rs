@@ -699,51 +699,6 @@ mod tests {
         assert!(v.get("stream_options").is_none());
     }
 
-    /// Found by the `openai_request` fuzz target: a rewritten body was serialized again from
-    /// parsed values, so numbers that `f64` cannot hold reached the engine changed (the
-    /// token-id prompt `[111…1]` (82 digits) became `1.1111111111111108e81`, a `seed` of
-    /// 2^64 a float). Now only `model` and `stream_options` change; every other member,
-    /// duplicates and spacing inside values included, goes upstream as the client wrote it.
-    #[test]
-    fn upstream_body_keeps_every_other_member_verbatim() {
-        let digits = "1".repeat(82);
-        let tail = r#""seed":18446744073709551616,"temperature":0.1000000000000000055511151231257827,"n": [1, 2.50],"stream":true"#;
-        let raw = format!(
-            r#"{{"model":"a","prompt":[{digits}],{tail},"stream_options":{{"continuous_usage_stats":false,"include_usage":false}},"model":"b"}}"#
-        );
-        let r = parse(&raw).unwrap();
-        assert_eq!(r.model, "b");
-        let b = r.upstream_body(Some("real"));
-        assert!(b.injected_usage);
-        assert_eq!(
-            std::str::from_utf8(&b.bytes).unwrap(),
-            format!(
-                r#"{{"model":"real","prompt":[{digits}],{tail},"stream_options":{{"continuous_usage_stats":false,"include_usage":true}},"model":"real"}}"#
-            )
-        );
-        let again = parse_request(b.bytes).unwrap();
-        assert_eq!(again.prompt, r.prompt);
-        assert_eq!(again.model, "real");
-
-        // No `stream_options`: appended; one that is not an object: replaced.
-        let r = parse(r#"{"model":"a","prompt":"x","stream":true}"#).unwrap();
-        assert_eq!(
-            &r.upstream_body(None).bytes[..],
-            br#"{"model":"a","prompt":"x","stream":true,"stream_options":{"include_usage":true}}"#
-        );
-        let r = parse(r#"{"model":"a","prompt":"x","stream":true,"stream_options":7}"#).unwrap();
-        assert_eq!(
-            &r.upstream_body(None).bytes[..],
-            br#"{"model":"a","prompt":"x","stream":true,"stream_options":{"include_usage":true}}"#
-        );
-        // The Responses API: only the model.
-        let r = parse(r#"{"model":"a","input":"x","seed":1e2,"stream":true}"#).unwrap();
-        assert_eq!(
-            &r.upstream_responses_body(Some("real")).bytes[..],
-            br#"{"model":"real","input":"x","seed":1e2,"stream":true}"#
-        );
-    }
-
     #[test]
     fn usage_parsing() {
         let v: Value = serde_json::json!({"usage":{"prompt_tokens":3,"completion_tokens":5}});
@@ -780,16 +735,6 @@ mod tests {
                     .and_then(Value::as_array)
                     .is_some_and(Vec::is_empty);
             assert_eq!(p.usage_only(), usage_only, "{body}");
-        }
-        // Found by the `sse_filter` fuzz target: a number outside f64's range in a field the
-        // probe skips made it accept what serde_json (and so `usage_of`) rejects.
-        for body in [
-            r#"{"choices":[],"created":1e96038425}"#,
-            r#"{"choices":[],"x":{"y":[1,-1e400]}}"#,
-            r#"{"response":{"id":1e400,"usage":{"output_tokens":3}}}"#,
-        ] {
-            assert!(serde_json::from_str::<Value>(body).is_err(), "{body}");
-            assert!(ResponseProbe::parse(body.as_bytes()).is_none(), "{body}");
         }
         assert!(ResponseProbe::parse(b"[1]").is_none());
         assert!(ResponseProbe::parse(b"{\"usage\":").is_none());
