@@ -502,7 +502,7 @@ struct Checked;
 
 impl<'de> serde::Deserialize<'de> for Checked {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        d.deserialize_any(Checked)
+        d.deserialize_any(Self)
     }
 }
 
