@@ -326,36 +326,81 @@ impl Scheduler {
         let mut refs: Vec<&Candidate> = idx.iter().map(|&i| &all[i]).collect();
         let mut timings = Vec::new();
         if !self.filters.is_empty() {
-            s.keep.clear();
-            s.keep.resize(refs.len(), true);
-            for f in &self.filters {
-                s.tmp.clear();
-                s.tmp.extend_from_slice(&s.keep);
-                let t0 = self.clock.map(|c| c());
-                f.filter(req, &refs, &mut s.tmp);
-                self.time(&mut timings, f.name(), PluginKind::Filter, t0);
-                let mut any = false;
-                for (k, t) in s.keep.iter_mut().zip(&s.tmp) {
-                    *k &= *t;
-                    any |= *k;
-                }
-                if !any {
-                    return Err(Error::AllFiltered {
-                        plugin: f.name().to_owned(),
-                    });
-                }
+            self.apply_filters(s, req, all, &mut refs, &mut timings)?;
+        }
+        let match_ratios = self.sum_scores(s, req, &refs, &mut timings);
+        self.order(s, req, &refs, limit, lane);
+        let ranked = s
+            .order
+            .iter()
+            .map(|&k| Ranked {
+                index: s.idx[k],
+                id: refs[k].id.clone(),
+                score: s.totals[k],
+            })
+            .collect();
+        Ok(Ranking {
+            ranked,
+            match_ratios,
+            timings,
+        })
+    }
+
+    /// Runs every filter over `refs` (the candidates at `s.idx`), then keeps in `s.idx` and
+    /// `refs` the candidates that all filters kept.
+    ///
+    /// # Errors
+    /// [`Error::AllFiltered`] naming the first filter after which no candidate is left.
+    fn apply_filters<'a>(
+        &self,
+        s: &mut Scratch,
+        req: &Request<'_>,
+        all: &'a [Candidate],
+        refs: &mut Vec<&'a Candidate>,
+        timings: &mut Vec<PluginTiming>,
+    ) -> Result<()> {
+        s.keep.clear();
+        s.keep.resize(refs.len(), true);
+        for f in &self.filters {
+            s.tmp.clear();
+            s.tmp.extend_from_slice(&s.keep);
+            let t0 = self.clock.map(|c| c());
+            f.filter(req, refs, &mut s.tmp);
+            self.time(timings, f.name(), PluginKind::Filter, t0);
+            let mut any = false;
+            for (k, t) in s.keep.iter_mut().zip(&s.tmp) {
+                *k &= *t;
+                any |= *k;
             }
-            if s.keep.iter().any(|k| !k) {
-                let mut j = 0;
-                let keep = &s.keep;
-                s.idx.retain(|_| {
-                    j += 1;
-                    keep[j - 1]
+            if !any {
+                return Err(Error::AllFiltered {
+                    plugin: f.name().to_owned(),
                 });
-                refs.clear();
-                refs.extend(s.idx.iter().map(|&i| &all[i]));
             }
         }
+        if s.keep.iter().any(|k| !k) {
+            let mut j = 0;
+            let keep = &s.keep;
+            s.idx.retain(|_| {
+                j += 1;
+                keep[j - 1]
+            });
+            refs.clear();
+            refs.extend(s.idx.iter().map(|&i| &all[i]));
+        }
+        Ok(())
+    }
+
+    /// Writes into `s.totals` each candidate's weighted sum of scores, clamping (and counting
+    /// as violations) scores that are not finite or outside 0..=100. Returns the match ratios
+    /// the scorers reported.
+    fn sum_scores(
+        &self,
+        s: &mut Scratch,
+        req: &Request<'_>,
+        refs: &[&Candidate],
+        timings: &mut Vec<PluginTiming>,
+    ) -> Vec<(&'static str, f64)> {
         let n = refs.len();
         s.totals.clear();
         s.totals.resize(n, 0.0);
@@ -364,8 +409,8 @@ impl Scheduler {
             s.scores.clear();
             s.scores.resize(n, 0.0);
             let t0 = self.clock.map(|c| c());
-            let note = p.score(req, &refs, &mut s.scores);
-            self.time(&mut timings, p.name(), PluginKind::Score, t0);
+            let note = p.score(req, refs, &mut s.scores);
+            self.time(timings, p.name(), PluginKind::Score, t0);
             if let Some(r) = note.match_ratio {
                 match_ratios.push((p.name(), r));
             }
@@ -379,6 +424,20 @@ impl Scheduler {
                 *t += w * v;
             }
         }
+        match_ratios
+    }
+
+    /// Writes into `s.order` the best `limit` candidates by `s.totals` (highest first, ties by
+    /// id), then rotates those tied for the best total by the model's turn.
+    fn order(
+        &self,
+        s: &mut Scratch,
+        req: &Request<'_>,
+        refs: &[&Candidate],
+        limit: usize,
+        lane: Lane,
+    ) {
+        let n = refs.len();
         s.order.clear();
         s.order.extend(0..n);
         let totals = &s.totals;
@@ -407,20 +466,6 @@ impl Scheduler {
             let shift = usize::try_from(turn % tied as u64).unwrap_or(0);
             s.order[..tied].rotate_left(shift);
         }
-        let ranked = s
-            .order
-            .iter()
-            .map(|&k| Ranked {
-                index: s.idx[k],
-                id: refs[k].id.clone(),
-                score: totals[k],
-            })
-            .collect();
-        Ok(Ranking {
-            ranked,
-            match_ratios,
-            timings,
-        })
     }
 }
 
