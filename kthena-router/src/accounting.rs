@@ -22,7 +22,7 @@ use crate::accesslog::{AccessLog, Entry, EntryError};
 use crate::error::Error;
 use crate::metrics::{Destination, Metrics, RequestRecord};
 use crate::openai::{ParsedRequest, estimate_tokens};
-use crate::proxy::{BoxError, RespBody};
+use crate::body::{BoxError, RespBody};
 
 /// Per-request accounting: metrics, access log and scheduler completion, settled once.
 ///
@@ -417,7 +417,7 @@ impl Accounting {
         self.lock().output_hook = Some(OutputHook(hook));
     }
 
-    /// The request failed with `e` (answered by [`crate::service::error_response`]).
+    /// The request failed with `e` (answered by [`crate::error::error_response`]).
     pub(crate) fn failed(&self, e: &Error) {
         self.finish(
             e.status().as_u16(),
@@ -613,7 +613,7 @@ mod tests {
         let (_metrics, acct, path) = setup(&dir);
         let e = Error::ModelNotFound { model: "x".into() };
         acct.failed(&e);
-        let mut body = AccountedBody::new(crate::proxy::full(e.to_body()), acct);
+        let mut body = AccountedBody::new(crate::body::full(e.to_body()), acct);
         let frame = body.frame().await.unwrap().unwrap();
         assert!(frame.is_data());
         let log = lines(&path);

@@ -41,7 +41,7 @@ use crate::discovery::{ClusterObjects, Loader};
 use crate::error::Result;
 use crate::provider::{CREDENTIAL_LABEL, Secrets};
 use crate::scrape::scrape_all;
-use crate::service::Shared;
+use crate::shared::Shared;
 
 /// Quiet time after a watch event before the snapshot is rebuilt: a burst of events (a
 /// re-list, a scaled-up ModelServing) costs one rebuild.

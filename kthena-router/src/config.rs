@@ -5,21 +5,25 @@
 //! `ACCESS_LOG_OUTPUT`, `DRAIN_TIMEOUT`), then command-line flags (`--port`,
 //! `--metrics-port`, `--debug-port`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::env::Env;
 use crate::error::{Error, Result};
 
-pub(crate) use crate::duration::go_duration;
-pub use crate::duration::parse_go_duration;
+use crate::duration::{go_duration, parse_go_duration};
 
 /// The `scheduler:` section in Kthena's format (`plugins.Filter/Score`, `pluginConfig`),
 /// owned by `kthena-sched`.
 pub type SchedulerConfig = kthena_sched::Config;
+
+/// Default number of ranked endpoints tried when the ModelServer sets no retry policy
+/// (Go Kthena tries its top 5).
+pub const DEFAULT_ATTEMPTS: usize = 5;
 
 /// The router's configuration: one struct, defaults documented on [`Config::default`].
 ///
@@ -71,7 +75,7 @@ pub struct Config {
     #[serde(default)]
     pub standalone: Option<Standalone>,
     /// KV-cache-aware routing: index backend, tokenizers (see `docs/kv-cache-routing.md`).
-    pub kv_cache: crate::kv_cache::KvCacheConfig,
+    pub kv_cache: crate::kv_config::KvCacheConfig,
     /// JWT authentication of `/v1/*` (Go's `auth:` section; off without `jwksUri`).
     pub auth: crate::auth::AuthConfig,
     /// Gateway API mode and the Inference Extension (cluster mode only, see
@@ -113,7 +117,7 @@ impl Default for EndpointPickerConfig {
     fn default() -> Self {
         Self {
             address: None,
-            max_endpoints: crate::service::DEFAULT_ATTEMPTS,
+            max_endpoints: DEFAULT_ATTEMPTS,
         }
     }
 }
@@ -209,7 +213,7 @@ impl Default for Config {
             listener: crate::listener::ListenerConfig::default(),
             overload: crate::overload::OverloadConfig::default(),
             standalone: None,
-            kv_cache: crate::kv_cache::KvCacheConfig::default(),
+            kv_cache: crate::kv_config::KvCacheConfig::default(),
             auth: crate::auth::AuthConfig::default(),
             gateway_api: crate::gateway::GatewayApiConfig::default(),
             endpoint_picker: EndpointPickerConfig::default(),
@@ -351,7 +355,7 @@ impl Config {
             self.access_log.output = v;
         }
         self.queue = crate::queue::QueueConfig::from_env(env)?;
-        self.on_flight_redis = crate::inflight::redis_url_from_env(env);
+        self.on_flight_redis = redis_url_from_env(env);
         Ok(self)
     }
 
@@ -477,26 +481,20 @@ pub fn resolve_address(address: &str) -> std::result::Result<SocketAddr, String>
         .ok_or_else(|| format!("{address:?} resolves to no address"))
 }
 
-/// Reads environment variables; tests pass a map instead of the process environment.
-pub trait Env {
-    /// The value of `name`, if set.
-    fn var(&self, name: &str) -> Option<String>;
-}
-
-/// The process environment.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ProcessEnv;
-
-impl Env for ProcessEnv {
-    fn var(&self, name: &str) -> Option<String> {
-        std::env::var(name).ok()
-    }
-}
-
-impl Env for HashMap<String, String> {
-    fn var(&self, name: &str) -> Option<String> {
-        self.get(name).cloned()
-    }
+/// The Redis URL of Go Kthena's `REDIS_HOST`, `REDIS_PORT` (6379), `REDIS_PASSWORD`, DB 0;
+/// `None` without `REDIS_HOST`.
+pub(crate) fn redis_url_from_env(env: &dyn Env) -> Option<String> {
+    let host = env.var("REDIS_HOST").filter(|h| !h.is_empty())?;
+    let port = env
+        .var("REDIS_PORT")
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "6379".into());
+    let auth = env
+        .var("REDIS_PASSWORD")
+        .filter(|p| !p.is_empty())
+        .map(|p| format!(":{p}@"))
+        .unwrap_or_default();
+    Some(format!("redis://{auth}{host}:{port}/0"))
 }
 
 /// Top-level sections of Go Kthena features this router does not have yet, with the reason
@@ -515,6 +513,8 @@ fn unsupported_section(m: &serde_json::Map<String, serde_json::Value>) -> Option
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
 
     const FILE: &str = r#"

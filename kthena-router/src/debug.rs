@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 
 use crate::discovery::Snapshot;
 use crate::endpoint::Endpoint;
-use crate::proxy::{RespBody, full};
-use crate::service::Shared;
+use crate::body::{RespBody, full};
+use crate::shared::Shared;
 
 fn answer(status: StatusCode, v: &Value) -> Response<RespBody> {
     let mut r = Response::new(full(v.to_string()));

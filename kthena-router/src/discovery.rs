@@ -16,6 +16,7 @@ use crate::config::{Config, EndpointConfig};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::route::{CompiledRoute, RouteTable};
+use crate::warnings::ConfigWarning;
 
 /// A ModelServer resolved against the endpoints.
 #[derive(Debug)]
@@ -311,10 +312,59 @@ impl Loader {
         kv: Arc<crate::kv_cache::KvState>,
         config_path: Option<&Path>,
     ) -> Result<Snapshot> {
-        // Endpoints: reuse the live state of unchanged ones.
-        let mut endpoints = Vec::with_capacity(inputs.endpoints.len());
-        let mut new_registry = HashMap::new();
-        for ec in &inputs.endpoints {
+        let (endpoints, new_registry) =
+            self.compile_endpoints(&inputs.endpoints, on_invalid, config_path)?;
+        let servers = self.compile_servers(inputs.servers, &endpoints, on_invalid)?;
+        let (table, route_objects, first_seen, next_seq) =
+            self.compile_routes(inputs.routes, on_invalid)?;
+        let providers: HashMap<String, Arc<crate::provider::Provider>> = inputs
+            .providers
+            .iter()
+            .map(|p| crate::provider::Provider::resolve(p, &inputs.secrets))
+            .map(|p| (p.key.clone(), Arc::new(p)))
+            .collect();
+
+        // Everything is valid: commit the history.
+        self.commit_endpoints(new_registry, &scheduler);
+        self.first_seen = first_seen;
+        self.next_seq = next_seq;
+        self.generation += 1;
+        let endpoints: Vec<Arc<Endpoint>> = endpoints.into_iter().map(|(e, _)| e).collect();
+        let mut warnings = inputs.warnings;
+        warnings.extend(checks::check(
+            &route_objects,
+            &servers,
+            &providers,
+            &endpoints,
+        ));
+        self.log_warnings(&warnings, on_invalid);
+        Ok(Snapshot {
+            generation: self.generation,
+            routes: table,
+            servers,
+            providers,
+            endpoints,
+            scheduler,
+            kv,
+            route_objects,
+            files: inputs.files,
+            dirs: inputs.dirs,
+            warnings,
+        })
+    }
+
+    /// The endpoints with their labels, reusing the live state of unchanged ones, and the
+    /// registry by `namespace/name` they become once the snapshot is committed.
+    fn compile_endpoints<'a>(
+        &self,
+        configs: &'a [EndpointConfig],
+        on_invalid: OnInvalid,
+        config_path: Option<&Path>,
+    ) -> Result<(Vec<(Arc<Endpoint>, &'a BTreeMap<String, String>)>, HashMap<String, Arc<Endpoint>>)>
+    {
+        let mut endpoints = Vec::with_capacity(configs.len());
+        let mut registry = HashMap::new();
+        for ec in configs {
             let key = format!("{}/{}", ec.namespace, ec.name);
             let ep = match self.endpoints.get(&key) {
                 Some(e) if e.same_as(ec) => Arc::clone(e),
@@ -332,13 +382,22 @@ impl Loader {
                     }
                 },
             };
-            new_registry.insert(key, Arc::clone(&ep));
+            registry.insert(key, Arc::clone(&ep));
             endpoints.push((ep, &ec.labels));
         }
+        Ok((endpoints, registry))
+    }
 
+    /// The ModelServers by `namespace/name`, resolved against `endpoints`.
+    fn compile_servers(
+        &mut self,
+        sources: Vec<Sourced<ModelServer>>,
+        endpoints: &[(Arc<Endpoint>, &BTreeMap<String, String>)],
+        on_invalid: OnInvalid,
+    ) -> Result<HashMap<String, Arc<Server>>> {
         let mut servers = HashMap::new();
-        for src in inputs.servers {
-            match self.compile_server(&src.object, &endpoints) {
+        for src in sources {
+            match self.compile_server(&src.object, endpoints) {
                 Ok(parts) => {
                     let key = format!("{}/{}", parts.namespace, parts.name);
                     servers.insert(key, Arc::new(Server::new(parts, src.object)));
@@ -354,62 +413,38 @@ impl Loader {
                 }
             }
         }
-        let (table, route_objects, first_seen, next_seq) =
-            self.compile_routes(inputs.routes, on_invalid)?;
-        let providers: HashMap<String, Arc<crate::provider::Provider>> = inputs
-            .providers
-            .iter()
-            .map(|p| crate::provider::Provider::resolve(p, &inputs.secrets))
-            .map(|p| (p.key.clone(), Arc::new(p)))
-            .collect();
+        Ok(servers)
+    }
 
-        // Everything is valid: commit the history.
+    /// Replaces the endpoint registry; the scheduler forgets the endpoints that left (or
+    /// were replaced by a changed one).
+    fn commit_endpoints(&mut self, registry: HashMap<String, Arc<Endpoint>>, scheduler: &Scheduler) {
         let removed: Vec<Arc<Endpoint>> = self
             .endpoints
             .iter()
-            .filter(|(n, e)| new_registry.get(*n).is_none_or(|ne| !Arc::ptr_eq(ne, e)))
+            .filter(|(n, e)| registry.get(*n).is_none_or(|ne| !Arc::ptr_eq(ne, e)))
             .map(|(_, e)| Arc::clone(e))
             .collect();
         for e in removed {
             scheduler.on_endpoint_removed(&e.id);
         }
-        self.endpoints = new_registry;
-        self.first_seen = first_seen;
-        self.next_seq = next_seq;
-        self.generation += 1;
-        let endpoints: Vec<Arc<Endpoint>> = endpoints.into_iter().map(|(e, _)| e).collect();
-        let mut warnings = inputs.warnings;
-        warnings.extend(crate::warnings::check(
-            &route_objects,
-            &servers,
-            &providers,
-            &endpoints,
-        ));
+        self.endpoints = registry;
+    }
+
+    /// Logs the warnings of a snapshot: all of them for a config file, only the new ones in
+    /// cluster mode (which rebuilds on every watch event).
+    fn log_warnings(&mut self, warnings: &[ConfigWarning], on_invalid: OnInvalid) {
         if on_invalid == OnInvalid::Reject {
-            crate::warnings::log(&warnings);
+            crate::warnings::log(warnings);
         } else {
-            // Cluster mode rebuilds on every watch event: log only what is new.
             let new: Vec<_> = warnings
                 .iter()
                 .filter(|w| !self.logged_warnings.contains(w))
                 .cloned()
                 .collect();
             crate::warnings::log(&new);
-            self.logged_warnings.clone_from(&warnings);
+            self.logged_warnings = warnings.to_vec();
         }
-        Ok(Snapshot {
-            generation: self.generation,
-            routes: table,
-            servers,
-            providers,
-            endpoints,
-            scheduler,
-            kv,
-            route_objects,
-            files: inputs.files,
-            dirs: inputs.dirs,
-            warnings,
-        })
     }
 
     /// Resolves one ModelServer against the endpoints: traffic policy, selected endpoints
@@ -442,7 +477,7 @@ impl Loader {
                         .map_err(|e| format!("spec.trafficPolicy.retry.retryInterval: {e}"))?,
                     None => Duration::from_millis(100),
                 };
-                let attempts = r.attempts.map_or(crate::service::DEFAULT_ATTEMPTS, |a| {
+                let attempts = r.attempts.map_or(crate::config::DEFAULT_ATTEMPTS, |a| {
                     usize::try_from(a.max(1)).unwrap_or(1)
                 });
                 Some((attempts, pause))
@@ -719,6 +754,10 @@ pub fn manifest_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     }
     Ok(out)
 }
+
+mod checks;
+
+pub(crate) use checks::unready_models;
 
 #[cfg(test)]
 #[path = "discovery_tests.rs"]

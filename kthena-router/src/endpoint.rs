@@ -37,7 +37,7 @@ pub struct Endpoint {
     pub id: EndpointId,
     /// The router's own in-flight, awaiting-first-token and pending-prefill counts.
     load: Arc<LoadTracker>,
-    /// Requests in flight here from every router (Redis-shared counts, `crate::inflight`);
+    /// Requests in flight here from every router (Redis-shared counts, the `inflight` module);
     /// `-1` while unknown.
     shared_in_flight: AtomicI64,
     state: Mutex<EngineState>,

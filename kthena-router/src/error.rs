@@ -4,7 +4,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::StatusCode;
+use http::header::{self, HeaderValue};
+use http::{Response, StatusCode};
+
+use crate::body::{RespBody, full};
 
 /// Which side of the proxy an error comes from (pingora's `ErrorSource`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -682,6 +685,41 @@ pub fn openai_error_body(message: &str, kind: &str, param: Option<&str>, code: &
     };
     // Serializing plain strings and options into a Vec cannot fail.
     Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+}
+
+/// A JSON answer with `status` and `application/json`.
+pub(crate) fn json_response(status: StatusCode, body: impl Into<Bytes>) -> Response<RespBody> {
+    let mut r = Response::new(full(body));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// The OpenAI-shaped error answer for an error. A 408 also closes the connection: the
+/// rest of the stalled body is never read; a 405 names the allowed method (`Allow: POST`,
+/// or `GET` on `/v1/models`).
+#[must_use]
+pub fn error_response(e: &Error) -> Response<RespBody> {
+    let mut r = json_response(e.status(), e.to_body());
+    if matches!(e, Error::BodyTimeout { .. }) {
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    if let Error::MethodNotAllowed { path, .. } = e {
+        // RFC 9110 §15.5.6: a 405 must name the allowed method. `/v1/models` is GET only,
+        // every other path that answers 405 is POST only.
+        let allow = if path == "/v1/models" { "GET" } else { "POST" };
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static(allow));
+    }
+    if let Some(after) = e.retry_after() {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(after.as_secs()));
+    }
+    r
 }
 
 #[cfg(test)]

@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::Env;
 use kthena_sched::LoadGuard;
 
 use crate::endpoint::Endpoint;
@@ -31,22 +30,6 @@ pub const SYNC_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Time given to each Redis call.
 const CALL_TIMEOUT: Duration = Duration::from_millis(100);
-
-/// The Redis URL of Go Kthena's `REDIS_HOST`, `REDIS_PORT` (6379), `REDIS_PASSWORD`, DB 0;
-/// `None` without `REDIS_HOST`.
-pub(crate) fn redis_url_from_env(env: &dyn Env) -> Option<String> {
-    let host = env.var("REDIS_HOST").filter(|h| !h.is_empty())?;
-    let port = env
-        .var("REDIS_PORT")
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| "6379".into());
-    let auth = env
-        .var("REDIS_PASSWORD")
-        .filter(|p| !p.is_empty())
-        .map(|p| format!(":{p}@"))
-        .unwrap_or_default();
-    Some(format!("redis://{auth}{host}:{port}/0"))
-}
 
 /// The shared counts (see the module docs). Calls run on the blocking pool over a small
 /// pool of connections, each with [`CALL_TIMEOUT`].
@@ -239,6 +222,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
+    use crate::config::redis_url_from_env;
 
     #[test]
     fn go_kthenas_variables_name_the_redis_server() {

@@ -43,6 +43,7 @@
 mod accesslog;
 mod accounting;
 mod auth;
+mod body;
 mod cluster;
 mod conditions;
 mod config;
@@ -50,20 +51,23 @@ mod debug;
 mod discovery;
 mod duration;
 mod endpoint;
+mod env;
 mod epp;
 mod error;
 mod gateway;
 mod inflight;
 mod kv_cache;
+mod kv_config;
 mod kv_events;
 mod kv_metrics;
 mod kv_redis;
+mod kv_supervise;
 mod listener;
-mod llamacpp;
 mod lora;
 mod metrics;
 mod openai;
 mod overload;
+mod overrides;
 mod pd;
 mod pipeline;
 mod plugin_metrics;
@@ -76,6 +80,7 @@ mod sched;
 mod scrape;
 mod server;
 mod service;
+mod shared;
 mod sse;
 mod tokenize;
 mod warnings;
@@ -84,26 +89,26 @@ mod watch;
 pub use accesslog::{AccessLog, Entry as AccessLogEntry, EntryError as AccessLogError};
 pub use auth::AuthConfig;
 pub use config::{
-    AccessLogConfig, AccessLogFormat, Config, EndpointConfig, EndpointPickerConfig, Env,
-    ProcessEnv, SchedulerConfig, Standalone, UNSUPPORTED_SECTIONS, parse_go_duration,
-    resolve_address,
+    AccessLogConfig, AccessLogFormat, Config, DEFAULT_ATTEMPTS, EndpointConfig,
+    EndpointPickerConfig, SchedulerConfig, Standalone, UNSUPPORTED_SECTIONS, resolve_address,
 };
+pub use duration::parse_go_duration;
+pub use env::{Env, ProcessEnv};
 pub use discovery::{Loader, Server, Snapshot, manifest_files};
 pub use endpoint::{DOWN_AFTER_FAILURES, Endpoint, EngineState};
-pub use error::{Error, Result, Side, openai_error_body};
+pub use error::{Error, Result, Side, error_response, openai_error_body};
 pub use inflight::{ON_FLIGHT_KEY, SYNC_INTERVAL};
 pub use kthena_kvevents::{
     END_SEQ, IndexBatch, SeqStep, SeqTracker, decode_batch, event_type, split_frames,
 };
-pub use kv_cache::{
-    IndexBackend, KvCacheConfig, KvLoader, KvState, RedisConfig, SUPERVISE_INTERVAL,
-    TokenizerConfig, supervise,
-};
+pub use kv_cache::{KvLoader, KvState};
+pub use kv_config::{IndexBackend, KvCacheConfig, RedisConfig, TokenizerConfig};
 pub use kv_events::{Ingest, KvSource, REPLAY_TIMEOUT, replay, subscribe};
 pub use kv_metrics::{KvMetrics, TOKENIZE_BUCKETS};
+pub use kv_supervise::{SUPERVISE_INTERVAL, supervise};
 pub use kv_redis::{KEY_PREFIX, RedisKvIndex, block_key, kthena_block_hash, owner_of};
 pub use listener::{ListenerConfig, ListenerMetrics};
-pub use llamacpp::{LLAMACPP_PREFIX, llamacpp_sample};
+pub use scrape::llamacpp::{LLAMACPP_PREFIX, llamacpp_sample};
 pub use metrics::{DURATION_BUCKETS, Destination, Metrics, RATIO_BUCKETS, RequestRecord};
 pub use openai::{
     Message, ParsedRequest, Prompt, ResponseProbe, UpstreamBody, Usage, estimate_tokens,
@@ -116,7 +121,8 @@ pub use provider::{
     ALLOWED_HEADERS, ANTHROPIC_HEADERS, CREDENTIAL_LABEL, CredentialState, Provider,
     RESERVED_HEADERS, SecretSource, Secrets, read_secrets,
 };
-pub use proxy::{BoxError, ProxyBody, RespBody};
+pub use body::{BoxError, RespBody};
+pub use proxy::ProxyBody;
 pub use queue::{FairnessConfig, QueueConfig, QueueMetrics, QueueMode, SessionBoostConfig};
 pub use route::{
     CompiledRoute, CompiledRule, MatchError, RouteMatch, RouteTable, StringMatcher, TargetRef,
@@ -126,8 +132,10 @@ pub use scrape::{
     EngineMetricNames, EngineSample, HttpClient, ModelList, SGLANG, VLLM, interval_mean_ms,
     names_for, parse_metrics, parse_models, scrape_all, scrape_endpoint,
 };
-pub use server::{Overrides, Router, load_config, run};
-pub use service::{DEFAULT_ATTEMPTS, RouterService, Shared, error_response};
+pub use overrides::{Overrides, load_config};
+pub use server::{Router, run};
+pub use service::RouterService;
+pub use shared::Shared;
 pub use sse::SseFilter;
 pub use tokenize::{
     BLOCKING_THRESHOLD_BYTES, CacheOutcome, MIN_CACHED_PREFIX_BYTES, ModelTokenizer, Tokenizers,

@@ -41,7 +41,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::proxy::RespBody;
+use crate::body::RespBody;
 
 /// Listen backlog when `/proc/sys/net/core/somaxconn` cannot be read (Linux's default since
 /// 5.4).
@@ -83,15 +83,15 @@ pub struct ListenerConfig {
     /// Longest wait for a complete request head, and for the first byte of the next request
     /// on a kept-alive connection (default `60s`, nginx's `client_header_timeout`; flag
     /// `--header-read-timeout`). The connection is closed when it expires.
-    #[serde(with = "crate::config::go_duration")]
+    #[serde(with = "crate::duration::go_duration")]
     pub header_read_timeout: Duration,
     /// Longest wait between two reads of a request body (default `60s`, nginx's
     /// `client_body_timeout`; flag `--body-read-idle-timeout`). Answered 408.
-    #[serde(with = "crate::config::go_duration")]
+    #[serde(with = "crate::duration::go_duration")]
     pub body_read_idle_timeout: Duration,
     /// Longest time to read a whole request body (default `5m`, Envoy's `stream_idle_timeout`
     /// default; flag `--body-read-timeout`). Answered 408.
-    #[serde(with = "crate::config::go_duration")]
+    #[serde(with = "crate::duration::go_duration")]
     pub body_read_timeout: Duration,
     /// Most client connections open at once on each listener (default 10000; flag
     /// `--max-connections`). At the cap the listener stops accepting: new connections wait
@@ -101,7 +101,7 @@ pub struct ListenerConfig {
     /// TCP keepalive idle time and probe interval of client connections; 9 probes
     /// (default `15s`, the Go runtime's default and so Go Kthena's; `0s` disables; flag
     /// `--tcp-keepalive`).
-    #[serde(with = "crate::config::go_duration")]
+    #[serde(with = "crate::duration::go_duration")]
     pub tcp_keepalive: Duration,
 }
 

@@ -17,8 +17,8 @@ use crate::accounting::Accounting;
 use crate::discovery::Server;
 use crate::endpoint::Endpoint;
 use crate::error::Error;
-use crate::proxy::{RespBody, full};
-use crate::service::Shared;
+use crate::body::{RespBody, full};
+use crate::shared::Shared;
 
 /// The header that names the endpoint (`name` or `namespace/name`) a load/unload call is
 /// sent to.

@@ -172,16 +172,8 @@ impl Metrics {
     /// Creates and registers every family.
     #[must_use]
     pub fn new() -> Self {
+        // The subsystems' families first, then the router's own: the exposition order.
         let mut registry = Registry::default();
-        let requests = Family::<RequestLabels, Counter>::default();
-        let duration = HistFamily::<DurationLabels>::new_with_constructor(duration_hist);
-        let tokens = Family::<TokenLabels, Counter>::default();
-        let active_requests = Gauge::default();
-        let active_downstream = Family::<ModelLabel, Gauge>::default();
-        let active_upstream = Family::<UpstreamLabels, Gauge>::default();
-        let prefix_match = HistFamily::<ModelLabel>::new_with_constructor(ratio_hist);
-        let kv_match = HistFamily::<ModelLabel>::new_with_constructor(ratio_hist);
-        let reloads = Family::<ResultLabel, Counter>::default();
         let kv = crate::kv_metrics::KvMetrics::register(&mut registry);
         let listener = crate::listener::ListenerMetrics::register(&mut registry);
         let overload = crate::overload::OverloadMetrics::register(&mut registry);
@@ -189,69 +181,18 @@ impl Metrics {
         let plugins = crate::plugin_metrics::PluginMetrics::register(&mut registry);
         let pd = crate::pd::metrics::PdMetrics::register(&mut registry, &DURATION_BUCKETS);
         let rate_limit = crate::ratelimit::RateLimitMetrics::register(&mut registry);
-        let config_warnings = Family::<KindLabel, Gauge>::default();
-        registry.register(
-            "kthena_router_config_warnings",
-            "Problems of the loaded configuration by kind (see docs/router.md)",
-            config_warnings.clone(),
-        );
-        registry.register(
-            "kthena_router_config_reloads",
-            "Configuration and manifest reloads by result (success, failure)",
-            reloads.clone(),
-        );
-        registry.register(
-            "kthena_router_requests",
-            "Total number of requests handled by the router",
-            requests.clone(),
-        );
-        registry.register(
-            "kthena_router_request_duration_seconds",
-            "End-to-end request latency in seconds",
-            duration.clone(),
-        );
-        registry.register(
-            "kthena_router_tokens",
-            "Total number of input and output tokens",
-            tokens.clone(),
-        );
-        registry.register(
-            "kthena_router_active_requests",
-            "Requests being handled by the router",
-            active_requests.clone(),
-        );
-        registry.register(
-            "kthena_router_active_downstream_requests",
-            "Client requests in flight per model",
-            active_downstream.clone(),
-        );
-        registry.register(
-            "kthena_router_active_upstream_requests",
-            "Upstream requests in flight per destination",
-            active_upstream.clone(),
-        );
-        registry.register(
-            "kthena_router_prefix_cache_match_ratio",
-            "Longest matched prefix over total prompt blocks (prefix-cache plugin)",
-            prefix_match.clone(),
-        );
-        registry.register(
-            "kthena_router_kvcache_aware_match_ratio",
-            "Longest matched KV block prefix over total blocks (kvcache-aware plugin)",
-            kv_match.clone(),
-        );
-        Self {
-            registry,
-            requests,
-            duration,
-            tokens,
-            active_requests,
-            active_downstream,
-            active_upstream,
-            prefix_match,
-            kv_match,
-            reloads,
-            config_warnings,
+        let m = Self {
+            registry: Registry::default(),
+            requests: Family::<RequestLabels, Counter>::default(),
+            duration: HistFamily::<DurationLabels>::new_with_constructor(duration_hist),
+            tokens: Family::<TokenLabels, Counter>::default(),
+            active_requests: Gauge::default(),
+            active_downstream: Family::<ModelLabel, Gauge>::default(),
+            active_upstream: Family::<UpstreamLabels, Gauge>::default(),
+            prefix_match: HistFamily::<ModelLabel>::new_with_constructor(ratio_hist),
+            kv_match: HistFamily::<ModelLabel>::new_with_constructor(ratio_hist),
+            reloads: Family::<ResultLabel, Counter>::default(),
+            config_warnings: Family::<KindLabel, Gauge>::default(),
             kv,
             listener,
             overload,
@@ -259,7 +200,63 @@ impl Metrics {
             plugins,
             pd,
             rate_limit,
-        }
+        };
+        m.register_own(&mut registry);
+        Self { registry, ..m }
+    }
+
+    /// Registers the router's own families (`kthena_router_*` outside the subsystems).
+    fn register_own(&self, registry: &mut Registry) {
+        registry.register(
+            "kthena_router_config_warnings",
+            "Problems of the loaded configuration by kind (see docs/router.md)",
+            self.config_warnings.clone(),
+        );
+        registry.register(
+            "kthena_router_config_reloads",
+            "Configuration and manifest reloads by result (success, failure)",
+            self.reloads.clone(),
+        );
+        registry.register(
+            "kthena_router_requests",
+            "Total number of requests handled by the router",
+            self.requests.clone(),
+        );
+        registry.register(
+            "kthena_router_request_duration_seconds",
+            "End-to-end request latency in seconds",
+            self.duration.clone(),
+        );
+        registry.register(
+            "kthena_router_tokens",
+            "Total number of input and output tokens",
+            self.tokens.clone(),
+        );
+        registry.register(
+            "kthena_router_active_requests",
+            "Requests being handled by the router",
+            self.active_requests.clone(),
+        );
+        registry.register(
+            "kthena_router_active_downstream_requests",
+            "Client requests in flight per model",
+            self.active_downstream.clone(),
+        );
+        registry.register(
+            "kthena_router_active_upstream_requests",
+            "Upstream requests in flight per destination",
+            self.active_upstream.clone(),
+        );
+        registry.register(
+            "kthena_router_prefix_cache_match_ratio",
+            "Longest matched prefix over total prompt blocks (prefix-cache plugin)",
+            self.prefix_match.clone(),
+        );
+        registry.register(
+            "kthena_router_kvcache_aware_match_ratio",
+            "Longest matched KV block prefix over total blocks (kvcache-aware plugin)",
+            self.kv_match.clone(),
+        );
     }
 
     /// Records a finished request: `requests_total` +1, one duration observation, and the

@@ -16,26 +16,13 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
-use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
 use crate::accounting::Accounting;
+use crate::body::{BoxError, RespBody};
 use crate::openai::ResponseProbe;
 use crate::sse::SseFilter;
-
-/// Boxed error of response bodies.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-/// The response body type of every router answer.
-pub type RespBody = UnsyncBoxBody<Bytes, BoxError>;
-
-/// A whole body from bytes.
-#[must_use]
-pub(crate) fn full(b: impl Into<Bytes>) -> RespBody {
-    http_body_util::Full::new(b.into())
-        .map_err(|never| match never {})
-        .boxed_unsync()
-}
 
 /// Pause between the SSE error event and breaking the stream, so the event is flushed.
 const ERROR_FLUSH_PAUSE: Duration = Duration::from_millis(10);

@@ -19,6 +19,8 @@ use tokio::time::Instant;
 
 use crate::endpoint::{Endpoint, EngineState};
 
+pub(crate) mod llamacpp;
+
 /// The HTTP client used for engines (upstream requests and scrapes).
 pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
@@ -95,7 +97,7 @@ pub fn parse_metrics(text: &str, names: EngineMetricNames) -> Result<EngineSampl
     if scrape.samples.is_empty() {
         return Err("unparsable metrics: no sample found".into());
     }
-    if let Some(s) = crate::llamacpp::llamacpp_sample(&scrape, COLON_MARK) {
+    if let Some(s) = llamacpp::llamacpp_sample(&scrape, COLON_MARK) {
         return Ok(s);
     }
     let last = |name: &str| -> Option<f64> {

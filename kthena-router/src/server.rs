@@ -18,98 +18,17 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::accesslog::AccessLog;
-use crate::config::{Config, Env};
+use crate::config::Config;
+use crate::env::Env;
 use crate::discovery::{Loader, Snapshot};
 use crate::error::{Error, Result};
 use crate::listener::Listener;
 use crate::metrics::Metrics;
-use crate::proxy::{RespBody, full};
+use crate::overrides::Overrides;
+use crate::body::{RespBody, full};
 use crate::scrape::{HttpClient, scrape_all};
-use crate::service::{RouterService, Shared};
-
-/// Command-line overrides re-applied on every config reload (flags beat the file).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Overrides {
-    /// `--port`.
-    pub port: Option<u16>,
-    /// `--metrics-port`.
-    pub metrics_port: Option<u16>,
-    /// `--debug-port`.
-    pub debug_port: Option<u16>,
-    /// `--header-read-timeout`.
-    pub header_read_timeout: Option<Duration>,
-    /// `--body-read-idle-timeout`.
-    pub body_read_idle_timeout: Option<Duration>,
-    /// `--body-read-timeout`.
-    pub body_read_timeout: Option<Duration>,
-    /// `--max-connections` (per listener).
-    pub max_connections: Option<usize>,
-    /// `--tcp-keepalive`.
-    pub tcp_keepalive: Option<Duration>,
-    /// `--max-in-flight`.
-    pub max_in_flight: Option<usize>,
-    /// `--max-in-flight-per-endpoint`.
-    pub max_in_flight_per_endpoint: Option<u32>,
-    /// `--breaker-failures`.
-    pub breaker_failures: Option<u32>,
-    /// `--breaker-cool-down`.
-    pub breaker_cool_down: Option<Duration>,
-    /// `--enable-gateway-api`.
-    pub enable_gateway_api: bool,
-    /// `--enable-gateway-api-inference-extension`.
-    pub enable_gateway_api_inference_extension: bool,
-    /// `--epp` (the endpoint picker's gRPC address).
-    pub epp: Option<SocketAddr>,
-    /// `--epp-max-endpoints`.
-    pub epp_max_endpoints: Option<usize>,
-}
-
-impl Overrides {
-    /// Applies the flags to a config.
-    #[must_use]
-    pub fn apply(self, mut cfg: Config) -> Config {
-        if let Some(p) = self.port {
-            cfg.port = p;
-        }
-        if let Some(p) = self.metrics_port {
-            cfg.metrics_port = p;
-        }
-        if let Some(p) = self.debug_port {
-            cfg.debug_port = p;
-        }
-        let l = &mut cfg.listener;
-        l.header_read_timeout = self.header_read_timeout.unwrap_or(l.header_read_timeout);
-        l.body_read_idle_timeout = self
-            .body_read_idle_timeout
-            .unwrap_or(l.body_read_idle_timeout);
-        l.body_read_timeout = self.body_read_timeout.unwrap_or(l.body_read_timeout);
-        l.max_connections = self.max_connections.unwrap_or(l.max_connections);
-        l.tcp_keepalive = self.tcp_keepalive.unwrap_or(l.tcp_keepalive);
-        let o = &mut cfg.overload;
-        o.max_in_flight = self.max_in_flight.unwrap_or(o.max_in_flight);
-        o.max_in_flight_per_endpoint = self
-            .max_in_flight_per_endpoint
-            .unwrap_or(o.max_in_flight_per_endpoint);
-        o.breaker_failures = self.breaker_failures.unwrap_or(o.breaker_failures);
-        o.breaker_cool_down = self.breaker_cool_down.unwrap_or(o.breaker_cool_down);
-        cfg.gateway_api.enabled |= self.enable_gateway_api;
-        cfg.gateway_api.inference_extension |= self.enable_gateway_api_inference_extension;
-        let e = &mut cfg.endpoint_picker;
-        e.address = self.epp.or(e.address);
-        e.max_endpoints = self.epp_max_endpoints.unwrap_or(e.max_endpoints);
-        cfg
-    }
-}
-
-/// Loads a config file the way the binary does: file, then environment, then flags, then
-/// validation.
-///
-/// # Errors
-/// [`Error::ReadFile`], [`Error::Config`] or [`Error::Env`].
-pub fn load_config(path: &Path, env: &dyn Env, overrides: Overrides) -> Result<Config> {
-    let cfg = Config::load(path)?.apply_env(env)?;
-    overrides.apply(cfg).validate(path)
-}
+use crate::service::RouterService;
+use crate::shared::Shared;
 
 /// A started router. Dropping it does not stop it; call [`Router::shutdown`].
 #[derive(Debug)]
@@ -348,7 +267,7 @@ impl Router {
         if let Some(auth) = &shared.auth {
             tasks.spawn(Arc::clone(auth).run(cancel.clone()));
         }
-        tasks.spawn(crate::kv_cache::supervise(
+        tasks.spawn(crate::kv_supervise::supervise(
             Arc::clone(&shared),
             cancel.clone(),
             tasks.clone(),

@@ -12,11 +12,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::ProcessEnv;
+use crate::env::ProcessEnv;
 use crate::discovery::Loader;
 use crate::error::Result;
-use crate::server::{Overrides, load_config};
-use crate::service::Shared;
+use crate::overrides::{Overrides, load_config};
+use crate::shared::Shared;
 
 /// Quiet time after the last file event before reloading (editors write in several steps).
 pub(crate) const DEBOUNCE: Duration = Duration::from_millis(150);

@@ -42,7 +42,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::EndpointPickerConfig;
 use crate::pipeline::BoxHttp;
-use crate::service::Shared;
+use crate::shared::Shared;
 
 /// What every ext_proc stream shares.
 #[derive(Clone)]

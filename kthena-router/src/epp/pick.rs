@@ -17,8 +17,8 @@ use crate::pipeline::{
     AdmitLayer, BoxFut, BoxHttp, ParseLayer, Parsed, Prefetched, QueueLayer, RateLimitLayer,
     RouteLayer, Routed, ScheduleLayer, Scheduled, TokenizeLayer, Tokens, ext, stage,
 };
-use crate::proxy::{RespBody, full};
-use crate::service::Shared;
+use crate::body::{RespBody, full};
+use crate::shared::Shared;
 
 /// The endpoints Envoy allows (`x-gateway-destination-endpoint-subset`).
 #[derive(Debug, Clone)]

@@ -234,12 +234,7 @@ impl Session {
             return Answer::Pass;
         }
         let shared = Arc::clone(&self.picker.shared);
-        let request_id: Arc<str> = head
-            .headers
-            .get("x-request-id")
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| !v.is_empty())
-            .map_or_else(|| uuid::Uuid::new_v4().to_string().into(), Into::into);
+        let request_id = RequestId::from_headers(&head.headers);
         let acct = Accounting::start(
             Arc::clone(&shared.metrics),
             Arc::clone(&shared.access_log),

@@ -157,9 +157,9 @@ pub(super) fn subset(md: Option<&Metadata>) -> Option<Vec<SocketAddr>> {
 }
 
 /// The router's error answer for `e` (status, headers, OpenAI-shaped JSON body, all from
-/// [`crate::service::error_response`]) as an `ImmediateResponse`.
+/// [`crate::error::error_response`]) as an `ImmediateResponse`.
 pub(super) async fn immediate(e: &Error) -> ProcessingResponse {
-    let (parts, body) = crate::service::error_response(e).into_parts();
+    let (parts, body) = crate::error::error_response(e).into_parts();
     let body = body
         .collect()
         .await

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use kthena_api::gateway::{
-    Gateway, GatewayStatus, HTTPRoute, HTTPRouteStatus, ListenerStatus, RouteGroupKind,
+    Gateway, GatewayStatus, HTTPRoute, HTTPRouteStatus, Listener, ListenerStatus, RouteGroupKind,
     RouteParentStatus,
 };
 use kthena_api::networking::ParentReference;
@@ -24,46 +24,8 @@ pub(crate) fn gateway_status(
 ) -> GatewayStatus {
     let g = gw.metadata.generation;
     let old = gw.status.clone().unwrap_or_default();
-    let listener_err = |l: &kthena_api::gateway::Listener| -> Option<String> {
-        u16::try_from(l.port)
-            .ok()
-            .and_then(|p| bind_errors.get(&p).cloned())
-    };
-    let supported = |p: &str| p == "HTTP" || p == "HTTPS";
     let accepted = gw.spec.gateway_class_name == GATEWAY_CLASS;
-    let mut programmed = (
-        accepted,
-        "Programmed",
-        "Gateway has been programmed by kthena-router".to_owned(),
-    );
-    if !accepted {
-        programmed = (
-            false,
-            "Pending",
-            "Waiting for Gateway to be accepted".to_owned(),
-        );
-    }
-    for l in gw.spec.listeners.iter().filter(|_| accepted) {
-        if let Some(e) = listener_err(l) {
-            programmed = (
-                false,
-                "Invalid",
-                format!("Listener {:?} failed: {e}", l.name),
-            );
-            break;
-        }
-        if !supported(&l.protocol) {
-            programmed = (
-                false,
-                "Invalid",
-                format!(
-                    "Listener {:?} uses unsupported protocol {}",
-                    l.name, l.protocol
-                ),
-            );
-            break;
-        }
-    }
+    let programmed = programmed(gw, accepted, bind_errors);
     let conditions = vec![
         if accepted {
             cond(
@@ -84,82 +46,145 @@ pub(crate) fn gateway_status(
         },
         cond("Programmed", programmed.0, programmed.1, programmed.2, g),
     ];
-    let (ns, name) = (
-        gw.metadata.namespace.clone().unwrap_or_default(),
-        gw.metadata.name.clone().unwrap_or_default(),
-    );
     let listeners = gw
         .spec
         .listeners
         .iter()
-        .map(|l| {
-            let err = listener_err(l);
-            let acc = match (&err, supported(&l.protocol)) {
-                (None, true) => cond(
-                    "Accepted",
-                    true,
-                    "Accepted",
-                    "Listener has been accepted".into(),
-                    g,
-                ),
-                (Some(e), _) => cond(
-                    "Accepted",
-                    false,
-                    "PortUnavailable",
-                    format!("Listener failed to bind: {e}"),
-                    g,
-                ),
-                (None, false) => cond(
-                    "Accepted",
-                    false,
-                    "UnsupportedProtocol",
-                    format!("Protocol {} is not supported", l.protocol),
-                    g,
-                ),
-            };
-            let prog = match &err {
-                None => cond(
-                    "Programmed",
-                    true,
-                    "Programmed",
-                    "Listener has been programmed".into(),
-                    g,
-                ),
-                Some(e) => cond(
-                    "Programmed",
-                    false,
-                    "Invalid",
-                    format!("Listener failed to bind: {e}"),
-                    g,
-                ),
-            };
-            let old_l = old.listeners.iter().find(|o| o.name == l.name);
-            let attached = table
-                .listeners
-                .iter()
-                .find(|c| c.gateway_namespace == ns && c.gateway_name == name && c.name == l.name)
-                .map_or(0, |c| {
-                    table
-                        .routes
-                        .iter()
-                        .filter(|r| super::matcher::attaches(r, c))
-                        .count()
-                });
-            ListenerStatus {
-                name: l.name.clone(),
-                supported_kinds: vec![RouteGroupKind {
-                    group: Some("gateway.networking.k8s.io".into()),
-                    kind: "HTTPRoute".into(),
-                }],
-                attached_routes: i32::try_from(attached).unwrap_or(i32::MAX),
-                conditions: keep_times(old_l.map_or(&[][..], |o| &o.conditions), vec![acc, prog]),
-            }
-        })
+        .map(|l| listener_status(gw, l, &old, table, bind_errors))
         .collect();
     GatewayStatus {
         conditions: keep_times(&old.conditions, conditions),
         listeners,
     }
+}
+
+/// The bind error of a listener's port, if any.
+fn listener_err(l: &Listener, bind_errors: &HashMap<u16, String>) -> Option<String> {
+    u16::try_from(l.port)
+        .ok()
+        .and_then(|p| bind_errors.get(&p).cloned())
+}
+
+fn supported(protocol: &str) -> bool {
+    protocol == "HTTP" || protocol == "HTTPS"
+}
+
+/// The Gateway's `Programmed` condition as (status, reason, message): the first listener
+/// that failed to bind or uses an unsupported protocol makes it `Invalid`.
+fn programmed(
+    gw: &Gateway,
+    accepted: bool,
+    bind_errors: &HashMap<u16, String>,
+) -> (bool, &'static str, String) {
+    if !accepted {
+        return (
+            false,
+            "Pending",
+            "Waiting for Gateway to be accepted".to_owned(),
+        );
+    }
+    for l in &gw.spec.listeners {
+        if let Some(e) = listener_err(l, bind_errors) {
+            return (
+                false,
+                "Invalid",
+                format!("Listener {:?} failed: {e}", l.name),
+            );
+        }
+        if !supported(&l.protocol) {
+            return (
+                false,
+                "Invalid",
+                format!(
+                    "Listener {:?} uses unsupported protocol {}",
+                    l.name, l.protocol
+                ),
+            );
+        }
+    }
+    (
+        true,
+        "Programmed",
+        "Gateway has been programmed by kthena-router".to_owned(),
+    )
+}
+
+/// One listener's status: `Accepted` and `Programmed`, and the routes attached to it.
+fn listener_status(
+    gw: &Gateway,
+    l: &Listener,
+    old: &GatewayStatus,
+    table: &GatewayTable,
+    bind_errors: &HashMap<u16, String>,
+) -> ListenerStatus {
+    let g = gw.metadata.generation;
+    let err = listener_err(l, bind_errors);
+    let acc = match (&err, supported(&l.protocol)) {
+        (None, true) => cond(
+            "Accepted",
+            true,
+            "Accepted",
+            "Listener has been accepted".into(),
+            g,
+        ),
+        (Some(e), _) => cond(
+            "Accepted",
+            false,
+            "PortUnavailable",
+            format!("Listener failed to bind: {e}"),
+            g,
+        ),
+        (None, false) => cond(
+            "Accepted",
+            false,
+            "UnsupportedProtocol",
+            format!("Protocol {} is not supported", l.protocol),
+            g,
+        ),
+    };
+    let prog = match &err {
+        None => cond(
+            "Programmed",
+            true,
+            "Programmed",
+            "Listener has been programmed".into(),
+            g,
+        ),
+        Some(e) => cond(
+            "Programmed",
+            false,
+            "Invalid",
+            format!("Listener failed to bind: {e}"),
+            g,
+        ),
+    };
+    let old_l = old.listeners.iter().find(|o| o.name == l.name);
+    ListenerStatus {
+        name: l.name.clone(),
+        supported_kinds: vec![RouteGroupKind {
+            group: Some("gateway.networking.k8s.io".into()),
+            kind: "HTTPRoute".into(),
+        }],
+        attached_routes: i32::try_from(attached_routes(gw, l, table)).unwrap_or(i32::MAX),
+        conditions: keep_times(old_l.map_or(&[][..], |o| &o.conditions), vec![acc, prog]),
+    }
+}
+
+/// The HTTPRoutes of `table` attached to listener `l` of `gw`.
+fn attached_routes(gw: &Gateway, l: &Listener, table: &GatewayTable) -> usize {
+    let ns = gw.metadata.namespace.as_deref().unwrap_or_default();
+    let name = gw.metadata.name.as_deref().unwrap_or_default();
+    table
+        .listeners
+        .iter()
+        .find(|c| c.gateway_namespace == ns && c.gateway_name == name && c.name == l.name)
+        .map_or(0, |c| {
+            table
+                .routes
+                .iter()
+                .filter(|r| super::matcher::attaches(r, c))
+                .count()
+        })
 }
 
 /// Whether the status written would change anything Go compares.

@@ -34,8 +34,8 @@ use crate::pipeline::{
     Parsed, Prefetched, RequestId, Routed, Tokens, error_chain, ext, sched_request,
     stream_response, strip_hop_by_hop, upstream_headers,
 };
-use crate::proxy::{BoxError, RespBody, full};
-use crate::service::Shared;
+use crate::body::{BoxError, RespBody, full};
+use crate::shared::Shared;
 
 /// Largest prefill answer read (it carries `kv_transfer_params`), bytes.
 const MAX_PREFILL_ANSWER: usize = 16 * 1024 * 1024;
@@ -101,16 +101,7 @@ impl Plan {
         let sched = ext::<PdScheduled>(req, "prefill/decode decision")?;
         let request_id = ext::<RequestId>(req, "request id")?;
         let path = req.uri().path().to_owned();
-        let rewrite = routed
-            .lora
-            .is_none()
-            .then_some(routed.server.model.as_deref())
-            .flatten();
-        let up = if path == "/v1/responses" {
-            parsed.req.upstream_responses_body(rewrite)
-        } else {
-            parsed.req.upstream_body(rewrite)
-        };
+        let up = routed.upstream_body(&parsed.req, &path);
         let base: Base =
             serde_json::from_slice(&up.bytes).unwrap_or_else(|_| parsed.req.body.clone());
         let connector = routed

@@ -14,8 +14,8 @@ use tower::Service;
 use super::{Routed, ext, stage};
 use crate::accounting::Accounting;
 use crate::error::Error;
-use crate::proxy::RespBody;
-use crate::service::Shared;
+use crate::body::RespBody;
+use crate::shared::Shared;
 
 stage!(
     /// Sheds load past the in-flight caps and keeps open breakers out of the pool.

@@ -22,8 +22,10 @@ use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::openai::{ParsedRequest, UpstreamBody};
 use crate::overload::BreakerState;
-use crate::proxy::{ProxyBody, RespBody, full};
-use crate::service::{DEFAULT_ATTEMPTS, Shared};
+use crate::body::{RespBody, full};
+use crate::proxy::ProxyBody;
+use crate::config::DEFAULT_ATTEMPTS;
+use crate::shared::Shared;
 
 /// Largest upstream error body kept to pass on after the last attempt, in bytes.
 const MAX_ERROR_BODY: usize = 64 * 1024;
@@ -98,16 +100,7 @@ impl Plan {
         let parsed = ext::<Parsed>(req, "parsed request")?;
         let routed = ext::<Routed>(req, "route match")?;
         let path = req.uri().path();
-        let rewrite = routed
-            .lora
-            .is_none()
-            .then_some(routed.server.model.as_deref())
-            .flatten();
-        let body = if path == "/v1/responses" {
-            parsed.req.upstream_responses_body(rewrite)
-        } else {
-            parsed.req.upstream_body(rewrite)
-        };
+        let body = routed.upstream_body(&parsed.req, &path);
         let request_id = ext::<RequestId>(req, "request id")?;
         Ok(Self {
             acct: ext::<Accounting>(req, "accounting")?,

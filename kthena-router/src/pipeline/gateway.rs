@@ -13,7 +13,7 @@ use crate::discovery::{Server, Snapshot};
 use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::gateway::{Pool, PoolChoice};
-use crate::service::Shared;
+use crate::shared::Shared;
 
 /// The request's host: the `Host` header, else the URI authority (HTTP/2).
 pub(super) fn host_of(req: &Request<()>) -> &str {

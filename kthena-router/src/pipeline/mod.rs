@@ -7,7 +7,7 @@
 //! Each stage is a `FooLayer`/`Foo<S>` pair: it reads what earlier stages left in the
 //! request's extensions ([`Parsed`], [`Routed`], [`Tokens`], [`Scheduled`]), adds its own,
 //! and calls the next service, or fails with a typed [`Error`] that
-//! [`crate::service::RouterService`] turns into the OpenAI-shaped answer (the one
+//! [`RouterService`](crate::RouterService) turns into the OpenAI-shaped answer (the one
 //! conversion point). Stages report to the request's [`Accounting`](crate::accounting::Accounting), which settles when
 //! the response body ends. A new stage (JWT, token rate limits, fairness) is one more
 //! `.layer(..)` line in [`stack`].
@@ -46,9 +46,9 @@ pub(crate) use tokenize::TokenizeLayer;
 use crate::discovery::{Server, Snapshot};
 use crate::endpoint::Endpoint;
 use crate::error::Error;
-use crate::openai::ParsedRequest;
-use crate::proxy::RespBody;
-use crate::service::Shared;
+use crate::openai::{ParsedRequest, UpstreamBody};
+use crate::body::RespBody;
+use crate::shared::Shared;
 
 /// A boxed stage stack taking requests with body `B` (`BoxHttp` in linkerd's `svc.rs`).
 pub(crate) type BoxHttp<B> = BoxCloneSyncService<Request<B>, Response<RespBody>, Error>;
@@ -81,6 +81,17 @@ pub(crate) struct PickOnly;
 #[derive(Debug, Clone)]
 pub(crate) struct RequestId(pub(crate) Arc<str>);
 
+impl RequestId {
+    /// The client's non-empty `x-request-id`, else a new UUID v4.
+    pub(crate) fn from_headers(headers: &http::HeaderMap) -> Arc<str> {
+        headers
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty())
+            .map_or_else(|| uuid::Uuid::new_v4().to_string().into(), Into::into)
+    }
+}
+
 /// The parsed body and the routing snapshot the request is served from.
 #[derive(Debug, Clone)]
 pub(crate) struct Parsed {
@@ -101,6 +112,23 @@ pub(crate) struct Routed {
     pub(crate) upstream_model: String,
     /// The endpoints the request may go to (narrowed by admission).
     pub(crate) pool: Arc<Vec<Arc<Endpoint>>>,
+}
+
+impl Routed {
+    /// The body sent upstream for `path`: the model rewritten to the ModelServer's
+    /// `spec.model` unless a LoRA adapter was requested (`/v1/responses` in its own shape).
+    pub(crate) fn upstream_body(&self, parsed: &ParsedRequest, path: &str) -> UpstreamBody {
+        let rewrite = self
+            .lora
+            .is_none()
+            .then_some(self.server.model.as_deref())
+            .flatten();
+        if path == "/v1/responses" {
+            parsed.upstream_responses_body(rewrite)
+        } else {
+            parsed.upstream_body(rewrite)
+        }
+    }
 }
 
 /// The prompt's token ids, when a plugin needs them.
@@ -146,12 +174,12 @@ macro_rules! stage {
         $(#[$doc])*
         #[derive(Debug, Clone)]
         pub(crate) struct $layer {
-            shared: std::sync::Arc<crate::service::Shared>,
+            shared: std::sync::Arc<crate::shared::Shared>,
         }
 
         impl $layer {
             /// The layer over the router's shared state.
-            pub(crate) fn new(shared: std::sync::Arc<crate::service::Shared>) -> Self {
+            pub(crate) fn new(shared: std::sync::Arc<crate::shared::Shared>) -> Self {
                 Self { shared }
             }
         }
@@ -170,21 +198,21 @@ macro_rules! stage {
         #[derive(Debug, Clone)]
         pub(crate) struct $svc<S> {
             inner: S,
-            shared: std::sync::Arc<crate::service::Shared>,
+            shared: std::sync::Arc<crate::shared::Shared>,
         }
 
         impl<S> tower::Service<$req> for $svc<S>
         where
             S: tower::Service<
                     http::Request<()>,
-                    Response = http::Response<crate::proxy::RespBody>,
+                    Response = http::Response<crate::body::RespBody>,
                     Error = crate::error::Error,
                 > + Clone
                 + Send
                 + 'static,
             S::Future: Send,
         {
-            type Response = http::Response<crate::proxy::RespBody>;
+            type Response = http::Response<crate::body::RespBody>;
             type Error = crate::error::Error;
             type Future = crate::pipeline::BoxFut;
 

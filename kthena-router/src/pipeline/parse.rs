@@ -18,8 +18,8 @@ use crate::accounting::Accounting;
 use crate::error::Error;
 use crate::listener::ListenerConfig;
 use crate::openai::parse_request;
-use crate::proxy::{BoxError, RespBody};
-use crate::service::Shared;
+use crate::body::{BoxError, RespBody};
+use crate::shared::Shared;
 
 /// Reads and parses the body of the inference paths (`POST /v1/chat/completions`,
 /// `/v1/completions`, `/v1/responses`).

@@ -16,9 +16,9 @@ use super::{Parsed, Routed, ext, stage};
 use crate::accounting::Accounting;
 use crate::auth::UserId;
 use crate::error::Error;
-use crate::proxy::RespBody;
+use crate::body::RespBody;
 use crate::queue::{Capacity, QueueConfig, Queues, Waiting};
-use crate::service::Shared;
+use crate::shared::Shared;
 
 stage!(
     /// Waits for the request's turn in its model's queue.

@@ -12,8 +12,8 @@ use super::{Parsed, ext, stage};
 use crate::accounting::Accounting;
 use crate::error::Error;
 use crate::openai::estimate_tokens;
-use crate::proxy::RespBody;
-use crate::service::Shared;
+use crate::body::RespBody;
+use crate::shared::Shared;
 
 stage!(
     /// Admits requests within their route's token rate limit.

@@ -10,9 +10,9 @@ use super::{Parsed, Routed, ext, stage};
 use crate::accounting::Accounting;
 use crate::error::Error;
 use crate::gateway::{CompiledListener, ListenerPort};
-use crate::proxy::RespBody;
+use crate::body::RespBody;
 use crate::route::{MatchError, TargetRef};
-use crate::service::Shared;
+use crate::shared::Shared;
 
 stage!(
     /// Matches the request to a ModelRoute and ModelServer.

@@ -9,8 +9,8 @@ use tower::Service;
 use super::{Parsed, Prefetched, Routed, Scheduled, Tokens, ext, stage};
 use crate::error::Error;
 use crate::openai::ParsedRequest;
-use crate::proxy::RespBody;
-use crate::service::Shared;
+use crate::body::RespBody;
+use crate::shared::Shared;
 
 stage!(
     /// Ranks the candidate endpoints.

@@ -19,8 +19,8 @@ use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::openai::parse_request;
 use crate::overload::OverloadConfig;
-use crate::proxy::{RespBody, full};
-use crate::service::Shared;
+use crate::body::{RespBody, full};
+use crate::shared::Shared;
 
 /// What the recording service saw.
 #[derive(Debug, Default)]

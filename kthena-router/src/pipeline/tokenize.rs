@@ -9,8 +9,9 @@ use tower::Service;
 use super::{Parsed, Routed, Tokens, ext, stage};
 use crate::accounting::Accounting;
 use crate::error::Error;
-use crate::proxy::RespBody;
-use crate::service::Shared;
+use crate::body::RespBody;
+use crate::kv_cache::TokenizeFor;
+use crate::shared::Shared;
 
 stage!(
     /// Tokenizes the prompt for the scheduler.
@@ -33,10 +34,13 @@ where
     let token_ids = snap
         .kv
         .request_tokens(
-            &shared,
-            routed.server.engine.as_str(),
-            &parsed.model,
-            &routed.upstream_model,
+            &shared.client,
+            &shared.metrics,
+            TokenizeFor {
+                engine: routed.server.engine.as_str(),
+                model: &parsed.model,
+                upstream_model: &routed.upstream_model,
+            },
             &parsed.prompt,
             routed.pool.first().map(|e| e.base_url()).as_deref(),
         )

@@ -20,8 +20,8 @@ use super::{ALLOWED_HEADERS, ANTHROPIC_HEADERS, Provider};
 use crate::accounting::Accounting;
 use crate::error::Error;
 use crate::pipeline::{Parsed, RequestId, error_chain, ext, stream_response};
-use crate::proxy::RespBody;
-use crate::service::Shared;
+use crate::body::RespBody;
+use crate::shared::Shared;
 
 type HttpsClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 

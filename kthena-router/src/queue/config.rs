@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use crate::config::{Env, parse_go_duration};
+use crate::duration::parse_go_duration;
+use crate::env::Env;
 use crate::error::Error;
 
 /// Which queue is on.

@@ -15,7 +15,7 @@
 
 use prometheus_parse::{Scrape, Value};
 
-use crate::scrape::EngineSample;
+use super::EngineSample;
 
 /// The metric name prefix of llama.cpp.
 pub const LLAMACPP_PREFIX: &str = "llamacpp:";

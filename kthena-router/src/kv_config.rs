@@ -1,0 +1,119 @@
+//! The `kvCache:` configuration section of KV-cache-aware routing (index backend, Redis
+//! settings, tokenizers; see `docs/kv-cache-routing.md`):
+//!
+//! ```yaml
+//! scheduler:
+//!   plugins:
+//!     Score:
+//!       enabled:
+//!       - {name: kvcache-aware, weight: 2}
+//!       - {name: least-request, weight: 1}
+//! kvCache:
+//!   index: memory                 # or redis (Go Kthena's sidecar layout)
+//!   redis: {url: "redis://127.0.0.1:6379", timeout: 500ms}
+//!   tokenizers:
+//!   - model: Qwen/Qwen3-8B        # the ModelServer's spec.model or the request's model
+//!     tokenizer: qwen3/tokenizer.json
+//!     tokenizerConfig: qwen3/tokenizer_config.json
+//!   tokenizeCacheEntries: 256
+//!   remoteTokenize: true          # ask the engine's /tokenize when no tokenizer is configured
+//!   remoteTokenizeTimeout: 5s
+//! standalone:
+//!   endpoints:
+//!   - name: vllm-0
+//!     address: 10.0.0.1:8000
+//!     kvEvents: tcp://10.0.0.1:5557
+//!     kvEventsReplay: tcp://10.0.0.1:5558
+//! ```
+//!
+//! The index exists when `kvcache-aware` is an enabled score plugin; `index: redis` reads
+//! Go Kthena's Redis layout instead of subscribing to KV events.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+/// Which [`KvIndex`](kthena_sched::KvIndex) backs `kvcache-aware`.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum IndexBackend {
+    /// In-process, fed by the engines' KV events (default).
+    #[default]
+    Memory,
+    /// Go Kthena's Redis layout, written by its runtime sidecar.
+    Redis,
+}
+
+/// Connection settings of the Redis index.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct RedisConfig {
+    /// `redis://host:port[/db]` (default `redis://127.0.0.1:6379`).
+    pub url: String,
+    /// Connect, read and write timeout (default `500ms`).
+    #[serde(deserialize_with = "go_duration")]
+    pub timeout: Duration,
+}
+
+impl Default for RedisConfig {
+    /// `redis://127.0.0.1:6379`, 500 ms.
+    fn default() -> Self {
+        Self {
+            url: "redis://127.0.0.1:6379".to_owned(),
+            timeout: Duration::from_millis(500),
+        }
+    }
+}
+
+/// One model's tokenizer files.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TokenizerConfig {
+    /// The model name: matched against the ModelServer's `spec.model` first, then the
+    /// request's `model`.
+    pub model: String,
+    /// Path of the Hugging Face `tokenizer.json` (relative to the config file's folder).
+    pub tokenizer: PathBuf,
+    /// Path of `tokenizer_config.json`, for the chat template and BOS/EOS strings.
+    #[serde(default)]
+    pub tokenizer_config: Option<PathBuf>,
+}
+
+/// The `kvCache:` section (see the module docs).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct KvCacheConfig {
+    /// Index backend (default `memory`).
+    pub index: IndexBackend,
+    /// Redis settings for `index: redis`.
+    pub redis: RedisConfig,
+    /// In-process tokenizers by model.
+    pub tokenizers: Vec<TokenizerConfig>,
+    /// Prompt-prefix tokenization cache entries per model (default 256; 0 disables it).
+    pub tokenize_cache_entries: usize,
+    /// Ask the engine's `/tokenize` when no tokenizer is configured and `kvcache-aware` is
+    /// enabled (default true).
+    pub remote_tokenize: bool,
+    /// Timeout of one remote `/tokenize` call (default `5s`, as Go Kthena).
+    #[serde(deserialize_with = "go_duration")]
+    pub remote_tokenize_timeout: Duration,
+}
+
+impl Default for KvCacheConfig {
+    /// Memory index, no tokenizers, 256 cache entries, remote tokenization on with 5 s.
+    fn default() -> Self {
+        Self {
+            index: IndexBackend::Memory,
+            redis: RedisConfig::default(),
+            tokenizers: Vec::new(),
+            tokenize_cache_entries: 256,
+            remote_tokenize: true,
+            remote_tokenize_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+fn go_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    crate::duration::go_duration::deserialize(d)
+}

@@ -1,0 +1,103 @@
+//! The supervisor of the KV-event subscriptions: one per endpoint of the current snapshot
+//! that has a `kvEvents` address, while the KV index is fed by events.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kthena_sched::{EndpointId, KvIndex};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::kv_events::KvSource;
+use crate::shared::Shared;
+
+/// How often the supervisor compares the snapshot's endpoints with its subscriptions.
+pub const SUPERVISE_INTERVAL: Duration = Duration::from_millis(200);
+
+struct Running {
+    source: KvSource,
+    index: Arc<dyn KvIndex>,
+    cancel: CancellationToken,
+    done: tokio::task::JoinHandle<()>,
+}
+
+/// Keeps one KV-event subscription per endpoint of the current snapshot that has a
+/// `kvEvents` address (and while the index is fed by events), until `cancel` fires.
+///
+/// Every [`SUPERVISE_INTERVAL`] it starts subscriptions for new endpoints and stops those of
+/// endpoints that left (or whose address or index changed); a stopped subscription's
+/// endpoint is then removed from the index, so no entry of a removed engine survives, even
+/// one applied after the scheduler's own removal hook. It also refreshes the index-size gauge.
+pub async fn supervise(shared: Arc<Shared>, cancel: CancellationToken, tasks: TaskTracker) {
+    let mut running: HashMap<EndpointId, Running> = HashMap::new();
+    let metrics = shared.metrics.kv.clone();
+    let mut tick = tokio::time::interval(SUPERVISE_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        let snap = shared.snapshot.load_full();
+        let mut desired: HashMap<EndpointId, (KvSource, Arc<dyn KvIndex>)> = HashMap::new();
+        if let Some(index) = snap.kv.index.as_ref().filter(|_| snap.kv.feeds_events) {
+            for ep in &snap.endpoints {
+                if let Some((events, replay)) = snap.kv.sources.get(&ep.name) {
+                    let source = KvSource {
+                        endpoint: ep.id.clone(),
+                        events: events.clone(),
+                        replay: replay.clone(),
+                    };
+                    desired.insert(ep.id.clone(), (source, Arc::clone(index)));
+                }
+            }
+        }
+        let stale: Vec<EndpointId> = running
+            .iter()
+            .filter(|(id, r)| {
+                desired
+                    .get(*id)
+                    .is_none_or(|(s, idx)| *s != r.source || !Arc::ptr_eq(idx, &r.index))
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in stale {
+            if let Some(r) = running.remove(&id) {
+                r.cancel.cancel();
+                let _ = r.done.await;
+                r.index.remove_endpoint(&id);
+                metrics.remove_endpoint(id.as_str());
+                tracing::info!(endpoint = %id, "Stopped KV-event subscription and cleared its entries");
+            }
+        }
+        for (id, (source, index)) in desired {
+            if running.contains_key(&id) {
+                continue;
+            }
+            let token = cancel.child_token();
+            let done = tasks.spawn(crate::kv_events::subscribe(
+                source.clone(),
+                Arc::clone(&index),
+                metrics.clone(),
+                token.clone(),
+            ));
+            running.insert(
+                id,
+                Running {
+                    source,
+                    index,
+                    cancel: token,
+                    done,
+                },
+            );
+        }
+        if let Some(index) = &snap.kv.index {
+            metrics.set_index_entries(index.len());
+        }
+    }
+    for (_, r) in running {
+        r.cancel.cancel();
+        let _ = r.done.await;
+    }
+}

@@ -1,0 +1,138 @@
+//! The state shared by every request of a router: the routing snapshot, the upstream client,
+//! metrics, access log, and the settings and limiters the pipeline's layers read.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arc_swap::ArcSwap;
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use tokio::sync::Semaphore;
+
+use crate::accesslog::AccessLog;
+use crate::discovery::Snapshot;
+use crate::listener::ListenerConfig;
+use crate::metrics::Metrics;
+use crate::overload::OverloadConfig;
+use crate::scrape::HttpClient;
+
+/// State shared by every request.
+#[derive(Debug)]
+pub struct Shared {
+    /// The current routing snapshot, swapped atomically on reload.
+    pub snapshot: ArcSwap<Snapshot>,
+    /// Upstream HTTP client (pooled connections).
+    pub client: HttpClient,
+    /// Router metrics.
+    pub metrics: Arc<Metrics>,
+    /// Access log.
+    pub access_log: Arc<AccessLog>,
+    /// Largest accepted request body, bytes.
+    pub max_body_bytes: usize,
+    /// Set once the first scrape pass over every endpoint finished.
+    pub ready: AtomicBool,
+    /// Set once discovery finished its first full sync (always in standalone mode; in
+    /// cluster mode after every reflector listed and the first endpoints were scraped).
+    pub synced: AtomicBool,
+    /// Listener settings; the body read timeouts apply here.
+    pub listener: ListenerConfig,
+    /// Longest gap between two body chunks of an engine's answer (`None`: no limit).
+    pub upstream_idle_timeout: Option<std::time::Duration>,
+    /// Overload protection settings (in-flight caps, circuit breakers).
+    pub overload: OverloadConfig,
+    /// The admission slots of `overload.maxInFlight` (`None` without a cap).
+    pub(crate) admission: Option<Arc<Semaphore>>,
+    /// JWT authentication (`None`: off).
+    pub(crate) auth: Option<Arc<crate::auth::Authenticator>>,
+    /// The token rate limiters of the routes' `rateLimit`s.
+    pub(crate) rate_limits: crate::ratelimit::RateLimits,
+    /// Gateway API mode's listeners, HTTPRoutes and InferencePools (`None`: mode off).
+    pub(crate) gateway: crate::gateway::StateSlot,
+    /// The fairness or session-boost queues (unset when both are off).
+    pub(crate) queues: std::sync::OnceLock<Arc<crate::queue::Queues>>,
+    /// Per-endpoint in-flight counts shared through Redis (unset without `REDIS_HOST`).
+    pub(crate) in_flight_share: std::sync::OnceLock<Arc<crate::inflight::SharedInFlight>>,
+    rng: Mutex<SmallRng>,
+}
+
+impl Shared {
+    /// Shared state around a first snapshot.
+    #[must_use]
+    pub fn new(
+        snapshot: Snapshot,
+        client: HttpClient,
+        metrics: Arc<Metrics>,
+        access_log: Arc<AccessLog>,
+        max_body_bytes: usize,
+    ) -> Self {
+        let seed = u64::try_from(
+            jiff::Timestamp::now()
+                .as_nanosecond()
+                .rem_euclid(i128::from(u64::MAX)),
+        )
+        .unwrap_or(7);
+        Self {
+            snapshot: ArcSwap::from_pointee(snapshot),
+            client,
+            metrics,
+            access_log,
+            max_body_bytes,
+            ready: AtomicBool::new(false),
+            synced: AtomicBool::new(true),
+            listener: ListenerConfig::default(),
+            upstream_idle_timeout: None,
+            overload: OverloadConfig::default(),
+            admission: admission(&OverloadConfig::default()),
+            auth: None,
+            rate_limits: crate::ratelimit::RateLimits::default(),
+            gateway: Arc::default(),
+            queues: std::sync::OnceLock::new(),
+            in_flight_share: std::sync::OnceLock::new(),
+            rng: Mutex::new(SmallRng::seed_from_u64(seed)),
+        }
+    }
+}
+
+impl Shared {
+    /// Sets the listener settings (body read timeouts; the default otherwise).
+    #[must_use]
+    pub fn with_listener(mut self, listener: ListenerConfig) -> Self {
+        self.listener = listener;
+        self
+    }
+
+    /// Sets the upstream body idle timeout (`0` = none, the default).
+    #[must_use]
+    pub fn with_upstream_idle_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.upstream_idle_timeout = (!timeout.is_zero()).then_some(timeout);
+        self
+    }
+
+    /// Sets the overload protection settings (the default otherwise).
+    #[must_use]
+    pub fn with_overload(mut self, overload: OverloadConfig) -> Self {
+        self.admission = admission(&overload);
+        self.overload = overload;
+        self
+    }
+
+    /// Turns on JWT authentication of `/v1/*` when `auth.jwksUri` is set (the key set is
+    /// fetched by [`crate::auth::Authenticator::run`]).
+    #[must_use]
+    pub fn with_auth(mut self, auth: &crate::auth::AuthConfig) -> Self {
+        self.auth = crate::auth::Authenticator::new(auth);
+        self
+    }
+
+    /// The random source of weighted route targets.
+    pub(crate) fn rng(&self) -> MutexGuard<'_, SmallRng> {
+        match self.rng.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+}
+
+fn admission(cfg: &OverloadConfig) -> Option<Arc<Semaphore>> {
+    (cfg.max_in_flight > 0).then(|| Arc::new(Semaphore::new(cfg.max_in_flight)))
+}
