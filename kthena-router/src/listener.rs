@@ -235,38 +235,12 @@ pub(crate) async fn serve<F, S>(
         + 'static,
     S::Future: Send + 'static,
 {
-    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(l.cfg.header_read_timeout);
-    if !l.cfg.tcp_keepalive.is_zero() {
-        builder
-            .http2()
-            .timer(TokioTimer::new())
-            .keep_alive_interval(l.cfg.tcp_keepalive);
-    }
-    let builder = Arc::new(builder);
+    let builder = Arc::new(conn_builder(&l.cfg));
     let permits = Arc::new(Semaphore::new(l.cfg.max_connections));
     let graceful = GracefulShutdown::new();
     loop {
-        let permit = match Arc::clone(&permits).try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                l.metrics.limit_reached(l.name);
-                tracing::warn!(
-                    listener = l.name,
-                    max_connections = l.cfg.max_connections,
-                    "Connection limit reached; new connections wait until one closes"
-                );
-                tokio::select! {
-                    () = cancel.cancelled() => break,
-                    p = Arc::clone(&permits).acquire_owned() => match p {
-                        Ok(p) => p,
-                        Err(_) => break,
-                    },
-                }
-            }
+        let Some(permit) = connection_slot(&permits, &l, &cancel).await else {
+            break;
         };
         let accepted = tokio::select! {
             () = cancel.cancelled() => break,
@@ -308,6 +282,45 @@ pub(crate) async fn serve<F, S>(
         .is_err()
     {
         tracing::warn!(drain = ?l.drain, "Connections still open after the drain timeout");
+    }
+}
+
+/// The HTTP/1 and HTTP/2 connection settings of a listener: the header read timeout, and
+/// HTTP/2 keepalive pings at the TCP keepalive interval (when it is set).
+fn conn_builder(cfg: &ListenerConfig) -> hyper_util::server::conn::auto::Builder<TokioExecutor> {
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(cfg.header_read_timeout);
+    if !cfg.tcp_keepalive.is_zero() {
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .keep_alive_interval(cfg.tcp_keepalive);
+    }
+    builder
+}
+
+/// A connection slot under `maxConnections`: at once when one is free, else (counted and
+/// logged) once a connection closes; `None` when `cancel` fires first.
+async fn connection_slot(
+    permits: &Arc<Semaphore>,
+    l: &Listener,
+    cancel: &CancellationToken,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    if let Ok(p) = Arc::clone(permits).try_acquire_owned() {
+        return Some(p);
+    }
+    l.metrics.limit_reached(l.name);
+    tracing::warn!(
+        listener = l.name,
+        max_connections = l.cfg.max_connections,
+        "Connection limit reached; new connections wait until one closes"
+    );
+    tokio::select! {
+        () = cancel.cancelled() => None,
+        p = Arc::clone(permits).acquire_owned() => p.ok(),
     }
 }
 

@@ -87,7 +87,8 @@ impl Overrides {
 /// validation.
 ///
 /// # Errors
-/// [`Error::ReadFile`], [`Error::Config`] or [`Error::Env`].
+/// [`Error::ReadFile`](crate::Error::ReadFile), [`Error::Config`](crate::Error::Config) or
+/// [`Error::Env`](crate::Error::Env).
 pub fn load_config(path: &Path, env: &dyn Env, overrides: Overrides) -> Result<Config> {
     let cfg = Config::load(path)?.apply_env(env)?;
     overrides.apply(cfg).validate(path)

@@ -2,7 +2,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -19,7 +19,6 @@ use tokio_util::task::TaskTracker;
 
 use crate::accesslog::AccessLog;
 use crate::config::Config;
-use crate::env::Env;
 use crate::discovery::{Loader, Snapshot};
 use crate::error::{Error, Result};
 use crate::listener::Listener;
