@@ -160,6 +160,9 @@ struct Inputs {
     warnings: Vec<crate::warnings::ConfigWarning>,
 }
 
+/// An endpoint with the labels ModelServers select it by.
+type Labelled<'a> = (Arc<Endpoint>, &'a BTreeMap<String, String>);
+
 /// How an invalid object is handled: a manifest file rejects the whole change, an object
 /// from the API server is skipped (logged) so the others keep serving.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -360,8 +363,7 @@ impl Loader {
         configs: &'a [EndpointConfig],
         on_invalid: OnInvalid,
         config_path: Option<&Path>,
-    ) -> Result<(Vec<(Arc<Endpoint>, &'a BTreeMap<String, String>)>, HashMap<String, Arc<Endpoint>>)>
-    {
+    ) -> Result<(Vec<Labelled<'a>>, HashMap<String, Arc<Endpoint>>)> {
         let mut endpoints = Vec::with_capacity(configs.len());
         let mut registry = HashMap::new();
         for ec in configs {
@@ -392,7 +394,7 @@ impl Loader {
     fn compile_servers(
         &mut self,
         sources: Vec<Sourced<ModelServer>>,
-        endpoints: &[(Arc<Endpoint>, &BTreeMap<String, String>)],
+        endpoints: &[Labelled<'_>],
         on_invalid: OnInvalid,
     ) -> Result<HashMap<String, Arc<Server>>> {
         let mut servers = HashMap::new();
