@@ -19,10 +19,10 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::accesslog::{AccessLog, Entry, EntryError};
+use crate::body::{BoxError, RespBody};
 use crate::error::Error;
 use crate::metrics::{Destination, Metrics, RequestRecord};
 use crate::openai::{ParsedRequest, estimate_tokens};
-use crate::body::{BoxError, RespBody};
 
 /// Per-request accounting: metrics, access log and scheduler completion, settled once.
 ///

@@ -11,9 +11,9 @@
 use http::{Response, StatusCode};
 use serde_json::{Value, json};
 
+use crate::body::{RespBody, full};
 use crate::discovery::Snapshot;
 use crate::endpoint::Endpoint;
-use crate::body::{RespBody, full};
 use crate::shared::Shared;
 
 fn answer(status: StatusCode, v: &Value) -> Response<RespBody> {

@@ -163,6 +163,9 @@ struct Inputs {
 /// An endpoint with the labels ModelServers select it by.
 type Labelled<'a> = (Arc<Endpoint>, &'a BTreeMap<String, String>);
 
+/// Endpoints by `namespace/name`.
+type Registry = HashMap<String, Arc<Endpoint>>;
+
 /// How an invalid object is handled: a manifest file rejects the whole change, an object
 /// from the API server is skipped (logged) so the others keep serving.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -363,7 +366,7 @@ impl Loader {
         configs: &'a [EndpointConfig],
         on_invalid: OnInvalid,
         config_path: Option<&Path>,
-    ) -> Result<(Vec<Labelled<'a>>, HashMap<String, Arc<Endpoint>>)> {
+    ) -> Result<(Vec<Labelled<'a>>, Registry)> {
         let mut endpoints = Vec::with_capacity(configs.len());
         let mut registry = HashMap::new();
         for ec in configs {
@@ -420,7 +423,7 @@ impl Loader {
 
     /// Replaces the endpoint registry; the scheduler forgets the endpoints that left (or
     /// were replaced by a changed one).
-    fn commit_endpoints(&mut self, registry: HashMap<String, Arc<Endpoint>>, scheduler: &Scheduler) {
+    fn commit_endpoints(&mut self, registry: Registry, scheduler: &Scheduler) {
         let removed: Vec<Arc<Endpoint>> = self
             .endpoints
             .iter()

@@ -221,7 +221,6 @@ impl SharedInFlight {
 mod tests {
     use std::collections::HashMap;
 
-    use super::*;
     use crate::config::redis_url_from_env;
 
     #[test]

@@ -181,7 +181,7 @@ impl KvLoader {
         let kc = &cfg.kv_cache;
         let (enabled, args) = index_args(&cfg.scheduler)?;
         let index = if enabled {
-            Some(self.index_for(index_key(kc, &args))?)
+            Some(self.index_for(&index_key(kc, &args))?)
         } else {
             None
         };
@@ -196,13 +196,13 @@ impl KvLoader {
     }
 
     /// The previous index when its key is the same, else a new one.
-    fn index_for(&self, key: IndexKey) -> Result<Arc<dyn KvIndex>, String> {
+    fn index_for(&self, key: &IndexKey) -> Result<Arc<dyn KvIndex>, String> {
         if let Some((k, idx)) = &self.index
-            && *k == key
+            && k == key
         {
             return Ok(Arc::clone(idx));
         }
-        Ok(match &key {
+        Ok(match key {
             IndexKey::Memory { block_size, cap } => Arc::new(
                 InMemoryKvIndex::new(*block_size, *cap)
                     .map_err(|e| format!("scheduler: kvcache-aware: {e}"))?,

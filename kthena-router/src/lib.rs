@@ -88,14 +88,15 @@ mod watch;
 
 pub use accesslog::{AccessLog, Entry as AccessLogEntry, EntryError as AccessLogError};
 pub use auth::AuthConfig;
+pub use body::{BoxError, RespBody};
 pub use config::{
     AccessLogConfig, AccessLogFormat, Config, DEFAULT_ATTEMPTS, EndpointConfig,
     EndpointPickerConfig, SchedulerConfig, Standalone, UNSUPPORTED_SECTIONS, resolve_address,
 };
-pub use duration::parse_go_duration;
-pub use env::{Env, ProcessEnv};
 pub use discovery::{Loader, Server, Snapshot, manifest_files};
+pub use duration::parse_go_duration;
 pub use endpoint::{DOWN_AFTER_FAILURES, Endpoint, EngineState};
+pub use env::{Env, ProcessEnv};
 pub use error::{Error, Result, Side, error_response, openai_error_body};
 pub use inflight::{ON_FLIGHT_KEY, SYNC_INTERVAL};
 pub use kthena_kvevents::{
@@ -105,34 +106,33 @@ pub use kv_cache::{KvLoader, KvState};
 pub use kv_config::{IndexBackend, KvCacheConfig, RedisConfig, TokenizerConfig};
 pub use kv_events::{Ingest, KvSource, REPLAY_TIMEOUT, replay, subscribe};
 pub use kv_metrics::{KvMetrics, TOKENIZE_BUCKETS};
-pub use kv_supervise::{SUPERVISE_INTERVAL, supervise};
 pub use kv_redis::{KEY_PREFIX, RedisKvIndex, block_key, kthena_block_hash, owner_of};
+pub use kv_supervise::{SUPERVISE_INTERVAL, supervise};
 pub use listener::{ListenerConfig, ListenerMetrics};
-pub use scrape::llamacpp::{LLAMACPP_PREFIX, llamacpp_sample};
 pub use metrics::{DURATION_BUCKETS, Destination, Metrics, RATIO_BUCKETS, RequestRecord};
 pub use openai::{
     Message, ParsedRequest, Prompt, ResponseProbe, UpstreamBody, Usage, estimate_tokens,
     parse_request, usage_of,
 };
 pub use overload::{Breaker, BreakerState, OverloadConfig, OverloadMetrics};
+pub use overrides::{Overrides, load_config};
 pub use pd::{Connector, PdEndpoint, PdLayout, PdMetrics};
 pub use plugin_metrics::{KVCACHE_BUCKETS, KvStage, PLUGIN_BUCKETS, PluginMetrics};
 pub use provider::{
     ALLOWED_HEADERS, ANTHROPIC_HEADERS, CREDENTIAL_LABEL, CredentialState, Provider,
     RESERVED_HEADERS, SecretSource, Secrets, read_secrets,
 };
-pub use body::{BoxError, RespBody};
 pub use proxy::ProxyBody;
 pub use queue::{FairnessConfig, QueueConfig, QueueMetrics, QueueMode, SessionBoostConfig};
 pub use route::{
     CompiledRoute, CompiledRule, MatchError, RouteMatch, RouteTable, StringMatcher, TargetRef,
 };
 pub use sched::build_scheduler;
+pub use scrape::llamacpp::{LLAMACPP_PREFIX, llamacpp_sample};
 pub use scrape::{
     EngineMetricNames, EngineSample, HttpClient, ModelList, SGLANG, VLLM, interval_mean_ms,
     names_for, parse_metrics, parse_models, scrape_all, scrape_endpoint,
 };
-pub use overrides::{Overrides, load_config};
 pub use server::{Router, run};
 pub use service::RouterService;
 pub use shared::Shared;

@@ -14,10 +14,10 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 
 use crate::accounting::Accounting;
+use crate::body::{RespBody, full};
 use crate::discovery::Server;
 use crate::endpoint::Endpoint;
 use crate::error::Error;
-use crate::body::{RespBody, full};
 use crate::shared::Shared;
 
 /// The header that names the endpoint (`name` or `namespace/name`) a load/unload call is

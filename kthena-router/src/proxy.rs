@@ -15,12 +15,11 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
 use crate::accounting::Accounting;
-use crate::body::{BoxError, RespBody};
+use crate::body::BoxError;
 use crate::openai::ResponseProbe;
 use crate::sse::SseFilter;
 

@@ -18,13 +18,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::accesslog::AccessLog;
+use crate::body::{RespBody, full};
 use crate::config::Config;
 use crate::discovery::{Loader, Snapshot};
 use crate::error::{Error, Result};
 use crate::listener::Listener;
 use crate::metrics::Metrics;
 use crate::overrides::Overrides;
-use crate::body::{RespBody, full};
 use crate::scrape::{HttpClient, scrape_all};
 use crate::service::RouterService;
 use crate::shared::Shared;

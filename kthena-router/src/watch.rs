@@ -12,8 +12,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::env::ProcessEnv;
 use crate::discovery::Loader;
+use crate::env::ProcessEnv;
 use crate::error::Result;
 use crate::overrides::{Overrides, load_config};
 use crate::shared::Shared;

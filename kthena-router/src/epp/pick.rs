@@ -12,12 +12,12 @@ use http_body_util::Full;
 use tower::util::BoxCloneSyncService;
 use tower::{Service, ServiceBuilder};
 
+use crate::body::{RespBody, full};
 use crate::error::Error;
 use crate::pipeline::{
     AdmitLayer, BoxFut, BoxHttp, ParseLayer, Parsed, Prefetched, QueueLayer, RateLimitLayer,
     RouteLayer, Routed, ScheduleLayer, Scheduled, TokenizeLayer, Tokens, ext, stage,
 };
-use crate::body::{RespBody, full};
 use crate::shared::Shared;
 
 /// The endpoints Envoy allows (`x-gateway-destination-endpoint-subset`).

@@ -27,6 +27,7 @@ use super::body::{self, Base};
 use super::metrics::{PdMetrics, Phase};
 use super::pairs::PdScheduled;
 use crate::accounting::{Accounting, SchedDone};
+use crate::body::{BoxError, RespBody, full};
 use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::overload::BreakerState;
@@ -34,7 +35,6 @@ use crate::pipeline::{
     Parsed, Prefetched, RequestId, Routed, Tokens, error_chain, ext, sched_request,
     stream_response, strip_hop_by_hop, upstream_headers,
 };
-use crate::body::{BoxError, RespBody, full};
 use crate::shared::Shared;
 
 /// Largest prefill answer read (it carries `kv_transfer_params`), bytes.

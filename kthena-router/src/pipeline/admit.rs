@@ -13,8 +13,8 @@ use tower::Service;
 
 use super::{Routed, ext, stage};
 use crate::accounting::Accounting;
-use crate::error::Error;
 use crate::body::RespBody;
+use crate::error::Error;
 use crate::shared::Shared;
 
 stage!(

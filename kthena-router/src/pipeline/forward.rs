@@ -18,13 +18,13 @@ use tokio::time::Instant;
 use super::schedule::sched_request;
 use super::{BoxFut, Parsed, Prefetched, RequestId, Routed, Scheduled, Tokens, ext};
 use crate::accounting::{Accounting, SchedDone};
+use crate::body::{RespBody, full};
+use crate::config::DEFAULT_ATTEMPTS;
 use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::openai::{ParsedRequest, UpstreamBody};
 use crate::overload::BreakerState;
-use crate::body::{RespBody, full};
 use crate::proxy::ProxyBody;
-use crate::config::DEFAULT_ATTEMPTS;
 use crate::shared::Shared;
 
 /// Largest upstream error body kept to pass on after the last attempt, in bytes.
@@ -100,7 +100,7 @@ impl Plan {
         let parsed = ext::<Parsed>(req, "parsed request")?;
         let routed = ext::<Routed>(req, "route match")?;
         let path = req.uri().path();
-        let body = routed.upstream_body(&parsed.req, &path);
+        let body = routed.upstream_body(&parsed.req, path);
         let request_id = ext::<RequestId>(req, "request id")?;
         Ok(Self {
             acct: ext::<Accounting>(req, "accounting")?,

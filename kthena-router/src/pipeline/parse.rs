@@ -15,10 +15,10 @@ use tower::{Layer, Service};
 
 use super::{BoxFut, Parsed};
 use crate::accounting::Accounting;
+use crate::body::{BoxError, RespBody};
 use crate::error::Error;
 use crate::listener::ListenerConfig;
 use crate::openai::parse_request;
-use crate::body::{BoxError, RespBody};
 use crate::shared::Shared;
 
 /// Reads and parses the body of the inference paths (`POST /v1/chat/completions`,

@@ -15,8 +15,8 @@ use tower::Service;
 use super::{Parsed, Routed, ext, stage};
 use crate::accounting::Accounting;
 use crate::auth::UserId;
-use crate::error::Error;
 use crate::body::RespBody;
+use crate::error::Error;
 use crate::queue::{Capacity, QueueConfig, Queues, Waiting};
 use crate::shared::Shared;
 

@@ -10,9 +10,9 @@ use tower::Service;
 
 use super::{Parsed, ext, stage};
 use crate::accounting::Accounting;
+use crate::body::RespBody;
 use crate::error::Error;
 use crate::openai::estimate_tokens;
-use crate::body::RespBody;
 use crate::shared::Shared;
 
 stage!(

@@ -8,9 +8,9 @@ use tower::Service;
 
 use super::{Parsed, Routed, ext, stage};
 use crate::accounting::Accounting;
+use crate::body::RespBody;
 use crate::error::Error;
 use crate::gateway::{CompiledListener, ListenerPort};
-use crate::body::RespBody;
 use crate::route::{MatchError, TargetRef};
 use crate::shared::Shared;
 

@@ -7,9 +7,9 @@ use kthena_sched::{Candidate, Request as SchedRequest};
 use tower::Service;
 
 use super::{Parsed, Prefetched, Routed, Scheduled, Tokens, ext, stage};
+use crate::body::RespBody;
 use crate::error::Error;
 use crate::openai::ParsedRequest;
-use crate::body::RespBody;
 use crate::shared::Shared;
 
 stage!(

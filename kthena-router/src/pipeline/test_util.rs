@@ -13,13 +13,13 @@ use tower::{Layer, ServiceExt};
 use super::{Parsed, RequestId, RouteLayer, Routed, Scheduled, Tokens};
 use crate::accesslog::{AccessLog, Entry};
 use crate::accounting::Accounting;
+use crate::body::{RespBody, full};
 use crate::config::{AccessLogConfig, Config, EndpointConfig};
 use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::openai::parse_request;
 use crate::overload::OverloadConfig;
-use crate::body::{RespBody, full};
 use crate::shared::Shared;
 
 /// What the recording service saw.

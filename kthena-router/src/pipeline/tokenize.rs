@@ -8,8 +8,8 @@ use tower::Service;
 
 use super::{Parsed, Routed, Tokens, ext, stage};
 use crate::accounting::Accounting;
-use crate::error::Error;
 use crate::body::RespBody;
+use crate::error::Error;
 use crate::kv_cache::TokenizeFor;
 use crate::shared::Shared;
 

@@ -18,9 +18,9 @@ use kthena_api::networking::ProviderType;
 
 use super::{ALLOWED_HEADERS, ANTHROPIC_HEADERS, Provider};
 use crate::accounting::Accounting;
+use crate::body::RespBody;
 use crate::error::Error;
 use crate::pipeline::{Parsed, RequestId, error_chain, ext, stream_response};
-use crate::body::RespBody;
 use crate::shared::Shared;
 
 type HttpsClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;

@@ -61,7 +61,7 @@ mod tests {
     use crate::scrape::{SGLANG, VLLM, parse_metrics};
 
     /// Captured from `llama-server --metrics` (llama.cpp 11434) after one chat request.
-    const SAMPLE: &str = include_str!("../tests/data/llamacpp-metrics.txt");
+    const SAMPLE: &str = include_str!("../../tests/data/llamacpp-metrics.txt");
 
     #[test]
     fn maps_real_llamacpp_output() {
