@@ -30,20 +30,17 @@ fn fresh(window: Duration, now: Duration, at: Duration) -> bool {
     at + window >= now
 }
 
-/// The best value recorded over the last `window` (Go `RmqRecordSlidingWindow`): a monotonic
-/// deque, so [`append`](Self::append) is amortised O(1) and [`best`](Self::best) O(1).
-///
-/// A zero-length window never answers (Go: `freshMilliseconds == 0` ⇒ not ok).
+/// The pool of both best-value windows: `(time, value)` pairs, oldest first, each beating
+/// every later one (a monotonic deque), so the front is the best value still fresh.
 #[derive(Clone, Debug)]
-pub struct RecordWindow {
+struct Monotonic {
     pool: VecDeque<(Duration, i32)>,
     window: Duration,
     best: Best,
 }
 
-impl RecordWindow {
-    /// An empty window of length `window` keeping the `best` value.
-    pub fn new(window: Duration, best: Best) -> Self {
+impl Monotonic {
+    fn new(window: Duration, best: Best) -> Self {
         Self {
             pool: VecDeque::new(),
             window,
@@ -51,6 +48,7 @@ impl RecordWindow {
         }
     }
 
+    /// Drops the pairs that are no longer fresh at `now`.
     fn expire(&mut self, now: Duration) {
         while let Some(&(at, _)) = self.pool.front() {
             if fresh(self.window, now, at) {
@@ -60,26 +58,50 @@ impl RecordWindow {
         }
     }
 
-    /// Records `value` at `now`.
-    pub fn append(&mut self, now: Duration, value: i32) {
-        self.expire(now);
+    /// Adds `value` stamped `at`, dropping the later pairs it is at least as good as.
+    fn push(&mut self, at: Duration, value: i32) {
         while let Some(&(_, back)) = self.pool.back() {
             if self.best.better(back, value) {
                 break;
             }
             self.pool.pop_back();
         }
-        self.pool.push_back((now, value));
+        self.pool.push_back((at, value));
+    }
+
+    /// The best pooled value (call [`expire`](Self::expire) first).
+    fn front(&self) -> Option<i32> {
+        self.pool.front().map(|&(_, v)| v)
+    }
+}
+
+/// The best value recorded over the last `window` (Go `RmqRecordSlidingWindow`): a monotonic
+/// deque, so [`append`](Self::append) is amortised O(1) and [`best`](Self::best) O(1).
+///
+/// A zero-length window never answers (Go: `freshMilliseconds == 0` ⇒ not ok).
+#[derive(Clone, Debug)]
+pub struct RecordWindow(Monotonic);
+
+impl RecordWindow {
+    /// An empty window of length `window` keeping the `best` value.
+    pub fn new(window: Duration, best: Best) -> Self {
+        Self(Monotonic::new(window, best))
+    }
+
+    /// Records `value` at `now`.
+    pub fn append(&mut self, now: Duration, value: i32) {
+        self.0.expire(now);
+        self.0.push(now, value);
     }
 
     /// The best value recorded within the window, `None` when the window is empty or has
     /// length zero.
     pub fn best(&mut self, now: Duration) -> Option<i32> {
-        self.expire(now);
-        if self.window.is_zero() {
+        self.0.expire(now);
+        if self.0.window.is_zero() {
             return None;
         }
-        self.pool.front().map(|&(_, v)| v)
+        self.0.front()
     }
 }
 
@@ -92,32 +114,23 @@ impl RecordWindow {
 /// the drifting value and the best pooled value. A zero-length window never answers.
 #[derive(Clone, Debug)]
 pub struct LineChartWindow {
-    pool: VecDeque<(Duration, i32)>,
-    window: Duration,
+    pool: Monotonic,
     drifting: Option<(Duration, i32)>,
-    best: Best,
 }
 
 impl LineChartWindow {
     /// An empty window of length `window` keeping the `best` value.
     pub fn new(window: Duration, best: Best) -> Self {
         Self {
-            pool: VecDeque::new(),
-            window,
+            pool: Monotonic::new(window, best),
             drifting: None,
-            best,
         }
     }
 
     fn expire(&mut self, now: Duration) {
-        while let Some(&(at, _)) = self.pool.front() {
-            if fresh(self.window, now, at) {
-                break;
-            }
-            self.pool.pop_front();
-        }
+        self.pool.expire(now);
         if let Some((at, _)) = self.drifting
-            && !fresh(self.window * 2, now, at)
+            && !fresh(self.pool.window * 2, now, at)
         {
             self.drifting = None;
         }
@@ -127,13 +140,7 @@ impl LineChartWindow {
     pub fn append(&mut self, now: Duration, value: i32) {
         self.expire(now);
         if let Some((_, drift)) = self.drifting {
-            while let Some(&(_, back)) = self.pool.back() {
-                if self.best.better(back, drift) {
-                    break;
-                }
-                self.pool.pop_back();
-            }
-            self.pool.push_back((now, drift));
+            self.pool.push(now, drift);
         }
         self.drifting = Some((now, value));
     }
@@ -141,18 +148,19 @@ impl LineChartWindow {
     /// The best of `current`, the drifting value and the pooled values within the window;
     /// `None` only for a zero-length window.
     pub fn best(&mut self, now: Duration, current: i32) -> Option<i32> {
-        if self.window.is_zero() {
+        if self.pool.window.is_zero() {
             return None;
         }
         self.expire(now);
+        let best = self.pool.best;
         let mut value = current;
         if let Some((_, drift)) = self.drifting
-            && self.best.better(drift, value)
+            && best.better(drift, value)
         {
             value = drift;
         }
-        if let Some(&(_, front)) = self.pool.front()
-            && self.best.better(front, value)
+        if let Some(front) = self.pool.front()
+            && best.better(front, value)
         {
             value = front;
         }

@@ -169,6 +169,35 @@ pub enum Error {
     /// A generated object does not decode (a worker `config` that is not an object, ...).
     #[error("generating the ModelServing: {0}")]
     Template(String),
+    /// An AutoscalingPolicy the scaling math cannot use (an unparsable duration, quantity or
+    /// ratio, a ratio constraint on an unknown role).
+    #[error(transparent)]
+    Autoscale(#[from] kthena_autoscale::Error),
+    /// An autoscaling `targetRef.kind` other than empty or `ModelServing` (the kind as
+    /// written, `None` when unset).
+    #[error("kind {0:?} is not ModelServing")]
+    TargetKind(Option<String>),
+    /// An autoscaling `targetRef` without a name.
+    #[error("targetRef.name is empty")]
+    TargetNameEmpty,
+    /// The ModelServing an AutoscalingPolicy targets does not exist.
+    #[error("ModelServing {namespace}/{name} not found")]
+    TargetNotFound {
+        /// Namespace of the target.
+        namespace: String,
+        /// Name of the target.
+        name: String,
+    },
+    /// A role of a disaggregated AutoscalingPolicy is not a role of its ModelServing.
+    #[error("ModelServing {namespace}/{name} has no role {role}")]
+    TargetRoleMissing {
+        /// Namespace of the target.
+        namespace: String,
+        /// Name of the target.
+        name: String,
+        /// The role the policy names.
+        role: String,
+    },
     /// A reconcile's API calls did not finish in time; retried.
     #[error("reconcile timed out after {0:?}")]
     Timeout(std::time::Duration),

@@ -4,91 +4,41 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kthena_api::AutoscalingPolicy;
-use kthena_api::workload::{AutoscalingPolicyStatus, TargetScalingStatus};
-use kthena_autoscale::{Optimizer, PodHistograms, TargetObservation};
+use kthena_api::workload::HeterogeneousTarget;
+use kthena_autoscale::{Optimizer, TargetObservation};
 use kube::ResourceExt as _;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 use super::collect::{HttpClient, collect};
-use super::{Outcome, kept_state, key, target};
-use crate::names::{ENTRY_LABEL, NAME_LABEL};
-
-/// The state kept for one heterogeneous policy.
-pub(super) struct HeteroState {
-    generation: Option<i64>,
-    optimizer: Optimizer,
-    histograms: PodHistograms,
-}
-
-/// One target's part of a decision, for the status.
-#[derive(Debug)]
-pub(super) struct TargetPart {
-    name: String,
-    current: i32,
-    replicas: i32,
-}
-
-fn state_for<'a>(
-    states: &'a mut HashMap<String, HeteroState>,
-    policy: &AutoscalingPolicy,
-) -> kthena_autoscale::Result<&'a mut HeteroState> {
-    kept_state(
-        states,
-        policy,
-        |s| s.generation,
-        || {
-            Ok(HeteroState {
-                generation: policy.metadata.generation,
-                optimizer: kthena_autoscale::optimizer_from_api(policy)?,
-                histograms: PodHistograms::new(),
-            })
-        },
-    )
-}
+use super::outcome::{Outcome, TargetPart, entry_pods, target};
+use super::state::{Kept, kept, key};
+use crate::error::kube_err;
 
 /// One round of a heterogeneous policy: each target's metrics (its entry pods and sources),
 /// the optimizer, then a merge patch of `spec.replicas` on every target whose share changed.
+///
+/// # Errors
+/// The outcome of a round that made no decision: an invalid target, an unusable policy or a
+/// failed API call.
 pub(super) async fn heterogeneous(
     client: &kube::Client,
     http: &HttpClient,
-    states: &mut HashMap<String, HeteroState>,
+    states: &mut HashMap<String, Kept<Optimizer>>,
     policy: &AutoscalingPolicy,
+    h: &HeterogeneousTarget,
     now: Duration,
-) -> Outcome {
-    let Some(h) = &policy.spec.heterogeneous_target else {
-        return Outcome::Failed("no heterogeneous target".to_owned());
-    };
+) -> Result<Outcome, Outcome> {
     let mut targets = Vec::with_capacity(h.params.len());
     for p in &h.params {
-        match target(client, policy, &p.target.target_ref).await {
-            Ok(t) => targets.push(t),
-            Err(outcome) => return outcome,
-        }
+        targets.push(target(client, policy, &p.target.target_ref).await?);
     }
-    let metric_targets =
-        match kthena_autoscale::metric_targets("spec.metrics", &policy.spec.metrics) {
-            Ok(t) => t,
-            Err(e) => return Outcome::Failed(e.to_string()),
-        };
-    let state = match state_for(states, policy) {
-        Ok(s) => s,
-        Err(e) => return Outcome::Failed(e.to_string()),
-    };
+    let metric_targets = kthena_autoscale::metric_targets("spec.metrics", &policy.spec.metrics)?;
+    let state = kept(states, policy, kthena_autoscale::optimizer_from_api)?;
     let mut observed = Vec::with_capacity(targets.len());
     for ((_, ms), p) in targets.iter().zip(&h.params) {
-        let (ns, name) = (ms.namespace().unwrap_or_default(), ms.name_any());
-        let selector = format!("{NAME_LABEL}={name},{ENTRY_LABEL}=true");
-        let pods = match Api::<Pod>::namespaced(client.clone(), &ns)
-            .list(&ListParams::default().labels(&selector))
-            .await
-        {
-            Ok(l) => l.items,
-            Err(e) => return Outcome::Failed(e.to_string()),
-        };
+        let pods = entry_pods(client, ms).await?;
         let c = collect(
             http,
             &mut state.histograms,
@@ -106,24 +56,21 @@ pub(super) async fn heterogeneous(
     }
     let tolerance = kthena_autoscale::tolerance_from_api(policy);
     let Some(d) = state
-        .optimizer
+        .scaler
         .scale(now, tolerance, &metric_targets, &observed)
     else {
         tracing::info!(policy = %key(policy), "No metric value; skipping this round");
-        return Outcome::HeteroSkipped;
+        return Ok(Outcome::HeteroSkipped);
     };
     tracing::info!(policy = %key(policy), recommended = d.total.recommended, corrected = d.total.corrected, replicas = ?d.replicas, "Heterogeneous autoscaling decision");
     let mut parts = Vec::with_capacity(targets.len());
     for (((api, ms), obs), &replicas) in targets.iter().zip(&observed).zip(&d.replicas) {
-        let name = ms.name_any();
+        let (ns, name) = (ms.namespace().unwrap_or_default(), ms.name_any());
         if replicas != obs.current {
             let patch = json!({"spec": {"replicas": replicas}});
-            if let Err(e) = api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
-            {
-                return Outcome::Failed(e.to_string());
-            }
+                .map_err(kube_err(format!("scaling ModelServing {ns}/{name}")))?;
         }
         parts.push(TargetPart {
             name,
@@ -131,35 +78,5 @@ pub(super) async fn heterogeneous(
             replicas,
         });
     }
-    Outcome::Hetero(parts, d.total.mode)
-}
-
-/// `heterogeneousStatus` (declared by Go, never written there): per target its current
-/// replicas, its share of the decision and the mode of the total.
-pub(super) fn hetero_status(
-    old: &AutoscalingPolicyStatus,
-    parts: &[TargetPart],
-    mode: kthena_autoscale::Mode,
-) -> Vec<TargetScalingStatus> {
-    let last = |name: &str| {
-        old.heterogeneous_status
-            .iter()
-            .find(|s| s.name.as_deref() == Some(name))?
-            .last_scale_time
-            .clone()
-    };
-    parts
-        .iter()
-        .map(|p| TargetScalingStatus {
-            name: Some(p.name.clone()),
-            current_replicas: p.current,
-            desired_replicas: p.replicas,
-            mode: Some(mode.as_str().to_owned()),
-            last_scale_time: if p.replicas != p.current {
-                Some(Time(k8s_openapi::jiff::Timestamp::now()))
-            } else {
-                last(&p.name)
-            },
-        })
-        .collect()
+    Ok(Outcome::Hetero(parts, d.total.mode))
 }

@@ -1,0 +1,245 @@
+//! The AutoscalingPolicy status after a round: conditions `Ready` and `TargetFound` (Go's
+//! reasons and messages) and the per-target scaling status of each kind of target.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kthena_api::AutoscalingPolicy;
+use kthena_api::workload::{
+    AutoscalingPolicyStatus, DisaggregatedStatus, RatioStatus, TargetScalingStatus,
+};
+use kthena_autoscale::{Mode, RolesDecision};
+use kube::Client;
+use kube::ResourceExt as _;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use super::outcome::{Outcome, TargetPart};
+use super::state::key;
+use crate::error::{Result, kube_err};
+use crate::status::set_condition;
+
+const SERVING_FOUND: &str = "target model serving found";
+const SERVINGS_FOUND: &str = "target model servings found";
+const ROLES_FOUND: &str = "target model serving and roles found";
+const KEPT: &str = "no metric value this round; replicas kept";
+
+/// One condition's `(status, reason, message)`.
+type Verdict = (bool, &'static str, String);
+
+/// `Ready=True/Reconciled` with `message`, `TargetFound=True/TargetFound` with `found`.
+fn reconciled(message: &str, found: &str) -> (Verdict, Verdict) {
+    (
+        (true, "Reconciled", message.to_owned()),
+        (true, "TargetFound", found.to_owned()),
+    )
+}
+
+/// Writes the status `outcome` leads to, when it differs from the stored one, as
+/// `field_manager`.
+///
+/// # Errors
+/// [`crate::Error::Kube`] when the status patch fails.
+pub(super) async fn write_status(
+    client: &Client,
+    field_manager: &str,
+    policy: &AutoscalingPolicy,
+    outcome: Outcome,
+) -> Result<()> {
+    let st = next_status(policy, outcome);
+    if policy.status.as_ref() == Some(&st) {
+        return Ok(());
+    }
+    let ns = policy.namespace().unwrap_or_default();
+    let api: Api<AutoscalingPolicy> = Api::namespaced(client.clone(), &ns);
+    let pp = PatchParams {
+        field_manager: Some(field_manager.to_owned()),
+        ..PatchParams::default()
+    };
+    api.patch_status(
+        &policy.name_any(),
+        &pp,
+        &Patch::Merge(&json!({"status": st})),
+    )
+    .await
+    .map_err(kube_err(format!(
+        "writing the status of AutoscalingPolicy {}",
+        key(policy)
+    )))?;
+    Ok(())
+}
+
+/// The new status: `observedGeneration`, the conditions, and the scaling status of the
+/// target kind the outcome is about (`homogeneousStatus`, `heterogeneousStatus`,
+/// `disaggregatedStatus`); a round without a decision keeps the last decision's fields.
+fn next_status(policy: &AutoscalingPolicy, outcome: Outcome) -> AutoscalingPolicyStatus {
+    let g = policy.metadata.generation;
+    let old = policy.status.clone().unwrap_or_default();
+    let mut st = AutoscalingPolicyStatus {
+        observed_generation: g,
+        ..old.clone()
+    };
+    let (ready, found) = match outcome {
+        Outcome::Decided {
+            target,
+            decision,
+            scaled,
+        } => {
+            let last = old
+                .homogeneous_status
+                .as_ref()
+                .and_then(|s| s.last_scale_time.clone());
+            st.homogeneous_status = Some(scaling_status(
+                target,
+                (decision.current, decision.recommended),
+                decision.mode,
+                scaled,
+                last,
+            ));
+            reconciled("homogeneous autoscaling policy reconciled", SERVING_FOUND)
+        }
+        Outcome::Skipped { target, current } => {
+            let mut status = old.homogeneous_status.unwrap_or_default();
+            status.name = Some(target);
+            status.current_replicas = current;
+            st.homogeneous_status = Some(status);
+            reconciled(KEPT, SERVING_FOUND)
+        }
+        Outcome::Roles(d) => {
+            st.disaggregated_status = Some(roles_status(policy, &old, &d));
+            reconciled("disaggregated autoscaling policy reconciled", ROLES_FOUND)
+        }
+        Outcome::Hetero(parts, mode) => {
+            st.heterogeneous_status = hetero_status(&old, &parts, mode);
+            reconciled("heterogeneous autoscaling policy reconciled", SERVINGS_FOUND)
+        }
+        Outcome::HeteroSkipped => reconciled(KEPT, SERVINGS_FOUND),
+        Outcome::RolesSkipped => reconciled(
+            "a role has no metric value this round; replicas kept",
+            ROLES_FOUND,
+        ),
+        Outcome::TargetInvalid(e) => (
+            (false, "ReconcileFailed", e.to_string()),
+            (false, "TargetInvalid", e.to_string()),
+        ),
+        Outcome::Failed(e) => (
+            (false, "ReconcileFailed", e.to_string()),
+            (true, "TargetFound", SERVING_FOUND.to_owned()),
+        ),
+    };
+    for (type_, (ok, reason, message)) in [("Ready", ready), ("TargetFound", found)] {
+        set_condition(
+            &mut st.conditions,
+            condition(type_, ok, reason, &message, g),
+        );
+    }
+    st
+}
+
+fn condition(
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) -> Condition {
+    Condition {
+        type_: type_.to_owned(),
+        status: if ok { "True" } else { "False" }.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        observed_generation: generation,
+        last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
+    }
+}
+
+/// One target's (or role's) scaling status: `(current, desired)` replicas, the mode, and
+/// `lastScaleTime` now when its replicas `changed`, else `last`.
+fn scaling_status(
+    name: String,
+    (current, desired): (i32, i32),
+    mode: Mode,
+    changed: bool,
+    last: Option<Time>,
+) -> TargetScalingStatus {
+    TargetScalingStatus {
+        name: Some(name),
+        current_replicas: current,
+        desired_replicas: desired,
+        mode: Some(mode.as_str().to_owned()),
+        last_scale_time: if changed {
+            Some(Time(k8s_openapi::jiff::Timestamp::now()))
+        } else {
+            last
+        },
+    }
+}
+
+/// `lastScaleTime` of the entry named `name` in `statuses`.
+fn last_scale_time(statuses: &[TargetScalingStatus], name: &str) -> Option<Time> {
+    statuses
+        .iter()
+        .find(|s| s.name.as_deref() == Some(name))?
+        .last_scale_time
+        .clone()
+}
+
+/// `heterogeneousStatus` (declared by Go, never written there): per target its current
+/// replicas, its share of the decision and the mode of the total.
+fn hetero_status(
+    old: &AutoscalingPolicyStatus,
+    parts: &[TargetPart],
+    mode: Mode,
+) -> Vec<TargetScalingStatus> {
+    parts
+        .iter()
+        .map(|p| {
+            scaling_status(
+                p.name.clone(),
+                (p.current, p.replicas),
+                mode,
+                p.replicas != p.current,
+                last_scale_time(&old.heterogeneous_status, &p.name),
+            )
+        })
+        .collect()
+}
+
+/// `disaggregatedStatus` after a decision (Go: `desiredReplicas` is the recommendation,
+/// `lastScaleTime` is set when the final replicas differ from the current ones).
+fn roles_status(
+    policy: &AutoscalingPolicy,
+    old: &AutoscalingPolicyStatus,
+    decision: &RolesDecision,
+) -> DisaggregatedStatus {
+    let old_roles = old
+        .disaggregated_status
+        .as_ref()
+        .map(|d| d.roles.as_slice())
+        .unwrap_or_default();
+    let roles = decision
+        .roles
+        .iter()
+        .map(|r| {
+            scaling_status(
+                r.name.clone(),
+                (r.current, r.recommended),
+                r.mode,
+                r.replicas != r.current,
+                last_scale_time(old_roles, &r.name),
+            )
+        })
+        .collect();
+    let constraint = policy
+        .spec
+        .disaggregated_target
+        .as_ref()
+        .and_then(|d| d.ratio_constraint.as_ref());
+    DisaggregatedStatus {
+        roles,
+        ratio_status: constraint.map(|c| RatioStatus {
+            numerator_role: c.numerator_role.clone(),
+            denominator_role: c.denominator_role.clone(),
+            current_ratio: decision.current_ratio.clone(),
+        }),
+        ratio_adjusted: constraint.map(|_| decision.ratio_adjusted),
+    }
+}
