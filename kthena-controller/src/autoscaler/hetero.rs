@@ -14,14 +14,14 @@ use serde_json::json;
 use super::collect::{HttpClient, collect};
 use super::outcome::{Outcome, TargetPart, entry_pods, target};
 use super::state::{Kept, kept, key};
-use crate::error::kube_err;
+use crate::error::{Result, kube_err};
 
 /// One round of a heterogeneous policy: each target's metrics (its entry pods and sources),
 /// the optimizer, then a merge patch of `spec.replicas` on every target whose share changed.
 ///
 /// # Errors
-/// The outcome of a round that made no decision: an invalid target, an unusable policy or a
-/// failed API call.
+/// An invalid target ([`Outcome::from_error`] tells), a policy the math cannot use
+/// ([`crate::Error::Autoscale`]), a failed API call ([`crate::Error::Kube`]).
 pub(super) async fn heterogeneous(
     client: &kube::Client,
     http: &HttpClient,
@@ -29,7 +29,7 @@ pub(super) async fn heterogeneous(
     policy: &AutoscalingPolicy,
     h: &HeterogeneousTarget,
     now: Duration,
-) -> Result<Outcome, Outcome> {
+) -> Result<Outcome> {
     let mut targets = Vec::with_capacity(h.params.len());
     for p in &h.params {
         targets.push(target(client, policy, &p.target.target_ref).await?);

@@ -13,14 +13,14 @@ use serde_json::json;
 use super::collect::{HttpClient, collect};
 use super::outcome::{Outcome, entry_pods, target};
 use super::state::{Kept, kept, key};
-use crate::error::kube_err;
+use crate::error::{Result, kube_err};
 
 /// One round of a homogeneous policy: the target's metrics (its entry pods and sources), the
 /// scaler, then a merge patch of `spec.replicas` when the decision differs from it.
 ///
 /// # Errors
-/// The outcome of a round that made no decision: an invalid target, an unusable policy or a
-/// failed API call.
+/// An invalid target ([`Outcome::from_error`] tells), a policy the math cannot use
+/// ([`crate::Error::Autoscale`]), a failed API call ([`crate::Error::Kube`]).
 pub(super) async fn homogeneous(
     client: &kube::Client,
     http: &HttpClient,
@@ -28,7 +28,7 @@ pub(super) async fn homogeneous(
     policy: &AutoscalingPolicy,
     h: &HomogeneousTarget,
     now: Duration,
-) -> Result<Outcome, Outcome> {
+) -> Result<Outcome> {
     let (ms_api, ms) = target(client, policy, &h.target.target_ref).await?;
     let (ns, name) = (ms.namespace().unwrap_or_default(), ms.name_any());
     let current = ms.spec.replicas.unwrap_or(1);

@@ -22,6 +22,7 @@ use kube::api::{Api, ListParams};
 
 use crate::error::{Result, kube_err};
 use collect::HttpClient;
+use outcome::Outcome;
 use state::{States, key};
 
 /// Go's default `--autoscaling-sync-period-seconds`.
@@ -105,7 +106,7 @@ async fn round(
         } else {
             continue;
         };
-        let outcome = outcome.unwrap_or_else(|o| o);
+        let outcome = outcome.unwrap_or_else(Outcome::from_error);
         if let Err(e) = status::write_status(client, &config.field_manager, policy, outcome).await {
             tracing::warn!(policy = %key(policy), error = %e, "Writing the policy status failed");
         }

@@ -43,17 +43,17 @@ pub(super) enum Outcome {
     Failed(Error),
 }
 
-impl From<Error> for Outcome {
-    /// A failed round; invalid targets are reported by [`target`] as
-    /// [`Outcome::TargetInvalid`] instead.
-    fn from(e: Error) -> Self {
-        Self::Failed(e)
-    }
-}
-
-impl From<kthena_autoscale::Error> for Outcome {
-    fn from(e: kthena_autoscale::Error) -> Self {
-        Self::Failed(e.into())
+impl Outcome {
+    /// The outcome of a round that stopped at `e`: [`Outcome::TargetInvalid`] for a target
+    /// that is missing or invalid, else [`Outcome::Failed`].
+    pub(super) fn from_error(e: Error) -> Self {
+        match e {
+            Error::TargetKind(_)
+            | Error::TargetNameEmpty
+            | Error::TargetNotFound { .. }
+            | Error::TargetRoleMissing { .. } => Self::TargetInvalid(e),
+            e => Self::Failed(e),
+        }
     }
 }
 
@@ -72,18 +72,18 @@ pub(super) struct TargetPart {
 /// policy's) and the API of its namespace.
 ///
 /// # Errors
-/// [`Outcome::TargetInvalid`] for another kind, an empty name or a missing ModelServing;
-/// [`Outcome::Failed`] when the API call fails.
+/// [`Error::TargetKind`], [`Error::TargetNameEmpty`], [`Error::TargetNotFound`];
+/// [`Error::Kube`] when the API call fails.
 pub(super) async fn target(
     client: &Client,
     policy: &AutoscalingPolicy,
     r: &ObjectReference,
-) -> Result<(Api<ModelServing>, ModelServing), Outcome> {
+) -> Result<(Api<ModelServing>, ModelServing), Error> {
     if !matches!(r.kind.as_deref(), None | Some("" | "ModelServing")) {
-        return Err(Outcome::TargetInvalid(Error::TargetKind(r.kind.clone())));
+        return Err(Error::TargetKind(r.kind.clone()));
     }
     let Some(name) = r.name.as_deref().filter(|n| !n.is_empty()) else {
-        return Err(Outcome::TargetInvalid(Error::TargetNameEmpty));
+        return Err(Error::TargetNameEmpty);
     };
     let ns = r
         .namespace
@@ -93,11 +93,11 @@ pub(super) async fn target(
     let api: Api<ModelServing> = Api::namespaced(client.clone(), &ns);
     match api.get_opt(name).await {
         Ok(Some(ms)) => Ok((api, ms)),
-        Ok(None) => Err(Outcome::TargetInvalid(Error::TargetNotFound {
+        Ok(None) => Err(Error::TargetNotFound {
             namespace: ns,
             name: name.to_owned(),
-        })),
-        Err(e) => Err(kube_err(format!("reading ModelServing {ns}/{name}"))(e).into()),
+        }),
+        Err(e) => Err(kube_err(format!("reading ModelServing {ns}/{name}"))(e)),
     }
 }
 

@@ -17,7 +17,7 @@ use serde_json::json;
 use super::collect::{HttpClient, collect};
 use super::outcome::{Outcome, entry_pods, target};
 use super::state::{Kept, kept, key};
-use crate::error::{Error, kube_err};
+use crate::error::{Error, Result, kube_err};
 use crate::names::ROLE_LABEL;
 
 /// One round of a disaggregated policy: per-role metrics (entry pods of the role), the
@@ -25,8 +25,8 @@ use crate::names::ROLE_LABEL;
 /// `test` of the role's name, as Go).
 ///
 /// # Errors
-/// The outcome of a round that made no decision: an invalid target or role, an unusable
-/// policy or a failed API call.
+/// An invalid target or role ([`Outcome::from_error`] tells), a policy the math cannot use
+/// ([`crate::Error::Autoscale`]), a failed API call ([`crate::Error::Kube`]).
 pub(super) async fn disaggregated(
     client: &kube::Client,
     http: &HttpClient,
@@ -34,7 +34,7 @@ pub(super) async fn disaggregated(
     policy: &AutoscalingPolicy,
     d: &DisaggregatedTarget,
     now: Duration,
-) -> Result<Outcome, Outcome> {
+) -> Result<Outcome> {
     let (api, ms) = target(client, policy, &d.target_ref).await?;
     let (ns, name) = (ms.namespace().unwrap_or_default(), ms.name_any());
     let index: BTreeMap<&str, usize> = ms
@@ -46,11 +46,11 @@ pub(super) async fn disaggregated(
         .map(|(i, r)| (r.name.as_str(), i))
         .collect();
     if let Some(missing) = d.roles.keys().find(|r| !index.contains_key(r.as_str())) {
-        return Err(Outcome::TargetInvalid(Error::TargetRoleMissing {
+        return Err(Error::TargetRoleMissing {
             namespace: ns,
             name,
             role: missing.clone(),
-        }));
+        });
     }
     let state = kept(states, policy, kthena_autoscale::roles_scaler_from_api)?;
     let pods = entry_pods(client, &ms).await?;
