@@ -67,7 +67,10 @@ async fn desired(
             .is_some_and(|h| h.desired_replicas == want)
     })
     .await?;
-    let h = st.homogeneous_status.clone().context("no homogeneous status")?;
+    let h = st
+        .homogeneous_status
+        .clone()
+        .context("no homogeneous status")?;
     Ok((st, h))
 }
 
@@ -86,7 +89,10 @@ fn assert_one_step_down(samples: &Samples<i32>, from: i32, to: i32) -> Result<()
         .with_context(|| format!("never scaled down: {values:?}"))?;
     assert!(first >= 4, "scaled down before the window: {values:?}");
     assert!(values[..first].iter().all(|&r| r == from), "{values:?}");
-    assert!(values[first..].iter().all(|&r| r == to), "flapping: {values:?}");
+    assert!(
+        values[first..].iter().all(|&r| r == to),
+        "flapping: {values:?}"
+    );
     Ok(())
 }
 
@@ -180,7 +186,14 @@ async fn a_metrics_endpoint_that_fails_or_answers_garbage_never_scales() -> Resu
     let conditions: Vec<_> = st
         .conditions
         .iter()
-        .map(|c| (c.type_.as_str(), c.status.as_str(), c.reason.as_str(), &*c.message))
+        .map(|c| {
+            (
+                c.type_.as_str(),
+                c.status.as_str(),
+                c.reason.as_str(),
+                &*c.message,
+            )
+        })
         .collect();
     let missing = format!("ModelServing {}/ghost not found", ns.name());
     assert_eq!(
@@ -243,7 +256,10 @@ async fn a_disaggregated_target_behind_the_router_keeps_the_role_ratio_at_every_
     let reached = samples
         .first(&(2, 4))
         .with_context(|| format!("never reached prefill 2, decode 4: {values:?}"))?;
-    assert!(reached <= SYNC * 2 + SLACK + Duration::from_secs(1), "{samples:?}");
+    assert!(
+        reached <= SYNC * 2 + SLACK + Duration::from_secs(1),
+        "{samples:?}"
+    );
     assert_eq!(values.last(), Some(&(2, 4)), "{values:?}");
     let st = status_where(ns, "pd-policy", |st| st.disaggregated_status.is_some()).await?;
     let d = st.disaggregated_status.context("no disaggregated status")?;

@@ -14,7 +14,7 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kthena_api::{ModelServing, Object, load_file};
-use kthena_controller::{Config, LEASE_NAME, LeaderElection, run, run_leader_elected};
+use kthena_controller::{Config, LEASE_NAME, LeaderElection, run_leader_elected};
 use kthena_sim::node::{NodeConfig, SimNode};
 use kthena_testenv::TestNamespace;
 use kube::ResourceExt as _;

@@ -93,7 +93,9 @@ pub(super) async fn disaggregated(
     if !patch.0.is_empty() {
         api.patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
             .await
-            .map_err(kube_err(format!("scaling the roles of ModelServing {ns}/{name}")))?;
+            .map_err(kube_err(format!(
+                "scaling the roles of ModelServing {ns}/{name}"
+            )))?;
     }
     Ok(Outcome::Roles(decision))
 }

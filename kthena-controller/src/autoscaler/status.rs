@@ -109,7 +109,10 @@ fn next_status(policy: &AutoscalingPolicy, outcome: Outcome) -> AutoscalingPolic
         }
         Outcome::Hetero(parts, mode) => {
             st.heterogeneous_status = hetero_status(&old, &parts, mode);
-            reconciled("heterogeneous autoscaling policy reconciled", SERVINGS_FOUND)
+            reconciled(
+                "heterogeneous autoscaling policy reconciled",
+                SERVINGS_FOUND,
+            )
         }
         Outcome::HeteroSkipped => reconciled(KEPT, SERVINGS_FOUND),
         Outcome::RolesSkipped => reconciled(

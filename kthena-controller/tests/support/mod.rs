@@ -67,7 +67,11 @@ pub(crate) async fn setup(prefix: &str, controllers: Controllers) -> Result<Env>
         Controllers::Autoscaler(sync) => {
             tasks.spawn(run(ns.client().clone(), config, std::future::pending()));
             let client = ns.client().clone();
-            tasks.spawn(run_autoscaler(client, autoscaler(sync), std::future::pending()));
+            tasks.spawn(run_autoscaler(
+                client,
+                autoscaler(sync),
+                std::future::pending(),
+            ));
         }
         Controllers::LeaderElected(sync) => {
             config.autoscaler = Some(autoscaler(sync));
@@ -111,7 +115,13 @@ pub(crate) fn http() -> Client {
 
 /// Sends `req` and reads the whole answer body, whatever its status.
 pub(crate) async fn body_of(req: http::Request<Full<Bytes>>) -> Result<Bytes> {
-    Ok(http().request(req).await?.into_body().collect().await?.to_bytes())
+    Ok(http()
+        .request(req)
+        .await?
+        .into_body()
+        .collect()
+        .await?
+        .to_bytes())
 }
 
 /// Polls `check` (every 100 ms) until it returns `Some`, or fails after [`WAIT`].

@@ -87,4 +87,3 @@ pub(crate) async fn prom_value(url: &str, query: &str) -> Result<f64> {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0.0))
 }
-

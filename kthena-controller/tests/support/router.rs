@@ -67,7 +67,10 @@ pub(crate) async fn cluster_router(
     let addr = router.addr.to_string();
     eventually("the router routing model m", || async {
         let body = json!({"model": "m", "prompt": "hi", "max_tokens": 1});
-        Ok(completion(&addr, &body).await.is_ok_and(|s| s == 200).then_some(()))
+        Ok(completion(&addr, &body)
+            .await
+            .is_ok_and(|s| s == 200)
+            .then_some(()))
     })
     .await?;
     Ok(router)
