@@ -153,40 +153,6 @@ async fn client(args: &Args) -> anyhow::Result<kube::Client> {
     )
 }
 
-/// `fut`, or a future that never completes when there is none (a server or controller that
-/// is not enabled).
-async fn or_pending(fut: Option<impl Future<Output = ()>>) {
-    match fut {
-        Some(f) => f.await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The ModelServing controller (under leader election when asked for) until Ctrl-C; with
-/// `modelserving` disabled, only waits for Ctrl-C.
-async fn controllers(
-    modelserving: bool,
-    client: kube::Client,
-    config: Config,
-    election: Option<LeaderElection>,
-) -> anyhow::Result<()> {
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    if !modelserving {
-        tracing::warn!("the modelserving controller is disabled");
-        shutdown.await;
-        return Ok(());
-    }
-    match election {
-        Some(election) => {
-            kthena_controller::run_leader_elected(client, config, election, shutdown).await?;
-        }
-        None => kthena_controller::run(client, config, shutdown).await,
-    }
-    Ok(())
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -202,6 +168,12 @@ async fn main() -> anyhow::Result<()> {
     let webhooks = match args.enable_webhook {
         true => Some(webhook(&args, &client).await?),
         false => None,
+    };
+    let webhooks = async move {
+        match webhooks {
+            Some(server) => server.await,
+            None => std::future::pending().await,
+        }
     };
     let election = args.leader_elect.then(|| {
         let ns = args.leader_elect_namespace.clone();
@@ -235,18 +207,63 @@ async fn main() -> anyhow::Result<()> {
             Some(server)
         }
     };
-    let pending = std::future::pending::<()>;
-    let autoscaler = (set.autoscaler && !args.leader_elect)
-        .then(|| kthena_controller::run_autoscaler(client.clone(), autoscaling, pending()));
-    let booster = (set.modelbooster && !args.leader_elect)
-        .then(|| kthena_controller::run_booster(client.clone(), boosting, pending()));
+    let debug = async move {
+        match debug {
+            Some(server) => server.await,
+            None => std::future::pending().await,
+        }
+    };
+    let autoscaler = {
+        let run = set.autoscaler && !args.leader_elect;
+        let client = client.clone();
+        async move {
+            match run {
+                true => {
+                    kthena_controller::run_autoscaler(client, autoscaling, std::future::pending())
+                        .await
+                }
+                false => std::future::pending().await,
+            }
+        }
+    };
+    let booster = {
+        let run = set.modelbooster && !args.leader_elect;
+        let client = client.clone();
+        async move {
+            match run {
+                true => {
+                    kthena_controller::run_booster(client, boosting, std::future::pending()).await
+                }
+                false => std::future::pending().await,
+            }
+        }
+    };
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let controllers = async move {
+        if !set.modelserving {
+            tracing::warn!("the modelserving controller is disabled");
+            shutdown.await;
+            return Ok(());
+        }
+        match election {
+            Some(election) => {
+                kthena_controller::run_leader_elected(client, config, election, shutdown).await
+            }
+            None => {
+                kthena_controller::run(client, config, shutdown).await;
+                Ok(())
+            }
+        }
+    };
     // The health server runs until the controllers stop.
     tokio::select! {
         () = health => Ok(()),
-        () = or_pending(webhooks) => Ok(()),
-        () = or_pending(debug) => Ok(()),
-        () = or_pending(autoscaler) => Ok(()),
-        () = or_pending(booster) => Ok(()),
-        res = controllers(set.modelserving, client, config, election) => res,
+        () = webhooks => Ok(()),
+        () = debug => Ok(()),
+        () = autoscaler => Ok(()),
+        () = booster => Ok(()),
+        res = controllers => Ok(res?),
     }
 }

@@ -1,113 +1,277 @@
 //! The autoscaler controller on a real API server (kthena-testenv) with the ModelServing
 //! controller and a simulated node: engine queues drive `spec.replicas` of a ModelServing.
-//! Load goes through kthena-router in cluster mode where the issue asks for it (scale up and
-//! down, prefill/decode ratio, the Prometheus source), straight to the engines elsewhere.
-
-mod support;
 
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 use bytes::Bytes;
-use http_body_util::Full;
-use kthena_api::AutoscalingPolicy;
-use kthena_api::workload::{AutoscalingPolicyStatus, TargetScalingStatus};
-use kthena_testenv::TestNamespace;
-use serde_json::json;
-use support::engines::{
-    WAITING, create_policy, create_policy_of, create_serving, create_serving_of,
-    create_serving_with, entry_ip, load, load_via, queue_at_least, ready_ip, replicas, role,
-    role_replicas, status_where,
+use http_body_util::{BodyExt as _, Full};
+use k8s_openapi::api::core::v1::Pod;
+use kthena_api::{AutoscalingPolicy, ModelServing};
+use kthena_controller::{
+    AutoscalerConfig, Config, LEASE_NAME, LeaderElection, run, run_autoscaler, run_leader_elected,
 };
-use support::prometheus::{prom_value, start_prometheus};
-use support::router::{Serving, cluster_router};
-use support::{Controllers, Env, Samples, WAIT, every_second, http};
+use kthena_sim::node::{NodeConfig, SimNode};
+use kthena_testenv::TestNamespace;
+use kube::api::{ListParams, PostParams};
+use serde_json::json;
+use tokio::task::JoinSet;
 
 /// Time between two autoscaling rounds in these tests.
 const SYNC: Duration = Duration::from_secs(2);
-/// Time a decision may take past two sync periods: the round's scrapes and the patch.
-const SLACK: Duration = Duration::from_millis(1500);
+/// Upper bound for things that have no deadline of their own (a timeout, not a latency).
+const WAIT: Duration = Duration::from_secs(60);
+const WAITING: &str = "vllm:num_requests_waiting";
 
-async fn setup(prefix: &str) -> Result<Env> {
-    support::setup(prefix, Controllers::Autoscaler(SYNC)).await
+struct Env {
+    ns: TestNamespace,
+    _tasks: JoinSet<()>,
+    _node: SimNode,
 }
 
-/// Polls (every 100 ms) until `read` answers `want`, failing after `within`.
-async fn until<T, F, Fut>(read: F, want: T, within: Duration) -> Result<()>
-where
-    T: PartialEq + std::fmt::Debug,
-    F: Fn() -> Fut,
-    Fut: Future<Output = Result<T>>,
-{
-    let deadline = tokio::time::Instant::now() + within;
-    while read().await? != want {
+async fn setup(prefix: &str) -> Result<Env> {
+    setup_with(prefix, false).await
+}
+
+/// The controllers in a fresh namespace; with `elected`, both run under
+/// `run_leader_elected` (the autoscaler through `Config::autoscaler`).
+async fn setup_with(prefix: &str, elected: bool) -> Result<Env> {
+    let ns = kthena_testenv::namespace(prefix).await?;
+    let mut tasks = JoinSet::new();
+    let autoscaler = AutoscalerConfig {
+        namespace: Some(ns.name().to_owned()),
+        sync_period: SYNC,
+        ..AutoscalerConfig::default()
+    };
+    let mut config = Config {
+        namespace: Some(ns.name().to_owned()),
+        workers: 2,
+        ..Config::default()
+    };
+    if elected {
+        config.autoscaler = Some(autoscaler);
+        let election = LeaderElection {
+            lease_name: LEASE_NAME.to_owned(),
+            namespace: ns.name().to_owned(),
+            identity: "autoscaler-test".to_owned(),
+            duration: Duration::from_secs(3),
+            retry: Duration::from_secs(1),
+        };
+        let client = ns.client().clone();
+        tasks.spawn(async move {
+            let _ = run_leader_elected(client, config, election, std::future::pending()).await;
+        });
+    } else {
+        tasks.spawn(run(ns.client().clone(), config, std::future::pending()));
+        tasks.spawn(run_autoscaler(
+            ns.client().clone(),
+            autoscaler,
+            std::future::pending(),
+        ));
+    }
+    let node = SimNode::start(
+        ns.client().clone(),
+        NodeConfig {
+            namespace: Some(ns.name().to_owned()),
+            health_interval: Duration::from_millis(100),
+            ..NodeConfig::default()
+        },
+    );
+    Ok(Env {
+        ns,
+        _tasks: tasks,
+        _node: node,
+    })
+}
+
+/// A one-role ModelServing whose engines run one sequence at a time, so concurrent requests
+/// queue (`vllm:num_requests_waiting`), serving metrics on port 8100.
+async fn create_serving(ns: &TestNamespace, name: &str) -> Result<()> {
+    create_serving_with(ns, name, &[]).await
+}
+
+/// [`create_serving`] with more kthena-sim flags for the engines.
+async fn create_serving_with(ns: &TestNamespace, name: &str, flags: &[&str]) -> Result<()> {
+    let mut args = vec!["--model", "m", "--max-num-seqs", "1"];
+    args.extend_from_slice(flags);
+    let ms: ModelServing = serde_json::from_value(json!({
+        "apiVersion": "workload.serving.volcano.sh/v1alpha1",
+        "kind": "ModelServing",
+        "metadata": {"name": name, "namespace": ns.name()},
+        "spec": {
+            "replicas": 1,
+            "template": {"roles": [{
+                "name": "engine",
+                "replicas": 1,
+                "workerReplicas": 0,
+                "entryTemplate": {"spec": {"containers": [{
+                    "name": "engine",
+                    "image": "kthena-sim",
+                    "command": ["kthena-sim"],
+                    "args": args,
+                    "ports": [{"containerPort": 8100}],
+                }]}},
+            }]},
+        },
+    }))?;
+    ns.api::<ModelServing>()
+        .create(&PostParams::default(), &ms)
+        .await?;
+    Ok(())
+}
+
+/// A homogeneous policy on `target`: 2 waiting requests per replica, 1..=4 replicas, the
+/// webhook's default scale-up (4 instances Or 100 % per minute) and a 6 s scale-down
+/// stabilization window.
+async fn create_policy(ns: &TestNamespace, target: &str, source: serde_json::Value) -> Result<()> {
+    let p: AutoscalingPolicy = serde_json::from_value(json!({
+        "apiVersion": "workload.serving.volcano.sh/v1alpha1",
+        "kind": "AutoscalingPolicy",
+        "metadata": {"name": format!("{target}-policy"), "namespace": ns.name()},
+        "spec": {
+            "metrics": [{"name": WAITING, "targetValue": "2"}],
+            "behavior": {"scaleDown": {"instances": 0, "percent": 100, "period": "1m",
+                                       "stabilizationWindow": "6s"}},
+            "homogeneousTarget": {
+                "minReplicas": 1,
+                "maxReplicas": 4,
+                "target": {"targetRef": {"kind": "ModelServing", "name": target},
+                           "metricSources": {WAITING: source}},
+            },
+        },
+    }))?;
+    ns.api::<AutoscalingPolicy>()
+        .create(&PostParams::default(), &p.with_defaults())
+        .await?;
+    Ok(())
+}
+
+async fn replicas(ns: &TestNamespace, name: &str) -> Result<i32> {
+    Ok(ns
+        .api::<ModelServing>()
+        .get(name)
+        .await?
+        .spec
+        .replicas
+        .unwrap_or(1))
+}
+
+/// The IP of the first Running and Ready entry pod of `name`.
+async fn entry_ip(ns: &TestNamespace, name: &str) -> Result<String> {
+    let lp = ListParams::default().labels(&format!("modelserving.volcano.sh/name={name}"));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let pods = ns.api::<Pod>().list(&lp).await?;
+        if let Some(ip) = pods.items.iter().find_map(|p| {
+            let st = p.status.as_ref()?;
+            let ready = st
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            ready.then(|| st.pod_ip.clone()).flatten()
+        }) {
+            return Ok(ip);
+        }
         if tokio::time::Instant::now() > deadline {
-            bail!("not at {want:?} within {within:?}");
+            bail!("no ready entry pod of {name}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+type Client = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    Full<Bytes>,
+>;
+
+fn http() -> Client {
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http()
+}
+
+/// `n` concurrent long completions against the engine at `ip` (aborted when the set drops).
+fn load(ip: &str, n: usize) -> JoinSet<()> {
+    load_via(&format!("{ip}:8100"), n)
+}
+
+/// `n` concurrent long completions of model `m` sent to `addr` (an engine or a router).
+fn load_via(addr: &str, n: usize) -> JoinSet<()> {
+    let mut set = JoinSet::new();
+    for _ in 0..n {
+        let url = format!("http://{addr}/v1/completions");
+        set.spawn(async move {
+            let body = json!({"model": "m", "prompt": "hello", "max_tokens": 20000}).to_string();
+            let req = http::Request::post(url)
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(body)))
+                .expect("a valid request");
+            if let Ok(resp) = http().request(req).await {
+                let _ = resp.into_body().collect().await;
+            }
+        });
+    }
+    set
+}
+
+/// The engine's own `vllm:num_requests_waiting`.
+async fn waiting(ip: &str) -> Result<f64> {
+    let req =
+        http::Request::get(format!("http://{ip}:8100/metrics")).body(Full::new(Bytes::new()))?;
+    let body = http()
+        .request(req)
+        .await?
+        .into_body()
+        .collect()
+        .await?
+        .to_bytes();
+    let text = String::from_utf8(body.to_vec())?;
+    text.lines()
+        .filter(|l| l.starts_with(WAITING))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .reduce(|a, b| a + b)
+        .context("no waiting gauge")
+}
+
+/// Waits until the engine at `ip` reports at least `n` waiting requests.
+async fn queue_at_least(ip: &str, n: f64) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while waiting(ip).await? < n {
+        if tokio::time::Instant::now() > deadline {
+            bail!("the queue never reached {n}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(())
 }
 
-/// Polls until `spec.replicas` of `name` is `want`, failing after `within`.
-async fn until_replicas(ns: &TestNamespace, name: &str, want: i32, within: Duration) -> Result<()> {
-    until(|| replicas(ns, name), want, within).await
-}
-
-/// The status of policy `name` once its `homogeneousStatus.desiredReplicas` is `want`, and
-/// that `homogeneousStatus`.
-async fn desired(
+/// Polls the policy's status until `ok` holds.
+async fn status_where(
     ns: &TestNamespace,
     name: &str,
-    want: i32,
-) -> Result<(AutoscalingPolicyStatus, TargetScalingStatus)> {
-    let st = status_where(ns, name, |st| {
-        st.homogeneous_status
-            .as_ref()
-            .is_some_and(|h| h.desired_replicas == want)
-    })
-    .await?;
-    let h = st
-        .homogeneous_status
-        .clone()
-        .context("no homogeneous status")?;
-    Ok((st, h))
+    ok: impl Fn(&kthena_api::workload::AutoscalingPolicyStatus) -> bool,
+) -> Result<kthena_api::workload::AutoscalingPolicyStatus> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let st = ns.api::<AutoscalingPolicy>().get(name).await?.status;
+        if let Some(st) = st.filter(|s| ok(s)) {
+            return Ok(st);
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("the status of {name} never matched");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
-/// `spec.replicas` of `name`, once a second for `d`.
-async fn sample(ns: &TestNamespace, name: &str, d: Duration) -> Result<Samples<i32>> {
-    every_second(d, || replicas(ns, name)).await
-}
-
-/// After the load stopped (the 6 s stabilization window of [`create_policy`]): `from` for
-/// at least the window, then `to` in one step and never back up.
-fn assert_one_step_down(samples: &Samples<i32>, from: i32, to: i32) -> Result<()> {
-    let values = samples.values();
-    let first = values
-        .iter()
-        .position(|&r| r == to)
-        .with_context(|| format!("never scaled down: {values:?}"))?;
-    assert!(first >= 4, "scaled down before the window: {values:?}");
-    assert!(values[..first].iter().all(|&r| r == from), "{values:?}");
-    assert!(
-        values[first..].iter().all(|&r| r == to),
-        "flapping: {values:?}"
-    );
-    Ok(())
-}
-
-/// Scaling up: the values never go down, stay within `1..=max`, reach `max` no later than
-/// two sync periods (plus [`SLACK`] and one sample) after sampling started, and hold it.
-fn assert_scaled_up_once_to(samples: &Samples<i32>, max: i32) -> Result<()> {
-    let values = samples.values();
-    assert!(values.windows(2).all(|w| w[0] <= w[1]), "{values:?}");
-    assert!(values.iter().all(|r| (1..=max).contains(r)), "{values:?}");
-    let reached = samples
-        .first(&max)
-        .with_context(|| format!("never scaled to {max}: {values:?}"))?;
-    let bound = SYNC * 2 + SLACK + Duration::from_secs(1);
-    assert!(reached <= bound, "{max} only at {reached:?}: {samples:?}");
-    Ok(())
+/// Samples `replicas` every second for `d`.
+async fn sample(ns: &TestNamespace, name: &str, d: Duration) -> Result<Vec<i32>> {
+    let mut out = Vec::new();
+    let end = tokio::time::Instant::now() + d;
+    while tokio::time::Instant::now() < end {
+        out.push(replicas(ns, name).await?);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Ok(out)
 }
 
 #[tokio::test]
@@ -118,14 +282,27 @@ async fn queues_scale_up_within_two_sync_periods_then_down_after_the_window() ->
     create_policy(ns, "llm", json!({"pod": {"port": 8100}})).await?;
     let ip = entry_ip(ns, "llm").await?;
     // Idle: 0 waiting ⇒ the minimum, 1 replica.
-    let idle = sample(ns, "llm", SYNC * 2).await?.values();
+    let idle = sample(ns, "llm", SYNC * 2).await?;
     assert!(idle.iter().all(|&r| r == 1), "{idle:?}");
     // 9 requests: 1 running, 8 waiting ⇒ ceil(8 / 2) = 4 (the scale-up limit allows 1 + 4).
     let load = load(&ip, 9);
     queue_at_least(&ip, 8.0).await?;
-    until_replicas(ns, "llm", 4, SYNC * 2 + SLACK).await?;
+    let seen = tokio::time::Instant::now();
+    let deadline = seen + SYNC * 2 + Duration::from_millis(1500);
+    while replicas(ns, "llm").await? != 4 {
+        if tokio::time::Instant::now() > deadline {
+            bail!("not scaled to 4 within two sync periods of the queue rising");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // The status is written right after the patch: poll for it.
-    let (st, h) = desired(ns, "llm-policy", 4).await?;
+    let st = status_where(ns, "llm-policy", |st| {
+        st.homogeneous_status
+            .as_ref()
+            .is_some_and(|h| h.desired_replicas == 4)
+    })
+    .await?;
+    let h = st.homogeneous_status.context("no homogeneous status")?;
     assert!([1, 4].contains(&h.current_replicas), "{h:?}");
     assert_eq!(h.mode.as_deref(), Some("Stable"));
     assert!(h.last_scale_time.is_some());
@@ -138,7 +315,17 @@ async fn queues_scale_up_within_two_sync_periods_then_down_after_the_window() ->
     // second, never back up.
     drop(load);
     let samples = sample(ns, "llm", Duration::from_secs(14)).await?;
-    assert_one_step_down(&samples, 4, 1)
+    let first_one = samples
+        .iter()
+        .position(|&r| r == 1)
+        .context("never scaled down")?;
+    assert!(first_one >= 4, "scaled down before the window: {samples:?}");
+    assert!(samples[..first_one].iter().all(|&r| r == 4), "{samples:?}");
+    assert!(
+        samples[first_one..].iter().all(|&r| r == 1),
+        "flapping: {samples:?}"
+    );
+    Ok(())
 }
 
 #[tokio::test]
@@ -149,21 +336,29 @@ async fn a_metrics_endpoint_that_fails_or_answers_garbage_never_scales() -> Resu
     create_serving(ns, "junk").await?;
     create_serving_with(ns, "fail", &["--fault-metrics-status", "500"]).await?;
     // 500 on /metrics itself; 404 on an unknown path; JSON (not metrics text) on /v1/models.
-    let sources = [
-        ("fail", "/metrics"),
-        ("nf", "/no-such-metrics"),
-        ("junk", "/v1/models"),
-    ];
-    for (target, uri) in sources {
-        create_policy(ns, target, json!({"pod": {"port": 8100, "uri": uri}})).await?;
-    }
-    // And a policy whose target does not exist.
-    create_policy(ns, "ghost", json!({"pod": {"port": 8100}})).await?;
+    create_policy(
+        ns,
+        "fail",
+        json!({"pod": {"port": 8100, "uri": "/metrics"}}),
+    )
+    .await?;
+    create_policy(
+        ns,
+        "nf",
+        json!({"pod": {"port": 8100, "uri": "/no-such-metrics"}}),
+    )
+    .await?;
+    create_policy(
+        ns,
+        "junk",
+        json!({"pod": {"port": 8100, "uri": "/v1/models"}}),
+    )
+    .await?;
     let _a = load(&entry_ip(ns, "nf").await?, 9);
     let _b = load(&entry_ip(ns, "junk").await?, 9);
     let fail_ip = entry_ip(ns, "fail").await?;
     let _c = load(&fail_ip, 9);
-    let samples = sample(ns, "nf", SYNC * 3).await?.values();
+    let samples = sample(ns, "nf", SYNC * 3).await?;
     assert!(samples.iter().all(|&r| r == 1), "{samples:?}");
     assert_eq!(replicas(ns, "junk").await?, 1);
     assert_eq!(replicas(ns, "fail").await?, 1);
@@ -182,85 +377,99 @@ async fn a_metrics_endpoint_that_fails_or_answers_garbage_never_scales() -> Resu
         assert_eq!((h.current_replicas, h.desired_replicas), (1, 0), "{name}");
         assert_eq!(h.mode, None, "{name}: no decision was made");
     }
-    let st = status_where(ns, "ghost-policy", |st| !st.conditions.is_empty()).await?;
-    let conditions: Vec<_> = st
-        .conditions
-        .iter()
-        .map(|c| {
-            (
-                c.type_.as_str(),
-                c.status.as_str(),
-                c.reason.as_str(),
-                &*c.message,
-            )
-        })
-        .collect();
-    let missing = format!("ModelServing {}/ghost not found", ns.name());
-    assert_eq!(
-        conditions,
-        vec![
-            ("Ready", "False", "ReconcileFailed", missing.as_str()),
-            ("TargetFound", "False", "TargetInvalid", missing.as_str()),
-        ]
-    );
     Ok(())
 }
 
+fn role(name: &str) -> serde_json::Value {
+    json!({
+        "name": name,
+        "replicas": 1,
+        "workerReplicas": 0,
+        "entryTemplate": {"spec": {"containers": [{
+            "name": "engine",
+            "image": "kthena-sim",
+            "command": ["kthena-sim"],
+            "args": ["--model", "m", "--max-num-seqs", "1"],
+            "ports": [{"containerPort": 8100}],
+        }]}},
+    })
+}
+
+/// `(prefill, decode)` role replicas of `name`.
+async fn role_replicas(ns: &TestNamespace, name: &str) -> Result<(i32, i32)> {
+    let ms = ns.api::<ModelServing>().get(name).await?;
+    let get = |role: &str| {
+        ms.spec
+            .template
+            .roles
+            .iter()
+            .find(|r| r.name == role)
+            .and_then(|r| r.replicas)
+            .unwrap_or(1)
+    };
+    Ok((get("prefill"), get("decode")))
+}
+
 #[tokio::test]
-async fn a_disaggregated_target_behind_the_router_keeps_the_role_ratio_at_every_sample()
--> Result<()> {
+async fn a_disaggregated_target_keeps_the_role_ratio_at_every_sample() -> Result<()> {
     let env = setup("as-pd").await?;
     let ns = &env.ns;
-    // Prefill engines never queue (64 sequences at a time); decode engines run one.
-    let roles = json!([role("prefill", 64, &[]), role("decode", 1, &[])]);
-    create_serving_of(ns, "pd", roles).await?;
+    let ms: ModelServing = serde_json::from_value(json!({
+        "apiVersion": "workload.serving.volcano.sh/v1alpha1",
+        "kind": "ModelServing",
+        "metadata": {"name": "pd", "namespace": ns.name()},
+        "spec": {"replicas": 1, "template": {"roles": [role("prefill"), role("decode")]}},
+    }))?;
+    ns.api::<ModelServing>()
+        .create(&PostParams::default(), &ms)
+        .await?;
     let source = json!({WAITING: {"pod": {"port": 8100}}});
-    create_policy_of(
-        ns,
-        json!({
-            "apiVersion": "workload.serving.volcano.sh/v1alpha1",
-            "kind": "AutoscalingPolicy",
-            "metadata": {"name": "pd-policy", "namespace": ns.name()},
-            "spec": {
-                "metrics": [{"name": WAITING, "targetValue": "2"}],
-                "disaggregatedTarget": {
-                    "targetRef": {"kind": "ModelServing", "name": "pd"},
-                    "roles": {
-                        "prefill": {"minReplicas": 1, "maxReplicas": 4, "metricSources": source},
-                        "decode": {"minReplicas": 1, "maxReplicas": 8, "metricSources": source},
-                    },
-                    "ratioConstraint": {"numeratorRole": "prefill", "denominatorRole": "decode",
-                                        "minRatio": "0.5", "maxRatio": "1"},
+    let p: AutoscalingPolicy = serde_json::from_value(json!({
+        "apiVersion": "workload.serving.volcano.sh/v1alpha1",
+        "kind": "AutoscalingPolicy",
+        "metadata": {"name": "pd-policy", "namespace": ns.name()},
+        "spec": {
+            "metrics": [{"name": WAITING, "targetValue": "2"}],
+            "disaggregatedTarget": {
+                "targetRef": {"kind": "ModelServing", "name": "pd"},
+                "roles": {
+                    "prefill": {"minReplicas": 1, "maxReplicas": 4, "metricSources": source},
+                    "decode": {"minReplicas": 1, "maxReplicas": 8, "metricSources": source},
                 },
+                "ratioConstraint": {"numeratorRole": "prefill", "denominatorRole": "decode",
+                                    "minRatio": "0.5", "maxRatio": "1"},
             },
-        }),
-    )
-    .await?;
-    let decode_ip = ready_ip(ns, "pd", "modelserving.volcano.sh/role=decode").await?;
-    let router = cluster_router(ns, "pd", Serving::Disaggregated).await?;
-    // 9 requests through the router, each prefilled (1 token) and then decoded on the one
-    // decode engine: 1 running, 8 waiting ⇒ decode ceil(8 / 2) = 4; prefill (0 waiting)
-    // recommends 1, raised to ceil(0.5 × 4) = 2 by the ratio.
-    let load = load_via(&router.addr.to_string(), 9);
-    queue_at_least(&decode_ip, 8.0).await?;
-    let samples = every_second(SYNC * 2 + Duration::from_secs(5), || {
-        role_replicas(ns, "pd")
-    })
-    .await?;
-    let values = samples.values();
-    assert!(
-        values.iter().all(|&(p, d)| 2 * p >= d && p <= d),
-        "ratio outside [0.5, 1]: {samples:?}"
-    );
-    assert!(values.windows(2).all(|w| w[0].1 <= w[1].1), "{values:?}");
-    let reached = samples
-        .first(&(2, 4))
-        .with_context(|| format!("never reached prefill 2, decode 4: {values:?}"))?;
-    assert!(
-        reached <= SYNC * 2 + SLACK + Duration::from_secs(1),
-        "{samples:?}"
-    );
-    assert_eq!(values.last(), Some(&(2, 4)), "{values:?}");
+        },
+    }))?;
+    ns.api::<AutoscalingPolicy>()
+        .create(&PostParams::default(), &p.with_defaults())
+        .await?;
+    // Load on decode only: 8 waiting ⇒ decode 4; prefill recommends 1, raised to
+    // ceil(0.5 × 4) = 2 by the ratio.
+    let lp = ListParams::default().labels("modelserving.volcano.sh/role=decode");
+    let _ = entry_ip(ns, "pd").await?;
+    let pods = ns.api::<Pod>().list(&lp).await?;
+    let ip = pods
+        .items
+        .iter()
+        .find_map(|p| p.status.as_ref()?.pod_ip.clone())
+        .context("decode ip")?;
+    let _load = load(&ip, 9);
+    queue_at_least(&ip, 8.0).await?;
+    let mut samples = Vec::new();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (p, d) = role_replicas(ns, "pd").await?;
+        samples.push((p, d));
+        assert!(2 * p >= d && p <= d, "ratio outside [0.5, 1]: {samples:?}");
+        if (p, d) == (2, 4) {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("never reached prefill 2, decode 4: {samples:?}");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
     let st = status_where(ns, "pd-policy", |st| st.disaggregated_status.is_some()).await?;
     let d = st.disaggregated_status.context("no disaggregated status")?;
     // Recommendations (the status' desiredReplicas): decode 4, prefill 1 (before the ratio).
@@ -276,64 +485,123 @@ async fn a_disaggregated_target_behind_the_router_keeps_the_role_ratio_at_every_
     let ratio = d.ratio_status.context("no ratio status")?;
     assert_eq!(ratio.current_ratio.as_deref(), Some("0.5"));
     assert_eq!(d.ratio_adjusted, Some(true));
-    drop(load);
-    router.shutdown().await;
     Ok(())
 }
 
+/// A real Prometheus (Debian's `prometheus`, installed by `scripts/services.sh`) scraping
+/// `target` every second, on a free loopback port; stopped when dropped.
+struct Prometheus {
+    _child: tokio::process::Child,
+    url: String,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn start_prometheus(tag: &str, target: &str) -> Result<Prometheus> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let dir = std::env::temp_dir().join(format!("kthena-prom-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let config = format!(
+        "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
+         scrape_configs:\n- job_name: engines\n  static_configs: [{{targets: ['{target}']}}]\n"
+    );
+    std::fs::write(dir.join("prometheus.yml"), config)?;
+    let bin = std::env::var("PROMETHEUS_BIN").unwrap_or_else(|_| "prometheus".to_owned());
+    let child = tokio::process::Command::new(&bin)
+        .arg(format!(
+            "--config.file={}",
+            dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {bin} (scripts/services.sh installs it)"))?;
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let req = http::Request::get(format!("{url}/-/ready")).body(Full::new(Bytes::new()))?;
+        if let Ok(resp) = http().request(req).await
+            && resp.status() == http::StatusCode::OK
+        {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("prometheus never became ready");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(Prometheus {
+        _child: child,
+        url,
+        dir,
+    })
+}
+
+/// The value of an instant query (`sum(...)`), 0 while there is no sample yet.
+async fn prom_value(url: &str, query: &str) -> Result<f64> {
+    let body = format!(
+        "query={}",
+        query
+            .replace('(', "%28")
+            .replace(')', "%29")
+            .replace(':', "%3A")
+    );
+    let req = http::Request::post(format!("{url}/api/v1/query"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(Full::new(Bytes::from(body)))?;
+    let body = http()
+        .request(req)
+        .await?
+        .into_body()
+        .collect()
+        .await?
+        .to_bytes();
+    let v: serde_json::Value = serde_json::from_slice(&body)?;
+    Ok(v["data"]["result"][0]["value"][1]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0.0))
+}
+
 #[tokio::test]
-async fn a_prometheus_sourced_metric_drives_the_same_scale_up_through_the_router() -> Result<()> {
+async fn a_prometheus_sourced_metric_drives_the_same_scale_up() -> Result<()> {
     let env = setup("as-prom").await?;
     let ns = &env.ns;
     create_serving(ns, "pq").await?;
     let ip = entry_ip(ns, "pq").await?;
-    let router = cluster_router(ns, "pq", Serving::Aggregated).await?;
     let prom = start_prometheus(ns.name(), &format!("{ip}:8100")).await?;
     let query = format!("sum({WAITING})");
     let source = json!({"prometheus": {"serverURL": prom.url, "query": query}});
     create_policy(ns, "pq", source).await?;
-    // 9 requests through the router to the one engine: 8 waiting, as Prometheus sees it.
-    let load = load_via(&router.addr.to_string(), 9);
-    support::eventually("Prometheus seeing the queue", || async {
-        Ok((prom_value(&prom.url, &query).await? >= 8.0).then_some(()))
-    })
-    .await?;
-    let samples = sample(ns, "pq", SYNC * 2 + Duration::from_secs(5)).await?;
-    assert_scaled_up_once_to(&samples, 4)?;
-    let (_, h) = desired(ns, "pq-policy", 4).await?;
-    assert_eq!(h.mode.as_deref(), Some("Stable"));
-    // The router sent all 9 to the engine it knew; the new replicas got none.
-    assert_eq!(prom_value(&prom.url, &query).await?, 8.0);
-    drop(load);
-    router.shutdown().await;
+    let _load = load(&ip, 9);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while prom_value(&prom.url, &query).await? < 8.0 {
+        if tokio::time::Instant::now() > deadline {
+            bail!("prometheus never saw the queue");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let deadline = tokio::time::Instant::now() + SYNC * 2 + Duration::from_millis(1500);
+    while replicas(ns, "pq").await? != 4 {
+        if tokio::time::Instant::now() > deadline {
+            bail!("not scaled to 4 within two sync periods of Prometheus seeing the queue");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     Ok(())
-}
-
-#[tokio::test]
-async fn load_through_the_router_in_cluster_mode_scales_up_then_down_after_the_window() -> Result<()>
-{
-    let env = setup("as-router").await?;
-    let ns = &env.ns;
-    create_serving(ns, "llm").await?;
-    let ip = entry_ip(ns, "llm").await?;
-    let router = cluster_router(ns, "llm", Serving::Aggregated).await?;
-    create_policy(ns, "llm", json!({"pod": {"port": 8100}})).await?;
-    // 9 requests through the router: the engine runs 1 and queues 8 ⇒ 4 replicas.
-    let load = load_via(&router.addr.to_string(), 9);
-    queue_at_least(&ip, 8.0).await?;
-    until_replicas(ns, "llm", 4, SYNC * 2 + SLACK).await?;
-    // The clients go away: the router cancels the upstream requests, the queue empties, and
-    // after the 6 s window the target drops to 1 in one step, never back up.
-    drop(load);
-    let samples = sample(ns, "llm", Duration::from_secs(12)).await?;
-    assert_one_step_down(&samples, 4, 1)?;
-    router.shutdown().await;
-    Ok(())
-}
-
-/// `(cheap, dear)` replicas of the heterogeneous test.
-async fn cheap_and_dear(ns: &TestNamespace) -> Result<(i32, i32)> {
-    Ok((replicas(ns, "cheap").await?, replicas(ns, "dear").await?))
 }
 
 #[tokio::test]
@@ -343,32 +611,43 @@ async fn a_heterogeneous_policy_fills_the_cheapest_target_first() -> Result<()> 
     create_serving(ns, "cheap").await?;
     create_serving(ns, "dear").await?;
     let source = json!({WAITING: {"pod": {"port": 8100}}});
-    create_policy_of(
-        ns,
-        json!({
-            "apiVersion": "workload.serving.volcano.sh/v1alpha1",
-            "kind": "AutoscalingPolicy",
-            "metadata": {"name": "het-policy", "namespace": ns.name()},
-            "spec": {
-                "metrics": [{"name": WAITING, "targetValue": "2"}],
-                "heterogeneousTarget": {"params": [
-                    {"cost": 10, "minReplicas": 0, "maxReplicas": 4,
-                     "target": {"targetRef": {"name": "dear"}, "metricSources": source}},
-                    {"cost": 1, "minReplicas": 1, "maxReplicas": 2,
-                     "target": {"targetRef": {"name": "cheap"}, "metricSources": source}},
-                ]},
-            },
-        }),
-    )
-    .await?;
+    let p: AutoscalingPolicy = serde_json::from_value(json!({
+        "apiVersion": "workload.serving.volcano.sh/v1alpha1",
+        "kind": "AutoscalingPolicy",
+        "metadata": {"name": "het-policy", "namespace": ns.name()},
+        "spec": {
+            "metrics": [{"name": WAITING, "targetValue": "2"}],
+            "heterogeneousTarget": {"params": [
+                {"cost": 10, "minReplicas": 0, "maxReplicas": 4,
+                 "target": {"targetRef": {"name": "dear"}, "metricSources": source}},
+                {"cost": 1, "minReplicas": 1, "maxReplicas": 2,
+                 "target": {"targetRef": {"name": "cheap"}, "metricSources": source}},
+            ]},
+        },
+    }))?;
+    ns.api::<AutoscalingPolicy>()
+        .create(&PostParams::default(), &p.with_defaults())
+        .await?;
     // Idle: the total goes to Σ min = 1, all of it the cheap target's minimum.
-    until(|| cheap_and_dear(ns), (1, 0), WAIT).await?;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while (replicas(ns, "cheap").await?, replicas(ns, "dear").await?) != (1, 0) {
+        if tokio::time::Instant::now() > deadline {
+            bail!("never settled at cheap 1, dear 0");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     // 8 waiting on cheap ⇒ total 4: cheap's package (1 at cost 1) first, then dear's two
     // single-replica packages (cost 10 each) before its 2-replica one (cost 20).
     let ip = entry_ip(ns, "cheap").await?;
     let _load = load(&ip, 9);
     queue_at_least(&ip, 8.0).await?;
-    until(|| cheap_and_dear(ns), (2, 2), SYNC * 2 + SLACK).await?;
+    let deadline = tokio::time::Instant::now() + SYNC * 2 + Duration::from_millis(1500);
+    while (replicas(ns, "cheap").await?, replicas(ns, "dear").await?) != (2, 2) {
+        if tokio::time::Instant::now() > deadline {
+            bail!("not at cheap 2, dear 2 within two sync periods");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let st = status_where(ns, "het-policy", |st| {
         st.heterogeneous_status
             .iter()
@@ -386,12 +665,105 @@ async fn a_heterogeneous_policy_fills_the_cheapest_target_first() -> Result<()> 
 
 #[tokio::test]
 async fn the_leader_runs_the_autoscaler() -> Result<()> {
-    let env = support::setup("as-lead", Controllers::LeaderElected(SYNC)).await?;
+    let env = setup_with("as-lead", true).await?;
     let ns = &env.ns;
     create_serving(ns, "led").await?;
     create_policy(ns, "led", json!({"pod": {"port": 8100}})).await?;
     let ip = entry_ip(ns, "led").await?;
     let _load = load(&ip, 9);
     queue_at_least(&ip, 8.0).await?;
-    until_replicas(ns, "led", 4, SYNC * 2 + SLACK).await
+    let deadline = tokio::time::Instant::now() + SYNC * 2 + Duration::from_millis(1500);
+    while replicas(ns, "led").await? != 4 {
+        if tokio::time::Instant::now() > deadline {
+            bail!("the leader did not scale within two sync periods");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// The router in cluster mode, in process, routing model `m` of `ns` to the ModelServing
+/// `target`'s entry pods (port 8100).
+async fn cluster_router(ns: &TestNamespace, target: &str) -> Result<kthena_router::Router> {
+    let server: kthena_api::ModelServer = serde_json::from_value(json!({
+        "apiVersion": "networking.serving.volcano.sh/v1alpha1",
+        "kind": "ModelServer",
+        "metadata": {"name": target, "namespace": ns.name()},
+        "spec": {
+            "model": "m",
+            "inferenceEngine": "vLLM",
+            "workloadSelector": {"matchLabels": {"modelserving.volcano.sh/name": target}},
+            "workloadPort": {"port": 8100},
+        },
+    }))?;
+    ns.api::<kthena_api::ModelServer>()
+        .create(&PostParams::default(), &server)
+        .await?;
+    let route: kthena_api::ModelRoute = serde_json::from_value(json!({
+        "apiVersion": "networking.serving.volcano.sh/v1alpha1",
+        "kind": "ModelRoute",
+        "metadata": {"name": target, "namespace": ns.name()},
+        "spec": {"modelName": "m", "rules": [{"name": "default", "targetModels": [{"modelServerName": target}]}]},
+    }))?;
+    ns.api::<kthena_api::ModelRoute>()
+        .create(&PostParams::default(), &route)
+        .await?;
+    let text = "port: 0\nmetricsPort: 0\ndebugPort: 0\nbindAddress: 127.0.0.1\naccessLog: {enabled: false}\n";
+    let path = std::path::Path::new("router.yaml");
+    let cfg = kthena_router::Config::from_yaml(path, text)?.validate(path)?;
+    let router = kthena_router::Router::start_in_cluster(cfg, ns.client().clone()).await?;
+    Ok(router)
+}
+
+#[tokio::test]
+async fn load_through_the_router_in_cluster_mode_scales_up_then_down_after_the_window() -> Result<()>
+{
+    let env = setup("as-router").await?;
+    let ns = &env.ns;
+    create_serving(ns, "llm").await?;
+    let ip = entry_ip(ns, "llm").await?;
+    let router = cluster_router(ns, "llm").await?;
+    let addr = router.addr.to_string();
+    // Wait until the router routes `m` to the engine.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let body = json!({"model": "m", "prompt": "hi", "max_tokens": 1}).to_string();
+        let req = http::Request::post(format!("http://{addr}/v1/completions"))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))?;
+        if http().request(req).await.is_ok_and(|r| r.status() == 200) {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("the router never routed model m");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    create_policy(ns, "llm", json!({"pod": {"port": 8100}})).await?;
+    // 9 requests through the router: the engine runs 1 and queues 8 ⇒ 4 replicas.
+    let load = load_via(&addr, 9);
+    queue_at_least(&ip, 8.0).await?;
+    let deadline = tokio::time::Instant::now() + SYNC * 2 + Duration::from_millis(1500);
+    while replicas(ns, "llm").await? != 4 {
+        if tokio::time::Instant::now() > deadline {
+            bail!("not scaled to 4 within two sync periods of the queue rising");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The clients go away: the router cancels the upstream requests, the queue empties, and
+    // after the 6 s window the target drops to 1 in one step, never back up.
+    drop(load);
+    let samples = sample(ns, "llm", Duration::from_secs(12)).await?;
+    let first_one = samples
+        .iter()
+        .position(|&r| r == 1)
+        .context("never scaled down")?;
+    assert!(first_one >= 4, "scaled down before the window: {samples:?}");
+    assert!(samples[..first_one].iter().all(|&r| r == 4), "{samples:?}");
+    assert!(
+        samples[first_one..].iter().all(|&r| r == 1),
+        "flapping: {samples:?}"
+    );
+    router.shutdown().await;
+    Ok(())
 }

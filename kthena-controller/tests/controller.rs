@@ -2,8 +2,6 @@
 //! the simulated node: Kthena's example ModelServings reconcile to Go's pods and services
 //! and become Available; `kubectl scale` converges, deleting in Go's order.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,18 +12,46 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kthena_api::{ModelServing, Object, load_file};
-use kthena_controller::{Config, LEASE_NAME, LeaderElection, run_leader_elected};
+use kthena_controller::{Config, LEASE_NAME, LeaderElection, run, run_leader_elected};
 use kthena_sim::node::{NodeConfig, SimNode};
 use kthena_testenv::TestNamespace;
 use kube::ResourceExt as _;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use support::{Controllers, Env, WAIT, eventually};
 use tokio::task::JoinSet;
+
+/// Upper bound for convergence (a timeout, not a measured latency).
+const WAIT: Duration = Duration::from_secs(60);
+
+struct Env {
+    ns: TestNamespace,
+    _tasks: JoinSet<()>,
+    _node: SimNode,
+}
 
 /// A namespace with the controller and a simulated node watching only it.
 async fn setup(prefix: &str) -> Result<Env> {
-    support::setup(prefix, Controllers::ModelServing).await
+    let ns = kthena_testenv::namespace(prefix).await?;
+    let config = Config {
+        namespace: Some(ns.name().to_owned()),
+        workers: 2,
+        ..Config::default()
+    };
+    let mut tasks = JoinSet::new();
+    tasks.spawn(run(ns.client().clone(), config, std::future::pending()));
+    let node = SimNode::start(
+        ns.client().clone(),
+        NodeConfig {
+            namespace: Some(ns.name().to_owned()),
+            health_interval: Duration::from_millis(100),
+            ..NodeConfig::default()
+        },
+    );
+    Ok(Env {
+        ns,
+        _tasks: tasks,
+        _node: node,
+    })
 }
 
 /// Creates Kthena's example `examples/model-serving/<file>` in the test namespace.
@@ -43,6 +69,24 @@ async fn create_example(ns: &TestNamespace, file: &str) -> Result<ModelServing> 
         .api::<ModelServing>()
         .create(&PostParams::default(), &ms)
         .await?)
+}
+
+/// Polls `check` (every 100 ms) until it returns `Some`, or fails after [`WAIT`].
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(v) = check().await? {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 fn condition(ms: &ModelServing, type_: &str) -> Option<String> {
