@@ -358,8 +358,9 @@ async fn retries_with_identical_body_and_passes_4xx() {
     assert_eq!(b1.len(), 1);
     assert_eq!(b2.len(), 1);
     assert_eq!(b1[0], b2[0], "retry body differs");
+    // Only `model` is rewritten; every other member keeps the client's order and bytes.
     let expected =
-        r#"{"max_tokens":3,"model":"upstream-name","prompt":"same bytes","temperature":0.5}"#;
+        r#"{"model":"upstream-name","prompt":"same bytes","max_tokens":3,"temperature":0.5}"#;
     assert_eq!(&b2[0][..], expected.as_bytes());
     let log = r.access_log();
     let last = log.last().unwrap();
