@@ -29,34 +29,26 @@ impl GoDuration {
     /// Parses the text as a Go duration.
     ///
     /// # Errors
-    /// Returns a human-readable message when the text is not a Go duration or is negative.
-    pub fn parse(&self) -> std::result::Result<Duration, String> {
+    /// [`DurationError`] when the text is empty, not a Go duration, negative, or beyond the
+    /// largest Go `time.Duration`; its message quotes the text.
+    pub fn parse(&self) -> std::result::Result<Duration, DurationError> {
         // Go's `time.ParseDuration` refuses an empty string, and anything beyond the largest
         // `time.Duration` (i64 nanoseconds, about 2562047h).
+        let text = || self.0.clone();
         if self.0.trim().is_empty() {
-            return Err(format!(
-                "invalid duration {:?} (expected e.g. \"100ms\" or \"1m30s\"): empty string",
-                self.0
-            ));
+            return Err(DurationError::Empty { text: text() });
         }
-        let parsed: kube::core::Duration = self.0.parse().map_err(|e| {
-            format!(
-                "invalid duration {:?} (expected e.g. \"100ms\" or \"1m30s\"): {e}",
-                self.0
-            )
-        })?;
+        let parsed: kube::core::Duration =
+            self.0.parse().map_err(|source| DurationError::Syntax {
+                text: text(),
+                source,
+            })?;
         if parsed.is_negative() {
-            return Err(format!(
-                "invalid duration {:?}: must not be negative",
-                self.0
-            ));
+            return Err(DurationError::Negative { text: text() });
         }
         let parsed = Duration::from(parsed);
         if parsed.as_nanos() > i64::MAX as u128 {
-            return Err(format!(
-                "invalid duration {:?}: larger than the maximum Go duration (2562047h47m16.854775807s)",
-                self.0
-            ));
+            return Err(DurationError::TooLarge { text: text() });
         }
         Ok(parsed)
     }
@@ -65,6 +57,42 @@ impl GoDuration {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// Why a [`GoDuration`] is not a usable duration (Go `time.ParseDuration` rules, and not
+/// negative).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DurationError {
+    /// The text is empty.
+    #[error("invalid duration {text:?} (expected e.g. \"100ms\" or \"1m30s\"): empty string")]
+    Empty {
+        /// The text as written.
+        text: String,
+    },
+    /// The text is not a Go duration.
+    #[error("invalid duration {text:?} (expected e.g. \"100ms\" or \"1m30s\"): {source}")]
+    Syntax {
+        /// The text as written.
+        text: String,
+        /// What the duration parser rejected.
+        #[source]
+        source: kube::core::duration::ParseError,
+    },
+    /// The duration is negative.
+    #[error("invalid duration {text:?}: must not be negative")]
+    Negative {
+        /// The text as written.
+        text: String,
+    },
+    /// The duration is beyond the largest Go duration (i64 nanoseconds).
+    #[error(
+        "invalid duration {text:?}: larger than the maximum Go duration (2562047h47m16.854775807s)"
+    )]
+    TooLarge {
+        /// The text as written.
+        text: String,
+    },
 }
 
 impl fmt::Display for GoDuration {
@@ -124,8 +152,8 @@ impl Errors {
         let d = d?;
         match d.parse() {
             Ok(v) => Some(v),
-            Err(msg) => {
-                self.push(path, msg);
+            Err(e) => {
+                self.push(path, e.to_string());
                 None
             }
         }

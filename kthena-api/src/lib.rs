@@ -58,7 +58,7 @@ pub mod thirdparty;
 mod validate;
 pub mod workload;
 
-pub use common::{FieldError, GoDuration};
+pub use common::{DurationError, FieldError, GoDuration};
 pub use crd::{crd_files, crds};
 pub use error::{Error, Result};
 pub use kube::CustomResourceExt;

@@ -20,16 +20,12 @@ use crate::ratio::{Bounds, Ratio, RatioBounds};
 use crate::recommend::Metrics;
 use crate::{Error, Result};
 
-fn invalid(path: &str, message: impl Into<String>) -> Error {
-    Error::InvalidField {
-        path: path.to_owned(),
-        message: message.into(),
-    }
-}
-
 fn duration(path: &str, d: Option<&GoDuration>) -> Result<Duration> {
     d.map_or(Ok(Duration::ZERO), |d| {
-        d.parse().map_err(|m| invalid(path, m))
+        d.parse().map_err(|source| Error::InvalidDuration {
+            path: path.to_owned(),
+            source,
+        })
     })
 }
 
@@ -56,7 +52,7 @@ fn stable(path: &str, p: Option<&ApiStable>, fallback: StablePolicy) -> Result<S
 /// The resolved `spec.behavior` of `policy` (after defaulting).
 ///
 /// # Errors
-/// [`Error::InvalidField`] for an unparsable duration.
+/// [`Error::InvalidDuration`] for an unparsable duration.
 pub fn behavior_from_api(policy: &AutoscalingPolicy) -> Result<Behavior> {
     let policy = policy.clone().with_defaults();
     let defaults = Behavior::default();
@@ -98,14 +94,15 @@ pub fn tolerance_from_api(policy: &AutoscalingPolicy) -> f64 {
 /// Metric name → target value of `metrics` (`spec.metrics` or a role's `metrics`).
 ///
 /// # Errors
-/// [`Error::InvalidField`] for a target value that is not a quantity.
+/// [`Error::InvalidQuantity`] for a target value that is not a quantity.
 pub fn metric_targets(path: &str, metrics: &[AutoscalingPolicyMetric]) -> Result<Metrics> {
     metrics
         .iter()
         .enumerate()
         .map(|(i, m)| {
-            let v = quantity_to_f64(&m.target_value)
-                .ok_or_else(|| invalid(&format!("{path}[{i}].targetValue"), "not a quantity"))?;
+            let v = quantity_to_f64(&m.target_value).ok_or_else(|| Error::InvalidQuantity {
+                path: format!("{path}[{i}].targetValue"),
+            })?;
             Ok((m.name.clone(), v))
         })
         .collect()
@@ -137,13 +134,17 @@ pub fn optimizer_from_api(policy: &AutoscalingPolicy) -> Result<Optimizer> {
 /// The ratio constraint in exact form.
 ///
 /// # Errors
-/// [`Error::InvalidField`] when a bound is not a finite non-negative quantity.
+/// [`Error::InvalidQuantity`] when a bound is not a quantity, [`Error::InvalidBound`] when
+/// it is not a finite number ≥ 0.
 pub fn ratio_from_api(c: &RoleRatioConstraint) -> Result<RoleRatio> {
     let path = "spec.disaggregatedTarget.ratioConstraint";
     let parse = |field: &str, q| {
-        let v = quantity_to_f64(q)
-            .ok_or_else(|| invalid(&format!("{path}.{field}"), "not a quantity"))?;
-        Ratio::from_f64(v).map_err(|e| invalid(&format!("{path}.{field}"), e.to_string()))
+        let path = format!("{path}.{field}");
+        let v = quantity_to_f64(q).ok_or_else(|| Error::InvalidQuantity { path: path.clone() })?;
+        Ratio::from_f64(v).map_err(|e| Error::InvalidBound {
+            path,
+            source: Box::new(e),
+        })
     };
     Ok(RoleRatio {
         numerator: c.numerator_role.clone(),

@@ -83,13 +83,33 @@ pub enum Error {
     /// A ratio constraint names a role the policy does not scale.
     #[error("ratio constraint role {0:?} is not a role of the target")]
     UnknownRole(String),
-    /// A policy field cannot be used (an unparsable duration or quantity), with its JSON path.
-    #[error("{path}: {message}")]
-    InvalidField {
-        /// JSON path of the field, e.g. `spec.behavior.scaleDown.period`.
+    /// A duration field of the policy cannot be parsed, with its JSON path (e.g.
+    /// `spec.behavior.scaleDown.period`).
+    #[cfg(feature = "api")]
+    #[error("{path}: {source}")]
+    InvalidDuration {
+        /// JSON path of the field.
         path: String,
-        /// What is wrong.
-        message: String,
+        /// Why the text is not a duration.
+        #[source]
+        source: kthena_api::DurationError,
+    },
+    /// A quantity field of the policy is not a Kubernetes quantity, with its JSON path (e.g.
+    /// `spec.metrics[0].targetValue`).
+    #[error("{path}: not a quantity")]
+    InvalidQuantity {
+        /// JSON path of the field.
+        path: String,
+    },
+    /// A ratio bound of the policy is not a finite number ≥ 0 (below 1.8e19), with its JSON
+    /// path (e.g. `spec.disaggregatedTarget.ratioConstraint.minRatio`).
+    #[error("{path}: {source}")]
+    InvalidBound {
+        /// JSON path of the field.
+        path: String,
+        /// The ratio error ([`Error::InvalidRatio`]).
+        #[source]
+        source: Box<Self>,
     },
     /// The policy has no target of the kind asked for.
     #[error("the policy has no {0}")]

@@ -153,6 +153,59 @@ async fn client(args: &Args) -> anyhow::Result<kube::Client> {
     )
 }
 
+/// `fut` when there is one; else a future that never completes (a disabled server).
+async fn or_pending(fut: Option<impl Future<Output = ()>>) {
+    match fut {
+        Some(fut) => fut.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The controllers' configurations from the flags: the ModelServing controller's (which,
+/// with leader election, also runs the autoscaler and the ModelBooster controller while the
+/// Lease is held), the autoscaler's and the ModelBooster controller's.
+fn configs(
+    args: &Args,
+    set: &ControllerSet,
+) -> (
+    Config,
+    kthena_controller::AutoscalerConfig,
+    kthena_controller::BoosterConfig,
+) {
+    let autoscaling = kthena_controller::AutoscalerConfig {
+        namespace: args.namespace.clone(),
+        sync_period: std::time::Duration::from_secs(args.autoscaling_sync_period_seconds.max(1)),
+        ..kthena_controller::AutoscalerConfig::default()
+    };
+    let boosting = kthena_controller::BoosterConfig {
+        namespace: args.namespace.clone(),
+        workers: args.workers,
+        ..kthena_controller::BoosterConfig::default()
+    };
+    let config = Config {
+        namespace: args.namespace.clone(),
+        workers: args.workers,
+        autoscaler: (set.autoscaler && args.leader_elect).then(|| autoscaling.clone()),
+        booster: (set.modelbooster && args.leader_elect).then(|| boosting.clone()),
+        ..Config::default()
+    };
+    (config, autoscaling, boosting)
+}
+
+/// The debug server of `--debug-port` on 127.0.0.1, when it is not 0.
+async fn debug_server(
+    port: u16,
+    cache: kthena_controller::ServingCache,
+) -> anyhow::Result<Option<impl Future<Output = ()> + use<>>> {
+    if port == 0 {
+        return Ok(None);
+    }
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let (addr, server) = kthena_controller::serve_debug(addr, cache).await?;
+    tracing::info!(%addr, "serving {}", kthena_controller::CACHE_PATH);
+    Ok(Some(server))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -169,75 +222,19 @@ async fn main() -> anyhow::Result<()> {
         true => Some(webhook(&args, &client).await?),
         false => None,
     };
-    let webhooks = async move {
-        match webhooks {
-            Some(server) => server.await,
-            None => std::future::pending().await,
-        }
-    };
     let election = args.leader_elect.then(|| {
         let ns = args.leader_elect_namespace.clone();
         LeaderElection::go_defaults(ns.unwrap_or_else(|| client.default_namespace().to_owned()))
     });
-    let autoscaling = kthena_controller::AutoscalerConfig {
-        namespace: args.namespace.clone(),
-        sync_period: std::time::Duration::from_secs(args.autoscaling_sync_period_seconds.max(1)),
-        ..kthena_controller::AutoscalerConfig::default()
-    };
-    let boosting = kthena_controller::BoosterConfig {
-        namespace: args.namespace.clone(),
-        workers: args.workers,
-        ..kthena_controller::BoosterConfig::default()
-    };
-    // With leader election the autoscaler and the ModelBooster controller run next to the
-    // ModelServing controller while the Lease is held; without it, on their own below.
-    let config = Config {
-        namespace: args.namespace.clone(),
-        workers: args.workers,
-        autoscaler: (set.autoscaler && args.leader_elect).then(|| autoscaling.clone()),
-        booster: (set.modelbooster && args.leader_elect).then(|| boosting.clone()),
-        ..Config::default()
-    };
-    let debug = match args.debug_port {
-        0 => None,
-        port => {
-            let addr = SocketAddr::from(([127, 0, 0, 1], port));
-            let (addr, server) = kthena_controller::serve_debug(addr, config.cache.clone()).await?;
-            tracing::info!(%addr, "serving {}", kthena_controller::CACHE_PATH);
-            Some(server)
-        }
-    };
-    let debug = async move {
-        match debug {
-            Some(server) => server.await,
-            None => std::future::pending().await,
-        }
-    };
-    let autoscaler = {
-        let run = set.autoscaler && !args.leader_elect;
-        let client = client.clone();
-        async move {
-            match run {
-                true => {
-                    kthena_controller::run_autoscaler(client, autoscaling, std::future::pending())
-                        .await
-                }
-                false => std::future::pending().await,
-            }
-        }
-    };
-    let booster = {
-        let run = set.modelbooster && !args.leader_elect;
-        let client = client.clone();
-        async move {
-            match run {
-                true => {
-                    kthena_controller::run_booster(client, boosting, std::future::pending()).await
-                }
-                false => std::future::pending().await,
-            }
-        }
-    };
+    let (config, autoscaling, boosting) = configs(&args, &set);
+    let debug = debug_server(args.debug_port, config.cache.clone()).await?;
+    // Without leader election the autoscaler and the ModelBooster controller run on their own.
+    let alone = !args.leader_elect;
+    let autoscaler = (set.autoscaler && alone).then(|| {
+        kthena_controller::run_autoscaler(client.clone(), autoscaling, std::future::pending())
+    });
+    let booster = (set.modelbooster && alone)
+        .then(|| kthena_controller::run_booster(client.clone(), boosting, std::future::pending()));
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -260,10 +257,10 @@ async fn main() -> anyhow::Result<()> {
     // The health server runs until the controllers stop.
     tokio::select! {
         () = health => Ok(()),
-        () = webhooks => Ok(()),
-        () = debug => Ok(()),
-        () = autoscaler => Ok(()),
-        () = booster => Ok(()),
+        () = or_pending(webhooks) => Ok(()),
+        () = or_pending(debug) => Ok(()),
+        () = or_pending(autoscaler) => Ok(()),
+        () = or_pending(booster) => Ok(()),
         res = controllers => Ok(res?),
     }
 }

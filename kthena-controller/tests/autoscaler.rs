@@ -23,6 +23,10 @@ const SYNC: Duration = Duration::from_secs(2);
 const WAIT: Duration = Duration::from_secs(60);
 const WAITING: &str = "vllm:num_requests_waiting";
 
+#[path = "autoscaler_support/prometheus.rs"]
+mod prometheus;
+use prometheus::{prom_value, start_prometheus};
+
 struct Env {
     ns: TestNamespace,
     _tasks: JoinSet<()>,
@@ -389,7 +393,7 @@ fn role(name: &str) -> serde_json::Value {
             "name": "engine",
             "image": "kthena-sim",
             "command": ["kthena-sim"],
-            "args": ["--model", "m", "--max-num-seqs", "1"],
+            "args": ["--model", "m", "--max-num-seqs", "1", "--role", name],
             "ports": [{"containerPort": 8100}],
         }]}},
     })
@@ -444,17 +448,31 @@ async fn a_disaggregated_target_keeps_the_role_ratio_at_every_sample() -> Result
     ns.api::<AutoscalingPolicy>()
         .create(&PostParams::default(), &p.with_defaults())
         .await?;
-    // Load on decode only: 8 waiting ⇒ decode 4; prefill recommends 1, raised to
-    // ceil(0.5 × 4) = 2 by the ratio.
+    // The router disaggregates: each request's prefill (1 token) on the prefill pod, then
+    // its decode on the decode pod of the same group.
+    let router = cluster_router_with(
+        ns,
+        "pd",
+        json!({
+            "workloadSelector": {"pdGroup": {
+                "groupKey": "modelserving.volcano.sh/group-name",
+                "prefillLabels": {"modelserving.volcano.sh/role": "prefill"},
+                "decodeLabels": {"modelserving.volcano.sh/role": "decode"},
+            }},
+            "kvConnector": {"type": "nixl"},
+        }),
+    )
+    .await?;
+    // Nine long requests through it: prefill finishes at once, decode runs 1 and queues 8
+    // ⇒ decode 4; prefill recommends 1, raised to ceil(0.5 × 4) = 2 by the ratio.
     let lp = ListParams::default().labels("modelserving.volcano.sh/role=decode");
-    let _ = entry_ip(ns, "pd").await?;
     let pods = ns.api::<Pod>().list(&lp).await?;
     let ip = pods
         .items
         .iter()
         .find_map(|p| p.status.as_ref()?.pod_ip.clone())
         .context("decode ip")?;
-    let _load = load(&ip, 9);
+    let _load = load_via(&router.addr.to_string(), 9);
     queue_at_least(&ip, 8.0).await?;
     let mut samples = Vec::new();
     let deadline = tokio::time::Instant::now() + WAIT;
@@ -488,105 +506,19 @@ async fn a_disaggregated_target_keeps_the_role_ratio_at_every_sample() -> Result
     Ok(())
 }
 
-/// A real Prometheus (Debian's `prometheus`, installed by `scripts/services.sh`) scraping
-/// `target` every second, on a free loopback port; stopped when dropped.
-struct Prometheus {
-    _child: tokio::process::Child,
-    url: String,
-    dir: std::path::PathBuf,
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-async fn start_prometheus(tag: &str, target: &str) -> Result<Prometheus> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let dir = std::env::temp_dir().join(format!("kthena-prom-{}-{tag}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let config = format!(
-        "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
-         scrape_configs:\n- job_name: engines\n  static_configs: [{{targets: ['{target}']}}]\n"
-    );
-    std::fs::write(dir.join("prometheus.yml"), config)?;
-    let bin = std::env::var("PROMETHEUS_BIN").unwrap_or_else(|_| "prometheus".to_owned());
-    let child = tokio::process::Command::new(&bin)
-        .arg(format!(
-            "--config.file={}",
-            dir.join("prometheus.yml").display()
-        ))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {bin} (scripts/services.sh installs it)"))?;
-    let url = format!("http://127.0.0.1:{port}");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let req = http::Request::get(format!("{url}/-/ready")).body(Full::new(Bytes::new()))?;
-        if let Ok(resp) = http().request(req).await
-            && resp.status() == http::StatusCode::OK
-        {
-            break;
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("prometheus never became ready");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(Prometheus {
-        _child: child,
-        url,
-        dir,
-    })
-}
-
-/// The value of an instant query (`sum(...)`), 0 while there is no sample yet.
-async fn prom_value(url: &str, query: &str) -> Result<f64> {
-    let body = format!(
-        "query={}",
-        query
-            .replace('(', "%28")
-            .replace(')', "%29")
-            .replace(':', "%3A")
-    );
-    let req = http::Request::post(format!("{url}/api/v1/query"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(Full::new(Bytes::from(body)))?;
-    let body = http()
-        .request(req)
-        .await?
-        .into_body()
-        .collect()
-        .await?
-        .to_bytes();
-    let v: serde_json::Value = serde_json::from_slice(&body)?;
-    Ok(v["data"]["result"][0]["value"][1]
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0.0))
-}
-
 #[tokio::test]
 async fn a_prometheus_sourced_metric_drives_the_same_scale_up() -> Result<()> {
     let env = setup("as-prom").await?;
     let ns = &env.ns;
     create_serving(ns, "pq").await?;
     let ip = entry_ip(ns, "pq").await?;
+    let router = cluster_router(ns, "pq").await?;
     let prom = start_prometheus(ns.name(), &format!("{ip}:8100")).await?;
     let query = format!("sum({WAITING})");
     let source = json!({"prometheus": {"serverURL": prom.url, "query": query}});
     create_policy(ns, "pq", source).await?;
-    let _load = load(&ip, 9);
+    // Nine long requests through the router: the engine runs 1 and queues 8.
+    let _load = load_via(&router.addr.to_string(), 9);
     let deadline = tokio::time::Instant::now() + WAIT;
     while prom_value(&prom.url, &query).await? < 8.0 {
         if tokio::time::Instant::now() > deadline {
@@ -683,18 +615,30 @@ async fn the_leader_runs_the_autoscaler() -> Result<()> {
 }
 
 /// The router in cluster mode, in process, routing model `m` of `ns` to the ModelServing
-/// `target`'s entry pods (port 8100).
+/// `target`'s entry pods (port 8100); returns once it has served a request of `m`.
 async fn cluster_router(ns: &TestNamespace, target: &str) -> Result<kthena_router::Router> {
+    cluster_router_with(ns, target, json!({})).await
+}
+
+/// [`cluster_router`] whose ModelServer spec also has the members of `extra` (a `pdGroup`
+/// in `workloadSelector`, a `kvConnector`).
+async fn cluster_router_with(
+    ns: &TestNamespace,
+    target: &str,
+    extra: serde_json::Value,
+) -> Result<kthena_router::Router> {
+    let mut spec = json!({
+        "model": "m",
+        "inferenceEngine": "vLLM",
+        "workloadSelector": {"matchLabels": {"modelserving.volcano.sh/name": target}},
+        "workloadPort": {"port": 8100},
+    });
+    json_patch::merge(&mut spec, &extra);
     let server: kthena_api::ModelServer = serde_json::from_value(json!({
         "apiVersion": "networking.serving.volcano.sh/v1alpha1",
         "kind": "ModelServer",
         "metadata": {"name": target, "namespace": ns.name()},
-        "spec": {
-            "model": "m",
-            "inferenceEngine": "vLLM",
-            "workloadSelector": {"matchLabels": {"modelserving.volcano.sh/name": target}},
-            "workloadPort": {"port": 8100},
-        },
+        "spec": spec,
     }))?;
     ns.api::<kthena_api::ModelServer>()
         .create(&PostParams::default(), &server)
@@ -712,7 +656,26 @@ async fn cluster_router(ns: &TestNamespace, target: &str) -> Result<kthena_route
     let path = std::path::Path::new("router.yaml");
     let cfg = kthena_router::Config::from_yaml(path, text)?.validate(path)?;
     let router = kthena_router::Router::start_in_cluster(cfg, ns.client().clone()).await?;
+    until_routed(&router.addr.to_string()).await?;
     Ok(router)
+}
+
+/// Waits until the router at `addr` answers a completion of model `m` with 200.
+async fn until_routed(addr: &str) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let body = json!({"model": "m", "prompt": "hi", "max_tokens": 1}).to_string();
+        let req = http::Request::post(format!("http://{addr}/v1/completions"))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))?;
+        if http().request(req).await.is_ok_and(|r| r.status() == 200) {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("the router never routed model m");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test]
@@ -724,21 +687,6 @@ async fn load_through_the_router_in_cluster_mode_scales_up_then_down_after_the_w
     let ip = entry_ip(ns, "llm").await?;
     let router = cluster_router(ns, "llm").await?;
     let addr = router.addr.to_string();
-    // Wait until the router routes `m` to the engine.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let body = json!({"model": "m", "prompt": "hi", "max_tokens": 1}).to_string();
-        let req = http::Request::post(format!("http://{addr}/v1/completions"))
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body)))?;
-        if http().request(req).await.is_ok_and(|r| r.status() == 200) {
-            break;
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("the router never routed model m");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
     create_policy(ns, "llm", json!({"pod": {"port": 8100}})).await?;
     // 9 requests through the router: the engine runs 1 and queues 8 ⇒ 4 replicas.
     let load = load_via(&addr, 9);

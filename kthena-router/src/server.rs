@@ -200,23 +200,15 @@ impl Router {
             let _ = shared.in_flight_share.set(s);
         }
 
-        let bind = |addr: SocketAddr| {
-            crate::listener::bind(addr).map_err(|source| Error::Bind {
-                addr: addr.to_string(),
-                source,
-            })
-        };
-        let inference = bind(SocketAddr::new(cfg.bind_address, cfg.port))?;
-        let metrics_l = bind(SocketAddr::new(cfg.bind_address, cfg.metrics_port))?;
-        let debug_l = bind(SocketAddr::from(([127, 0, 0, 1], cfg.debug_port)))?;
-        let epp_l = match cfg.endpoint_picker.address {
-            Some(a) => Some(bind(a)?),
-            None => None,
-        };
-        let addr = inference.local_addr()?;
-        let metrics_addr = metrics_l.local_addr()?;
-        let debug_addr = debug_l.local_addr()?;
-        let epp_addr = epp_l.as_ref().map(TcpListener::local_addr).transpose()?;
+        let sockets = Sockets::bind(cfg)?;
+        let addr = sockets.inference.local_addr()?;
+        let metrics_addr = sockets.metrics.local_addr()?;
+        let debug_addr = sockets.debug.local_addr()?;
+        let epp_addr = sockets
+            .epp
+            .as_ref()
+            .map(TcpListener::local_addr)
+            .transpose()?;
 
         let cancel = CancellationToken::new();
         let tasks = TaskTracker::new();
@@ -228,50 +220,30 @@ impl Router {
             drain,
         };
         tasks.spawn(crate::listener::serve(
-            inference,
+            sockets.inference,
             listener("inference", cfg.drain_timeout),
             cancel.clone(),
             tasks.clone(),
             move || svc.clone(),
         ));
-        let s2 = Arc::clone(&shared);
-        tasks.spawn(crate::listener::serve(
-            metrics_l,
-            listener("metrics", Duration::from_secs(15)),
-            cancel.clone(),
-            tasks.clone(),
-            move || MiniService {
-                shared: Arc::clone(&s2),
-                kind: Mini::Metrics,
-            },
-        ));
-        let s3 = Arc::clone(&shared);
-        tasks.spawn(crate::listener::serve(
-            debug_l,
-            listener("debug", Duration::from_secs(15)),
-            cancel.clone(),
-            tasks.clone(),
-            move || MiniService {
-                shared: Arc::clone(&s3),
-                kind: Mini::Debug,
-            },
-        ));
-        tasks.spawn(scrape_loop(
-            Arc::clone(&shared),
-            cancel.clone(),
-            cfg.metrics_scrape_interval,
-            cfg.metrics_scrape_timeout,
-            cfg.metrics_scrape_concurrency,
-        ));
-        if let Some(auth) = &shared.auth {
-            tasks.spawn(Arc::clone(auth).run(cancel.clone()));
+        for (socket, name, kind) in [
+            (sockets.metrics, "metrics", Mini::Metrics),
+            (sockets.debug, "debug", Mini::Debug),
+        ] {
+            let shared = Arc::clone(&shared);
+            tasks.spawn(crate::listener::serve(
+                socket,
+                listener(name, Duration::from_secs(15)),
+                cancel.clone(),
+                tasks.clone(),
+                move || MiniService {
+                    shared: Arc::clone(&shared),
+                    kind,
+                },
+            ));
         }
-        tasks.spawn(crate::kv_supervise::supervise(
-            Arc::clone(&shared),
-            cancel.clone(),
-            tasks.clone(),
-        ));
-        if let Some(l) = epp_l {
+        spawn_background(&shared, cfg, &cancel, &tasks);
+        if let Some(l) = sockets.epp {
             let shared = Arc::clone(&shared);
             crate::epp::spawn(l, shared, &cfg.endpoint_picker, &cancel, &tasks);
         }
@@ -447,4 +419,57 @@ impl tower::Service<Request<Incoming>> for MiniService {
         };
         std::future::ready(Ok(resp))
     }
+}
+
+/// The router's listening sockets: inference (`bindAddress:port`), metrics
+/// (`bindAddress:metricsPort`), debug (127.0.0.1:`debugPort`) and, when configured, the
+/// endpoint picker's.
+struct Sockets {
+    inference: TcpListener,
+    metrics: TcpListener,
+    debug: TcpListener,
+    epp: Option<TcpListener>,
+}
+
+impl Sockets {
+    /// Binds all of them; [`Error::Bind`] names the address that failed.
+    fn bind(cfg: &Config) -> Result<Self> {
+        let bind = |addr: SocketAddr| {
+            crate::listener::bind(addr).map_err(|source| Error::Bind {
+                addr: addr.to_string(),
+                source,
+            })
+        };
+        Ok(Self {
+            inference: bind(SocketAddr::new(cfg.bind_address, cfg.port))?,
+            metrics: bind(SocketAddr::new(cfg.bind_address, cfg.metrics_port))?,
+            debug: bind(SocketAddr::from(([127, 0, 0, 1], cfg.debug_port)))?,
+            epp: cfg.endpoint_picker.address.map(bind).transpose()?,
+        })
+    }
+}
+
+/// The loops that run beside the listeners until `cancel`: the engine-metrics scrape, the
+/// JWKS refresh (with `auth`) and the KV-event supervisor.
+fn spawn_background(
+    shared: &Arc<Shared>,
+    cfg: &Config,
+    cancel: &CancellationToken,
+    tasks: &TaskTracker,
+) {
+    tasks.spawn(scrape_loop(
+        Arc::clone(shared),
+        cancel.clone(),
+        cfg.metrics_scrape_interval,
+        cfg.metrics_scrape_timeout,
+        cfg.metrics_scrape_concurrency,
+    ));
+    if let Some(auth) = &shared.auth {
+        tasks.spawn(Arc::clone(auth).run(cancel.clone()));
+    }
+    tasks.spawn(crate::kv_supervise::supervise(
+        Arc::clone(shared),
+        cancel.clone(),
+        tasks.clone(),
+    ));
 }

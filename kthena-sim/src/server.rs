@@ -17,6 +17,7 @@ use crate::api::{self, Shared};
 use crate::config::{Config, Faults};
 use crate::engine::{self, Command, Scheduler};
 use crate::hash::BlockHasher;
+use crate::kv::KvEvent;
 use crate::kv_events::Publisher;
 use crate::metrics::Metrics;
 use crate::tokenize::Tokenizer;
@@ -156,32 +157,7 @@ pub async fn spawn(config: Config) -> Result<SimHandle> {
     let kill = CancellationToken::new();
     let stop_accept = kill.child_token();
 
-    let (events_tx, kv_events_port) = match config.kv_events_port {
-        Some(port) => {
-            let topic = config
-                .kv_events_topic
-                .clone()
-                .unwrap_or_else(|| format!("kv@{}@{}", config.host, config.model));
-            let (publisher, bound) = Publisher::bind(
-                config.host,
-                port,
-                topic,
-                config.kv_events_format,
-                config.kv_events_use_int_block_hashes,
-            )
-            .await?;
-            let (tx, rx) = mpsc::unbounded_channel();
-            let k = kill.clone();
-            tracker.spawn(async move {
-                tokio::select! {
-                    () = k.cancelled() => {}
-                    () = publisher.run(rx) => {}
-                }
-            });
-            (Some(tx), Some(bound))
-        }
-        None => (None, None),
-    };
+    let (events_tx, kv_events_port) = start_kv_events(&config, &tracker, &kill).await?;
 
     let metrics = Arc::new(Metrics::new(&config));
     let (engine_tx, engine_rx) = mpsc::unbounded_channel::<Command>();
@@ -224,44 +200,13 @@ pub async fn spawn(config: Config) -> Result<SimHandle> {
         room_notify: Notify::new(),
     });
 
-    let app = api::router(Arc::clone(&shared));
-    let conn_tracker = tracker.clone();
-    let k = kill.clone();
-    let stop = stop_accept.clone();
-    tracker.spawn(async move {
-        loop {
-            let (stream, _) = tokio::select! {
-                () = stop.cancelled() => return,
-                r = listener.accept() => match r {
-                    Ok(conn) => conn,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "Accept failed.");
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        continue;
-                    }
-                },
-            };
-            let _ = stream.set_nodelay(true);
-            let app = app.clone();
-            let k = k.clone();
-            conn_tracker.spawn(async move {
-                let svc =
-                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                        app.clone().oneshot(req.map(axum::body::Body::new))
-                    });
-                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                let conn = builder.serve_connection(TokioIo::new(stream), svc);
-                tokio::select! {
-                    () = k.cancelled() => {}
-                    r = conn => {
-                        if let Err(e) = r {
-                            tracing::debug!(error = %e, "Connection ended with an error.");
-                        }
-                    }
-                }
-            });
-        }
-    });
+    tracker.spawn(accept_loop(
+        listener,
+        api::router(Arc::clone(&shared)),
+        tracker.clone(),
+        kill.clone(),
+        stop_accept.clone(),
+    ));
 
     Ok(SimHandle {
         addr,
@@ -271,6 +216,86 @@ pub async fn spawn(config: Config) -> Result<SimHandle> {
         stop_accept,
         kill,
     })
+}
+
+/// The sender of KV events and the publisher's bound port when `config.kv_events_port` is
+/// set (the ZMQ publisher runs on `tracker` until `kill`); `(None, None)` otherwise.
+async fn start_kv_events(
+    config: &Config,
+    tracker: &TaskTracker,
+    kill: &CancellationToken,
+) -> Result<(Option<mpsc::UnboundedSender<Vec<KvEvent>>>, Option<u16>)> {
+    let Some(port) = config.kv_events_port else {
+        return Ok((None, None));
+    };
+    let topic = config
+        .kv_events_topic
+        .clone()
+        .unwrap_or_else(|| format!("kv@{}@{}", config.host, config.model));
+    let (publisher, bound) = Publisher::bind(
+        config.host,
+        port,
+        topic,
+        config.kv_events_format,
+        config.kv_events_use_int_block_hashes,
+    )
+    .await?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let k = kill.clone();
+    tracker.spawn(async move {
+        tokio::select! {
+            () = k.cancelled() => {}
+            () = publisher.run(rx) => {}
+        }
+    });
+    Ok((Some(tx), Some(bound)))
+}
+
+/// Accepts connections on `listener` until `stop` (each served by `app` on `tracker`, with
+/// TCP_NODELAY, until `kill`).
+async fn accept_loop(
+    listener: TcpListener,
+    app: axum::Router,
+    tracker: TaskTracker,
+    kill: CancellationToken,
+    stop: CancellationToken,
+) {
+    loop {
+        let (stream, _) = tokio::select! {
+            () = stop.cancelled() => return,
+            r = listener.accept() => match r {
+                Ok(conn) => conn,
+                Err(e) => {
+                    tracing::warn!(error = %e, "Accept failed.");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        tracker.spawn(serve_connection(stream, app.clone(), kill.clone()));
+    }
+}
+
+/// Serves one connection (HTTP/1.1 or h2c) with `app` until it ends or `kill`.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    app: axum::Router,
+    kill: CancellationToken,
+) {
+    let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+        app.clone().oneshot(req.map(axum::body::Body::new))
+    });
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+    tokio::select! {
+        () = kill.cancelled() => {}
+        r = conn => {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "Connection ended with an error.");
+            }
+        }
+    }
 }
 
 /// Starts `n` simulators, each on a free port of `config.host` (the configured `port` is

@@ -89,8 +89,12 @@ fn heterogeneous_params_and_bad_fields() {
     );
     let err = optimizer_from_api(&p).unwrap_err();
     assert!(
-        matches!(&err, Error::InvalidField { path, .. } if path == "spec.behavior.scaleDown.period"),
+        matches!(&err, Error::InvalidDuration { path, .. } if path == "spec.behavior.scaleDown.period"),
         "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "spec.behavior.scaleDown.period: invalid duration \"1x\" (expected e.g. \"100ms\" or \"1m30s\"): invalid unit: expected one of 'ns', 'us', '\u{00b5}s', 'ms', 's', 'm', or 'h'"
     );
     let mut ok = p.clone();
     ok.spec.behavior = None;
@@ -101,5 +105,35 @@ fn heterogeneous_params_and_bad_fields() {
     assert_eq!(
         metric_targets("spec.metrics", &p.spec.metrics).unwrap()["q"],
         0.5
+    );
+}
+
+#[test]
+fn ratio_bounds_that_are_no_ratio_name_their_field() {
+    let constraint = |min: &str, max: &str| -> RoleRatioConstraint {
+        serde_saphyr::from_str(&format!(
+            "{{numeratorRole: prefill, denominatorRole: decode, minRatio: '{min}', maxRatio: '{max}'}}"
+        ))
+        .unwrap()
+    };
+    let err = ratio_from_api(&constraint("half", "1")).unwrap_err();
+    assert_eq!(
+        err,
+        Error::InvalidQuantity {
+            path: "spec.disaggregatedTarget.ratioConstraint.minRatio".to_owned()
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "spec.disaggregatedTarget.ratioConstraint.minRatio: not a quantity"
+    );
+    let err = ratio_from_api(&constraint("0.5", "-1")).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "spec.disaggregatedTarget.ratioConstraint.maxRatio: invalid ratio \"-1\": must be a finite number ≥ 0"
+    );
+    assert_eq!(
+        ratio_from_api(&constraint("0.5", "2")).unwrap().bounds.max,
+        Ratio::new(2, 1).unwrap()
     );
 }

@@ -67,6 +67,26 @@ redis.call('expire', key, expire_seconds)
 return tostring(current_tokens)
 ";
 
+/// Why a call to the rate-limit Redis failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StoreError {
+    /// The client failed: bad address, connect, timeout, I/O or a Redis error reply.
+    #[error("redis {address}: {source}")]
+    Redis {
+        /// `rateLimit.global.redis.address`.
+        address: String,
+        /// The client's error.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// A script answered something that is not Go's reply shape.
+    #[error("unexpected script reply {0:?}")]
+    Reply(Value),
+    /// The blocking task running the call was cancelled or panicked.
+    #[error("redis call aborted: {0}")]
+    Aborted(#[from] tokio::task::JoinError),
+}
+
 /// Connections to one Redis (`rateLimit.global.redis.address`).
 pub(crate) struct RedisPool {
     client: redis::Client,
@@ -84,13 +104,16 @@ impl std::fmt::Debug for RedisPool {
 
 impl RedisPool {
     /// A pool for `host:port` (also accepted: a `redis://` URL, e.g. with a DB number).
-    pub(crate) fn new(address: &str) -> Result<Self, String> {
+    pub(crate) fn new(address: &str) -> Result<Self, StoreError> {
         let url = if address.contains("://") {
             address.to_owned()
         } else {
             format!("redis://{address}/")
         };
-        let client = redis::Client::open(url.as_str()).map_err(|e| format!("{address}: {e}"))?;
+        let client = redis::Client::open(url.as_str()).map_err(|source| StoreError::Redis {
+            address: address.to_owned(),
+            source,
+        })?;
         Ok(Self {
             client,
             address: address.to_owned(),
@@ -98,7 +121,14 @@ impl RedisPool {
         })
     }
 
-    fn connection(&self) -> Result<redis::Connection, String> {
+    fn fail(&self, source: redis::RedisError) -> StoreError {
+        StoreError::Redis {
+            address: self.address.clone(),
+            source,
+        }
+    }
+
+    fn connection(&self) -> Result<redis::Connection, StoreError> {
         let pooled = self
             .idle
             .lock()
@@ -110,24 +140,22 @@ impl RedisPool {
         let c = self
             .client
             .get_connection_with_timeout(REDIS_TIMEOUT)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| self.fail(e))?;
         c.set_read_timeout(Some(REDIS_TIMEOUT))
             .and_then(|()| c.set_write_timeout(Some(REDIS_TIMEOUT)))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| self.fail(e))?;
         Ok(c)
     }
 
     /// `EVAL script 1 key args...` (blocking; bounded by [`REDIS_TIMEOUT`] per step).
-    fn eval(&self, script: &str, key: &str, args: &[f64]) -> Result<Value, String> {
+    fn eval(&self, script: &str, key: &str, args: &[f64]) -> Result<Value, StoreError> {
         let mut conn = self.connection()?;
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(script).arg(1).arg(key);
         for a in args {
             cmd.arg(*a);
         }
-        let v: Value = cmd
-            .query(&mut conn)
-            .map_err(|e| format!("redis {}: {e}", self.address))?;
+        let v: Value = cmd.query(&mut conn).map_err(|e| self.fail(e))?;
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         if idle.len() < MAX_IDLE {
             idle.push(conn);
@@ -165,7 +193,7 @@ impl GlobalBucket {
     }
 
     /// Takes `n` tokens when that many are there; `(taken, tokens left)`.
-    pub(crate) async fn allow_n(&self, n: f64) -> Result<(bool, f64), String> {
+    pub(crate) async fn allow_n(&self, n: f64) -> Result<(bool, f64), StoreError> {
         let b = self.clone();
         let v = blocking(move || {
             b.pool
@@ -176,12 +204,12 @@ impl GlobalBucket {
             Value::Array(items) if items.len() == 2 => {
                 Ok((matches!(items[0], Value::Int(1)), number(&items[1])?))
             }
-            other => Err(format!("unexpected script reply {other:?}")),
+            other => Err(StoreError::Reply(other)),
         }
     }
 
     /// Takes `delta` tokens unconditionally (a refund when negative); the tokens left.
-    pub(crate) async fn reconcile_n(&self, delta: f64) -> Result<f64, String> {
+    pub(crate) async fn reconcile_n(&self, delta: f64) -> Result<f64, StoreError> {
         let b = self.clone();
         let v = blocking(move || {
             b.pool.eval(
@@ -195,27 +223,25 @@ impl GlobalBucket {
     }
 
     /// The tokens there now (refilled and written back, as Go's `Tokens`).
-    pub(crate) async fn tokens(&self) -> Result<f64, String> {
+    pub(crate) async fn tokens(&self) -> Result<f64, StoreError> {
         self.reconcile_n(0.0).await
     }
 }
 
 async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, String> + Send + 'static,
-) -> Result<T, String> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| format!("redis call aborted: {e}"))?
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(f).await?
 }
 
-fn number(v: &Value) -> Result<f64, String> {
+/// The token count of a script reply (a number as text, or an integer).
+fn number(v: &Value) -> Result<f64, StoreError> {
     let text = match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
+        Value::BulkString(b) => std::str::from_utf8(b).ok(),
+        Value::SimpleString(s) => Some(s.as_str()),
         Value::Int(i) => return Ok(*i as f64),
-        other => return Err(format!("unexpected script reply {other:?}")),
+        _ => None,
     };
-    text.trim()
-        .parse()
-        .map_err(|_| format!("unexpected token count {text:?}"))
+    text.and_then(|t| t.trim().parse().ok())
+        .ok_or_else(|| StoreError::Reply(v.clone()))
 }

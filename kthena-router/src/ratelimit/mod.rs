@@ -83,8 +83,11 @@ impl Bucket {
     }
 }
 
-fn unavailable(reason: String) -> Error {
-    Error::RateLimitUnavailable { reason }
+#[allow(clippy::needless_pass_by_value, reason = "used as a map_err callback")]
+fn unavailable(e: global::StoreError) -> Error {
+    Error::RateLimitUnavailable {
+        reason: e.to_string(),
+    }
 }
 
 /// The buckets of one model.
@@ -315,7 +318,7 @@ impl State {
         self.models = models;
     }
 
-    fn build(&mut self, model: &str, spec: &RateLimit) -> Result<ModelLimiter, String> {
+    fn build(&mut self, model: &str, spec: &RateLimit) -> Result<ModelLimiter, global::StoreError> {
         let unit_secs = spec.unit.seconds();
         let redis = spec
             .global
