@@ -5,11 +5,23 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=../..
-TOK=../../../shared/tokenizers/qwen3/tokenizer.json
+# Qwen3's tokenizer.json and tokenizer_config.json (from huggingface.co/Qwen/Qwen3-8B);
+# router.yaml names them relative to itself, this script uses $QWEN3_TOKENIZER_DIR.
+TOKDIR=${QWEN3_TOKENIZER_DIR:-../../../shared/tokenizers/qwen3}
+if [[ ! -f $TOKDIR/tokenizer.json || ! -f $TOKDIR/tokenizer_config.json ]]; then
+    echo "run.sh: no Qwen3 tokenizer in $TOKDIR: set QWEN3_TOKENIZER_DIR to a directory with" \
+        "tokenizer.json and tokenizer_config.json of Qwen/Qwen3-8B (huggingface.co)" >&2
+    exit 2
+fi
+TOKDIR=$(cd "$TOKDIR" && pwd)
+TOK=$TOKDIR/tokenizer.json
+CONFIG=$(mktemp --suffix=.yaml)
+sed -e "s|../../../shared/tokenizers/qwen3|$TOKDIR|" -e "s|\[manifests.yaml\]|[$PWD/manifests.yaml]|" \
+    router.yaml >"$CONFIG"
 cargo build --quiet --manifest-path "$ROOT/Cargo.toml" -p kthena-router -p kthena-sim
 BIN=$ROOT/target/debug
 pids=()
-cleanup() { trap - EXIT INT TERM; for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+cleanup() { trap - EXIT INT TERM; for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -f "$CONFIG"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 i=0
@@ -19,7 +31,7 @@ for fmt in map array map; do
         --kv-events-port "1560$i" --kv-events-format "$fmt" >"${TMPDIR:-/tmp}/kv-sim-$i.log" 2>&1 &
     pids+=($!)
 done
-"$BIN/kthena-router" --config router.yaml >"${TMPDIR:-/tmp}/kv-router.log" 2>&1 &
+"$BIN/kthena-router" --config "$CONFIG" >"${TMPDIR:-/tmp}/kv-router.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 300); do curl -sf localhost:8080/readyz >/dev/null && break; sleep 0.1; done
 sleep 1

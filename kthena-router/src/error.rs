@@ -79,6 +79,12 @@ pub enum Error {
         /// `namespace/name` of the missing ModelServer.
         server: String,
     },
+    /// The body has a `Content-Encoding` (gzip, ...) the router cannot read (415).
+    #[error("unsupported Content-Encoding {encoding:?}: send the JSON body uncompressed")]
+    UnsupportedEncoding {
+        /// The header's value.
+        encoding: String,
+    },
     /// The body is larger than the configured limit (413).
     #[error("request body larger than {limit} bytes")]
     BodyTooLarge {
@@ -434,6 +440,7 @@ impl Error {
             Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnsupportedEncoding { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::NoReadyEndpoint { .. }
             | Self::NoPoolBackend { .. }
             | Self::LoraAdapterNotLoaded { .. }
@@ -548,6 +555,7 @@ impl Error {
             Self::UnknownPath { .. } => "unknown_url",
             Self::MethodNotAllowed { .. } => "method_not_allowed",
             Self::BodyTooLarge { .. } => "request_too_large",
+            Self::UnsupportedEncoding { .. } => "unsupported_content_encoding",
             Self::NoReadyEndpoint { .. } => "no_ready_endpoint",
             Self::LoraAdapterNotLoaded { .. } => "lora_adapter_not_loaded",
             Self::EndpointRequired => "missing_endpoint",
@@ -598,6 +606,7 @@ impl Error {
             | Self::MissingModel
             | Self::InvalidField { .. }
             | Self::BodyTooLarge { .. }
+            | Self::UnsupportedEncoding { .. }
             | Self::BodyRead { .. } => "request_parsing",
             Self::PromptNotFound => "prompt_parsing",
             Self::BodyTimeout { .. } => "request_timeout",

@@ -85,7 +85,11 @@ pub fn estimate_tokens(prompt: &str) -> u64 {
 /// # Errors
 /// [`Error::BadJson`] for invalid JSON or a non-object, [`Error::MissingModel`] when `model` is
 /// missing, not a string or blank, [`Error::PromptNotFound`] when no prompt field is usable.
-pub fn parse_request(raw: Bytes) -> Result<ParsedRequest> {
+pub fn parse_request(mut raw: Bytes) -> Result<ParsedRequest> {
+    // A UTF-8 byte order mark before the JSON (as Python's `json.loads` and so vLLM accept).
+    if raw.starts_with(b"\xEF\xBB\xBF") {
+        raw = raw.slice(3..);
+    }
     let value: Value = serde_json::from_slice(&raw).map_err(|e| Error::BadJson {
         reason: e.to_string(),
     })?;
@@ -99,13 +103,16 @@ pub fn parse_request(raw: Bytes) -> Result<ParsedRequest> {
         _ => return Err(Error::MissingModel),
     };
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    let client_wants_usage = body
-        .get("stream_options")
-        .and_then(|o| o.get("include_usage"))
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
+    let client_wants_usage = match body.get("stream_options") {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(o)) => o
+            .get("include_usage")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        Some(_) => return Err(invalid("stream_options", "must be an object or null")),
+    };
     let user = body.get("user").and_then(Value::as_str).map(str::to_owned);
-    let prompt = parse_prompt(&body).ok_or(Error::PromptNotFound)?;
+    let prompt = parse_prompt(&body)?.ok_or(Error::PromptNotFound)?;
     let prompt_text = prompt.render();
     Ok(ParsedRequest {
         raw,
@@ -119,9 +126,22 @@ pub fn parse_request(raw: Bytes) -> Result<ParsedRequest> {
     })
 }
 
-fn parse_prompt(body: &Map<String, Value>) -> Option<Prompt> {
-    if let Some(p) = body.get("prompt") {
-        return match p {
+fn invalid(param: &'static str, reason: &str) -> Error {
+    Error::InvalidField {
+        param,
+        reason: reason.to_owned(),
+    }
+}
+
+/// The prompt of `body` (`prompt`, else `messages`, else `input`; a null member counts as
+/// absent); `Ok(None)` when there is none.
+///
+/// # Errors
+/// [`Error::InvalidField`] when the first present member has a shape no OpenAI API accepts.
+fn parse_prompt(body: &Map<String, Value>) -> Result<Option<Prompt>> {
+    let present = |k: &str| body.get(k).filter(|v| !v.is_null());
+    if let Some(p) = present("prompt") {
+        return Ok(match p {
             Value::String(s) => Some(Prompt::Text(s.clone())),
             // Token-id or batch prompts: join string items so that hashing still sees text.
             Value::Array(items) => {
@@ -134,10 +154,18 @@ fn parse_prompt(body: &Map<String, Value>) -> Option<Prompt> {
                     .collect();
                 Some(Prompt::Text(parts.join("\n")))
             }
-            _ => None,
-        };
+            _ => {
+                return Err(invalid(
+                    "prompt",
+                    "must be a string, an array of strings or an array of token ids",
+                ));
+            }
+        });
     }
-    if let Some(Value::Array(items)) = body.get("messages") {
+    if let Some(messages) = present("messages") {
+        let Value::Array(items) = messages else {
+            return Err(invalid("messages", "must be an array of messages"));
+        };
         let mut msgs = Vec::new();
         if let Some(system) = body.get("system").and_then(content_text) {
             msgs.push(Message {
@@ -157,9 +185,9 @@ fn parse_prompt(body: &Map<String, Value>) -> Option<Prompt> {
                 content,
             });
         }
-        return Some(Prompt::Messages(msgs));
+        return Ok(Some(Prompt::Messages(msgs)));
     }
-    if let Some(input) = body.get("input") {
+    if let Some(input) = present("input") {
         let mut msgs = Vec::new();
         if let Some(Value::String(instr)) = body.get("instructions")
             && !instr.is_empty()
@@ -192,11 +220,16 @@ fn parse_prompt(body: &Map<String, Value>) -> Option<Prompt> {
                     });
                 }
             }
-            _ => return None,
+            _ => {
+                return Err(invalid(
+                    "input",
+                    "must be a string or an array of input items",
+                ));
+            }
         }
-        return Some(Prompt::Messages(msgs));
+        return Ok(Some(Prompt::Messages(msgs)));
     }
-    None
+    Ok(None)
 }
 
 /// Flattens OpenAI content: a string, or a list of parts whose `type` is absent or one of
@@ -298,9 +331,9 @@ impl<'de> serde::Deserialize<'de> for Members<'de> {
 }
 
 /// Writes the object `raw` again with every `model` member set to `model` (when given) and,
-/// with `inject`, `include_usage: true` set in every `stream_options` object (a
-/// `stream_options` that is not an object becomes `{"include_usage":true}`; one is appended
-/// when there is none). Every other member is copied as its raw text: re-serializing parsed
+/// with `inject`, `include_usage: true` set in every `stream_options` object (a null
+/// `stream_options` becomes `{"include_usage":true}`; one is appended when there is none;
+/// [`parse_request`] refuses any other shape). Every other member is copied as its raw text: re-serializing parsed
 /// values would change numbers that `f64` cannot hold exactly (a `seed` above 2^64, a long
 /// decimal) before the engine sees them. `None` when `raw` is not a JSON object.
 fn rewrite_members(raw: &[u8], model: Option<&str>, inject: bool) -> Option<Vec<u8>> {

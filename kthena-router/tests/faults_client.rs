@@ -334,3 +334,64 @@ async fn request_body_deeply_nested_json() {
     assert_counters_zero(&r).await;
     r.router.shutdown().await;
 }
+
+/// A compressed body (415 `unsupported_content_encoding`) and members of a shape no OpenAI
+/// API accepts (400 `invalid_value`, naming the member): nothing is sent on, and the
+/// answer says what to fix instead of "no prompt found".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_bodies_compressed_or_of_the_wrong_shape() {
+    let up = FaultUpstream::start(Fault::StallBeforeHeaders).await;
+    let r = fault_router("", up.addr, "").await;
+    let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+    let (status, _, answer) = post(&chat_url(&r), body, &[("content-encoding", "gzip")]).await;
+    assert_openai_error(
+        status,
+        &answer,
+        415,
+        "invalid_request_error",
+        "unsupported_content_encoding",
+    );
+    let v: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(
+        v["error"]["message"],
+        "unsupported Content-Encoding \"gzip\": send the JSON body uncompressed"
+    );
+    for (body, param, message) in [
+        (
+            r#"{"model":"m","messages":"hi"}"#,
+            "messages",
+            "invalid field `messages`: must be an array of messages",
+        ),
+        (
+            r#"{"model":"m","prompt":7}"#,
+            "prompt",
+            "invalid field `prompt`: must be a string, an array of strings or an array of token ids",
+        ),
+        (
+            r#"{"model":"m","input":{"text":"hi"}}"#,
+            "input",
+            "invalid field `input`: must be a string or an array of input items",
+        ),
+        (
+            r#"{"model":"m","prompt":"hi","stream":true,"stream_options":7}"#,
+            "stream_options",
+            "invalid field `stream_options`: must be an object or null",
+        ),
+    ] {
+        let (status, _, answer) = post(&format!("{}/v1/completions", r.url()), body, &[]).await;
+        assert_openai_error(
+            status,
+            &answer,
+            400,
+            "invalid_request_error",
+            "invalid_value",
+        );
+        let v: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+        assert_eq!(v["error"]["param"], param, "{body}");
+        assert_eq!(v["error"]["message"], message, "{body}");
+    }
+    assert_eq!(up.request_count(), 0);
+    assert_eq!(r.access_log().len(), 5);
+    assert_counters_zero(&r).await;
+    r.router.shutdown().await;
+}

@@ -34,12 +34,12 @@ fn upstream_body_keeps_every_other_member_verbatim() {
     assert_eq!(again.prompt, r.prompt);
     assert_eq!(again.model, "real");
 
-    // No `stream_options`: appended; one that is not an object: replaced.
+    // No `stream_options`: appended; a null one: replaced.
     let with_usage =
         br#"{"model":"a","prompt":"x","stream":true,"stream_options":{"include_usage":true}}"#;
     for raw in [
         r#"{"model":"a","prompt":"x","stream":true}"#,
-        r#"{"model":"a","prompt":"x","stream":true,"stream_options":7}"#,
+        r#"{"model":"a","prompt":"x","stream":true,"stream_options":null}"#,
     ] {
         let r = parse_request(Bytes::from(raw)).unwrap();
         assert_eq!(&r.upstream_body(None).bytes[..], with_usage, "{raw}");
@@ -69,4 +69,27 @@ fn response_probe_rejects_what_serde_json_rejects() {
     }
     let ok = r#"{"choices":[],"created":1e300,"usage":{"completion_tokens":2}}"#;
     assert!(ResponseProbe::parse(ok.as_bytes()).unwrap().usage_only());
+}
+
+/// A body that starts with a UTF-8 byte order mark parses (Python's `json.loads`, and so
+/// vLLM, accepts it) and goes upstream without the mark; a null `stream_options` or prompt
+/// member counts as absent.
+#[test]
+fn byte_order_mark_and_null_members() {
+    let r = parse_request(Bytes::from_static(
+        b"\xEF\xBB\xBF{\"model\":\"m\",\"prompt\":\"hi\"}",
+    ))
+    .unwrap();
+    assert_eq!(r.model, "m");
+    assert_eq!(&r.raw[..], br#"{"model":"m","prompt":"hi"}"#);
+    assert_eq!(
+        &r.upstream_body(Some("real")).bytes[..],
+        br#"{"model":"real","prompt":"hi"}"#
+    );
+    let r = parse_request(Bytes::from_static(
+        br#"{"model":"m","prompt":null,"messages":[{"role":"user","content":"x"}],"stream_options":null}"#,
+    ))
+    .unwrap();
+    assert_eq!(r.prompt_text, "<|im_start|>user\nx<|im_end|>\n");
+    assert!(!r.client_wants_usage);
 }

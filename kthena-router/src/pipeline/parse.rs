@@ -130,6 +130,13 @@ where
     B::Error: Into<BoxError>,
 {
     let (parts, body) = req.into_parts();
+    if let Some(enc) = parts.headers.get(header::CONTENT_ENCODING)
+        && !enc.as_bytes().eq_ignore_ascii_case(b"identity")
+    {
+        return Err(Error::UnsupportedEncoding {
+            encoding: String::from_utf8_lossy(enc.as_bytes()).into_owned(),
+        });
+    }
     let declared = parts
         .headers
         .get(header::CONTENT_LENGTH)
