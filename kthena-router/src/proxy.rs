@@ -159,7 +159,12 @@ impl ProxyBody {
         }
         self.finished = true;
         if let Some(f) = &self.sse {
-            self.output_tokens = f.output_tokens;
+            // A stream cut before its usage chunk (the client left, the engine failed) is
+            // charged what it streamed; a complete one exactly what the engine reported.
+            self.output_tokens = match error {
+                Some(_) => f.streamed_output_tokens(),
+                None => f.output_tokens,
+            };
         } else if error.is_none()
             && let Some(n) = self.json.output_tokens()
         {

@@ -20,6 +20,9 @@ use crate::openai::{ResponseProbe, Usage};
 
 static USAGE_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
 static DONE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"[DONE]"));
+/// A `data:` line after the first line of a chunk (JSON has no raw line feed, so this is
+/// always a line start).
+static DATA_LINE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\ndata:"));
 
 /// Line-based SSE pass-through (see the module doc).
 ///
@@ -39,6 +42,10 @@ pub struct SseFilter {
     pub usage: Option<Usage>,
     /// A `data: [DONE]` line was seen.
     pub saw_done: bool,
+    /// `data:` lines forwarded so far, `[DONE]` and a usage chunk included: an engine
+    /// streams one token per event (vLLM and SGLang by default), so this bounds the tokens a
+    /// client received when the stream ends before its usage chunk.
+    pub data_events: u64,
 }
 
 impl SseFilter {
@@ -73,6 +80,18 @@ impl SseFilter {
         self.lines(complete)
     }
 
+    /// The output tokens of a stream that was cut: `usage.completion_tokens` when a usage
+    /// chunk came, else an estimate of one token per event (the `data:` lines forwarded,
+    /// `[DONE]` not counted), so that the access log and the output token rate limit still
+    /// see what a client that went away (or whose engine failed) was streamed.
+    #[must_use]
+    pub fn streamed_output_tokens(&self) -> u64 {
+        match self.usage {
+            Some(_) => self.output_tokens,
+            None => self.data_events - u64::from(self.saw_done),
+        }
+    }
+
     /// The incomplete last line, at the end of the stream.
     pub fn flush(&mut self) -> Bytes {
         self.carry.split().freeze()
@@ -88,6 +107,8 @@ impl SseFilter {
                 complete = complete.slice(2..);
             }
         }
+        self.data_events += u64::from(complete.starts_with(b"data:"))
+            + DATA_LINE.find_iter(&complete).count() as u64;
         if DONE.find(&complete).is_none() && !has_usage(&complete) {
             return complete;
         }
@@ -166,6 +187,25 @@ mod tests {
 
     fn push(f: &mut SseFilter, s: &'static [u8]) -> Bytes {
         f.push(Bytes::from_static(s))
+    }
+
+    #[test]
+    fn a_cut_stream_counts_its_events_and_a_usage_chunk_wins() {
+        let mut f = SseFilter::new(false);
+        push(
+            &mut f,
+            b"data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: {\"cho",
+        );
+        push(
+            &mut f,
+            b"ices\":[{\"text\":\"b\"}]}\r\n\r\ndata: {\"choices\":[]}\n\n",
+        );
+        assert_eq!((f.data_events, f.streamed_output_tokens()), (3, 3));
+        push(&mut f, b"data: [DONE]\n\n");
+        assert_eq!((f.data_events, f.streamed_output_tokens()), (4, 3));
+        let mut f = SseFilter::new(false);
+        push(&mut f, b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":9,\"total_tokens\":10}}\n\n");
+        assert_eq!(f.streamed_output_tokens(), 9);
     }
 
     #[test]

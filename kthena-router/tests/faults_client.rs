@@ -168,13 +168,20 @@ async fn client_aborts_mid_stream() {
     let resp = post_stream(&chat_url(&r), chat("m", "hi", true, 4), &[]).await;
     assert_eq!(resp.status(), StatusCode::OK);
     let mut body = resp.into_body();
-    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
-    assert!(first.starts_with(b"data: "), "{first:?}");
+    let mut seen = Vec::new();
+    while seen.windows(6).filter(|w| w == b"data: ").count() < 2 {
+        let frame = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        seen.extend_from_slice(&frame);
+    }
+    assert!(seen.starts_with(b"data: "), "{seen:?}");
     drop(body);
     up.expect_disconnect().await;
     let line = last_log_line(&r, 1).await;
     assert_eq!(line["status_code"], 200);
     assert_eq!(line["error"]["type"], "client_disconnect");
+    // No usage chunk came: the two streamed events are counted (one token each), so a
+    // client cannot stream for free by leaving before the end.
+    assert_eq!(line["output_tokens"], 2);
     assert_counters_zero(&r).await;
     r.router.shutdown().await;
 }

@@ -493,3 +493,50 @@ async fn a_bucket_written_by_a_go_router_is_shared() {
     let _: i64 = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
     r.router.shutdown().await;
 }
+
+/// A client that leaves mid-stream, before the usage chunk, is still charged what it was
+/// streamed (one token per event): leaving early is no way around the output limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_leaving_mid_stream_is_charged_what_it_was_streamed() {
+    use http_body_util::BodyExt as _;
+    let sim = kthena_sim::spawn(sim_config("m").with_time_scale(1.0))
+        .await
+        .unwrap();
+    let routes = vec![(
+        "r.yaml".into(),
+        limited_route("m", "{outputTokensPerUnit: 50, unit: hour}"),
+    )];
+    let r = start(sim.addr(), &["m"], routes).await;
+    let url = format!("{}/v1/completions", r.url());
+    let resp = post_stream(&url, completion("m", 1, 1000, true), &[]).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body();
+    let mut seen = Vec::new();
+    while seen.windows(6).filter(|w| w == b"data: ").count() < 55 {
+        let frame = body.frame().await.unwrap().unwrap();
+        seen.extend_from_slice(frame.data_ref().unwrap());
+    }
+    drop(body);
+    // The access-log line is written when the request is settled and charged.
+    let mut line = None;
+    for _ in 0..250 {
+        if let Some(l) = r.access_log().into_iter().next() {
+            line = Some(l);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let line = line.expect("an access-log line for the abandoned stream");
+    assert_eq!(line["error"]["type"], "client_disconnect");
+    let charged = line["output_tokens"].as_u64().unwrap();
+    assert!((55..1000).contains(&charged), "{line}");
+    let (s, msg, _, _) = send(&r.url(), completion("m", 1, 5, false)).await;
+    assert_eq!(
+        (s, msg.as_str()),
+        (
+            StatusCode::TOO_MANY_REQUESTS,
+            "output token rate limit exceeded"
+        )
+    );
+    r.router.shutdown().await;
+}
