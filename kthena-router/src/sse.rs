@@ -88,7 +88,7 @@ impl SseFilter {
     pub fn streamed_output_tokens(&self) -> u64 {
         match self.usage {
             Some(_) => self.output_tokens,
-            None => self.data_events - u64::from(self.saw_done),
+            None => self.data_events.saturating_sub(u64::from(self.saw_done)),
         }
     }
 
