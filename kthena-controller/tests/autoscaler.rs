@@ -195,16 +195,17 @@ fn http() -> Client {
 
 /// `n` concurrent long completions against the engine at `ip` (aborted when the set drops).
 fn load(ip: &str, n: usize) -> JoinSet<()> {
-    load_via(&format!("{ip}:8100"), n)
+    load_via(&format!("{ip}:8100"), "m", n)
 }
 
-/// `n` concurrent long completions of model `m` sent to `addr` (an engine or a router).
-fn load_via(addr: &str, n: usize) -> JoinSet<()> {
+/// `n` concurrent long completions of `model` sent to `addr` (an engine or a router).
+fn load_via(addr: &str, model: &str, n: usize) -> JoinSet<()> {
     let mut set = JoinSet::new();
     for _ in 0..n {
         let url = format!("http://{addr}/v1/completions");
+        let model = model.to_owned();
         set.spawn(async move {
-            let body = json!({"model": "m", "prompt": "hello", "max_tokens": 20000}).to_string();
+            let body = json!({"model": model, "prompt": "hello", "max_tokens": 20000}).to_string();
             let req = http::Request::post(url)
                 .header("content-type", "application/json")
                 .body(Full::new(Bytes::from(body)))
@@ -472,7 +473,7 @@ async fn a_disaggregated_target_keeps_the_role_ratio_at_every_sample() -> Result
         .iter()
         .find_map(|p| p.status.as_ref()?.pod_ip.clone())
         .context("decode ip")?;
-    let _load = load_via(&router.addr.to_string(), 9);
+    let _load = load_via(&router.addr.to_string(), &routed_model(ns), 9);
     queue_at_least(&ip, 8.0).await?;
     let mut samples = Vec::new();
     let deadline = tokio::time::Instant::now() + WAIT;
@@ -518,7 +519,7 @@ async fn a_prometheus_sourced_metric_drives_the_same_scale_up() -> Result<()> {
     let source = json!({"prometheus": {"serverURL": prom.url, "query": query}});
     create_policy(ns, "pq", source).await?;
     // Nine long requests through the router: the engine runs 1 and queues 8.
-    let _load = load_via(&router.addr.to_string(), 9);
+    let _load = load_via(&router.addr.to_string(), &routed_model(ns), 9);
     let deadline = tokio::time::Instant::now() + WAIT;
     while prom_value(&prom.url, &query).await? < 8.0 {
         if tokio::time::Instant::now() > deadline {
@@ -614,8 +615,10 @@ async fn the_leader_runs_the_autoscaler() -> Result<()> {
     Ok(())
 }
 
-/// The router in cluster mode, in process, routing model `m` of `ns` to the ModelServing
-/// `target`'s entry pods (port 8100); returns once it has served a request of `m`.
+/// The router in cluster mode, in process, routing model [`routed_model`] to the engines
+/// (model `m`) of the ModelServing `target`'s entry pods (port 8100); returns once it has
+/// served a request. The router watches every namespace (as Go's does), so each test's
+/// ModelRoute has a model name of its own.
 async fn cluster_router(ns: &TestNamespace, target: &str) -> Result<kthena_router::Router> {
     cluster_router_with(ns, target, json!({})).await
 }
@@ -647,7 +650,7 @@ async fn cluster_router_with(
         "apiVersion": "networking.serving.volcano.sh/v1alpha1",
         "kind": "ModelRoute",
         "metadata": {"name": target, "namespace": ns.name()},
-        "spec": {"modelName": "m", "rules": [{"name": "default", "targetModels": [{"modelServerName": target}]}]},
+        "spec": {"modelName": routed_model(ns), "rules": [{"name": "default", "targetModels": [{"modelServerName": target}]}]},
     }))?;
     ns.api::<kthena_api::ModelRoute>()
         .create(&PostParams::default(), &route)
@@ -656,23 +659,30 @@ async fn cluster_router_with(
     let path = std::path::Path::new("router.yaml");
     let cfg = kthena_router::Config::from_yaml(path, text)?.validate(path)?;
     let router = kthena_router::Router::start_in_cluster(cfg, ns.client().clone()).await?;
-    until_routed(&router.addr.to_string()).await?;
+    until_routed(&router.addr.to_string(), &routed_model(ns)).await?;
     Ok(router)
 }
 
-/// Waits until the router at `addr` answers a completion of model `m` with 200.
-async fn until_routed(addr: &str) -> Result<()> {
+/// The client-facing model name of the ModelRoute of [`cluster_router`] in `ns`.
+fn routed_model(ns: &TestNamespace) -> String {
+    format!("m-{}", ns.name())
+}
+
+/// Waits until the router at `addr` answers a completion of `model` with 200.
+async fn until_routed(addr: &str, model: &str) -> Result<()> {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let body = json!({"model": "m", "prompt": "hi", "max_tokens": 1}).to_string();
+        let body = json!({"model": model, "prompt": "hi", "max_tokens": 1}).to_string();
         let req = http::Request::post(format!("http://{addr}/v1/completions"))
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from(body)))?;
-        if http().request(req).await.is_ok_and(|r| r.status() == 200) {
+        // Bounded: a request queued behind another test's load must not hang the wait.
+        let answer = tokio::time::timeout(Duration::from_secs(5), http().request(req)).await;
+        if answer.is_ok_and(|r| r.is_ok_and(|r| r.status() == 200)) {
             return Ok(());
         }
         if tokio::time::Instant::now() > deadline {
-            bail!("the router never routed model m");
+            bail!("the router never routed model {model}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -689,7 +699,7 @@ async fn load_through_the_router_in_cluster_mode_scales_up_then_down_after_the_w
     let addr = router.addr.to_string();
     create_policy(ns, "llm", json!({"pod": {"port": 8100}})).await?;
     // 9 requests through the router: the engine runs 1 and queues 8 ⇒ 4 replicas.
-    let load = load_via(&addr, 9);
+    let load = load_via(&addr, &routed_model(ns), 9);
     queue_at_least(&ip, 8.0).await?;
     let deadline = tokio::time::Instant::now() + SYNC * 2 + Duration::from_millis(1500);
     while replicas(ns, "llm").await? != 4 {
