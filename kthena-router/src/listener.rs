@@ -218,6 +218,9 @@ pub(crate) struct Listener {
     pub(crate) cfg: ListenerConfig,
     pub(crate) metrics: ListenerMetrics,
     pub(crate) drain: Duration,
+    /// Cancelled (by any listener) when the drain time ran out; every listener then closes
+    /// its remaining connections.
+    pub(crate) cut: CancellationToken,
 }
 
 /// Accepts connections until `cancel`, then drains them for up to `l.drain`.
@@ -271,7 +274,11 @@ pub(crate) async fn serve<F, S>(
         let l2 = l.clone();
         tasks.spawn(async move {
             l2.metrics.connections(l2.name, 1);
-            run_connection(conn, &state, &l2).await;
+            tokio::select! {
+                () = run_connection(conn, &state, &l2) => {}
+                // Dropping the connection closes it (and settles its unfinished response).
+                () = l2.cut.cancelled() => {}
+            }
             l2.metrics.connections(l2.name, -1);
             drop(permit);
         });
@@ -281,7 +288,8 @@ pub(crate) async fn serve<F, S>(
         .await
         .is_err()
     {
-        tracing::warn!(drain = ?l.drain, "Connections still open after the drain timeout");
+        tracing::warn!(drain = ?l.drain, "Connections still open after the drain timeout; closing them");
+        l.cut.cancel();
     }
 }
 

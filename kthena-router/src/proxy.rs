@@ -17,6 +17,7 @@ use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
+use tokio_util::sync::CancellationToken;
 
 use crate::accounting::Accounting;
 use crate::body::BoxError;
@@ -45,6 +46,8 @@ pub struct ProxyBody {
     pending_error: Option<(BoxError, Pin<Box<Sleep>>)>,
     /// The upstream idle timeout.
     idle: Option<IdleTimer>,
+    /// Cancelled when the router closes connections left after its drain timeout.
+    drain_cut: Option<CancellationToken>,
     finished: bool,
 }
 
@@ -116,6 +119,7 @@ impl ProxyBody {
             output_tokens: 0,
             pending_error: None,
             idle: None,
+            drain_cut: None,
             finished: false,
         }
     }
@@ -128,6 +132,13 @@ impl ProxyBody {
             last: Instant::now(),
             timer: Box::pin(tokio::time::sleep(timeout)),
         });
+        self
+    }
+
+    /// Settles a body dropped after `cut` was cancelled as cut by the router's shutdown
+    /// (`drain_timeout`, origin `internal`), not as a client that went away.
+    pub(crate) fn with_drain_cut(mut self, cut: CancellationToken) -> Self {
+        self.drain_cut = Some(cut);
         self
     }
 
@@ -179,13 +190,10 @@ impl ProxyBody {
                 )
             })
         });
-        let origin = if error
-            .as_ref()
-            .is_some_and(|(k, _)| *k == "client_disconnect")
-        {
-            "downstream"
-        } else {
-            "upstream"
+        let origin = match error.as_ref().map(|(k, _)| *k) {
+            Some("client_disconnect") => "downstream",
+            Some("drain_timeout") => "internal",
+            _ => "upstream",
         };
         self.acct
             .finish(self.status, error, origin, self.output_tokens);
@@ -302,6 +310,11 @@ impl Drop for ProxyBody {
     fn drop(&mut self) {
         if !self.finished && self.inner.is_end_stream() {
             self.finish(None);
+        } else if !self.finished && self.drain_cut.as_ref().is_some_and(|c| c.is_cancelled()) {
+            self.finish(Some((
+                "drain_timeout",
+                "the router shut down with the response unfinished (drainTimeout)".into(),
+            )));
         } else if !self.finished {
             // The client went away mid-body: dropping `inner` closes the upstream connection,
             // which cancels the engine's work; the in-flight guard gives the slot back.

@@ -164,6 +164,7 @@ impl Router {
                 cfg,
                 metrics: shared.metrics.listener.clone(),
                 drain,
+                cut: shared.drain_cut.clone(),
             };
             let tag = move |mut r: http::Request<hyper::body::Incoming>| {
                 r.extensions_mut()
@@ -218,6 +219,7 @@ impl Router {
             cfg: cfg.listener,
             metrics: shared.metrics.listener.clone(),
             drain,
+            cut: shared.drain_cut.clone(),
         };
         tasks.spawn(crate::listener::serve(
             sockets.inference,
@@ -285,6 +287,8 @@ impl Router {
         .is_err()
         {
             tracing::warn!("Drain timeout reached; closing remaining connections");
+            self.shared.drain_cut.cancel();
+            let _ = tokio::time::timeout(Duration::from_secs(1), self.tasks.wait()).await;
         }
         // Output charges of global rate limits still on their way to Redis.
         let _ = tokio::time::timeout(Duration::from_secs(3), self.shared.rate_limits.drain()).await;

@@ -52,6 +52,9 @@ pub struct Shared {
     pub(crate) queues: std::sync::OnceLock<Arc<crate::queue::Queues>>,
     /// Per-endpoint in-flight counts shared through Redis (unset without `REDIS_HOST`).
     pub(crate) in_flight_share: std::sync::OnceLock<Arc<crate::inflight::SharedInFlight>>,
+    /// Cancelled when a listener's `drainTimeout` ran out at shutdown and its remaining
+    /// connections are being closed: a response cut then is the router's doing.
+    pub(crate) drain_cut: tokio_util::sync::CancellationToken,
     rng: Mutex<SmallRng>,
 }
 
@@ -88,6 +91,7 @@ impl Shared {
             gateway: Arc::default(),
             queues: std::sync::OnceLock::new(),
             in_flight_share: std::sync::OnceLock::new(),
+            drain_cut: tokio_util::sync::CancellationToken::new(),
             rng: Mutex::new(SmallRng::seed_from_u64(seed)),
         }
     }

@@ -231,3 +231,32 @@ async fn engine_dies_and_comes_back() {
     sim.kill().await;
     r.router.shutdown().await;
 }
+
+/// Shutdown with a stream still open past `drainTimeout`: the router closes the connection
+/// (the client's stream ends, the engine's connection closes) and logs the request as cut
+/// by the router (`drain_timeout`, origin `internal`), not as a client that went away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_open_past_the_drain_timeout_is_cut_and_logged_as_the_routers() {
+    use http_body_util::BodyExt as _;
+    let mut up = FaultUpstream::start(Fault::StallMidStream { events: 2 }).await;
+    let r = fault_router("drainTimeout: 300ms\n", up.addr, "").await;
+    let url = format!("{}/v1/chat/completions", r.url());
+    let resp = post_stream(&url, chat("m", "hi", true, 4), &[]).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert!(first.starts_with(b"data: "), "{first:?}");
+    let TestRouter { dir, router } = r;
+    let started = std::time::Instant::now();
+    router.shutdown().await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+    up.expect_disconnect().await;
+    // The client's stream ends (no clean end after the cut).
+    let rest = tokio::time::timeout(Duration::from_secs(5), body.collect()).await;
+    assert!(rest.is_ok(), "the client stream did not end");
+    let text = std::fs::read_to_string(dir.path().join("access.log")).unwrap();
+    let line: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(line["status_code"], 200, "{line}");
+    assert_eq!(line["error"]["type"], "drain_timeout", "{line}");
+    assert_eq!(line["error_origin"], "internal", "{line}");
+}

@@ -437,7 +437,7 @@ impl Plan {
             self.acct.clone(),
             &self.parsed.req,
             self.injected_usage,
-            self.shared.upstream_idle_timeout,
+            &self.shared,
         );
         let m = &self.shared.metrics.pd;
         resp.map(|b| {

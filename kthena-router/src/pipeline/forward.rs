@@ -295,7 +295,7 @@ impl Plan {
             self.acct.clone(),
             &self.parsed.req,
             injected,
-            self.shared.upstream_idle_timeout,
+            &self.shared,
         )))
     }
 
@@ -329,7 +329,7 @@ pub(crate) fn stream_response(
     acct: Accounting,
     parsed: &ParsedRequest,
     injected_usage: bool,
-    idle_timeout: Option<std::time::Duration>,
+    shared: &Shared,
 ) -> Response<RespBody> {
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
@@ -345,7 +345,9 @@ pub(crate) fn stream_response(
     }
     let status = parts.status.as_u16();
     let hide_usage = injected_usage && !parsed.client_wants_usage;
-    let body = ProxyBody::new(body, acct, status, sse, hide_usage).with_idle_timeout(idle_timeout);
+    let body = ProxyBody::new(body, acct, status, sse, hide_usage)
+        .with_idle_timeout(shared.upstream_idle_timeout)
+        .with_drain_cut(shared.drain_cut.clone());
     Response::from_parts(parts, BodyExt::boxed_unsync(body))
 }
 

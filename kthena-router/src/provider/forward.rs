@@ -97,7 +97,7 @@ pub(crate) async fn forward(
         acct,
         &parsed.req,
         body.injected_usage,
-        shared.upstream_idle_timeout,
+        &shared,
     ))
 }
 
