@@ -247,7 +247,7 @@ async fn a_stream_open_past_the_drain_timeout_is_cut_and_logged_as_the_routers()
     let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
     assert!(first.starts_with(b"data: "), "{first:?}");
     let TestRouter { dir, router } = r;
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     router.shutdown().await;
     assert!(started.elapsed() < Duration::from_secs(5));
     up.expect_disconnect().await;
