@@ -203,7 +203,7 @@ impl AccessLog {
     /// Opens the configured output (a path is created with mode 0644 and appended to).
     ///
     /// # Errors
-    /// [`Error::ReadFile`] when the file cannot be opened.
+    /// [`Error::AccessLogOpen`] when the file cannot be opened for appending.
     pub fn open(cfg: &AccessLogConfig) -> Result<Self> {
         let out = match cfg.output.as_str() {
             "stdout" | "" => Output::Stdout,
@@ -213,7 +213,7 @@ impl AccessLog {
                     .create(true)
                     .append(true)
                     .open(path)
-                    .map_err(|source| Error::ReadFile {
+                    .map_err(|source| Error::AccessLogOpen {
                         path: path.into(),
                         source,
                     })?;

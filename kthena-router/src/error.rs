@@ -337,6 +337,15 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The access log's `output` file cannot be opened for appending.
+    #[error("cannot open the access log {} (accessLog.output) for writing: {source}", path.display())]
+    AccessLogOpen {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
     /// A configuration file is invalid.
     #[error("invalid config {}: {reason}", path.display())]
     Config {
@@ -458,6 +467,7 @@ impl Error {
             | Self::UpstreamIdle { .. }
             | Self::QueueTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::ReadFile { .. }
+            | Self::AccessLogOpen { .. }
             | Self::Config { .. }
             | Self::Manifest { .. }
             | Self::Env { .. }

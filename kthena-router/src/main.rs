@@ -19,10 +19,10 @@ struct Args {
     /// Inference listener port [default: 8080, or `port` in the config file].
     #[arg(long)]
     port: Option<u16>,
-    /// Prometheus /metrics port [default: 9090].
+    /// Prometheus /metrics port [default: 9090, or `metricsPort` in the config file].
     #[arg(long)]
     metrics_port: Option<u16>,
-    /// Debug port, bound to localhost [default: 15000].
+    /// Debug port, bound to localhost [default: 15000, or `debugPort` in the config file].
     #[arg(long)]
     debug_port: Option<u16>,
     /// Longest wait for a complete request head, and for the next request on an idle
@@ -145,7 +145,8 @@ fn main() -> ExitCode {
             e @ (Error::Config { .. }
             | Error::Manifest { .. }
             | Error::Env { .. }
-            | Error::ReadFile { .. }),
+            | Error::ReadFile { .. }
+            | Error::AccessLogOpen { .. }),
         ) => {
             tracing::error!(error = %e, "Invalid configuration");
             ExitCode::from(64)

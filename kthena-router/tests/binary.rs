@@ -92,6 +92,36 @@ fn bad_config_exits_64_with_the_message() {
     }
 }
 
+/// An access log that cannot be written (its directory does not exist) stops the router
+/// at start with 64 and a message that says so, naming the file and the setting.
+#[test]
+fn an_unwritable_access_log_exits_64_naming_the_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("router.yaml");
+    let log = dir.path().join("missing").join("access.log");
+    std::fs::write(
+        &cfg,
+        format!(
+            "port: 0\nmetricsPort: 0\ndebugPort: 0\nbindAddress: 127.0.0.1\naccessLog: {{output: \"{}\"}}\nstandalone:\n  endpoints: []\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kthena-router"))
+        .arg("--config")
+        .arg(&cfg)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let want = format!(
+        "cannot open the access log {} (accessLog.output) for writing: No such file or directory (os error 2)",
+        log.display()
+    );
+    assert!(err.contains(&want), "{err}");
+}
+
 /// Started with a low soft limit on open files (as many systems default to 1,024), the router
 /// raises it to the hard limit, as Go programs do.
 #[test]

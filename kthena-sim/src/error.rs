@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 #[non_exhaustive]
 pub enum Error {
     /// A configuration value is out of range.
-    #[error("invalid config field `{field}`: {reason}")]
+    #[error("invalid --{} (config field `{field}`): {reason}", field.replace('_', "-"))]
     Config {
         /// Field name as in the config struct.
         field: String,

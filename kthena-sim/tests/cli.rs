@@ -139,7 +139,7 @@ fn config_errors_print_one_line_and_exit_64() {
     assert_eq!(out.status.code(), Some(64));
     assert_eq!(
         String::from_utf8(out.stderr).unwrap(),
-        "error: invalid config field `time_scale`: must be a positive number\n"
+        "error: invalid --time-scale (config field `time_scale`): must be a positive number\n"
     );
     // A socket that cannot be bound is not a configuration error; its cause is printed.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
