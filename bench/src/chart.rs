@@ -14,6 +14,37 @@ use crate::report::PolicyResult;
 /// Reads one plotted value of a row.
 type Metric = fn(&PolicyResult) -> f64;
 
+/// Why a chart was not drawn.
+#[derive(Debug, thiserror::Error)]
+pub enum ChartError {
+    /// The results hold no row of the scenario asked for.
+    #[error("no results for scenario {0:?}")]
+    NoResults(String),
+    /// The soak recorded no probes.
+    #[error("no probes to draw")]
+    NoProbes,
+    /// plotters failed (the PNG cannot be written, a font cannot be rendered).
+    #[error("drawing failed: {0}")]
+    Draw(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// `map_err` of every plotters call.
+fn draw_err<E: std::error::Error + Send + Sync + 'static>(e: E) -> ChartError {
+    ChartError::Draw(Box::new(e))
+}
+
+/// The colours of the bars, in policy order.
+const COLORS: [RGBColor; 8] = [
+    RGBColor(150, 150, 150),
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+];
+
 const FONT_PATHS: &[&str] = &[
     "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
     "/usr/share/fonts/dejavu/DejaVuSans.ttf",
@@ -43,21 +74,22 @@ fn font_ready() -> bool {
 /// a PNG at `path`.
 ///
 /// # Errors
-/// A message when the file cannot be written or there is nothing to draw.
-pub fn draw_scenario(path: &Path, scenario: &str, rows: &[PolicyResult]) -> Result<(), String> {
+/// [`ChartError::NoResults`] when `rows` hold nothing of `scenario`, [`ChartError::Draw`]
+/// when the file cannot be written.
+pub fn draw_scenario(path: &Path, scenario: &str, rows: &[PolicyResult]) -> Result<(), ChartError> {
     let rows: Vec<&PolicyResult> = rows.iter().filter(|r| r.scenario == scenario).collect();
     if rows.is_empty() {
-        return Err(format!("no results for scenario {scenario:?}"));
+        return Err(ChartError::NoResults(scenario.to_owned()));
     }
     let text = font_ready();
     let root = BitMapBackend::new(path, (1400, 620)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    root.fill(&WHITE).map_err(draw_err)?;
     let root = if text {
         root.titled(
             &format!("kthena-bench: {scenario} scenario (3 simulated engines, model seconds)"),
             ("sans-serif", 24),
         )
-        .map_err(|e| e.to_string())?
+        .map_err(draw_err)?
     } else {
         root
     };
@@ -67,70 +99,72 @@ pub fn draw_scenario(path: &Path, scenario: &str, rows: &[PolicyResult]) -> Resu
         ("mean TTFT (s, lower is better)", |r| r.ttft_mean_s),
     ];
     for (panel, (title, value)) in panels.iter().zip(metrics) {
-        let max = rows.iter().map(|r| value(r)).fold(0.0f64, f64::max);
-        let top = if max > 0.0 { max * 1.15 } else { 1.0 };
-        let n = rows.len();
-        let mut builder = ChartBuilder::on(panel);
-        builder.margin(12);
-        if text {
-            builder
-                .caption(title, ("sans-serif", 18))
-                .x_label_area_size(40)
-                .y_label_area_size(60);
-        }
-        let mut chart = builder
-            .build_cartesian_2d(0f64..n as f64, 0f64..top)
-            .map_err(|e| e.to_string())?;
-        if text {
-            let names: Vec<String> = rows.iter().map(|r| short_name(&r.policy)).collect();
-            chart
-                .configure_mesh()
-                .disable_x_mesh()
-                .x_labels(n * 2 + 1)
-                .x_label_formatter(&|x| {
-                    let i = x.floor();
-                    if (x - i - 0.5).abs() < 1e-6 && i >= 0.0 {
-                        names.get(i as usize).cloned().unwrap_or_default()
-                    } else {
-                        String::new()
-                    }
-                })
-                .x_label_style(("sans-serif", 13))
-                .draw()
-                .map_err(|e| e.to_string())?;
-        }
-        let colors = [
-            RGBColor(150, 150, 150),
-            RGBColor(31, 119, 180),
-            RGBColor(255, 127, 14),
-            RGBColor(44, 160, 44),
-            RGBColor(214, 39, 40),
-            RGBColor(148, 103, 189),
-            RGBColor(140, 86, 75),
-            RGBColor(227, 119, 194),
-        ];
+        draw_bars(panel, title, &rows, value, text)?;
+    }
+    root.present().map_err(draw_err)?;
+    Ok(())
+}
+
+/// One panel of [`draw_scenario`]: a bar per row of `value`, labelled when `text`.
+fn draw_bars(
+    panel: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+    title: &str,
+    rows: &[&PolicyResult],
+    value: Metric,
+    text: bool,
+) -> Result<(), ChartError> {
+    let max = rows.iter().map(|r| value(r)).fold(0.0f64, f64::max);
+    let top = if max > 0.0 { max * 1.15 } else { 1.0 };
+    let n = rows.len();
+    let mut builder = ChartBuilder::on(panel);
+    builder.margin(12);
+    if text {
+        builder
+            .caption(title, ("sans-serif", 18))
+            .x_label_area_size(40)
+            .y_label_area_size(60);
+    }
+    let mut chart = builder
+        .build_cartesian_2d(0f64..n as f64, 0f64..top)
+        .map_err(draw_err)?;
+    if text {
+        let names: Vec<String> = rows.iter().map(|r| short_name(&r.policy)).collect();
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(n * 2 + 1)
+            .x_label_formatter(&|x| {
+                let i = x.floor();
+                if (x - i - 0.5).abs() < 1e-6 && i >= 0.0 {
+                    names.get(i as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .x_label_style(("sans-serif", 13))
+            .draw()
+            .map_err(draw_err)?;
+    }
+    chart
+        .draw_series(rows.iter().enumerate().map(|(i, r)| {
+            let c = COLORS[i % COLORS.len()];
+            Rectangle::new(
+                [(i as f64 + 0.15, 0.0), (i as f64 + 0.85, value(r))],
+                c.filled(),
+            )
+        }))
+        .map_err(draw_err)?;
+    if text {
         chart
             .draw_series(rows.iter().enumerate().map(|(i, r)| {
-                let c = colors[i % colors.len()];
-                Rectangle::new(
-                    [(i as f64 + 0.15, 0.0), (i as f64 + 0.85, value(r))],
-                    c.filled(),
+                Text::new(
+                    format!("{:.2}", value(r)),
+                    (i as f64 + 0.2, value(r) + top * 0.02),
+                    ("sans-serif", 14),
                 )
             }))
-            .map_err(|e| e.to_string())?;
-        if text {
-            chart
-                .draw_series(rows.iter().enumerate().map(|(i, r)| {
-                    Text::new(
-                        format!("{:.2}", value(r)),
-                        (i as f64 + 0.2, value(r) + top * 0.02),
-                        ("sans-serif", 14),
-                    )
-                }))
-                .map_err(|e| e.to_string())?;
-        }
+            .map_err(draw_err)?;
     }
-    root.present().map_err(|e| e.to_string())?;
     Ok(())
 }
 
@@ -155,18 +189,19 @@ fn short_name(policy: &str) -> String {
 /// side by side, into a PNG at `path`.
 ///
 /// # Errors
-/// A message when the file cannot be written or there are no probes.
+/// [`ChartError::NoProbes`] without probes, [`ChartError::Draw`] when the file cannot be
+/// written.
 pub fn draw_soak(
     path: &Path,
     probes: &[crate::soak::Probe],
     windows: &[crate::soak::Window],
-) -> Result<(), String> {
+) -> Result<(), ChartError> {
     if probes.is_empty() {
-        return Err("no probes to draw".to_owned());
+        return Err(ChartError::NoProbes);
     }
     let text = font_ready();
     let root = BitMapBackend::new(path, (1400, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    root.fill(&WHITE).map_err(draw_err)?;
     let panels = root.split_evenly((1, 2));
     let rss: Vec<(f64, f64)> = probes
         .iter()
@@ -201,24 +236,24 @@ pub fn draw_soak(
         }
         let mut chart = builder
             .build_cartesian_2d(0f64..end, 0f64..top.max(1.0))
-            .map_err(|e| e.to_string())?;
+            .map_err(draw_err)?;
         if text {
             chart
                 .configure_mesh()
                 .x_desc("minutes")
                 .draw()
-                .map_err(|e| e.to_string())?;
+                .map_err(draw_err)?;
         }
         chart
             .draw_series(std::iter::once(PathElement::new(
                 points.clone(),
                 color.stroke_width(2),
             )))
-            .map_err(|e| e.to_string())?;
+            .map_err(draw_err)?;
         chart
             .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
-            .map_err(|e| e.to_string())?;
+            .map_err(draw_err)?;
     }
-    root.present().map_err(|e| e.to_string())?;
+    root.present().map_err(draw_err)?;
     Ok(())
 }

@@ -521,7 +521,7 @@ pub(crate) fn save(run: &SoakRun, out_dir: &Path, chart: Option<&Path>) -> anyho
         }
         let windows =
             kthena_bench::soak::windows(&run.records, kthena_bench::soak::WINDOW_S, run.duration_s);
-        kthena_bench::chart::draw_soak(path, &run.probes, &windows).map_err(anyhow::Error::msg)?;
+        kthena_bench::chart::draw_soak(path, &run.probes, &windows)?;
     }
     Ok(())
 }

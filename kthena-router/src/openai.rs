@@ -141,8 +141,8 @@ fn invalid(param: &'static str, reason: &str) -> Error {
 fn parse_prompt(body: &Map<String, Value>) -> Result<Option<Prompt>> {
     let present = |k: &str| body.get(k).filter(|v| !v.is_null());
     if let Some(p) = present("prompt") {
-        return Ok(match p {
-            Value::String(s) => Some(Prompt::Text(s.clone())),
+        return match p {
+            Value::String(s) => Ok(Some(Prompt::Text(s.clone()))),
             // Token-id or batch prompts: join string items so that hashing still sees text.
             Value::Array(items) => {
                 let parts: Vec<String> = items
@@ -152,84 +152,74 @@ fn parse_prompt(body: &Map<String, Value>) -> Result<Option<Prompt>> {
                         other => other.to_string(),
                     })
                     .collect();
-                Some(Prompt::Text(parts.join("\n")))
+                Ok(Some(Prompt::Text(parts.join("\n"))))
             }
-            _ => {
-                return Err(invalid(
-                    "prompt",
-                    "must be a string, an array of strings or an array of token ids",
-                ));
-            }
-        });
+            _ => Err(invalid(
+                "prompt",
+                "must be a string, an array of strings or an array of token ids",
+            )),
+        };
     }
     if let Some(messages) = present("messages") {
         let Value::Array(items) = messages else {
             return Err(invalid("messages", "must be an array of messages"));
         };
-        let mut msgs = Vec::new();
-        if let Some(system) = body.get("system").and_then(content_text) {
-            msgs.push(Message {
+        let system = body
+            .get("system")
+            .and_then(content_text)
+            .map(|content| Message {
                 role: "system".into(),
-                content: system,
-            });
-        }
-        for m in items {
-            let Some(role) = m.get("role").and_then(Value::as_str) else {
-                continue;
-            };
-            let Some(content) = m.get("content").and_then(content_text) else {
-                continue;
-            };
-            msgs.push(Message {
-                role: role.to_owned(),
                 content,
             });
-        }
-        return Ok(Some(Prompt::Messages(msgs)));
+        return Ok(Some(Prompt::Messages(
+            system
+                .into_iter()
+                .chain(role_messages(items, false))
+                .collect(),
+        )));
     }
     if let Some(input) = present("input") {
-        let mut msgs = Vec::new();
-        if let Some(Value::String(instr)) = body.get("instructions")
-            && !instr.is_empty()
-        {
-            msgs.push(Message {
+        let instructions = match body.get("instructions") {
+            Some(Value::String(i)) if !i.is_empty() => Some(Message {
                 role: "developer".into(),
-                content: instr.clone(),
-            });
-        }
-        match input {
-            Value::String(s) => msgs.push(Message {
+                content: i.clone(),
+            }),
+            _ => None,
+        };
+        let msgs: Vec<Message> = match input {
+            Value::String(s) => vec![Message {
                 role: "user".into(),
                 content: s.clone(),
-            }),
-            Value::Array(items) => {
-                for it in items {
-                    let ty = it.get("type").and_then(Value::as_str);
-                    if ty.is_some_and(|t| t != "message") {
-                        continue;
-                    }
-                    let Some(role) = it.get("role").and_then(Value::as_str) else {
-                        continue;
-                    };
-                    let Some(content) = it.get("content").and_then(content_text) else {
-                        continue;
-                    };
-                    msgs.push(Message {
-                        role: role.to_owned(),
-                        content,
-                    });
-                }
-            }
+            }],
+            Value::Array(items) => role_messages(items, true).collect(),
             _ => {
                 return Err(invalid(
                     "input",
                     "must be a string or an array of input items",
                 ));
             }
-        }
-        return Ok(Some(Prompt::Messages(msgs)));
+        };
+        return Ok(Some(Prompt::Messages(
+            instructions.into_iter().chain(msgs).collect(),
+        )));
     }
     Ok(None)
+}
+
+/// The items of a `messages` (or, with `typed`, a Responses `input`) array that have a
+/// string `role` and readable content; with `typed`, items whose `type` is set to anything
+/// but `message` are skipped.
+fn role_messages(items: &[Value], typed: bool) -> impl Iterator<Item = Message> + '_ {
+    items.iter().filter_map(move |it| {
+        let ty = it.get("type").and_then(Value::as_str);
+        if typed && ty.is_some_and(|t| t != "message") {
+            return None;
+        }
+        Some(Message {
+            role: it.get("role").and_then(Value::as_str)?.to_owned(),
+            content: it.get("content").and_then(content_text)?,
+        })
+    })
 }
 
 /// Flattens OpenAI content: a string, or a list of parts whose `type` is absent or one of
