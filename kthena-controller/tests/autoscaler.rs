@@ -218,17 +218,22 @@ fn load_via(addr: &str, model: &str, n: usize) -> JoinSet<()> {
     set
 }
 
-/// The engine's own `vllm:num_requests_waiting`.
-async fn waiting(ip: &str) -> Result<f64> {
-    let req =
-        http::Request::get(format!("http://{ip}:8100/metrics")).body(Full::new(Bytes::new()))?;
-    let body = http()
+/// The whole body of the answer to `req`.
+async fn body_of(req: http::Request<Full<Bytes>>) -> Result<Bytes> {
+    Ok(http()
         .request(req)
         .await?
         .into_body()
         .collect()
         .await?
-        .to_bytes();
+        .to_bytes())
+}
+
+/// The engine's own `vllm:num_requests_waiting`.
+async fn waiting(ip: &str) -> Result<f64> {
+    let req =
+        http::Request::get(format!("http://{ip}:8100/metrics")).body(Full::new(Bytes::new()))?;
+    let body = body_of(req).await?;
     let text = String::from_utf8(body.to_vec())?;
     text.lines()
         .filter(|l| l.starts_with(WAITING))

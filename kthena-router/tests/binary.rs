@@ -48,6 +48,16 @@ fn logs_have_no_colour_when_stderr_is_piped() {
     );
 }
 
+/// The router binary run to its end with `--config cfg` (logs without colour).
+fn run_router(cfg: &std::path::Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kthena-router"))
+        .arg("--config")
+        .arg(cfg)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("the router binary runs")
+}
+
 /// A config with a misspelled key or an invalid value exits with 64 and
 /// the documented message, naming the file once.
 #[test]
@@ -78,12 +88,7 @@ fn bad_config_exits_64_with_the_message() {
     ];
     for (yaml, want) in cases {
         std::fs::write(&cfg, yaml).unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_kthena-router"))
-            .arg("--config")
-            .arg(&cfg)
-            .env("NO_COLOR", "1")
-            .output()
-            .unwrap();
+        let out = run_router(&cfg);
         assert_eq!(out.status.code(), Some(64), "{yaml}");
         let err = String::from_utf8_lossy(&out.stderr);
         let file = format!("invalid config {}: {want}", cfg.display());
@@ -107,12 +112,7 @@ fn an_unwritable_access_log_exits_64_naming_the_setting() {
         ),
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_kthena-router"))
-        .arg("--config")
-        .arg(&cfg)
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap();
+    let out = run_router(&cfg);
     assert_eq!(out.status.code(), Some(64));
     let err = String::from_utf8_lossy(&out.stderr);
     let want = format!(

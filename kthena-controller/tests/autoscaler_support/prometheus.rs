@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full};
+use http_body_util::Full;
 
-use super::{WAIT, http};
+use super::{WAIT, body_of, http};
 
 /// A real Prometheus (Debian's `prometheus`, installed by `scripts/services.sh`) scraping
 /// `target` every second, on a free loopback port; stopped when dropped.
@@ -82,13 +82,7 @@ pub(crate) async fn prom_value(url: &str, query: &str) -> Result<f64> {
     let req = http::Request::post(format!("{url}/api/v1/query"))
         .header("content-type", "application/x-www-form-urlencoded")
         .body(Full::new(Bytes::from(body)))?;
-    let body = http()
-        .request(req)
-        .await?
-        .into_body()
-        .collect()
-        .await?
-        .to_bytes();
+    let body = body_of(req).await?;
     let v: serde_json::Value = serde_json::from_slice(&body)?;
     Ok(v["data"]["result"][0]["value"][1]
         .as_str()
