@@ -38,6 +38,11 @@ impl GoDuration {
         if self.0.trim().is_empty() {
             return Err(DurationError::Empty { text: text() });
         }
+        match go_range(&self.0) {
+            Range::Within => {}
+            Range::TooLarge => return Err(DurationError::TooLarge { text: text() }),
+            Range::InnerSign => return Err(DurationError::InnerSign { text: text() }),
+        }
         let parsed: kube::core::Duration =
             self.0.parse().map_err(|source| DurationError::Syntax {
                 text: text(),
@@ -85,6 +90,12 @@ pub enum DurationError {
         /// The text as written.
         text: String,
     },
+    /// A component after the first has a sign (`1h-5m`); Go allows one only at the start.
+    #[error("invalid duration {text:?}: a sign is allowed only at the start")]
+    InnerSign {
+        /// The text as written.
+        text: String,
+    },
     /// The duration is beyond the largest Go duration (i64 nanoseconds).
     #[error(
         "invalid duration {text:?}: larger than the maximum Go duration (2562047h47m16.854775807s)"
@@ -93,6 +104,60 @@ pub enum DurationError {
         /// The text as written.
         text: String,
     },
+}
+
+/// What [`go_range`] found.
+enum Range {
+    /// Nothing that could overflow; the parser decides the rest.
+    Within,
+    /// The sum is beyond the largest Go duration, or a number is not finite.
+    TooLarge,
+    /// A component after the first has a sign (`1h-5m`).
+    InnerSign,
+}
+
+/// Reads `text` as `kube::core::Duration`'s parser does (number, unit, repeated) and checks
+/// what that parser does not: kube-core 5 multiplies each component into a
+/// `std::time::Duration`, which panics on a value beyond its range or below zero
+/// (`88888888888888888888888888888h`, `1h-5m`; found by fuzzing). Anything else that is
+/// wrong (no unit, an unknown unit, a bad number) is left to the parser to report.
+fn go_range(text: &str) -> Range {
+    /// The largest Go duration (`math.MaxInt64` nanoseconds) in seconds, as near as `f64`
+    /// holds it (the exact bound is checked on the parsed value).
+    const MAX_SECS: f64 = 9_223_372_036.854_776;
+    let mut s = text.trim().trim_start_matches('+').trim_start_matches('-');
+    let mut total = 0.0f64;
+    while !s.is_empty() && s != "0" {
+        let Some(unit_start) = s.find(char::is_alphabetic) else {
+            return Range::Within;
+        };
+        let (value, rest) = s.split_at(unit_start);
+        let Ok(value) = value.parse::<f64>() else {
+            return Range::Within;
+        };
+        let unit_end = rest
+            .find(|c: char| !c.is_alphabetic())
+            .unwrap_or(rest.len());
+        let (unit, next) = rest.split_at(unit_end);
+        let secs = match unit {
+            "ns" => 1e-9,
+            "us" | "\u{00b5}s" | "\u{03bc}s" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Range::Within,
+        };
+        if value.is_sign_negative() {
+            return Range::InnerSign;
+        }
+        total += value * secs;
+        if !total.is_finite() || total > MAX_SECS {
+            return Range::TooLarge;
+        }
+        s = next;
+    }
+    Range::Within
 }
 
 impl fmt::Display for GoDuration {
@@ -256,5 +321,29 @@ mod tests {
                 "{text:?} was refused"
             );
         }
+    }
+
+    /// Found by the `router_config` fuzz target: kube-core's parser panics on components
+    /// beyond `std::time::Duration`'s range and on a sign inside the text.
+    #[test]
+    fn huge_components_and_inner_signs_are_errors_not_panics() {
+        let err = |text: &str| GoDuration::new(text).parse().unwrap_err().to_string();
+        assert_eq!(
+            err("88888888888888888888888888888h88888888888888888\"k"),
+            "invalid duration \"88888888888888888888888888888h88888888888888888\\\"k\": larger than the maximum Go duration (2562047h47m16.854775807s)"
+        );
+        assert_eq!(
+            err("2562047h47m17s"),
+            "invalid duration \"2562047h47m17s\": larger than the maximum Go duration (2562047h47m16.854775807s)"
+        );
+        assert_eq!(
+            err("1h-5m"),
+            "invalid duration \"1h-5m\": a sign is allowed only at the start"
+        );
+        assert_eq!(err("-1s"), "invalid duration \"-1s\": must not be negative");
+        assert_eq!(
+            GoDuration::new("1h30m0.5s").parse().unwrap(),
+            std::time::Duration::from_millis(5_400_500)
+        );
     }
 }

@@ -80,17 +80,11 @@ struct Args {
 }
 
 /// `--webhook-timeout`: whole seconds, as Go's flag, or a Go duration.
-fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
+fn parse_timeout(text: &str) -> anyhow::Result<std::time::Duration> {
     if let Ok(secs) = text.parse::<u64>() {
         return Ok(std::time::Duration::from_secs(secs));
     }
-    let parsed: kube::core::Duration = text
-        .parse()
-        .map_err(|e| format!("invalid duration {text:?}: {e}"))?;
-    match parsed.is_negative() {
-        true => Err(format!("invalid duration {text:?}: must not be negative")),
-        false => Ok(parsed.into()),
-    }
+    Ok(kthena_api::GoDuration::new(text).parse()?)
 }
 
 /// Starts the webhook server: the certificate from the files when both exist, else

@@ -2,26 +2,31 @@
 
 use std::time::Duration;
 
-/// Parses a Go duration string (`1s`, `500ms`, `1h30m`) with `kube::core::Duration`.
+/// Parses a Go duration string (`1s`, `500ms`, `1h30m`) with [`kthena_api::GoDuration`]
+/// (Go `time.ParseDuration` syntax, at most Go's largest duration).
 ///
 /// # Errors
 /// A reason that names the value: `` `10` has no unit: did you mean `10s`?`` for a bare
-/// number, `` `-1s` is negative`` , or `` `soon` is not a duration: ...`` listing the units.
+/// number, `` `-1s` is negative`` , `` `9999999999h` is larger than the largest Go duration
+/// ...``, or `` `soon` is not a duration: ...`` listing the units.
 pub fn parse_go_duration(s: &str) -> std::result::Result<Duration, String> {
+    use kthena_api::DurationError;
     let t = s.trim();
     if !t.is_empty() && t.parse::<f64>().is_ok() {
         return Err(format!("`{t}` has no unit: did you mean `{t}s`?"));
     }
-    let d: kube::core::Duration = t.parse().map_err(|_| {
-        format!(
+    kthena_api::GoDuration::new(t).parse().map_err(|e| match e {
+        DurationError::Negative { .. } => {
+            format!("`{s}` is negative: a duration must be 0 or more")
+        }
+        DurationError::TooLarge { .. } => {
+            format!("`{s}` is larger than the largest Go duration (2562047h47m16.854775807s)")
+        }
+        _ => format!(
             "`{s}` is not a duration: expected a number with a unit (`ns`, `us`, `ms`, `s`, \
              `m`, `h`), such as `500ms`, `10s` or `1m30s`"
-        )
-    })?;
-    if d.is_negative() {
-        return Err(format!("`{s}` is negative: a duration must be 0 or more"));
-    }
-    Ok(d.into())
+        ),
+    })
 }
 
 /// A Go duration (`1s`, `500ms`, `1h30m`) in a config file; a bare number is an error that

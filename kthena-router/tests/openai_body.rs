@@ -1,4 +1,4 @@
-//! Regression tests of the request and response parsers for inputs found by fuzzing
+//! Regression tests of the request, response and config parsers for inputs found by fuzzing
 //! (`fuzz/`, docs/reliability.md); the inputs themselves are replayed from
 //! `fuzz/regressions/` by `cargo test -p kthena-fuzz`.
 
@@ -92,4 +92,35 @@ fn byte_order_mark_and_null_members() {
     .unwrap();
     assert_eq!(r.prompt_text, "<|im_start|>user\nx<|im_end|>\n");
     assert!(!r.client_wants_usage);
+}
+
+/// Found by the `router_config` target: a Go duration whose component is beyond
+/// `std::time::Duration`'s range (or has a sign inside) panicked in the duration parser;
+/// now it is a config error that names the value.
+#[test]
+fn durations_beyond_range_are_config_errors() {
+    use kthena_router::parse_go_duration;
+    assert_eq!(
+        parse_go_duration("88888888888888888888888888888h"),
+        Err(
+            "`88888888888888888888888888888h` is larger than the largest Go duration (2562047h47m16.854775807s)"
+                .to_owned()
+        )
+    );
+    assert_eq!(
+        parse_go_duration("1h-5m"),
+        Err("`1h-5m` is not a duration: expected a number with a unit (`ns`, `us`, `ms`, `s`, `m`, `h`), such as `500ms`, `10s` or `1m30s`".to_owned())
+    );
+    assert_eq!(
+        parse_go_duration("1m30s"),
+        Ok(std::time::Duration::from_secs(90))
+    );
+    let text = "drainTimeout: 99999999999999999999999h\n";
+    let err = kthena_router::Config::from_yaml(std::path::Path::new("r.yaml"), text)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("is larger than the largest Go duration"),
+        "{err}"
+    );
 }
