@@ -65,6 +65,16 @@ pub fn review(action: Action, body: &[u8]) -> Vec<u8> {
     let patch = response.patch.clone();
     // Serializing plain strings, bools and bytes cannot fail; fall back to an empty review.
     let mut out = serde_json::to_value(response.into_review()).unwrap_or_default();
+    // kube copies the request's `kind` and `apiVersion` into the answer; the API server
+    // accepts only an `AdmissionReview` of `admission.k8s.io` (a request of another kind was
+    // answered with that kind; found by fuzzing).
+    if let Some(map) = out.as_object_mut() {
+        map.insert("kind".into(), "AdmissionReview".into());
+        let version = map.get("apiVersion").and_then(serde_json::Value::as_str);
+        if !version.is_some_and(|v| v.starts_with("admission.k8s.io/")) {
+            map.insert("apiVersion".into(), "admission.k8s.io/v1".into());
+        }
+    }
     // kube writes the patch as an array of numbers; the API (Go `[]byte`) writes base64.
     if let (Some(patch), Some(slot)) = (patch, out.pointer_mut("/response/patch")) {
         *slot = serde_json::to_value(k8s_openapi::ByteString(patch)).unwrap_or_default();

@@ -228,3 +228,42 @@ fn base64_decode(s: &str) -> Vec<u8> {
         .map(|b| b.0)
         .unwrap_or_default()
 }
+
+/// Found by the `admission_review` fuzz target: the answer took the request's `kind`
+/// (and `apiVersion`), which the API server refuses.
+#[test]
+fn the_answer_is_always_an_admission_review() {
+    for (kind, version, want_version) in [
+        (
+            "Admiss:onReview",
+            "admission.k8s.io/v1",
+            "admission.k8s.io/v1",
+        ),
+        (
+            "AdmissionReview",
+            "admission.k8s.io/v1beta1",
+            "admission.k8s.io/v1beta1",
+        ),
+        ("AdmissionReview", "example.com/v9", "admission.k8s.io/v1"),
+    ] {
+        let body = json!({
+            "apiVersion": version, "kind": kind,
+            "request": {
+                "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+                "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+                "name": "x", "namespace": "default", "operation": "CREATE",
+                "userInfo": {"username": "admin"},
+                "object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}},
+            },
+        });
+        for action in [Action::Validate, Action::Mutate] {
+            let out = review(action, body.to_string().as_bytes());
+            let v: Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(v["kind"], "AdmissionReview", "{v}");
+            assert_eq!(v["apiVersion"], want_version, "{v}");
+            assert_eq!(v["response"]["allowed"], true, "{v}");
+            assert_eq!(v["response"]["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+        }
+    }
+}
