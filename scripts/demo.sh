@@ -17,6 +17,11 @@ echo "Building kthena-router and kthena-sim ..."
 cargo build --quiet -p kthena-router -p kthena-sim
 BIN=${CARGO_TARGET_DIR:-target}/debug
 
+# The router runs on a copy of examples/standalone, so editing its manifests to try hot
+# reload leaves the repository's files alone.
+DEMO_DIR=$(mktemp -d "${TMPDIR:-/tmp}/kthena-demo.XXXXXX")
+cp -r examples/standalone/. "$DEMO_DIR/"
+
 pids=()
 cleanup() {
     trap - EXIT INT TERM
@@ -24,6 +29,7 @@ cleanup() {
         kill "$pid" 2>/dev/null || true
     done
     wait 2>/dev/null || true
+    rm -rf "$DEMO_DIR"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -53,7 +59,7 @@ wait_http() { # url what
 }
 for port in 18001 18002 18003; do wait_http "http://127.0.0.1:$port/health" "engine on $port"; done
 
-"$BIN/kthena-router" --config examples/standalone/router.yaml \
+"$BIN/kthena-router" --config "$DEMO_DIR/router.yaml" \
     --port "$ROUTER_PORT" --metrics-port "$METRICS_PORT" --debug-port "$DEBUG_PORT" &
 pids+=($!)
 router_pid=$!
@@ -75,7 +81,8 @@ Try (paste into another terminal):
   curl -s http://127.0.0.1:$METRICS_PORT/metrics | grep kthena_router_requests_total
   curl -s http://127.0.0.1:$DEBUG_PORT/debug/config_dump/pods
 
-Edit examples/standalone/manifests/*.yaml while it runs: valid changes apply at once.
+Edit $DEMO_DIR/manifests/*.yaml (a copy of examples/standalone/) while it runs: valid
+changes apply at once.
 Press Ctrl-C to stop.
 MSG
 wait "$router_pid"

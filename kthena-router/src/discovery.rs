@@ -667,9 +667,14 @@ fn read_manifests(cfg: &Config) -> Result<Inputs> {
     let mut inputs = Inputs::default();
     let mut seen = HashSet::new();
     for f in &files {
-        let docs = kthena_api::load_file(f).map_err(|e| Error::Manifest {
-            path: f.clone(),
-            reason: e.to_string(),
+        let docs = kthena_api::load_file(f).map_err(|e| {
+            // The loader's message starts with the file too: name it once.
+            let text = e.to_string();
+            let prefix = format!("{}: ", f.display());
+            Error::Manifest {
+                path: f.clone(),
+                reason: text.strip_prefix(&prefix).unwrap_or(&text).to_owned(),
+            }
         })?;
         for doc in docs {
             let obj = doc.object.with_defaults();

@@ -410,7 +410,11 @@ impl tower::Service<Request<Incoming>> for MiniService {
                 let mut r = Response::new(full(Bytes::from(self.shared.metrics.encode())));
                 r.headers_mut().insert(
                     http::header::CONTENT_TYPE,
-                    http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                    // The encoder writes OpenMetrics (`# TYPE x counter` over `x_total`,
+                    // `# EOF`); announced as text 0.0.4, parsers lost the counter types.
+                    http::HeaderValue::from_static(
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    ),
                 );
                 r
             }
@@ -418,6 +422,10 @@ impl tower::Service<Request<Incoming>> for MiniService {
             _ => {
                 let mut r = Response::new(full(r#"{"error":"not found"}"#));
                 *r.status_mut() = StatusCode::NOT_FOUND;
+                r.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("application/json"),
+                );
                 r
             }
         };

@@ -122,6 +122,34 @@ fn an_unwritable_access_log_exits_64_naming_the_setting() {
     assert!(err.contains(&want), "{err}");
 }
 
+/// A manifest that does not decode stops the router with 64 and a message that names the
+/// file once, then the document, line and field.
+#[test]
+fn a_bad_manifest_is_named_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("router.yaml");
+    let manifest = dir.path().join("route.yaml");
+    std::fs::write(
+        &cfg,
+        "port: 0\nmetricsPort: 0\ndebugPort: 0\nbindAddress: 127.0.0.1\nstandalone:\n  manifests: [route.yaml]\n  endpoints: []\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &manifest,
+        "apiVersion: networking.serving.volcano.sh/v1alpha1\nkind: ModelRoute\nmetadata: {name: r}\nspec:\n  modelName: m\n  rules:\n  - name: d\n    targetModels:\n    - {modelServerName: s, weight: -5}\n",
+    )
+    .unwrap();
+    let out = run_router(&cfg);
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let shown = manifest.display().to_string();
+    assert_eq!(err.matches(&shown).count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("invalid manifest {shown}: document 1, line 9")),
+        "{err}"
+    );
+}
+
 /// Started with a low soft limit on open files (as many systems default to 1,024), the router
 /// raises it to the hard limit, as Go programs do.
 #[test]

@@ -363,8 +363,19 @@ async fn exposition_has_every_go_family_with_go_shapes() {
     let r = start(&sim, &other).await;
     r.wait_ready().await;
     traffic(&r).await;
-    let (status, text) = get(&format!("http://{}/metrics", r.router.metrics_addr)).await;
+    let url = format!("http://{}/metrics", r.router.metrics_addr);
+    let (status, text) = get(&url).await;
     assert_eq!(status, StatusCode::OK);
+    // The body is OpenMetrics (`# EOF`, counters typed without `_total`), and says so.
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    let req = http::Request::get(&url)
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let resp = client().request(req).await.unwrap();
+    assert_eq!(
+        resp.headers()[http::header::CONTENT_TYPE],
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
     let x = Exposition::parse(text);
     for f in spec_families() {
         x.check(&f);
