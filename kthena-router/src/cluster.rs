@@ -284,7 +284,7 @@ impl Rebuilder {
         );
         self.shared.metrics.config_warnings(&snap.warnings);
         let snap = Arc::new(snap);
-        self.shared.snapshot.store(Arc::clone(&snap));
+        self.shared.store_snapshot(Arc::clone(&snap));
         crate::provider::status::write_all(&self.client, &provider_objects, &snap.providers).await;
         let shared = Arc::clone(&self.shared);
         let ScrapeSettings {

@@ -190,6 +190,8 @@ pub struct OverloadMetrics {
     rejected: Family<ReasonLabel, Counter>,
     state: Family<EndpointLabels, Gauge>,
     opened: Family<EndpointLabels, Counter>,
+    /// The endpoints with breaker series, to drop them when an endpoint goes away.
+    known: std::sync::Arc<Mutex<std::collections::HashSet<EndpointLabels>>>,
 }
 
 impl OverloadMetrics {
@@ -229,6 +231,28 @@ impl OverloadMetrics {
             self.opened.get_or_create(&l).inc();
         }
         self.state.get_or_create(&l).set(state as i64);
+        self.known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(l);
+    }
+
+    /// Drops the breaker series of endpoints for which `keep(namespace, endpoint)` is false
+    /// (those the new snapshot no longer has), so an alert on an open breaker does not fire
+    /// for an endpoint that is gone.
+    pub(crate) fn retain_endpoints(&self, keep: impl Fn(&str, &str) -> bool) {
+        let mut known = self
+            .known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        known.retain(|l| {
+            let kept = keep(&l.namespace, &l.endpoint);
+            if !kept {
+                self.state.remove(l);
+                self.opened.remove(l);
+            }
+            kept
+        });
     }
 }
 

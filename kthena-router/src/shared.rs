@@ -98,6 +98,20 @@ impl Shared {
 }
 
 impl Shared {
+    /// Makes `snap` the routing snapshot and drops the breaker series of endpoints it no
+    /// longer has.
+    pub(crate) fn store_snapshot(&self, snap: Arc<Snapshot>) {
+        let names: std::collections::HashSet<(&str, &str)> = snap
+            .endpoints
+            .iter()
+            .map(|e| (e.namespace.as_str(), e.name.as_str()))
+            .collect();
+        self.metrics
+            .overload
+            .retain_endpoints(|ns, name| names.contains(&(ns, name)));
+        self.snapshot.store(snap);
+    }
+
     /// Sets the listener settings (body read timeouts; the default otherwise).
     #[must_use]
     pub fn with_listener(mut self, listener: ListenerConfig) -> Self {

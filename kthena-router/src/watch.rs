@@ -74,7 +74,7 @@ pub(crate) fn spawn_watcher(
                 Ok(snap) => {
                     let generation = snap.generation;
                     shared.metrics.config_warnings(&snap.warnings);
-                    shared.snapshot.store(Arc::new(snap));
+                    shared.store_snapshot(Arc::new(snap));
                     shared.metrics.reload(true);
                     tracing::info!(generation, "Routing snapshot reloaded");
                     watch_all(&mut watcher, &mut watched, &watch_dirs(&cfg_abs, &shared));

@@ -193,4 +193,22 @@ async fn a_failing_endpoint_is_skipped_once_its_breaker_opens() {
     let last = log.last().unwrap();
     assert_eq!(last["selected_pod"], "live");
     assert_eq!(last["upstream_attempts"], 1);
+    // The dead endpoint is removed from the config: its breaker series go with it (an
+    // alert on an open breaker must not fire for good), the live one's stay.
+    let cfg = r.dir.path().join("router.yaml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let before = r.router.generation();
+    std::fs::write(&cfg, text.replace(&endpoint("dead", dead, "demo"), "")).unwrap();
+    for _ in 0..250 {
+        if r.router.generation() > before {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        r.router.generation() > before,
+        "the config was not reloaded"
+    );
+    let (_, text) = get(&format!("http://{}/metrics", r.router.metrics_addr)).await;
+    assert!(!text.contains("endpoint=\"dead\""), "{text}");
 }
