@@ -359,9 +359,30 @@ impl Config {
         Ok(self)
     }
 
+    /// Two listeners configured on one port (0, any free port, never clashes; the debug
+    /// listener is on 127.0.0.1, so it clashes only when `bindAddress` covers loopback).
+    fn port_clash(&self) -> Option<String> {
+        let same = |a: u16, b: u16| a != 0 && a == b;
+        let loopback = self.bind_address.is_unspecified()
+            || self.bind_address == std::net::IpAddr::from([127, 0, 0, 1]);
+        let clash = if same(self.port, self.metrics_port) {
+            ("port", "metricsPort", self.port)
+        } else if loopback && same(self.debug_port, self.port) {
+            ("port", "debugPort", self.port)
+        } else if loopback && same(self.debug_port, self.metrics_port) {
+            ("metricsPort", "debugPort", self.metrics_port)
+        } else {
+            return None;
+        };
+        Some(format!(
+            "{} and {} are both {}: each listener needs a port of its own",
+            clash.0, clash.1, clash.2
+        ))
+    }
+
     /// Checks every value: endpoint names unique and addresses resolvable, ports non-zero
-    /// unless the value 0 is meant (tests bind port 0), scrape interval and timeout > 0, scrape
-    /// concurrency ≥ 1, the scheduler section valid.
+    /// unless the value 0 is meant (tests bind port 0), no two listeners on one port, scrape
+    /// interval and timeout > 0, scrape concurrency ≥ 1, the scheduler section valid.
     ///
     /// # Errors
     /// [`Error::Config`] naming the field.
@@ -382,6 +403,9 @@ impl Config {
         }
         if self.max_body_bytes == 0 {
             return Err(err("maxBodyBytes: must be at least 1".into()));
+        }
+        if let Some(reason) = self.port_clash() {
+            return Err(err(reason));
         }
         self.listener.validate().map_err(err)?;
         if self.endpoint_picker.max_endpoints == 0 {

@@ -82,6 +82,14 @@ fn bad_config_exits_64_with_the_message() {
             "metricsScrapeInterval: must be greater than 0",
         ),
         (
+            "port: 18080\nmetricsPort: 18080\n",
+            "port and metricsPort are both 18080: each listener needs a port of its own",
+        ),
+        (
+            "metricsPort: 15000\n",
+            "metricsPort and debugPort are both 15000: each listener needs a port of its own",
+        ),
+        (
             "metricsScrapeTimeout: 0s\n",
             "metricsScrapeTimeout: must be greater than 0",
         ),
