@@ -218,8 +218,8 @@ pub(crate) struct Listener {
     pub(crate) cfg: ListenerConfig,
     pub(crate) metrics: ListenerMetrics,
     pub(crate) drain: Duration,
-    /// Cancelled (by any listener) when the drain time ran out; every listener then closes
-    /// its remaining connections.
+    /// Cancelled when an inference listener's drain time ran out; every listener then
+    /// closes its remaining connections (see `serve`).
     pub(crate) cut: CancellationToken,
 }
 
@@ -241,6 +241,11 @@ pub(crate) async fn serve<F, S>(
     let builder = Arc::new(conn_builder(&l.cfg));
     let permits = Arc::new(Semaphore::new(l.cfg.max_connections));
     let graceful = GracefulShutdown::new();
+    // This listener's own cut: a metrics or debug listener whose (shorter) drain runs out
+    // closes only its connections; the inference listeners' cut is `l.cut` itself, which
+    // marks unfinished responses as the router's (`drain_timeout`) and closes every
+    // listener's connections.
+    let cut = l.cut.child_token();
     loop {
         let Some(permit) = connection_slot(&permits, &l, &cancel).await else {
             break;
@@ -272,12 +277,13 @@ pub(crate) async fn serve<F, S>(
             .into_owned();
         let conn = graceful.watch(conn);
         let l2 = l.clone();
+        let cut = cut.clone();
         tasks.spawn(async move {
             l2.metrics.connections(l2.name, 1);
             tokio::select! {
                 () = run_connection(conn, &state, &l2) => {}
                 // Dropping the connection closes it (and settles its unfinished response).
-                () = l2.cut.cancelled() => {}
+                () = cut.cancelled() => {}
             }
             l2.metrics.connections(l2.name, -1);
             drop(permit);
@@ -289,7 +295,11 @@ pub(crate) async fn serve<F, S>(
         .is_err()
     {
         tracing::warn!(drain = ?l.drain, "Connections still open after the drain timeout; closing them");
-        l.cut.cancel();
+        if l.name == "inference" {
+            l.cut.cancel();
+        } else {
+            cut.cancel();
+        }
     }
 }
 
