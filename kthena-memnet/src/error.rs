@@ -1,0 +1,33 @@
+//! The crate's error type.
+
+use std::net::SocketAddr;
+
+/// What can go wrong on a [`crate::MemNet`] or its [`crate::Connector`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A listener is already registered at this address.
+    #[error("address {0} is already in use on the in-memory network")]
+    AddrInUse(SocketAddr),
+    /// No listener is registered at this address (or it was dropped).
+    #[error("connection refused: nothing listens at {0} on the in-memory network")]
+    ConnectionRefused(SocketAddr),
+    /// A client URI without a host and port that parse as an IP socket address.
+    #[error("the in-memory network needs an IP address and port in the URI, got `{0}`")]
+    NoSocketAddr(http::Uri),
+    /// The TCP connector's error (hyper-util's `ConnectError`, which it does not export).
+    #[error("{0}")]
+    Tcp(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl From<Error> for std::io::Error {
+    fn from(e: Error) -> Self {
+        let kind = match &e {
+            Error::AddrInUse(_) => std::io::ErrorKind::AddrInUse,
+            Error::ConnectionRefused(_) => std::io::ErrorKind::ConnectionRefused,
+            Error::NoSocketAddr(_) => std::io::ErrorKind::InvalidInput,
+            Error::Tcp(_) => std::io::ErrorKind::Other,
+        };
+        Self::new(kind, e)
+    }
+}

@@ -1,0 +1,276 @@
+//! The in-memory network: listeners, connections and publish/subscribe topics.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use bytes::Bytes;
+use tokio::io::DuplexStream;
+use tokio::sync::mpsc;
+
+use crate::Error;
+
+/// Bytes buffered in each direction of an in-memory connection before a writer waits
+/// (256 KiB, about what a loopback TCP socket buffers).
+pub const BUFFER_BYTES: usize = 256 * 1024;
+
+/// A registry of in-memory listeners and topics. Cloning it gives another handle to the
+/// same network.
+#[derive(Clone, Default)]
+pub struct MemNet {
+    inner: Arc<Mutex<Inner>>,
+}
+
+#[derive(Default)]
+struct Inner {
+    listeners: BTreeMap<SocketAddr, mpsc::UnboundedSender<DuplexStream>>,
+    topics: BTreeMap<String, Vec<mpsc::UnboundedSender<Vec<Bytes>>>>,
+}
+
+impl std::fmt::Debug for MemNet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let g = self.lock();
+        f.debug_struct("MemNet")
+            .field("listeners", &g.listeners.keys().collect::<Vec<_>>())
+            .field("topics", &g.topics.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl MemNet {
+    /// An empty network.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Listens at `addr` until the returned listener is dropped.
+    ///
+    /// # Errors
+    /// [`Error::AddrInUse`] while another listener holds `addr`.
+    pub fn listen(&self, addr: SocketAddr) -> Result<MemListener, Error> {
+        let mut g = self.lock();
+        if g.listeners.get(&addr).is_some_and(|tx| !tx.is_closed()) {
+            return Err(Error::AddrInUse(addr));
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        g.listeners.insert(addr, tx);
+        Ok(MemListener {
+            addr,
+            rx,
+            net: self.clone(),
+        })
+    }
+
+    /// Whether a listener is registered at `addr`.
+    #[must_use]
+    pub fn is_listening(&self, addr: SocketAddr) -> bool {
+        self.lock()
+            .listeners
+            .get(&addr)
+            .is_some_and(|tx| !tx.is_closed())
+    }
+
+    /// Opens a connection to the listener at `addr`: the client half is returned, the
+    /// server half waits in the listener's accept queue. Each direction buffers
+    /// [`BUFFER_BYTES`].
+    ///
+    /// # Errors
+    /// [`Error::ConnectionRefused`] when nothing listens at `addr`.
+    pub fn connect(&self, addr: SocketAddr) -> Result<DuplexStream, Error> {
+        let mut g = self.lock();
+        let Some(tx) = g.listeners.get(&addr) else {
+            return Err(Error::ConnectionRefused(addr));
+        };
+        let (client, server) = tokio::io::duplex(BUFFER_BYTES);
+        if tx.send(server).is_err() {
+            g.listeners.remove(&addr);
+            return Err(Error::ConnectionRefused(addr));
+        }
+        Ok(client)
+    }
+
+    /// A publisher on `endpoint` (any text, such as `tcp://10.0.0.1:5557`): what it sends
+    /// reaches every subscriber of the same endpoint text, as a ZMQ PUB socket does.
+    #[must_use]
+    pub fn publisher(&self, endpoint: impl Into<String>) -> Publisher {
+        Publisher {
+            net: self.clone(),
+            endpoint: endpoint.into(),
+        }
+    }
+
+    /// Subscribes to `endpoint`: the subscriber receives every message published there from
+    /// now on, in order (nothing sent before; no publisher needed yet).
+    #[must_use]
+    pub fn subscribe(&self, endpoint: &str) -> Subscriber {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.lock()
+            .topics
+            .entry(endpoint.to_owned())
+            .or_default()
+            .push(tx);
+        Subscriber { rx }
+    }
+}
+
+/// A listener on a [`MemNet`]; dropping it frees the address.
+pub struct MemListener {
+    addr: SocketAddr,
+    rx: mpsc::UnboundedReceiver<DuplexStream>,
+    net: MemNet,
+}
+
+impl std::fmt::Debug for MemListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemListener")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemListener {
+    /// The address it listens at.
+    #[must_use]
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The server half of the next connection, in the order they were opened. `None` only
+    /// once the listener was unregistered.
+    pub async fn accept(&mut self) -> Option<DuplexStream> {
+        self.rx.recv().await
+    }
+}
+
+impl Drop for MemListener {
+    fn drop(&mut self) {
+        self.rx.close();
+        let mut g = self.net.lock();
+        if g.listeners.get(&self.addr).is_some_and(|tx| tx.is_closed()) {
+            g.listeners.remove(&self.addr);
+        }
+    }
+}
+
+/// The sending side of a topic (see [`MemNet::publisher`]).
+#[derive(Clone)]
+pub struct Publisher {
+    net: MemNet,
+    endpoint: String,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Publisher {
+    /// The endpoint text it publishes on.
+    #[must_use]
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Sends one message (its frames) to every current subscriber; returns how many it
+    /// reached. Subscribers that were dropped are forgotten.
+    pub fn send(&self, frames: &[Bytes]) -> usize {
+        let mut g = self.net.lock();
+        let Some(subs) = g.topics.get_mut(&self.endpoint) else {
+            return 0;
+        };
+        subs.retain(|tx| tx.send(frames.to_vec()).is_ok());
+        subs.len()
+    }
+}
+
+/// The receiving side of a topic (see [`MemNet::subscribe`]).
+#[derive(Debug)]
+pub struct Subscriber {
+    rx: mpsc::UnboundedReceiver<Vec<Bytes>>,
+}
+
+impl Subscriber {
+    /// The next message's frames. It waits for ever when nothing is published, as a ZMQ
+    /// SUB socket does; select it against a cancellation.
+    pub async fn recv(&mut self) -> Option<Vec<Bytes>> {
+        self.rx.recv().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn connections_reach_the_listener_in_order_and_carry_bytes_both_ways() {
+        let net = MemNet::new();
+        let mut l = net.listen(addr("10.0.0.1:80")).unwrap();
+        let mut a = net.connect(addr("10.0.0.1:80")).unwrap();
+        let mut b = net.connect(addr("10.0.0.1:80")).unwrap();
+        a.write_all(b"a").await.unwrap();
+        b.write_all(b"b").await.unwrap();
+        let mut sa = l.accept().await.unwrap();
+        let mut sb = l.accept().await.unwrap();
+        let mut buf = [0u8; 1];
+        sa.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"a");
+        sb.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"b");
+        sb.write_all(b"B").await.unwrap();
+        b.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"B");
+    }
+
+    #[test]
+    fn an_address_is_held_until_its_listener_is_dropped() {
+        let net = MemNet::new();
+        let l = net.listen(addr("10.0.0.1:80")).unwrap();
+        assert!(matches!(
+            net.listen(addr("10.0.0.1:80")),
+            Err(Error::AddrInUse(a)) if a == addr("10.0.0.1:80")
+        ));
+        assert!(net.is_listening(addr("10.0.0.1:80")));
+        drop(l);
+        assert!(!net.is_listening(addr("10.0.0.1:80")));
+        assert!(matches!(
+            net.connect(addr("10.0.0.1:80")),
+            Err(Error::ConnectionRefused(_))
+        ));
+        assert!(net.listen(addr("10.0.0.1:80")).is_ok());
+    }
+
+    #[tokio::test]
+    async fn subscribers_get_what_was_published_after_they_subscribed() {
+        let net = MemNet::new();
+        let p = net.publisher("tcp://10.0.0.1:5557");
+        assert_eq!(p.send(&[Bytes::from_static(b"early")]), 0);
+        let mut s1 = net.subscribe("tcp://10.0.0.1:5557");
+        let mut other = net.subscribe("tcp://10.0.0.2:5557");
+        assert_eq!(
+            p.send(&[Bytes::from_static(b"t"), Bytes::from_static(b"1")]),
+            1
+        );
+        let s2 = net.subscribe("tcp://10.0.0.1:5557");
+        drop(s2);
+        assert_eq!(p.send(&[Bytes::from_static(b"2")]), 1);
+        assert_eq!(
+            s1.recv().await.unwrap(),
+            vec![Bytes::from_static(b"t"), Bytes::from_static(b"1")]
+        );
+        assert_eq!(s1.recv().await.unwrap(), vec![Bytes::from_static(b"2")]);
+        assert!(other.rx.try_recv().is_err());
+    }
+}
