@@ -24,8 +24,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-/// HTTP client of the load generator.
-pub(crate) type HttpClient = Client<HttpConnector, Full<Bytes>>;
+/// HTTP client of the load generator (over TCP or an in-memory network).
+pub(crate) type HttpClient = Client<kthena_memnet::Connector, Full<Bytes>>;
 
 /// The served model name of every engine.
 pub(crate) const MODEL: &str = "Qwen/Qwen2.5-7B-Instruct";
@@ -34,11 +34,20 @@ pub(crate) const MODEL: &str = "Qwen/Qwen2.5-7B-Instruct";
 pub(crate) fn http_client() -> HttpClient {
     let mut conn = HttpConnector::new();
     conn.set_nodelay(true);
+    client_on(kthena_memnet::Connector::tcp(conn))
+}
+
+/// The same client on the in-memory network `net` (virtual-time runs).
+pub(crate) fn memory_client(net: &kthena_memnet::MemNet) -> HttpClient {
+    client_on(kthena_memnet::Connector::memory(net.clone()))
+}
+
+fn client_on(connector: kthena_memnet::Connector) -> HttpClient {
     Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(30))
         .pool_max_idle_per_host(4096)
         .pool_timer(TokioTimer::new())
-        .build(conn)
+        .build(connector)
 }
 
 /// Runtimes of the engines and of the router.

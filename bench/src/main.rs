@@ -7,6 +7,7 @@ mod overhead;
 mod peer_policy;
 mod peers;
 mod soak_run;
+mod vtime;
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -39,6 +40,16 @@ enum Which {
     Soak,
 }
 
+/// The clock of the policy scenarios.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Clock {
+    /// Engines, router and client on one simulated clock that advances only when all of
+    /// them wait (in-memory connections): the table depends on the seeds alone.
+    Virtual,
+    /// Wall-clock time over loopback TCP, engines `--time-scale` times faster than real time.
+    Real,
+}
+
 /// Benchmarks kthena-router's routing policies on three simulated engines (Go Kthena's
 /// published setup), or the router's latency overhead.
 #[derive(Debug, Parser)]
@@ -60,8 +71,12 @@ struct Args {
     /// Do not draw charts.
     #[arg(long)]
     no_chart: bool,
-    /// Simulated engines run this many times faster than real time; every reported time is
-    /// in model seconds (wall × time scale).
+    /// Clock of the `long` and `short` scenarios (the overhead and soak modes always run in
+    /// real time, as do the `--peers` rows).
+    #[arg(long, value_enum, default_value_t = Clock::Virtual)]
+    clock: Clock,
+    /// Real-time clock only: simulated engines run this many times faster than real time;
+    /// every reported time is in model seconds (wall × time scale).
     #[arg(long, default_value_t = 4.0)]
     time_scale: f64,
     /// Engines behind the router.
@@ -383,6 +398,19 @@ async fn run_policy(
     workload: &Arc<Workload>,
     policy: &Policy,
 ) -> anyhow::Result<PolicyResult> {
+    if args.clock == Clock::Virtual {
+        let run = vtime::Run {
+            engines: args.engines,
+            sim: sim_config(args, policy.needs_kv_events),
+            router: Some((policy.scheduler_yaml.clone(), policy.needs_kv_events)),
+            seed: args.seed,
+            arrivals: poisson_arrivals(workload.sessions.len(), sc.request_rate, args.seed),
+            max_concurrency: sc.max_concurrency,
+        };
+        let w = Arc::clone(workload);
+        let out = tokio::task::spawn_blocking(move || vtime::run_blocking(run, w)).await??;
+        return Ok(out.row(&sc.name, &policy.name));
+    }
     let sims =
         harness::start_sims(rt, args.engines, sim_config(args, policy.needs_kv_events)).await?;
     // Scrape as often in model time as Go Kthena's default 1 s in real time.
@@ -447,6 +475,19 @@ async fn run_direct(
     let n = args.engines;
     let groups = sc.workload.num_groups.div_ceil(n);
     let share = Arc::new(Workload::clone(workload).with_groups(groups));
+    let name = format!("direct (1 engine, 1/{n} of the load)");
+    if args.clock == Clock::Virtual {
+        let run = vtime::Run {
+            engines: 1,
+            sim: sim_config(args, false),
+            router: None,
+            seed: args.seed,
+            arrivals: poisson_arrivals(share.sessions.len(), sc.request_rate / n as f64, args.seed),
+            max_concurrency: sc.max_concurrency.div_ceil(n),
+        };
+        let out = tokio::task::spawn_blocking(move || vtime::run_blocking(run, share)).await??;
+        return Ok(out.row(&sc.name, &name));
+    }
     let sims = harness::start_sims(rt, 1, sim_config(args, false)).await?;
     let client = harness::http_client();
     let result = async {
@@ -469,7 +510,7 @@ async fn run_direct(
         let counters = vec![harness::engine_counters(&client, &sims[0].base_url()).await?];
         Ok::<_, anyhow::Error>(PolicyResult::from_samples(
             &sc.name,
-            &format!("direct (1 engine, 1/{n} of the load)"),
+            &name,
             &samples,
             wall.as_secs_f64() * args.time_scale,
             &counters,

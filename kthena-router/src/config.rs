@@ -94,6 +94,11 @@ pub struct Config {
     /// from Go Kthena's `REDIS_HOST`, `REDIS_PORT`, `REDIS_PASSWORD` only.
     #[serde(skip)]
     pub on_flight_redis: Option<String>,
+    /// Seed of the router's random draws (the `random` score plugin, weighted ModelRoute
+    /// targets); `None` (the default) seeds from the clock. Not a config key: set by programs
+    /// that embed the router and need runs that repeat, such as `kthena-bench`.
+    #[serde(skip)]
+    pub random_seed: Option<u64>,
     /// The directory relative paths are resolved against (the config file's directory);
     /// not read from the file.
     #[serde(skip)]
@@ -219,6 +224,7 @@ impl Default for Config {
             endpoint_picker: EndpointPickerConfig::default(),
             queue: crate::queue::QueueConfig::default(),
             on_flight_redis: None,
+            random_seed: None,
             base_dir: PathBuf::from("."),
         }
     }

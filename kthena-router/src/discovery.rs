@@ -202,7 +202,7 @@ impl Loader {
         };
         let kv = self.kv.prepare(cfg).map_err(config_err)?;
         let scheduler = kv
-            .build_scheduler(&cfg.scheduler, self.scheduler.as_deref())
+            .build_scheduler(&cfg.scheduler, self.scheduler.as_deref(), cfg.random_seed)
             .map_err(config_err)?;
         let mut inputs = read_manifests(cfg)?;
         inputs.endpoints = cfg.endpoints().to_vec();
@@ -269,7 +269,7 @@ impl Loader {
                 };
                 let kv = self.kv.prepare(cfg).map_err(config_err)?;
                 let s = kv
-                    .build_scheduler(&cfg.scheduler, None)
+                    .build_scheduler(&cfg.scheduler, None, cfg.random_seed)
                     .map_err(config_err)?;
                 self.kv.commit(cfg, &kv);
                 let fixed = (Arc::new(s), Arc::new(kv));

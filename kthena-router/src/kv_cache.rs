@@ -56,7 +56,8 @@ impl KvState {
 
     /// Builds a scheduler from the `scheduler:` section that uses this state's index. With
     /// `previous` (a reload) it is rebuilt from that scheduler: same seed, and the plugin
-    /// state of plugins in both configurations (the prefix-cache store) carried over.
+    /// state of plugins in both configurations (the prefix-cache store) carried over;
+    /// otherwise it is seeded with `seed` (from the clock when `None`).
     ///
     /// # Errors
     /// The scheduler's reason.
@@ -64,6 +65,7 @@ impl KvState {
         &self,
         cfg: &kthena_sched::Config,
         previous: Option<&Scheduler>,
+        seed: Option<u64>,
     ) -> Result<Scheduler, String> {
         let cfg = cfg
             .clone()
@@ -71,15 +73,7 @@ impl KvState {
             .map_err(crate::sched::scheduler_reason)?;
         let b = match previous {
             Some(p) => p.rebuild(cfg),
-            None => {
-                let seed = u64::try_from(
-                    jiff::Timestamp::now()
-                        .as_nanosecond()
-                        .rem_euclid(i128::from(u64::MAX)),
-                )
-                .unwrap_or(0x9e37_79b9_7f4a_7c15);
-                Scheduler::builder(cfg).seed(seed)
-            }
+            None => Scheduler::builder(cfg).seed(seed.unwrap_or_else(crate::sched::clock_seed)),
         };
         let b = match &self.index {
             Some(idx) => b.kv_index(Arc::clone(idx)),

@@ -250,6 +250,7 @@ pub async fn subscribe(
         ingest.metrics.set_subscribed(&ep, true);
         loop {
             let msg = tokio::select! {
+                biased;
                 () = cancel.cancelled() => return,
                 ev = futures_util::StreamExt::next(&mut monitor) => match ev {
                     Some(zeromq::SocketEvent::Disconnected(_)) | None => break,
@@ -274,6 +275,32 @@ pub async fn subscribe(
         ingest.metrics.set_subscribed(&ep, false);
         ingest.seq.reconnected();
         tracing::info!(endpoint = %ep, "KV-event publisher disconnected; reconnecting");
+    }
+}
+
+/// [`subscribe`] on an in-memory network: reads `source.events`'s topic on `net` until
+/// `cancel` fires (see `Router::start_in_memory`).
+pub(crate) async fn subscribe_memory(
+    source: KvSource,
+    index: Arc<dyn KvIndex>,
+    metrics: KvMetrics,
+    net: kthena_memnet::MemNet,
+    cancel: CancellationToken,
+) {
+    let mut sub = net.subscribe(&source.events);
+    let ep = source.endpoint.as_str().to_owned();
+    let mut ingest = Ingest::new(source, index, metrics);
+    ingest.metrics.set_subscribed(&ep, true);
+    loop {
+        let frames = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return,
+            m = sub.recv() => m,
+        };
+        let Some(frames) = frames else {
+            return;
+        };
+        ingest.handle(&frames).await;
     }
 }
 

@@ -1,7 +1,7 @@
 //! The supervisor of the KV-event subscriptions: one per endpoint of the current snapshot
 //! that has a `kvEvents` address, while the KV index is fed by events.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,17 +30,18 @@ struct Running {
 /// endpoint is then removed from the index, so no entry of a removed engine survives, even
 /// one applied after the scheduler's own removal hook. It also refreshes the index-size gauge.
 pub async fn supervise(shared: Arc<Shared>, cancel: CancellationToken, tasks: TaskTracker) {
-    let mut running: HashMap<EndpointId, Running> = HashMap::new();
+    let mut running: BTreeMap<EndpointId, Running> = BTreeMap::new();
     let metrics = shared.metrics.kv.clone();
     let mut tick = tokio::time::interval(SUPERVISE_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            biased;
             () = cancel.cancelled() => break,
             _ = tick.tick() => {}
         }
         let snap = shared.snapshot.load_full();
-        let mut desired: HashMap<EndpointId, (KvSource, Arc<dyn KvIndex>)> = HashMap::new();
+        let mut desired: BTreeMap<EndpointId, (KvSource, Arc<dyn KvIndex>)> = BTreeMap::new();
         if let Some(index) = snap.kv.index.as_ref().filter(|_| snap.kv.feeds_events) {
             for ep in &snap.endpoints {
                 if let Some((events, replay)) = snap.kv.sources.get(&ep.name) {
@@ -76,12 +77,21 @@ pub async fn supervise(shared: Arc<Shared>, cancel: CancellationToken, tasks: Ta
                 continue;
             }
             let token = cancel.child_token();
-            let done = tasks.spawn(crate::kv_events::subscribe(
-                source.clone(),
-                Arc::clone(&index),
-                metrics.clone(),
-                token.clone(),
-            ));
+            let done = match &shared.memory {
+                Some(net) => tasks.spawn(crate::kv_events::subscribe_memory(
+                    source.clone(),
+                    Arc::clone(&index),
+                    metrics.clone(),
+                    net.clone(),
+                    token.clone(),
+                )),
+                None => tasks.spawn(crate::kv_events::subscribe(
+                    source.clone(),
+                    Arc::clone(&index),
+                    metrics.clone(),
+                    token.clone(),
+                )),
+            };
             running.insert(
                 id,
                 Running {

@@ -223,14 +223,50 @@ pub(crate) struct Listener {
     pub(crate) cut: CancellationToken,
 }
 
+/// Where a listener's connections come from: a TCP socket, or an in-memory network's
+/// listener (`Router::start_in_memory`).
+pub(crate) trait Accept: Send + 'static {
+    /// A connection.
+    type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    /// The next connection.
+    fn accept(&mut self) -> impl std::future::Future<Output = io::Result<Self::Io>> + Send;
+    /// Applies the socket options (`TCP_NODELAY`, keepalive) to a new connection.
+    fn prepare(_io: &Self::Io, _keepalive: Duration) {}
+}
+
+impl Accept for TcpListener {
+    type Io = TcpStream;
+
+    async fn accept(&mut self) -> io::Result<TcpStream> {
+        TcpListener::accept(self).await.map(|(s, _)| s)
+    }
+
+    fn prepare(io: &TcpStream, keepalive: Duration) {
+        set_socket_options(io, keepalive);
+    }
+}
+
+impl Accept for kthena_memnet::MemListener {
+    type Io = tokio::io::DuplexStream;
+
+    async fn accept(&mut self) -> io::Result<tokio::io::DuplexStream> {
+        match kthena_memnet::MemListener::accept(self).await {
+            Some(s) => Ok(s),
+            // Only after the listener was unregistered; the loop then waits for `cancel`.
+            None => std::future::pending().await,
+        }
+    }
+}
+
 /// Accepts connections until `cancel`, then drains them for up to `l.drain`.
-pub(crate) async fn serve<F, S>(
-    listener: TcpListener,
+pub(crate) async fn serve<A, F, S>(
+    mut listener: A,
     l: Listener,
     cancel: CancellationToken,
     tasks: TaskTracker,
     make: F,
 ) where
+    A: Accept,
     F: Fn() -> S,
     S: tower::Service<Request<Incoming>, Response = Response<RespBody>, Error = Infallible>
         + Clone
@@ -251,18 +287,19 @@ pub(crate) async fn serve<F, S>(
             break;
         };
         let accepted = tokio::select! {
+            biased;
             () = cancel.cancelled() => break,
             a = listener.accept() => a,
         };
         let stream = match accepted {
-            Ok((s, _)) => s,
+            Ok(s) => s,
             Err(err) => {
                 tracing::warn!(%err, "Accept failed");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
-        set_socket_options(&stream, l.cfg.tcp_keepalive);
+        A::prepare(&stream, l.cfg.tcp_keepalive);
         let state = Arc::new(ConnState::default());
         let svc = Marked {
             inner: make(),
@@ -281,6 +318,7 @@ pub(crate) async fn serve<F, S>(
         tasks.spawn(async move {
             l2.metrics.connections(l2.name, 1);
             tokio::select! {
+                biased;
                 () = run_connection(conn, &state, &l2) => {}
                 // Dropping the connection closes it (and settles its unfinished response).
                 () = cut.cancelled() => {}
@@ -337,6 +375,7 @@ async fn connection_slot(
         "Connection limit reached; new connections wait until one closes"
     );
     tokio::select! {
+        biased;
         () = cancel.cancelled() => None,
         p = Arc::clone(permits).acquire_owned() => p.ok(),
     }
@@ -349,6 +388,7 @@ where
 {
     tokio::pin!(conn);
     let first = tokio::select! {
+        biased;
         r = &mut conn => Some(r),
         () = state.first_request.notified() => None,
         () = tokio::time::sleep(l.cfg.header_read_timeout) => {
@@ -438,14 +478,14 @@ where
     }
 }
 
-/// A TCP stream that notes whether bytes arrived since the router last wrote.
+/// A connection that notes whether bytes arrived since the router last wrote.
 #[derive(Debug)]
-struct Watched {
-    inner: TcpStream,
+struct Watched<T> {
+    inner: T,
     state: Arc<ConnState>,
 }
 
-impl AsyncRead for Watched {
+impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -460,7 +500,7 @@ impl AsyncRead for Watched {
     }
 }
 
-impl AsyncWrite for Watched {
+impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

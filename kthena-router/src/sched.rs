@@ -14,7 +14,7 @@ use kthena_sched::{Config, Scheduler};
 pub fn build_scheduler(cfg: &Config) -> Result<Scheduler, String> {
     let cfg = cfg.clone().validate().map_err(scheduler_reason)?;
     Scheduler::builder(cfg)
-        .seed(seed())
+        .seed(clock_seed())
         .clock(clock)
         .build()
         .map_err(scheduler_reason)
@@ -36,7 +36,7 @@ pub(crate) fn clock() -> std::time::Instant {
 }
 
 /// A seed from the clock (the workspace builds `rand` without an OS RNG).
-fn seed() -> u64 {
+pub(crate) fn clock_seed() -> u64 {
     let n = jiff::Timestamp::now().as_nanosecond();
     u64::try_from(n.rem_euclid(i128::from(u64::MAX))).unwrap_or(0x9e37_79b9_7f4a_7c15)
 }

@@ -12,7 +12,6 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use kthena_api::networking::InferenceEngine;
 use prometheus_parse::{Scrape, Value};
 use tokio::time::Instant;
@@ -22,7 +21,7 @@ use crate::endpoint::{Endpoint, EngineState};
 pub(crate) mod llamacpp;
 
 /// The HTTP client used for engines (upstream requests and scrapes).
-pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+pub type HttpClient = Client<kthena_memnet::Connector, Full<Bytes>>;
 
 /// Largest scrape answer read, in bytes.
 const MAX_SCRAPE_BYTES: usize = 16 * 1024 * 1024;

@@ -13,6 +13,7 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use kthena_memnet::{Connector, MemNet};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -22,7 +23,7 @@ use crate::body::{RespBody, full};
 use crate::config::Config;
 use crate::discovery::{Loader, Snapshot};
 use crate::error::{Error, Result};
-use crate::listener::Listener;
+use crate::listener::{Accept, Listener};
 use crate::metrics::Metrics;
 use crate::overrides::Overrides;
 use crate::scrape::{HttpClient, scrape_all};
@@ -44,6 +45,7 @@ pub struct Router {
     cancel: CancellationToken,
     tasks: TaskTracker,
     drain_timeout: Duration,
+    _reserved: Vec<TcpListener>,
 }
 
 /// Idle kept-alive upstream connections kept per endpoint: the default
@@ -60,12 +62,17 @@ pub(crate) fn http_client() -> HttpClient {
     let mut conn = HttpConnector::new();
     conn.set_nodelay(true);
     conn.set_connect_timeout(Some(Duration::from_secs(5)));
+    http_client_on(Connector::tcp(conn))
+}
+
+/// The upstream client's pool and timers (as [`http_client`]) on `connector`.
+fn http_client_on(connector: Connector) -> HttpClient {
     Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(POOL_MAX_IDLE_PER_ENDPOINT)
         .pool_timer(TokioTimer::new())
         .retry_canceled_requests(true)
-        .build(conn)
+        .build(connector)
 }
 
 impl Router {
@@ -89,7 +96,7 @@ impl Router {
         let metrics = Arc::new(Metrics::new());
         let mut loader = Loader::with_metrics(&metrics);
         let snapshot = loader.load(&cfg, config_path.as_deref())?;
-        let router = Self::serve_snapshot(&cfg, snapshot, true, metrics).await?;
+        let router = Self::serve_snapshot(&cfg, snapshot, true, metrics, None).await?;
         if let Some(path) = config_path {
             crate::watch::spawn_watcher(
                 Arc::clone(&router.shared),
@@ -114,7 +121,7 @@ impl Router {
         let metrics = Arc::new(Metrics::new());
         let mut loader = Loader::with_metrics(&metrics);
         let snapshot = loader.load_cluster(&cfg, Vec::new(), Vec::new(), Vec::new())?;
-        let router = Self::serve_snapshot(&cfg, snapshot, false, metrics).await?;
+        let router = Self::serve_snapshot(&cfg, snapshot, false, metrics, None).await?;
         let cfg_gateway = cfg.gateway_api.clone();
         let serving = crate::gateway::Serving {
             port: router.addr.port(),
@@ -145,6 +152,31 @@ impl Router {
             );
         }
         Ok(router)
+    }
+
+    /// Starts a standalone router (as [`Router::start`] without the file watcher) whose
+    /// listeners, engine connections and KV-event subscriptions are on the in-memory
+    /// network `net` instead of TCP and ZMQ: the inference, metrics and debug listeners
+    /// listen on `net` at the addresses their TCP sockets were given (those stay bound, so
+    /// the addresses stay unique in the process), engines are reached at their endpoint
+    /// addresses on `net`, and KV events are read from `net`'s topic named by the
+    /// endpoint's `kvEvents` address. Blocking work runs inline. On a current-thread
+    /// runtime with paused time, a run then depends on its inputs (and
+    /// [`Config::random_seed`]) alone; `kthena-bench` runs its policy scenarios this way.
+    ///
+    /// # Errors
+    /// As [`Router::start`]; [`Error::Config`] without a `standalone` section.
+    pub async fn start_in_memory(cfg: Config, net: MemNet) -> Result<Self> {
+        if cfg.is_cluster_mode() {
+            return Err(Error::Config {
+                path: PathBuf::new(),
+                reason: "the in-memory network needs a `standalone` section".to_owned(),
+            });
+        }
+        let metrics = Arc::new(Metrics::new());
+        let mut loader = Loader::with_metrics(&metrics);
+        let snapshot = loader.load(&cfg, None)?;
+        Self::serve_snapshot(&cfg, snapshot, true, metrics, Some(net)).await
     }
 
     /// Serves the inference service on a Gateway listener socket (Gateway API mode), each
@@ -188,9 +220,10 @@ impl Router {
         snapshot: Snapshot,
         synced: bool,
         metrics: Arc<Metrics>,
+        memory: Option<MemNet>,
     ) -> Result<Self> {
         metrics.config_warnings(&snapshot.warnings);
-        let shared = shared_state(cfg, snapshot, synced, metrics)?;
+        let shared = shared_state(cfg, snapshot, synced, metrics, memory)?;
         if let Some(auth) = &shared.auth {
             // Before serving, so that the first requests find the keys.
             auth.first_fetch().await;
@@ -213,37 +246,34 @@ impl Router {
 
         let cancel = CancellationToken::new();
         let tasks = TaskTracker::new();
-        let svc = RouterService::new(Arc::clone(&shared));
-        let listener = |name: &'static str, drain: Duration| Listener {
-            name,
-            cfg: cfg.listener,
-            metrics: shared.metrics.listener.clone(),
-            drain,
-            cut: shared.drain_cut.clone(),
+        let reserved = match shared.memory.clone() {
+            None => {
+                let trio = Trio {
+                    inference: sockets.inference,
+                    metrics: sockets.metrics,
+                    debug: sockets.debug,
+                };
+                spawn_listeners(&shared, cfg, trio, &cancel, &tasks);
+                Vec::new()
+            }
+            Some(net) => {
+                let listen = |addr: SocketAddr| {
+                    net.listen(addr).map_err(|e| Error::Bind {
+                        addr: addr.to_string(),
+                        source: e.into(),
+                    })
+                };
+                let trio = Trio {
+                    inference: listen(addr)?,
+                    metrics: listen(metrics_addr)?,
+                    debug: listen(debug_addr)?,
+                };
+                spawn_listeners(&shared, cfg, trio, &cancel, &tasks);
+                // The TCP sockets stay bound: they reserve the addresses the in-memory
+                // listeners use, so no other component of the process is given them.
+                vec![sockets.inference, sockets.metrics, sockets.debug]
+            }
         };
-        tasks.spawn(crate::listener::serve(
-            sockets.inference,
-            listener("inference", cfg.drain_timeout),
-            cancel.clone(),
-            tasks.clone(),
-            move || svc.clone(),
-        ));
-        for (socket, name, kind) in [
-            (sockets.metrics, "metrics", Mini::Metrics),
-            (sockets.debug, "debug", Mini::Debug),
-        ] {
-            let shared = Arc::clone(&shared);
-            tasks.spawn(crate::listener::serve(
-                socket,
-                listener(name, Duration::from_secs(15)),
-                cancel.clone(),
-                tasks.clone(),
-                move || MiniService {
-                    shared: Arc::clone(&shared),
-                    kind,
-                },
-            ));
-        }
         spawn_background(&shared, cfg, &cancel, &tasks);
         if let Some(l) = sockets.epp {
             let shared = Arc::clone(&shared);
@@ -259,6 +289,7 @@ impl Router {
             cancel,
             tasks,
             drain_timeout: cfg.drain_timeout,
+            _reserved: reserved,
         })
     }
 
@@ -301,19 +332,22 @@ fn shared_state(
     snapshot: Snapshot,
     synced: bool,
     metrics: Arc<Metrics>,
+    memory: Option<MemNet>,
 ) -> Result<Arc<Shared>> {
     let access_log = Arc::new(AccessLog::open(&cfg.access_log)?);
-    let shared = Shared::new(
-        snapshot,
-        http_client(),
-        metrics,
-        access_log,
-        cfg.max_body_bytes,
-    )
-    .with_listener(cfg.listener)
-    .with_overload(cfg.overload)
-    .with_upstream_idle_timeout(cfg.upstream_idle_timeout)
-    .with_auth(&cfg.auth);
+    let client = match &memory {
+        Some(net) => http_client_on(Connector::memory(net.clone())),
+        None => http_client(),
+    };
+    let mut shared = Shared::new(snapshot, client, metrics, access_log, cfg.max_body_bytes)
+        .with_listener(cfg.listener)
+        .with_overload(cfg.overload)
+        .with_upstream_idle_timeout(cfg.upstream_idle_timeout)
+        .with_auth(&cfg.auth);
+    if let Some(seed) = cfg.random_seed {
+        shared = shared.with_seed(seed);
+    }
+    shared.memory = memory;
     shared.synced.store(synced, Ordering::Release);
     let shared = Arc::new(shared);
     crate::pipeline::install_queues(&shared, &cfg.queue);
@@ -339,6 +373,7 @@ async fn shutdown_signal() {
         match signal(SignalKind::terminate()) {
             Ok(mut term) => {
                 tokio::select! {
+                    biased;
                     _ = tokio::signal::ctrl_c() => {}
                     _ = term.recv() => {}
                 }
@@ -365,11 +400,13 @@ async fn scrape_loop(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            biased;
             () = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
         let targets = shared.snapshot.load().scrape_targets();
         tokio::select! {
+            biased;
             () = cancel.cancelled() => return,
             () = scrape_all(&shared.client, targets, concurrency, timeout) => {}
         }
@@ -436,6 +473,55 @@ impl tower::Service<Request<Incoming>> for MiniService {
 /// The router's listening sockets: inference (`bindAddress:port`), metrics
 /// (`bindAddress:metricsPort`), debug (127.0.0.1:`debugPort`) and, when configured, the
 /// endpoint picker's.
+/// The inference, metrics and debug listeners' sockets.
+struct Trio<A> {
+    inference: A,
+    metrics: A,
+    debug: A,
+}
+
+/// Serves the inference service and the metrics and debug endpoints on `trio` until
+/// `cancel` (then draining: `drainTimeout` for inference, 15 s for the others).
+fn spawn_listeners<A: Accept>(
+    shared: &Arc<Shared>,
+    cfg: &Config,
+    trio: Trio<A>,
+    cancel: &CancellationToken,
+    tasks: &TaskTracker,
+) {
+    let listener = |name: &'static str, drain: Duration| Listener {
+        name,
+        cfg: cfg.listener,
+        metrics: shared.metrics.listener.clone(),
+        drain,
+        cut: shared.drain_cut.clone(),
+    };
+    let svc = RouterService::new(Arc::clone(shared));
+    tasks.spawn(crate::listener::serve(
+        trio.inference,
+        listener("inference", cfg.drain_timeout),
+        cancel.clone(),
+        tasks.clone(),
+        move || svc.clone(),
+    ));
+    for (socket, name, kind) in [
+        (trio.metrics, "metrics", Mini::Metrics),
+        (trio.debug, "debug", Mini::Debug),
+    ] {
+        let shared = Arc::clone(shared);
+        tasks.spawn(crate::listener::serve(
+            socket,
+            listener(name, Duration::from_secs(15)),
+            cancel.clone(),
+            tasks.clone(),
+            move || MiniService {
+                shared: Arc::clone(&shared),
+                kind,
+            },
+        ));
+    }
+}
+
 struct Sockets {
     inference: TcpListener,
     metrics: TcpListener,

@@ -55,6 +55,11 @@ pub struct Shared {
     /// Cancelled when a listener's `drainTimeout` ran out at shutdown and its remaining
     /// connections are being closed: a response cut then is the router's doing.
     pub(crate) drain_cut: tokio_util::sync::CancellationToken,
+    /// The in-memory network the router runs on instead of TCP (`None`: TCP), see
+    /// [`crate::Router::start_in_memory`]. KV events are then subscribed to on it, and work
+    /// that would go to the blocking pool runs inline, so that a run on a paused clock
+    /// depends on its inputs alone.
+    pub(crate) memory: Option<kthena_memnet::MemNet>,
     rng: Mutex<SmallRng>,
 }
 
@@ -68,12 +73,7 @@ impl Shared {
         access_log: Arc<AccessLog>,
         max_body_bytes: usize,
     ) -> Self {
-        let seed = u64::try_from(
-            jiff::Timestamp::now()
-                .as_nanosecond()
-                .rem_euclid(i128::from(u64::MAX)),
-        )
-        .unwrap_or(7);
+        let seed = crate::sched::clock_seed();
         Self {
             snapshot: ArcSwap::from_pointee(snapshot),
             client,
@@ -92,6 +92,7 @@ impl Shared {
             queues: std::sync::OnceLock::new(),
             in_flight_share: std::sync::OnceLock::new(),
             drain_cut: tokio_util::sync::CancellationToken::new(),
+            memory: None,
             rng: Mutex::new(SmallRng::seed_from_u64(seed)),
         }
     }
@@ -110,6 +111,30 @@ impl Shared {
             .overload
             .retain_endpoints(|ns, name| names.contains(&(ns, name)));
         self.snapshot.store(snap);
+    }
+
+    /// Seeds the random draws of route weights and P/D rooms (from the clock otherwise).
+    #[must_use]
+    pub fn with_seed(self, seed: u64) -> Self {
+        match self.rng.lock() {
+            Ok(mut g) => *g = SmallRng::seed_from_u64(seed),
+            Err(p) => *p.into_inner() = SmallRng::seed_from_u64(seed),
+        }
+        self
+    }
+
+    /// Runs blocking work `f`: on tokio's blocking pool, or inline on the in-memory network
+    /// (where a second thread would make the order of events depend on the machine). `None`
+    /// when the pool task panicked.
+    pub(crate) async fn blocking<T, F>(&self, f: F) -> Option<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        if self.memory.is_some() {
+            return Some(f());
+        }
+        tokio::task::spawn_blocking(f).await.ok()
     }
 
     /// Sets the listener settings (body read timeouts; the default otherwise).

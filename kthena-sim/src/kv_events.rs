@@ -115,9 +115,26 @@ pub fn encode_batch(
     })
 }
 
-/// A bound PUB socket.
+/// The ZMQ endpoint text of a publisher at `ip:port` (`tcp://10.0.0.1:5557`,
+/// `tcp://[::1]:5557`), the form a router's `kvEvents` address takes.
+pub(crate) fn endpoint(ip: std::net::IpAddr, port: u16) -> String {
+    match ip {
+        std::net::IpAddr::V4(a) => format!("tcp://{a}:{port}"),
+        std::net::IpAddr::V6(a) => format!("tcp://[{a}]:{port}"),
+    }
+}
+
+/// Where published batches go.
+enum Sink {
+    /// A bound ZMQ PUB socket.
+    Zmq(zeromq::PubSocket),
+    /// A topic of an in-memory network (`kthena_sim::spawn_in_memory`).
+    Memory(kthena_memnet::Publisher),
+}
+
+/// A KV-event publisher: a bound PUB socket or an in-memory topic.
 pub(crate) struct Publisher {
-    socket: zeromq::PubSocket,
+    socket: Sink,
     topic: Bytes,
     format: KvEventsFormat,
     int_hashes: bool,
@@ -142,10 +159,7 @@ impl Publisher {
         format: KvEventsFormat,
         int_hashes: bool,
     ) -> Result<(Self, u16)> {
-        let endpoint = match host {
-            std::net::IpAddr::V4(a) => format!("tcp://{a}:{port}"),
-            std::net::IpAddr::V6(a) => format!("tcp://[{a}]:{port}"),
-        };
+        let endpoint = endpoint(host, port);
         let mut socket = zeromq::PubSocket::new();
         let bound = socket
             .bind(&endpoint)
@@ -160,7 +174,7 @@ impl Publisher {
         };
         Ok((
             Self {
-                socket,
+                socket: Sink::Zmq(socket),
                 topic: Bytes::from(topic),
                 format,
                 int_hashes,
@@ -168,6 +182,22 @@ impl Publisher {
             },
             port,
         ))
+    }
+
+    /// A publisher on an in-memory topic, with ZMQ's three frames per message.
+    pub(crate) fn memory(
+        publisher: kthena_memnet::Publisher,
+        topic: String,
+        format: KvEventsFormat,
+        int_hashes: bool,
+    ) -> Self {
+        Self {
+            socket: Sink::Memory(publisher),
+            topic: Bytes::from(topic),
+            format,
+            int_hashes,
+            seq: 0,
+        }
     }
 
     /// Publishes batches until the channel closes.
@@ -178,12 +208,25 @@ impl Publisher {
                 .map(|d| d.as_secs_f64())
                 .unwrap_or(0.0);
             let payload = encode_batch(ts, &events, self.format, self.int_hashes);
-            let mut msg = ZmqMessage::from(self.topic.clone());
-            msg.push_back(Bytes::copy_from_slice(&self.seq.to_be_bytes()));
-            msg.push_back(Bytes::from(payload));
+            let frames = [
+                self.topic.clone(),
+                Bytes::copy_from_slice(&self.seq.to_be_bytes()),
+                Bytes::from(payload),
+            ];
             self.seq += 1;
-            if let Err(e) = self.socket.send(msg).await {
-                tracing::warn!(error = %e, "Dropping a KV-event batch.");
+            match &mut self.socket {
+                Sink::Memory(p) => {
+                    p.send(&frames);
+                }
+                Sink::Zmq(socket) => {
+                    let [topic, seq, payload] = frames;
+                    let mut msg = ZmqMessage::from(topic);
+                    msg.push_back(seq);
+                    msg.push_back(payload);
+                    if let Err(e) = socket.send(msg).await {
+                        tracing::warn!(error = %e, "Dropping a KV-event batch.");
+                    }
+                }
             }
         }
     }

@@ -49,7 +49,7 @@ pub use hash::{BlockHash, BlockHasher, ExtraKey, HashAlgo, RequestKeys};
 pub use kv::KvEvent;
 pub use kv_events::{encode_batch, wire_event};
 pub use offline::{OfflineReport, OfflineRequest, simulate};
-pub use server::{SimHandle, spawn, spawn_many};
+pub use server::{SimHandle, spawn, spawn_in_memory, spawn_many};
 pub use tokenize::{FALLBACK_VOCAB, Tokenizer, render_chat};
 
 /// Result with this crate's [`Error`].

@@ -35,6 +35,8 @@ pub struct SimHandle {
     stop_accept: CancellationToken,
     /// Aborts every task, open connections included.
     kill: CancellationToken,
+    /// TCP ports held (not served) so that in-memory addresses stay unique.
+    _reserved: Vec<TcpListener>,
 }
 
 impl SimHandle {
@@ -139,26 +141,86 @@ fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 /// # Ok(()) }
 /// ```
 pub async fn spawn(config: Config) -> Result<SimHandle> {
+    start(config, None).await
+}
+
+/// Starts one simulator, as [`spawn`], on the in-memory network `net` instead of TCP and ZMQ:
+/// it serves HTTP on `net` at the address [`SimHandle::addr`] names and publishes KV events
+/// on `net`'s topic `tcp://<host>:<kv_events_port>` (the text a router's `kvEvents` holds).
+/// The TCP ports stay bound without being served, so that the addresses stay unique in the
+/// process. With a current-thread runtime on paused time, engines, router and client then
+/// share one virtual clock (`kthena-bench`'s policy scenarios).
+///
+/// # Errors
+/// As [`spawn`]; [`Error::Bind`] when `net` already has a listener at the address.
+pub async fn spawn_in_memory(config: Config, net: &kthena_memnet::MemNet) -> Result<SimHandle> {
+    start(config, Some(net)).await
+}
+
+async fn start(config: Config, net: Option<&kthena_memnet::MemNet>) -> Result<SimHandle> {
     let config = config.validate()?;
     let tokenizer = match &config.tokenizer {
         Some(path) => Tokenizer::from_file(path)?,
         None => Tokenizer::fallback(),
     };
     let bind_addr = SocketAddr::new(config.host, config.port);
-    let listener = bind(bind_addr).map_err(|source| Error::Bind {
+    let bind_err = |source| Error::Bind {
         addr: bind_addr,
         source,
-    })?;
-    let addr = listener.local_addr().map_err(|source| Error::Bind {
-        addr: bind_addr,
-        source,
-    })?;
+    };
+    let listener = bind(bind_addr).map_err(bind_err)?;
+    let addr = listener.local_addr().map_err(bind_err)?;
     let tracker = TaskTracker::new();
     let kill = CancellationToken::new();
     let stop_accept = kill.child_token();
+    let mut reserved = Vec::new();
+    let (events_tx, kv_events_port) =
+        start_kv_events(&config, &tracker, &kill, net, &mut reserved).await?;
+    let shared = shared_state(config, addr, tokenizer, events_tx, &tracker, &kill);
+    let app = api::router(Arc::clone(&shared));
+    match net {
+        None => tracker.spawn(accept_loop(
+            listener,
+            app,
+            tracker.clone(),
+            kill.clone(),
+            stop_accept.clone(),
+        )),
+        Some(net) => {
+            let mem = net.listen(addr).map_err(|e| Error::Bind {
+                addr,
+                source: e.into(),
+            })?;
+            reserved.push(listener);
+            tracker.spawn(accept_memory(
+                mem,
+                app,
+                tracker.clone(),
+                kill.clone(),
+                stop_accept.clone(),
+            ))
+        }
+    };
+    Ok(SimHandle {
+        addr,
+        kv_events_port,
+        shared,
+        tracker,
+        stop_accept,
+        kill,
+        _reserved: reserved,
+    })
+}
 
-    let (events_tx, kv_events_port) = start_kv_events(&config, &tracker, &kill).await?;
-
+/// The engine task (on `tracker` until `kill`) and the state the API handlers share.
+fn shared_state(
+    config: Config,
+    addr: SocketAddr,
+    tokenizer: Tokenizer,
+    events_tx: Option<mpsc::UnboundedSender<Vec<KvEvent>>>,
+    tracker: &TaskTracker,
+    kill: &CancellationToken,
+) -> Arc<Shared> {
     let metrics = Arc::new(Metrics::new(&config));
     let (engine_tx, engine_rx) = mpsc::unbounded_channel::<Command>();
     let sched = Scheduler::new(
@@ -172,17 +234,17 @@ pub async fn spawn(config: Config) -> Result<SimHandle> {
     let time_scale = config.time_scale;
     tracker.spawn(async move {
         tokio::select! {
+            biased;
             () = k.cancelled() => {}
             () = engine::run(sched, engine_rx, time_scale, events_tx) => {}
         }
     });
-
     let loras = config.lora_module_pairs().collect();
     let created = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let shared = Arc::new(Shared {
+    Arc::new(Shared {
         faults: ArcSwap::from_pointee(config.faults.clone()),
         fault_rng: Mutex::new(api::seeded_rng(config.seed)),
         cfg: config,
@@ -198,23 +260,6 @@ pub async fn spawn(config: Config) -> Result<SimHandle> {
         idle: Notify::new(),
         rooms_done: Mutex::new(Vec::new()),
         room_notify: Notify::new(),
-    });
-
-    tracker.spawn(accept_loop(
-        listener,
-        api::router(Arc::clone(&shared)),
-        tracker.clone(),
-        kill.clone(),
-        stop_accept.clone(),
-    ));
-
-    Ok(SimHandle {
-        addr,
-        kv_events_port,
-        shared,
-        tracker,
-        stop_accept,
-        kill,
     })
 }
 
@@ -224,6 +269,8 @@ async fn start_kv_events(
     config: &Config,
     tracker: &TaskTracker,
     kill: &CancellationToken,
+    net: Option<&kthena_memnet::MemNet>,
+    reserved: &mut Vec<TcpListener>,
 ) -> Result<(Option<mpsc::UnboundedSender<Vec<KvEvent>>>, Option<u16>)> {
     let Some(port) = config.kv_events_port else {
         return Ok((None, None));
@@ -232,18 +279,29 @@ async fn start_kv_events(
         .kv_events_topic
         .clone()
         .unwrap_or_else(|| format!("kv@{}@{}", config.host, config.model));
-    let (publisher, bound) = Publisher::bind(
-        config.host,
-        port,
-        topic,
+    let (format, ints) = (
         config.kv_events_format,
         config.kv_events_use_int_block_hashes,
-    )
-    .await?;
+    );
+    let (publisher, bound) = match net {
+        None => Publisher::bind(config.host, port, topic, format, ints).await?,
+        Some(net) => {
+            let addr = SocketAddr::new(config.host, port);
+            let socket = bind(addr).map_err(|source| Error::Bind { addr, source })?;
+            let bound = socket
+                .local_addr()
+                .map_err(|source| Error::Bind { addr, source })?;
+            reserved.push(socket);
+            let endpoint = crate::kv_events::endpoint(bound.ip(), bound.port());
+            let p = Publisher::memory(net.publisher(endpoint), topic, format, ints);
+            (p, bound.port())
+        }
+    };
     let (tx, rx) = mpsc::unbounded_channel();
     let k = kill.clone();
     tracker.spawn(async move {
         tokio::select! {
+            biased;
             () = k.cancelled() => {}
             () = publisher.run(rx) => {}
         }
@@ -262,6 +320,7 @@ async fn accept_loop(
 ) {
     loop {
         let (stream, _) = tokio::select! {
+            biased;
             () = stop.cancelled() => return,
             r = listener.accept() => match r {
                 Ok(conn) => conn,
@@ -277,18 +336,39 @@ async fn accept_loop(
     }
 }
 
-/// Serves one connection (HTTP/1.1 or h2c) with `app` until it ends or `kill`.
-async fn serve_connection(
-    stream: tokio::net::TcpStream,
+/// [`accept_loop`] on an in-memory listener.
+async fn accept_memory(
+    mut listener: kthena_memnet::MemListener,
     app: axum::Router,
+    tracker: TaskTracker,
     kill: CancellationToken,
+    stop: CancellationToken,
 ) {
+    loop {
+        let stream = tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            r = listener.accept() => match r {
+                Some(s) => s,
+                None => return,
+            },
+        };
+        tracker.spawn(serve_connection(stream, app.clone(), kill.clone()));
+    }
+}
+
+/// Serves one connection (HTTP/1.1 or h2c) with `app` until it ends or `kill`.
+async fn serve_connection<T>(stream: T, app: axum::Router, kill: CancellationToken)
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
         app.clone().oneshot(req.map(axum::body::Body::new))
     });
     let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     let conn = builder.serve_connection(TokioIo::new(stream), svc);
     tokio::select! {
+        biased;
         () = kill.cancelled() => {}
         r = conn => {
             if let Err(e) = r {

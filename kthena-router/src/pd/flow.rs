@@ -250,6 +250,7 @@ impl Plan {
         let decode = self.decode(&pair.decode.1, dec, start);
         tokio::pin!(prefill, decode);
         let resp = tokio::select! {
+            biased;
             p = &mut prefill => {
                 if let Err(f) = p? {
                     return Ok(Err(f));

@@ -57,7 +57,7 @@ where
     {
         s.sync(&p.snap.endpoints).await;
     }
-    let prefetched = prefetch(&req).await?;
+    let prefetched = prefetch(&shared, &req).await?;
     req.extensions_mut().insert(prefetched);
     if let Some(pd) = crate::pd::pairs::schedule(&req)? {
         // A `pdGroup` server: prefill/decode pairs instead of one ranking.
@@ -71,7 +71,7 @@ where
 
 /// Answers the KV-index lookups of a remote index (Redis) on the blocking pool, so that
 /// scheduling itself never waits on I/O ([`kthena_sched::Scheduler::prepare`]).
-async fn prefetch(req: &Request<()>) -> Result<Prefetched, Error> {
+async fn prefetch(shared: &Shared, req: &Request<()>) -> Result<Prefetched, Error> {
     let Parsed { req: parsed, snap } = ext::<Parsed>(req, "parsed request")?;
     let routed = ext::<Routed>(req, "route match")?;
     let tokens = ext::<Tokens>(req, "token ids")?;
@@ -83,14 +83,15 @@ async fn prefetch(req: &Request<()>) -> Result<Prefetched, Error> {
     };
     let index = Arc::clone(index);
     let cands: Vec<Candidate> = routed.pool.iter().map(|e| e.candidate()).collect();
-    let answered = tokio::task::spawn_blocking(move || {
-        let refs: Vec<&Candidate> = cands.iter().collect();
-        p.answer_from(index.as_ref(), &refs);
-        p
-    })
-    .await;
+    let answered = shared
+        .blocking(move || {
+            let refs: Vec<&Candidate> = cands.iter().collect();
+            p.answer_from(index.as_ref(), &refs);
+            p
+        })
+        .await;
     // A lookup task that panicked: schedule without the prefetch (plugins ask the index).
-    Ok(Prefetched(answered.ok().map(Arc::new)))
+    Ok(Prefetched(answered.map(Arc::new)))
 }
 
 fn schedule(shared: &Shared, req: &Request<()>) -> Result<Scheduled, Error> {
