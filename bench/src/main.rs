@@ -52,7 +52,7 @@ enum Clock {
 
 /// Benchmarks kthena-router's routing policies on three simulated engines (Go Kthena's
 /// published setup), or the router's latency overhead.
-#[derive(Debug, Parser)]
+#[derive(Debug, Clone, Parser)]
 #[command(name = "kthena-bench", version)]
 struct Args {
     /// Scenario to run.
@@ -101,9 +101,19 @@ struct Args {
     /// contents; named after the file stem. Repeatable.
     #[arg(long)]
     policy_file: Vec<PathBuf>,
-    /// Seed of the workload text, its order and the arrivals.
+    /// Seed of the workload text, its order and the arrivals (and of the router's random
+    /// draws); with `--seeds N`, the first of N consecutive seeds.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Virtual clock only: runs per policy, with seeds `--seed`, `--seed`+1, ...; each row
+    /// is the median with the range over the seeds, and a ratio whose range overlaps
+    /// random's is marked `~` (not a real difference).
+    #[arg(long, default_value_t = 3)]
+    seeds: u64,
+    /// Virtual clock only: runs at the same time (each on its own thread and clock; the
+    /// results do not depend on it) [default: the number of CPUs].
+    #[arg(long)]
+    jobs: Option<usize>,
     /// Override the number of groups (system prompts).
     #[arg(long)]
     num_groups: Option<usize>,
@@ -278,24 +288,111 @@ async fn run_scenario(
     tokenizer: &kthena_sim::Tokenizer,
 ) -> anyhow::Result<Vec<PolicyResult>> {
     let workload = Arc::new(Workload::generate(sc.workload, tokenizer));
-    let mut rows = Vec::new();
     let mut all = scenario::policies();
     for path in &args.policy_file {
         all.push(policy_from_file(path)?);
     }
-    for policy in all {
-        if !wanted(args, &policy.name) {
-            continue;
+    all.retain(|p| wanted(args, &p.name));
+    let mut rows = Vec::new();
+    if args.clock == Clock::Virtual {
+        let tokenizer = tokenizer.clone();
+        let (args2, sc2) = (args.clone(), sc.clone());
+        rows = tokio::task::spawn_blocking(move || {
+            run_scenario_virtual(&args2, &sc2, &all, &tokenizer)
+        })
+        .await??;
+    } else {
+        for policy in &all {
+            rows.push(run_policy_real(args, rt, sc, &workload, policy).await?);
         }
-        rows.push(run_policy(args, rt, sc, &workload, &policy).await?);
-    }
-    if wanted(args, "direct") {
-        rows.push(run_direct(args, rt, sc, &workload).await?);
+        if wanted(args, "direct") {
+            rows.push(run_direct(args, rt, sc, &workload).await?);
+        }
     }
     if args.peers {
+        if args.clock == Clock::Virtual {
+            // The peers' ratios are to a random row measured as they are: in real time.
+            let random = scenario::policies().swap_remove(0);
+            rows.push(run_policy_real(args, rt, sc, &workload, &random).await?);
+        }
         rows.extend(run_peers(args, rt, sc, &workload).await?);
     }
     Ok(rows)
+}
+
+/// Every policy (and the direct anchor) of `sc` under each seed, in virtual time, on
+/// `--jobs` threads; one row per policy, the median over its seeds.
+fn run_scenario_virtual(
+    args: &Args,
+    sc: &Scenario,
+    policies: &[Policy],
+    tokenizer: &kthena_sim::Tokenizer,
+) -> anyhow::Result<Vec<PolicyResult>> {
+    let seeds: Vec<u64> = (0..args.seeds.max(1)).map(|i| args.seed + i).collect();
+    let mut names: Vec<String> = policies.iter().map(|p| p.name.clone()).collect();
+    let n = args.engines;
+    if wanted(args, "direct") {
+        names.push(format!("direct (1 engine, 1/{n} of the load)"));
+    }
+    let mut jobs = Vec::new();
+    for &seed in &seeds {
+        let mut spec = sc.workload;
+        spec.seed = seed;
+        let workload = Arc::new(Workload::generate(spec, tokenizer));
+        for policy in policies {
+            let run = vtime::Run {
+                engines: n,
+                sim: sim_config(args, policy.needs_kv_events),
+                router: Some((policy.scheduler_yaml.clone(), policy.needs_kv_events)),
+                seed,
+                arrivals: poisson_arrivals(workload.sessions.len(), sc.request_rate, seed),
+                max_concurrency: sc.max_concurrency,
+            };
+            jobs.push((run, Arc::clone(&workload)));
+        }
+        if names.len() > policies.len() {
+            let share = Arc::new(
+                Workload::clone(&workload).with_groups(sc.workload.num_groups.div_ceil(n)),
+            );
+            let run = vtime::Run {
+                engines: 1,
+                sim: sim_config(args, false),
+                router: None,
+                seed,
+                arrivals: poisson_arrivals(share.sessions.len(), sc.request_rate / n as f64, seed),
+                max_concurrency: sc.max_concurrency.div_ceil(n),
+            };
+            jobs.push((run, share));
+        }
+    }
+    let threads = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+    let per_seed = names.len();
+    let started = std::time::Instant::now();
+    let done = |i: usize, out: &anyhow::Result<vtime::Outcome>| {
+        let (name, seed) = (&names[i % per_seed], seeds[i / per_seed]);
+        match out {
+            Ok(o) => eprintln!(
+                "{} {name} seed {seed}: {:.2} req/s ({:.0} s wall so far)",
+                sc.name,
+                o.row(&sc.name, name).throughput_rps,
+                started.elapsed().as_secs_f64()
+            ),
+            Err(e) => eprintln!("{} {name} seed {seed}: failed: {e:#}", sc.name),
+        }
+    };
+    let outcomes = vtime::run_many(jobs, threads, &done);
+    let mut runs: Vec<Vec<PolicyResult>> = vec![Vec::new(); per_seed];
+    for (i, out) in outcomes.into_iter().enumerate() {
+        let mut row = out?.row(&sc.name, &names[i % per_seed]);
+        row.clock = "virtual".to_owned();
+        runs[i % per_seed].push(row);
+    }
+    Ok(runs
+        .iter()
+        .filter_map(|r| PolicyResult::over_seeds(r, &seeds))
+        .collect())
 }
 
 /// The peer rows (`--peers`), on the same engines, workload and arrivals as our policies.
@@ -305,6 +402,9 @@ async fn run_peers(
     sc: &Scenario,
     workload: &Arc<Workload>,
 ) -> anyhow::Result<Vec<PolicyResult>> {
+    let mut args = args.clone();
+    args.time_scale = real_time_scale(&args);
+    let args = &args;
     let all = peer_policy::PeerPolicy::ALL;
     let named = args
         .policies
@@ -391,26 +491,27 @@ fn arrivals(args: &Args, sc: &Scenario, n: usize) -> Vec<f64> {
     poisson_arrivals(n, sc.request_rate * args.time_scale, args.seed)
 }
 
-async fn run_policy(
+/// The time scale of real-time runs: `--time-scale`, or 1 beside virtual-time rows (the
+/// peers' and their random baseline's).
+fn real_time_scale(args: &Args) -> f64 {
+    if args.clock == Clock::Virtual {
+        1.0
+    } else {
+        args.time_scale
+    }
+}
+
+/// One policy in real time over loopback TCP.
+async fn run_policy_real(
     args: &Args,
     rt: &Runtimes,
     sc: &Scenario,
     workload: &Arc<Workload>,
     policy: &Policy,
 ) -> anyhow::Result<PolicyResult> {
-    if args.clock == Clock::Virtual {
-        let run = vtime::Run {
-            engines: args.engines,
-            sim: sim_config(args, policy.needs_kv_events),
-            router: Some((policy.scheduler_yaml.clone(), policy.needs_kv_events)),
-            seed: args.seed,
-            arrivals: poisson_arrivals(workload.sessions.len(), sc.request_rate, args.seed),
-            max_concurrency: sc.max_concurrency,
-        };
-        let w = Arc::clone(workload);
-        let out = tokio::task::spawn_blocking(move || vtime::run_blocking(run, w)).await??;
-        return Ok(out.row(&sc.name, &policy.name));
-    }
+    let mut args = args.clone();
+    args.time_scale = real_time_scale(&args);
+    let args = &args;
     let sims =
         harness::start_sims(rt, args.engines, sim_config(args, policy.needs_kv_events)).await?;
     // Scrape as often in model time as Go Kthena's default 1 s in real time.
@@ -476,18 +577,6 @@ async fn run_direct(
     let groups = sc.workload.num_groups.div_ceil(n);
     let share = Arc::new(Workload::clone(workload).with_groups(groups));
     let name = format!("direct (1 engine, 1/{n} of the load)");
-    if args.clock == Clock::Virtual {
-        let run = vtime::Run {
-            engines: 1,
-            sim: sim_config(args, false),
-            router: None,
-            seed: args.seed,
-            arrivals: poisson_arrivals(share.sessions.len(), sc.request_rate / n as f64, args.seed),
-            max_concurrency: sc.max_concurrency.div_ceil(n),
-        };
-        let out = tokio::task::spawn_blocking(move || vtime::run_blocking(run, share)).await??;
-        return Ok(out.row(&sc.name, &name));
-    }
     let sims = harness::start_sims(rt, 1, sim_config(args, false)).await?;
     let client = harness::http_client();
     let result = async {

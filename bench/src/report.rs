@@ -98,6 +98,54 @@ pub struct PolicyResult {
     pub throughput_vs_random: Option<f64>,
     /// Mean TTFT / random's mean TTFT in the same run (when random ran).
     pub ttft_vs_random: Option<f64>,
+    /// `virtual` (one simulated clock, in-memory connections) or `real` (wall clock, TCP).
+    #[serde(default = "real_clock")]
+    pub clock: String,
+    /// The seeds' spread when the row is the median of several runs (`None`: one run).
+    #[serde(default)]
+    pub spread: Option<Spread>,
+    /// Whether the throughput spread is clear of random's (a real difference); `None`
+    /// without spreads to compare.
+    #[serde(default)]
+    pub throughput_differs: Option<bool>,
+    /// Whether the mean-TTFT spread is clear of random's.
+    #[serde(default)]
+    pub ttft_differs: Option<bool>,
+}
+
+fn real_clock() -> String {
+    "real".to_owned()
+}
+
+/// The range of a row's headline numbers over its seeds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Spread {
+    /// The seeds run (workload text and order, arrivals, the router's random draws).
+    pub seeds: Vec<u64>,
+    /// Lowest and highest throughput, requests per model second.
+    pub throughput_rps: [f64; 2],
+    /// Lowest and highest mean TTFT, model seconds.
+    pub ttft_mean_s: [f64; 2],
+}
+
+impl Spread {
+    /// Whether two `[min, max]` ranges share a point.
+    #[must_use]
+    pub fn overlap(a: [f64; 2], b: [f64; 2]) -> bool {
+        a[0] <= b[1] && b[0] <= a[1]
+    }
+}
+
+/// The median of `v` (the mean of the middle two for an even count); 0 when empty.
+#[must_use]
+pub fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
 /// Nearest-rank percentile (`q` in 0..=1) of sorted values; 0 for an empty slice.
@@ -166,27 +214,136 @@ impl PolicyResult {
             preemptions: engines.iter().map(|e| e.preemptions).sum(),
             throughput_vs_random: None,
             ttft_vs_random: None,
+            clock: real_clock(),
+            spread: None,
+            throughput_differs: None,
+            ttft_differs: None,
         }
+    }
+
+    /// One row for the runs of a policy under several seeds (`runs[i]` ran with
+    /// `seeds[i]`): every time, rate and hit rate is the median over the runs, `requests`
+    /// and `failed` are summed, the per-engine counts and preemptions are those of the run
+    /// with the median throughput, and [`PolicyResult::spread`] holds the range of the
+    /// throughput and mean TTFT. A single run is returned as it is.
+    #[must_use]
+    pub fn over_seeds(runs: &[Self], seeds: &[u64]) -> Option<Self> {
+        let first = runs.first()?;
+        if runs.len() == 1 {
+            return Some(first.clone());
+        }
+        let m = |f: fn(&Self) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
+        let range = |f: fn(&Self) -> f64| {
+            let v: Vec<f64> = runs.iter().map(f).collect();
+            [
+                v.iter().copied().fold(f64::INFINITY, f64::min),
+                v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            ]
+        };
+        let mut by_tput: Vec<&Self> = runs.iter().collect();
+        by_tput.sort_by(|a, b| a.throughput_rps.total_cmp(&b.throughput_rps));
+        let mid = by_tput[by_tput.len() / 2];
+        Some(Self {
+            requests: runs.iter().map(|r| r.requests).sum(),
+            failed: runs.iter().map(|r| r.failed).sum(),
+            duration_s: m(|r| r.duration_s),
+            throughput_rps: m(|r| r.throughput_rps),
+            output_tps: m(|r| r.output_tps),
+            ttft_mean_s: m(|r| r.ttft_mean_s),
+            ttft_p50_s: m(|r| r.ttft_p50_s),
+            ttft_p99_s: m(|r| r.ttft_p99_s),
+            e2e_mean_s: m(|r| r.e2e_mean_s),
+            e2e_p99_s: m(|r| r.e2e_p99_s),
+            cache_hit_rate: m(|r| r.cache_hit_rate),
+            requests_per_engine: mid.requests_per_engine.clone(),
+            preemptions: mid.preemptions,
+            spread: Some(Spread {
+                seeds: seeds.to_vec(),
+                throughput_rps: range(|r| r.throughput_rps),
+                ttft_mean_s: range(|r| r.ttft_mean_s),
+            }),
+            ..first.clone()
+        })
+    }
+
+    /// The throughput range: the seeds' spread, or the single value.
+    fn throughput_range(&self) -> [f64; 2] {
+        self.spread
+            .as_ref()
+            .map_or([self.throughput_rps; 2], |s| s.throughput_rps)
+    }
+
+    /// The mean-TTFT range: the seeds' spread, or the single value.
+    fn ttft_range(&self) -> [f64; 2] {
+        self.spread
+            .as_ref()
+            .map_or([self.ttft_mean_s; 2], |s| s.ttft_mean_s)
     }
 }
 
-/// Fills the `*_vs_random` ratios of every row from the `random` row of the same scenario.
+/// The rows whose throughput range overlaps that of the row with the highest throughput
+/// (the ones a reader cannot tell apart from the winner), winner first. Direct-engine
+/// anchors are left out.
+#[must_use]
+pub fn tied_for_throughput(rows: &[PolicyResult]) -> Vec<&PolicyResult> {
+    let cands: Vec<&PolicyResult> = rows
+        .iter()
+        .filter(|r| !r.policy.starts_with("direct"))
+        .collect();
+    let Some(top) = cands
+        .iter()
+        .copied()
+        .max_by(|a, b| a.throughput_rps.total_cmp(&b.throughput_rps))
+    else {
+        return Vec::new();
+    };
+    let mut out = vec![top];
+    out.extend(cands.into_iter().filter(|r| {
+        !std::ptr::eq(*r, top) && Spread::overlap(r.throughput_range(), top.throughput_range())
+    }));
+    out
+}
+
+/// Fills the `*_vs_random` ratios of every row from the `random` row of the same scenario
+/// and clock, and, where both rows have seed spreads, whether the spreads are clear of
+/// each other.
 pub fn fill_ratios(rows: &mut [PolicyResult]) {
-    let baselines: Vec<(String, f64, f64)> = rows
+    let baselines: Vec<PolicyResult> = rows
         .iter()
         .filter(|r| r.policy == "random")
-        .map(|r| (r.scenario.clone(), r.throughput_rps, r.ttft_mean_s))
+        .cloned()
         .collect();
     for r in rows.iter_mut() {
-        if let Some((_, tput, ttft)) = baselines.iter().find(|b| b.0 == r.scenario) {
-            r.throughput_vs_random = (*tput > 0.0).then(|| r.throughput_rps / tput);
-            r.ttft_vs_random = (*ttft > 0.0).then(|| r.ttft_mean_s / ttft);
+        let Some(b) = baselines
+            .iter()
+            .find(|b| b.scenario == r.scenario && b.clock == r.clock)
+        else {
+            continue;
+        };
+        let (tput, ttft) = (b.throughput_rps, b.ttft_mean_s);
+        r.throughput_vs_random = (tput > 0.0).then(|| r.throughput_rps / tput);
+        r.ttft_vs_random = (ttft > 0.0).then(|| r.ttft_mean_s / ttft);
+        if r.spread.is_some() && b.spread.is_some() && r.policy != "random" {
+            r.throughput_differs =
+                Some(!Spread::overlap(r.throughput_range(), b.throughput_range()));
+            r.ttft_differs = Some(!Spread::overlap(r.ttft_range(), b.ttft_range()));
         }
     }
 }
 
-fn ratio(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".to_owned(), |x| format!("{x:.2}x"))
+/// A ratio cell: `2.74x`, or `~1.04x` when the seeds' spreads overlap random's (no real
+/// difference).
+fn ratio(v: Option<f64>, differs: Option<bool>) -> String {
+    let mark = if differs == Some(false) { "~" } else { "" };
+    v.map_or_else(|| "-".to_owned(), |x| format!("{mark}{x:.2}x"))
+}
+
+/// A value with its seeds' range when there is one: `72.92 [71.84-73.10]`.
+fn with_range(v: f64, range: Option<[f64; 2]>, digits: usize) -> String {
+    match range {
+        Some([lo, hi]) => format!("{v:.digits$} [{lo:.digits$}-{hi:.digits$}]"),
+        None => format!("{v:.digits$}"),
+    }
 }
 
 /// The markdown table of the rows (one table; rows in the given order).
@@ -194,10 +351,10 @@ fn ratio(v: Option<f64>) -> String {
 pub fn markdown_table(rows: &[PolicyResult]) -> String {
     let mut s = String::new();
     s.push_str(
-        "| scenario | policy | ok/sent | req/s | out tok/s | TTFT mean | TTFT p50 | TTFT p99 \
+        "| scenario | clock | policy | ok/sent | req/s | out tok/s | TTFT mean | TTFT p50 | TTFT p99 \
          | E2E mean | E2E p99 | cache hit | req per engine | req/s vs random | TTFT vs random |\n",
     );
-    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in rows {
         let per_engine = r
             .requests_per_engine
@@ -207,22 +364,27 @@ pub fn markdown_table(rows: &[PolicyResult]) -> String {
             .join("/");
         let _ = writeln!(
             s,
-            "| {} | {} | {}/{} | {:.2} | {:.0} | {:.3} | {:.3} | {:.3} | {:.2} | {:.2} | {:.1}% | {} | {} | {} |",
+            "| {} | {} | {} | {}/{} | {} | {:.0} | {} | {:.3} | {:.3} | {:.2} | {:.2} | {:.1}% | {} | {} | {} |",
             r.scenario,
+            r.clock,
             r.policy,
             r.requests - r.failed,
             r.requests,
-            r.throughput_rps,
+            with_range(
+                r.throughput_rps,
+                r.spread.as_ref().map(|s| s.throughput_rps),
+                2
+            ),
             r.output_tps,
-            r.ttft_mean_s,
+            with_range(r.ttft_mean_s, r.spread.as_ref().map(|s| s.ttft_mean_s), 3),
             r.ttft_p50_s,
             r.ttft_p99_s,
             r.e2e_mean_s,
             r.e2e_p99_s,
             r.cache_hit_rate * 100.0,
             per_engine,
-            ratio(r.throughput_vs_random),
-            ratio(r.ttft_vs_random),
+            ratio(r.throughput_vs_random, r.throughput_differs),
+            ratio(r.ttft_vs_random, r.ttft_differs),
         );
     }
     s

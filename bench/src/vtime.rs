@@ -162,3 +162,45 @@ async fn start_router(
     let router = Router::start_in_memory(cfg, net.clone()).await?;
     Ok((router, dir))
 }
+
+/// Runs every job on `threads` OS threads (each run on its own paused runtime, so runs in
+/// parallel give the numbers they give alone); results in job order. `done(i, outcome)` is
+/// called as each finishes.
+pub(crate) fn run_many(
+    jobs: Vec<(Run, Arc<Workload>)>,
+    threads: usize,
+    done: &(dyn Fn(usize, &anyhow::Result<Outcome>) + Sync),
+) -> Vec<anyhow::Result<Outcome>> {
+    let n = jobs.len();
+    let mut queue: Vec<_> = jobs.into_iter().enumerate().collect();
+    queue.reverse();
+    let queue = std::sync::Mutex::new(queue);
+    let results = std::sync::Mutex::new((0..n).map(|_| None).collect::<Vec<_>>());
+    std::thread::scope(|s| {
+        for _ in 0..threads.clamp(1, n.max(1)) {
+            s.spawn(|| {
+                loop {
+                    // Jobs are taken in order (the queue was reversed above).
+                    let next = queue
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .pop();
+                    let Some((i, (run, workload))) = next else {
+                        return;
+                    };
+                    let out = run_blocking(run, workload);
+                    done(i, &out);
+                    results
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)[i] = Some(out);
+                }
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(anyhow::anyhow!("a virtual-time run did not finish"))))
+        .collect()
+}
