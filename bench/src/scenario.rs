@@ -111,10 +111,17 @@ const CACHE_ARGS: &str = "  pluginConfig:
 /// 2.1× random (`docs/benchmarks.md`).
 pub const BENCH_GPU_BLOCKS: usize = 28_000;
 
-/// The name of the recommended combination in the report.
+/// The name of the recommended combination in the report: the router's default scheduler
+/// ([`kthena_router::SchedulerConfig::recommended`]).
 pub const BEST: &str = "best: least-request + kvcache-aware x3 + least-prefill";
 
-/// Every policy of the published table, in its order, then our best combination.
+/// The name of the Kthena Helm chart's default scheduler section in the report
+/// ([`kthena_router::SchedulerConfig::default`]: `least-request` filter; `least-request`,
+/// `gpu-usage`, `least-latency`, `prefix-cache` scores).
+pub const CHART_DEFAULT: &str = "Kthena chart default";
+
+/// Every policy of the published table, in its order, then the Kthena chart's default
+/// section, then our best combination.
 ///
 /// The single-plugin policies and the `least-request + X` pairs use weight 1 each and no
 /// filter, as the published table names only score plugins. The best combination weighs
@@ -153,6 +160,15 @@ pub fn policies() -> Vec<Policy> {
             true,
         ),
         p(
+            CHART_DEFAULT,
+            format!(
+                "  {}\n",
+                serde_json::to_string(&kthena_router::SchedulerConfig::default())
+                    .unwrap_or_default()
+            ),
+            false,
+        ),
+        p(
             BEST,
             format!(
                 "{CACHE_ARGS}{}",
@@ -189,6 +205,16 @@ mod tests {
             )
             .unwrap();
         }
+        // The best combination is what the router runs without a `scheduler:` section.
+        let best = policies().into_iter().find(|p| p.name == BEST).unwrap();
+        let yaml = format!("scheduler:\n{}", best.scheduler_yaml);
+        let cfg = kthena_router::Config::from_yaml(std::path::Path::new("r.yaml"), &yaml).unwrap();
+        let mut want = kthena_router::SchedulerConfig::recommended();
+        let mut got = cfg.scheduler;
+        // The benchmark names the args of both cache plugins explicitly; the scores match.
+        got.plugin_config.clear();
+        want.plugin_config.clear();
+        assert_eq!(got, want);
         assert_eq!(Scenario::long(true, 0).workload.prompts_per_group, 8);
         assert_eq!(Scenario::short(false, 0).workload.question_len, 4096);
     }

@@ -215,6 +215,40 @@ impl Default for Config {
     }
 }
 
+impl Config {
+    /// The combination `kthena-bench` measured best on the published workloads
+    /// (`docs/benchmarks.md`, virtual time, three seeds): no filter; scores `least-request`
+    /// (weight 1), `kvcache-aware` (3) and `least-prefill` (1), each plugin with its default
+    /// args (`kvcache-aware`: 16-token blocks, 128 blocks matched; `least-prefill`:
+    /// `uncachedWeight` 2). An endpoint holding the prompt's prefix wins whatever the load
+    /// scores say; among endpoints holding the same part of it, in-flight requests and queued
+    /// prefill tokens pick the one that starts the request soonest.
+    ///
+    /// kthena-router uses it when its file has no `scheduler:` section; [`Config::default`]
+    /// stays Go Kthena's Helm chart default.
+    #[must_use]
+    pub fn recommended() -> Self {
+        let w = |name: &str, weight: f64| WeightedPlugin {
+            name: name.to_owned(),
+            weight,
+        };
+        Self {
+            plugin_config: Vec::new(),
+            plugins: Plugins {
+                filter: FilterPlugins::default(),
+                score: ScorePlugins {
+                    enabled: vec![
+                        w("least-request", 1.0),
+                        w("kvcache-aware", 3.0),
+                        w("least-prefill", 1.0),
+                    ],
+                    disabled: Vec::new(),
+                },
+            },
+        }
+    }
+}
+
 #[derive(Deserialize)]
 struct RouterFile {
     scheduler: Option<Config>,
