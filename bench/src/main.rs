@@ -91,6 +91,11 @@ struct Args {
     /// combination, `direct` for the single-engine anchor).
     #[arg(long, value_delimiter = ',')]
     policies: Vec<String>,
+    /// Engines publish no KV events and the router subscribes to none, whatever the policy:
+    /// `kvcache-aware` then learns only from the router's own routing decisions, as in
+    /// cluster mode, which does not subscribe to KV events.
+    #[arg(long)]
+    no_kv_events: bool,
     /// Also run the peer routers in front of the same engines, each as its own process:
     /// `smg` (cache_aware, round_robin, random) and `vllm-router` (cache_aware, random,
     /// kv_aware), when installed. They run in real time: use with `--time-scale 1`. With
@@ -101,8 +106,8 @@ struct Args {
     /// contents; named after the file stem. Repeatable.
     #[arg(long)]
     policy_file: Vec<PathBuf>,
-    /// Seed of the workload text, its order and the arrivals (and of the router's random
-    /// draws); with `--seeds N`, the first of N consecutive seeds.
+    /// Seed of the workload text, its order and the arrivals (in virtual time also of the
+    /// router's random draws); with `--seeds N`, the first of N consecutive seeds.
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Virtual clock only: runs per policy, with seeds `--seed`, `--seed`+1, ...; each row
@@ -342,8 +347,8 @@ fn run_scenario_virtual(
         for policy in policies {
             let run = vtime::Run {
                 engines: n,
-                sim: sim_config(args, policy.needs_kv_events),
-                router: Some((policy.scheduler_yaml.clone(), policy.needs_kv_events)),
+                sim: sim_config(args, kv_events(args, policy)),
+                router: Some((policy.scheduler_yaml.clone(), kv_events(args, policy))),
                 seed,
                 arrivals: poisson_arrivals(workload.sessions.len(), sc.request_rate, seed),
                 max_concurrency: sc.max_concurrency,
@@ -459,6 +464,11 @@ fn policy_from_file(path: &std::path::Path) -> anyhow::Result<Policy> {
     })
 }
 
+/// Whether `policy`'s engines publish KV events and the router reads them.
+fn kv_events(args: &Args, policy: &Policy) -> bool {
+    policy.needs_kv_events && !args.no_kv_events
+}
+
 fn indent(text: &str) -> String {
     text.lines().map(|l| format!("  {l}\n")).collect()
 }
@@ -513,7 +523,7 @@ async fn run_policy_real(
     args.time_scale = real_time_scale(&args);
     let args = &args;
     let sims =
-        harness::start_sims(rt, args.engines, sim_config(args, policy.needs_kv_events)).await?;
+        harness::start_sims(rt, args.engines, sim_config(args, kv_events(args, policy))).await?;
     // Scrape as often in model time as Go Kthena's default 1 s in real time.
     let scrape = Duration::from_secs_f64((1.0 / args.time_scale).max(0.01));
     let router = match harness::start_router(
@@ -521,7 +531,7 @@ async fn run_policy_real(
         &sims,
         &policy.scheduler_yaml,
         scrape,
-        policy.needs_kv_events,
+        kv_events(args, policy),
     )
     .await
     {

@@ -281,29 +281,6 @@ impl PolicyResult {
     }
 }
 
-/// The rows whose throughput range overlaps that of the row with the highest throughput
-/// (the ones a reader cannot tell apart from the winner), winner first. Direct-engine
-/// anchors are left out.
-#[must_use]
-pub fn tied_for_throughput(rows: &[PolicyResult]) -> Vec<&PolicyResult> {
-    let cands: Vec<&PolicyResult> = rows
-        .iter()
-        .filter(|r| !r.policy.starts_with("direct"))
-        .collect();
-    let Some(top) = cands
-        .iter()
-        .copied()
-        .max_by(|a, b| a.throughput_rps.total_cmp(&b.throughput_rps))
-    else {
-        return Vec::new();
-    };
-    let mut out = vec![top];
-    out.extend(cands.into_iter().filter(|r| {
-        !std::ptr::eq(*r, top) && Spread::overlap(r.throughput_range(), top.throughput_range())
-    }));
-    out
-}
-
 /// Fills the `*_vs_random` ratios of every row from the `random` row of the same scenario
 /// and clock, and, where both rows have seed spreads, whether the spreads are clear of
 /// each other.

@@ -111,8 +111,8 @@ const CACHE_ARGS: &str = "  pluginConfig:
 /// 2.1× random (`docs/benchmarks.md`).
 pub const BENCH_GPU_BLOCKS: usize = 28_000;
 
-/// The name of the recommended combination in the report: the router's default scheduler
-/// ([`kthena_router::SchedulerConfig::recommended`]).
+/// The name of the recommended combination in the report
+/// ([`kthena_router::SchedulerConfig::recommended`], shipped in `deploy/router/configmap.yaml`).
 pub const BEST: &str = "best: least-request + kvcache-aware x3 + least-prefill";
 
 /// The name of the Kthena Helm chart's default scheduler section in the report
@@ -205,7 +205,7 @@ mod tests {
             )
             .unwrap();
         }
-        // The best combination is what the router runs without a `scheduler:` section.
+        // The best combination is `SchedulerConfig::recommended()` (the deploy ConfigMap's).
         let best = policies().into_iter().find(|p| p.name == BEST).unwrap();
         let yaml = format!("scheduler:\n{}", best.scheduler_yaml);
         let cfg = kthena_router::Config::from_yaml(std::path::Path::new("r.yaml"), &yaml).unwrap();

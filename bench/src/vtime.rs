@@ -24,8 +24,9 @@ use crate::harness::{self, Load};
 /// The engine-metrics scrape interval in virtual time: Go Kthena's default, 1 s.
 const SCRAPE_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Seed of the engines' block hashes (vLLM's `PYTHONHASHSEED`): fixed, so that the KV
-/// events of a run are the same every time.
+/// Seed of the engines' block hashes (vLLM's `PYTHONHASHSEED`): fixed, so that the block
+/// hashes in a run's KV events are the same every time (the batches' wall-clock `ts`, which
+/// the router does not read, differs).
 const HASH_SEED: &str = "kthena-bench";
 
 /// One run in virtual time: what to start and the load to send.

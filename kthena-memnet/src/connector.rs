@@ -74,6 +74,7 @@ impl tower_service::Service<http::Uri> for Connector {
             }
             Self::Memory(net) => {
                 let res = match socket_addr(&uri) {
+                    _ if uri.scheme_str() != Some("http") => Err(Error::NoSocketAddr(uri)),
                     Some(addr) => net.connect(addr).map(|s| Conn::Memory(TokioIo::new(s))),
                     None => Err(Error::NoSocketAddr(uri)),
                 };
@@ -177,6 +178,23 @@ mod tests {
         assert_eq!(a("http://10.0.0.1/x"), Some("10.0.0.1:80".parse().unwrap()));
         assert_eq!(a("http://[::1]:9/"), Some("[::1]:9".parse().unwrap()));
         assert_eq!(a("http://engine:8000/"), None);
+    }
+
+    #[tokio::test]
+    async fn only_http_uris_with_ip_addresses_are_connected() {
+        use tower_service::Service as _;
+        let net = MemNet::new();
+        let _l = net.listen("10.0.0.1:443".parse().unwrap()).unwrap();
+        let mut c = Connector::memory(net);
+        for uri in ["https://10.0.0.1:443/", "http://engine:443/"] {
+            let err = c.call(uri.parse().unwrap()).await.unwrap_err();
+            assert!(matches!(err, Error::NoSocketAddr(_)), "{uri}: {err}");
+        }
+        assert!(
+            c.call("http://10.0.0.1:443/".parse().unwrap())
+                .await
+                .is_ok()
+        );
     }
 
     /// A hyper client reaches a hyper server over the in-memory network, keeps the

@@ -12,8 +12,8 @@ pub enum Error {
     /// No listener is registered at this address (or it was dropped).
     #[error("connection refused: nothing listens at {0} on the in-memory network")]
     ConnectionRefused(SocketAddr),
-    /// A client URI without a host and port that parse as an IP socket address.
-    #[error("the in-memory network needs an IP address and port in the URI, got `{0}`")]
+    /// A client URI that is not `http://` with an IP address (and a port, 80 by default).
+    #[error("the in-memory network needs an http:// URI with an IP address and port, got `{0}`")]
     NoSocketAddr(http::Uri),
     /// The TCP connector's error (hyper-util's `ConnectError`, which it does not export).
     #[error("{0}")]

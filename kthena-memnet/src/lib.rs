@@ -9,9 +9,13 @@
 //! advances only when every task is waiting on a timer, and a run's result depends on its
 //! inputs alone, not on how busy the machine is.
 //!
-//! [`Connector`] is a hyper-util client connector that reaches a [`MemNet`] listener for every
-//! address one is registered at and TCP otherwise, so a client type does not change between
-//! the two modes.
+//! [`Connector`] is a hyper-util client connector for either TCP or a [`MemNet`] (never both,
+//! so a client on a virtual clock cannot wait on a real socket), so a client type does not
+//! change between the two modes.
+//!
+//! Addresses and topics match exactly: there is no wildcard address (a listener at
+//! `0.0.0.0:80` does not take connections to `127.0.0.1:80`) and no name resolution
+//! (`tcp://localhost:5557` is not `tcp://127.0.0.1:5557`).
 //!
 //! ```
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {

@@ -165,12 +165,13 @@ impl Router {
     /// [`Config::random_seed`]) alone; `kthena-bench` runs its policy scenarios this way.
     ///
     /// # Errors
-    /// As [`Router::start`]; [`Error::Config`] without a `standalone` section.
+    /// As [`Router::start`]; [`Error::Config`] without a `standalone` section, or with a
+    /// setting that needs real sockets (see [`memory_unsupported`]).
     pub async fn start_in_memory(cfg: Config, net: MemNet) -> Result<Self> {
-        if cfg.is_cluster_mode() {
+        if let Some(what) = memory_unsupported(&cfg) {
             return Err(Error::Config {
                 path: PathBuf::new(),
-                reason: "the in-memory network needs a `standalone` section".to_owned(),
+                reason: format!("the in-memory network cannot run {what}"),
             });
         }
         let metrics = Arc::new(Metrics::new());
@@ -473,6 +474,25 @@ impl tower::Service<Request<Incoming>> for MiniService {
 /// The router's listening sockets: inference (`bindAddress:port`), metrics
 /// (`bindAddress:metricsPort`), debug (127.0.0.1:`debugPort`) and, when configured, the
 /// endpoint picker's.
+/// The first setting of `cfg` that [`Router::start_in_memory`] cannot run, because it
+/// needs the cluster or real sockets: cluster mode, a Redis KV index or shared in-flight
+/// counts, JWT authentication (its key set is fetched over HTTPS), the endpoint picker.
+fn memory_unsupported(cfg: &Config) -> Option<&'static str> {
+    if cfg.is_cluster_mode() {
+        Some("cluster mode (it needs a `standalone` section)")
+    } else if cfg.kv_cache.index == crate::kv_config::IndexBackend::Redis {
+        Some("`kvCache.index: redis`")
+    } else if cfg.on_flight_redis.is_some() {
+        Some("shared in-flight counts in Redis (`REDIS_HOST`)")
+    } else if !cfg.auth.jwks_uri.is_empty() {
+        Some("JWT authentication (`auth.jwksUri`)")
+    } else if cfg.endpoint_picker.address.is_some() {
+        Some("the endpoint picker (`endpointPicker.address`)")
+    } else {
+        None
+    }
+}
+
 /// The inference, metrics and debug listeners' sockets.
 struct Trio<A> {
     inference: A,

@@ -125,7 +125,7 @@ impl Shared {
 
     /// Runs blocking work `f`: on tokio's blocking pool, or inline on the in-memory network
     /// (where a second thread would make the order of events depend on the machine). `None`
-    /// when the pool task panicked.
+    /// when the pool task panicked; inline, a panic unwinds the caller.
     pub(crate) async fn blocking<T, F>(&self, f: F) -> Option<T>
     where
         F: FnOnce() -> T + Send + 'static,

@@ -224,8 +224,8 @@ impl Config {
     /// scores say; among endpoints holding the same part of it, in-flight requests and queued
     /// prefill tokens pick the one that starts the request soonest.
     ///
-    /// kthena-router uses it when its file has no `scheduler:` section; [`Config::default`]
-    /// stays Go Kthena's Helm chart default.
+    /// kthena-router's deploy ConfigMap ships it. [`Config::default`] stays Go Kthena's Helm
+    /// chart default, and is what a router file without a `scheduler:` section means.
     #[must_use]
     pub fn recommended() -> Self {
         let w = |name: &str, weight: f64| WeightedPlugin {
