@@ -374,7 +374,7 @@ fn run_scenario_virtual(
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
     let per_seed = names.len();
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let done = |i: usize, out: &anyhow::Result<vtime::Outcome>| {
         let (name, seed) = (&names[i % per_seed], seeds[i / per_seed]);
         match out {

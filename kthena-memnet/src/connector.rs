@@ -206,7 +206,9 @@ mod tests {
         let mut l = net.listen("10.0.0.1:8000".parse().unwrap()).unwrap();
         let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let count = std::sync::Arc::clone(&accepted);
-        tokio::spawn(async move {
+        let mut server = tokio::task::JoinSet::new();
+        server.spawn(async move {
+            let mut conns = tokio::task::JoinSet::new();
             while let Some(s) = l.accept().await {
                 count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let svc = hyper::service::service_fn(
@@ -216,7 +218,7 @@ mod tests {
                         )))
                     },
                 );
-                tokio::spawn(
+                conns.spawn(
                     hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(s), svc),
                 );

@@ -77,21 +77,7 @@ pub async fn supervise(shared: Arc<Shared>, cancel: CancellationToken, tasks: Ta
                 continue;
             }
             let token = cancel.child_token();
-            let done = match &shared.memory {
-                Some(net) => tasks.spawn(crate::kv_events::subscribe_memory(
-                    source.clone(),
-                    Arc::clone(&index),
-                    metrics.clone(),
-                    net.clone(),
-                    token.clone(),
-                )),
-                None => tasks.spawn(crate::kv_events::subscribe(
-                    source.clone(),
-                    Arc::clone(&index),
-                    metrics.clone(),
-                    token.clone(),
-                )),
-            };
+            let done = spawn_subscription(&shared, &source, &index, &token, &tasks);
             running.insert(
                 id,
                 Running {
@@ -109,5 +95,32 @@ pub async fn supervise(shared: Arc<Shared>, cancel: CancellationToken, tasks: Ta
     for (_, r) in running {
         r.cancel.cancel();
         let _ = r.done.await;
+    }
+}
+
+/// Starts one endpoint's subscription on `tasks`: over ZMQ, or on the router's in-memory
+/// network when it runs on one.
+fn spawn_subscription(
+    shared: &Shared,
+    source: &KvSource,
+    index: &Arc<dyn KvIndex>,
+    token: &CancellationToken,
+    tasks: &TaskTracker,
+) -> tokio::task::JoinHandle<()> {
+    let metrics = shared.metrics.kv.clone();
+    match &shared.memory {
+        Some(net) => tasks.spawn(crate::kv_events::subscribe_memory(
+            source.clone(),
+            Arc::clone(index),
+            metrics,
+            net.clone(),
+            token.clone(),
+        )),
+        None => tasks.spawn(crate::kv_events::subscribe(
+            source.clone(),
+            Arc::clone(index),
+            metrics,
+            token.clone(),
+        )),
     }
 }

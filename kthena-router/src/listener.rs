@@ -238,7 +238,7 @@ impl Accept for TcpListener {
     type Io = TcpStream;
 
     async fn accept(&mut self) -> io::Result<TcpStream> {
-        TcpListener::accept(self).await.map(|(s, _)| s)
+        Self::accept(self).await.map(|(s, _)| s)
     }
 
     fn prepare(io: &TcpStream, keepalive: Duration) {
@@ -250,7 +250,7 @@ impl Accept for kthena_memnet::MemListener {
     type Io = tokio::io::DuplexStream;
 
     async fn accept(&mut self) -> io::Result<tokio::io::DuplexStream> {
-        match kthena_memnet::MemListener::accept(self).await {
+        match Self::accept(self).await {
             Some(s) => Ok(s),
             // Only after the listener was unregistered; the loop then waits for `cancel`.
             None => std::future::pending().await,

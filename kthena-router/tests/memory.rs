@@ -1,6 +1,8 @@
 //! The router on an in-memory network (`Router::start_in_memory`) in front of an in-memory
 //! engine, on a paused clock.
 
+#![allow(clippy::unwrap_used, reason = "tests")]
+
 mod common;
 
 use bytes::Bytes;
