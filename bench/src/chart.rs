@@ -177,6 +177,9 @@ fn short_name(policy: &str) -> String {
     if policy.starts_with("direct") {
         return "direct/1 eng".to_owned();
     }
+    if policy == crate::scenario::CHART_DEFAULT {
+        return "chart".to_owned();
+    }
     policy
         .replace("least-request", "LR")
         .replace("kvcache-aware", "KV")

@@ -181,7 +181,7 @@ fn report_aggregates_and_compares_with_random() {
     assert_eq!(lines.len(), 4);
     assert_eq!(
         lines[3],
-        "| long | best | 3/3 | 3.00 | 30 | 0.500 | 0.500 | 0.500 | 1.00 | 1.00 | 40.0% | 2/1 | 3.00x | 0.25x |"
+        "| long | real | best | 3/3 | 3.00 | 30 | 0.500 | 0.500 | 0.500 | 1.00 | 1.00 | 40.0% | 2/1 | 3.00x | 0.25x |"
     );
 
     let json: serde_json::Value = serde_json::to_value(&rows).unwrap();
@@ -198,6 +198,65 @@ fn report_aggregates_and_compares_with_random() {
         assert!(json[1].get(key).is_some(), "missing {key}");
     }
     assert_eq!(json[1]["throughput_rps"], 3.0);
+}
+
+/// A policy run under three seeds: `throughput` req/s in 1 s (one request per unit, TTFT
+/// `ttft`), one engine.
+fn seeded(policy: &str, throughputs: [usize; 3], ttft: f64) -> PolicyResult {
+    let runs: Vec<PolicyResult> = throughputs
+        .iter()
+        .map(|&n| {
+            let samples = vec![sample(true, ttft, 1.0); n];
+            let engines = [EngineCounters {
+                requests: n as u64,
+                ..EngineCounters::default()
+            }];
+            let mut r = PolicyResult::from_samples("long", policy, &samples, 1.0, &engines);
+            r.clock = "virtual".to_owned();
+            r
+        })
+        .collect();
+    PolicyResult::over_seeds(&runs, &[1, 2, 3]).unwrap()
+}
+
+#[test]
+fn seeds_give_the_median_and_range_and_overlaps_are_marked() {
+    assert_eq!(report::median(&[3.0, 1.0, 2.0]), 2.0);
+    assert_eq!(report::median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+    assert_eq!(report::median(&[]), 0.0);
+
+    let random = seeded("random", [10, 12, 11], 1.0);
+    assert_eq!(random.requests, 33);
+    assert_eq!(random.throughput_rps, 11.0);
+    assert_eq!(
+        random.requests_per_engine,
+        [11],
+        "the median-throughput seed's counts"
+    );
+    let spread = random.spread.clone().unwrap();
+    assert_eq!(spread.seeds, [1, 2, 3]);
+    assert_eq!(spread.throughput_rps, [10.0, 12.0]);
+    // Clear of random's range in throughput, overlapping it in TTFT (the same 1.0 s).
+    let fast = seeded("fast", [30, 31, 29], 1.0);
+    // Overlapping in throughput (12 is random's highest).
+    let near = seeded("near", [12, 13, 14], 0.5);
+    let mut rows = vec![random, fast, near];
+    report::fill_ratios(&mut rows);
+    assert_eq!(
+        rows[0].throughput_differs, None,
+        "random is not compared with itself"
+    );
+    assert_eq!(rows[1].throughput_differs, Some(true));
+    assert_eq!(rows[1].ttft_differs, Some(false));
+    assert_eq!(rows[2].throughput_differs, Some(false));
+    assert_eq!(rows[2].ttft_differs, Some(true));
+    let table = report::markdown_table(&rows);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(
+        lines[3],
+        "| long | virtual | fast | 90/90 | 30.00 [29.00-31.00] | 300 | 1.000 [1.000-1.000] | 1.000 | 1.000 | 1.00 | 1.00 | 0.0% | 30 | 2.73x | ~1.00x |"
+    );
+    assert!(lines[4].contains("| ~1.18x | 0.50x |"), "{}", lines[4]);
 }
 
 #[test]
