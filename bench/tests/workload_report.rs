@@ -216,7 +216,7 @@ fn seeded(policy: &str, throughputs: [usize; 3], ttft: f64) -> PolicyResult {
             r
         })
         .collect();
-    PolicyResult::over_seeds(&runs, &[1, 2, 3]).unwrap()
+    PolicyResult::over_seeds(&runs, &[1, 2, 3]).expect("three runs")
 }
 
 #[test]
