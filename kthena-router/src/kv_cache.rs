@@ -97,6 +97,7 @@ impl KvState {
         names: TokenizeFor<'_>,
         prompt: &crate::openai::Prompt,
         remote_url: Option<&str>,
+        inline: bool,
     ) -> Option<Vec<u32>> {
         let TokenizeFor {
             engine,
@@ -122,7 +123,7 @@ impl KvState {
         }
         let ids = self
             .tokenizers
-            .tokens(client, &metrics.kv, &models, prompt, remote)
+            .tokens(client, &metrics.kv, &models, prompt, remote, inline)
             .await;
         if self.index.is_some() {
             let m = &metrics.plugins;

@@ -471,9 +471,6 @@ impl tower::Service<Request<Incoming>> for MiniService {
     }
 }
 
-/// The router's listening sockets: inference (`bindAddress:port`), metrics
-/// (`bindAddress:metricsPort`), debug (127.0.0.1:`debugPort`) and, when configured, the
-/// endpoint picker's.
 /// The first setting of `cfg` that [`Router::start_in_memory`] cannot run, because it
 /// needs the cluster or real sockets: cluster mode, a Redis KV index or shared in-flight
 /// counts, JWT authentication (its key set is fetched over HTTPS), the endpoint picker.
@@ -542,6 +539,9 @@ fn spawn_listeners<A: Accept>(
     }
 }
 
+/// The router's listening sockets: inference (`bindAddress:port`), metrics
+/// (`bindAddress:metricsPort`), debug (127.0.0.1:`debugPort`) and, when configured, the
+/// endpoint picker's.
 struct Sockets {
     inference: TcpListener,
     metrics: TcpListener,

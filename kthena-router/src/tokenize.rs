@@ -191,7 +191,10 @@ impl Tokenizers {
     /// Token ids of a request's prompt: in-process when a tokenizer is configured for one of
     /// `models` (tried in order), else (when `remote_url` is given and the remote fallback is
     /// on) from that engine's `/tokenize`. `None` when neither works. Observes
-    /// `kthena_router_tokenize_duration_seconds` and the prefix-cache counter.
+    /// `kthena_router_tokenize_duration_seconds` and the prefix-cache counter. Prompts over
+    /// [`BLOCKING_THRESHOLD_BYTES`] are tokenized on the blocking pool, or on this task when
+    /// `inline` (a router on an in-memory network, where another thread would make the order
+    /// of events depend on the machine).
     pub async fn tokens(
         &self,
         client: &HttpClient,
@@ -199,13 +202,15 @@ impl Tokenizers {
         models: &[&str],
         prompt: &Prompt,
         remote_url: Option<&str>,
+        inline: bool,
     ) -> Option<Vec<u32>> {
         let started = Instant::now();
         if let Some(t) = self.get(models) {
             let big = match prompt {
                 Prompt::Text(s) => s.len(),
                 Prompt::Messages(m) => m.iter().map(|m| m.content.len()).sum(),
-            } > BLOCKING_THRESHOLD_BYTES;
+            } > BLOCKING_THRESHOLD_BYTES
+                && !inline;
             let res = if big {
                 let (t, p) = (Arc::clone(t), prompt.clone());
                 tokio::task::spawn_blocking(move || t.tokenize_prompt(&p))

@@ -69,8 +69,9 @@ where
     inner.call(req).await
 }
 
-/// Answers the KV-index lookups of a remote index (Redis) on the blocking pool, so that
-/// scheduling itself never waits on I/O ([`kthena_sched::Scheduler::prepare`]).
+/// Answers the KV-index lookups of a remote index (Redis) on the blocking pool (inline on the
+/// in-memory network, `Shared::blocking`), so that scheduling itself never waits on I/O
+/// ([`kthena_sched::Scheduler::prepare`]).
 async fn prefetch(shared: &Shared, req: &Request<()>) -> Result<Prefetched, Error> {
     let Parsed { req: parsed, snap } = ext::<Parsed>(req, "parsed request")?;
     let routed = ext::<Routed>(req, "route match")?;

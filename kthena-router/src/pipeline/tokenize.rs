@@ -43,6 +43,7 @@ where
             },
             &parsed.prompt,
             routed.pool.first().map(|e| e.base_url()).as_deref(),
+            shared.memory.is_some(),
         )
         .await;
     if let (Some(t), Some(a)) = (&token_ids, req.extensions().get::<Accounting>()) {
