@@ -292,7 +292,6 @@ async fn run_scenario(
     sc: &Scenario,
     tokenizer: &kthena_sim::Tokenizer,
 ) -> anyhow::Result<Vec<PolicyResult>> {
-    let workload = Arc::new(Workload::generate(sc.workload, tokenizer));
     let mut all = scenario::policies();
     for path in &args.policy_file {
         all.push(policy_from_file(path)?);
@@ -301,26 +300,45 @@ async fn run_scenario(
     let mut rows = Vec::new();
     if args.clock == Clock::Virtual {
         let tokenizer = tokenizer.clone();
-        let (args2, sc2) = (args.clone(), sc.clone());
+        let (args2, sc2, all2) = (args.clone(), sc.clone(), all.clone());
         rows = tokio::task::spawn_blocking(move || {
-            run_scenario_virtual(&args2, &sc2, &all, &tokenizer)
+            run_scenario_virtual(&args2, &sc2, &all2, &tokenizer)
         })
         .await??;
-    } else {
-        for policy in &all {
-            rows.push(run_policy_real(args, rt, sc, &workload, policy).await?);
+    }
+    if args.clock == Clock::Real || args.peers {
+        // The virtual runs generate a workload per seed; the real-time rows use `--seed`'s.
+        let workload = Arc::new(Workload::generate(sc.workload, tokenizer));
+        rows.extend(run_real_rows(args, rt, sc, &all, &workload).await?);
+    }
+    Ok(rows)
+}
+
+/// The real-time rows: every policy and the direct anchor with `--clock real`, and the
+/// peers (with, beside virtual rows, a real-time random row as their baseline).
+async fn run_real_rows(
+    args: &Args,
+    rt: &Runtimes,
+    sc: &Scenario,
+    policies: &[Policy],
+    workload: &Arc<Workload>,
+) -> anyhow::Result<Vec<PolicyResult>> {
+    let mut rows = Vec::new();
+    if args.clock == Clock::Real {
+        for policy in policies {
+            rows.push(run_policy_real(args, rt, sc, workload, policy).await?);
         }
         if wanted(args, "direct") {
-            rows.push(run_direct(args, rt, sc, &workload).await?);
+            rows.push(run_direct(args, rt, sc, workload).await?);
         }
     }
     if args.peers {
         if args.clock == Clock::Virtual {
             // The peers' ratios are to a random row measured as they are: in real time.
             let random = scenario::policies().swap_remove(0);
-            rows.push(run_policy_real(args, rt, sc, &workload, &random).await?);
+            rows.push(run_policy_real(args, rt, sc, workload, &random).await?);
         }
-        rows.extend(run_peers(args, rt, sc, &workload).await?);
+        rows.extend(run_peers(args, rt, sc, workload).await?);
     }
     Ok(rows)
 }
