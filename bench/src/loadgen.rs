@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use kthena_bench::report::percentile;
+use kthena_bench::report::{median, percentile};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -23,6 +23,13 @@ use crate::harness::{self, HttpClient, MODEL};
 
 /// Output tokens per overhead request.
 const MAX_TOKENS: usize = 8;
+
+/// Warm-up before every measured run: this rate for this long, not measured.
+const WARM_RATE: f64 = 200.0;
+const WARM_SECONDS: f64 = 0.5;
+
+/// Requests of the warm-up (sent to the same targets right before the measured ones).
+pub(crate) const WARM_REQUESTS: usize = (WARM_RATE * WARM_SECONDS) as usize;
 
 /// What the generator process is asked to do.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -50,6 +57,21 @@ pub(crate) struct Measured {
     pub(crate) p50_us: f64,
     /// 99th percentile latency, microseconds.
     pub(crate) p99_us: f64,
+}
+
+impl Measured {
+    /// Several runs of the same load in one: medians of the rate and the percentiles,
+    /// sums of the sent and failed requests (all zero for no run).
+    pub(crate) fn median_of(runs: &[Self]) -> Self {
+        let m = |f: fn(&Self) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
+        Self {
+            achieved_rps: m(|r| r.achieved_rps),
+            sent: runs.iter().map(|r| r.sent).sum(),
+            failed: runs.iter().map(|r| r.failed).sum(),
+            p50_us: m(|r| r.p50_us),
+            p99_us: m(|r| r.p99_us),
+        }
+    }
 }
 
 /// Runs `spec` in a child process of this binary and returns what it measured.
@@ -90,8 +112,8 @@ pub(crate) fn child_main(spec: &str) -> anyhow::Result<()> {
     let m = rt.block_on(async {
         let client = harness::http_client();
         let warm = Spec {
-            rate: 200.0,
-            seconds: 0.5,
+            rate: WARM_RATE,
+            seconds: WARM_SECONDS,
             ..spec.clone()
         };
         let _ = run(&client, &warm).await;
@@ -177,5 +199,32 @@ async fn run(client: &HttpClient, spec: &Spec) -> Measured {
         failed,
         p50_us: percentile(&lat, 0.5),
         p99_us: percentile(&lat, 0.99),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(p50: f64, p99: f64, failed: usize) -> Measured {
+        Measured {
+            achieved_rps: 1000.0 - p50 / 100.0,
+            sent: 5000,
+            failed,
+            p50_us: p50,
+            p99_us: p99,
+        }
+    }
+
+    #[test]
+    fn median_of_runs_takes_each_percentile_apart() {
+        let m = Measured::median_of(&[
+            run(900.0, 3000.0, 0),
+            run(1500.0, 1200.0, 2),
+            run(1000.0, 90_000.0, 0),
+        ]);
+        assert_eq!((m.p50_us, m.p99_us), (1000.0, 3000.0));
+        assert_eq!((m.sent, m.failed), (15_000, 2));
+        assert_eq!(m.achieved_rps, 990.0);
     }
 }

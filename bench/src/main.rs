@@ -152,6 +152,9 @@ struct Args {
     /// Overhead mode: seconds per point [default: 5, or 2 with --quick].
     #[arg(long)]
     seconds: Option<f64>,
+    /// Overhead mode: direct/proxy pairs per point; every cell is the median over them.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    repeats: u16,
     /// Soak mode: how long the load runs (Go duration: `30m`, `90s`).
     #[arg(long, default_value = "30m", value_parser = kthena_router::parse_go_duration)]
     duration: Duration,
@@ -641,7 +644,11 @@ async fn run_direct(
 async fn run_overhead(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
     let seconds = args.seconds.unwrap_or(if args.quick { 2.0 } else { 5.0 });
     let points = overhead::points(&args.rates);
-    let rows = overhead::run(rt, &points, seconds, &args.proxies).await?;
+    let load = overhead::Load {
+        seconds,
+        repeats: usize::from(args.repeats),
+    };
+    let rows = overhead::run(rt, &points, load, &args.proxies).await?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", overhead::table(&rows))?;
     if let Some(path) = &args.json {

@@ -35,6 +35,12 @@ pub(crate) struct Cell {
     pub(crate) added_p50_us: f64,
     /// Proxy p99 − direct p99, microseconds.
     pub(crate) added_p99_us: f64,
+    /// CPU time of the proxy (user + system, with its worker processes) per request of
+    /// its runs, microseconds (the median over the repeats; 10 ms clock-tick resolution
+    /// over the whole run).
+    pub(crate) cpu_us_per_request: f64,
+    /// Direct/proxy pairs measured; each percentile above is the median over them.
+    pub(crate) repeats: usize,
 }
 
 /// One contender's results.
@@ -64,22 +70,31 @@ pub(crate) fn points(rates: &[f64]) -> Vec<(f64, bool)> {
 pub(crate) async fn run(
     rt: &Runtimes,
     points: &[(f64, bool)],
-    seconds: f64,
+    load: Load,
     only: &[String],
 ) -> anyhow::Result<Vec<Row>> {
     let cfg = kthena_sim::Config::default()
         .with_model(harness::MODEL)
         .with_time_scale(ZERO_LATENCY_TIME_SCALE);
     let sims = harness::start_sims(rt, 3, cfg).await?;
-    let result = run_on(&sims, points, seconds, only).await;
+    let result = run_on(&sims, points, load, only).await;
     harness::stop_sims(rt, sims).await;
     result
+}
+
+/// How long each point runs and how often.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Load {
+    /// Wall seconds per run.
+    pub(crate) seconds: f64,
+    /// Direct/proxy pairs per point (at least 1); the cells are medians over them.
+    pub(crate) repeats: usize,
 }
 
 async fn run_on(
     sims: &[kthena_sim::SimHandle],
     points: &[(f64, bool)],
-    seconds: f64,
+    load: Load,
     only: &[String],
 ) -> anyhow::Result<Vec<Row>> {
     let client = harness::http_client();
@@ -102,34 +117,21 @@ async fn run_on(
         };
         let mut cells = Vec::new();
         for &(rate, stream) in points {
-            let spec = |targets: Vec<String>| Spec {
-                targets,
-                stream,
-                rate,
-                seconds,
-            };
-            let d = loadgen::measure(&spec(direct.clone())).await?;
-            let p = loadgen::measure(&spec(vec![running.url.clone()])).await?;
+            let cell = measure_point(&direct, &running, rate, stream, load).await?;
             tracing::info!(
                 peer = peer.label(),
                 rate,
                 stream,
-                direct_p50_us = d.p50_us,
-                direct_p99_us = d.p99_us,
-                proxy_p50_us = p.p50_us,
-                proxy_p99_us = p.p99_us,
-                achieved_rps = p.achieved_rps,
-                failed = p.failed,
+                direct_p50_us = cell.direct.p50_us,
+                direct_p99_us = cell.direct.p99_us,
+                proxy_p50_us = cell.proxy.p50_us,
+                proxy_p99_us = cell.proxy.p99_us,
+                achieved_rps = cell.proxy.achieved_rps,
+                failed = cell.proxy.failed,
+                cpu_us_per_request = cell.cpu_us_per_request,
                 "Point measured"
             );
-            cells.push(Cell {
-                rate,
-                stream,
-                added_p50_us: p.p50_us - d.p50_us,
-                added_p99_us: p.p99_us - d.p99_us,
-                direct: d,
-                proxy: p,
-            });
+            cells.push(cell);
         }
         let rss_mib = running.rss_bytes() as f64 / (1024.0 * 1024.0);
         drop(running);
@@ -141,6 +143,47 @@ async fn run_on(
         });
     }
     Ok(rows)
+}
+
+/// One point of one running proxy: `load.repeats` pairs of a direct run followed by a
+/// proxied run, summarised by medians.
+///
+/// # Errors
+/// A load generator fails.
+async fn measure_point(
+    direct: &[String],
+    running: &peers::Running,
+    rate: f64,
+    stream: bool,
+    load: Load,
+) -> anyhow::Result<Cell> {
+    let spec = |targets: Vec<String>| Spec {
+        targets,
+        stream,
+        rate,
+        seconds: load.seconds,
+    };
+    let (mut ds, mut ps, mut cpu) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..load.repeats.max(1) {
+        ds.push(loadgen::measure(&spec(direct.to_vec())).await?);
+        let before = running.cpu_seconds();
+        let p = loadgen::measure(&spec(vec![running.url.clone()])).await?;
+        let used = running.cpu_seconds() - before;
+        let requests = (p.sent + loadgen::WARM_REQUESTS) as f64;
+        cpu.push(used * 1e6 / requests.max(1.0));
+        ps.push(p);
+    }
+    let (d, p) = (Measured::median_of(&ds), Measured::median_of(&ps));
+    Ok(Cell {
+        rate,
+        stream,
+        added_p50_us: p.p50_us - d.p50_us,
+        added_p99_us: p.p99_us - d.p99_us,
+        cpu_us_per_request: kthena_bench::report::median(&cpu),
+        repeats: ds.len(),
+        direct: d,
+        proxy: p,
+    })
 }
 
 /// The markdown table: added p50 / p99 over direct per point, and RSS. A point where the
@@ -177,5 +220,66 @@ pub(crate) fn table(rows: &[Row]) -> String {
         }
         let _ = writeln!(s, " {:.0} |", r.rss_mib);
     }
+    s.push_str("\n| proxy CPU per request, µs |");
+    for c in &first.cells {
+        let _ = write!(
+            s,
+            " {:.0}k req/s {} |",
+            c.rate / 1000.0,
+            if c.stream { "stream" } else { "non-stream" }
+        );
+    }
+    s.push_str("\n|---|");
+    for _ in &first.cells {
+        s.push_str("---|");
+    }
+    s.push('\n');
+    for r in rows {
+        let _ = write!(s, "| {} |", r.proxy);
+        for c in &r.cells {
+            let _ = write!(s, " {:.0} |", c.cpu_us_per_request);
+        }
+        s.push('\n');
+    }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measured(p50: f64, p99: f64) -> Measured {
+        Measured {
+            achieved_rps: 1000.0,
+            sent: 1000,
+            failed: 0,
+            p50_us: p50,
+            p99_us: p99,
+        }
+    }
+
+    #[test]
+    fn table_has_added_latency_and_cpu_per_request() {
+        let row = Row {
+            proxy: "nginx (round-robin)".into(),
+            cells: vec![Cell {
+                rate: 1000.0,
+                stream: true,
+                direct: measured(900.0, 2000.0),
+                proxy: measured(1100.0, 2600.0),
+                added_p50_us: 200.0,
+                added_p99_us: 600.0,
+                cpu_us_per_request: 41.6,
+                repeats: 3,
+            }],
+            rss_mib: 29.2,
+        };
+        assert_eq!(
+            table(&[row]),
+            "| added latency, µs (p50 / p99) | 1k req/s stream | RSS MiB |\n|---|---|---|\n\
+             | nginx (round-robin) | 200 / 600 | 29 |\n\n\
+             | proxy CPU per request, µs | 1k req/s stream |\n|---|---|\n\
+             | nginx (round-robin) | 42 |\n"
+        );
+    }
 }

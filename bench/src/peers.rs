@@ -105,7 +105,16 @@ impl Running {
     pub(crate) fn rss_bytes(&self) -> u64 {
         tree_rss(self.child.id())
     }
+
+    /// CPU time used so far (user + system) by the process and its descendants, seconds.
+    pub(crate) fn cpu_seconds(&self) -> f64 {
+        tree_cpu_ticks(self.child.id()) as f64 / CLOCK_TICKS_PER_SECOND
+    }
 }
+
+/// `USER_HZ`, the unit of the times in `/proc/PID/stat` (100 on every Linux architecture
+/// this runs on; `getconf CLK_TCK`).
+const CLOCK_TICKS_PER_SECOND: f64 = 100.0;
 
 impl Drop for Running {
     /// SIGTERM (nginx's fast shutdown also stops its workers), up to 3 s, then SIGKILL.
@@ -363,10 +372,34 @@ async fn wait_answering(client: &HttpClient, running: &Running) -> anyhow::Resul
 
 /// Resident memory (`VmRSS`) of `pid` and its descendants, bytes.
 fn tree_rss(pid: u32) -> u64 {
+    tree_sum(pid, rss_of)
+}
+
+/// `utime + stime` of `pid` and its descendants, clock ticks (fields 14 and 15 of
+/// `/proc/PID/stat`: every thread of the process, exited ones included).
+fn tree_cpu_ticks(pid: u32) -> u64 {
+    tree_sum(pid, |p| {
+        let Ok(s) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            return 0;
+        };
+        // After the command name in parentheses: field 3 (state) onwards.
+        let rest = s.rsplit_once(')').map_or("", |(_, r)| r);
+        let f: Vec<u64> = rest
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        f.iter().sum()
+    })
+}
+
+/// `f` summed over `pid` and its descendants.
+fn tree_sum(pid: u32, f: impl Fn(u32) -> u64) -> u64 {
     let mut total = 0;
     let mut todo = vec![pid];
     while let Some(p) = todo.pop() {
-        total += rss_of(p);
+        total += f(p);
         let children = format!("/proc/{p}/task/{p}/children");
         if let Ok(s) = std::fs::read_to_string(children) {
             todo.extend(s.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));

@@ -189,10 +189,11 @@ impl RequestCtx {
                 output_tokens,
             });
         }
-        self.access_log.write(&self.entry);
+        let input_tokens = self.entry.input_tokens;
+        self.access_log.write(std::mem::take(&mut self.entry));
         if let Some(t) = self.queue_ticket.take() {
             let ok = status < 400 && error_type.is_none();
-            t.settled(ok, self.entry.input_tokens, output_tokens);
+            t.settled(ok, input_tokens, output_tokens);
         }
         if let Some(s) = self.sched.take() {
             let success = status < 400 && error_type.is_none();
@@ -519,25 +520,36 @@ mod tests {
     use super::*;
     use crate::config::{AccessLogConfig, AccessLogFormat};
 
-    fn setup(dir: &tempfile::TempDir) -> (Arc<Metrics>, Accounting, std::path::PathBuf) {
+    /// The access log and its file.
+    struct Logged {
+        log: Arc<AccessLog>,
+        path: std::path::PathBuf,
+    }
+
+    fn setup(dir: &tempfile::TempDir) -> (Arc<Metrics>, Accounting, Logged) {
         let path = dir.path().join("access.log");
-        let log = AccessLog::open(&AccessLogConfig {
-            enabled: true,
-            format: AccessLogFormat::Json,
-            output: path.display().to_string(),
-        })
+        let log = AccessLog::open(
+            &AccessLogConfig {
+                enabled: true,
+                format: AccessLogFormat::Json,
+                output: path.display().to_string(),
+            },
+            prometheus_client::metrics::counter::Counter::default(),
+        )
         .unwrap();
+        let log = Arc::new(log);
         let metrics = Arc::new(Metrics::new());
         let entry = Entry {
             path: "/v1/completions".into(),
             ..Entry::default()
         };
-        let acct = Accounting::start(Arc::clone(&metrics), Arc::new(log), entry);
-        (metrics, acct, path)
+        let acct = Accounting::start(Arc::clone(&metrics), Arc::clone(&log), entry);
+        (metrics, acct, Logged { log, path })
     }
 
-    fn lines(path: &std::path::Path) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(path)
+    fn lines(logged: &Logged) -> Vec<serde_json::Value> {
+        logged.log.flush();
+        std::fs::read_to_string(&logged.path)
             .unwrap_or_default()
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())

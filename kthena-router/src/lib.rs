@@ -86,7 +86,9 @@ mod tokenize;
 mod warnings;
 mod watch;
 
-pub use accesslog::{AccessLog, Entry as AccessLogEntry, EntryError as AccessLogError};
+pub use accesslog::{
+    ACCESS_LOG_QUEUE, AccessLog, Entry as AccessLogEntry, EntryError as AccessLogError,
+};
 pub use auth::AuthConfig;
 pub use body::{BoxError, RespBody};
 pub use config::{

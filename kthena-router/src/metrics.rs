@@ -105,6 +105,8 @@ pub struct Metrics {
     kv_match: HistFamily<ModelLabel>,
     reloads: Family<ResultLabel, Counter>,
     config_warnings: Family<KindLabel, Gauge>,
+    /// Access-log entries dropped because the output fell behind (`accesslog`).
+    pub(crate) access_log_dropped: Counter,
     /// KV-event, KV-index and tokenization families (`kv_metrics`).
     pub kv: crate::kv_metrics::KvMetrics,
     /// Listener families: client timeouts, open connections (`listener`).
@@ -193,6 +195,7 @@ impl Metrics {
             kv_match: HistFamily::<ModelLabel>::new_with_constructor(ratio_hist),
             reloads: Family::<ResultLabel, Counter>::default(),
             config_warnings: Family::<KindLabel, Gauge>::default(),
+            access_log_dropped: Counter::default(),
             kv,
             listener,
             overload,
@@ -256,6 +259,11 @@ impl Metrics {
             "kthena_router_kvcache_aware_match_ratio",
             "Longest matched KV block prefix over total blocks (kvcache-aware plugin)",
             self.kv_match.clone(),
+        );
+        registry.register(
+            "kthena_router_access_log_dropped",
+            "Access-log entries dropped because the output fell behind (32,768 waiting)",
+            self.access_log_dropped.clone(),
         );
     }
 

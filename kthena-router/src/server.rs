@@ -306,8 +306,14 @@ impl Router {
         self.shared.snapshot.load_full()
     }
 
-    /// Stops accepting, lets in-flight requests finish for up to the drain timeout, and
-    /// waits for every task.
+    /// Blocks until every access-log entry of the requests settled so far is written and
+    /// flushed to its output (at most 5 s; the log is written by its own thread).
+    pub fn flush_access_log(&self) {
+        self.shared.access_log.flush();
+    }
+
+    /// Stops accepting, lets in-flight requests finish for up to the drain timeout, waits
+    /// for every task, and flushes the access log.
     pub async fn shutdown(self) {
         self.cancel.cancel();
         self.tasks.close();
@@ -324,6 +330,8 @@ impl Router {
         }
         // Output charges of global rate limits still on their way to Redis.
         let _ = tokio::time::timeout(Duration::from_secs(3), self.shared.rate_limits.drain()).await;
+        let log = Arc::clone(&self.shared.access_log);
+        let _ = tokio::task::spawn_blocking(move || log.flush()).await;
     }
 }
 
@@ -335,7 +343,10 @@ fn shared_state(
     metrics: Arc<Metrics>,
     memory: Option<MemNet>,
 ) -> Result<Arc<Shared>> {
-    let access_log = Arc::new(AccessLog::open(&cfg.access_log)?);
+    let access_log = Arc::new(AccessLog::open(
+        &cfg.access_log,
+        metrics.access_log_dropped.clone(),
+    )?);
     let client = match &memory {
         Some(net) => http_client_on(Connector::memory(net.clone())),
         None => http_client(),

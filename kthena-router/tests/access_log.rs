@@ -216,3 +216,94 @@ async fn refused_upstream_message_is_readable() {
     );
     r.router.shutdown().await;
 }
+
+/// Regression: the access log was written on the request path, under a lock, so an output
+/// that stopped taking lines (a full stdout pipe whose reader stalls, a stuck disk) stalled
+/// every request once its buffer filled. Now requests go on while the output takes nothing,
+/// and once it is read again every line arrives, none dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_access_log_output_stalls_no_request_and_loses_no_line() {
+    const REQUESTS: usize = 1_600;
+    let sim = kthena_sim::spawn(sim_config("m")).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("access.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // The reader opens the pipe (the router's open waits for it) and reads nothing yet: the
+    // pipe holds 64 KiB, a few hundred lines.
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::File::open(fifo).unwrap())
+    };
+    let mdir = dir.path().join("manifests");
+    std::fs::create_dir_all(&mdir).unwrap();
+    std::fs::write(mdir.join("s.yaml"), model_server("srv", "m", "demo", "")).unwrap();
+    std::fs::write(mdir.join("r.yaml"), simple_route("route", "m", "srv")).unwrap();
+    let cfg = dir.path().join("router.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "accessLog: {{format: json, output: \"{}\"}}\nstandalone:\n  manifests: [manifests]\n  endpoints:\n{}",
+            fifo.display(),
+            endpoint("sim-a", sim.addr(), "demo")
+        ),
+    )
+    .unwrap();
+    let router = start_router_at(&cfg).await;
+    let reader = reader.join().unwrap();
+    for _ in 0..200 {
+        if get(&format!("http://{}/readyz", router.addr)).await.0 == StatusCode::OK {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    let url = format!("http://{}/v1/chat/completions", router.addr);
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let url = url.clone();
+        workers.spawn(async move {
+            let mut ok = 0;
+            for _ in 0..REQUESTS / 8 {
+                let sent = post(&url, chat("m", "hi", false, 2), &[]);
+                let (status, _, _) = tokio::time::timeout(std::time::Duration::from_secs(10), sent)
+                    .await
+                    .expect("a request stalled behind the access log");
+                ok += usize::from(status == StatusCode::OK);
+            }
+            ok
+        });
+    }
+    let mut ok = 0;
+    while let Some(n) = workers.join_next().await {
+        ok += n.unwrap();
+    }
+    assert_eq!(ok, REQUESTS);
+    // Now the pipe is read: every line comes, in the log's JSON.
+    let lines = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead as _;
+        std::io::BufReader::new(reader)
+            .lines()
+            .take(REQUESTS)
+            .map(|l| serde_json::from_str::<serde_json::Value>(&l.unwrap()).unwrap())
+            .collect::<Vec<_>>()
+    });
+    let lines = tokio::time::timeout(std::time::Duration::from_secs(30), lines)
+        .await
+        .expect("the access log lines never came")
+        .unwrap();
+    assert_eq!(lines.len(), REQUESTS);
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["status_code"] == 200 && l["model_name"] == "m")
+    );
+    let (_, metrics) = get(&format!("http://{}/metrics", router.metrics_addr)).await;
+    assert!(
+        metrics.contains("\nkthena_router_access_log_dropped_total 0\n"),
+        "{metrics}"
+    );
+    router.shutdown().await;
+}

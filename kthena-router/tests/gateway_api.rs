@@ -58,6 +58,7 @@ async fn ask_at(base: &str, host: &str, path: &str, model: &str) -> (u16, Value)
 
 /// The last access-log line.
 fn last_log(r: &ClusterRouter) -> Value {
+    r.router.flush_access_log();
     let text = std::fs::read_to_string(r.dir.path().join("access.log")).unwrap_or_default();
     text.lines()
         .last()

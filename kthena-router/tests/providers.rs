@@ -690,6 +690,7 @@ async fn cluster_mode_watches_providers_and_their_secrets() {
             ),
         ]
     );
+    r.router.flush_access_log();
     let text = std::fs::read_to_string(r.dir.path().join("access.log")).unwrap();
     let log: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
     assert_eq!(log["backend_type"], "external_provider", "{log}");

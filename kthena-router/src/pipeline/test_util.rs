@@ -68,10 +68,13 @@ pub(crate) fn shared_with(
         .get("default/ms")
         .map(|s| s.endpoints.clone())
         .unwrap_or_default();
-    let access_log = AccessLog::open(&AccessLogConfig {
-        enabled: false,
-        ..AccessLogConfig::default()
-    })
+    let access_log = AccessLog::open(
+        &AccessLogConfig {
+            enabled: false,
+            ..AccessLogConfig::default()
+        },
+        prometheus_client::metrics::counter::Counter::default(),
+    )
     .unwrap();
     let shared = Shared::new(
         snap,

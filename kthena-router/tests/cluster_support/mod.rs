@@ -74,6 +74,7 @@ impl ClusterRouter {
 
     /// `(selected_pod, upstream_attempts)` of every access-log line so far.
     pub(crate) fn served_by(&self) -> Vec<(String, u64)> {
+        self.router.flush_access_log();
         let text = std::fs::read_to_string(self.dir.path().join("access.log")).unwrap_or_default();
         text.lines()
             .map(|l| {

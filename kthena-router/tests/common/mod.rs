@@ -132,6 +132,7 @@ impl TestRouter {
 
     /// Access-log lines (JSON objects) written so far.
     pub(crate) fn access_log(&self) -> Vec<serde_json::Value> {
+        self.router.flush_access_log();
         let text = std::fs::read_to_string(self.dir.path().join("access.log")).unwrap_or_default();
         text.lines()
             .map(|l| serde_json::from_str(l).unwrap())

@@ -108,6 +108,7 @@ impl KvRouter {
 
     /// Access-log lines written so far.
     pub fn access_log(&self) -> Vec<serde_json::Value> {
+        self.router.flush_access_log();
         let text = std::fs::read_to_string(self.dir.path().join("access.log")).unwrap_or_default();
         text.lines()
             .map(|l| serde_json::from_str(l).unwrap())
