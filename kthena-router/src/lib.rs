@@ -45,6 +45,7 @@ mod accounting;
 mod auth;
 mod body;
 mod cluster;
+mod coalesce;
 mod conditions;
 mod config;
 mod debug;

@@ -306,7 +306,7 @@ pub(crate) async fn serve<A, F, S>(
             state: Arc::clone(&state),
         };
         let io = TokioIo::new(Watched {
-            inner: stream,
+            inner: crate::coalesce::Coalesced::new(stream),
             state: Arc::clone(&state),
         });
         let conn = builder
