@@ -186,26 +186,35 @@ async fn measure_point(
     })
 }
 
+/// A markdown table's header: `title`, one column per point, then `last` if any.
+fn header(title: &str, cells: &[Cell], last: Option<&str>) -> String {
+    let mut s = format!("| {title} |");
+    for c in cells {
+        let kind = if c.stream { "stream" } else { "non-stream" };
+        let _ = write!(s, " {:.0}k req/s {kind} |", c.rate / 1000.0);
+    }
+    if let Some(l) = last {
+        let _ = write!(s, " {l} |");
+    }
+    s.push_str("\n|---|");
+    for _ in 0..cells.len() + usize::from(last.is_some()) {
+        s.push_str("---|");
+    }
+    s.push('\n');
+    s
+}
+
 /// The markdown table: added p50 / p99 over direct per point, and RSS. A point where the
 /// proxy fell behind (below 97% of the offered rate) or failed requests says so.
 pub(crate) fn table(rows: &[Row]) -> String {
     let Some(first) = rows.first() else {
         return "no contender was installed\n".to_owned();
     };
-    let mut s = String::from("| added latency, µs (p50 / p99) |");
-    for c in &first.cells {
-        let _ = write!(
-            s,
-            " {:.0}k req/s {} |",
-            c.rate / 1000.0,
-            if c.stream { "stream" } else { "non-stream" }
-        );
-    }
-    s.push_str(" RSS MiB |\n|---|");
-    for _ in &first.cells {
-        s.push_str("---|");
-    }
-    s.push_str("---|\n");
+    let mut s = header(
+        "added latency, µs (p50 / p99)",
+        &first.cells,
+        Some("RSS MiB"),
+    );
     for r in rows {
         let _ = write!(s, "| {} |", r.proxy);
         for c in &r.cells {
@@ -220,20 +229,8 @@ pub(crate) fn table(rows: &[Row]) -> String {
         }
         let _ = writeln!(s, " {:.0} |", r.rss_mib);
     }
-    s.push_str("\n| proxy CPU per request, µs |");
-    for c in &first.cells {
-        let _ = write!(
-            s,
-            " {:.0}k req/s {} |",
-            c.rate / 1000.0,
-            if c.stream { "stream" } else { "non-stream" }
-        );
-    }
-    s.push_str("\n|---|");
-    for _ in &first.cells {
-        s.push_str("---|");
-    }
     s.push('\n');
+    s.push_str(&header("proxy CPU per request, µs", &first.cells, None));
     for r in rows {
         let _ = write!(s, "| {} |", r.proxy);
         for c in &r.cells {

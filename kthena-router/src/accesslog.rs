@@ -301,7 +301,7 @@ impl AccessLog {
         };
         if let Err(TrySendError::Full(_)) = tx.try_send(Msg::Entry(Box::new(e))) {
             let before = self.dropped.inc();
-            if before % 10_000 == 0 {
+            if before.is_multiple_of(10_000) {
                 tracing::warn!(
                     dropped_total = before + 1,
                     queue = ACCESS_LOG_QUEUE,

@@ -42,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::body::RespBody;
+use crate::coalesce::Hold;
 
 /// Listen backlog when `/proc/sys/net/core/somaxconn` cannot be read (Linux's default since
 /// 5.4).
@@ -306,8 +307,9 @@ pub(crate) async fn serve<A, F, S>(
             state: Arc::clone(&state),
         };
         let io = TokioIo::new(Watched {
-            inner: crate::coalesce::Coalesced::new(stream),
+            inner: stream,
             state: Arc::clone(&state),
+            hold: Hold::new(),
         });
         let conn = builder
             .serve_connection(io, TowerToHyperService::new(svc))
@@ -478,11 +480,13 @@ where
     }
 }
 
-/// A connection that notes whether bytes arrived since the router last wrote.
+/// A connection that notes whether bytes arrived since the router last wrote, and whose
+/// writes are coalesced ([`Hold`]).
 #[derive(Debug)]
 struct Watched<T> {
     inner: T,
     state: Arc<ConnState>,
+    hold: Hold,
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
@@ -506,6 +510,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        std::task::ready!(self.hold.poll(cx, buf.len()));
         self.state.head_bytes.store(false, Ordering::Relaxed);
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
@@ -515,6 +520,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        std::task::ready!(self.hold.poll(cx, bufs.iter().map(|b| b.len()).sum()));
         self.state.head_bytes.store(false, Ordering::Relaxed);
         Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
     }
