@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 use std::io::Write;
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -199,6 +199,8 @@ pub struct AccessLog {
     /// `None` when the log is disabled.
     tx: Option<SyncSender<Msg>>,
     writer: Option<JoinHandle<()>>,
+    /// Disconnected when the writer thread has ended (in a `Mutex` only to be `Sync`).
+    ended: std::sync::Mutex<Option<Receiver<()>>>,
     dropped: Counter,
 }
 
@@ -228,8 +230,9 @@ enum Output {
 impl Write for Output {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match self {
-            Self::Stdout => std::io::stdout().lock().write(buf),
-            Self::Stderr => std::io::stderr().lock().write(buf),
+            // The whole batch under one lock: no tracing line in the middle of an entry.
+            Self::Stdout => std::io::stdout().lock().write_all(buf).map(|()| buf.len()),
+            Self::Stderr => std::io::stderr().lock().write_all(buf).map(|()| buf.len()),
             Self::File(f) => f.write(buf),
         }
     }
@@ -271,17 +274,23 @@ impl AccessLog {
             return Ok(Self {
                 tx: None,
                 writer: None,
+                ended: std::sync::Mutex::new(None),
                 dropped,
             });
         }
         let (tx, rx) = sync_channel(ACCESS_LOG_QUEUE);
+        let (ending, ended) = sync_channel::<()>(1);
         let format = cfg.format;
         let writer = std::thread::Builder::new()
             .name("access-log".into())
-            .spawn(move || write_loop(&rx, out, format))?;
+            .spawn(move || {
+                write_loop(&rx, out, format);
+                drop(ending);
+            })?;
         Ok(Self {
             tx: Some(tx),
             writer: Some(writer),
+            ended: std::sync::Mutex::new(Some(ended)),
             dropped,
         })
     }
@@ -299,7 +308,9 @@ impl AccessLog {
         let Some(tx) = &self.tx else {
             return;
         };
-        if let Err(TrySendError::Full(_)) = tx.try_send(Msg::Entry(Box::new(e))) {
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
+            tx.try_send(Msg::Entry(Box::new(e)))
+        {
             let before = self.dropped.inc();
             if before.is_multiple_of(10_000) {
                 tracing::warn!(
@@ -312,33 +323,53 @@ impl AccessLog {
     }
 
     /// Blocks until every entry queued before the call is written and flushed to the
-    /// output (at most 5 s). A no-op when the log is disabled.
+    /// output, or 5 s passed (an output that takes nothing). A no-op when the log is
+    /// disabled.
     pub fn flush(&self) {
         let Some(tx) = &self.tx else {
             return;
         };
         let (ack, done) = sync_channel(1);
-        if tx.send(Msg::Flush(ack)).is_ok() {
-            let _ = done.recv_timeout(FLUSH_TIMEOUT);
+        let mut msg = Msg::Flush(ack);
+        // A full queue is retried every millisecond within the same 5 s.
+        for _ in 0..FLUSH_TIMEOUT.as_millis() {
+            match tx.try_send(msg) {
+                Ok(()) => {
+                    let _ = done.recv_timeout(FLUSH_TIMEOUT);
+                    return;
+                }
+                Err(TrySendError::Full(m)) => msg = m,
+                Err(TrySendError::Disconnected(_)) => return,
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 }
 
 impl Drop for AccessLog {
-    /// Closes the queue; the writer writes what is left and ends.
+    /// Closes the queue; the writer writes what is left and ends. An output that takes
+    /// nothing for 5 s is given up on (the thread is left behind, with a warning).
     fn drop(&mut self) {
         self.tx = None;
-        if let Some(w) = self.writer.take() {
-            let _ = w.join();
+        let ended = self
+            .ended
+            .get_mut()
+            .map_or_else(|p| p.into_inner().take(), Option::take)
+            .is_none_or(|e| e.recv_timeout(FLUSH_TIMEOUT) != Err(RecvTimeoutError::Timeout));
+        match self.writer.take() {
+            Some(w) if ended => {
+                let _ = w.join();
+            }
+            Some(_) => tracing::warn!("Access log output takes nothing; queued entries lost"),
+            None => {}
         }
     }
 }
 
-/// The writer thread: takes every queued message, writes the batch, flushes, answers the
-/// batch's flush requests; ends when the queue is closed and empty.
+/// The writer thread: takes every queued message, writes the batch and flushes it (a flush
+/// request is flushed and answered at once); ends when the queue is closed and empty.
 fn write_loop(rx: &Receiver<Msg>, out: Output, format: AccessLogFormat) {
     let mut w = std::io::BufWriter::with_capacity(64 * 1024, out);
-    let mut acks = Vec::new();
     while let Ok(first) = rx.recv() {
         let mut next = Some(first);
         while let Some(msg) = next {
@@ -354,16 +385,20 @@ fn write_loop(rx: &Receiver<Msg>, out: Output, format: AccessLogFormat) {
                         tracing::warn!(%err, "Access log write failed");
                     }
                 }
-                Msg::Flush(ack) => acks.push(ack),
+                Msg::Flush(ack) => {
+                    flush(&mut w);
+                    let _ = ack.try_send(());
+                }
             }
             next = rx.try_recv().ok();
         }
-        if let Err(err) = w.flush() {
-            tracing::warn!(%err, "Access log write failed");
-        }
-        for ack in acks.drain(..) {
-            let _ = ack.try_send(());
-        }
+        flush(&mut w);
+    }
+}
+
+fn flush(w: &mut std::io::BufWriter<Output>) {
+    if let Err(err) = w.flush() {
+        tracing::warn!(%err, "Access log write failed");
     }
 }
 

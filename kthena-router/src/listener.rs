@@ -512,7 +512,11 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
     ) -> Poll<io::Result<usize>> {
         std::task::ready!(self.hold.poll(cx, buf.len()));
         self.state.head_bytes.store(false, Ordering::Relaxed);
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let res = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = &res {
+            self.hold.written(*n, buf.len());
+        }
+        res
     }
 
     fn poll_write_vectored(
@@ -520,9 +524,14 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        std::task::ready!(self.hold.poll(cx, bufs.iter().map(|b| b.len()).sum()));
+        let offered = bufs.iter().map(|b| b.len()).sum();
+        std::task::ready!(self.hold.poll(cx, offered));
         self.state.head_bytes.store(false, Ordering::Relaxed);
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let res = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = &res {
+            self.hold.written(*n, offered);
+        }
+        res
     }
 
     fn is_write_vectored(&self) -> bool {
