@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 use std::io::Write;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -199,8 +199,6 @@ pub struct AccessLog {
     /// `None` when the log is disabled.
     tx: Option<SyncSender<Msg>>,
     writer: Option<JoinHandle<()>>,
-    /// Disconnected when the writer thread has ended (in a `Mutex` only to be `Sync`).
-    ended: std::sync::Mutex<Option<Receiver<()>>>,
     dropped: Counter,
 }
 
@@ -274,23 +272,17 @@ impl AccessLog {
             return Ok(Self {
                 tx: None,
                 writer: None,
-                ended: std::sync::Mutex::new(None),
                 dropped,
             });
         }
         let (tx, rx) = sync_channel(ACCESS_LOG_QUEUE);
-        let (ending, ended) = sync_channel::<()>(1);
         let format = cfg.format;
         let writer = std::thread::Builder::new()
             .name("access-log".into())
-            .spawn(move || {
-                write_loop(&rx, out, format);
-                drop(ending);
-            })?;
+            .spawn(move || write_loop(&rx, out, format))?;
         Ok(Self {
             tx: Some(tx),
             writer: Some(writer),
-            ended: std::sync::Mutex::new(Some(ended)),
             dropped,
         })
     }
@@ -351,18 +343,17 @@ impl Drop for AccessLog {
     /// nothing for 5 s is given up on (the thread is left behind, with a warning).
     fn drop(&mut self) {
         self.tx = None;
-        let ended = self
-            .ended
-            .get_mut()
-            .map_or_else(|p| p.into_inner().take(), Option::take)
-            .is_none_or(|e| e.recv_timeout(FLUSH_TIMEOUT) != Err(RecvTimeoutError::Timeout));
-        match self.writer.take() {
-            Some(w) if ended => {
+        let Some(w) = self.writer.take() else {
+            return;
+        };
+        for _ in 0..FLUSH_TIMEOUT.as_millis() {
+            if w.is_finished() {
                 let _ = w.join();
+                return;
             }
-            Some(_) => tracing::warn!("Access log output takes nothing; queued entries lost"),
-            None => {}
+            std::thread::sleep(Duration::from_millis(1));
         }
+        tracing::warn!("Access log output takes nothing; queued entries lost");
     }
 }
 
