@@ -99,6 +99,14 @@ pub struct Config {
     /// that embed the router and need runs that repeat, such as `kthena-bench`.
     #[serde(skip)]
     pub random_seed: Option<u64>,
+    /// Threads that serve the inference listeners' connections over TCP, each with its own
+    /// current-thread runtime and engine connection pool (thread-per-core, see
+    /// `docs/router.md`); default: the CPUs the process may use
+    /// (`std::thread::available_parallelism`); `0` serves them on the runtime that started
+    /// the router. Not a config key: the `kthena-router` binary sets it from
+    /// `--worker-threads`. Ignored on the in-memory network.
+    #[serde(skip)]
+    pub serving_threads: usize,
     /// The directory relative paths are resolved against (the config file's directory);
     /// not read from the file.
     #[serde(skip)]
@@ -225,6 +233,8 @@ impl Default for Config {
             queue: crate::queue::QueueConfig::default(),
             on_flight_redis: None,
             random_seed: None,
+            serving_threads: std::thread::available_parallelism()
+                .map_or(1, std::num::NonZeroUsize::get),
             base_dir: PathBuf::from("."),
         }
     }

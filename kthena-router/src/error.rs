@@ -381,6 +381,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The serving threads (`Config::serving_threads`) could not be started.
+    #[error("cannot start the serving threads: {0}")]
+    ServingThreads(#[source] std::io::Error),
     /// The file watcher failed.
     #[error("file watcher: {0}")]
     Watch(#[from] notify::Error),
@@ -472,6 +475,7 @@ impl Error {
             | Self::Manifest { .. }
             | Self::Env { .. }
             | Self::Bind { .. }
+            | Self::ServingThreads(_)
             | Self::Watch(_)
             | Self::Kube(_)
             | Self::Io(_)

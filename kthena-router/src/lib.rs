@@ -81,6 +81,7 @@ mod sched;
 mod scrape;
 mod server;
 mod service;
+mod serving;
 mod shared;
 mod sse;
 mod tokenize;

@@ -222,6 +222,8 @@ pub(crate) struct Listener {
     /// Cancelled when an inference listener's drain time ran out; every listener then
     /// closes its remaining connections (see `serve`).
     pub(crate) cut: CancellationToken,
+    /// The threads its connections are served on (`None`: the accepting runtime).
+    pub(crate) serving: Option<Arc<crate::serving::ServingThreads>>,
 }
 
 /// Where a listener's connections come from: a TCP socket, or an in-memory network's
@@ -233,6 +235,19 @@ pub(crate) trait Accept: Send + 'static {
     fn accept(&mut self) -> impl std::future::Future<Output = io::Result<Self::Io>> + Send;
     /// Applies the socket options (`TCP_NODELAY`, keepalive) to a new connection.
     fn prepare(_io: &Self::Io, _keepalive: Duration) {}
+    /// A connection as it can move to another runtime: released from the accepting
+    /// runtime's I/O driver.
+    type Portable: Send + 'static;
+    /// Releases `io` from the accepting runtime.
+    ///
+    /// # Errors
+    /// The socket could not be released (it is closed then).
+    fn detach(io: Self::Io) -> io::Result<Self::Portable>;
+    /// Registers a released connection with the runtime this is called on.
+    ///
+    /// # Errors
+    /// The runtime's I/O driver refused the socket (it is closed then).
+    fn attach(p: Self::Portable) -> io::Result<Self::Io>;
 }
 
 impl Accept for TcpListener {
@@ -245,6 +260,17 @@ impl Accept for TcpListener {
     fn prepare(io: &TcpStream, keepalive: Duration) {
         set_socket_options(io, keepalive);
     }
+
+    type Portable = std::net::TcpStream;
+
+    fn detach(io: TcpStream) -> io::Result<std::net::TcpStream> {
+        // Stays non-blocking, as `TcpStream::from_std` needs.
+        io.into_std()
+    }
+
+    fn attach(p: std::net::TcpStream) -> io::Result<TcpStream> {
+        TcpStream::from_std(p)
+    }
 }
 
 impl Accept for kthena_memnet::MemListener {
@@ -256,6 +282,16 @@ impl Accept for kthena_memnet::MemListener {
             // Only after the listener was unregistered; the loop then waits for `cancel`.
             None => std::future::pending().await,
         }
+    }
+
+    type Portable = tokio::io::DuplexStream;
+
+    fn detach(io: tokio::io::DuplexStream) -> io::Result<tokio::io::DuplexStream> {
+        Ok(io)
+    }
+
+    fn attach(p: tokio::io::DuplexStream) -> io::Result<tokio::io::DuplexStream> {
+        Ok(p)
     }
 }
 
@@ -300,34 +336,32 @@ pub(crate) async fn serve<A, F, S>(
                 continue;
             }
         };
-        A::prepare(&stream, l.cfg.tcp_keepalive);
-        let state = Arc::new(ConnState::default());
-        let svc = Marked {
-            inner: make(),
-            state: Arc::clone(&state),
+        let conn = Conn {
+            builder: Arc::clone(&builder),
+            watcher: graceful.watcher(),
+            l: l.clone(),
+            cut: cut.clone(),
+            permit,
         };
-        let io = TokioIo::new(Watched {
-            inner: stream,
-            state: Arc::clone(&state),
-            hold: Hold::new(),
-        });
-        let conn = builder
-            .serve_connection(io, TowerToHyperService::new(svc))
-            .into_owned();
-        let conn = graceful.watch(conn);
-        let l2 = l.clone();
-        let cut = cut.clone();
-        tasks.spawn(async move {
-            l2.metrics.connections(l2.name, 1);
-            tokio::select! {
-                biased;
-                () = run_connection(conn, &state, &l2) => {}
-                // Dropping the connection closes it (and settles its unfinished response).
-                () = cut.cancelled() => {}
+        let svc = make();
+        match &l.serving {
+            None => {
+                tasks.spawn(conn.run::<A, S>(stream, svc));
             }
-            l2.metrics.connections(l2.name, -1);
-            drop(permit);
-        });
+            Some(threads) => match A::detach(stream) {
+                Ok(portable) => {
+                    let token = tasks.token();
+                    threads.spawn(move || async move {
+                        let _token = token;
+                        match A::attach(portable) {
+                            Ok(stream) => conn.run::<A, S>(stream, svc).await,
+                            Err(err) => tracing::warn!(%err, "Cannot serve an accepted connection"),
+                        }
+                    });
+                }
+                Err(err) => tracing::warn!(%err, "Cannot hand an accepted connection over"),
+            },
+        }
     }
     drop(listener);
     if tokio::time::timeout(l.drain, graceful.shutdown())
@@ -340,6 +374,60 @@ pub(crate) async fn serve<A, F, S>(
         } else {
             cut.cancel();
         }
+    }
+}
+
+/// What a connection task needs besides its socket and service.
+struct Conn {
+    builder: Arc<hyper_util::server::conn::auto::Builder<TokioExecutor>>,
+    watcher: hyper_util::server::graceful::Watcher,
+    l: Listener,
+    cut: CancellationToken,
+    permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Conn {
+    /// Serves `stream` with `svc` until the client closes it, or the drain cut.
+    async fn run<A, S>(self, stream: A::Io, svc: S)
+    where
+        A: Accept,
+        S: tower::Service<Request<Incoming>, Response = Response<RespBody>, Error = Infallible>
+            + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        let Self {
+            builder,
+            watcher,
+            l,
+            cut,
+            permit,
+        } = self;
+        A::prepare(&stream, l.cfg.tcp_keepalive);
+        let state = Arc::new(ConnState::default());
+        let svc = Marked {
+            inner: svc,
+            state: Arc::clone(&state),
+        };
+        let io = TokioIo::new(Watched {
+            inner: stream,
+            state: Arc::clone(&state),
+            hold: Hold::new(),
+        });
+        let conn = builder
+            .serve_connection(io, TowerToHyperService::new(svc))
+            .into_owned();
+        let conn = watcher.watch(conn);
+        l.metrics.connections(l.name, 1);
+        tokio::select! {
+            biased;
+            () = run_connection(conn, &state, &l) => {}
+            // Dropping the connection closes it (and settles its unfinished response).
+            () = cut.cancelled() => {}
+        }
+        l.metrics.connections(l.name, -1);
+        drop(permit);
     }
 }
 

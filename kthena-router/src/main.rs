@@ -77,13 +77,15 @@ struct Args {
     /// Envoy ORIGINAL_DST clusters [default: 5, or `endpointPicker.maxEndpoints`].
     #[arg(long)]
     epp_max_endpoints: Option<usize>,
-    /// Runtime worker threads [default: the CPUs this process may use (the cgroup's CPU
-    /// quota or the affinity mask, as `std::thread::available_parallelism` reads them)].
+    /// Threads serving client connections, each with its own runtime and engine
+    /// connections [default: the CPUs this process may use (the cgroup's CPU quota or the
+    /// affinity mask, as `std::thread::available_parallelism` reads them)]. Discovery,
+    /// scraping and the metrics and debug listeners run on one more thread.
     #[arg(long, env = "KTHENA_ROUTER_WORKER_THREADS")]
     worker_threads: Option<usize>,
 }
 
-/// Worker threads of the runtime: `flag`, else the CPUs the process may use (at least 1).
+/// Serving threads: `flag`, else the CPUs the process may use (at least 1).
 fn worker_threads(flag: Option<usize>) -> usize {
     flag.filter(|n| *n > 0).unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
@@ -126,10 +128,11 @@ fn main() -> ExitCode {
             return ExitCode::from(64);
         }
     };
-    let threads = worker_threads(args.worker_threads);
-    tracing::debug!(threads, "Starting the runtime");
+    let mut cfg = cfg;
+    cfg.serving_threads = worker_threads(args.worker_threads);
+    tracing::debug!(threads = cfg.serving_threads, "Starting the runtime");
     let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
+        .worker_threads(1)
         .enable_all()
         .build()
     {

@@ -198,6 +198,7 @@ impl Router {
                 metrics: shared.metrics.listener.clone(),
                 drain,
                 cut: shared.drain_cut.clone(),
+                serving: shared.serving.clone(),
             };
             let tag = move |mut r: http::Request<hyper::body::Incoming>| {
                 r.extensions_mut()
@@ -330,6 +331,9 @@ impl Router {
         }
         // Output charges of global rate limits still on their way to Redis.
         let _ = tokio::time::timeout(Duration::from_secs(3), self.shared.rate_limits.drain()).await;
+        if let Some(serving) = self.shared.serving.clone() {
+            let _ = tokio::task::spawn_blocking(move || serving.stop()).await;
+        }
         let log = Arc::clone(&self.shared.access_log);
         let _ = tokio::task::spawn_blocking(move || log.flush()).await;
     }
@@ -358,6 +362,11 @@ fn shared_state(
         .with_auth(&cfg.auth);
     if let Some(seed) = cfg.random_seed {
         shared = shared.with_seed(seed);
+    }
+    if memory.is_none() && cfg.serving_threads > 0 {
+        let threads = crate::serving::ServingThreads::start(cfg.serving_threads, http_client)
+            .map_err(Error::ServingThreads)?;
+        shared.serving = Some(Arc::new(threads));
     }
     shared.memory = memory;
     shared.synced.store(synced, Ordering::Release);
@@ -523,6 +532,10 @@ fn spawn_listeners<A: Accept>(
         metrics: shared.metrics.listener.clone(),
         drain,
         cut: shared.drain_cut.clone(),
+        // Only the inference listener's connections are worth a thread of their own.
+        serving: (name == "inference")
+            .then(|| shared.serving.clone())
+            .flatten(),
     };
     let svc = RouterService::new(Arc::clone(shared));
     tasks.spawn(crate::listener::serve(

@@ -60,6 +60,9 @@ pub struct Shared {
     /// that would go to the blocking pool runs inline, so that a run on a paused clock
     /// depends on its inputs alone.
     pub(crate) memory: Option<kthena_memnet::MemNet>,
+    /// The threads serving the inference listeners' connections (`None`: the runtime that
+    /// started the router serves them), see [`crate::serving`].
+    pub(crate) serving: Option<Arc<crate::serving::ServingThreads>>,
     rng: Mutex<SmallRng>,
 }
 
@@ -93,6 +96,7 @@ impl Shared {
             in_flight_share: std::sync::OnceLock::new(),
             drain_cut: tokio_util::sync::CancellationToken::new(),
             memory: None,
+            serving: None,
             rng: Mutex::new(SmallRng::seed_from_u64(seed)),
         }
     }

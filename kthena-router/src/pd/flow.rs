@@ -422,7 +422,7 @@ impl Plan {
         }
         // invariant: the URI is built from a validated endpoint address and request path.
         let up = up.body(Full::new(body)).unwrap_or_default();
-        self.shared.client.request(up).await
+        crate::serving::with_client(&self.shared.client, |c| c.request(up)).await
     }
 
     /// The decode answer streamed to the client, holding the decode endpoint's slot.

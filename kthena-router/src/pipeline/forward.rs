@@ -234,7 +234,7 @@ impl Plan {
             .map_err(|e| Error::BodyRead {
                 reason: e.to_string(),
             })?;
-        let fut = self.shared.client.request(up);
+        let fut = crate::serving::with_client(&self.shared.client, |c| c.request(up));
         let Some(t) = self.routed.server.timeout else {
             return Ok(fut.await);
         };

@@ -1,0 +1,210 @@
+//! Thread-per-core serving of the inference listener: `N` threads, each running its own
+//! current-thread Tokio runtime, and each accepted connection handed to the thread with the
+//! fewest open connections. A connection's socket reads, its requests, its client writes and
+//! the engine connections its requests open then stay on one thread: no work stealing and no
+//! wake-up of another thread per streamed chunk, as with Envoy's and nginx's workers.
+//!
+//! Each thread has its own upstream client (and so its own connection pool per endpoint):
+//! a request served on a thread takes an engine connection that thread drives. Outside these
+//! threads (tests, `kthena-bench`'s in-memory runs, the control plane) requests use the
+//! router's shared client.
+
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::runtime::Handle;
+use tokio_util::sync::CancellationToken;
+
+use crate::scrape::HttpClient;
+
+thread_local! {
+    /// The upstream client of the serving thread this code runs on, if any.
+    static CLIENT: std::cell::OnceCell<HttpClient> = const { std::cell::OnceCell::new() };
+}
+
+/// Calls `f` with the upstream client of the serving thread this runs on, else with
+/// `shared` (the router's own client).
+pub(crate) fn with_client<R>(shared: &HttpClient, f: impl FnOnce(&HttpClient) -> R) -> R {
+    CLIENT.with(|c| f(c.get().unwrap_or(shared)))
+}
+
+/// One serving thread: its runtime's handle and the connections it serves now.
+#[derive(Debug)]
+struct Worker {
+    handle: Handle,
+    open: Arc<AtomicUsize>,
+}
+
+/// The serving threads of a router (see the module docs).
+#[derive(Debug)]
+pub(crate) struct ServingThreads {
+    workers: Vec<Worker>,
+    stop: CancellationToken,
+    joins: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl ServingThreads {
+    /// Starts `n` threads (`kthena-serve-0`, ...), each with a current-thread runtime (I/O
+    /// and timers on) and its own client from `client`.
+    ///
+    /// # Errors
+    /// The runtime or thread could not be created (the OS is out of threads or memory).
+    pub(crate) fn start(n: usize, client: fn() -> HttpClient) -> io::Result<Self> {
+        let stop = CancellationToken::new();
+        let mut workers = Vec::with_capacity(n);
+        let mut joins = Vec::with_capacity(n);
+        for i in 0..n.max(1) {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            workers.push(Worker {
+                handle: rt.handle().clone(),
+                open: Arc::new(AtomicUsize::new(0)),
+            });
+            let stop = stop.clone();
+            let join = std::thread::Builder::new()
+                .name(format!("kthena-serve-{i}"))
+                .spawn(move || {
+                    CLIENT.with(|c| {
+                        let _ = c.set(client());
+                    });
+                    rt.block_on(stop.cancelled());
+                    // Connections still open here were already cut by the router's drain;
+                    // the runtime drops what is left of them.
+                    drop(rt);
+                })?;
+            joins.push(join);
+        }
+        Ok(Self {
+            workers,
+            stop,
+            joins: Mutex::new(joins),
+        })
+    }
+
+    /// Runs `task` on the thread with the fewest open connections (the first of them on a
+    /// tie), counting it open there until it ends. `task` is created on that thread, so
+    /// that the sockets it registers belong to that thread's runtime.
+    pub(crate) fn spawn<F, Fut>(&self, task: F)
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let Some(w) = self
+            .workers
+            .iter()
+            .min_by_key(|w| w.open.load(Ordering::Relaxed))
+        else {
+            return;
+        };
+        let open = Arc::clone(&w.open);
+        open.fetch_add(1, Ordering::Relaxed);
+        w.handle.spawn(async move {
+            let _open = OpenGuard(open);
+            task().await;
+        });
+    }
+
+    /// Stops the threads (their runtimes drop any task left) and waits for them, up to
+    /// the threads' own exit; call after the router's connections drained.
+    pub(crate) fn stop(&self) {
+        self.stop.cancel();
+        let joins = std::mem::take(&mut *self.joins.lock().unwrap_or_else(|p| p.into_inner()));
+        for j in joins {
+            let _ = j.join();
+        }
+    }
+}
+
+impl Drop for ServingThreads {
+    fn drop(&mut self) {
+        // Without `stop` (a router dropped without shutdown): let the threads end on their
+        // own, never block the dropping thread.
+        self.stop.cancel();
+    }
+}
+
+/// Counts a connection closed when its task ends or is dropped.
+struct OpenGuard(Arc<AtomicUsize>);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn threads(n: usize) -> ServingThreads {
+        ServingThreads::start(n, crate::server::http_client).expect("serving threads")
+    }
+
+    /// Where a task ran, and a way to end it.
+    fn park(
+        t: &ServingThreads,
+    ) -> (
+        std::sync::mpsc::Receiver<String>,
+        tokio::sync::oneshot::Sender<()>,
+    ) {
+        let (name_tx, name_rx) = std::sync::mpsc::channel();
+        let (end_tx, end_rx) = tokio::sync::oneshot::channel::<()>();
+        t.spawn(move || async move {
+            let name = std::thread::current().name().unwrap_or("").to_owned();
+            let _ = name_tx.send(name);
+            let _ = end_rx.await;
+        });
+        (name_rx, end_tx)
+    }
+
+    fn open(t: &ServingThreads) -> Vec<usize> {
+        t.workers
+            .iter()
+            .map(|w| w.open.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    #[test]
+    fn connections_go_to_the_thread_with_the_fewest_open() {
+        let t = threads(2);
+        let (a, end_a) = park(&t);
+        let (b, end_b) = park(&t);
+        assert_eq!(a.recv().expect("ran"), "kthena-serve-0");
+        assert_eq!(b.recv().expect("ran"), "kthena-serve-1");
+        assert_eq!(open(&t), [1, 1]);
+        drop(end_a);
+        // The task ends on its own thread: wait for it (5 s at most).
+        for _ in 0..5_000 {
+            if open(&t) == [0, 1] {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(open(&t), [0, 1]);
+        let (c, _end_c) = park(&t);
+        assert_eq!(c.recv().expect("ran"), "kthena-serve-0");
+        drop(end_b);
+        t.stop();
+        // After `stop`, the threads are gone and a task left open was dropped with them.
+        assert_eq!(open(&t), [0, 0]);
+    }
+
+    #[test]
+    fn each_thread_has_its_own_client() {
+        let t = threads(1);
+        let (tx, rx) = std::sync::mpsc::channel();
+        t.spawn(move || async move {
+            let _ = tx.send(CLIENT.with(|c| c.get().is_some()));
+        });
+        assert!(rx.recv().expect("ran"));
+        assert!(
+            !CLIENT.with(|c| c.get().is_some()),
+            "not on the test's thread"
+        );
+        t.stop();
+    }
+}
