@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -224,6 +224,10 @@ pub(crate) struct Listener {
     pub(crate) cut: CancellationToken,
     /// The threads its connections are served on (`None`: the accepting runtime).
     pub(crate) serving: Option<Arc<crate::serving::ServingThreads>>,
+    /// The router's own inference listener: when its drain time runs out (shutdown), every
+    /// listener's connections are closed. Any other listener (metrics, debug, a Gateway
+    /// port closed on its own) then closes only its own.
+    pub(crate) cuts_all: bool,
 }
 
 /// Where a listener's connections come from: a TCP socket, or an in-memory network's
@@ -369,7 +373,7 @@ pub(crate) async fn serve<A, F, S>(
         .is_err()
     {
         tracing::warn!(drain = ?l.drain, "Connections still open after the drain timeout; closing them");
-        if l.name == "inference" {
+        if l.cuts_all {
             l.cut.cancel();
         } else {
             cut.cancel();
@@ -377,9 +381,26 @@ pub(crate) async fn serve<A, F, S>(
     }
 }
 
+/// Runs the requests (streams) of an HTTP/2 connection on the runtime that accepted it
+/// (HTTP/1 spawns nothing): a connection served on a serving thread multiplexes many
+/// requests, as one from Envoy or an ingress does, and they then spread over all worker
+/// threads instead of staying on the connection's own.
+#[derive(Debug, Clone)]
+struct StreamExecutor(tokio::runtime::Handle);
+
+impl<F> hyper::rt::Executor<F> for StreamExecutor
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, fut: F) {
+        drop(self.0.spawn(fut));
+    }
+}
+
 /// What a connection task needs besides its socket and service.
 struct Conn {
-    builder: Arc<hyper_util::server::conn::auto::Builder<TokioExecutor>>,
+    builder: Arc<hyper_util::server::conn::auto::Builder<StreamExecutor>>,
     watcher: hyper_util::server::graceful::Watcher,
     l: Listener,
     cut: CancellationToken,
@@ -419,22 +440,46 @@ impl Conn {
             .serve_connection(io, TowerToHyperService::new(svc))
             .into_owned();
         let conn = watcher.watch(conn);
-        l.metrics.connections(l.name, 1);
+        let _open = OpenConnection::count(&l);
         tokio::select! {
             biased;
             () = run_connection(conn, &state, &l) => {}
             // Dropping the connection closes it (and settles its unfinished response).
             () = cut.cancelled() => {}
         }
-        l.metrics.connections(l.name, -1);
         drop(permit);
+    }
+}
+
+/// `kthena_router_downstream_connections` +1 while it lives (also when the task running the
+/// connection is dropped).
+struct OpenConnection {
+    metrics: ListenerMetrics,
+    listener: &'static str,
+}
+
+impl OpenConnection {
+    fn count(l: &Listener) -> Self {
+        l.metrics.connections(l.name, 1);
+        Self {
+            metrics: l.metrics.clone(),
+            listener: l.name,
+        }
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.metrics.connections(self.listener, -1);
     }
 }
 
 /// The HTTP/1 and HTTP/2 connection settings of a listener: the header read timeout, and
 /// HTTP/2 keepalive pings at the TCP keepalive interval (when it is set).
-fn conn_builder(cfg: &ListenerConfig) -> hyper_util::server::conn::auto::Builder<TokioExecutor> {
-    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+fn conn_builder(cfg: &ListenerConfig) -> hyper_util::server::conn::auto::Builder<StreamExecutor> {
+    let mut builder = hyper_util::server::conn::auto::Builder::new(StreamExecutor(
+        tokio::runtime::Handle::current(),
+    ));
     builder
         .http1()
         .timer(TokioTimer::new())
@@ -660,6 +705,69 @@ mod tests {
         let (s2, _) = l.accept().await.unwrap();
         set_socket_options(&s2, Duration::ZERO);
         assert!(!socket2::SockRef::from(&s2).keepalive().unwrap());
+    }
+
+    /// Serves one request that never finishes on a listener with a 5 s drain, stops the
+    /// listener, and tells whether the router-wide cut (`Listener::cut`) fired.
+    async fn router_cut_after_drain(cuts_all: bool) -> bool {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let router_cut = CancellationToken::new();
+        let tcp = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = tcp.local_addr().expect("addr");
+        let l = Listener {
+            name: "inference",
+            cfg: ListenerConfig::default(),
+            metrics: ListenerMetrics::default(),
+            drain: Duration::from_secs(5),
+            cut: router_cut.clone(),
+            serving: None,
+            cuts_all,
+        };
+        let (called, mut was_called) = tokio::sync::mpsc::unbounded_channel();
+        let svc = tower::service_fn(move |_req: Request<Incoming>| {
+            let _ = called.send(());
+            std::future::pending::<Result<Response<RespBody>, Infallible>>()
+        });
+        let cancel = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        let mut server = tokio::task::JoinSet::new();
+        server.spawn(serve(tcp, l, cancel.clone(), tasks.clone(), move || {
+            svc.clone()
+        }));
+        let mut client = TcpStream::connect(addr).await.expect("connect");
+        client
+            .write_all(b"POST /v1/completions HTTP/1.1\r\nhost: a\r\ncontent-length: 0\r\n\r\n")
+            .await
+            .expect("write");
+        was_called
+            .recv()
+            .await
+            .expect("the request reached the service");
+        cancel.cancel();
+        server
+            .join_next()
+            .await
+            .expect("serve ran")
+            .expect("serve ended");
+        tasks.close();
+        tasks.wait().await;
+        // The connection was closed either way.
+        let mut rest = Vec::new();
+        let _ = client.read_to_end(&mut rest).await;
+        assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+        router_cut.is_cancelled()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_gateway_port_past_its_drain_closes_only_its_own_connections() {
+        // A Gateway listener (named `inference` too) closed on its own: before the fix its
+        // drain timeout fired the router-wide cut, and every later connection was dropped.
+        assert!(!router_cut_after_drain(false).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_router_listener_past_its_drain_closes_every_connection() {
+        assert!(router_cut_after_drain(true).await);
     }
 
     #[test]

@@ -80,7 +80,8 @@ struct Args {
     /// Threads serving client connections, each with its own runtime and engine
     /// connections [default: the CPUs this process may use (the cgroup's CPU quota or the
     /// affinity mask, as `std::thread::available_parallelism` reads them)]. Discovery,
-    /// scraping and the metrics and debug listeners run on one more thread.
+    /// scraping, HTTP/2 requests, the endpoint picker and the metrics and debug listeners
+    /// run on a work-stealing runtime with as many worker threads.
     #[arg(long, env = "KTHENA_ROUTER_WORKER_THREADS")]
     worker_threads: Option<usize>,
 }
@@ -138,7 +139,7 @@ fn main() -> ExitCode {
     cfg.serving_threads = worker_threads(args.worker_threads);
     tracing::debug!(threads = cfg.serving_threads, "Starting the runtime");
     let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+        .worker_threads(cfg.serving_threads)
         .enable_all()
         .build()
     {

@@ -199,6 +199,7 @@ impl Router {
                 drain,
                 cut: shared.drain_cut.clone(),
                 serving: shared.serving.clone(),
+                cuts_all: false,
             };
             let tag = move |mut r: http::Request<hyper::body::Incoming>| {
                 r.extensions_mut()
@@ -536,6 +537,7 @@ fn spawn_listeners<A: Accept>(
         serving: (name == "inference")
             .then(|| shared.serving.clone())
             .flatten(),
+        cuts_all: name == "inference",
     };
     let svc = RouterService::new(Arc::clone(shared));
     tasks.spawn(crate::listener::serve(

@@ -31,6 +31,12 @@ pub(crate) fn with_client<R>(shared: &HttpClient, f: impl FnOnce(&HttpClient) ->
     CLIENT.with(|c| f(c.get().unwrap_or(shared)))
 }
 
+/// The upstream client of the serving thread this runs on, else `shared`, as an owned
+/// handle (a few reference counts) to hold across awaits.
+pub(crate) fn client_or(shared: &HttpClient) -> HttpClient {
+    with_client(shared, HttpClient::clone)
+}
+
 /// One serving thread: its runtime's handle and the connections it serves now.
 #[derive(Debug)]
 struct Worker {
@@ -53,36 +59,24 @@ impl ServingThreads {
     /// # Errors
     /// The runtime or thread could not be created (the OS is out of threads or memory).
     pub(crate) fn start(n: usize, client: fn() -> HttpClient) -> io::Result<Self> {
-        let stop = CancellationToken::new();
-        let mut workers = Vec::with_capacity(n);
-        let mut joins = Vec::with_capacity(n);
+        let mut this = Self {
+            workers: Vec::with_capacity(n),
+            stop: CancellationToken::new(),
+            joins: Mutex::new(Vec::with_capacity(n)),
+        };
         for i in 0..n.max(1) {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            workers.push(Worker {
-                handle: rt.handle().clone(),
+            // On an error, dropping `this` stops the threads started so far.
+            let (handle, join) = start_one(i, client, this.stop.clone())?;
+            this.workers.push(Worker {
+                handle,
                 open: Arc::new(AtomicUsize::new(0)),
             });
-            let stop = stop.clone();
-            let join = std::thread::Builder::new()
-                .name(format!("kthena-serve-{i}"))
-                .spawn(move || {
-                    CLIENT.with(|c| {
-                        let _ = c.set(client());
-                    });
-                    rt.block_on(stop.cancelled());
-                    // Connections still open here were already cut by the router's drain;
-                    // the runtime drops what is left of them.
-                    drop(rt);
-                })?;
-            joins.push(join);
+            this.joins
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(join);
         }
-        Ok(Self {
-            workers,
-            stop,
-            joins: Mutex::new(joins),
-        })
+        Ok(this)
     }
 
     /// Runs `task` on the thread with the fewest open connections (the first of them on a
@@ -100,10 +94,12 @@ impl ServingThreads {
         else {
             return;
         };
-        let open = Arc::clone(&w.open);
-        open.fetch_add(1, Ordering::Relaxed);
+        w.open.fetch_add(1, Ordering::Relaxed);
+        // Made here, so that the count goes down even when the runtime drops the task
+        // before its first poll.
+        let open = OpenGuard(Arc::clone(&w.open));
         w.handle.spawn(async move {
-            let _open = OpenGuard(open);
+            let _open = open;
             task().await;
         });
     }
@@ -117,6 +113,34 @@ impl ServingThreads {
             let _ = j.join();
         }
     }
+}
+
+/// How long a stopping thread waits for its runtime's blocking tasks (a DNS lookup, a
+/// Redis call, a tokenization) before it leaves them behind.
+const BLOCKING_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Starts serving thread `i`: its runtime runs until `stop`.
+fn start_one(
+    i: usize,
+    client: fn() -> HttpClient,
+    stop: CancellationToken,
+) -> io::Result<(Handle, std::thread::JoinHandle<()>)> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let handle = rt.handle().clone();
+    let join = std::thread::Builder::new()
+        .name(format!("kthena-serve-{i}"))
+        .spawn(move || {
+            CLIENT.with(|c| {
+                let _ = c.set(client());
+            });
+            rt.block_on(stop.cancelled());
+            // Connections still open here were already cut by the router's drain; the
+            // runtime drops what is left of them.
+            rt.shutdown_timeout(BLOCKING_GRACE);
+        })?;
+    Ok((handle, join))
 }
 
 impl Drop for ServingThreads {

@@ -31,10 +31,11 @@ where
 {
     let Parsed { req: parsed, snap } = ext::<Parsed>(&req, "parsed request")?;
     let routed = ext::<Routed>(&req, "route match")?;
+    let client = crate::serving::client_or(&shared.client);
     let token_ids = snap
         .kv
         .request_tokens(
-            &shared.client,
+            &client,
             &shared.metrics,
             TokenizeFor {
                 engine: routed.server.engine.as_str(),
