@@ -18,7 +18,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
-use crate::scrape::HttpClient;
+/// The router's upstream client (`scrape::HttpClient`, spelled out here so that this module,
+/// which the listener uses, depends on no router module).
+type HttpClient = hyper_util::client::legacy::Client<
+    kthena_memnet::Connector,
+    http_body_util::Full<bytes::Bytes>,
+>;
 
 thread_local! {
     /// The upstream client of the serving thread this code runs on, if any.
