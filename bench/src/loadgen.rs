@@ -161,22 +161,29 @@ async fn run(client: &HttpClient, spec: &Spec) -> Measured {
         .map(|t| format!("{t}/v1/completions"))
         .collect();
     let start = Instant::now() + Duration::from_millis(20);
+    let rate = spec_rate(spec.rate);
+    let (due, mut due_rx) = tokio::sync::mpsc::unbounded_channel();
+    // Without the thread nothing is sent, and every request counts as failed.
+    let pacer = std::thread::Builder::new()
+        .name("kthena-load-pacer".into())
+        .spawn(move || pace(start, rate, n, &due));
     let mut tasks = JoinSet::new();
-    for i in 0..n {
-        let at = start + Duration::from_secs_f64(i as f64 / spec.rate);
+    while let Some((i, at)) = due_rx.recv().await {
         let url = urls[i % urls.len()].clone();
         let client = client.clone();
         let body = body.clone();
         let stream = spec.stream;
         tasks.spawn(async move {
-            tokio::time::sleep_until(at).await;
             let ok = one(&client, &url, body, stream).await;
             let done = Instant::now();
             (ok, done - at, done)
         });
     }
+    if let Ok(handle) = pacer {
+        let _ = handle.join();
+    }
     let mut lat = Vec::with_capacity(n);
-    let mut failed = 0;
+    let mut failed = n - tasks.len();
     let mut end = start;
     while let Some(r) = tasks.join_next().await {
         match r {
@@ -202,6 +209,44 @@ async fn run(client: &HttpClient, spec: &Spec) -> Measured {
     }
 }
 
+/// The due time of request `i` at `rate` requests per second from `start`.
+fn due_at(start: Instant, rate: f64, i: usize) -> Instant {
+    start + Duration::from_secs_f64(i as f64 / rate)
+}
+
+/// A positive, finite rate (requests per second); anything else is taken as 1.
+fn spec_rate(rate: f64) -> f64 {
+    if rate.is_finite() && rate > 0.0 {
+        rate
+    } else {
+        1.0
+    }
+}
+
+/// The pacer thread: hands each request index to the runtime at its due time, with the due
+/// time to measure its latency from. A thread sleeping to each due time wakes within the
+/// kernel's timer slack (about 50 µs), where the runtime's timer wheel would round every
+/// due time up to its next 1 ms tick; that rounding is a phase fixed for a whole run at
+/// 1,000 req/s, so two runs of the same load differed by up to 1 ms at every percentile.
+/// A due time already past (the thread fell behind) is handed over at once.
+fn pace(
+    start: Instant,
+    rate: f64,
+    n: usize,
+    due: &tokio::sync::mpsc::UnboundedSender<(usize, Instant)>,
+) {
+    for i in 0..n {
+        let at = due_at(start, rate, i);
+        let wait = at.saturating_duration_since(Instant::now());
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
+        }
+        if due.send((i, at)).is_err() {
+            return;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,6 +259,21 @@ mod tests {
             p50_us: p50,
             p99_us: p99,
         }
+    }
+
+    #[test]
+    fn the_pacer_hands_each_request_over_in_order_not_before_its_due_time() {
+        let start = Instant::now();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        pace(start, 1000.0, 5, &tx);
+        for i in 0..5 {
+            let (j, at) = rx.try_recv().unwrap();
+            assert_eq!((j, at), (i, start + Duration::from_millis(i as u64)));
+        }
+        assert!(rx.try_recv().is_err());
+        assert!(Instant::now() >= start + Duration::from_millis(4));
+        assert_eq!(spec_rate(0.0), 1.0);
+        assert_eq!(spec_rate(f64::NAN), 1.0);
     }
 
     #[test]
