@@ -52,6 +52,8 @@ pub(crate) struct Row {
     pub(crate) cells: Vec<Cell>,
     /// Resident memory after the last point, MiB (with its worker processes).
     pub(crate) rss_mib: f64,
+    /// The anonymous part of `rss_mib` (heap and stacks, without file-backed code pages), MiB.
+    pub(crate) rss_anon_mib: f64,
 }
 
 /// The measured points: each rate non-streaming and streaming.
@@ -134,12 +136,14 @@ async fn run_on(
             cells.push(cell);
         }
         let rss_mib = running.rss_bytes() as f64 / (1024.0 * 1024.0);
+        let rss_anon_mib = running.rss_anon_bytes() as f64 / (1024.0 * 1024.0);
         drop(running);
         tokio::time::sleep(Duration::from_millis(200)).await;
         rows.push(Row {
             proxy: peer.label().to_owned(),
             cells,
             rss_mib,
+            rss_anon_mib,
         });
     }
     Ok(rows)
@@ -218,7 +222,7 @@ pub(crate) fn table(rows: &[Row]) -> String {
     let mut s = header(
         "added latency, µs (p50 / p99)",
         &first.cells,
-        Some("RSS MiB"),
+        Some("RSS MiB (anonymous)"),
     );
     for r in rows {
         let _ = write!(s, "| {} |", r.proxy);
@@ -232,7 +236,7 @@ pub(crate) fn table(rows: &[Row]) -> String {
             }
             s.push_str(" |");
         }
-        let _ = writeln!(s, " {:.0} |", r.rss_mib);
+        let _ = writeln!(s, " {:.0} ({:.0}) |", r.rss_mib, r.rss_anon_mib);
     }
     s.push('\n');
     s.push_str(&header("proxy CPU per request, µs", &first.cells, None));
@@ -275,11 +279,12 @@ mod tests {
                 repeats: 3,
             }],
             rss_mib: 29.2,
+            rss_anon_mib: 6.6,
         };
         assert_eq!(
             table(&[row]),
-            "| added latency, µs (p50 / p99) | 1k req/s stream | RSS MiB |\n|---|---|---|\n\
-             | nginx (round-robin) | 200 / 600 | 29 |\n\n\
+            "| added latency, µs (p50 / p99) | 1k req/s stream | RSS MiB (anonymous) |\n|---|---|---|\n\
+             | nginx (round-robin) | 200 / 600 | 29 (7) |\n\n\
              | proxy CPU per request, µs | 1k req/s stream |\n|---|---|\n\
              | nginx (round-robin) | 42 |\n"
         );

@@ -103,7 +103,13 @@ pub(crate) struct Running {
 impl Running {
     /// Resident memory of the process and its descendants (nginx's workers), bytes.
     pub(crate) fn rss_bytes(&self) -> u64 {
-        tree_rss(self.child.id())
+        tree_sum(self.child.id(), |p| status_kib(p, "VmRSS:") * 1024)
+    }
+
+    /// The anonymous part of [`Running::rss_bytes`] (`RssAnon`: heap, stacks, not the
+    /// program's file-backed code pages), bytes.
+    pub(crate) fn rss_anon_bytes(&self) -> u64 {
+        tree_sum(self.child.id(), |p| status_kib(p, "RssAnon:") * 1024)
     }
 
     /// CPU time used so far (user + system) by the process and its descendants, seconds.
@@ -370,11 +376,6 @@ async fn wait_answering(client: &HttpClient, running: &Running) -> anyhow::Resul
     }
 }
 
-/// Resident memory (`VmRSS`) of `pid` and its descendants, bytes.
-fn tree_rss(pid: u32) -> u64 {
-    tree_sum(pid, rss_of)
-}
-
 /// `utime + stime` of `pid` and its descendants, clock ticks (fields 14 and 15 of
 /// `/proc/PID/stat`: every thread of the process, exited ones included).
 fn tree_cpu_ticks(pid: u32) -> u64 {
@@ -408,12 +409,13 @@ fn tree_sum(pid: u32, f: impl Fn(u32) -> u64) -> u64 {
     total
 }
 
-fn rss_of(pid: u32) -> u64 {
+/// The `field` line (`VmRSS:`, `RssAnon:`) of `/proc/PID/status`, KiB; 0 when absent.
+fn status_kib(pid: u32, field: &str) -> u64 {
     let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
         return 0;
     };
     s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
+        .unwrap_or(0)
 }

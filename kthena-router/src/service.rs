@@ -93,9 +93,8 @@ async fn handle(
         });
     }
     let request_id = RequestId::from_headers(req.headers());
-    let acct = Accounting::start(
-        Arc::clone(&shared.metrics),
-        Arc::clone(&shared.access_log),
+    // The fields only the access log reads are filled only when it is written.
+    let entry = if shared.access_log.enabled() {
         Entry {
             timestamp: crate::accesslog::now_rfc3339(),
             method: req.method().to_string(),
@@ -103,7 +102,17 @@ async fn handle(
             protocol: format!("{:?}", req.version()),
             request_id: request_id.to_string(),
             ..Entry::default()
-        },
+        }
+    } else {
+        Entry {
+            path: path.to_owned(),
+            ..Entry::default()
+        }
+    };
+    let acct = Accounting::start(
+        Arc::clone(&shared.metrics),
+        Arc::clone(&shared.access_log),
+        entry,
     );
     let resp = dispatch(&shared, stack, req, &acct, &request_id).await;
     let (mut parts, body) = match resp {

@@ -351,15 +351,17 @@ pub(crate) fn stream_response(
     Response::from_parts(parts, BodyExt::boxed_unsync(body))
 }
 
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
+/// The hop-by-hop headers of RFC 9110 section 7.6.1 (and `keep-alive`), as header names so
+/// removing them neither parses nor lower-cases a string.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
 ];
 
 pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
@@ -369,7 +371,7 @@ pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(',').map(|s| s.trim().to_ascii_lowercase()))
         .collect();
-    for n in HOP_BY_HOP {
+    for n in &HOP_BY_HOP {
         h.remove(n);
     }
     for n in listed {

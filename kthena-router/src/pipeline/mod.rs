@@ -88,7 +88,13 @@ impl RequestId {
             .get("x-request-id")
             .and_then(|v| v.to_str().ok())
             .filter(|v| !v.is_empty())
-            .map_or_else(|| uuid::Uuid::new_v4().to_string().into(), Into::into)
+            .map_or_else(
+                || {
+                    let mut buf = uuid::Uuid::encode_buffer();
+                    Arc::from(&*uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buf))
+                },
+                Into::into,
+            )
     }
 }
 
