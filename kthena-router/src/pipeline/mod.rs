@@ -242,3 +242,23 @@ pub(crate) use stage;
 
 #[cfg(test)]
 pub(crate) mod test_util;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_id_is_the_clients_or_a_new_uuid_v4() {
+        let mut h = http::HeaderMap::new();
+        let a = RequestId::from_headers(&h);
+        let b = RequestId::from_headers(&h);
+        assert_ne!(a, b);
+        let u = uuid::Uuid::parse_str(&a).unwrap();
+        assert_eq!(u.get_version_num(), 4);
+        assert_eq!(&*a, u.hyphenated().to_string());
+        h.insert("x-request-id", http::HeaderValue::from_static("abc-1"));
+        assert_eq!(&*RequestId::from_headers(&h), "abc-1");
+        h.insert("x-request-id", http::HeaderValue::from_static(""));
+        assert_eq!(RequestId::from_headers(&h).len(), 36);
+    }
+}
