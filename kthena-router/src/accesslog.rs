@@ -293,6 +293,33 @@ impl AccessLog {
         self.tx.is_some()
     }
 
+    /// A new entry for a request to `path`. When the log is written it also holds the
+    /// timestamp (RFC 3339, now), `method`, the protocol (`protocol()`, e.g. `HTTP/1.1`) and
+    /// `request_id`; when it is off only `path`, which the request metrics read too, so a
+    /// request makes no string only the log would read.
+    pub(crate) fn request_entry(
+        &self,
+        path: String,
+        method: &str,
+        protocol: impl FnOnce() -> String,
+        request_id: &str,
+    ) -> Entry {
+        if !self.enabled() {
+            return Entry {
+                path,
+                ..Entry::default()
+            };
+        }
+        Entry {
+            timestamp: now_rfc3339(),
+            method: method.to_owned(),
+            path,
+            protocol: protocol(),
+            request_id: request_id.to_owned(),
+            ..Entry::default()
+        }
+    }
+
     /// Queues one entry for the writer thread; never blocks. A full queue drops the entry
     /// (counted, and reported through tracing every 10,000 drops); a write error is
     /// reported through tracing by the writer, never to the client.
@@ -402,6 +429,47 @@ pub(crate) fn now_rfc3339() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_entry_fills_log_only_fields_only_when_the_log_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let on = AccessLog::open(
+            &AccessLogConfig {
+                enabled: true,
+                format: AccessLogFormat::Json,
+                output: dir.path().join("a.log").display().to_string(),
+            },
+            Counter::default(),
+        )
+        .unwrap();
+        let e = on.request_entry(
+            "/v1/completions".into(),
+            "POST",
+            || "HTTP/1.1".into(),
+            "r-1",
+        );
+        assert_eq!(
+            (
+                e.path.as_str(),
+                e.method.as_str(),
+                e.protocol.as_str(),
+                e.request_id.as_str()
+            ),
+            ("/v1/completions", "POST", "HTTP/1.1", "r-1")
+        );
+        assert!(e.timestamp.parse::<jiff::Timestamp>().is_ok());
+        let off = AccessLog::open(
+            &AccessLogConfig {
+                enabled: false,
+                ..AccessLogConfig::default()
+            },
+            Counter::default(),
+        )
+        .unwrap();
+        let e = off.request_entry("/v1/completions".into(), "POST", || unreachable!(), "r-1");
+        assert_eq!(e.path, "/v1/completions");
+        assert!(e.timestamp.is_empty() && e.method.is_empty() && e.request_id.is_empty());
+    }
 
     fn entry() -> Entry {
         Entry {

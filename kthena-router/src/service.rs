@@ -19,7 +19,6 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tower::ServiceExt;
 
-use crate::accesslog::Entry;
 use crate::accounting::{AccountedBody, Accounting};
 use crate::body::RespBody;
 use crate::error::{Error, error_response, json_response};
@@ -93,22 +92,12 @@ async fn handle(
         });
     }
     let request_id = RequestId::from_headers(req.headers());
-    // The fields only the access log reads are filled only when it is written.
-    let entry = if shared.access_log.enabled() {
-        Entry {
-            timestamp: crate::accesslog::now_rfc3339(),
-            method: req.method().to_string(),
-            path: path.to_owned(),
-            protocol: format!("{:?}", req.version()),
-            request_id: request_id.to_string(),
-            ..Entry::default()
-        }
-    } else {
-        Entry {
-            path: path.to_owned(),
-            ..Entry::default()
-        }
-    };
+    let entry = shared.access_log.request_entry(
+        path.to_owned(),
+        req.method().as_str(),
+        || format!("{:?}", req.version()),
+        &request_id,
+    );
     let acct = Accounting::start(
         Arc::clone(&shared.metrics),
         Arc::clone(&shared.access_log),

@@ -24,7 +24,6 @@ use tower::ServiceExt;
 use super::Picker;
 use super::pick::{Picked, Subset};
 use super::wire::{self, DESTINATION, Head};
-use crate::accesslog::Entry;
 use crate::accounting::{Accounting, SchedDone};
 use crate::endpoint::Endpoint;
 use crate::error::Error;
@@ -238,14 +237,12 @@ impl Session {
         let acct = Accounting::start(
             Arc::clone(&shared.metrics),
             Arc::clone(&shared.access_log),
-            Entry {
-                timestamp: crate::accesslog::now_rfc3339(),
-                method: head.method.clone(),
+            shared.access_log.request_entry(
                 path,
-                protocol: std::mem::take(&mut self.protocol),
-                request_id: request_id.to_string(),
-                ..Entry::default()
-            },
+                &head.method,
+                || std::mem::take(&mut self.protocol),
+                &request_id,
+            ),
         );
         let picked = match self.run(head, body, &acct, request_id).await {
             Ok(p) => p,
