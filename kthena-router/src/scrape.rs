@@ -91,13 +91,26 @@ pub fn parse_metrics(text: &str, names: EngineMetricNames) -> Result<EngineSampl
     // prometheus-parse 0.2 matches metric names with `\w+`, which excludes the `:` of
     // `vllm:*` and `sglang:*` names; colons in the name token are swapped for a marker
     // before parsing and restored in the lookups below.
-    let scrape = Scrape::parse(text.lines().map(|l| Ok(escape_name_colons(l))))
-        .map_err(|e| format!("unparsable metrics: {e}"))?;
+    //
+    // Only the lines the sample reads go through the parser: a vLLM answer has ~660 lines
+    // of which ~10 are read, and the parser runs a regex per line. An answer where no line
+    // is kept is parsed whole, so "no sample found" means what it meant before.
+    let kept = parse_lines(text.lines().filter(|l| names.keeps(l)))?;
+    let scrape = if kept.samples.is_empty() {
+        parse_lines(text.lines())?
+    } else {
+        kept
+    };
     if scrape.samples.is_empty() {
         return Err("unparsable metrics: no sample found".into());
     }
-    if let Some(s) = llamacpp::llamacpp_sample(&scrape, COLON_MARK) {
-        return Ok(s);
+    Ok(sample_of(&scrape, names))
+}
+
+/// The sample of a parsed answer (llama.cpp's families when present, else `names`).
+fn sample_of(scrape: &Scrape, names: EngineMetricNames) -> EngineSample {
+    if let Some(s) = llamacpp::llamacpp_sample(scrape, COLON_MARK) {
+        return s;
     }
     let last = |name: &str| -> Option<f64> {
         let name = name.replace(':', COLON_MARK);
@@ -117,13 +130,45 @@ pub fn parse_metrics(text: &str, names: EngineMetricNames) -> Result<EngineSampl
             last(&format!("{name}_count"))?,
         ))
     };
-    Ok(EngineSample {
+    EngineSample {
         running: last(names.running).unwrap_or(0.0),
         waiting: last(names.waiting).unwrap_or(0.0),
         kv_cache_usage: last(names.kv_cache_usage).unwrap_or(0.0),
         ttft: hist(names.ttft),
         tpot: hist(names.tpot),
-    })
+    }
+}
+
+/// `lines` parsed with their metric names' colons escaped.
+fn parse_lines<'a>(lines: impl Iterator<Item = &'a str>) -> Result<Scrape, String> {
+    Scrape::parse(lines.map(|l| Ok(escape_name_colons(l))))
+        .map_err(|e| format!("unparsable metrics: {e}"))
+}
+
+impl EngineMetricNames {
+    /// Whether a line of a Prometheus answer can matter to [`parse_metrics`]: a sample or
+    /// `# TYPE` line of one of these gauges, a `_sum`/`_count` sample of one of these
+    /// histograms, or any `llamacpp:*` line. Buckets, `# HELP` and other families are not.
+    fn keeps(&self, line: &str) -> bool {
+        let t = line.trim_start();
+        let name = match t.strip_prefix('#') {
+            Some(rest) => match rest.trim_start().strip_prefix("TYPE") {
+                Some(after) => after.split_whitespace().next().unwrap_or(""),
+                None => return false,
+            },
+            None => t.split(['{', ' ', '\t']).next().unwrap_or(""),
+        };
+        let histogram = |base: &str| {
+            name.strip_prefix(base)
+                .is_some_and(|rest| rest == "_sum" || rest == "_count")
+        };
+        name == self.running
+            || name == self.waiting
+            || name == self.kv_cache_usage
+            || histogram(self.ttft)
+            || histogram(self.tpot)
+            || name.starts_with(llamacpp::LLAMACPP_PREFIX)
+    }
 }
 
 /// Stands for `:` inside metric names while parsing (a string no metric name contains).
@@ -378,6 +423,41 @@ mod tests {
         // The SGLang names are absent from a vLLM answer: zeros, no histograms.
         let s = parse_metrics(SAMPLE, SGLANG).unwrap();
         assert_eq!(s, EngineSample::default());
+    }
+
+    #[test]
+    fn the_kept_lines_give_the_sample_of_the_whole_answer() {
+        let busy = SAMPLE
+            .replace(
+                "vllm:num_requests_running{engine=\"0\",model_name=\"tiny-qwen3\"} 0.0",
+                "vllm:num_requests_running{engine=\"0\",model_name=\"tiny-qwen3\"} 3.0\n\
+                 vllm:num_requests_running{engine=\"1\",model_name=\"tiny-qwen3\"} 4.0",
+            )
+            .replace(
+                "vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"tiny-qwen3\"} 0.0",
+                "vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"tiny-qwen3\"} 0.25",
+            );
+        let llamacpp = include_str!("../tests/data/llamacpp-metrics.txt");
+        for text in [SAMPLE, busy.as_str(), llamacpp] {
+            for names in [VLLM, SGLANG] {
+                let whole = sample_of(&parse_lines(text.lines()).unwrap(), names);
+                assert_eq!(parse_metrics(text, names).unwrap(), whole);
+            }
+        }
+        let s = parse_metrics(&busy, VLLM).unwrap();
+        assert_eq!(
+            (s.running, s.kv_cache_usage),
+            (4.0, 0.25),
+            "the last series"
+        );
+        // Of the 661 lines of the vLLM answer, the gauges with their TYPE lines and the
+        // histograms' _sum and _count go through the parser.
+        assert_eq!(SAMPLE.lines().count(), 661);
+        assert_eq!(SAMPLE.lines().filter(|l| VLLM.keeps(l)).count(), 10);
+        // An answer without any of the families is still an answer (zeros), text without a
+        // sample still is not.
+        let other = "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 1.5\n";
+        assert_eq!(parse_metrics(other, VLLM).unwrap(), EngineSample::default());
     }
 
     #[test]
