@@ -138,8 +138,8 @@ struct Args {
     /// simulator's built-in tokenizer).
     #[arg(long)]
     tokenizer: Option<PathBuf>,
-    /// Overhead mode: offered rates in requests per wall second (each non-streaming and
-    /// streaming).
+    /// Overhead mode: offered rates in requests per wall second, comma separated (each
+    /// non-streaming and streaming).
     #[arg(long, value_delimiter = ',', default_values_t = vec![1000.0, 3000.0, 5000.0])]
     rates: Vec<f64>,
     /// Overhead mode: only the contenders whose label starts with one of these (comma

@@ -21,8 +21,17 @@ use tokio::time::Instant;
 use crate::accesslog::{AccessLog, Entry, EntryError};
 use crate::body::{BoxError, RespBody};
 use crate::error::Error;
-use crate::metrics::{Destination, Metrics, RequestRecord};
+use crate::metrics::{Destination, LabelValue, Metrics, RequestRecord, unknown_label};
 use crate::openai::{ParsedRequest, estimate_tokens};
+
+/// `value` as a label: `current` shared when it already holds it, else a new one.
+fn reuse_label(current: &LabelValue, value: &str) -> LabelValue {
+    if &**current == value {
+        Arc::clone(current)
+    } else {
+        Arc::from(value)
+    }
+}
 
 /// Per-request accounting: metrics, access log and scheduler completion, settled once.
 ///
@@ -38,12 +47,12 @@ pub(crate) struct RequestCtx {
     /// Whether request metrics are recorded (false for body-parse failures, as Go Kthena).
     pub(crate) record_metrics: bool,
     /// Model label (`unknown` for models no route knows).
-    pub(crate) model_label: String,
+    pub(crate) model_label: LabelValue,
     /// Destination labels.
     pub(crate) dest: Destination,
     pub(crate) upstream_start: Option<Instant>,
     pub(crate) upstream_end: Option<Instant>,
-    pub(crate) downstream_model: Option<String>,
+    pub(crate) downstream_model: Option<LabelValue>,
     pub(crate) upstream_active: bool,
     pub(crate) sched: Option<SchedDone>,
     pub(crate) settled: bool,
@@ -96,7 +105,7 @@ impl RequestCtx {
             start: Instant::now(),
             entry,
             record_metrics: false,
-            model_label: "unknown".into(),
+            model_label: unknown_label(),
             dest: Destination::default(),
             upstream_start: None,
             upstream_end: None,
@@ -113,9 +122,9 @@ impl RequestCtx {
         }
     }
 
-    pub(crate) fn set_downstream(&mut self, model: &str) {
-        self.metrics.active_downstream(model, 1);
-        self.downstream_model = Some(model.to_owned());
+    pub(crate) fn set_downstream(&mut self, model: LabelValue) {
+        self.metrics.active_downstream(&model, 1);
+        self.downstream_model = Some(model);
     }
 
     /// Tells the output hook the tokens of `completion_tokens` not told yet.
@@ -143,7 +152,7 @@ impl RequestCtx {
     fn settle(
         &mut self,
         status: u16,
-        error: Option<(&str, String)>,
+        error: Option<(&'static str, String)>,
         origin: &str,
         output_tokens: u64,
     ) {
@@ -169,7 +178,7 @@ impl RequestCtx {
         e.duration_request_processing = ms(up_start - self.start);
         e.duration_upstream_processing = ms(up_end - up_start);
         e.duration_response_processing = ms(now.saturating_duration_since(up_end));
-        let error_type = error.as_ref().map(|(t, _)| (*t).to_owned());
+        let error_type = error.as_ref().map(|(t, _)| *t);
         if let Some((kind, message)) = error {
             e.error = Some(EntryError {
                 kind: kind.to_owned(),
@@ -182,7 +191,7 @@ impl RequestCtx {
                 model: &self.model_label,
                 path: &self.entry.path,
                 status,
-                error_type: error_type.as_deref(),
+                error_type,
                 dest: &self.dest,
                 duration_secs: (now - self.start).as_secs_f64(),
                 input_tokens: self.entry.input_tokens,
@@ -246,10 +255,10 @@ impl Accounting {
         c.entry.model_name = parsed.model.clone();
         c.entry.input_tokens = estimate_tokens(&parsed.prompt_text);
         if known {
-            c.model_label = parsed.model.clone();
+            c.model_label = Arc::from(parsed.model.as_str());
         }
-        let label = c.model_label.clone();
-        c.set_downstream(&label);
+        let label = Arc::clone(&c.model_label);
+        c.set_downstream(label);
     }
 
     /// The request authenticated as `user` (the token's `sub`).
@@ -260,7 +269,7 @@ impl Accounting {
     /// A ModelRoute matched (`namespace/name`).
     pub(crate) fn route_matched(&self, route: &str) {
         let mut c = self.lock();
-        c.dest.model_route = route.to_owned();
+        c.dest.model_route = Arc::from(route);
         c.entry.model_route = route.to_owned();
     }
 
@@ -268,10 +277,10 @@ impl Accounting {
     pub(crate) fn server_resolved(&self, route: &str, server: &str, upstream_model: &str) {
         let mut c = self.lock();
         c.dest = Destination {
-            model_route: route.to_owned(),
-            backend_type: "model_server".into(),
-            backend_name: server.to_owned(),
-            upstream_model: upstream_model.to_owned(),
+            model_route: reuse_label(&c.dest.model_route, route),
+            backend_type: "model_server",
+            backend_name: Arc::from(server),
+            upstream_model: Arc::from(upstream_model),
         };
         let e = &mut c.entry;
         e.model_server = server.to_owned();
@@ -284,10 +293,10 @@ impl Accounting {
     pub(crate) fn provider_resolved(&self, route: &str, provider: &str, upstream_model: &str) {
         let mut c = self.lock();
         c.dest = Destination {
-            model_route: route.to_owned(),
-            backend_type: "external_provider".into(),
-            backend_name: provider.to_owned(),
-            upstream_model: upstream_model.to_owned(),
+            model_route: reuse_label(&c.dest.model_route, route),
+            backend_type: "external_provider",
+            backend_name: Arc::from(provider),
+            upstream_model: Arc::from(upstream_model),
         };
         let e = &mut c.entry;
         e.backend_type = "external_provider".into();
@@ -308,9 +317,9 @@ impl Accounting {
         c.entry.gateway = gateway.to_owned();
         c.entry.http_route = route.to_owned();
         c.entry.inference_pool = pool.to_owned();
-        c.dest.backend_type = "inference_pool".into();
-        c.dest.backend_name = pool.to_owned();
-        c.dest.upstream_model = upstream_model.to_owned();
+        c.dest.backend_type = "inference_pool";
+        c.dest.backend_name = Arc::from(pool);
+        c.dest.upstream_model = Arc::from(upstream_model);
         let e = &mut c.entry;
         e.backend_type = "inference_pool".into();
         e.backend_name = pool.to_owned();

@@ -113,7 +113,9 @@ pub use kv_metrics::{KvMetrics, TOKENIZE_BUCKETS};
 pub use kv_redis::{KEY_PREFIX, RedisKvIndex, block_key, kthena_block_hash, owner_of};
 pub use kv_supervise::{SUPERVISE_INTERVAL, supervise};
 pub use listener::{ListenerConfig, ListenerMetrics};
-pub use metrics::{DURATION_BUCKETS, Destination, Metrics, RATIO_BUCKETS, RequestRecord};
+pub use metrics::{
+    DURATION_BUCKETS, Destination, LabelValue, Metrics, RATIO_BUCKETS, RequestRecord,
+};
 pub use openai::{
     Message, ParsedRequest, Prompt, ResponseProbe, UpstreamBody, Usage, estimate_tokens,
     parse_request, usage_of,

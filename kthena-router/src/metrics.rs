@@ -1,6 +1,9 @@
 //! The router's Prometheus metrics: the `kthena_router_*` families of Go Kthena
 //! (`pkg/kthena-router/metrics/metrics.go`, spec §2.15), encoded with `prometheus-client`.
 
+use std::borrow::Cow;
+use std::sync::{Arc, LazyLock};
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -15,78 +18,119 @@ pub const DURATION_BUCKETS: [f64; 13] = [
 /// Match-ratio buckets, ratios 0..1 (spec §2.15).
 pub const RATIO_BUCKETS: [f64; 9] = [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0];
 
+/// A label value taken from configuration or a request (a route, server or model name):
+/// shared, so recording a request's metrics copies no string.
+pub type LabelValue = Arc<str>;
+
+/// The shared `none` label value.
+static NONE: LazyLock<LabelValue> = LazyLock::new(|| Arc::from("none"));
+/// The shared `unknown` label value (a model no route knows).
+static UNKNOWN: LazyLock<LabelValue> = LazyLock::new(|| Arc::from("unknown"));
+
+/// The `none` label value (no route, server or upstream model yet).
+#[must_use]
+pub(crate) fn none_label() -> LabelValue {
+    Arc::clone(&NONE)
+}
+
+/// The `unknown` label value (the model label of a model no route knows).
+#[must_use]
+pub(crate) fn unknown_label() -> LabelValue {
+    Arc::clone(&UNKNOWN)
+}
+
+/// The `path` label: the request path, borrowed for the paths the router serves (so no
+/// copy per request), owned for any other.
+fn path_label(path: &str) -> Cow<'static, str> {
+    const SERVED: [&str; 9] = [
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/embeddings",
+        "/v1/responses",
+        "/v1/messages",
+        "/v1/models",
+        "/v1/load_lora_adapter",
+        "/v1/unload_lora_adapter",
+        "/v1/rerank",
+    ];
+    match SERVED.iter().find(|p| **p == path) {
+        Some(p) => Cow::Borrowed(p),
+        None => Cow::Owned(path.to_owned()),
+    }
+}
+
 /// Destination labels shared by several families; placeholders `none`/`unresolved` until
 /// the route is known.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Destination {
     /// `namespace/name` of the ModelRoute or `none`.
-    pub model_route: String,
-    /// `model_server` or `unresolved`.
-    pub backend_type: String,
-    /// `namespace/name` of the ModelServer or `none`.
-    pub backend_name: String,
+    pub model_route: LabelValue,
+    /// `model_server`, `external_provider`, `inference_pool` or `unresolved`.
+    pub backend_type: &'static str,
+    /// `namespace/name` of the ModelServer (provider, pool) or `none`.
+    pub backend_name: LabelValue,
     /// The model sent upstream or `none`.
-    pub upstream_model: String,
+    pub upstream_model: LabelValue,
 }
 
 impl Default for Destination {
     /// The unresolved placeholders.
     fn default() -> Self {
         Self {
-            model_route: "none".into(),
-            backend_type: "unresolved".into(),
-            backend_name: "none".into(),
-            upstream_model: "none".into(),
+            model_route: none_label(),
+            backend_type: "unresolved",
+            backend_name: none_label(),
+            upstream_model: none_label(),
         }
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RequestLabels {
-    model: String,
-    path: String,
-    status_code: String,
-    error_type: String,
-    model_route: String,
-    backend_type: String,
-    backend_name: String,
-    upstream_model: String,
+    model: LabelValue,
+    path: Cow<'static, str>,
+    status_code: u16,
+    error_type: &'static str,
+    model_route: LabelValue,
+    backend_type: &'static str,
+    backend_name: LabelValue,
+    upstream_model: LabelValue,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct DurationLabels {
-    model: String,
-    path: String,
-    status_code: String,
-    model_route: String,
-    backend_type: String,
-    backend_name: String,
-    upstream_model: String,
+    model: LabelValue,
+    path: Cow<'static, str>,
+    status_code: u16,
+    model_route: LabelValue,
+    backend_type: &'static str,
+    backend_name: LabelValue,
+    upstream_model: LabelValue,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct TokenLabels {
-    model: String,
-    path: String,
-    token_type: String,
-    model_route: String,
-    backend_type: String,
-    backend_name: String,
-    upstream_model: String,
+    model: LabelValue,
+    path: Cow<'static, str>,
+    token_type: &'static str,
+    model_route: LabelValue,
+    backend_type: &'static str,
+    backend_name: LabelValue,
+    upstream_model: LabelValue,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ModelLabel {
-    model: String,
+    model: LabelValue,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct UpstreamLabels {
-    model_server: String,
-    model_route: String,
-    backend_type: String,
-    backend_name: String,
-    upstream_model: String,
+    model_server: LabelValue,
+    model_route: LabelValue,
+    backend_type: &'static str,
+    backend_name: LabelValue,
+    upstream_model: LabelValue,
 }
 
 type HistFamily<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -137,13 +181,13 @@ struct ResultLabel {
 #[derive(Debug, Clone)]
 pub struct RequestRecord<'a> {
     /// The model label (`unknown` when no route knows it).
-    pub model: &'a str,
+    pub model: &'a LabelValue,
     /// Raw request path.
     pub path: &'a str,
     /// Status sent to the client.
     pub status: u16,
     /// Finish reason; `None` gives `successful_request` (< 400) or `request_failed`.
-    pub error_type: Option<&'a str>,
+    pub error_type: Option<&'static str>,
     /// Destination labels.
     pub dest: &'a Destination,
     /// Seconds from request start to the end of the response.
@@ -270,34 +314,33 @@ impl Metrics {
     /// Records a finished request: `requests_total` +1, one duration observation, and the
     /// token counters (input, and output when > 0).
     pub fn record_request(&self, r: &RequestRecord<'_>) {
-        let status = r.status.to_string();
         let error_type = r.error_type.unwrap_or(if r.status < 400 {
             "successful_request"
         } else {
             "request_failed"
         });
-        let d = r.dest;
+        let (d, path) = (r.dest, path_label(r.path));
         self.requests
             .get_or_create(&RequestLabels {
-                model: r.model.into(),
-                path: r.path.into(),
-                status_code: status.clone(),
-                error_type: error_type.into(),
-                model_route: d.model_route.clone(),
-                backend_type: d.backend_type.clone(),
-                backend_name: d.backend_name.clone(),
-                upstream_model: d.upstream_model.clone(),
+                model: Arc::clone(r.model),
+                path: path.clone(),
+                status_code: r.status,
+                error_type,
+                model_route: Arc::clone(&d.model_route),
+                backend_type: d.backend_type,
+                backend_name: Arc::clone(&d.backend_name),
+                upstream_model: Arc::clone(&d.upstream_model),
             })
             .inc();
         self.duration
             .get_or_create(&DurationLabels {
-                model: r.model.into(),
-                path: r.path.into(),
-                status_code: status,
-                model_route: d.model_route.clone(),
-                backend_type: d.backend_type.clone(),
-                backend_name: d.backend_name.clone(),
-                upstream_model: d.upstream_model.clone(),
+                model: Arc::clone(r.model),
+                path: path.clone(),
+                status_code: r.status,
+                model_route: Arc::clone(&d.model_route),
+                backend_type: d.backend_type,
+                backend_name: Arc::clone(&d.backend_name),
+                upstream_model: Arc::clone(&d.upstream_model),
             })
             .observe(r.duration_secs);
         for (kind, n) in [("input", r.input_tokens), ("output", r.output_tokens)] {
@@ -306,13 +349,13 @@ impl Metrics {
             }
             self.tokens
                 .get_or_create(&TokenLabels {
-                    model: r.model.into(),
-                    path: r.path.into(),
-                    token_type: kind.into(),
-                    model_route: d.model_route.clone(),
-                    backend_type: d.backend_type.clone(),
-                    backend_name: d.backend_name.clone(),
-                    upstream_model: d.upstream_model.clone(),
+                    model: Arc::clone(r.model),
+                    path: path.clone(),
+                    token_type: kind,
+                    model_route: Arc::clone(&d.model_route),
+                    backend_type: d.backend_type,
+                    backend_name: Arc::clone(&d.backend_name),
+                    upstream_model: Arc::clone(&d.upstream_model),
                 })
                 .inc_by(n);
         }
@@ -324,10 +367,10 @@ impl Metrics {
     }
 
     /// `kthena_router_active_downstream_requests{model}` ±1.
-    pub fn active_downstream(&self, model: &str, delta: i64) {
+    pub fn active_downstream(&self, model: &LabelValue, delta: i64) {
         self.active_downstream
             .get_or_create(&ModelLabel {
-                model: model.into(),
+                model: Arc::clone(model),
             })
             .inc_by(delta);
     }
@@ -335,17 +378,17 @@ impl Metrics {
     /// `kthena_router_active_upstream_requests{...}` ±1.
     pub fn active_upstream(&self, d: &Destination, delta: i64) {
         let model_server = if d.backend_type == "model_server" {
-            d.backend_name.clone()
+            Arc::clone(&d.backend_name)
         } else {
-            "none".into()
+            none_label()
         };
         self.active_upstream
             .get_or_create(&UpstreamLabels {
                 model_server,
-                model_route: d.model_route.clone(),
-                backend_type: d.backend_type.clone(),
-                backend_name: d.backend_name.clone(),
-                upstream_model: d.upstream_model.clone(),
+                model_route: Arc::clone(&d.model_route),
+                backend_type: d.backend_type,
+                backend_name: Arc::clone(&d.backend_name),
+                upstream_model: Arc::clone(&d.upstream_model),
             })
             .inc_by(delta);
     }
@@ -372,14 +415,14 @@ impl Metrics {
     }
 
     /// Observes a scheduler plugin's match ratio (`prefix-cache` or `kvcache-aware`).
-    pub fn match_ratio(&self, plugin: &str, model: &str, ratio: f64) {
+    pub fn match_ratio(&self, plugin: &str, model: &LabelValue, ratio: f64) {
         let fam = match plugin {
             "prefix-cache" => &self.prefix_match,
             "kvcache-aware" => &self.kv_match,
             _ => return,
         };
         fam.get_or_create(&ModelLabel {
-            model: model.into(),
+            model: Arc::clone(model),
         })
         .observe(ratio);
     }
@@ -404,7 +447,7 @@ mod tests {
         let m = Metrics::new();
         let dest = Destination::default();
         m.record_request(&RequestRecord {
-            model: "unknown",
+            model: &unknown_label(),
             path: "/v1/chat/completions",
             status: 404,
             error_type: Some("route_not_found"),
@@ -413,7 +456,7 @@ mod tests {
             input_tokens: 3,
             output_tokens: 0,
         });
-        m.match_ratio("prefix-cache", "m", 0.5);
+        m.match_ratio("prefix-cache", &Arc::from("m"), 0.5);
         let text = m.encode();
         assert!(text.contains(r#"kthena_router_requests_total{model="unknown",path="/v1/chat/completions",status_code="404",error_type="route_not_found",model_route="none",backend_type="unresolved",backend_name="none",upstream_model="none"} 1"#), "{text}");
         assert!(

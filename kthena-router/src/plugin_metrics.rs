@@ -23,6 +23,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::metrics::LabelValue;
+
 /// Plugin duration buckets in seconds (spec §2.15).
 pub const PLUGIN_BUCKETS: [f64; 6] = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5];
 /// kvcache-aware Redis and tokenize duration buckets in seconds (spec §2.15).
@@ -32,9 +34,9 @@ pub const KVCACHE_BUCKETS: [f64; 12] = [
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct PluginLabels {
-    model: String,
-    plugin: String,
-    r#type: String,
+    model: LabelValue,
+    plugin: &'static str,
+    r#type: &'static str,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -141,13 +143,13 @@ impl PluginMetrics {
     }
 
     /// Observes the plugin durations of one decision for `model`.
-    pub fn plugin_timings(&self, model: &str, timings: &[PluginTiming]) {
+    pub fn plugin_timings(&self, model: &LabelValue, timings: &[PluginTiming]) {
         for t in timings {
             self.durations
                 .get_or_create(&PluginLabels {
-                    model: model.to_owned(),
-                    plugin: t.plugin.to_owned(),
-                    r#type: t.kind.as_str().to_owned(),
+                    model: Arc::clone(model),
+                    plugin: t.plugin,
+                    r#type: t.kind.as_str(),
                 })
                 .observe(t.seconds);
         }

@@ -109,12 +109,13 @@ fn schedule(shared: &Shared, req: &Request<()>) -> Result<Scheduled, Error> {
             server: routed.server.key.clone(),
             reason: e.to_string(),
         })?;
-    shared
-        .metrics
+    let model: crate::metrics::LabelValue = Arc::from(parsed.model.as_str());
+    let metrics = &shared.metrics;
+    metrics
         .plugins
-        .plugin_timings(&parsed.model, &decision.plugin_timings);
+        .plugin_timings(&model, &decision.plugin_timings);
     for (plugin, ratio) in &decision.match_ratios {
-        shared.metrics.match_ratio(plugin, &parsed.model, *ratio);
+        metrics.match_ratio(plugin, &model, *ratio);
     }
     Ok(Scheduled {
         cands: Arc::new(cands),
