@@ -23,8 +23,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::metrics::LabelValue;
-
 /// Plugin duration buckets in seconds (spec §2.15).
 pub const PLUGIN_BUCKETS: [f64; 6] = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5];
 /// kvcache-aware Redis and tokenize duration buckets in seconds (spec §2.15).
@@ -34,7 +32,7 @@ pub const KVCACHE_BUCKETS: [f64; 12] = [
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct PluginLabels {
-    model: LabelValue,
+    model: Arc<str>,
     plugin: &'static str,
     r#type: &'static str,
 }
@@ -143,7 +141,7 @@ impl PluginMetrics {
     }
 
     /// Observes the plugin durations of one decision for `model`.
-    pub fn plugin_timings(&self, model: &LabelValue, timings: &[PluginTiming]) {
+    pub fn plugin_timings(&self, model: &Arc<str>, timings: &[PluginTiming]) {
         for t in timings {
             self.durations
                 .get_or_create(&PluginLabels {
