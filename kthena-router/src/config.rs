@@ -315,10 +315,10 @@ impl Config {
             s.env_value = s.env.as_deref().and_then(|n| env.var(n));
         }
         if let Some(v) = env.var("METRICS_SCRAPE_INTERVAL") {
-            let d = parse_go_duration(&v).map_err(|reason| Error::Env {
+            let d = parse_go_duration(&v).map_err(|e| Error::Env {
                 name: "METRICS_SCRAPE_INTERVAL",
                 value: v.clone(),
-                reason,
+                reason: e.to_string(),
             })?;
             if d.is_zero() {
                 return Err(Error::Env {
@@ -333,10 +333,10 @@ impl Config {
             self.gateway_api.namespace.get_or_insert(v);
         }
         if let Some(v) = env.var("DRAIN_TIMEOUT") {
-            self.drain_timeout = parse_go_duration(&v).map_err(|reason| Error::Env {
+            self.drain_timeout = parse_go_duration(&v).map_err(|e| Error::Env {
                 name: "DRAIN_TIMEOUT",
                 value: v.clone(),
-                reason,
+                reason: e.to_string(),
             })?;
         }
         if let Some(v) = env.var("ACCESS_LOG_ENABLED") {
@@ -466,7 +466,7 @@ impl Config {
             resolve_address(&ep.address)
                 .map_err(|r| err(format!("standalone.endpoints[{i}].address: {r}")))?;
         }
-        crate::sched::build_scheduler(&self.scheduler).map_err(err)?;
+        crate::sched::build_scheduler(&self.scheduler).map_err(|e| err(e.to_string()))?;
         Ok(self)
     }
 
@@ -509,16 +509,22 @@ impl Config {
 /// Resolves an endpoint address `host:port` to a socket address.
 ///
 /// # Errors
-/// A reason string when the address has no port or does not resolve.
-pub fn resolve_address(address: &str) -> std::result::Result<SocketAddr, String> {
+/// [`Error::BadAddress`] when the address has no port or its host lookup fails,
+/// [`Error::AddressUnresolved`] when it resolves to nothing.
+pub fn resolve_address(address: &str) -> Result<SocketAddr> {
     if let Ok(a) = address.parse::<SocketAddr>() {
         return Ok(a);
     }
     address
         .to_socket_addrs()
-        .map_err(|e| format!("{address:?} is not host:port: {e}"))?
+        .map_err(|source| Error::BadAddress {
+            address: address.to_owned(),
+            source,
+        })?
         .next()
-        .ok_or_else(|| format!("{address:?} resolves to no address"))
+        .ok_or_else(|| Error::AddressUnresolved {
+            address: address.to_owned(),
+        })
 }
 
 /// The Redis URL of Go Kthena's `REDIS_HOST`, `REDIS_PORT` (6379), `REDIS_PASSWORD`, DB 0;

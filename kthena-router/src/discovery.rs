@@ -196,9 +196,9 @@ impl Loader {
     /// [`Error::ReadFile`] or [`Error::Manifest`] (file, document, kind/name, field path,
     /// reason), [`Error::Config`] for a scheduler the registry rejects.
     pub fn load(&mut self, cfg: &Config, config_path: Option<&Path>) -> Result<Snapshot> {
-        let config_err = |reason: String| Error::Config {
+        let config_err = |e: Error| Error::Config {
             path: config_path.map(Path::to_path_buf).unwrap_or_default(),
-            reason,
+            reason: e.to_string(),
         };
         let kv = self.kv.prepare(cfg).map_err(config_err)?;
         let scheduler = kv
@@ -263,9 +263,9 @@ impl Loader {
         let (scheduler, kv) = match &self.fixed {
             Some((s, k)) => (Arc::clone(s), Arc::clone(k)),
             None => {
-                let config_err = |reason: String| Error::Config {
+                let config_err = |e: Error| Error::Config {
                     path: PathBuf::new(),
-                    reason,
+                    reason: e.to_string(),
                 };
                 let kv = self.kv.prepare(cfg).map_err(config_err)?;
                 let s = kv

@@ -2,30 +2,61 @@
 
 use std::time::Duration;
 
+use crate::error::Error;
+
+/// What is wrong with a Go duration string ([`Error::InvalidDuration`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DurationProblem {
+    /// A bare number (`10`): every duration of Go Kthena's config needs a unit.
+    NoUnit,
+    /// Below zero (`-1s`).
+    Negative,
+    /// Beyond Go's largest duration, 2562047h47m16.854775807s.
+    TooLarge,
+    /// Not Go `time.ParseDuration` syntax (`soon`, `1h-5m`).
+    Syntax,
+}
+
+impl DurationProblem {
+    /// The message for `value`: `` `10` has no unit: did you mean `10s`?`` for a bare
+    /// number, `` `-1s` is negative: ...``, `` `9999999999h` is larger than the largest Go
+    /// duration ...``, or `` `soon` is not a duration: ...`` listing the units.
+    #[must_use]
+    pub fn describe(self, value: &str) -> String {
+        match self {
+            Self::NoUnit => format!("`{value}` has no unit: did you mean `{value}s`?"),
+            Self::Negative => format!("`{value}` is negative: a duration must be 0 or more"),
+            Self::TooLarge => format!(
+                "`{value}` is larger than the largest Go duration (2562047h47m16.854775807s)"
+            ),
+            Self::Syntax => format!(
+                "`{value}` is not a duration: expected a number with a unit (`ns`, `us`, \
+                 `ms`, `s`, `m`, `h`), such as `500ms`, `10s` or `1m30s`"
+            ),
+        }
+    }
+}
+
 /// Parses a Go duration string (`1s`, `500ms`, `1h30m`) with [`kthena_api::GoDuration`]
 /// (Go `time.ParseDuration` syntax, at most Go's largest duration).
 ///
 /// # Errors
-/// A reason that names the value: `` `10` has no unit: did you mean `10s`?`` for a bare
-/// number, `` `-1s` is negative`` , `` `9999999999h` is larger than the largest Go duration
-/// ...``, or `` `soon` is not a duration: ...`` listing the units.
-pub fn parse_go_duration(s: &str) -> std::result::Result<Duration, String> {
+/// [`Error::InvalidDuration`] naming the value and the [`DurationProblem`]; a bare number
+/// is named without its surrounding blanks.
+pub fn parse_go_duration(s: &str) -> Result<Duration, Error> {
     use kthena_api::DurationError;
     let t = s.trim();
+    let bad = |value: &str, problem| Error::InvalidDuration {
+        value: value.to_owned(),
+        problem,
+    };
     if !t.is_empty() && t.parse::<f64>().is_ok() {
-        return Err(format!("`{t}` has no unit: did you mean `{t}s`?"));
+        return Err(bad(t, DurationProblem::NoUnit));
     }
     kthena_api::GoDuration::new(t).parse().map_err(|e| match e {
-        DurationError::Negative { .. } => {
-            format!("`{s}` is negative: a duration must be 0 or more")
-        }
-        DurationError::TooLarge { .. } => {
-            format!("`{s}` is larger than the largest Go duration (2562047h47m16.854775807s)")
-        }
-        _ => format!(
-            "`{s}` is not a duration: expected a number with a unit (`ns`, `us`, `ms`, `s`, \
-             `m`, `h`), such as `500ms`, `10s` or `1m30s`"
-        ),
+        DurationError::Negative { .. } => bad(s, DurationProblem::Negative),
+        DurationError::TooLarge { .. } => bad(s, DurationProblem::TooLarge),
+        _ => bad(s, DurationProblem::Syntax),
     })
 }
 
@@ -59,7 +90,7 @@ pub(crate) mod go_duration {
     }
 
     fn no_unit<E: Error>(n: &str) -> E {
-        E::custom(format!("`{n}` has no unit: did you mean `{n}s`?"))
+        E::custom(super::DurationProblem::NoUnit.describe(n))
     }
 
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {

@@ -84,8 +84,9 @@ impl Endpoint {
     /// Builds an endpoint from its config (the address must have been validated).
     ///
     /// # Errors
-    /// The resolver's reason when the address does not resolve.
-    pub fn from_config(cfg: &EndpointConfig) -> Result<Self, String> {
+    /// [`Error::BadAddress`] or [`Error::AddressUnresolved`] when the address does not
+    /// resolve.
+    pub fn from_config(cfg: &EndpointConfig) -> Result<Self, crate::Error> {
         let socket = crate::config::resolve_address(&cfg.address)?;
         Ok(Self {
             name: cfg.name.clone(),

@@ -16,6 +16,7 @@ use kthena_sched::{InMemoryKvIndex, KvCacheAwareArgs, KvIndex, LeastPrefillArgs,
 use serde::Deserialize;
 
 use crate::config::Config;
+use crate::error::Error;
 use crate::kv_config::{IndexBackend, KvCacheConfig, RedisConfig, TokenizerConfig};
 use crate::kv_redis::RedisKvIndex;
 use crate::metrics::Metrics;
@@ -60,17 +61,17 @@ impl KvState {
     /// otherwise it is seeded with `seed` (from the clock when `None`).
     ///
     /// # Errors
-    /// The scheduler's reason.
+    /// [`Error::Scheduler`] with the scheduler's error.
     pub fn build_scheduler(
         &self,
         cfg: &kthena_sched::Config,
         previous: Option<&Scheduler>,
         seed: Option<u64>,
-    ) -> Result<Scheduler, String> {
+    ) -> Result<Scheduler, Error> {
         let cfg = cfg
             .clone()
             .validate()
-            .map_err(crate::sched::scheduler_reason)?;
+            .map_err(crate::sched::scheduler_error)?;
         let b = match previous {
             Some(p) => p.rebuild(cfg),
             None => Scheduler::builder(cfg).seed(seed.unwrap_or_else(crate::sched::clock_seed)),
@@ -81,7 +82,7 @@ impl KvState {
         };
         b.clock(crate::sched::clock)
             .build()
-            .map_err(crate::sched::scheduler_reason)
+            .map_err(crate::sched::scheduler_error)
     }
 
     /// The token ids of a request's prompt, when they are wanted: in-process with the
@@ -170,9 +171,9 @@ impl KvLoader {
     /// settings did not change. Nothing is remembered until [`commit`](Self::commit).
     ///
     /// # Errors
-    /// A reason naming the field: invalid `kvcache-aware` args, an invalid Redis URL, a
-    /// tokenizer that cannot be loaded.
-    pub fn prepare(&self, cfg: &Config) -> Result<KvState, String> {
+    /// [`Error::KvCacheConfig`] naming the setting: invalid `kvcache-aware` args, an
+    /// invalid Redis URL, a tokenizer that cannot be loaded.
+    pub fn prepare(&self, cfg: &Config) -> Result<KvState, Error> {
         let kc = &cfg.kv_cache;
         let (enabled, args) = index_args(&cfg.scheduler)?;
         let index = if enabled {
@@ -191,7 +192,7 @@ impl KvLoader {
     }
 
     /// The previous index when its key is the same, else a new one.
-    fn index_for(&self, key: &IndexKey) -> Result<Arc<dyn KvIndex>, String> {
+    fn index_for(&self, key: &IndexKey) -> Result<Arc<dyn KvIndex>, Error> {
         if let Some((k, idx)) = &self.index
             && k == key
         {
@@ -200,11 +201,11 @@ impl KvLoader {
         Ok(match key {
             IndexKey::Memory { block_size, cap } => Arc::new(
                 InMemoryKvIndex::new(*block_size, *cap)
-                    .map_err(|e| format!("scheduler: kvcache-aware: {e}"))?,
+                    .map_err(|e| kv_config("scheduler: kvcache-aware", e))?,
             ) as Arc<dyn KvIndex>,
             IndexKey::Redis(r) => {
                 let mut idx = RedisKvIndex::new(&r.url, r.timeout)
-                    .map_err(|e| format!("kvCache.redis.url: {e}"))?;
+                    .map_err(|e| kv_config("kvCache.redis.url", e))?;
                 if let Some(m) = &self.metrics {
                     idx = idx.with_metrics(m.clone());
                 }
@@ -214,7 +215,7 @@ impl KvLoader {
     }
 
     /// The previous tokenizers when their settings are the same, else newly loaded ones.
-    fn tokenizers_for(&self, cfg: &Config) -> Result<Arc<Tokenizers>, String> {
+    fn tokenizers_for(&self, cfg: &Config) -> Result<Arc<Tokenizers>, Error> {
         let kc = &cfg.kv_cache;
         if let Some((k, t)) = &self.tokenizers
             && *k == tokenizers_key(cfg)
@@ -229,7 +230,7 @@ impl KvLoader {
                 .as_ref()
                 .map(|p| resolve(&cfg.base_dir, p));
             let m = ModelTokenizer::load(&t.model, &json, tc.as_deref(), kc.tokenize_cache_entries)
-                .map_err(|e| format!("kvCache.tokenizers[{i}]: {e}"))?;
+                .map_err(|e| kv_config(format!("kvCache.tokenizers[{i}]"), e))?;
             list.push(Arc::new(m));
         }
         Ok(Arc::new(Tokenizers::new(
@@ -253,7 +254,7 @@ impl KvLoader {
 /// Whether a KV index is wanted (`kvcache-aware` or `least-prefill` is an enabled score
 /// plugin), and `kvcache-aware`'s arguments: its own, with the block size and index cap of
 /// `least-prefill` when only that plugin is enabled.
-fn index_args(sched: &kthena_sched::Config) -> Result<(bool, KvCacheAwareArgs), String> {
+fn index_args(sched: &kthena_sched::Config) -> Result<(bool, KvCacheAwareArgs), Error> {
     let score_enabled = |name: &str| sched.plugins.score.enabled.iter().any(|p| p.name == name);
     let kv_aware = score_enabled("kvcache-aware");
     let least_prefill = score_enabled("least-prefill");
@@ -262,7 +263,7 @@ fn index_args(sched: &kthena_sched::Config) -> Result<(bool, KvCacheAwareArgs), 
         KvCacheAwareArgs::default()
     } else {
         KvCacheAwareArgs::deserialize(args_v)
-            .map_err(|e| format!("scheduler: kvcache-aware args: {e}"))?
+            .map_err(|e| kv_config("scheduler: kvcache-aware args", e))?
     };
     if least_prefill && !kv_aware {
         // The index is least-prefill's alone: its block size and cap decide.
@@ -271,7 +272,7 @@ fn index_args(sched: &kthena_sched::Config) -> Result<(bool, KvCacheAwareArgs), 
             LeastPrefillArgs::default()
         } else {
             LeastPrefillArgs::deserialize(lp_v)
-                .map_err(|e| format!("scheduler: least-prefill args: {e}"))?
+                .map_err(|e| kv_config("scheduler: least-prefill args", e))?
         };
         args.block_size_to_hash = lp.block_size_to_hash;
         args.max_index_entries = lp.max_index_entries;
@@ -311,4 +312,12 @@ fn kv_sources(cfg: &Config) -> HashMap<String, (String, Option<String>)> {
                 .map(|a| (e.name.clone(), (a, e.kv_events_replay.clone())))
         })
         .collect()
+}
+
+/// [`Error::KvCacheConfig`] for `field`.
+fn kv_config(field: impl Into<String>, source: impl Into<crate::body::BoxError>) -> Error {
+    Error::KvCacheConfig {
+        field: field.into(),
+        source: source.into(),
+    }
 }

@@ -98,7 +98,7 @@ pub use config::{
     EndpointPickerConfig, SchedulerConfig, Standalone, UNSUPPORTED_SECTIONS, resolve_address,
 };
 pub use discovery::{Loader, Server, Snapshot, manifest_files};
-pub use duration::parse_go_duration;
+pub use duration::{DurationProblem, parse_go_duration};
 pub use endpoint::{DOWN_AFTER_FAILURES, Endpoint, EngineState};
 pub use env::{Env, ProcessEnv};
 pub use error::{Error, Result, Side, error_response, openai_error_body};

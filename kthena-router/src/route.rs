@@ -13,6 +13,8 @@ use kthena_api::networking::StringMatch;
 use rand::Rng;
 use regex::Regex;
 
+use crate::error::Error;
+
 /// A string matcher: `exact` > `prefix` > `regex` when several are set; none set matches all.
 #[derive(Debug, Clone)]
 pub enum StringMatcher {
@@ -30,8 +32,8 @@ impl StringMatcher {
     /// Compiles a `StringMatch`.
     ///
     /// # Errors
-    /// The regex compiler's message.
-    pub fn compile(m: &StringMatch) -> Result<Self, String> {
+    /// The regex compiler's error for an invalid `regex`.
+    pub fn compile(m: &StringMatch) -> Result<Self, regex::Error> {
         if let Some(e) = &m.exact {
             return Ok(Self::Exact(e.clone()));
         }
@@ -39,7 +41,7 @@ impl StringMatcher {
             return Ok(Self::Prefix(p.clone()));
         }
         if let Some(r) = &m.regex {
-            return Regex::new(r).map(Self::Regex).map_err(|e| e.to_string());
+            return Regex::new(r).map(Self::Regex);
         }
         Ok(Self::Any)
     }
@@ -130,8 +132,9 @@ impl CompiledRoute {
     /// Compiles a (defaulted) ModelRoute. `age` orders duplicates: older first.
     ///
     /// # Errors
-    /// A reason with the JSON path of an invalid regex.
-    pub fn compile(route: &ModelRoute, age: (i128, u64)) -> Result<Self, String> {
+    /// [`Error::InvalidRegex`] with the JSON path of an invalid regex
+    /// (`spec.rules[0].modelMatch.uri.regex`).
+    pub fn compile(route: &ModelRoute, age: (i128, u64)) -> Result<Self, Error> {
         let mut rules = Vec::with_capacity(route.spec.rules.len());
         for (i, r) in route.spec.rules.iter().enumerate() {
             let matcher = match &r.model_match {
@@ -139,18 +142,22 @@ impl CompiledRoute {
                 Some(mm) => {
                     let mut headers = Vec::new();
                     for (k, sm) in &mm.headers {
-                        let m = StringMatcher::compile(sm).map_err(|e| {
-                            format!("spec.rules[{i}].modelMatch.headers[{k}].regex: {e}")
-                        })?;
+                        let m =
+                            StringMatcher::compile(sm).map_err(|source| Error::InvalidRegex {
+                                path: format!("spec.rules[{i}].modelMatch.headers[{k}].regex"),
+                                source,
+                            })?;
                         headers.push((k.to_ascii_lowercase(), m));
                     }
-                    let uri =
-                        match &mm.uri {
-                            Some(sm) => Some(StringMatcher::compile(sm).map_err(|e| {
-                                format!("spec.rules[{i}].modelMatch.uri.regex: {e}")
-                            })?),
-                            None => None,
-                        };
+                    let uri = match &mm.uri {
+                        Some(sm) => Some(StringMatcher::compile(sm).map_err(|source| {
+                            Error::InvalidRegex {
+                                path: format!("spec.rules[{i}].modelMatch.uri.regex"),
+                                source,
+                            }
+                        })?),
+                        None => None,
+                    };
                     let body_model = mm.body.as_ref().and_then(|b| b.model.clone());
                     Some(RuleMatcher {
                         body_model,

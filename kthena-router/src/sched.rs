@@ -3,28 +3,38 @@
 
 use kthena_sched::{Config, Scheduler};
 
+use crate::error::Error;
+
 /// Builds a scheduler from the `scheduler:` section, with a random seed for the plugins that
 /// draw random numbers.
 ///
 /// # Errors
-/// The scheduler's reason (unknown plugin, invalid args, no score plugin, ...), with paths
-/// from the top of the router file: ``unknown key
-/// `scheduler.pluginConfig[0].args.blockSizeToHas`: did you mean `blockSizeToHash`?``, or
-/// `scheduler: <reason>` for errors without a path.
-pub fn build_scheduler(cfg: &Config) -> Result<Scheduler, String> {
-    let cfg = cfg.clone().validate().map_err(scheduler_reason)?;
+/// [`Error::Scheduler`] with the scheduler's error (unknown plugin, invalid args, no score
+/// plugin, ...); its message has the path from the top of the router file.
+pub fn build_scheduler(cfg: &Config) -> Result<Scheduler, Error> {
+    let cfg = cfg.clone().validate().map_err(scheduler_error)?;
     Scheduler::builder(cfg)
         .seed(clock_seed())
         .clock(clock)
         .build()
-        .map_err(scheduler_reason)
+        .map_err(scheduler_error)
 }
 
-/// A scheduler error as read from the top of the router file.
-#[allow(clippy::needless_pass_by_value, reason = "used as a map_err callback")]
-pub(crate) fn scheduler_reason(e: kthena_sched::Error) -> String {
+/// [`Error::Scheduler`] of a scheduler error, its path (if any) moved under `scheduler`.
+pub(crate) fn scheduler_error(source: kthena_sched::Error) -> Error {
+    let source = if source.path().is_some() {
+        source.under("scheduler")
+    } else {
+        source
+    };
+    Error::Scheduler { source }
+}
+
+/// The message of [`Error::Scheduler`]: the error with its path from the top of the router
+/// file, or `scheduler: <reason>` when it has none.
+pub(crate) fn scheduler_message(e: &kthena_sched::Error) -> String {
     if e.path().is_some() {
-        e.under("scheduler").to_string()
+        e.to_string()
     } else {
         format!("scheduler: {e}")
     }

@@ -17,6 +17,7 @@ use prometheus_parse::{Scrape, Value};
 use tokio::time::Instant;
 
 use crate::endpoint::{Endpoint, EngineState};
+use crate::error::Error;
 
 pub(crate) mod llamacpp;
 
@@ -86,8 +87,9 @@ pub struct EngineSample {
 /// Parses a Prometheus text answer.
 ///
 /// # Errors
-/// A reason when the text holds no sample at all (not a Prometheus answer).
-pub fn parse_metrics(text: &str, names: EngineMetricNames) -> Result<EngineSample, String> {
+/// [`Error::MetricsSyntax`] when the text is not Prometheus text, [`Error::NoMetricSample`]
+/// when it holds no sample at all.
+pub fn parse_metrics(text: &str, names: EngineMetricNames) -> Result<EngineSample, Error> {
     // prometheus-parse 0.2 matches metric names with `\w+`, which excludes the `:` of
     // `vllm:*` and `sglang:*` names; colons in the name token are swapped for a marker
     // before parsing and restored in the lookups below.
@@ -102,7 +104,7 @@ pub fn parse_metrics(text: &str, names: EngineMetricNames) -> Result<EngineSampl
         kept
     };
     if scrape.samples.is_empty() {
-        return Err("unparsable metrics: no sample found".into());
+        return Err(Error::NoMetricSample);
     }
     Ok(sample_of(&scrape, names))
 }
@@ -140,9 +142,8 @@ fn sample_of(scrape: &Scrape, names: EngineMetricNames) -> EngineSample {
 }
 
 /// `lines` parsed with their metric names' colons escaped.
-fn parse_lines<'a>(lines: impl Iterator<Item = &'a str>) -> Result<Scrape, String> {
-    Scrape::parse(lines.map(|l| Ok(escape_name_colons(l))))
-        .map_err(|e| format!("unparsable metrics: {e}"))
+fn parse_lines<'a>(lines: impl Iterator<Item = &'a str>) -> Result<Scrape, Error> {
+    Scrape::parse(lines.map(|l| Ok(escape_name_colons(l)))).map_err(Error::MetricsSyntax)
 }
 
 impl EngineMetricNames {
@@ -284,14 +285,14 @@ pub struct ModelList {
 /// Parses `GET /v1/models`.
 ///
 /// # Errors
-/// A reason when the body is not `{"data":[{"id":..}]}`.
-pub fn parse_models(body: &[u8]) -> Result<ModelList, String> {
-    let v: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| format!("invalid /v1/models: {e}"))?;
+/// [`Error::ModelsJson`] when the body is not JSON, [`Error::ModelsShape`] when it has no
+/// `data` list (`{"data":[{"id":..}]}`).
+pub fn parse_models(body: &[u8]) -> Result<ModelList, Error> {
+    let v: serde_json::Value = serde_json::from_slice(body).map_err(Error::ModelsJson)?;
     let data = v
         .get("data")
         .and_then(|d| d.as_array())
-        .ok_or("invalid /v1/models: no data list")?;
+        .ok_or(Error::ModelsShape)?;
     let cards: Vec<(String, Option<bool>)> = data
         .iter()
         .filter_map(|m| {
@@ -322,28 +323,54 @@ pub fn parse_models(body: &[u8]) -> Result<ModelList, String> {
 /// `GET url` with a timeout; returns the status and body (at most 16 MiB).
 ///
 /// # Errors
-/// A reason for connect errors, timeouts and oversized bodies.
+/// [`Error::ScrapeTransport`] (connect error, reset), [`Error::ScrapeBody`] (body cut or
+/// over 16 MiB), [`Error::ScrapeTimeout`], [`Error::ScrapeUri`] (not a request target).
 pub(crate) async fn http_get(
     client: &HttpClient,
     url: &str,
     timeout: Duration,
-) -> Result<(http::StatusCode, Bytes), String> {
+) -> Result<(http::StatusCode, Bytes), Error> {
     let req = http::Request::get(url)
         .body(Full::new(Bytes::new()))
-        .map_err(|e| e.to_string())?;
+        .map_err(|source| Error::ScrapeUri {
+            url: url.to_owned(),
+            source,
+        })?;
     let fut = async {
-        let resp = client.request(req).await.map_err(|e| format!("{e:?}"))?;
+        let resp = client
+            .request(req)
+            .await
+            .map_err(|source| Error::ScrapeTransport {
+                url: url.to_owned(),
+                source,
+            })?;
         let status = resp.status();
         let body = Limited::new(resp.into_body(), MAX_SCRAPE_BYTES)
             .collect()
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(|source| Error::ScrapeBody {
+                url: url.to_owned(),
+                source,
+            })?
             .to_bytes();
-        Ok::<_, String>((status, body))
+        Ok((status, body))
     };
     tokio::time::timeout(timeout, fut)
         .await
-        .map_err(|_| format!("timed out after {timeout:?}"))?
+        .map_err(|_| Error::ScrapeTimeout {
+            url: url.to_owned(),
+            timeout,
+        })?
+}
+
+/// `GET url` answered 2xx, or [`Error::ScrapeStatus`].
+async fn get_ok(client: &HttpClient, url: String, timeout: Duration) -> Result<Bytes, Error> {
+    let (status, body) = http_get(client, &url, timeout).await?;
+    if status.is_success() {
+        Ok(body)
+    } else {
+        Err(Error::ScrapeStatus { url, status })
+    }
 }
 
 /// Scrapes one endpoint once and updates its state.
@@ -355,18 +382,14 @@ pub async fn scrape_endpoint(
 ) {
     let base = ep.base_url();
     let metrics = async {
-        let (status, body) = http_get(client, &format!("{base}/metrics"), timeout).await?;
-        if !status.is_success() {
-            return Err(format!("GET /metrics answered {status}"));
-        }
-        let text = std::str::from_utf8(&body).map_err(|e| e.to_string())?;
+        let url = format!("{base}/metrics");
+        let body = get_ok(client, url.clone(), timeout).await?;
+        let text =
+            std::str::from_utf8(&body).map_err(|source| Error::ScrapeNotUtf8 { url, source })?;
         parse_metrics(text, names_for(engine))
     };
     let models = async {
-        let (status, body) = http_get(client, &format!("{base}/v1/models"), timeout).await?;
-        if !status.is_success() {
-            return Err(format!("GET /v1/models answered {status}"));
-        }
+        let body = get_ok(client, format!("{base}/v1/models"), timeout).await?;
         parse_models(&body)
     };
     let (m, models) = futures_util::join!(metrics, models);
@@ -503,7 +526,9 @@ mod tests {
         st.apply(&parse_metrics(&text2, VLLM).unwrap(), now);
         let ttft = st.ttft_ms.unwrap();
         assert!((ttft - 100.0).abs() < 1e-9, "{ttft}");
-        assert!(parse_metrics("<html>oops</html>", VLLM).is_err());
+        let e = parse_metrics("<html>oops</html>", VLLM).unwrap_err();
+        assert!(matches!(e, Error::NoMetricSample), "{e:?}");
+        assert_eq!(e.to_string(), "unparsable metrics: no sample found");
         st.fail();
         assert!(st.stale);
         assert_eq!((st.waiting, st.running, st.kv_cache_usage), (4, 2, 0.25));
@@ -516,7 +541,12 @@ mod tests {
         let list = parse_models(body).unwrap();
         assert_eq!(list.ids, vec!["tiny-qwen3".to_owned()]);
         assert!(list.lora_adapters.is_empty());
-        assert!(parse_models(b"{}").is_err());
+        let e = parse_models(b"{}").unwrap_err();
+        assert!(matches!(e, Error::ModelsShape), "{e:?}");
+        assert_eq!(e.to_string(), "invalid /v1/models: no data list");
+        let e = parse_models(b"<html>").unwrap_err();
+        assert!(matches!(e, Error::ModelsJson(_)), "{e:?}");
+        assert!(e.to_string().starts_with("invalid /v1/models: "), "{e}");
         // vLLM with an adapter: the card's `parent` names the base model.
         let with_lora =
             br#"{"data":[{"id":"lora-sql","parent":"base"},{"id":"base","parent":null}]}"#;
@@ -529,5 +559,75 @@ mod tests {
             parse_models(plain).unwrap().lora_adapters,
             vec!["a1".to_owned()]
         );
+    }
+
+    /// A scrape's failures are typed and name the URL: an error status, a refused
+    /// connection, and an engine that does not answer within the timeout.
+    #[tokio::test]
+    async fn scrape_failures_name_the_url() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut server = tokio::task::JoinSet::new();
+        server.spawn(async move {
+            let mut n = 0;
+            let mut held = Vec::new();
+            while let Ok((mut s, _)) = l.accept().await {
+                n += 1;
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf).await;
+                if n == 1 {
+                    let _ = s
+                        .write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n")
+                        .await;
+                } else {
+                    // Never answers: the scrape times out.
+                    held.push(s);
+                }
+            }
+        });
+        let client = crate::server::http_client();
+        let url = format!("http://{addr}/metrics");
+        let e = get_ok(&client, url.clone(), Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::ScrapeStatus { status, .. } if status.as_u16() == 503),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            format!("GET {url} answered 503 Service Unavailable")
+        );
+        let e = get_ok(
+            &client,
+            format!("http://{addr}/v1/models"),
+            Duration::from_millis(200),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("GET http://{addr}/v1/models: timed out after 200ms")
+        );
+        // A port nothing listens on: the connect error, not hyper's "client error (Connect)".
+        let free = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let e = get_ok(
+            &client,
+            format!("http://{free}/metrics"),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(e, Error::ScrapeTransport { .. }), "{e:?}");
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with(&format!("GET http://{free}/metrics: ")),
+            "{msg}"
+        );
+        assert!(msg.contains("Connection refused"), "{msg}");
     }
 }

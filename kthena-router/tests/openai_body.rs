@@ -99,21 +99,41 @@ fn byte_order_mark_and_null_members() {
 /// now it is a config error that names the value.
 #[test]
 fn durations_beyond_range_are_config_errors() {
-    use kthena_router::parse_go_duration;
-    assert_eq!(
-        parse_go_duration("88888888888888888888888888888h"),
-        Err(
-            "`88888888888888888888888888888h` is larger than the largest Go duration (2562047h47m16.854775807s)"
-                .to_owned()
-        )
+    use kthena_router::{DurationProblem, Error, parse_go_duration};
+    let err = parse_go_duration("88888888888888888888888888888h").unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidDuration { value, problem: DurationProblem::TooLarge } if value == "88888888888888888888888888888h"),
+        "{err:?}"
     );
     assert_eq!(
-        parse_go_duration("1h-5m"),
-        Err("`1h-5m` is not a duration: expected a number with a unit (`ns`, `us`, `ms`, `s`, `m`, `h`), such as `500ms`, `10s` or `1m30s`".to_owned())
+        err.to_string(),
+        "`88888888888888888888888888888h` is larger than the largest Go duration (2562047h47m16.854775807s)"
+    );
+    let err = parse_go_duration("1h-5m").unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidDuration {
+                problem: DurationProblem::Syntax,
+                ..
+            }
+        ),
+        "{err:?}"
     );
     assert_eq!(
-        parse_go_duration("1m30s"),
-        Ok(std::time::Duration::from_secs(90))
+        err.to_string(),
+        "`1h-5m` is not a duration: expected a number with a unit (`ns`, `us`, `ms`, `s`, `m`, `h`), such as `500ms`, `10s` or `1m30s`"
+    );
+    let err = parse_go_duration(" 10 ").unwrap_err();
+    assert_eq!(err.to_string(), "`10` has no unit: did you mean `10s`?");
+    let err = parse_go_duration("-1s").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "`-1s` is negative: a duration must be 0 or more"
+    );
+    assert_eq!(
+        parse_go_duration("1m30s").ok(),
+        Some(std::time::Duration::from_secs(90))
     );
     let text = "drainTimeout: 99999999999999999999999h\n";
     let err = kthena_router::Config::from_yaml(std::path::Path::new("r.yaml"), text)

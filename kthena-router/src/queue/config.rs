@@ -125,7 +125,7 @@ fn flag(env: &dyn Env, name: &'static str) -> Result<bool, Error> {
 
 fn duration(env: &dyn Env, name: &'static str, into: &mut Duration) -> Result<(), Error> {
     if let Some(v) = env.var(name) {
-        *into = parse_go_duration(&v).map_err(|r| bad(name, &v, &r))?;
+        *into = parse_go_duration(&v).map_err(|e| bad(name, &v, &e.to_string()))?;
     }
     Ok(())
 }
@@ -264,7 +264,7 @@ fn session_from_env(env: &dyn Env) -> Result<SessionBoostConfig, Error> {
         let d = if negative {
             Duration::ZERO
         } else {
-            parse_go_duration(&v).map_err(|r| bad("SESSION_BOOST_TIMEOUT", &v, &r))?
+            parse_go_duration(&v).map_err(|e| bad("SESSION_BOOST_TIMEOUT", &v, &e.to_string()))?
         };
         c.timeout = (!d.is_zero()).then_some(d);
     }
