@@ -40,8 +40,8 @@ pub(crate) fn spawn_watcher(
         }
     })?;
     let mut watched: HashSet<PathBuf> = HashSet::new();
-    let cfg_abs = absolute(&config_path);
-    watch_all(&mut watcher, &mut watched, &watch_dirs(&cfg_abs, &shared));
+    let mut known = Known::now(&config_path, &shared);
+    sync_watches(&mut watcher, &mut watched, &known.dirs(&shared));
     tasks.spawn(async move {
         loop {
             let ev = tokio::select! {
@@ -49,7 +49,7 @@ pub(crate) fn spawn_watcher(
                 ev = rx.recv() => ev,
             };
             let Some(ev) = ev else { return };
-            if !is_relevant(&ev, &cfg_abs, &shared) {
+            if !known.is_relevant(&ev, &shared) {
                 continue;
             }
             // Debounce: wait until the watched files are quiet. Only relevant events extend
@@ -61,7 +61,7 @@ pub(crate) fn spawn_watcher(
                     () = cancel.cancelled() => return,
                     () = tokio::time::sleep_until(quiet_at) => break,
                     more = rx.recv() => match more {
-                        Some(ev) if is_relevant(&ev, &cfg_abs, &shared) => {
+                        Some(ev) if known.is_relevant(&ev, &shared) => {
                             quiet_at = tokio::time::Instant::now() + DEBOUNCE;
                         }
                         Some(_) => {}
@@ -77,7 +77,8 @@ pub(crate) fn spawn_watcher(
                     shared.store_snapshot(Arc::new(snap));
                     shared.metrics.reload(true);
                     tracing::info!(generation, "Routing snapshot reloaded");
-                    watch_all(&mut watcher, &mut watched, &watch_dirs(&cfg_abs, &shared));
+                    known = Known::now(&config_path, &shared);
+                    sync_watches(&mut watcher, &mut watched, &known.dirs(&shared));
                 }
                 Err(e) => {
                     shared.metrics.reload(false);
@@ -93,21 +94,112 @@ fn absolute(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
-fn watch_dirs(cfg: &Path, shared: &Shared) -> Vec<PathBuf> {
-    let mut dirs = vec![cfg.parent().map(Path::to_path_buf).unwrap_or_default()];
-    let snap = shared.snapshot.load();
-    for f in &snap.files {
-        let f = absolute(f);
-        if let Some(d) = f.parent() {
-            dirs.push(d.to_path_buf());
-        }
+/// `p` with its folder's symlinks resolved but not its own: the path a change of `p`
+/// itself (an editor's rename, a symlink replaced) is reported under.
+fn as_linked(p: &Path) -> PathBuf {
+    match (p.parent(), p.file_name()) {
+        (Some(d), Some(name)) if !d.as_os_str().is_empty() => absolute(d).join(name),
+        _ => absolute(p),
     }
-    // Folders listed in the config are watched too, so new files are seen.
-    dirs.extend(snap.dirs.iter().map(|d| absolute(d)));
-    dirs
 }
 
-fn watch_all(w: &mut notify::RecommendedWatcher, watched: &mut HashSet<PathBuf>, dirs: &[PathBuf]) {
+/// The Kubernetes ConfigMap volume's link to its current data folder: the kubelet
+/// updates a mounted ConfigMap by pointing `..data` at a new folder (one atomic rename) and
+/// deleting the old one; the files are links through `..data`.
+const CONFIGMAP_DATA: &str = "..data";
+
+/// The files the last load read, as the kernel names them: the config file and manifest
+/// files both as linked and as resolved at that load (after a ConfigMap update, the
+/// events name the old resolved paths, which no longer resolve to the same place).
+struct Known {
+    /// The config file as linked.
+    config: PathBuf,
+    /// Every file of the last load: as linked and resolved.
+    files: HashSet<PathBuf>,
+}
+
+impl Known {
+    fn now(config: &Path, shared: &Shared) -> Self {
+        let snap = shared.snapshot.load();
+        let mut files = HashSet::new();
+        for f in std::iter::once(config).chain(snap.files.iter().map(PathBuf::as_path)) {
+            files.insert(absolute(f));
+            files.insert(as_linked(f));
+        }
+        Self {
+            config: as_linked(config),
+            files,
+        }
+    }
+
+    /// The folders to watch: those of the config file and the manifest files (as linked
+    /// and resolved, so that both an edit and a ConfigMap update are seen) and the
+    /// manifest folders the config lists.
+    fn dirs(&self, shared: &Shared) -> Vec<PathBuf> {
+        let mut dirs: Vec<PathBuf> = self
+            .files
+            .iter()
+            .filter_map(|f| f.parent().map(Path::to_path_buf))
+            .collect();
+        if let Some(d) = self.config.parent() {
+            dirs.push(d.to_path_buf());
+        }
+        dirs.extend(shared.snapshot.load().dirs.iter().map(|d| absolute(d)));
+        dirs.sort();
+        dirs.dedup();
+        dirs
+    }
+
+    /// Whether an event touches the config file, a file of the last load (as linked or as
+    /// resolved then or now), a ConfigMap's `..data` link beside one of them or in a
+    /// manifest folder, or a YAML/JSON file in a manifest folder. Other files beside the
+    /// config file (its folder is watched to see editors' atomic renames) do not trigger a
+    /// reload.
+    fn is_relevant(&self, ev: &notify::Event, shared: &Shared) -> bool {
+        if ev.kind.is_access() {
+            return false;
+        }
+        let snap = shared.snapshot.load();
+        let in_manifest_dir =
+            |d: &Path| snap.dirs.iter().any(|m| absolute(m) == d);
+        ev.paths.iter().any(|p| {
+            if *p == self.config
+                || self.files.contains(p)
+                || snap.files.iter().any(|f| absolute(f) == *p)
+            {
+                return true;
+            }
+            let Some(dir) = p.parent() else {
+                return false;
+            };
+            if p.file_name().is_some_and(|n| n == CONFIGMAP_DATA) {
+                return in_manifest_dir(dir)
+                    || self.files.iter().any(|f| f.parent() == Some(dir));
+            }
+            let manifest_like = p
+                .extension()
+                .and_then(|x| x.to_str())
+                .is_some_and(|x| matches!(x, "yaml" | "yml" | "json"));
+            manifest_like && in_manifest_dir(dir)
+        })
+    }
+}
+
+/// Watches `dirs` and stops watching the folders no longer among them (a ConfigMap's old
+/// data folder, a manifest folder removed from the config).
+fn sync_watches(
+    w: &mut notify::RecommendedWatcher,
+    watched: &mut HashSet<PathBuf>,
+    dirs: &[PathBuf],
+) {
+    watched.retain(|d| {
+        if dirs.contains(d) {
+            return true;
+        }
+        // A deleted folder's watch is already gone; there is nothing to report then.
+        let _ = w.unwatch(d);
+        false
+    });
     for d in dirs {
         if d.as_os_str().is_empty() || watched.contains(d) {
             continue;
@@ -119,26 +211,4 @@ fn watch_all(w: &mut notify::RecommendedWatcher, watched: &mut HashSet<PathBuf>,
             Err(err) => tracing::warn!(dir = %d.display(), %err, "Cannot watch folder"),
         }
     }
-}
-
-/// Whether an event touches the config file, a manifest file of the current snapshot, or a
-/// YAML/JSON file in a manifest folder it lists. Other files beside the config file (the
-/// config's folder is watched to see editors' atomic renames) do not trigger a reload.
-fn is_relevant(ev: &notify::Event, cfg: &Path, shared: &Shared) -> bool {
-    if ev.kind.is_access() {
-        return false;
-    }
-    let snap = shared.snapshot.load();
-    ev.paths.iter().any(|p| {
-        if p == cfg || snap.files.iter().any(|f| absolute(f) == *p) {
-            return true;
-        }
-        let manifest_like = p
-            .extension()
-            .and_then(|x| x.to_str())
-            .is_some_and(|x| matches!(x, "yaml" | "yml" | "json"));
-        manifest_like
-            && p.parent()
-                .is_some_and(|d| snap.dirs.iter().any(|m| absolute(m) == d))
-    })
 }
