@@ -390,7 +390,9 @@ pub fn usage_of(v: &Value) -> Option<Usage> {
     usage_from(u)
 }
 
-fn usage_from(u: &Value) -> Option<Usage> {
+/// The [`Usage`] of a `usage` object (`prompt_tokens`/`input_tokens`,
+/// `completion_tokens`/`output_tokens`); `None` when all zero.
+pub(crate) fn usage_from(u: &Value) -> Option<Usage> {
     let get = |a: &str, b: &str| {
         u.get(a)
             .or_else(|| u.get(b))

@@ -8,6 +8,7 @@
 //! non-streamed body is kept by reference to read `usage` at the end, and the upstream idle
 //! timer is re-armed only when it fires (the last frame's time is noted per chunk).
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -21,14 +22,18 @@ use tokio_util::sync::CancellationToken;
 
 use crate::accounting::Accounting;
 use crate::body::BoxError;
-use crate::openai::ResponseProbe;
+use crate::openai::{ResponseProbe, Usage, usage_from};
 use crate::sse::SseFilter;
+use serde::Deserialize;
 
 /// Pause between the SSE error event and breaking the stream, so the event is flushed.
 const ERROR_FLUSH_PAUSE: Duration = Duration::from_millis(10);
 
-/// Largest non-streaming response kept to read `usage` from, in bytes.
+/// Largest non-streaming response kept whole to read `usage` from, in bytes.
 const MAX_USAGE_COPY: usize = 4 * 1024 * 1024;
+
+/// Bytes at least kept of the end of a larger non-streaming response, to find its `usage`.
+const USAGE_TAIL: usize = 64 * 1024;
 
 /// The streaming response body.
 #[derive(Debug)]
@@ -76,29 +81,66 @@ impl IdleTimer {
     }
 }
 
-/// The chunks of a non-streamed body up to [`MAX_USAGE_COPY`] bytes, held by reference.
+/// The chunks of a non-streamed body, held by reference: all of it up to
+/// [`MAX_USAGE_COPY`] bytes; beyond that only its last [`USAGE_TAIL`] bytes or more, where
+/// an OpenAI-shaped answer has its `usage` (after `choices`).
 #[derive(Debug, Default)]
 struct JsonChunks {
-    chunks: Vec<Bytes>,
+    chunks: VecDeque<Bytes>,
+    /// Bytes in `chunks`.
     len: usize,
+    /// The body went past [`MAX_USAGE_COPY`]: `chunks` hold its tail only.
+    tail_only: bool,
 }
 
 impl JsonChunks {
     fn push(&mut self, data: &Bytes) {
-        if self.len + data.len() <= MAX_USAGE_COPY {
-            self.len += data.len();
-            self.chunks.push(data.clone());
+        self.len += data.len();
+        self.chunks.push_back(data.clone());
+        self.tail_only |= self.len > MAX_USAGE_COPY;
+        if self.tail_only {
+            while let Some(front) = self.chunks.front()
+                && self.len - front.len() >= USAGE_TAIL
+            {
+                self.len -= front.len();
+                self.chunks.pop_front();
+            }
         }
     }
 
     /// `usage.completion_tokens` of the whole body, if it has one.
     fn output_tokens(&self) -> Option<u64> {
-        let probe = match self.chunks.as_slice() {
-            [one] => ResponseProbe::parse(one),
-            many => ResponseProbe::parse(&many.concat()),
+        let joined;
+        let body: &[u8] = match (self.chunks.len(), self.chunks.front()) {
+            (1, Some(b)) => b,
+            _ => {
+                let mut all = Vec::with_capacity(self.len);
+                for b in &self.chunks {
+                    all.extend_from_slice(b);
+                }
+                joined = all;
+                &joined
+            }
         };
-        Some(probe?.usage()?.completion_tokens)
+        if self.tail_only {
+            return Some(usage_in_tail(body)?.completion_tokens);
+        }
+        Some(ResponseProbe::parse(body)?.usage()?.completion_tokens)
     }
+}
+
+/// The last top-level-looking `"usage": {...}` object in the tail of a JSON answer too
+/// large to parse whole. A `"usage"` inside a string is escaped (`\"usage\"`), so the
+/// unescaped key is the answer's own.
+fn usage_in_tail(tail: &[u8]) -> Option<Usage> {
+    const KEY: &[u8] = b"\"usage\"";
+    let at = tail.windows(KEY.len()).rposition(|w| w == KEY)?;
+    let rest = tail[at + KEY.len()..]
+        .trim_ascii_start()
+        .strip_prefix(b":")?;
+    let mut de = serde_json::Deserializer::from_slice(rest.trim_ascii_start());
+    let v = serde_json::Value::deserialize(&mut de).ok()?;
+    usage_from(&v)
 }
 
 impl ProxyBody {
@@ -323,5 +365,67 @@ impl Drop for ProxyBody {
                 "client closed the connection during the response".into(),
             )));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A non-streamed answer of `content_len` bytes of content, cut into `chunk` byte pieces,
+    /// whose content mentions an escaped `"usage"` near its end.
+    fn pieces(content_len: usize, chunk: usize) -> Vec<Bytes> {
+        let content = format!(
+            "{}\\\"usage\\\": {{\\\"completion_tokens\\\": 99}}",
+            "x".repeat(content_len)
+        );
+        let body = format!(
+            r#"{{"id":"c","choices":[{{"index":0,"message":{{"role":"assistant","content":"{content}"}}}}],"usage":{{"prompt_tokens":8,"total_tokens":11,"completion_tokens":3}}}}"#
+        );
+        let body = Bytes::from(body);
+        (0..body.len())
+            .step_by(chunk)
+            .map(|i| body.slice(i..body.len().min(i + chunk)))
+            .collect()
+    }
+
+    /// Regression: answers over 4 MiB lost their usage (0 output tokens) because the chunks
+    /// past the limit were dropped while smaller later ones were kept.
+    #[test]
+    fn usage_is_read_from_answers_of_any_size() {
+        for (len, chunk) in [
+            (1_000, 100),
+            (4_000_000, 65_536),
+            (9_000_000, 65_536),
+            (9_000_000, 7_777),
+            (20_000_000, 1 << 20),
+        ] {
+            let mut j = JsonChunks::default();
+            for p in pieces(len, chunk) {
+                j.push(&p);
+            }
+            assert_eq!(
+                j.output_tokens(),
+                Some(3),
+                "{len} bytes in {chunk} byte chunks"
+            );
+            assert!(j.len <= MAX_USAGE_COPY + chunk, "kept {} bytes", j.len);
+        }
+    }
+
+    #[test]
+    fn a_tail_without_usage_gives_none() {
+        assert_eq!(usage_in_tail(br#"xx"}}],"model":"m"}"#), None);
+        assert_eq!(
+            usage_in_tail(br#"x\"usage\": {\"completion_tokens\": 9}"}"#),
+            None
+        );
+        assert_eq!(
+            usage_in_tail(br#"x"}], "usage" : {"input_tokens": 2, "output_tokens": 5}}"#),
+            Some(Usage {
+                prompt_tokens: 2,
+                completion_tokens: 5
+            })
+        );
     }
 }

@@ -160,8 +160,7 @@ impl Known {
             return false;
         }
         let snap = shared.snapshot.load();
-        let in_manifest_dir =
-            |d: &Path| snap.dirs.iter().any(|m| absolute(m) == d);
+        let in_manifest_dir = |d: &Path| snap.dirs.iter().any(|m| absolute(m) == d);
         ev.paths.iter().any(|p| {
             if *p == self.config
                 || self.files.contains(p)
@@ -173,8 +172,7 @@ impl Known {
                 return false;
             };
             if p.file_name().is_some_and(|n| n == CONFIGMAP_DATA) {
-                return in_manifest_dir(dir)
-                    || self.files.iter().any(|f| f.parent() == Some(dir));
+                return in_manifest_dir(dir) || self.files.iter().any(|f| f.parent() == Some(dir));
             }
             let manifest_like = p
                 .extension()
