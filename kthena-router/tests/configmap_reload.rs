@@ -3,6 +3,8 @@
 //! the old folder; the files are links through `..data`. Every such update must reload,
 //! the config file's as well as the manifests', and the next one too.
 
+#![allow(clippy::unwrap_used, reason = "tests fail on any unexpected error")]
+
 mod common;
 
 use std::path::Path;
