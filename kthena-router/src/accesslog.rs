@@ -3,7 +3,8 @@
 
 use std::fmt::Write as _;
 use std::io::Write;
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -200,6 +201,9 @@ pub struct AccessLog {
     tx: Option<SyncSender<Msg>>,
     writer: Option<JoinHandle<()>>,
     dropped: Counter,
+    /// A [`flush`](Self::flush) already waited [`FLUSH_TIMEOUT`] for an output that took
+    /// nothing: dropping the log does not wait for it again.
+    stalled: std::sync::atomic::AtomicBool,
 }
 
 /// What the writer thread is sent.
@@ -273,6 +277,7 @@ impl AccessLog {
                 tx: None,
                 writer: None,
                 dropped,
+                stalled: false.into(),
             });
         }
         let (tx, rx) = sync_channel(ACCESS_LOG_QUEUE);
@@ -284,6 +289,7 @@ impl AccessLog {
             tx: Some(tx),
             writer: Some(writer),
             dropped,
+            stalled: false.into(),
         })
     }
 
@@ -342,19 +348,27 @@ impl AccessLog {
     }
 
     /// Blocks until every entry queued before the call is written and flushed to the
-    /// output, or 5 s passed (an output that takes nothing). A no-op when the log is
-    /// disabled.
+    /// output, or 5 s passed in all (an output that takes nothing; the log's drop then
+    /// waits no more). A no-op when the log is disabled.
     pub fn flush(&self) {
         let Some(tx) = &self.tx else {
             return;
         };
+        if self.stalled.load(Ordering::Relaxed) {
+            return;
+        }
         let (ack, done) = sync_channel(1);
         let mut msg = Msg::Flush(ack);
-        // A full queue is retried every millisecond within the same 5 s.
-        for _ in 0..FLUSH_TIMEOUT.as_millis() {
+        // A full queue is retried every millisecond; the answer is awaited for what is
+        // left of the same 5 s.
+        let budget = u64::try_from(FLUSH_TIMEOUT.as_millis()).unwrap_or(u64::MAX);
+        for waited in 0..budget {
             match tx.try_send(msg) {
                 Ok(()) => {
-                    let _ = done.recv_timeout(FLUSH_TIMEOUT);
+                    let left = Duration::from_millis(budget - waited);
+                    if done.recv_timeout(left) == Err(RecvTimeoutError::Timeout) {
+                        self.stalled.store(true, Ordering::Relaxed);
+                    }
                     return;
                 }
                 Err(TrySendError::Full(m)) => msg = m,
@@ -362,6 +376,7 @@ impl AccessLog {
             }
             std::thread::sleep(Duration::from_millis(1));
         }
+        self.stalled.store(true, Ordering::Relaxed);
     }
 }
 
@@ -373,7 +388,12 @@ impl Drop for AccessLog {
         let Some(w) = self.writer.take() else {
             return;
         };
-        for _ in 0..FLUSH_TIMEOUT.as_millis() {
+        let wait = if self.stalled.load(Ordering::Relaxed) {
+            1
+        } else {
+            FLUSH_TIMEOUT.as_millis()
+        };
+        for _ in 0..wait {
             if w.is_finished() {
                 let _ = w.join();
                 return;
@@ -429,6 +449,48 @@ pub(crate) fn now_rfc3339() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression: with an output that took nothing, shutdown waited 5 s in `flush` and
+    /// then 5 s more when the log was dropped; both share one 5 s now.
+    #[test]
+    fn a_stalled_output_costs_one_flush_timeout_in_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("out.fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        // A reader that opens the pipe and never reads: the pipe holds 64 KiB.
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::File::open(fifo).unwrap())
+        };
+        let log = AccessLog::open(
+            &AccessLogConfig {
+                enabled: true,
+                format: AccessLogFormat::Json,
+                output: fifo.display().to_string(),
+            },
+            Counter::default(),
+        )
+        .unwrap();
+        let _reader = reader.join().unwrap();
+        for i in 0..2_000 {
+            let e = log.request_entry(
+                "/v1/completions".into(),
+                "POST",
+                || "HTTP/1.1".into(),
+                &format!("r-{i}"),
+            );
+            log.write(e);
+        }
+        let start = jiff::Timestamp::now();
+        log.flush();
+        drop(log);
+        let took = jiff::Timestamp::now().duration_since(start).as_secs_f64();
+        assert!((4.5..7.0).contains(&took), "flush and drop took {took} s");
+    }
 
     #[test]
     fn request_entry_fills_log_only_fields_only_when_the_log_is_written() {
