@@ -158,6 +158,8 @@ struct Inputs {
     secrets: crate::provider::Secrets,
     /// Warnings found while reading the manifests (unknown fields).
     warnings: Vec<crate::warnings::ConfigWarning>,
+    /// Gateway API mode: ModelRoutes with `parentRefs` can be served.
+    gateway_api: bool,
 }
 
 /// An endpoint with the labels ModelServers select it by.
@@ -204,8 +206,10 @@ impl Loader {
         let scheduler = kv
             .build_scheduler(&cfg.scheduler, self.scheduler.as_deref(), cfg.random_seed)
             .map_err(config_err)?;
+        check_manifest_paths(cfg, config_path)?;
         let mut inputs = read_manifests(cfg)?;
         inputs.endpoints = cfg.endpoints().to_vec();
+        inputs.gateway_api = cfg.gateway_api.enabled;
         inputs.secrets = crate::provider::read_secrets(cfg.secrets(), &cfg.base_dir);
         if let Some(p) = config_path {
             inputs.files.push(p.to_path_buf());
@@ -304,6 +308,7 @@ impl Loader {
             endpoints,
             providers,
             secrets,
+            gateway_api: cfg.gateway_api.enabled,
             ..Inputs::default()
         };
         self.build(inputs, OnInvalid::Skip, scheduler, kv, None)
@@ -343,6 +348,9 @@ impl Loader {
             &providers,
             &endpoints,
         ));
+        if !inputs.gateway_api {
+            warnings.extend(route_objects.iter().filter_map(checks::needs_gateway));
+        }
         self.log_warnings(&warnings, on_invalid);
         Ok(Snapshot {
             generation: self.generation,
@@ -656,6 +664,24 @@ fn pd_role(
 }
 
 /// Reads and validates the manifests a standalone config names.
+/// Every `standalone.manifests` path exists, else [`Error::Config`] naming the config file
+/// and the entry: `standalone.manifests[1]: cannot read /etc/kthena/nothere: No such file
+/// or directory (os error 2)`.
+fn check_manifest_paths(cfg: &Config, config_path: Option<&Path>) -> Result<()> {
+    for (i, p) in cfg.manifest_paths().iter().enumerate() {
+        if let Err(e) = std::fs::metadata(p) {
+            return Err(Error::Config {
+                path: config_path.map(Path::to_path_buf).unwrap_or_default(),
+                reason: format!(
+                    "standalone.manifests[{i}]: cannot read {}: {e}",
+                    p.display()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 fn read_manifests(cfg: &Config) -> Result<Inputs> {
     let manifest_paths = cfg.manifest_paths();
     let dirs: Vec<PathBuf> = manifest_paths

@@ -108,3 +108,26 @@ fn pd_group_servers_list_prefill_and_decode_endpoints() {
     assert_eq!(names(&s.decode_endpoints), ["d"]);
     assert_eq!(names(&s.prefill_endpoints), ["p"]);
 }
+
+/// Regression: a missing manifest path was reported as `cannot read ./nothere/: ...`, without
+/// the config file or the field.
+#[test]
+fn a_missing_manifest_path_names_the_config_and_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("here")).unwrap();
+    let path = dir.path().join("c.yaml");
+    let yaml = "standalone:\n  manifests: [here, nothere/]\n  endpoints: []\n";
+    let cfg = Config::from_yaml(&path, yaml)
+        .unwrap()
+        .validate(&path)
+        .unwrap();
+    let e = Loader::new().load(&cfg, Some(&path)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "invalid config {}: standalone.manifests[1]: cannot read {}: No such file or directory (os error 2)",
+            path.display(),
+            dir.path().join("nothere/").display()
+        )
+    );
+}

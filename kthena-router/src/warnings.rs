@@ -10,12 +10,13 @@ use serde::Serialize;
 
 /// The kinds of [`ConfigWarning`], the values of the metric's `kind` label (every kind is
 /// exported, 0 when absent, so an alert can watch `> 0`).
-pub const WARNING_KINDS: [&str; 5] = [
+pub const WARNING_KINDS: [&str; 6] = [
     "unknown_field",
     "model_server_not_found",
     "endpoint_not_selected",
     "model_server_without_endpoints",
     "external_provider_not_found",
+    "route_needs_gateway_api",
 ];
 
 /// One problem of the loaded configuration, in the words logged and dumped.

@@ -61,6 +61,25 @@ pub(crate) fn check(
     out
 }
 
+/// A ModelRoute with `spec.parentRefs` outside Gateway API mode: it serves only requests
+/// through the Gateways it names, so here it serves none.
+pub(crate) fn needs_gateway(r: &ModelRoute) -> Option<ConfigWarning> {
+    if r.spec.parent_refs.is_empty() {
+        return None;
+    }
+    let ns = r.metadata.namespace.as_deref().unwrap_or("default");
+    let name = r.metadata.name.as_deref().unwrap_or("");
+    Some(ConfigWarning {
+        kind: "route_needs_gateway_api",
+        message: format!(
+            "ModelRoute {ns}/{name}: spec.parentRefs binds it to a Gateway, and Gateway API \
+             mode is off (gatewayApi.enabled, --enable-gateway-api); requests for model {:?} \
+             get 404",
+            r.spec.model_name
+        ),
+    })
+}
+
 fn route_targets(
     r: &ModelRoute,
     servers: &HashMap<String, Arc<Server>>,
