@@ -206,7 +206,7 @@ impl Loader {
         let scheduler = kv
             .build_scheduler(&cfg.scheduler, self.scheduler.as_deref(), cfg.random_seed)
             .map_err(config_err)?;
-        check_manifest_paths(cfg, config_path)?;
+        checks::manifest_paths_exist(cfg, config_path)?;
         let mut inputs = read_manifests(cfg)?;
         inputs.endpoints = cfg.endpoints().to_vec();
         inputs.gateway_api = cfg.gateway_api.enabled;
@@ -664,24 +664,6 @@ fn pd_role(
 }
 
 /// Reads and validates the manifests a standalone config names.
-/// Every `standalone.manifests` path exists, else [`Error::Config`] naming the config file
-/// and the entry: `standalone.manifests[1]: cannot read /etc/kthena/nothere: No such file
-/// or directory (os error 2)`.
-fn check_manifest_paths(cfg: &Config, config_path: Option<&Path>) -> Result<()> {
-    for (i, p) in cfg.manifest_paths().iter().enumerate() {
-        if let Err(e) = std::fs::metadata(p) {
-            return Err(Error::Config {
-                path: config_path.map(Path::to_path_buf).unwrap_or_default(),
-                reason: format!(
-                    "standalone.manifests[{i}]: cannot read {}: {e}",
-                    p.display()
-                ),
-            });
-        }
-    }
-    Ok(())
-}
-
 fn read_manifests(cfg: &Config) -> Result<Inputs> {
     let manifest_paths = cfg.manifest_paths();
     let dirs: Vec<PathBuf> = manifest_paths

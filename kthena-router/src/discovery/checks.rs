@@ -1,14 +1,18 @@
 //! The load-time checks of a routing snapshot (see the `warnings` module): ModelRoute
 //! targets that do not exist, endpoints no ModelServer selects, ModelServers without
-//! endpoints; and the models without a ready endpoint that `/readyz` lists.
+//! endpoints, ModelRoutes bound to a Gateway outside Gateway API mode; the models without a
+//! ready endpoint that `/readyz` lists; and the check that every manifest path exists.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::Arc;
 
 use kthena_api::ModelRoute;
 
 use super::{Server, Snapshot};
+use crate::config::Config;
 use crate::endpoint::Endpoint;
+use crate::error::{Error, Result};
 use crate::warnings::ConfigWarning;
 
 /// Every warning of a snapshot, in a stable order (routes in table order, then servers and
@@ -167,4 +171,21 @@ pub(crate) fn unready_models(snap: &Snapshot) -> Vec<String> {
         .collect();
     out.sort();
     out
+}
+/// Every `standalone.manifests` path exists, else [`Error::Config`] naming the config file
+/// and the entry: `standalone.manifests[1]: cannot read /etc/kthena/nothere: No such file
+/// or directory (os error 2)`.
+pub(crate) fn manifest_paths_exist(cfg: &Config, config_path: Option<&Path>) -> Result<()> {
+    for (i, p) in cfg.manifest_paths().iter().enumerate() {
+        if let Err(e) = std::fs::metadata(p) {
+            return Err(Error::Config {
+                path: config_path.map(Path::to_path_buf).unwrap_or_default(),
+                reason: format!(
+                    "standalone.manifests[{i}]: cannot read {}: {e}",
+                    p.display()
+                ),
+            });
+        }
+    }
+    Ok(())
 }
