@@ -377,7 +377,7 @@ impl Config {
 
     /// Two listeners configured on one port (0, any free port, never clashes; the debug
     /// listener is on 127.0.0.1, so it clashes only when `bindAddress` covers loopback).
-    fn port_clash(&self) -> Option<String> {
+    pub(crate) fn port_clash(&self) -> Option<String> {
         let same = |a: u16, b: u16| a != 0 && a == b;
         let loopback = self.bind_address.is_unspecified()
             || self.bind_address == std::net::IpAddr::from([127, 0, 0, 1]);

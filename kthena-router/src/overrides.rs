@@ -91,5 +91,69 @@ impl Overrides {
 /// [`Error::Env`](crate::Error::Env).
 pub fn load_config(path: &Path, env: &dyn Env, overrides: Overrides) -> Result<Config> {
     let cfg = Config::load(path)?.apply_env(env)?;
-    overrides.apply(cfg).validate(path)
+    let file_clash = cfg.port_clash();
+    let cfg = overrides.apply(cfg);
+    if file_clash.is_none()
+        && let Some(clash) = cfg.port_clash()
+    {
+        // The file alone was fine: the clash comes from the flags, so say so.
+        let flags: Vec<String> = [
+            ("--port", overrides.port),
+            ("--metrics-port", overrides.metrics_port),
+            ("--debug-port", overrides.debug_port),
+        ]
+        .into_iter()
+        .filter_map(|(flag, p)| p.map(|p| format!("{flag} {p}")))
+        .collect();
+        return Err(crate::Error::Config {
+            path: path.to_owned(),
+            reason: format!("with the flags {}: {clash}", flags.join(", ")),
+        });
+    }
+    cfg.validate(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    /// Regression: a port clash made by the flags was reported as a mistake of the file.
+    #[test]
+    fn a_port_clash_from_the_flags_names_the_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.yaml");
+        std::fs::write(&path, "standalone: {endpoints: []}\n").unwrap();
+        let env = HashMap::new();
+        let flags = Overrides {
+            port: Some(22080),
+            metrics_port: Some(22080),
+            ..Overrides::default()
+        };
+        let e = load_config(&path, &env, flags).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "invalid config {}: with the flags --port 22080, --metrics-port 22080: port and \
+                 metricsPort are both 22080: each listener needs a port of its own",
+                path.display()
+            )
+        );
+        // A clash in the file itself is still the file's.
+        std::fs::write(
+            &path,
+            "port: 9000\nmetricsPort: 9000\nstandalone: {endpoints: []}\n",
+        )
+        .unwrap();
+        let e = load_config(&path, &env, Overrides::default()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "invalid config {}: port and metricsPort are both 9000: each listener needs a \
+                 port of its own",
+                path.display()
+            )
+        );
+    }
 }
