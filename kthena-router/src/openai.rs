@@ -102,7 +102,13 @@ pub fn parse_request(mut raw: Bytes) -> Result<ParsedRequest> {
         Some(Value::String(m)) if !m.trim().is_empty() => m.clone(),
         _ => return Err(Error::MissingModel),
     };
-    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    // OpenAI answers 400 for a non-boolean `stream`; taking `"true"` as false would send a
+    // stream the router accounts as a plain answer.
+    let stream = match body.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(invalid("stream", "must be a boolean")),
+    };
     let client_wants_usage = match body.get("stream_options") {
         None | Some(Value::Null) => false,
         Some(Value::Object(o)) => o
@@ -686,6 +692,31 @@ mod tests {
         assert_eq!(estimate_tokens("abcd"), 1);
         assert_eq!(estimate_tokens("abcde"), 2);
         assert_eq!(estimate_tokens("héllo"), 2);
+    }
+
+    /// Regression: `"stream": "true"` was taken as a plain request, so the stream it got was
+    /// accounted with no usage; now it is a 400 naming the field, as OpenAI answers.
+    #[test]
+    fn a_non_boolean_stream_is_an_invalid_field() {
+        for v in [r#""true""#, "1", "{}"] {
+            let e = parse(&format!(r#"{{"model":"a","prompt":"x","stream":{v}}}"#)).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    Error::InvalidField {
+                        param: "stream",
+                        ..
+                    }
+                ),
+                "{v}: {e:?}"
+            );
+            assert_eq!(e.to_string(), "invalid field `stream`: must be a boolean");
+        }
+        assert!(
+            !parse(r#"{"model":"a","prompt":"x","stream":null}"#)
+                .unwrap()
+                .stream
+        );
     }
 
     #[test]
