@@ -375,6 +375,29 @@ impl Config {
         Ok(self)
     }
 
+    /// The settings read at start only (listener ports, `bindAddress`, `maxBodyBytes`,
+    /// `upstreamIdleTimeout`, `listener`, `accessLog`) that differ in `new`, by their config
+    /// names: a reload keeps the running values, so these need a restart.
+    #[must_use]
+    pub fn start_only_changes(&self, new: &Self) -> Vec<&'static str> {
+        [
+            ("port", self.port != new.port),
+            ("metricsPort", self.metrics_port != new.metrics_port),
+            ("debugPort", self.debug_port != new.debug_port),
+            ("bindAddress", self.bind_address != new.bind_address),
+            ("maxBodyBytes", self.max_body_bytes != new.max_body_bytes),
+            (
+                "upstreamIdleTimeout",
+                self.upstream_idle_timeout != new.upstream_idle_timeout,
+            ),
+            ("listener", self.listener != new.listener),
+            ("accessLog", self.access_log != new.access_log),
+        ]
+        .into_iter()
+        .filter_map(|(name, changed)| changed.then_some(name))
+        .collect()
+    }
+
     /// Two listeners configured on one port (0, any free port, never clashes; the debug
     /// listener is on 127.0.0.1, so it clashes only when `bindAddress` covers loopback).
     pub(crate) fn port_clash(&self) -> Option<String> {

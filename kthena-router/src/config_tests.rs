@@ -269,3 +269,26 @@ fn messages_a_user_can_act_on() {
         .is_ok()
     );
 }
+
+/// A reload names the start-only settings it cannot apply (they needed a restart and were
+/// dropped silently).
+#[test]
+fn start_only_changes_are_named() {
+    let path = Path::new("r.yaml");
+    let old = Config::from_yaml(path, "port: 8080\nlistener: {maxConnections: 10}\n").unwrap();
+    let same = Config::from_yaml(
+        path,
+        "port: 8080\nlistener: {maxConnections: 10}\nmetricsScrapeInterval: 5s\n",
+    )
+    .unwrap();
+    assert!(old.start_only_changes(&same).is_empty());
+    let new = Config::from_yaml(
+        path,
+        "port: 9000\nlistener: {maxConnections: 20}\naccessLog: {enabled: false}\n",
+    )
+    .unwrap();
+    assert_eq!(
+        old.start_only_changes(&new),
+        ["port", "listener", "accessLog"]
+    );
+}

@@ -101,6 +101,7 @@ impl Router {
             crate::watch::spawn_watcher(
                 Arc::clone(&router.shared),
                 loader,
+                cfg.clone(),
                 path,
                 overrides,
                 router.cancel.clone(),

@@ -28,6 +28,7 @@ pub(crate) const DEBOUNCE: Duration = Duration::from_millis(150);
 pub(crate) fn spawn_watcher(
     shared: Arc<Shared>,
     mut loader: Loader,
+    started: crate::config::Config,
     config_path: PathBuf,
     overrides: Overrides,
     cancel: CancellationToken,
@@ -69,7 +70,10 @@ pub(crate) fn spawn_watcher(
                     },
                 }
             }
-            let result = load_config(&config_path, &ProcessEnv, overrides).and_then(|cfg| loader.load(&cfg, Some(&config_path)));
+            let result = load_config(&config_path, &ProcessEnv, overrides).and_then(|cfg| {
+                warn_start_only(&started, &cfg);
+                loader.load(&cfg, Some(&config_path))
+            });
             match result {
                 Ok(snap) => {
                     let generation = snap.generation;
@@ -88,6 +92,17 @@ pub(crate) fn spawn_watcher(
         }
     });
     Ok(())
+}
+
+/// Warns when the reloaded config changes settings read at start only.
+fn warn_start_only(started: &crate::config::Config, cfg: &crate::config::Config) {
+    let changed = started.start_only_changes(cfg);
+    if !changed.is_empty() {
+        tracing::warn!(
+            settings = %changed.join(", "),
+            "Settings read at start only changed in the config; the running values stay until a restart"
+        );
+    }
 }
 
 fn absolute(p: &Path) -> PathBuf {
