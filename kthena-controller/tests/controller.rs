@@ -98,6 +98,16 @@ fn condition(ms: &ModelServing, type_: &str) -> Option<String> {
 }
 
 /// Waits until `name` is Available=True with `groups` available groups and returns it.
+/// Applies an RFC 6902 JSON patch to a ModelServing. Unlike get-then-replace it carries no
+/// resourceVersion, so it cannot lose a race with the controller's status writes.
+async fn json_patch(ns: &TestNamespace, name: &str, ops: serde_json::Value) -> Result<()> {
+    let ops: json_patch::Patch = serde_json::from_value(ops)?;
+    ns.api::<ModelServing>()
+        .patch(name, &PatchParams::default(), &Patch::<()>::Json(ops))
+        .await?;
+    Ok(())
+}
+
 async fn available(ns: &TestNamespace, name: &str, groups: i32) -> Result<ModelServing> {
     let api = ns.api::<ModelServing>();
     eventually(
@@ -540,14 +550,15 @@ async fn a_template_change_rolls_every_group_within_max_unavailable() -> Result<
     .await?;
     let before = available(ns, name, 3).await?;
     let old = before.status.clone().unwrap_or_default().update_revision;
-    let mut ms = api.get(name).await?;
-    let worker = ms.spec.template.roles[0]
-        .worker_template
-        .as_mut()
-        .context("no worker")?;
-    let spec = worker.spec.as_mut().context("no worker spec")?;
-    spec.containers[0].image = Some("vllm/vllm-openai:v0.11.0".to_owned());
-    api.replace(name, &PostParams::default(), &ms).await?;
+    // A JSON patch, not get-then-replace: the controller writes status meanwhile, and a
+    // replace carrying the old resourceVersion would fail with 409 Conflict.
+    let image = "/spec/template/roles/0/workerTemplate/spec/containers/0/image";
+    json_patch(
+        ns,
+        name,
+        json!([{"op": "replace", "path": image, "value": "vllm/vllm-openai:v0.11.0"}]),
+    )
+    .await?;
     // Sample until every group is on the new revision and ready; at most one group
     // (maxUnavailable 1) may be unready at any sampled moment.
     let fewest = AtomicUsize::new(3);
@@ -738,15 +749,9 @@ async fn a_role_replica_change_converges_deleting_in_gos_order() -> Result<()> {
     create_example(ns, "multi-node.yaml").await?;
     let name = "llama-multinode";
     available(ns, name, 1).await?;
-    let api = ns.api::<ModelServing>();
     let set_role_replicas = |n: i32| {
-        let api = api.clone();
-        async move {
-            let mut ms = api.get(name).await?;
-            ms.spec.template.roles[0].replicas = Some(n);
-            api.replace(name, &PostParams::default(), &ms).await?;
-            anyhow::Ok(())
-        }
+        let op = json!([{"op": "replace", "path": "/spec/template/roles/0/replicas", "value": n}]);
+        json_patch(ns, name, op)
     };
     let before = uids(ns, name).await?;
     set_role_replicas(3).await?;

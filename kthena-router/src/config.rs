@@ -376,8 +376,9 @@ impl Config {
     }
 
     /// The settings read at start only (listener ports, `bindAddress`, `maxBodyBytes`,
-    /// `upstreamIdleTimeout`, `listener`, `accessLog`) that differ in `new`, by their config
-    /// names: a reload keeps the running values, so these need a restart.
+    /// `upstreamIdleTimeout`, `listener`, `accessLog`, `drainTimeout`,
+    /// `endpointPicker.address`) that differ in `new`, by their config names: a reload keeps
+    /// the running values, so these need a restart.
     #[must_use]
     pub fn start_only_changes(&self, new: &Self) -> Vec<&'static str> {
         [
@@ -392,6 +393,11 @@ impl Config {
             ),
             ("listener", self.listener != new.listener),
             ("accessLog", self.access_log != new.access_log),
+            ("drainTimeout", self.drain_timeout != new.drain_timeout),
+            (
+                "endpointPicker.address",
+                self.endpoint_picker.address != new.endpoint_picker.address,
+            ),
         ]
         .into_iter()
         .filter_map(|(name, changed)| changed.then_some(name))

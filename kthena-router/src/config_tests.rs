@@ -291,4 +291,13 @@ fn start_only_changes_are_named() {
         old.start_only_changes(&new),
         ["port", "listener", "accessLog"]
     );
+    let picker = Config::from_yaml(
+        path,
+        "port: 8080\nlistener: {maxConnections: 10}\ndrainTimeout: 10s\nendpointPicker: {address: \"127.0.0.1:9002\"}\n",
+    )
+    .unwrap();
+    assert_eq!(
+        old.start_only_changes(&picker),
+        ["drainTimeout", "endpointPicker.address"]
+    );
 }

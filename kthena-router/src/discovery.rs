@@ -209,7 +209,9 @@ impl Loader {
         checks::manifest_paths_exist(cfg, config_path)?;
         let mut inputs = read_manifests(cfg)?;
         inputs.endpoints = cfg.endpoints().to_vec();
-        inputs.gateway_api = cfg.gateway_api.enabled;
+        // Gateways are read only from the cluster: standalone, a route bound to one serves
+        // nothing whatever gatewayApi.enabled says, and is warned about.
+        inputs.gateway_api = false;
         inputs.secrets = crate::provider::read_secrets(cfg.secrets(), &cfg.base_dir);
         if let Some(p) = config_path {
             inputs.files.push(p.to_path_buf());

@@ -42,6 +42,7 @@ pub(crate) fn spawn_watcher(
     })?;
     let mut watched: HashSet<PathBuf> = HashSet::new();
     let mut known = Known::now(&config_path, &shared);
+    known.want(&started);
     sync_watches(&mut watcher, &mut watched, &known.dirs(&shared));
     tasks.spawn(async move {
         loop {
@@ -72,6 +73,9 @@ pub(crate) fn spawn_watcher(
             }
             let result = load_config(&config_path, &ProcessEnv, overrides).and_then(|cfg| {
                 warn_start_only(&started, &cfg);
+                // Watched even when this load fails: a listed path that does not exist yet
+                // (a ConfigMap mounted later) reloads once it appears.
+                known.want(&cfg);
                 loader.load(&cfg, Some(&config_path))
             });
             match result {
@@ -81,14 +85,16 @@ pub(crate) fn spawn_watcher(
                     shared.store_snapshot(Arc::new(snap));
                     shared.metrics.reload(true);
                     tracing::info!(generation, "Routing snapshot reloaded");
+                    let wanted = std::mem::take(&mut known.wanted);
                     known = Known::now(&config_path, &shared);
-                    sync_watches(&mut watcher, &mut watched, &known.dirs(&shared));
+                    known.wanted = wanted;
                 }
                 Err(e) => {
                     shared.metrics.reload(false);
                     tracing::error!(error = %e, "Rejected configuration change; the previous snapshot keeps serving");
                 }
             }
+            sync_watches(&mut watcher, &mut watched, &known.dirs(&shared));
         }
     });
     Ok(())
@@ -131,6 +137,9 @@ struct Known {
     config: PathBuf,
     /// Every file of the last load: as linked and resolved.
     files: HashSet<PathBuf>,
+    /// The `standalone.manifests` paths of the last config read (as linked), loaded or not:
+    /// a folder deleted and made again, or a path that appears later, reloads.
+    wanted: HashSet<PathBuf>,
 }
 
 impl Known {
@@ -144,7 +153,13 @@ impl Known {
         Self {
             config: as_linked(config),
             files,
+            wanted: HashSet::new(),
         }
+    }
+
+    /// Notes `cfg`'s manifest paths as wanted.
+    fn want(&mut self, cfg: &crate::config::Config) {
+        self.wanted = cfg.manifest_paths().iter().map(|p| as_linked(p)).collect();
     }
 
     /// The folders to watch: those of the config file and the manifest files (as linked
@@ -159,6 +174,13 @@ impl Known {
         if let Some(d) = self.config.parent() {
             dirs.push(d.to_path_buf());
         }
+        // A wanted path's folder sees it made or deleted; a wanted folder, its files.
+        dirs.extend(
+            self.wanted
+                .iter()
+                .filter_map(|p| p.parent().map(Path::to_path_buf)),
+        );
+        dirs.extend(self.wanted.iter().filter(|p| p.is_dir()).cloned());
         dirs.extend(shared.snapshot.load().dirs.iter().map(|d| absolute(d)));
         dirs.sort();
         dirs.dedup();
@@ -179,6 +201,7 @@ impl Known {
         ev.paths.iter().any(|p| {
             if *p == self.config
                 || self.files.contains(p)
+                || self.wanted.contains(p)
                 || snap.files.iter().any(|f| absolute(f) == *p)
             {
                 return true;
@@ -193,13 +216,15 @@ impl Known {
                 .extension()
                 .and_then(|x| x.to_str())
                 .is_some_and(|x| matches!(x, "yaml" | "yml" | "json"));
-            manifest_like && in_manifest_dir(dir)
+            manifest_like && (in_manifest_dir(dir) || self.wanted.contains(dir))
         })
     }
 }
 
-/// Watches `dirs` and stops watching the folders no longer among them (a ConfigMap's old
-/// data folder, a manifest folder removed from the config).
+/// Watches `dirs` (again each time: a folder deleted and made again is a new one to the
+/// kernel) and stops watching the folders no longer among them (a ConfigMap's old data
+/// folder, a manifest folder removed from the config). A folder that does not exist is
+/// skipped; its parent is watched to see it appear.
 fn sync_watches(
     w: &mut notify::RecommendedWatcher,
     watched: &mut HashSet<PathBuf>,
@@ -214,7 +239,8 @@ fn sync_watches(
         false
     });
     for d in dirs {
-        if d.as_os_str().is_empty() || watched.contains(d) {
+        if d.as_os_str().is_empty() || !d.is_dir() {
+            watched.remove(d);
             continue;
         }
         match w.watch(d, RecursiveMode::NonRecursive) {

@@ -213,7 +213,8 @@ spec:
 }
 
 /// Regression: outside Gateway API mode a ModelRoute bound to a Gateway (`parentRefs`) served
-/// nothing and nothing said why; now a `route_needs_gateway_api` warning names it.
+/// nothing and nothing said why; now a `route_needs_gateway_api` warning names it, in
+/// standalone mode also when `gatewayApi.enabled` is set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_route_bound_to_a_gateway_is_reported_outside_gateway_api_mode() {
     let sim = kthena_sim::spawn(common::sim_config("m1")).await.unwrap();
@@ -221,35 +222,46 @@ async fn a_route_bound_to_a_gateway_is_reported_outside_gateway_api_mode() {
         "{}  parentRefs: [{{name: default, kind: Gateway}}]\n",
         simple_route("bound", "gw-model", "srv-a")
     );
-    let r = TestRouter::start(
-        common::LEAST_REQUEST_ONLY,
-        &endpoint("sim-a", sim.addr(), "a"),
-        &[
-            ("srv-a.yaml", model_server("srv-a", "m1", "a", "")),
-            ("r1.yaml", simple_route("r1", "m1", "srv-a")),
-            ("bound.yaml", bound),
-        ],
-    )
-    .await;
-    r.wait_ready().await;
-    let warnings: Vec<(&str, String)> = r
-        .router
-        .snapshot()
-        .warnings
-        .iter()
-        .map(|w| (w.kind, w.message.clone()))
-        .collect();
-    assert_eq!(
-        warnings,
-        vec![(
-            "route_needs_gateway_api",
-            "ModelRoute default/bound: spec.parentRefs binds it to a Gateway, and Gateway API \
-             mode is off (gatewayApi.enabled, --enable-gateway-api); requests for model \
-             \"gw-model\" get 404"
-                .to_owned()
-        )]
+    // Standalone, gatewayApi.enabled changes nothing: Gateways are read from the cluster.
+    let enabled = format!(
+        "{}gatewayApi: {{enabled: true}}\n",
+        common::LEAST_REQUEST_ONLY
     );
-    assert_eq!(warning_gauge(&r, "route_needs_gateway_api").await, 1.0);
-    assert_eq!(warning_gauge(&r, "model_server_not_found").await, 0.0);
-    r.router.shutdown().await;
+    for head in [common::LEAST_REQUEST_ONLY, enabled.as_str()] {
+        let r = TestRouter::start(
+            head,
+            &endpoint("sim-a", sim.addr(), "a"),
+            &[
+                ("srv-a.yaml", model_server("srv-a", "m1", "a", "")),
+                ("r1.yaml", simple_route("r1", "m1", "srv-a")),
+                ("bound.yaml", bound.clone()),
+            ],
+        )
+        .await;
+        r.wait_ready().await;
+        let warnings: Vec<(&str, String)> = r
+            .router
+            .snapshot()
+            .warnings
+            .iter()
+            .map(|w| (w.kind, w.message.clone()))
+            .collect();
+        assert_eq!(
+            warnings,
+            vec![(
+                "route_needs_gateway_api",
+                "ModelRoute default/bound: spec.parentRefs binds it to a Gateway, and Gateway API \
+             mode is off (it needs cluster mode with gatewayApi.enabled or \
+             --enable-gateway-api); requests for model \"gw-model\" get 404"
+                    .to_owned()
+            )]
+        );
+        assert_eq!(
+            warning_gauge(&r, "route_needs_gateway_api").await,
+            1.0,
+            "{head}"
+        );
+        assert_eq!(warning_gauge(&r, "model_server_not_found").await, 0.0);
+        r.router.shutdown().await;
+    }
 }

@@ -48,6 +48,15 @@ async fn completion_shape_matches_vllm() {
     // Completions default to 16 tokens, as in vLLM.
     let (_, dflt) = post_json(&url, &json!({"model": "tiny-qwen3", "prompt": "Hello"})).await;
     assert_eq!(dflt["usage"]["completion_tokens"], 16);
+    // `"stream": null` is as absent (vLLM's `Optional[bool]`); it was a 400.
+    for path in ["/v1/completions", "/v1/chat/completions", "/v1/responses"] {
+        let (status, body) = post_json(
+            &format!("{}{path}", sim.base_url()),
+            &json!({"model": "tiny-qwen3", "prompt": "Hi", "messages": [{"role": "user", "content": "Hi"}], "input": "Hi", "max_tokens": 2, "stream": null}),
+        )
+        .await;
+        assert_eq!(status, 200, "{path}: {body}");
+    }
     sim.kill().await;
 }
 

@@ -77,8 +77,8 @@ pub(crate) fn needs_gateway(r: &ModelRoute) -> Option<ConfigWarning> {
         kind: "route_needs_gateway_api",
         message: format!(
             "ModelRoute {ns}/{name}: spec.parentRefs binds it to a Gateway, and Gateway API \
-             mode is off (gatewayApi.enabled, --enable-gateway-api); requests for model {:?} \
-             get 404",
+             mode is off (it needs cluster mode with gatewayApi.enabled or \
+             --enable-gateway-api); requests for model {:?} get 404",
             r.spec.model_name
         ),
     })

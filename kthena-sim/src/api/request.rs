@@ -87,7 +87,7 @@ pub(super) fn prepare(s: &Shared, api: Api, c: Common, prompt: Vec<u32>) -> Resu
         max_tokens,
         lora,
         cache_salt: c.cache_salt,
-        stream: c.stream,
+        stream: c.stream.unwrap_or(false),
         include_usage,
         seed: c.seed.unwrap_or(0),
         remote_prefill,

@@ -43,8 +43,9 @@ struct ResponsesRequest {
     instructions: Option<String>,
     #[serde(default)]
     max_output_tokens: Option<usize>,
+    /// `null` is as absent (vLLM's `Optional[bool]`).
     #[serde(default)]
-    stream: bool,
+    stream: Option<bool>,
     #[serde(default)]
     seed: Option<u64>,
     #[serde(default)]

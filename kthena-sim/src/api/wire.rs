@@ -51,8 +51,9 @@ pub(super) struct Common {
     pub(super) max_tokens: Option<usize>,
     #[serde(default)]
     pub(super) max_completion_tokens: Option<usize>,
+    /// `null` is as absent (vLLM's `Optional[bool]`).
     #[serde(default)]
-    pub(super) stream: bool,
+    pub(super) stream: Option<bool>,
     #[serde(default)]
     pub(super) stream_options: Option<StreamOptions>,
     #[serde(default)]
