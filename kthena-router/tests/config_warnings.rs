@@ -18,6 +18,15 @@ const NOT_SELECTED: &str = "endpoint orphan (namespace default, labels {app: nob
 const NO_ENDPOINTS: &str = "ModelServer default/srv-b: spec.workloadSelector.matchLabels \
     {app: b} selects no endpoint in namespace default; requests routed to it get 503";
 
+/// `(kind, message)` of every warning of the router's snapshot.
+fn kinds_and_messages(r: &TestRouter) -> Vec<(&'static str, String)> {
+    let snap = r.router.snapshot();
+    snap.warnings
+        .iter()
+        .map(|w| (w.kind, w.message.clone()))
+        .collect()
+}
+
 async fn dump(r: &TestRouter) -> serde_json::Value {
     let (status, text) = get(&format!(
         "http://{}/debug/config_dump/warnings",
@@ -58,13 +67,7 @@ async fn missing_server_and_unselected_endpoint_are_reported_at_load_and_reload(
     .await;
     r.wait_ready().await;
 
-    let messages: Vec<(&str, String)> = r
-        .router
-        .snapshot()
-        .warnings
-        .iter()
-        .map(|w| (w.kind, w.message.clone()))
-        .collect();
+    let messages = kinds_and_messages(&r);
     assert_eq!(
         messages,
         vec![
@@ -239,13 +242,7 @@ async fn a_route_bound_to_a_gateway_is_reported_outside_gateway_api_mode() {
         )
         .await;
         r.wait_ready().await;
-        let warnings: Vec<(&str, String)> = r
-            .router
-            .snapshot()
-            .warnings
-            .iter()
-            .map(|w| (w.kind, w.message.clone()))
-            .collect();
+        let warnings = kinds_and_messages(&r);
         assert_eq!(
             warnings,
             vec![(
