@@ -200,12 +200,31 @@ async fn debug_server(
     Ok(Some(server))
 }
 
+/// SIGTERM (how Kubernetes stops a pod) or Ctrl-C.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the controller");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+    tracing::info!("shutting down");
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
     let args = Args::parse();
     let set = ControllerSet::parse(&args.controllers)?;
@@ -229,9 +248,7 @@ async fn main() -> anyhow::Result<()> {
     });
     let booster = (set.modelbooster && alone)
         .then(|| kthena_controller::run_booster(client.clone(), boosting, std::future::pending()));
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+    let shutdown = shutdown_signal();
     let controllers = async move {
         if !set.modelserving {
             tracing::warn!("the modelserving controller is disabled");

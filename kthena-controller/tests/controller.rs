@@ -655,6 +655,9 @@ async fn the_binary_serves_healthz_and_reconciles() -> Result<()> {
             "50",
             "--kube-api-burst",
             "100",
+            "--leader-elect",
+            "--leader-elect-namespace",
+            ns.name(),
         ])
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
@@ -696,7 +699,22 @@ async fn the_binary_serves_healthz_and_reconciles() -> Result<()> {
         Ok((pod_names(&ns, "sample").await? == want).then_some(()))
     })
     .await?;
-    child.kill().await?;
+    // Kubernetes stops a pod with SIGTERM: the binary exits 0 and releases the Lease at
+    // once, so a standby need not wait for it to expire.
+    let pid = child.id().context("no pid")?.to_string();
+    let kill = tokio::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await?;
+    assert!(kill.success());
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await??;
+    assert!(status.success(), "{status}");
+    let lease = ns.api::<Lease>().get(LEASE_NAME).await?;
+    let holder = lease
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    assert_eq!(holder, "", "the Lease was not released");
     Ok(())
 }
 
@@ -710,13 +728,13 @@ async fn role_rolling_update_replaces_only_the_changed_role() -> Result<()> {
     let uids_before = uids(ns, "sample").await?;
     assert_eq!(uids_before.len(), 8);
     let api = ns.api::<ModelServing>();
-    let mut ms = api.get("sample").await?;
-    let decode = ms.spec.template.roles[1]
-        .worker_template
-        .as_mut()
-        .context("no worker")?;
-    decode.spec.as_mut().context("no spec")?.containers[0].image = Some("nginx:1.29".to_owned());
-    api.replace("sample", &PostParams::default(), &ms).await?;
+    let image = "/spec/template/roles/1/workerTemplate/spec/containers/0/image";
+    json_patch(
+        ns,
+        "sample",
+        json!([{"op": "replace", "path": image, "value": "nginx:1.29"}]),
+    )
+    .await?;
     let done = eventually("both groups updated", || async {
         let ms = api.get("sample").await?;
         let st = ms.status.clone().unwrap_or_default();
