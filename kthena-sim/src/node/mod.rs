@@ -180,7 +180,16 @@ async fn watch_pods(
     if let Some(selector) = &config.selector {
         wc = wc.labels(selector);
     }
-    let mut events = std::pin::pin!(watcher(api, wc).default_backoff());
+    // A kubelet's pace: after an API server restart the pods are served again within
+    // seconds, not after kube-runtime's default back-off of up to 30 s (doubled by jitter).
+    let backoff = watcher::ExponentialBackoff::from(
+        backon::ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(200))
+            .with_max_delay(Duration::from_secs(2))
+            .with_jitter()
+            .without_max_times(),
+    );
+    let mut events = std::pin::pin!(watcher(api, wc).backoff(backoff));
     let mut tasks: HashMap<String, PodTask> = HashMap::new();
     let mut relisted: Option<HashSet<String>> = None;
     loop {
