@@ -212,12 +212,9 @@ impl ProxyBody {
         }
         self.finished = true;
         if let Some(f) = &self.sse {
-            // A stream cut before its usage chunk (the client left, the engine failed) is
-            // charged what it streamed; a complete one exactly what the engine reported.
-            self.output_tokens = match error {
-                Some(_) => f.streamed_output_tokens(),
-                None => f.output_tokens,
-            };
+            // What the engine reported, else (a stream cut before its usage chunk, or an
+            // engine that sends none) one token per event streamed.
+            self.output_tokens = f.streamed_output_tokens();
         } else if error.is_none()
             && let Some(n) = self.json.output_tokens()
         {
@@ -322,7 +319,18 @@ impl Body for ProxyBody {
                             Some(out) => Frame::data(out),
                             None => continue,
                         },
-                        Err(frame) => frame,
+                        Err(trailers) => {
+                            // Trailers end a body, and hyper may drop it without polling
+                            // again: settle now (it read as a client disconnect).
+                            let rest = this.sse.as_mut().map(SseFilter::flush).unwrap_or_default();
+                            this.finish(None);
+                            if !rest.is_empty() {
+                                // An unterminated last line goes out; the trailers after
+                                // it do not (SSE clients do not read trailers).
+                                return Poll::Ready(Some(Ok(Frame::data(rest))));
+                            }
+                            trailers
+                        }
                     };
                     if at_end {
                         // Finish before the last bytes leave, so that a client that has the

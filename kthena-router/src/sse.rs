@@ -8,7 +8,8 @@
 //! SIMD substring searches (`memchr::memmem`) decide it. Only the lines of the rare chunks
 //! that match (the final usage chunk, `[DONE]`) are parsed, with
 //! [`ResponseProbe`]. A line split across upstream reads is joined in a small carry buffer
-//! (a copy, not in steady state). A `usage` key spelt with JSON escapes (`"\u0075sage"`) is
+//! (a copy, not in steady state); a line longer than 64 KiB is forwarded as it arrives,
+//! unread. A `usage` key spelt with JSON escapes (`"\u0075sage"`) is
 //! not recognised; no engine writes one.
 
 use std::sync::LazyLock;
@@ -24,6 +25,12 @@ static DONE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"[DONE]")
 /// always a line start).
 static DATA_LINE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\ndata:"));
 
+/// Longest start of a line held back while its end has not arrived, in bytes. A longer line
+/// cannot be a chunk the filter must read (a usage-only chunk or `[DONE]` is a few hundred
+/// bytes): it is forwarded as it arrives, unread, so an engine's endless line neither grows
+/// the router's memory nor holds the client's stream.
+const MAX_CARRY: usize = 64 * 1024;
+
 /// Line-based SSE pass-through (see the module doc).
 ///
 /// Feed it every upstream chunk with [`SseFilter::push`] and forward what it returns; at
@@ -35,6 +42,8 @@ pub struct SseFilter {
     carry: BytesMut,
     /// The blank line that ends a dropped usage chunk is still to be dropped.
     skip_blank: bool,
+    /// A line longer than [`MAX_CARRY`] is being forwarded unread, up to its end.
+    long_line: bool,
     /// `usage.completion_tokens` of the last chunk that carried usage.
     pub output_tokens: u64,
     /// The usage of the last chunk that carried usage (prompt and completion tokens): what
@@ -62,28 +71,58 @@ impl SseFilter {
     /// chunk itself, not a copy, when it ends with a line end and nothing in it is dropped),
     /// empty while a line is incomplete.
     pub fn push(&mut self, mut chunk: Bytes) -> Bytes {
+        if self.long_line {
+            return self.pass_long_line(chunk);
+        }
         let Some(last_nl) = memchr::memrchr(b'\n', &chunk) else {
             self.carry.extend_from_slice(&chunk);
-            return Bytes::new();
+            return self.cap_carry(Bytes::new());
         };
-        if self.carry.is_empty() {
+        let out = if self.carry.is_empty() {
             if last_nl + 1 < chunk.len() {
                 self.carry.extend_from_slice(&chunk[last_nl + 1..]);
                 chunk.truncate(last_nl + 1);
             }
-            return self.lines(chunk);
-        }
-        // A line began in an earlier chunk: join it.
-        self.carry.extend_from_slice(&chunk[..=last_nl]);
-        let complete = self.carry.split().freeze();
-        self.carry.extend_from_slice(&chunk[last_nl + 1..]);
-        self.lines(complete)
+            self.lines(chunk)
+        } else {
+            // A line began in an earlier chunk: join it.
+            self.carry.extend_from_slice(&chunk[..=last_nl]);
+            let complete = self.carry.split().freeze();
+            self.carry.extend_from_slice(&chunk[last_nl + 1..]);
+            self.lines(complete)
+        };
+        self.cap_carry(out)
     }
 
-    /// The output tokens of a stream that was cut: `usage.completion_tokens` when a usage
-    /// chunk came, else an estimate of one token per event (the `data:` lines forwarded,
-    /// `[DONE]` not counted), so that the access log and the output token rate limit still
-    /// see what a client that went away (or whose engine failed) was streamed.
+    /// `out`, and the held-back start of a line when it passed [`MAX_CARRY`]: that line is
+    /// forwarded from now on as it arrives.
+    fn cap_carry(&mut self, out: Bytes) -> Bytes {
+        if self.carry.len() <= MAX_CARRY {
+            return out;
+        }
+        self.long_line = true;
+        self.skip_blank = false;
+        let head = self.carry.split().freeze();
+        self.data_events += u64::from(head.starts_with(b"data:"));
+        join(out, head)
+    }
+
+    /// A chunk of a long line: forwarded up to the line's end; the rest is read as usual.
+    fn pass_long_line(&mut self, chunk: Bytes) -> Bytes {
+        let Some(nl) = memchr::memchr(b'\n', &chunk) else {
+            return chunk;
+        };
+        self.long_line = false;
+        let end = chunk.slice(..=nl);
+        let rest = self.push(chunk.slice(nl + 1..));
+        join(end, rest)
+    }
+
+    /// The output tokens of a stream: `usage.completion_tokens` when a usage chunk came,
+    /// else an estimate of one token per event (the `data:` lines forwarded, `[DONE]` not
+    /// counted), so that the access log and the output token rate limit still see what a
+    /// client that went away, whose engine failed, or whose engine sent no usage chunk was
+    /// streamed.
     #[must_use]
     pub fn streamed_output_tokens(&self) -> u64 {
         match self.usage {
@@ -174,6 +213,15 @@ fn has_usage(bytes: &[u8]) -> bool {
         rest.strip_prefix(b":")
             .is_some_and(|v| !v.trim_ascii_start().starts_with(b"null"))
     })
+}
+
+/// `a` then `b` (a copy only when both hold bytes).
+fn join(a: Bytes, b: Bytes) -> Bytes {
+    match (a.is_empty(), b.is_empty()) {
+        (_, true) => a,
+        (true, false) => b,
+        (false, false) => [a, b].concat().into(),
+    }
 }
 
 fn trim_eol(line: &[u8]) -> &[u8] {
@@ -300,6 +348,27 @@ mod tests {
         assert!(!has_usage(b"{\"usage\" : null,\"x\":\"usage\"}"));
         assert!(!has_usage(b"{\"text\":\"\\\"usage\\\"\"}"));
         assert!(has_usage(b"{\"usage\":null,\"response\":{\"usage\":{}}}"));
+    }
+
+    /// Regression: a line without an end was held whole (300 MiB of an engine's endless
+    /// line made the router 791 MiB resident, and the client got nothing of it).
+    #[test]
+    fn a_line_longer_than_the_carry_cap_is_forwarded_as_it_arrives() {
+        let mut f = SseFilter::new(true);
+        let piece = Bytes::from(vec![b'x'; 1000]);
+        let mut sent = push(&mut f, b"data: {\"choices\":[{\"text\":\"").len();
+        for _ in 0..200 {
+            sent += f.push(piece.clone()).len();
+            assert!(f.carry.len() <= MAX_CARRY, "{}", f.carry.len());
+        }
+        // Everything but the last part under the cap has gone out already.
+        assert!(sent > 200 * 1000 - MAX_CARRY, "{sent}");
+        let end = b"\"}]}\n\ndata: {\"choices\":[],\"usage\":{\"completion_tokens\":4}}\n\ndata: [DONE]\n\n";
+        let out = f.push(Bytes::from_static(end));
+        // The long line ends and the usage chunk after it is still read and hidden.
+        assert_eq!(&out[..], b"\"}]}\n\ndata: [DONE]\n\n");
+        assert_eq!((f.output_tokens, f.saw_done, f.data_events), (4, true, 3));
+        assert!(f.flush().is_empty());
     }
 
     #[test]

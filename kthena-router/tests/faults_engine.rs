@@ -260,3 +260,62 @@ async fn a_stream_open_past_the_drain_timeout_is_cut_and_logged_as_the_routers()
     assert_eq!(line["error"]["type"], "drain_timeout", "{line}");
     assert_eq!(line["error_origin"], "internal", "{line}");
 }
+
+const TOKENS: &[&str] = &[
+    "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
+    "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"}}]}\n\n",
+    "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"c\"}}]}\n\n",
+    "data: [DONE]\n\n",
+];
+
+/// Regression: an engine that ends its stream cleanly without the usage chunk the router
+/// asked for was counted 0 output tokens, so the output token limit never applied; it is
+/// charged one token per event streamed, as a cut stream is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_without_a_usage_chunk_counts_one_token_per_event() {
+    let up = Upstream::start(Script::Sse {
+        frames: TOKENS,
+        trailers: false,
+    })
+    .await;
+    let r = fault_router("", up.addr, "").await;
+    let res = post_stream(&chat_url(&r), chat("m", "hi", true, 8), &[]).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let (text, broken) = read_stream(res.into_body()).await;
+    assert!(!broken && text.ends_with("data: [DONE]\n\n"), "{text}");
+    let line = last_log_line(&r, 1).await;
+    assert_eq!(line["output_tokens"], 3, "{line}");
+    assert!(line.get("error").is_none(), "{line}");
+    let (_, metrics) = get(&format!("http://{}/metrics", r.router.metrics_addr)).await;
+    let output = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("kthena_router_tokens_total{") && l.contains("token_type=\"output\"")
+        })
+        .unwrap_or_default();
+    assert!(output.ends_with(" 3"), "{output}");
+    r.router.shutdown().await;
+}
+
+/// Regression: an engine answer with HTTP trailers was logged and counted as
+/// `client_disconnect` (hyper dropped the body after the trailers without polling it to its
+/// end); it is a success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_with_trailers_is_a_success() {
+    let up = Upstream::start(Script::Sse {
+        frames: TOKENS,
+        trailers: true,
+    })
+    .await;
+    let r = fault_router("", up.addr, "").await;
+    let res = post_stream(&chat_url(&r), chat("m", "hi", true, 8), &[]).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let (text, broken) = read_stream(res.into_body()).await;
+    assert!(!broken && text.ends_with("data: [DONE]\n\n"), "{text}");
+    let line = last_log_line(&r, 1).await;
+    assert!(line.get("error").is_none(), "{line}");
+    assert_eq!(line["status_code"], 200);
+    assert_eq!(line["output_tokens"], 3, "{line}");
+    assert_counters_zero(&r).await;
+    r.router.shutdown().await;
+}

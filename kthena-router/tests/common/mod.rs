@@ -272,6 +272,12 @@ pub(crate) enum Script {
         every: Duration,
         closed: mpsc::UnboundedSender<()>,
     },
+    /// Stream these SSE bytes, one frame each, then HTTP trailers (`x-t: 1`) when
+    /// `trailers`.
+    Sse {
+        frames: &'static [&'static str],
+        trailers: bool,
+    },
     /// Answer `/metrics` after `delay`, tracking `(in progress, most at once)` in `seen`.
     SlowMetrics {
         delay: Duration,
@@ -390,6 +396,21 @@ async fn answer(
                     .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
             });
             let mut r = Response::new(StreamBody::new(stream).boxed());
+            r.headers_mut()
+                .insert("content-type", "text/event-stream".parse().unwrap());
+            r
+        }
+        Script::Sse { frames, trailers } => {
+            let mut all: Vec<Result<Frame<Bytes>, Infallible>> = frames
+                .iter()
+                .map(|f| Ok(Frame::data(Bytes::from_static(f.as_bytes()))))
+                .collect();
+            if trailers {
+                let mut t = HeaderMap::new();
+                t.insert("x-t", "1".parse().unwrap());
+                all.push(Ok(Frame::trailers(t)));
+            }
+            let mut r = Response::new(StreamBody::new(futures_util::stream::iter(all)).boxed());
             r.headers_mut()
                 .insert("content-type", "text/event-stream".parse().unwrap());
             r
