@@ -48,6 +48,31 @@ fn innermost(e: &dyn std::error::Error) -> String {
     last.to_string()
 }
 
+/// One kubeconfig file; an error names it.
+fn read_file(path: &Path) -> Result<Kubeconfig> {
+    Kubeconfig::read_from(path).map_err(|e| Error::Kubeconfig {
+        message: format!("{}: {}", path.display(), innermost(&e)),
+    })
+}
+
+/// `$KUBECONFIG` as kubectl reads it: the `:`-separated files merged in order (the first
+/// to set a value wins), files that do not exist skipped; an error when none exists.
+fn read_list(list: &std::ffi::OsStr) -> Result<Kubeconfig> {
+    let mut merged: Option<Kubeconfig> = None;
+    for path in std::env::split_paths(list).filter(|p| p.exists()) {
+        let next = read_file(&path)?;
+        merged = Some(match merged {
+            None => next,
+            Some(m) => m.merge(next).map_err(|e| Error::Kubeconfig {
+                message: format!("{}: {}", path.display(), innermost(&e)),
+            })?,
+        });
+    }
+    merged.ok_or_else(|| Error::Kubeconfig {
+        message: format!("no file of KUBECONFIG={} exists", list.to_string_lossy()),
+    })
+}
+
 impl Cluster {
     /// Loads the kubeconfig as kubectl does (`kubeconfig`, else `$KUBECONFIG`, a
     /// `:`-separated list merged in order, else `~/.kube/config`; in-cluster
@@ -58,12 +83,10 @@ impl Cluster {
     /// # Errors
     /// [`Error::NoKubeconfig`], [`Error::Kubeconfig`].
     pub async fn connect(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<Self> {
-        let loaded = match kubeconfig {
-            Some(path) => Some(Kubeconfig::read_from(path).map_err(kubeconfig_error)?),
-            None if std::env::var_os("KUBECONFIG").is_some_and(|v| !v.is_empty()) => {
-                Some(Kubeconfig::read().map_err(kubeconfig_error)?)
-            }
-            None => Kubeconfig::read().ok(),
+        let loaded = match (kubeconfig, std::env::var_os("KUBECONFIG")) {
+            (Some(path), _) => Some(read_file(path)?),
+            (None, Some(list)) if !list.is_empty() => Some(read_list(&list)?),
+            (None, _) => Kubeconfig::read().ok(),
         };
         let mut config = match loaded {
             Some(kc) => {

@@ -120,7 +120,8 @@ where
     R: BufRead,
 {
     let cluster = target.connect().await?;
-    let scope = match (req.all, req.namespace) {
+    // `-n ''` is the context's namespace, as kubectl takes it.
+    let scope = match (req.all, req.namespace.filter(|n| !n.is_empty())) {
         (true, _) => Scope::All,
         (false, Some(ns)) => Scope::Namespace(ns),
         (false, None) => Scope::Namespace(cluster.default_namespace().to_owned()),
@@ -178,6 +179,7 @@ async fn describe<W: Write, R: BufRead>(
     let cluster = target.connect().await?;
     let namespace = args
         .namespace
+        .filter(|n| !n.is_empty())
         .unwrap_or_else(|| cluster.default_namespace().to_owned());
     let object = without_managed_fields(cluster.get(kind, &namespace, &name).await?);
     io.out

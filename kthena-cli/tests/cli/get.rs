@@ -1,6 +1,8 @@
 //! `kthena get`: Go's tables for objects from the example manifests, `-A`, empty-list
 //! messages, the name filter, `-o yaml|json`, the context's namespace and `--context`.
 
+use std::path::Path;
+
 use jiff::Timestamp;
 use kthena_testenv::{ControlPlane, TestNamespace};
 use serde_json::{Value, json};
@@ -191,6 +193,38 @@ async fn namespace_comes_from_the_context_and_context_flag() {
     let run = kthena(Some(&kubeconfig), &["get", "mroute"], "").await;
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stdout.starts_with("NAME              MODEL             RULES   AGE\ndeepseek-simple   deepseek-simple   1       "), "{}", run.stdout);
+    // Regression: `-n ''` listed every namespace (kubectl takes the context's), and a file of
+    // a KUBECONFIG list that does not exist was fatal (kubectl skips it).
+    let missing = dir.path().join("missing");
+    let list = format!("{}:{}", missing.display(), kubeconfig.display());
+    for (kc, args) in [
+        (kubeconfig.as_path(), &["get", "mroute", "-n", ""][..]),
+        (Path::new(&list), &["get", "mroute"][..]),
+    ] {
+        let other = kthena(Some(kc), args, "").await;
+        assert_eq!((other.code, other.stderr.as_str()), (0, ""), "{args:?}");
+        assert_eq!(
+            mask_ages(&other.stdout, 600),
+            mask_ages(&run.stdout, 600),
+            "{args:?}"
+        );
+    }
+    let run = kthena(Some(&missing), &["get", "mroute"], "").await;
+    assert_eq!(
+        run.stderr,
+        format!(
+            "error: cannot use the kubeconfig: no file of KUBECONFIG={} exists\n",
+            missing.display()
+        )
+    );
+    let flag = missing.to_str().unwrap();
+    let run = kthena(None, &["--kubeconfig", flag, "get", "mroute"], "").await;
+    assert_eq!(
+        run.stderr,
+        format!(
+            "error: cannot use the kubeconfig: {flag}: No such file or directory (os error 2)\n"
+        )
+    );
     let run = kthena(
         Some(&kubeconfig),
         &["get", "mroute", "--context", "elsewhere"],
