@@ -407,3 +407,32 @@ async fn conditions_follow_the_generated_serving() -> Result<()> {
     assert!(servings.get_opt("bad-backend1").await?.is_none());
     Ok(())
 }
+
+/// Regression: renaming the backend left the old ModelServer behind, and it still selected
+/// the booster's pods (by UID) next to the new one; it is deleted with the old ModelServing.
+#[tokio::test]
+async fn a_renamed_backend_leaves_no_old_children() -> Result<()> {
+    let (ns, _task) = setup("booster-rename").await?;
+    demo(&ns).await?;
+    let servers = ns.api::<ModelServer>();
+    until(&servers, "demo-backend1", |_| true).await?;
+    let rename = json!({"spec": {"backend": {"name": "renamed"}}});
+    ns.api::<ModelBooster>()
+        .patch("demo", &PatchParams::default(), &Patch::Merge(&rename))
+        .await?;
+    until(&servers, "demo-renamed", |_| true).await?;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while servers.get_opt("demo-backend1").await?.is_some()
+        || ns
+            .api::<ModelServing>()
+            .get_opt("demo-backend1")
+            .await?
+            .is_some()
+    {
+        if tokio::time::Instant::now() > deadline {
+            bail!("the old backend's children are still there");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}

@@ -169,12 +169,16 @@ async fn sync_children(booster: &ModelBooster, ctx: &Ctx) -> Result<Option<bool>
         tracing::info!(modelserving = %stale, "deleting stale ModelServing");
         delete(&servings, stale).await?;
     }
+    let api: Api<ModelServer> = Api::namespaced(ctx.client.clone(), &ns);
     if w.server {
         let name = want.server.name_any();
-        let api: Api<ModelServer> = Api::namespaced(ctx.client.clone(), &ns);
         api.patch(&name, &ss, &Patch::Apply(&want.server))
             .await
             .map_err(kube_err(format!("applying modelserver {ns}/{name}")))?;
+    }
+    for stale in &w.delete_servers {
+        tracing::info!(modelserver = %stale, "deleting stale ModelServer");
+        delete(&api, stale).await?;
     }
     let routes: Api<ModelRoute> = Api::namespaced(ctx.client.clone(), &ns);
     let route = want.route.name_any();
@@ -207,12 +211,20 @@ async fn existing(
     let servers: Api<ModelServer> = Api::namespaced(client.clone(), ns);
     let routes: Api<ModelRoute> = Api::namespaced(client.clone(), ns);
     let (server, route) = (want.server.name_any(), want.route.name_any());
+    let mut owned = servers
+        .list(&lp)
+        .await
+        .map_err(kube_err(format!(
+            "listing modelservers of modelbooster {ns}/{}",
+            booster.name_any()
+        )))?
+        .items;
+    let at = owned.iter().position(|s| s.name_any() == server);
+    let server = at.map(|i| owned.swap_remove(i));
     Ok(Existing {
         servings: list.items,
-        server: servers
-            .get_opt(&server)
-            .await
-            .map_err(kube_err(format!("reading modelserver {ns}/{server}")))?,
+        server,
+        other_servers: owned.iter().map(kube::ResourceExt::name_any).collect(),
         route: routes
             .get_opt(&route)
             .await

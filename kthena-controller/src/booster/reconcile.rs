@@ -50,6 +50,9 @@ pub struct Existing {
     pub servings: Vec<ModelServing>,
     /// The ModelServer `<booster>-<backend>`, if it exists.
     pub server: Option<ModelServer>,
+    /// The names of the other ModelServers labelled with the booster's UID (those of a
+    /// renamed backend).
+    pub other_servers: Vec<String>,
     /// The ModelRoute `<booster>`, if it exists.
     pub route: Option<ModelRoute>,
 }
@@ -63,6 +66,9 @@ pub struct Writes {
     pub delete_servings: Vec<String>,
     /// Write the ModelServer.
     pub server: bool,
+    /// ModelServers of this booster with another name, to delete: a renamed backend's
+    /// server would still select the booster's pods (not in Go, which leaves it).
+    pub delete_servers: Vec<String>,
     /// Delete the existing ModelRoute first: its `modelName` changed and is immutable.
     pub recreate_route: bool,
     /// Write the ModelRoute.
@@ -101,6 +107,7 @@ pub fn writes(want: &Children, existing: &Existing) -> Writes {
             &want.server.metadata,
             existing.server.as_ref().map(|s| &s.metadata),
         ),
+        delete_servers: existing.other_servers.clone(),
         recreate_route,
         route: recreate_route || stale(&want.route.metadata, route.map(|r| &r.metadata)),
     }
@@ -251,12 +258,14 @@ mod tests {
             servings: vec![want.serving.clone(), old],
             server: Some(want.server.clone()),
             route: Some(want.route.clone()),
+            other_servers: vec!["b-old".to_owned()],
         };
         let w = writes(&want, &existing);
         assert_eq!(
             w,
             Writes {
                 delete_servings: vec!["b-old".to_owned()],
+                delete_servers: vec!["b-old".to_owned()],
                 ..Writes::default()
             }
         );
@@ -268,6 +277,7 @@ mod tests {
             servings: vec![want.serving.clone()],
             server: Some(changed),
             route: Some(renamed),
+            other_servers: Vec::new(),
         };
         let w = writes(&want, &existing);
         assert_eq!(
