@@ -111,10 +111,11 @@ pub fn parse_request(mut raw: Bytes) -> Result<ParsedRequest> {
     };
     let client_wants_usage = match body.get("stream_options") {
         None | Some(Value::Null) => false,
-        Some(Value::Object(o)) => o
-            .get("include_usage")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
+        Some(Value::Object(o)) => match o.get("include_usage") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(invalid("stream_options.include_usage", "must be a boolean")),
+        },
         Some(_) => return Err(invalid("stream_options", "must be an object or null")),
     };
     let user = body.get("user").and_then(Value::as_str).map(str::to_owned);
@@ -697,20 +698,22 @@ mod tests {
     /// Regression: `"stream": "true"` was taken as a plain request, so the stream it got was
     /// accounted with no usage; now it is a 400 naming the field, as OpenAI answers.
     #[test]
-    fn a_non_boolean_stream_is_an_invalid_field() {
+    fn a_non_boolean_stream_or_include_usage_is_an_invalid_field() {
         for v in [r#""true""#, "1", "{}"] {
-            let e = parse(&format!(r#"{{"model":"a","prompt":"x","stream":{v}}}"#)).unwrap_err();
-            assert!(
-                matches!(
-                    e,
-                    Error::InvalidField {
-                        param: "stream",
-                        ..
-                    }
+            for (field, body) in [
+                ("stream", format!(r#""stream":{v}"#)),
+                (
+                    "stream_options.include_usage",
+                    format!(r#""stream":true,"stream_options":{{"include_usage":{v}}}"#),
                 ),
-                "{v}: {e:?}"
-            );
-            assert_eq!(e.to_string(), "invalid field `stream`: must be a boolean");
+            ] {
+                let e = parse(&format!(r#"{{"model":"a","prompt":"x",{body}}}"#)).unwrap_err();
+                assert!(matches!(e, Error::InvalidField { param, .. } if param == field));
+                assert_eq!(
+                    e.to_string(),
+                    format!("invalid field `{field}`: must be a boolean")
+                );
+            }
         }
         assert!(
             !parse(r#"{"model":"a","prompt":"x","stream":null}"#)
