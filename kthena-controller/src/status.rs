@@ -28,7 +28,9 @@ pub const UPDATE_IN_PROGRESS: &str = "UpdateInProgress";
 ///   group still has it (or a deleting group, which may be recreated at it), `revision`
 ///   when every group is updated, else the most common revision among non-updated groups.
 /// * Conditions as Go's `SetCondition` (see [`set_condition`]).
-/// * With no groups at all only the revisions and `labelSelector` change (as Go).
+/// * With no groups at all (scaled to 0) every count is 0 and `Available` is true. Go
+///   writes only the revisions and `labelSelector` then, so its counts (and the scale
+///   subresource an HPA reads) keep the values of before the last group went.
 #[must_use]
 pub fn status(
     ms: &ModelServing,
@@ -78,9 +80,6 @@ pub fn status(
         Some(prev) if prev != revision && deleting.contains(&prev) => Some(prev.to_owned()),
         _ => Some(current_revision(previous, &old_revisions, revision)),
     };
-    if groups.is_empty() {
-        return st;
-    }
     let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
     st.replicas = count(groups.len());
     st.available_replicas = Some(available);

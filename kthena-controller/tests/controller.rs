@@ -181,6 +181,16 @@ async fn kubectl_scale_converges_deleting_in_gos_order() -> Result<()> {
         ]
     );
     assert_eq!(ms.status.unwrap_or_default().replicas, 1);
+    // Regression: at 0 the counts kept their last values (3 replicas, Progressing), and so
+    // did the scale subresource an HPA reads.
+    scale(0).await?;
+    let ms = available(ns, name, 0).await?;
+    let st = ms.status.unwrap_or_default();
+    assert_eq!(
+        (st.updated_replicas, st.current_replicas),
+        (Some(0), Some(0))
+    );
+    assert!(pod_names(ns, name).await?.is_empty());
     Ok(())
 }
 
