@@ -417,7 +417,7 @@ fn scale_roles(
 /// The group's revision for updates and status: the new revision when every role replica
 /// already has its role's current template hash and no role outside the spec remains (a
 /// RoleRollingUpdate leaves pods of unchanged roles with the old revision label), else the
-/// revision label of its pods.
+/// revision label of a live pod of another revision, else that of its pods.
 fn effective_revision(t: &Template, group: &ObservedGroup) -> String {
     let current = group.roles.iter().all(|(name, replicas)| {
         let hash = t.hashes.get(name);
@@ -430,10 +430,16 @@ fn effective_revision(t: &Template, group: &ObservedGroup) -> String {
         .iter()
         .all(|r| group.roles.contains_key(&r.name) || r.replicas == Some(0));
     if current {
-        t.revision.clone()
-    } else {
-        group.revision.clone()
+        return t.revision.clone();
     }
+    // Any live pod of another revision makes the group outdated, whichever pod came first
+    // (a role renamed to a name that sorts first gets new pods in an old group).
+    group
+        .roles
+        .values()
+        .flat_map(BTreeMap::values)
+        .find(|r| !r.pods.is_empty() && r.revision != t.revision)
+        .map_or_else(|| group.revision.clone(), |r| r.revision.clone())
 }
 
 fn replica_id(group: &ObservedGroup, role: &Role, r: u32) -> RoleReplicaId {

@@ -531,3 +531,44 @@ fn a_deleted_protected_group_comes_back_at_the_old_revision() -> TestResult {
     }));
     Ok(())
 }
+
+/// Regression: renaming the only role to a name that sorts first created the new role's
+/// pods in an old group; the group's revision was read from its first pod (the new role's,
+/// new revision), so it counted as updated and the old role's pods stayed for ever. A group
+/// with pods of an older revision is not updated, and the rolling update replaces it.
+#[test]
+fn a_group_with_a_renamed_roles_old_pods_is_not_updated() -> TestResult {
+    let mut ms = sample()?;
+    ms.spec.replicas = Some(2);
+    ms.spec.template.roles.truncate(1);
+    ms.spec.template.roles[0].name = "p2".to_owned();
+    let new = plan(&ms, &Observed::default(), now())?.revision;
+    let revision = |mut p: Pod, rev: &str| {
+        p.labels_mut().insert(
+            "modelserving.volcano.sh/revision".to_owned(),
+            rev.to_owned(),
+        );
+        p
+    };
+    let mut pods = Vec::new();
+    for i in 0..4 {
+        // Group 0: the new role's pods (listed first) and the old role's, at "old".
+        pods.push(revision(
+            observed_pod("sample", "sample-0", "p2", 0, i, true, None),
+            &new,
+        ));
+        pods.push(revision(
+            observed_pod("sample", "sample-0", "prefill", 0, i, true, None),
+            "old",
+        ));
+        pods.push(revision(
+            observed_pod("sample", "sample-1", "p2", 0, i, true, None),
+            &new,
+        ));
+    }
+    let p = plan(&ms, &Observed::new("sample", "uid-1", &pods, &[]), now())?;
+    let revisions: Vec<_> = p.groups.iter().map(|g| g.revision.as_str()).collect();
+    assert_eq!(revisions, ["old", new.as_str()]);
+    assert_eq!(p.delete_groups, ["sample-0"]);
+    Ok(())
+}
