@@ -26,7 +26,11 @@ fn main() -> ExitCode {
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             let _ = std::io::stdout().flush();
-            let _ = writeln!(std::io::stderr(), "error: {e}");
+            // One line, as every error promises: a YAML parser's message adds a source
+            // snippet on the lines after its first.
+            let text = e.to_string();
+            let line = text.lines().next().unwrap_or_default();
+            let _ = writeln!(std::io::stderr(), "error: {line}");
             ExitCode::FAILURE
         }
     }

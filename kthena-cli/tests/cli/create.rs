@@ -123,6 +123,31 @@ async fn values_file_and_set_reach_the_template() {
         run.stderr,
         "error: template 'Qwen9' not found (see `kthena get templates`)\n"
     );
+    // Regression: a YAML error's source snippet made the error five lines long.
+    let dir = tempfile::tempdir().unwrap();
+    let values = dir.path().join("list.yaml");
+    std::fs::write(&values, "- a list\n").unwrap();
+    let file = values.to_str().unwrap();
+    let template = "DeepSeek-R1-Distill-Qwen-7B";
+    let args = [
+        "create",
+        "manifest",
+        "-t",
+        template,
+        "-f",
+        file,
+        "--dry-run",
+    ];
+    let run = kthena(None, &args, "").await;
+    assert_eq!(run.code, 1);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    assert!(
+        run.stderr.starts_with(&format!(
+            "error: values file {file} is not a YAML mapping: "
+        )),
+        "{}",
+        run.stderr
+    );
 }
 
 #[tokio::test]

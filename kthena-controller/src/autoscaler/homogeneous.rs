@@ -63,8 +63,13 @@ pub(super) async fn homogeneous(
             current,
         });
     };
-    tracing::info!(policy = %key(policy), current, recommended = decision.recommended, corrected = decision.corrected, mode = decision.mode.as_str(), "Autoscaling decision");
     let scaled = decision.corrected != current;
+    // At INFO only when it scales: an unchanged decision every round is noise.
+    if scaled {
+        tracing::info!(policy = %key(policy), current, recommended = decision.recommended, corrected = decision.corrected, mode = decision.mode.as_str(), "Autoscaling decision");
+    } else {
+        tracing::debug!(policy = %key(policy), current, recommended = decision.recommended, corrected = decision.corrected, mode = decision.mode.as_str(), "Autoscaling decision");
+    }
     if scaled {
         let patch = json!({"spec": {"replicas": decision.corrected}});
         ms_api
