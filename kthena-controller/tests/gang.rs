@@ -4,7 +4,6 @@
 //! reconciles.
 
 use std::path::Path;
-use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -18,8 +17,8 @@ use kube::{Client, ResourceExt as _};
 use serde_json::json;
 use tokio::task::JoinSet;
 
-/// Upper bound for convergence (a timeout, not a measured latency).
-const WAIT: Duration = Duration::from_secs(60);
+mod ms_support;
+use ms_support::eventually;
 
 fn example(file: &str, ns: &str) -> Result<ModelServing> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -32,24 +31,6 @@ fn example(file: &str, ns: &str) -> Result<ModelServing> {
     let mut ms = *ms;
     ms.metadata.namespace = Some(ns.to_owned());
     Ok(ms)
-}
-
-/// Polls `check` (every 100 ms) until it returns `Some`, or fails after [`WAIT`].
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Option<T>>>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Some(v) = check().await? {
-            return Ok(v);
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 fn controller(client: &Client, ns: &str) -> JoinSet<()> {

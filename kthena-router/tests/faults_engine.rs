@@ -268,14 +268,13 @@ const TOKENS: &[&str] = &[
     "data: [DONE]\n\n",
 ];
 
-/// Regression: an engine that ends its stream cleanly without the usage chunk the router
-/// asked for was counted 0 output tokens, so the output token limit never applied; it is
-/// charged one token per event streamed, as a cut stream is.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stream_without_a_usage_chunk_counts_one_token_per_event() {
+/// Streams a chat request through the router to an engine sending [`TOKENS`] (then
+/// trailers when `trailers`): the router and the request's access-log line, after checking
+/// that the client got the whole stream.
+async fn stream_tokens(trailers: bool) -> (TestRouter, Upstream, serde_json::Value) {
     let up = Upstream::start(Script::Sse {
         frames: TOKENS,
-        trailers: false,
+        trailers,
     })
     .await;
     let r = fault_router("", up.addr, "").await;
@@ -284,8 +283,17 @@ async fn a_stream_without_a_usage_chunk_counts_one_token_per_event() {
     let (text, broken) = read_stream(res.into_body()).await;
     assert!(!broken && text.ends_with("data: [DONE]\n\n"), "{text}");
     let line = last_log_line(&r, 1).await;
-    assert_eq!(line["output_tokens"], 3, "{line}");
     assert!(line.get("error").is_none(), "{line}");
+    assert_eq!(line["output_tokens"], 3, "{line}");
+    (r, up, line)
+}
+
+/// Regression: an engine that ends its stream cleanly without the usage chunk the router
+/// asked for was counted 0 output tokens, so the output token limit never applied; it is
+/// charged one token per event streamed, as a cut stream is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_without_a_usage_chunk_counts_one_token_per_event() {
+    let (r, _up, _) = stream_tokens(false).await;
     let (_, metrics) = get(&format!("http://{}/metrics", r.router.metrics_addr)).await;
     let output = metrics
         .lines()
@@ -302,20 +310,8 @@ async fn a_stream_without_a_usage_chunk_counts_one_token_per_event() {
 /// end); it is a success.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_with_trailers_is_a_success() {
-    let up = Upstream::start(Script::Sse {
-        frames: TOKENS,
-        trailers: true,
-    })
-    .await;
-    let r = fault_router("", up.addr, "").await;
-    let res = post_stream(&chat_url(&r), chat("m", "hi", true, 8), &[]).await;
-    assert_eq!(res.status(), StatusCode::OK);
-    let (text, broken) = read_stream(res.into_body()).await;
-    assert!(!broken && text.ends_with("data: [DONE]\n\n"), "{text}");
-    let line = last_log_line(&r, 1).await;
-    assert!(line.get("error").is_none(), "{line}");
+    let (r, _up, line) = stream_tokens(true).await;
     assert_eq!(line["status_code"], 200);
-    assert_eq!(line["output_tokens"], 3, "{line}");
     assert_counters_zero(&r).await;
     r.router.shutdown().await;
 }
