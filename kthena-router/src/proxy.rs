@@ -220,6 +220,16 @@ impl ProxyBody {
         {
             self.output_tokens = n;
         }
+        // An engine's error event ends a stream that looks complete; it failed all the same.
+        let event = self.sse.as_ref().and_then(|f| f.error_event.as_deref());
+        let error = error.or_else(|| {
+            event.map(|m| {
+                (
+                    "upstream_response",
+                    format!("upstream sent an error event: {m}"),
+                )
+            })
+        });
         // An upstream 4xx passed through unchanged is still an error of the request.
         let error = error.or_else(|| {
             (self.status >= 400).then(|| {

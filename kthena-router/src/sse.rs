@@ -21,6 +21,7 @@ use crate::openai::{ResponseProbe, Usage};
 
 static USAGE_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
 static DONE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"[DONE]"));
+static ERROR_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"error\""));
 /// A `data:` line after the first line of a chunk (JSON has no raw line feed, so this is
 /// always a line start).
 static DATA_LINE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\ndata:"));
@@ -51,6 +52,9 @@ pub struct SseFilter {
     pub usage: Option<Usage>,
     /// A `data: [DONE]` line was seen.
     pub saw_done: bool,
+    /// The message of the first error event the engine sent in the stream (vLLM's
+    /// `data: {"error": {"message": ...}}`, or `{"object": "error", "message": ...}`).
+    pub error_event: Option<String>,
     /// `data:` lines forwarded so far, `[DONE]` and a usage chunk included: an engine
     /// streams one token per event (vLLM and SGLang by default), so this bounds the tokens a
     /// client received when the stream ends before its usage chunk.
@@ -148,7 +152,7 @@ impl SseFilter {
         }
         self.data_events += u64::from(complete.starts_with(b"data:"))
             + DATA_LINE.find_iter(&complete).count() as u64;
-        if DONE.find(&complete).is_none() && !has_usage(&complete) {
+        if DONE.find(&complete).is_none() && !has_usage(&complete) && !has_error(&complete) {
             return complete;
         }
         self.read_lines(complete)
@@ -187,6 +191,9 @@ impl SseFilter {
             self.saw_done = true;
             return true;
         }
+        if self.error_event.is_none() && has_error(payload) {
+            self.error_event = error_message(payload);
+        }
         if !has_usage(payload) {
             return true;
         }
@@ -213,6 +220,34 @@ fn has_usage(bytes: &[u8]) -> bool {
         rest.strip_prefix(b":")
             .is_some_and(|v| !v.trim_ascii_start().starts_with(b"null"))
     })
+}
+
+/// Whether `bytes` hold an `"error"` key (quoted and followed by `:`) or an
+/// `"object": "error"` member.
+fn has_error(bytes: &[u8]) -> bool {
+    ERROR_KEY.find_iter(bytes).any(|at| {
+        let key = bytes[at + b"\"error\"".len()..]
+            .trim_ascii_start()
+            .starts_with(b":");
+        let object = bytes[..at]
+            .trim_ascii_end()
+            .strip_suffix(b":")
+            .is_some_and(|b| b.trim_ascii_end().ends_with(b"\"object\""));
+        key || object
+    })
+}
+
+/// The message of an error event: `{"error": {"message": ...}}` or `{"object": "error",
+/// "message": ...}`; `None` for any other JSON (a key named `error` deeper in a chunk).
+fn error_message(payload: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(payload).ok()?;
+    let e = match v.get("error") {
+        Some(e) if e.is_object() => e,
+        _ if v.get("object").and_then(serde_json::Value::as_str) == Some("error") => &v,
+        _ => return None,
+    };
+    let message = e.get("message").and_then(serde_json::Value::as_str);
+    Some(message.unwrap_or("no message").to_owned())
 }
 
 /// `a` then `b` (a copy only when both hold bytes).
@@ -369,6 +404,27 @@ mod tests {
         assert_eq!(&out[..], b"\"}]}\n\ndata: [DONE]\n\n");
         assert_eq!((f.output_tokens, f.saw_done, f.data_events), (4, true, 3));
         assert!(f.flush().is_empty());
+    }
+
+    #[test]
+    fn an_error_event_is_noted_and_forwarded() {
+        let mut f = SseFilter::new(true);
+        let ev = b"data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: {\"error\": {\"message\": \"engine exploded\", \"code\": 500}}\n\n";
+        assert_eq!(&push(&mut f, ev)[..], ev);
+        assert_eq!(f.error_event.as_deref(), Some("engine exploded"));
+        let mut old = SseFilter::new(false);
+        push(
+            &mut old,
+            b"data: {\"object\":\"error\",\"message\":\"boom\"}\n\n",
+        );
+        assert_eq!(old.error_event.as_deref(), Some("boom"));
+        // An "error" in the text, or deeper than the top level, is no error event.
+        let mut text = SseFilter::new(false);
+        push(
+            &mut text,
+            b"data: {\"choices\":[{\"text\":\"\\\"error\\\": 1\",\"x\":{\"error\":{}}}]}\n\n",
+        );
+        assert_eq!(text.error_event, None);
     }
 
     #[test]

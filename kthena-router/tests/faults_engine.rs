@@ -315,3 +315,34 @@ async fn an_answer_with_trailers_is_a_success() {
     assert_counters_zero(&r).await;
     r.router.shutdown().await;
 }
+
+/// Regression: an engine that reports a failure mid-stream with an error event (vLLM's
+/// `data: {"error": ...}`) and then ends cleanly was logged and counted as a success; the
+/// client still gets the stream as the engine sent it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_event_mid_stream_is_an_upstream_error() {
+    const FRAMES: &[&str] = &[
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
+        "data: {\"error\": {\"message\": \"engine exploded\", \"type\": \"InternalServerError\", \"code\": 500}}\n\n",
+        "data: [DONE]\n\n",
+    ];
+    let frames = FRAMES;
+    let up = Upstream::start(Script::Sse {
+        frames,
+        trailers: false,
+    })
+    .await;
+    let r = fault_router("", up.addr, "").await;
+    let res = post_stream(&chat_url(&r), chat("m", "hi", true, 8), &[]).await;
+    let (text, broken) = read_stream(res.into_body()).await;
+    assert_eq!((text.as_str(), broken), (frames.concat().as_str(), false));
+    let line = last_log_line(&r, 1).await;
+    assert_eq!(line["error"]["type"], "upstream_response", "{line}");
+    assert_eq!(
+        line["error"]["message"],
+        "upstream sent an error event: engine exploded"
+    );
+    assert_eq!(line["error_origin"], "upstream");
+    assert_counters_zero(&r).await;
+    r.router.shutdown().await;
+}
