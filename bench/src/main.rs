@@ -152,7 +152,8 @@ struct Args {
     /// Overhead mode: seconds per point [default: 5, or 2 with --quick].
     #[arg(long)]
     seconds: Option<f64>,
-    /// Overhead mode: direct/proxy pairs per point; every cell is the median over them.
+    /// Overhead mode: rounds; each starts every contender once and measures each point as one
+    /// direct/proxy pair; every cell is the median over the rounds.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     repeats: u16,
     /// Soak mode: how long the load runs (Go duration: `30m`, `90s`).

@@ -5,7 +5,10 @@
 //! proxy of [`Peer::ALL`] that is installed, started as its own process in turn. Load: a
 //! fixed-rate, latency-corrected generator in its own process ([`loadgen`]). For every
 //! contender and point the direct run comes right before the proxied one, so each added
-//! latency is a difference within the same minute of the same run.
+//! latency is a difference within the same minute of the same run. With several repeats the
+//! contenders take turns: each round starts every contender once and measures each point
+//! once, so a slow stretch of the machine falls on one pair of every contender's cells
+//! instead of on all pairs of one contender's.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -101,98 +104,138 @@ async fn run_on(
 ) -> anyhow::Result<Vec<Row>> {
     let client = harness::http_client();
     let direct: Vec<String> = sims.iter().map(kthena_sim::SimHandle::base_url).collect();
-    let mut rows = Vec::new();
-    for peer in Peer::ALL {
-        if !only.is_empty() && !only.iter().any(|o| peer.label().starts_with(o.as_str())) {
-            continue;
-        }
-        let Some(program) = peer.program() else {
-            tracing::info!(peer = peer.label(), "Not installed, skipped");
-            continue;
-        };
-        let running = match peers::start(peer, &program, sims, &client).await {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(peer = peer.label(), error = %format!("{e:#}"), "Not started, skipped");
-                continue;
+    let contenders = contenders(only);
+    // Per contender: the pairs of each point, and its memory after its last point.
+    let mut pairs: Vec<Vec<Vec<Pair>>> = vec![vec![Vec::new(); points.len()]; contenders.len()];
+    let mut rss = vec![(0.0, 0.0); contenders.len()];
+    for round in 1..=load.repeats.max(1) {
+        for (i, (peer, program)) in contenders.iter().enumerate() {
+            let running = match peers::start(*peer, program, sims, &client).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(peer = peer.label(), round, error = %format!("{e:#}"), "Not started, skipped");
+                    continue;
+                }
+            };
+            for (j, &(rate, stream)) in points.iter().enumerate() {
+                let pair = measure_pair(&direct, &running, rate, stream, load.seconds).await?;
+                tracing::info!(
+                    peer = peer.label(),
+                    round,
+                    rate,
+                    stream,
+                    direct_p50_us = pair.direct.p50_us,
+                    direct_p99_us = pair.direct.p99_us,
+                    proxy_p50_us = pair.proxy.p50_us,
+                    proxy_p99_us = pair.proxy.p99_us,
+                    achieved_rps = pair.proxy.achieved_rps,
+                    failed = pair.proxy.failed,
+                    cpu_us_per_request = pair.cpu_us_per_request,
+                    "Point measured"
+                );
+                pairs[i][j].push(pair);
             }
-        };
-        let mut cells = Vec::new();
-        for &(rate, stream) in points {
-            let cell = measure_point(&direct, &running, rate, stream, load).await?;
-            tracing::info!(
-                peer = peer.label(),
-                rate,
-                stream,
-                direct_p50_us = cell.direct.p50_us,
-                direct_p99_us = cell.direct.p99_us,
-                proxy_p50_us = cell.proxy.p50_us,
-                proxy_p99_us = cell.proxy.p99_us,
-                achieved_rps = cell.proxy.achieved_rps,
-                failed = cell.proxy.failed,
-                cpu_us_per_request = cell.cpu_us_per_request,
-                "Point measured"
+            const MIB: f64 = 1024.0 * 1024.0;
+            rss[i] = (
+                running.rss_bytes() as f64 / MIB,
+                running.rss_anon_bytes() as f64 / MIB,
             );
-            cells.push(cell);
+            drop(running);
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let rss_mib = running.rss_bytes() as f64 / (1024.0 * 1024.0);
-        let rss_anon_mib = running.rss_anon_bytes() as f64 / (1024.0 * 1024.0);
-        drop(running);
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        rows.push(Row {
+    }
+    let rows = contenders
+        .iter()
+        .zip(pairs)
+        .zip(rss)
+        .filter(|((_, p), _)| p.iter().all(|point| !point.is_empty()))
+        .map(|(((peer, _), p), (rss_mib, rss_anon_mib))| Row {
             proxy: peer.label().to_owned(),
-            cells,
+            cells: points
+                .iter()
+                .zip(&p)
+                .map(|(&(rate, stream), pairs)| Cell::of(rate, stream, pairs))
+                .collect(),
             rss_mib,
             rss_anon_mib,
-        });
-    }
+        })
+        .collect();
     Ok(rows)
 }
 
-/// One point of one running proxy: `load.repeats` pairs of a direct run followed by a
-/// proxied run, summarised by medians.
+/// The installed contenders of [`Peer::ALL`] whose label starts with one of `only` (all of
+/// them when `only` is empty), with their programs.
+fn contenders(only: &[String]) -> Vec<(Peer, std::path::PathBuf)> {
+    Peer::ALL
+        .into_iter()
+        .filter(|p| only.is_empty() || only.iter().any(|o| p.label().starts_with(o.as_str())))
+        .filter_map(|peer| {
+            let program = peer.program();
+            if program.is_none() {
+                tracing::info!(peer = peer.label(), "Not installed, skipped");
+            }
+            Some((peer, program?))
+        })
+        .collect()
+}
+
+/// One direct run followed by one proxied run of the same load.
+#[derive(Debug, Clone)]
+struct Pair {
+    direct: Measured,
+    proxy: Measured,
+    /// The proxy's CPU time per answered request of its run, microseconds.
+    cpu_us_per_request: f64,
+}
+
+/// One direct run, then the same load through `running`.
 ///
 /// # Errors
 /// A load generator fails.
-async fn measure_point(
+async fn measure_pair(
     direct: &[String],
     running: &peers::Running,
     rate: f64,
     stream: bool,
-    load: Load,
-) -> anyhow::Result<Cell> {
+    seconds: f64,
+) -> anyhow::Result<Pair> {
     let spec = |targets: Vec<String>| Spec {
         targets,
         stream,
         rate,
-        seconds: load.seconds,
+        seconds,
     };
-    let (mut ds, mut ps, mut cpu) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut add50, mut add99) = (Vec::new(), Vec::new());
-    for _ in 0..load.repeats.max(1) {
-        let d = loadgen::measure(&spec(direct.to_vec())).await?;
-        let before = running.cpu_seconds();
-        let p = loadgen::measure(&spec(vec![running.url.clone()])).await?;
-        let used = running.cpu_seconds() - before;
-        // Per answered request: a proxy that sheds load does not look cheaper for it.
-        let answered = (p.sent - p.failed.min(p.sent) + loadgen::WARM_REQUESTS) as f64;
-        cpu.push(used * 1e6 / answered);
-        add50.push(p.p50_us - d.p50_us);
-        add99.push(p.p99_us - d.p99_us);
-        ds.push(d);
-        ps.push(p);
-    }
-    let median = kthena_bench::report::median;
-    Ok(Cell {
-        rate,
-        stream,
-        added_p50_us: median(&add50),
-        added_p99_us: median(&add99),
-        cpu_us_per_request: median(&cpu),
-        repeats: ds.len(),
-        direct: Measured::median_of(&ds),
-        proxy: Measured::median_of(&ps),
+    let d = loadgen::measure(&spec(direct.to_vec())).await?;
+    let before = running.cpu_seconds();
+    let p = loadgen::measure(&spec(vec![running.url.clone()])).await?;
+    let used = running.cpu_seconds() - before;
+    // Per answered request: a proxy that sheds load does not look cheaper for it.
+    let answered = (p.sent - p.failed.min(p.sent) + loadgen::WARM_REQUESTS) as f64;
+    Ok(Pair {
+        direct: d,
+        proxy: p,
+        cpu_us_per_request: used * 1e6 / answered,
     })
+}
+
+impl Cell {
+    /// The medians over the pairs of one point (`pairs` is not empty).
+    fn of(rate: f64, stream: bool, pairs: &[Pair]) -> Self {
+        let median = kthena_bench::report::median;
+        let each = |f: fn(&Pair) -> f64| median(&pairs.iter().map(f).collect::<Vec<_>>());
+        let direct: Vec<Measured> = pairs.iter().map(|p| p.direct.clone()).collect();
+        let proxy: Vec<Measured> = pairs.iter().map(|p| p.proxy.clone()).collect();
+        Self {
+            rate,
+            stream,
+            added_p50_us: each(|p| p.proxy.p50_us - p.direct.p50_us),
+            added_p99_us: each(|p| p.proxy.p99_us - p.direct.p99_us),
+            cpu_us_per_request: each(|p| p.cpu_us_per_request),
+            repeats: pairs.len(),
+            direct: Measured::median_of(&direct),
+            proxy: Measured::median_of(&proxy),
+        }
+    }
 }
 
 /// A markdown table's header: `title`, one column per point, then `last` if any.

@@ -18,6 +18,14 @@
 //! It pays on HTTP/1.1, where hyper queues up to 16 body chunks behind a pending write; on
 //! HTTP/2, h2 buffers one DATA frame over 256 bytes at a time, so there mostly small frames
 //! are combined.
+//!
+//! How a turn is taken depends on the runtime. On a current-thread runtime (the serving
+//! threads) the task wakes itself: it goes to the back of the run queue, behind the tasks
+//! that are ready (the engine connection that is decoding the next chunk), and when nothing
+//! else is ready it runs again at once. `tokio::task::yield_now` would instead wait for the
+//! next poll of the I/O driver, one more `epoll_wait` per held write and so per streamed
+//! request. On a multi-thread runtime a task that wakes itself runs next (Tokio's LIFO slot),
+//! which would hold nothing, so there the hold yields with `yield_now`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -32,7 +40,12 @@ pub(crate) const MAX_HELD_BYTES: usize = 64 * 1024;
 /// The coalescing state of one connection's writes (see the module doc): the stream calls
 /// [`Hold::poll`] before each write and writes only when it is `Ready`.
 pub(crate) struct Hold {
-    /// The pending scheduler turn, while a write is held back.
+    /// How a turn is taken on the runtime the connection runs on.
+    how: Turn,
+    /// A write is held back: the task woke itself ([`Turn::SelfWake`]) and the next poll
+    /// ends the turn.
+    woken: bool,
+    /// The pending `yield_now`, while a write is held back ([`Turn::Yield`]).
     turn: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     /// Bytes offered by the held write when its turn was taken.
     offered: usize,
@@ -43,10 +56,20 @@ pub(crate) struct Hold {
     released: bool,
 }
 
+/// How [`Hold`] gives the other ready tasks a turn (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    /// Wake the task and return `Pending` (current-thread runtime).
+    SelfWake,
+    /// `tokio::task::yield_now` (multi-thread runtime, or outside a runtime).
+    Yield,
+}
+
 impl std::fmt::Debug for Hold {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hold")
-            .field("held", &self.turn.is_some())
+            .field("how", &self.how)
+            .field("held", &(self.woken || self.turn.is_some()))
             .field("offered", &self.offered)
             .field("holds", &self.holds)
             .field("released", &self.released)
@@ -55,8 +78,14 @@ impl std::fmt::Debug for Hold {
 }
 
 impl Hold {
+    /// The state for a connection served on the current runtime (its flavour picks how a
+    /// turn is taken).
     pub(crate) fn new() -> Self {
+        let current = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread);
         Self {
+            how: if current { Turn::SelfWake } else { Turn::Yield },
+            woken: false,
             turn: None,
             offered: 0,
             holds: 0,
@@ -71,23 +100,44 @@ impl Hold {
             return Poll::Ready(());
         }
         loop {
-            if let Some(turn) = self.turn.as_mut() {
-                if turn.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
-                self.turn = None;
-                if offered <= self.offered {
-                    // Nothing was queued behind it during the turn: write now.
-                    return self.release();
-                }
+            if self.turn_pending(cx) {
+                return Poll::Pending;
+            }
+            if self.holds > 0 && offered <= self.offered {
+                // Nothing was queued behind it during the turn: write now.
+                return self.release();
             }
             if self.holds >= MAX_HOLDS || offered >= MAX_HELD_BYTES {
                 return self.release();
             }
             self.holds += 1;
             self.offered = offered;
-            self.turn = Some(Box::pin(tokio::task::yield_now()));
+            match self.how {
+                Turn::SelfWake => {
+                    self.woken = true;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                Turn::Yield => self.turn = Some(Box::pin(tokio::task::yield_now())),
+            }
         }
+    }
+
+    /// Whether the turn taken for the held write is still to come.
+    fn turn_pending(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.woken {
+            // Polled again after waking itself: the ready tasks queued before it ran.
+            self.woken = false;
+            return false;
+        }
+        let Some(turn) = self.turn.as_mut() else {
+            return false;
+        };
+        if turn.as_mut().poll(cx).is_pending() {
+            return true;
+        }
+        self.turn = None;
+        false
     }
 
     fn release(&mut self) -> Poll<()> {
@@ -132,6 +182,37 @@ mod tests {
         h.written(8, 8);
         // The next write starts a new hold.
         assert!(!offer(&mut h, 9).await);
+    }
+
+    #[tokio::test]
+    async fn a_current_thread_runtime_wakes_the_task_itself() {
+        let mut h = Hold::new();
+        assert_eq!(h.how, Turn::SelfWake);
+        // Held: the waker was woken already, so the task is queued without an I/O poll.
+        let woke = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let waker = std::task::Waker::from(std::sync::Arc::new(Flag(woke.clone())));
+        let mut cx = Context::from_waker(&waker);
+        assert!(h.poll(&mut cx, 9).is_pending());
+        assert!(woke.load(std::sync::atomic::Ordering::SeqCst));
+        assert!(h.poll(&mut cx, 9).is_ready(), "the next poll ends the turn");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_multi_thread_runtime_yields() {
+        assert_eq!(Hold::new().how, Turn::Yield);
+        let mut h = Hold::new();
+        assert!(!offer(&mut h, 9).await);
+        tokio::task::yield_now().await;
+        assert!(offer(&mut h, 9).await);
+    }
+
+    /// A waker that records that it was woken.
+    struct Flag(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+    impl std::task::Wake for Flag {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
     }
 
     #[tokio::test]
