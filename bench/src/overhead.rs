@@ -30,14 +30,18 @@ pub(crate) struct Cell {
     pub(crate) rate: f64,
     /// Whether responses were streamed.
     pub(crate) stream: bool,
-    /// Straight to the engines (round-robin), just before (medians over the pairs).
+    /// Straight to the engines (round-robin): the medians over every direct run of this
+    /// point in the run, those of all contenders' pairs (the same load on the same engines).
     pub(crate) direct: Measured,
-    /// Through the proxy (medians over the pairs).
+    /// Through the proxy (medians over its pairs).
     pub(crate) proxy: Measured,
-    /// Proxy p50 − direct p50 of each pair, microseconds (the median over the pairs).
+    /// `proxy.p50_us − direct.p50_us`, microseconds.
     pub(crate) added_p50_us: f64,
-    /// Proxy p99 − direct p99 of each pair, microseconds (the median over the pairs).
+    /// `proxy.p99_us − direct.p99_us`, microseconds.
     pub(crate) added_p99_us: f64,
+    /// The median over the pairs of each pair's proxy p99 − direct p99, microseconds (the
+    /// estimate before the direct runs were pooled; a stall in either run of a pair moves it).
+    pub(crate) paired_added_p99_us: f64,
     /// CPU time of the proxy (user + system, with its worker processes) per answered
     /// request of its runs (warm-up included), microseconds (the median over the repeats; 10 ms clock-tick resolution
     /// over the whole run).
@@ -144,6 +148,7 @@ async fn run_on(
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+    let direct = pooled_direct(&pairs, points.len());
     let rows = contenders
         .iter()
         .zip(pairs)
@@ -154,13 +159,32 @@ async fn run_on(
             cells: points
                 .iter()
                 .zip(&p)
-                .map(|(&(rate, stream), pairs)| Cell::of(rate, stream, pairs))
+                .zip(&direct)
+                .map(|((&(rate, stream), pairs), direct)| {
+                    Cell::of(rate, stream, pairs, direct.clone())
+                })
                 .collect(),
             rss_mib,
             rss_anon_mib,
         })
         .collect();
     Ok(rows)
+}
+
+/// Per point, the medians over the direct runs of every contender's pairs (`pairs[contender]
+/// [point]`). The direct runs are the same experiment for every contender: pooled, a run that
+/// hit a stall of the machine (10-20% of them had a p99 of 4-20 ms) is outvoted, where in a
+/// pair it moved that pair's added latency by as much.
+fn pooled_direct(pairs: &[Vec<Vec<Pair>>], points: usize) -> Vec<Measured> {
+    (0..points)
+        .map(|j| {
+            let runs: Vec<Measured> = pairs
+                .iter()
+                .flat_map(|p| p[j].iter().map(|pair| pair.direct.clone()))
+                .collect();
+            Measured::median_of(&runs)
+        })
+        .collect()
 }
 
 /// The installed contenders of [`Peer::ALL`] whose label starts with one of `only` (all of
@@ -219,21 +243,23 @@ async fn measure_pair(
 }
 
 impl Cell {
-    /// The medians over the pairs of one point (`pairs` is not empty).
-    fn of(rate: f64, stream: bool, pairs: &[Pair]) -> Self {
+    /// One point of one contender: the medians over its `pairs` (not empty) against
+    /// `direct`, the pooled direct runs of the point.
+    fn of(rate: f64, stream: bool, pairs: &[Pair], direct: Measured) -> Self {
         let median = kthena_bench::report::median;
         let each = |f: fn(&Pair) -> f64| median(&pairs.iter().map(f).collect::<Vec<_>>());
-        let direct: Vec<Measured> = pairs.iter().map(|p| p.direct.clone()).collect();
         let proxy: Vec<Measured> = pairs.iter().map(|p| p.proxy.clone()).collect();
+        let proxy = Measured::median_of(&proxy);
         Self {
             rate,
             stream,
-            added_p50_us: each(|p| p.proxy.p50_us - p.direct.p50_us),
-            added_p99_us: each(|p| p.proxy.p99_us - p.direct.p99_us),
+            added_p50_us: proxy.p50_us - direct.p50_us,
+            added_p99_us: proxy.p99_us - direct.p99_us,
+            paired_added_p99_us: each(|p| p.proxy.p99_us - p.direct.p99_us),
             cpu_us_per_request: each(|p| p.cpu_us_per_request),
             repeats: pairs.len(),
-            direct: Measured::median_of(&direct),
-            proxy: Measured::median_of(&proxy),
+            direct,
+            proxy,
         }
     }
 }
@@ -307,6 +333,41 @@ mod tests {
         }
     }
 
+    fn pair(direct_p99: f64, proxy_p99: f64) -> Pair {
+        Pair {
+            direct: measured(300.0, direct_p99),
+            proxy: measured(400.0, proxy_p99),
+            cpu_us_per_request: 100.0,
+        }
+    }
+
+    #[test]
+    fn a_stalled_direct_run_is_outvoted_by_the_pooled_ones() {
+        // Two contenders, one point, three rounds; one direct run hit a 9 ms stall.
+        let pairs = vec![
+            vec![vec![
+                pair(600.0, 900.0),
+                pair(9_000.0, 950.0),
+                pair(700.0, 1_000.0),
+            ]],
+            vec![vec![
+                pair(650.0, 700.0),
+                pair(620.0, 720.0),
+                pair(640.0, 760.0),
+            ]],
+        ];
+        let direct = pooled_direct(&pairs, 1);
+        assert_eq!(direct[0].p99_us, 645.0, "median of the six direct runs");
+        let a = Cell::of(1000.0, true, &pairs[0][0], direct[0].clone());
+        assert_eq!(a.added_p99_us, 950.0 - 645.0);
+        assert_eq!(a.added_p50_us, 100.0);
+        // Paired, the stalled run turned one pair negative and the median with it lower.
+        assert_eq!(a.paired_added_p99_us, 300.0);
+        let b = Cell::of(1000.0, true, &pairs[1][0], direct[0].clone());
+        assert_eq!(b.added_p99_us, 720.0 - 645.0);
+        assert_eq!(b.repeats, 3);
+    }
+
     #[test]
     fn table_has_added_latency_and_cpu_per_request() {
         let row = Row {
@@ -318,6 +379,7 @@ mod tests {
                 proxy: measured(1100.0, 2600.0),
                 added_p50_us: 200.0,
                 added_p99_us: 600.0,
+                paired_added_p99_us: 550.0,
                 cpu_us_per_request: 41.6,
                 repeats: 3,
             }],
