@@ -42,11 +42,8 @@ pub(crate) const MAX_HELD_BYTES: usize = 64 * 1024;
 pub(crate) struct Hold {
     /// How a turn is taken on the runtime the connection runs on.
     how: Turn,
-    /// A write is held back: the task woke itself ([`Turn::SelfWake`]) and the next poll
-    /// ends the turn.
-    woken: bool,
-    /// The pending `yield_now`, while a write is held back ([`Turn::Yield`]).
-    turn: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    /// The turn a held write waits for, if one is taken.
+    turn: Option<Taken>,
     /// Bytes offered by the held write when its turn was taken.
     offered: usize,
     /// Turns taken for the current write.
@@ -54,6 +51,14 @@ pub(crate) struct Hold {
     /// The current write was let go: its retries (the socket took part of it, or was
     /// full) go straight to the socket until it is written in full ([`Hold::written`]).
     released: bool,
+}
+
+/// A turn in progress.
+enum Taken {
+    /// The task woke itself ([`Turn::SelfWake`]): its next poll ends the turn.
+    Woken,
+    /// The pending `yield_now` ([`Turn::Yield`]).
+    Yielding(Pin<Box<dyn Future<Output = ()> + Send>>),
 }
 
 /// How [`Hold`] gives the other ready tasks a turn (see the module doc).
@@ -69,7 +74,7 @@ impl std::fmt::Debug for Hold {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hold")
             .field("how", &self.how)
-            .field("held", &(self.woken || self.turn.is_some()))
+            .field("held", &self.turn.is_some())
             .field("offered", &self.offered)
             .field("holds", &self.holds)
             .field("released", &self.released)
@@ -85,7 +90,6 @@ impl Hold {
             .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread);
         Self {
             how: if current { Turn::SelfWake } else { Turn::Yield },
-            woken: false,
             turn: None,
             offered: 0,
             holds: 0,
@@ -114,27 +118,28 @@ impl Hold {
             self.offered = offered;
             match self.how {
                 Turn::SelfWake => {
-                    self.woken = true;
+                    self.turn = Some(Taken::Woken);
                     cx.waker().wake_by_ref();
                     return Poll::Pending;
                 }
-                Turn::Yield => self.turn = Some(Box::pin(tokio::task::yield_now())),
+                Turn::Yield => {
+                    self.turn = Some(Taken::Yielding(Box::pin(tokio::task::yield_now())));
+                }
             }
         }
     }
 
     /// Whether the turn taken for the held write is still to come.
     fn turn_pending(&mut self, cx: &mut Context<'_>) -> bool {
-        if self.woken {
+        match self.turn.as_mut() {
+            None => return false,
             // Polled again after waking itself: the ready tasks queued before it ran.
-            self.woken = false;
-            return false;
-        }
-        let Some(turn) = self.turn.as_mut() else {
-            return false;
-        };
-        if turn.as_mut().poll(cx).is_pending() {
-            return true;
+            Some(Taken::Woken) => {}
+            Some(Taken::Yielding(y)) => {
+                if y.as_mut().poll(cx).is_pending() {
+                    return true;
+                }
+            }
         }
         self.turn = None;
         false
