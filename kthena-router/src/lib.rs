@@ -85,6 +85,7 @@ mod serving;
 mod shared;
 mod sse;
 mod tokenize;
+mod upstream;
 mod warnings;
 mod watch;
 

@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
@@ -24,6 +23,7 @@ use crate::accounting::Accounting;
 use crate::body::BoxError;
 use crate::openai::{ResponseProbe, Usage, usage_from};
 use crate::sse::SseFilter;
+use crate::upstream::UpBody;
 use serde::Deserialize;
 
 /// Pause between the SSE error event and breaking the stream, so the event is flushed.
@@ -38,7 +38,7 @@ const USAGE_TAIL: usize = 64 * 1024;
 /// The streaming response body.
 #[derive(Debug)]
 pub struct ProxyBody {
-    inner: Incoming,
+    inner: UpBody,
     acct: Accounting,
     saw_first_byte: bool,
     status: u16,
@@ -145,7 +145,7 @@ fn usage_in_tail(tail: &[u8]) -> Option<Usage> {
 
 impl ProxyBody {
     pub(crate) fn new(
-        inner: Incoming,
+        inner: UpBody,
         acct: Accounting,
         status: u16,
         sse: bool,

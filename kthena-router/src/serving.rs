@@ -4,10 +4,12 @@
 //! the engine connections its requests open then stay on one thread: no work stealing and no
 //! wake-up of another thread per streamed chunk, as with Envoy's and nginx's workers.
 //!
-//! Each thread has its own upstream client (and so its own connection pool per endpoint):
-//! a request served on a thread takes an engine connection that thread drives. Outside these
-//! threads (tests, `kthena-bench`'s in-memory runs, the control plane) requests use the
-//! router's shared client.
+//! Each thread keeps its own engine connections per endpoint (`upstream`): a request served
+//! on a thread takes an engine connection and drives it itself, in the task that serves the
+//! client. Each thread also has its own pooled client, for endpoints given by host name and
+//! for other upstream calls (tokenizer servers). Outside these threads (tests,
+//! `kthena-bench`'s in-memory runs, the control plane) requests use the router's shared
+//! client.
 
 use std::future::Future;
 use std::io;
@@ -19,7 +21,7 @@ use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
 /// The router's upstream client (`scrape::HttpClient`, spelled out here so that this module,
-/// which the listener uses, depends on no router module).
+/// which the listener uses, depends on no router module but `upstream`).
 type HttpClient = hyper_util::client::legacy::Client<
     kthena_memnet::Connector,
     http_body_util::Full<bytes::Bytes>,
@@ -140,7 +142,10 @@ fn start_one(
             CLIENT.with(|c| {
                 let _ = c.set(client());
             });
-            rt.block_on(stop.cancelled());
+            rt.block_on(async {
+                crate::upstream::enable_on_this_thread();
+                stop.cancelled().await;
+            });
             // Connections still open here were already cut by the router's drain; the
             // runtime drops what is left of them.
             rt.shutdown_timeout(BLOCKING_GRACE);

@@ -14,10 +14,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http::{HeaderMap, Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
+use http_body_util::{BodyExt, Limited};
 use kthena_sched::LoadGuard;
 use rand::Rng;
 use tokio::time::Instant;
@@ -32,10 +31,11 @@ use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::overload::BreakerState;
 use crate::pipeline::{
-    Parsed, Prefetched, RequestId, Routed, Tokens, error_chain, ext, sched_request,
+    Parsed, Prefetched, RequestId, Routed, Tokens, error_chain, ext, sched_request, send_upstream,
     stream_response, strip_hop_by_hop, upstream_headers,
 };
 use crate::shared::Shared;
+use crate::upstream::{SendError, UpBody};
 
 /// Largest prefill answer read (it carries `kv_transfer_params`), bytes.
 const MAX_PREFILL_ANSWER: usize = 16 * 1024 * 1024;
@@ -350,7 +350,7 @@ impl Plan {
         ep: &Arc<Endpoint>,
         body: Bytes,
         start: Instant,
-    ) -> Result<Result<Response<Incoming>, Failure>, Error> {
+    ) -> Result<Result<Response<UpBody>, Failure>, Error> {
         let call = async {
             let resp = match self.send(ep, body).await {
                 Ok(r) => r,
@@ -410,25 +410,14 @@ impl Plan {
         }
     }
 
-    async fn send(
-        &self,
-        ep: &Endpoint,
-        body: Bytes,
-    ) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
-        let uri = format!("{}{}", ep.base_url(), self.path_and_query);
-        let mut up = Request::builder().method(Method::POST).uri(&uri);
-        if let Some(h) = up.headers_mut() {
-            h.clone_from(&self.headers);
-        }
-        // invariant: the URI is built from a validated endpoint address and request path.
-        let up = up.body(Full::new(body)).unwrap_or_default();
-        crate::serving::with_client(&self.shared.client, |c| c.request(up)).await
+    async fn send(&self, ep: &Endpoint, body: Bytes) -> Result<Response<UpBody>, SendError> {
+        send_upstream(&self.shared, ep, &self.path_and_query, &self.headers, body).await
     }
 
     /// The decode answer streamed to the client, holding the decode endpoint's slot.
     fn answered(
         &self,
-        resp: Response<Incoming>,
+        resp: Response<UpBody>,
         (guard, done): (LoadGuard, SchedDone),
         start: Instant,
     ) -> Response<RespBody> {

@@ -11,7 +11,6 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
 use kthena_sched::LoadGuard;
 use tokio::time::Instant;
 
@@ -26,6 +25,7 @@ use crate::openai::{ParsedRequest, UpstreamBody};
 use crate::overload::BreakerState;
 use crate::proxy::ProxyBody;
 use crate::shared::Shared;
+use crate::upstream::{self, SendError, UpBody};
 
 /// Largest upstream error body kept to pass on after the last attempt, in bytes.
 const MAX_ERROR_BODY: usize = 64 * 1024;
@@ -220,21 +220,14 @@ impl Plan {
     }
 
     /// Sends the body to `ep`; the outer error is the ModelServer's timeout.
-    async fn send(
-        &self,
-        ep: &Arc<Endpoint>,
-    ) -> Result<Result<Response<Incoming>, hyper_util::client::legacy::Error>, Error> {
-        let uri = format!("{}{}", ep.base_url(), self.path_and_query);
-        let mut up = Request::builder().method(Method::POST).uri(&uri);
-        if let Some(h) = up.headers_mut() {
-            h.clone_from(&self.headers);
-        }
-        let up = up
-            .body(Full::new(self.body.bytes.clone()))
-            .map_err(|e| Error::BodyRead {
-                reason: e.to_string(),
-            })?;
-        let fut = crate::serving::with_client(&self.shared.client, |c| c.request(up));
+    async fn send(&self, ep: &Arc<Endpoint>) -> Result<Result<Response<UpBody>, SendError>, Error> {
+        let fut = send_upstream(
+            &self.shared,
+            ep,
+            &self.path_and_query,
+            &self.headers,
+            self.body.bytes.clone(),
+        );
         let Some(t) = self.routed.server.timeout else {
             return Ok(fut.await);
         };
@@ -252,7 +245,7 @@ impl Plan {
     async fn answered(
         &self,
         ep: &Arc<Endpoint>,
-        resp: Response<Incoming>,
+        resp: Response<UpBody>,
         (guard, done): (LoadGuard, SchedDone),
     ) -> Result<Step, Error> {
         let status = resp.status();
@@ -305,6 +298,61 @@ impl Plan {
     }
 }
 
+/// POSTs `body` to `ep` at `path_and_query` with `headers`: on a serving thread over an
+/// engine connection the request itself drives ([`upstream::send`]; endpoints given by IP
+/// address), elsewhere, or for an endpoint given by host name (resolved per connection),
+/// through the shared pooled client.
+///
+/// # Errors
+/// [`SendError`]: no connection, or it failed before the answer head.
+pub(crate) async fn send_upstream(
+    shared: &Shared,
+    ep: &Endpoint,
+    path_and_query: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response<UpBody>, SendError> {
+    let direct = if upstream::enabled() {
+        ep.address.parse::<std::net::SocketAddr>().ok()
+    } else {
+        None
+    };
+    let Some(addr) = direct else {
+        let uri = format!("{}{}", ep.base_url(), path_and_query);
+        let mut up = Request::builder().method(Method::POST).uri(&uri);
+        if let Some(h) = up.headers_mut() {
+            h.clone_from(headers);
+        }
+        // invariant: the URI is built from a validated endpoint address and request path.
+        let up = up.body(Full::new(body)).unwrap_or_default();
+        let fut = crate::serving::with_client(&shared.client, |c| c.request(up));
+        return fut
+            .await
+            .map(|r| r.map(UpBody::from))
+            .map_err(SendError::Pooled);
+    };
+    let mut up = Request::builder().method(Method::POST).uri(path_and_query);
+    if let Some(h) = up.headers_mut() {
+        h.clone_from(headers);
+        if let Ok(v) = HeaderValue::from_str(&host_header(addr)) {
+            h.insert(header::HOST, v);
+        }
+    }
+    // invariant: the request path was parsed from the client's request line.
+    let up = up.body(Full::new(body)).unwrap_or_default();
+    upstream::send(addr, up).await
+}
+
+/// The `Host` of a request to `addr`, as hyper's pooled client writes it for an
+/// `http://` URI: the port only when it is not 80.
+fn host_header(addr: std::net::SocketAddr) -> String {
+    match (addr.ip(), addr.port()) {
+        (std::net::IpAddr::V4(ip), 80) => ip.to_string(),
+        (std::net::IpAddr::V6(ip), 80) => format!("[{ip}]"),
+        _ => addr.to_string(),
+    }
+}
+
 /// Feeds `ep`'s circuit breaker with one request's result and exports a state change.
 pub(crate) fn record_breaker(shared: &Shared, ep: &Endpoint, success: bool) {
     let cfg = &shared.overload;
@@ -325,7 +373,7 @@ pub(crate) fn record_breaker(shared: &Shared, ep: &Endpoint, success: bool) {
 }
 
 pub(crate) fn stream_response(
-    resp: Response<Incoming>,
+    resp: Response<UpBody>,
     acct: Accounting,
     parsed: &ParsedRequest,
     injected_usage: bool,

@@ -93,7 +93,7 @@ pub(crate) async fn forward(
     acct.upstream_status(resp.status().as_u16());
     acct.upstream_end();
     Ok(stream_response(
-        resp,
+        resp.map(crate::upstream::UpBody::from),
         acct,
         &parsed.req,
         body.injected_usage,

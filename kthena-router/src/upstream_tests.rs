@@ -1,0 +1,230 @@
+//! Engine connections driven by their request, against a real HTTP/1.1 engine on loopback
+//! that counts the connections it accepted and the ones that ended.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use futures_util::stream;
+use http::{Request, Response, header};
+use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use super::*;
+
+/// What the test engine saw.
+#[derive(Default)]
+struct Seen {
+    accepted: AtomicUsize,
+    closed: AtomicUsize,
+    hosts: std::sync::Mutex<Vec<String>>,
+}
+
+type TestBody = UnsyncBoxBody<Bytes, Infallible>;
+
+/// `/sse`: three SSE events, chunked; `/sized`: a JSON answer with a length; `/hang`: one
+/// event, then nothing (the answer never ends).
+fn answer(req: &Request<Incoming>) -> Response<TestBody> {
+    let events = [
+        "data: {\"n\":1}\n\n",
+        "data: {\"n\":2}\n\n",
+        "data: [DONE]\n\n",
+    ];
+    let body = match req.uri().path() {
+        "/sse" => {
+            let frames = events.map(|e| Ok(http_body::Frame::data(Bytes::from(e))));
+            StreamBody::new(stream::iter(frames)).boxed_unsync()
+        }
+        "/hang" => {
+            let first = stream::iter([Ok(http_body::Frame::data(Bytes::from(events[0])))]);
+            StreamBody::new(futures_util::StreamExt::chain(first, stream::pending())).boxed_unsync()
+        }
+        _ => Full::new(Bytes::from_static(b"{\"ok\":true}")).boxed_unsync(),
+    };
+    Response::new(body)
+}
+
+/// Starts the engine on 127.0.0.1; `keep_alive: false` closes each connection after one
+/// answer, as an engine with keep-alive off (or past its idle timeout) does.
+async fn engine(keep_alive: bool) -> (SocketAddr, Arc<Seen>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let seen = Arc::new(Seen::default());
+    let s = Arc::clone(&seen);
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            s.accepted.fetch_add(1, Ordering::SeqCst);
+            let s = Arc::clone(&s);
+            tokio::spawn(async move {
+                let s2 = Arc::clone(&s);
+                let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let host = req.headers().get(header::HOST).cloned();
+                    let host = host.and_then(|h| h.to_str().ok().map(str::to_owned));
+                    s2.hosts
+                        .lock()
+                        .expect("lock")
+                        .push(host.unwrap_or_default());
+                    std::future::ready(Ok::<_, Infallible>(answer(&req)))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .keep_alive(keep_alive)
+                    .serve_connection(TokioIo::new(tcp), svc)
+                    .await;
+                s.closed.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+    });
+    (addr, seen)
+}
+
+fn post(addr: SocketAddr, path: &str) -> Request<Full<Bytes>> {
+    Request::post(path)
+        .header(header::HOST, addr.to_string())
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .expect("request")
+}
+
+/// Sends and reads the whole answer, as the router's response path does.
+async fn fetch(addr: SocketAddr, path: &str) -> Bytes {
+    let resp = send(addr, post(addr, path)).await.expect("answer head");
+    resp.into_body().collect().await.expect("body").to_bytes()
+}
+
+/// Runs `f` with this thread keeping connections, then forgets them (the test harness may
+/// run the next test on this thread).
+async fn keeping<F: std::future::Future<Output = ()>>(f: F) {
+    enable_on_this_thread();
+    f.await;
+    POOL.with_borrow_mut(|p| *p = None);
+}
+
+/// Waits (paused time runs ahead when idle) until `cond` holds, 5 s at most.
+async fn until(cond: impl Fn() -> bool) {
+    for _ in 0..500 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn sequential_answers_reuse_one_connection() {
+    keeping(async {
+        let (addr, seen) = engine(true).await;
+        for path in ["/sse", "/sized", "/sse", "/sized", "/sse"] {
+            let body = fetch(addr, path).await;
+            if path == "/sse" {
+                assert_eq!(
+                    &body[..],
+                    b"data: {\"n\":1}\n\ndata: {\"n\":2}\n\ndata: [DONE]\n\n"
+                );
+            } else {
+                assert_eq!(&body[..], b"{\"ok\":true}");
+            }
+            assert_eq!(idle_count(addr), 1, "kept after {path}");
+        }
+        assert_eq!(seen.accepted.load(Ordering::SeqCst), 1);
+        assert_eq!(seen.hosts.lock().expect("lock").len(), 5);
+        assert!(
+            seen.hosts
+                .lock()
+                .expect("lock")
+                .iter()
+                .all(|h| *h == addr.to_string())
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn concurrent_streams_each_get_a_connection_and_all_are_kept() {
+    keeping(async {
+        let (addr, seen) = engine(true).await;
+        let a = send(addr, post(addr, "/sse")).await.expect("a");
+        let b = send(addr, post(addr, "/sse")).await.expect("b");
+        // Neither waited for the other's answer to end.
+        let (a, b) = tokio::join!(a.into_body().collect(), b.into_body().collect());
+        assert_eq!(a.expect("a").to_bytes(), b.expect("b").to_bytes());
+        assert_eq!(seen.accepted.load(Ordering::SeqCst), 2);
+        assert_eq!(idle_count(addr), 2);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_connection_the_engine_closed_is_replaced() {
+    keeping(async {
+        let (addr, seen) = engine(false).await;
+        assert_eq!(&fetch(addr, "/sized").await[..], b"{\"ok\":true}");
+        until(|| seen.closed.load(Ordering::SeqCst) == 1).await;
+        // The kept connection is closed now: the next request goes out on a new one.
+        let body = fetch(addr, "/sse").await;
+        assert!(body.ends_with(b"data: [DONE]\n\n"), "{body:?}");
+        assert_eq!(seen.accepted.load(Ordering::SeqCst), 2);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_body_dropped_before_its_end_closes_the_connection() {
+    keeping(async {
+        let (addr, seen) = engine(true).await;
+        let resp = send(addr, post(addr, "/hang")).await.expect("head");
+        let mut body = resp.into_body();
+        let first = body.frame().await.expect("frame").expect("data");
+        assert_eq!(first.into_data().expect("data"), "data: {\"n\":1}\n\n");
+        // The client went away: the engine must see its connection end (that stops its work).
+        drop(body);
+        until(|| seen.closed.load(Ordering::SeqCst) == 1).await;
+        assert_eq!(seen.closed.load(Ordering::SeqCst), 1);
+        assert_eq!(idle_count(addr), 0);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_refused_connection_reads_as_the_pooled_clients_error() {
+    keeping(async {
+        // A port nothing listens on: bind one, then free it.
+        let addr = TcpListener::bind("127.0.0.1:0")
+            .await
+            .and_then(|l| l.local_addr())
+            .expect("port");
+        let err = send(addr, post(addr, "/sse")).await.expect_err("refused");
+        assert!(matches!(err, SendError::Connect(_)), "{err:?}");
+        let chain = crate::pipeline::error_chain(&err);
+        assert_eq!(
+            chain,
+            "tcp connect error: Connection refused (os error 111)"
+        );
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_connections_are_closed_after_the_idle_timeout() {
+    keeping(async {
+        let (addr, seen) = engine(true).await;
+        fetch(addr, "/sized").await;
+        assert_eq!(idle_count(addr), 1);
+        tokio::time::sleep(IDLE_TIMEOUT - Duration::from_secs(1)).await;
+        sweep(Instant::now());
+        assert_eq!(idle_count(addr), 1, "not yet expired");
+        tokio::time::sleep(SWEEP_EVERY + Duration::from_secs(1)).await;
+        // The thread's sweep dropped it; the engine sees the connection end.
+        assert_eq!(idle_count(addr), 0);
+        until(|| seen.closed.load(Ordering::SeqCst) == 1).await;
+        assert_eq!(seen.closed.load(Ordering::SeqCst), 1);
+    })
+    .await;
+}
+
+#[test]
+fn off_the_serving_threads_nothing_is_kept() {
+    assert!(!enabled());
+    assert_eq!(idle_count("127.0.0.1:1".parse().expect("addr")), 0);
+}
