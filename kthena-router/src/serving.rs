@@ -145,6 +145,7 @@ fn start_one(
             rt.block_on(async {
                 crate::upstream::enable_on_this_thread();
                 stop.cancelled().await;
+                crate::upstream::disable_on_this_thread();
             });
             // Connections still open here were already cut by the router's drain; the
             // runtime drops what is left of them.

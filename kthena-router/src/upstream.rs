@@ -121,6 +121,13 @@ pub(crate) fn enable_on_this_thread() {
     });
 }
 
+/// Closes this thread's kept connections and stops keeping any; call before the thread's
+/// runtime shuts down, so that the sockets leave while their I/O driver still runs.
+pub(crate) fn disable_on_this_thread() {
+    let pool = POOL.with_borrow_mut(Option::take);
+    drop(pool);
+}
+
 /// Whether requests made on this thread use its kept connections ([`send`]).
 pub(crate) fn enabled() -> bool {
     POOL.with_borrow(Option::is_some)
@@ -164,8 +171,9 @@ fn checkout(addr: SocketAddr) -> Option<Idle> {
 /// Keeps a connection whose last answer ended, if this thread keeps connections and the
 /// endpoint has fewer than [`MAX_IDLE_PER_ENDPOINT`] idle.
 fn checkin(addr: SocketAddr, sender: Sender, conn: Connection) {
-    POOL.with_borrow_mut(|p| {
-        if let Some(p) = p.as_mut() {
+    // `try_with`: a body dropped while the thread ends finds no pool, and closes.
+    let _ = POOL.try_with(|p| {
+        if let Some(p) = p.borrow_mut().as_mut() {
             let list = p.idle.entry(addr).or_default();
             if list.len() < MAX_IDLE_PER_ENDPOINT {
                 list.push(Idle {

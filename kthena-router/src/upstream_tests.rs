@@ -98,7 +98,8 @@ async fn fetch(addr: SocketAddr, path: &str) -> Bytes {
 async fn keeping<F: std::future::Future<Output = ()>>(f: F) {
     enable_on_this_thread();
     f.await;
-    POOL.with_borrow_mut(|p| *p = None);
+    disable_on_this_thread();
+    assert!(!enabled());
 }
 
 /// Waits (paused time runs ahead when idle) until `cond` holds, 5 s at most.
