@@ -144,7 +144,10 @@ fn start_one(
             });
             rt.block_on(async {
                 crate::upstream::enable_on_this_thread();
-                stop.cancelled().await;
+                tokio::select! {
+                    () = stop.cancelled() => {}
+                    () = crate::upstream::sweep_idle() => {}
+                }
                 crate::upstream::disable_on_this_thread();
             });
             // Connections still open here were already cut by the router's drain; the

@@ -106,19 +106,21 @@ thread_local! {
     static POOL: RefCell<Option<Pool>> = const { RefCell::new(None) };
 }
 
-/// Makes the current thread keep engine connections, and starts its sweep of idle ones
-/// on the current-thread runtime the caller runs in (the task ends with the runtime).
-/// Call once, from within a serving thread's runtime.
+/// Makes the current thread keep engine connections (call once per serving thread, and
+/// run [`sweep_idle`] beside its work).
 pub(crate) fn enable_on_this_thread() {
     POOL.with_borrow_mut(|p| *p = Some(Pool::default()));
-    tokio::spawn(async {
-        let mut every = tokio::time::interval(SWEEP_EVERY);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            every.tick().await;
-            sweep(Instant::now());
-        }
-    });
+}
+
+/// Drops this thread's idle connections that expired or were closed by the engine every
+/// [`SWEEP_EVERY`], for ever (run it beside the thread's work, on its runtime).
+pub(crate) async fn sweep_idle() {
+    let mut every = tokio::time::interval(SWEEP_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        sweep(Instant::now());
+    }
 }
 
 /// Closes this thread's kept connections and stops keeping any; call before the thread's

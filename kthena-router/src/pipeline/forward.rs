@@ -340,7 +340,8 @@ pub(crate) async fn send_upstream(
     }
     // invariant: the request path was parsed from the client's request line.
     let up = up.body(Full::new(body)).unwrap_or_default();
-    upstream::send(addr, up).await
+    // Boxed: the future holds the connection (a few KiB) while it waits for the answer head.
+    Box::pin(upstream::send(addr, up)).await
 }
 
 /// The `Host` of a request to `addr`, as hyper's pooled client writes it for an
