@@ -56,7 +56,9 @@ pub(crate) const MAX_IDLE_PER_ENDPOINT: usize = 1024;
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 type Sender = http1::SendRequest<Full<Bytes>>;
-type Connection = http1::Connection<TokioIo<TcpStream>, Full<Bytes>>;
+/// Boxed once when opened: the connection's state is some hundred bytes, and the request
+/// future, the answer's body and the pool move it by pointer.
+type Connection = Box<http1::Connection<TokioIo<TcpStream>, Full<Bytes>>>;
 
 /// Why a request could not be sent on an engine connection, or no answer head came.
 /// Messages read as those of hyper's pooled client (`tcp connect error: Connection refused
@@ -230,10 +232,11 @@ async fn connect(addr: SocketAddr) -> Result<(Sender, Connection), SendError> {
         })?
         .map_err(SendError::Connect)?;
     stream.set_nodelay(true).map_err(SendError::Connect)?;
-    http1::Builder::new()
+    let (sender, conn) = http1::Builder::new()
         .handshake(TokioIo::new(stream))
         .await
-        .map_err(SendError::Http)
+        .map_err(SendError::Http)?;
+    Ok((sender, Box::new(conn)))
 }
 
 /// Sends `req` on one connection, polling the connection until the answer head came.

@@ -60,7 +60,9 @@ impl tower::Service<Request<()>> for Forward {
                 .get::<crate::pd::pairs::PdScheduled>()
                 .is_some()
             {
-                return crate::pd::flow::forward(shared, req).await;
+                // Boxed on its own: this future is boxed per request, and moving it
+                // should not copy the prefill-decode flow's state (some KiB) each time.
+                return Box::pin(crate::pd::flow::forward(shared, req)).await;
             }
             Plan::new(shared, &req)?.run().await
         })
