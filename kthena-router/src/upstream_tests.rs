@@ -234,3 +234,93 @@ fn off_the_serving_threads_nothing_is_kept() {
     assert!(!enabled());
     assert_eq!(idle_count("127.0.0.1:1".parse().expect("addr")), 0);
 }
+
+/// An engine that answers every request on a connection with `head` + `body` written raw,
+/// then closes the connection when `close` (a body delimited by the end of the connection).
+async fn raw_engine(answer: &'static [u8], close: bool) -> (SocketAddr, Arc<Seen>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let seen = Arc::new(Seen::default());
+    let s = Arc::clone(&seen);
+    let tasks = tokio_util::task::TaskTracker::new();
+    let conns = tasks.clone();
+    tasks.spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            s.accepted.fetch_add(1, Ordering::SeqCst);
+            let s = Arc::clone(&s);
+            conns.spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                // One request per read is enough here: the requests are small.
+                while let Ok(n) = tcp.read(&mut buf).await {
+                    if n == 0 || tcp.write_all(answer).await.is_err() || close {
+                        break;
+                    }
+                }
+                drop(tcp);
+                s.closed.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+    });
+    (addr, seen)
+}
+
+#[tokio::test]
+async fn a_body_delimited_by_the_connections_end_is_read_whole_and_not_kept() {
+    keeping(async {
+        let answer = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\ndata: {\"n\":1}\n\ndata: [DONE]\n\n";
+        let (addr, seen) = raw_engine(answer, true).await;
+        for _ in 0..2 {
+            let body = fetch(addr, "/sse").await;
+            assert_eq!(&body[..], b"data: {\"n\":1}\n\ndata: [DONE]\n\n");
+            assert_eq!(idle_count(addr), 0);
+        }
+        assert_eq!(seen.accepted.load(Ordering::SeqCst), 2);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_answer_with_connection_close_is_not_kept() {
+    keeping(async {
+        let answer =
+            b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 11\r\n\r\n{\"ok\":true}";
+        let (addr, seen) = raw_engine(answer, false).await;
+        for _ in 0..3 {
+            assert_eq!(&fetch(addr, "/sized").await[..], b"{\"ok\":true}");
+            assert_eq!(idle_count(addr), 0);
+        }
+        assert_eq!(seen.accepted.load(Ordering::SeqCst), 3);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_keep_alive_answer_from_a_raw_engine_is_kept() {
+    keeping(async {
+        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 11\r\n\r\n{\"ok\":true}";
+        let (addr, seen) = raw_engine(answer, false).await;
+        for _ in 0..3 {
+            assert_eq!(&fetch(addr, "/sized").await[..], b"{\"ok\":true}");
+            assert_eq!(idle_count(addr), 1);
+        }
+        assert_eq!(seen.accepted.load(Ordering::SeqCst), 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_kept_connection_the_engine_closed_later_is_not_used_again() {
+    keeping(async {
+        // Keep-alive as far as the answer says, then the engine closes (its idle timeout).
+        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 11\r\n\r\n{\"ok\":true}";
+        let (addr, seen) = raw_engine(answer, true).await;
+        assert_eq!(&fetch(addr, "/sized").await[..], b"{\"ok\":true}");
+        until(|| seen.closed.load(Ordering::SeqCst) == 1).await;
+        assert_eq!(seen.closed.load(Ordering::SeqCst), 1);
+        // The kept connection is closed: the request goes out on a new one and succeeds.
+        assert_eq!(&fetch(addr, "/sized").await[..], b"{\"ok\":true}");
+        assert_eq!(seen.accepted.load(Ordering::SeqCst), 2);
+    })
+    .await;
+}
