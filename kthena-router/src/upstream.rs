@@ -227,11 +227,14 @@ async fn connect(addr: SocketAddr) -> Result<(Sender, Connection), SendError> {
         .map_err(|_| {
             SendError::Connect(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
-                "connect timeout",
+                "deadline has elapsed",
             ))
         })?
         .map_err(SendError::Connect)?;
-    stream.set_nodelay(true).map_err(SendError::Connect)?;
+    if let Err(e) = stream.set_nodelay(true) {
+        // As hyper's pooled client: the connection works, only slower for small writes.
+        tracing::warn!(%addr, error = %e, "Cannot set TCP_NODELAY on an engine connection");
+    }
     let (sender, conn) = http1::Builder::new()
         .handshake(TokioIo::new(stream))
         .await
@@ -244,26 +247,26 @@ async fn connect(addr: SocketAddr) -> Result<(Sender, Connection), SendError> {
 async fn exchange(
     addr: SocketAddr,
     mut sender: Sender,
-    mut conn: Connection,
+    conn: Connection,
     req: Request<Full<Bytes>>,
 ) -> Result<Response<UpBody>, (hyper::Error, Option<Request<Full<Bytes>>>)> {
     let mut answer = pin!(sender.try_send_request(req));
-    let mut open = true;
+    let mut conn = Some(conn);
     let res = poll_fn(|cx| {
-        if open && Pin::new(&mut conn).poll(cx).is_ready() {
-            // The connection ended; the answer future now resolves with its error.
-            open = false;
+        if let Some(c) = conn.as_mut()
+            && Pin::new(c).poll(cx).is_ready()
+        {
+            // The connection ended. Dropping it answers a request it still holds (an
+            // engine's clean close read before the request was taken leaves it queued,
+            // and only the drop gives it back, unsent); the answer future then resolves.
+            conn = None;
         }
         answer.as_mut().poll(cx)
     })
     .await;
     match res {
         Ok(resp) => {
-            let driver = Driver {
-                addr,
-                sender,
-                conn: open.then_some(conn),
-            };
+            let driver = Driver { addr, sender, conn };
             Ok(resp.map(|incoming| UpBody {
                 incoming,
                 driver: Some(driver),
@@ -357,7 +360,10 @@ impl Body for UpBody {
         let r = Pin::new(&mut this.incoming).poll_frame(cx);
         match &r {
             Poll::Ready(None) => this.release(),
-            Poll::Ready(Some(Ok(_))) if this.incoming.is_end_stream() => this.release(),
+            // Trailers end a chunked body (hyper's server polls no further after them).
+            Poll::Ready(Some(Ok(f))) if f.is_trailers() || this.incoming.is_end_stream() => {
+                this.release();
+            }
             _ => {}
         }
         r

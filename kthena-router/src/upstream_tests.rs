@@ -235,8 +235,9 @@ fn off_the_serving_threads_nothing_is_kept() {
     assert_eq!(idle_count("127.0.0.1:1".parse().expect("addr")), 0);
 }
 
-/// An engine that answers every request on a connection with `head` + `body` written raw,
-/// then closes the connection when `close` (a body delimited by the end of the connection).
+/// An engine that answers every request on a connection with `answer` written raw, and
+/// with `close` closes the connection 50 ms after the first answer (which ends a body
+/// delimited by the end of the connection).
 async fn raw_engine(answer: &'static [u8], close: bool) -> (SocketAddr, Arc<Seen>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -253,7 +254,12 @@ async fn raw_engine(answer: &'static [u8], close: bool) -> (SocketAddr, Arc<Seen
                 let mut buf = vec![0u8; 4096];
                 // One request per read is enough here: the requests are small.
                 while let Ok(n) = tcp.read(&mut buf).await {
-                    if n == 0 || tcp.write_all(answer).await.is_err() || close {
+                    if n == 0 || tcp.write_all(answer).await.is_err() {
+                        break;
+                    }
+                    if close {
+                        // A moment later, as an engine's keep-alive timeout would.
+                        tokio::time::sleep(Duration::from_millis(50)).await;
                         break;
                     }
                 }
@@ -321,6 +327,56 @@ async fn a_kept_connection_the_engine_closed_later_is_not_used_again() {
         // The kept connection is closed: the request goes out on a new one and succeeds.
         assert_eq!(&fetch(addr, "/sized").await[..], b"{\"ok\":true}");
         assert_eq!(seen.accepted.load(Ordering::SeqCst), 2);
+    })
+    .await;
+}
+
+/// Regression: a request sent on a kept connection whose engine had closed it cleanly (the
+/// close not yet read) hung for ever: the connection future ended with the request still
+/// queued, and the queued request is answered only when the connection is dropped. Now it
+/// comes back unsent, for `send` to retry on a new connection.
+#[tokio::test]
+async fn a_request_queued_on_a_connection_that_ends_cleanly_comes_back() {
+    keeping(async {
+        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 11\r\n\r\n{\"ok\":true}";
+        let (addr, seen) = raw_engine(answer, true).await;
+        let (mut sender, mut conn) = connect(addr).await.expect("connect");
+        let first = exchange(addr, sender, conn, post(addr, "/sized"));
+        let mut body = first.await.expect("answer").into_body();
+        while body.frame().await.is_some() {}
+        until(|| seen.closed.load(Ordering::SeqCst) == 1).await;
+        // Take the kept connection without polling it (the engine's close stays unread, as
+        // when the task's budget is spent while the pool checks it).
+        let kept = POOL.with_borrow_mut(|p| p.as_mut()?.idle.get_mut(&addr)?.pop());
+        let kept = kept.expect("kept");
+        (sender, conn) = (kept.sender, kept.conn);
+        let again = exchange(addr, sender, conn, post(addr, "/sized"));
+        let out = tokio::time::timeout(Duration::from_secs(5), again).await;
+        let Err((_, back)) = out.expect("the request came back, not hung") else {
+            panic!("an answer on a closed connection");
+        };
+        assert_eq!(back.expect("unsent request").uri(), "/sized");
+    })
+    .await;
+}
+
+/// Regression: an answer whose trailers were its last frame was not kept (hyper's server
+/// drops a body after its trailers without polling it again).
+#[tokio::test]
+async fn an_answer_read_up_to_its_trailers_is_kept() {
+    keeping(async {
+        let answer = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntrailer: x-t\r\n\r\n5\r\nhello\r\n0\r\nx-t: 1\r\n\r\n";
+        let (addr, seen) = raw_engine(answer, false).await;
+        for _ in 0..2 {
+            let mut body = send(addr, post(addr, "/t")).await.expect("head").into_body();
+            let data = body.frame().await.expect("frame").expect("data");
+            assert_eq!(data.into_data().expect("data"), "hello");
+            let trailers = body.frame().await.expect("frame").expect("trailers");
+            assert_eq!(trailers.trailers_ref().expect("trailers")["x-t"], "1");
+            drop(body);
+            assert_eq!(idle_count(addr), 1);
+        }
+        assert_eq!(seen.accepted.load(Ordering::SeqCst), 1);
     })
     .await;
 }
