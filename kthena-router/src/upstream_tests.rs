@@ -286,41 +286,31 @@ async fn a_body_delimited_by_the_connections_end_is_read_whole_and_not_kept() {
     .await;
 }
 
-#[tokio::test]
-async fn an_answer_with_connection_close_is_not_kept() {
-    keeping(async {
-        let answer =
-            b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 11\r\n\r\n{\"ok\":true}";
-        let (addr, seen) = raw_engine(answer, false).await;
-        for _ in 0..3 {
-            assert_eq!(&fetch(addr, "/sized").await[..], b"{\"ok\":true}");
-            assert_eq!(idle_count(addr), 0);
-        }
-        assert_eq!(seen.accepted.load(Ordering::SeqCst), 3);
-    })
-    .await;
-}
+/// A sized JSON answer with keep-alive, as an engine writes it.
+const SIZED: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 11\r\n\r\n{\"ok\":true}";
 
 #[tokio::test]
-async fn a_keep_alive_answer_from_a_raw_engine_is_kept() {
-    keeping(async {
-        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 11\r\n\r\n{\"ok\":true}";
-        let (addr, seen) = raw_engine(answer, false).await;
-        for _ in 0..3 {
-            assert_eq!(&fetch(addr, "/sized").await[..], b"{\"ok\":true}");
-            assert_eq!(idle_count(addr), 1);
-        }
-        assert_eq!(seen.accepted.load(Ordering::SeqCst), 1);
-    })
-    .await;
+async fn an_answer_is_kept_unless_it_says_connection_close() {
+    let close = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 11\r\n\r\n{\"ok\":true}";
+    // (answer, idle connections after each request, connections opened for three)
+    for (answer, idle, opened) in [(SIZED, 1, 1), (&close[..], 0, 3)] {
+        keeping(async {
+            let (addr, seen) = raw_engine(answer, false).await;
+            for _ in 0..3 {
+                assert_eq!(&fetch(addr, "/sized").await[..], b"{\"ok\":true}");
+                assert_eq!(idle_count(addr), idle);
+            }
+            assert_eq!(seen.accepted.load(Ordering::SeqCst), opened);
+        })
+        .await;
+    }
 }
 
 #[tokio::test]
 async fn a_kept_connection_the_engine_closed_later_is_not_used_again() {
     keeping(async {
         // Keep-alive as far as the answer says, then the engine closes (its idle timeout).
-        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 11\r\n\r\n{\"ok\":true}";
-        let (addr, seen) = raw_engine(answer, true).await;
+        let (addr, seen) = raw_engine(SIZED, true).await;
         assert_eq!(&fetch(addr, "/sized").await[..], b"{\"ok\":true}");
         until(|| seen.closed.load(Ordering::SeqCst) == 1).await;
         assert_eq!(seen.closed.load(Ordering::SeqCst), 1);
@@ -338,8 +328,7 @@ async fn a_kept_connection_the_engine_closed_later_is_not_used_again() {
 #[tokio::test]
 async fn a_request_queued_on_a_connection_that_ends_cleanly_comes_back() {
     keeping(async {
-        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 11\r\n\r\n{\"ok\":true}";
-        let (addr, seen) = raw_engine(answer, true).await;
+        let (addr, seen) = raw_engine(SIZED, true).await;
         let (mut sender, mut conn) = connect(addr).await.expect("connect");
         let first = exchange(addr, sender, conn, post(addr, "/sized"));
         let mut body = first.await.expect("answer").into_body();
