@@ -182,6 +182,25 @@ async fn create_with(
         .await?)
 }
 
+/// Reads `name`, changes it with `edit` and writes it back, reading again when the
+/// controller wrote the object in between (409 Conflict on the stale `resourceVersion`).
+async fn edit_serving(
+    ns: &TestNamespace,
+    name: &str,
+    edit: impl Fn(&mut ModelServing) -> Result<()>,
+) -> Result<ModelServing> {
+    let api = ns.api::<ModelServing>();
+    for _ in 0..20 {
+        let mut ms = api.get(name).await?;
+        edit(&mut ms)?;
+        match api.replace(name, &PostParams::default(), &ms).await {
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            other => return Ok(other?),
+        }
+    }
+    bail!("{name} kept changing under 20 replace attempts")
+}
+
 /// Polls `check` (every 100 ms) until it returns `Some`, or fails after [`WAIT`].
 async fn eventually<T, F, Fut>(what: &str, mut check: F) -> Result<T>
 where
@@ -592,15 +611,17 @@ async fn a_partition_keeps_and_recreates_protected_groups_at_the_old_revision() 
         .context("no rev")?;
     // Partition 2 and a new image: groups 2 and 3 roll, 0 and 1 stay.
     let api = ns.api::<ModelServing>();
-    let mut ms = api.get("sample").await?;
-    let strategy = ms.spec.rollout_strategy.as_mut().context("no strategy")?;
-    let config = strategy
-        .rolling_update_configuration
-        .get_or_insert_default();
-    config.partition = Some(IntOrString::Int(2));
-    let entry = &mut ms.spec.template.roles[0].entry_template;
-    entry.spec.as_mut().context("no spec")?.containers[0].image = Some("nginx:1.29".to_owned());
-    api.replace("sample", &PostParams::default(), &ms).await?;
+    edit_serving(&ns, "sample", |ms| {
+        let strategy = ms.spec.rollout_strategy.as_mut().context("no strategy")?;
+        let config = strategy
+            .rolling_update_configuration
+            .get_or_insert_default();
+        config.partition = Some(IntOrString::Int(2));
+        let entry = &mut ms.spec.template.roles[0].entry_template;
+        entry.spec.as_mut().context("no spec")?.containers[0].image = Some("nginx:1.29".to_owned());
+        Ok(())
+    })
+    .await?;
     let done = eventually("groups 2 and 3 updated", || async {
         let ms = api.get("sample").await?;
         let st = ms.status.clone().unwrap_or_default();
@@ -717,13 +738,16 @@ async fn role_rolling_update_keeps_each_role_within_its_max_unavailable() -> Res
     let before = available(&ns, "sample", 1).await?;
     let old = before.status.clone().unwrap_or_default().update_revision;
     let uids_before = uids(&ns, "sample").await?;
-    let mut ms = api.get("sample").await?;
-    let worker = ms.spec.template.roles[1]
-        .worker_template
-        .as_mut()
-        .context("no worker")?;
-    worker.spec.as_mut().context("no spec")?.containers[0].image = Some("nginx:1.29".to_owned());
-    api.replace("sample", &PostParams::default(), &ms).await?;
+    edit_serving(&ns, "sample", |ms| {
+        let worker = ms.spec.template.roles[1]
+            .worker_template
+            .as_mut()
+            .context("no worker")?;
+        worker.spec.as_mut().context("no spec")?.containers[0].image =
+            Some("nginx:1.29".to_owned());
+        Ok(())
+    })
+    .await?;
     let fewest = std::sync::atomic::AtomicUsize::new(3);
     let fewest = &fewest;
     eventually("every decode pod replaced", || {
