@@ -85,7 +85,7 @@ impl Default for Destination {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+#[derive(Debug, Clone, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     model: LabelValue,
     path: Cow<'static, str>,
@@ -97,7 +97,7 @@ struct RequestLabels {
     upstream_model: LabelValue,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+#[derive(Debug, Clone, PartialEq, Eq, EncodeLabelSet)]
 struct DurationLabels {
     model: LabelValue,
     path: Cow<'static, str>,
@@ -108,7 +108,7 @@ struct DurationLabels {
     upstream_model: LabelValue,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+#[derive(Debug, Clone, PartialEq, Eq, EncodeLabelSet)]
 struct TokenLabels {
     model: LabelValue,
     path: Cow<'static, str>,
@@ -119,12 +119,12 @@ struct TokenLabels {
     upstream_model: LabelValue,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+#[derive(Debug, Clone, PartialEq, Eq, EncodeLabelSet)]
 struct ModelLabel {
     model: LabelValue,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+#[derive(Debug, Clone, PartialEq, Eq, EncodeLabelSet)]
 struct UpstreamLabels {
     model_server: LabelValue,
     model_route: LabelValue,
@@ -132,6 +132,31 @@ struct UpstreamLabels {
     backend_name: LabelValue,
     upstream_model: LabelValue,
 }
+
+/// `Hash` for a label set recorded on every request: its fields folded into one `u64` by
+/// foldhash with a fixed seed, which the family's map (std's SipHash, fixed by
+/// `prometheus-client`) then hashes as 8 bytes instead of every label string. Equal label
+/// sets fold to equal values, as `Hash` must agree with `Eq`.
+macro_rules! folded_hash {
+    ($t:ty: $($field:ident),+) => {
+        impl std::hash::Hash for $t {
+            fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+                use std::hash::{BuildHasher as _, Hasher as _};
+                let mut h = foldhash::fast::FixedState::default().build_hasher();
+                $(std::hash::Hash::hash(&self.$field, &mut h);)+
+                state.write_u64(h.finish());
+            }
+        }
+    };
+}
+
+pub(crate) use folded_hash;
+
+folded_hash!(RequestLabels: model, path, status_code, error_type, model_route, backend_type, backend_name, upstream_model);
+folded_hash!(DurationLabels: model, path, status_code, model_route, backend_type, backend_name, upstream_model);
+folded_hash!(TokenLabels: model, path, token_type, model_route, backend_type, backend_name, upstream_model);
+folded_hash!(ModelLabel: model);
+folded_hash!(UpstreamLabels: model_server, model_route, backend_type, backend_name, upstream_model);
 
 type HistFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
@@ -471,6 +496,65 @@ mod tests {
                     r#"kthena_router_prefix_cache_match_ratio_bucket{model="m",le="0.5"} 1"#
                 ),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn equal_labels_from_separate_strings_are_one_series() {
+        let m = Metrics::new();
+        for (route, status) in [("ns/a", 200), ("ns/a", 200), ("ns/b", 200), ("ns/a", 500)] {
+            // A fresh allocation per request, as after a configuration reload.
+            let dest = Destination {
+                model_route: Arc::from(route),
+                backend_type: "model_server",
+                backend_name: Arc::from("ns/server"),
+                upstream_model: Arc::from("m"),
+            };
+            m.record_request(&RequestRecord {
+                model: &Arc::from("m"),
+                path: "/v1/completions",
+                status,
+                error_type: None,
+                dest: &dest,
+                duration_secs: 0.001,
+                input_tokens: 3,
+                output_tokens: 2,
+            });
+            m.active_upstream(&dest, 1);
+        }
+        let text = m.encode();
+        let series = |prefix: &str| -> Vec<String> {
+            let mut v: Vec<String> = text
+                .lines()
+                .filter(|l| l.starts_with(prefix))
+                .map(|l| {
+                    let route = l.split("model_route=\"").nth(1).unwrap_or("");
+                    let route = route.split('"').next().unwrap_or("");
+                    let status = l.split("status_code=\"").nth(1).map_or("", |s| &s[..3]);
+                    let value = l.rsplit(' ').next().unwrap_or("");
+                    format!("{route} {status} {value}")
+                })
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(
+            series("kthena_router_requests_total{"),
+            ["ns/a 200 2", "ns/a 500 1", "ns/b 200 1"].map(String::from)
+        );
+        assert_eq!(
+            series("kthena_router_request_duration_seconds_count{"),
+            ["ns/a 200 2", "ns/a 500 1", "ns/b 200 1"].map(String::from)
+        );
+        assert_eq!(
+            series(
+                "kthena_router_tokens_total{model=\"m\",path=\"/v1/completions\",token_type=\"output\""
+            ),
+            ["ns/a  6", "ns/b  2"].map(String::from)
+        );
+        assert_eq!(
+            series("kthena_router_active_upstream_requests{"),
+            ["ns/a  3", "ns/b  1"].map(String::from)
         );
     }
 }

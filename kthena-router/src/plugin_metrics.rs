@@ -30,12 +30,16 @@ pub const KVCACHE_BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+/// Recorded once per plugin on every scheduled request, so hashed as one folded `u64`
+/// (`metrics::folded_hash`).
+#[derive(Debug, Clone, PartialEq, Eq, EncodeLabelSet)]
 struct PluginLabels {
     model: Arc<str>,
     plugin: &'static str,
     r#type: &'static str,
 }
+
+crate::metrics::folded_hash!(PluginLabels: model, plugin, r#type);
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ModelLabel {
