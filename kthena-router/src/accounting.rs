@@ -39,6 +39,8 @@ fn reuse_label(current: &LabelValue, value: &str) -> LabelValue {
 /// status 499 and error `client_disconnect`.
 #[derive(Debug)]
 pub(crate) struct RequestCtx {
+    /// The request's id (`x-request-id`, or one made up), for log lines.
+    request_id: Arc<str>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) access_log: Arc<AccessLog>,
     pub(crate) start: Instant,
@@ -97,9 +99,15 @@ pub(crate) struct SchedDone {
 }
 
 impl RequestCtx {
-    fn new(metrics: Arc<Metrics>, access_log: Arc<AccessLog>, entry: Entry) -> Self {
+    fn new(
+        metrics: Arc<Metrics>,
+        access_log: Arc<AccessLog>,
+        entry: Entry,
+        request_id: Arc<str>,
+    ) -> Self {
         metrics.active_requests(1);
         Self {
+            request_id,
             metrics,
             access_log,
             start: Instant::now(),
@@ -233,11 +241,21 @@ impl Drop for RequestCtx {
 pub(crate) struct Accounting(Arc<Mutex<RequestCtx>>);
 
 impl Accounting {
-    /// Starts accounting a `/v1/*` request (one more active request).
-    pub(crate) fn start(metrics: Arc<Metrics>, access_log: Arc<AccessLog>, entry: Entry) -> Self {
+    /// Starts accounting the `/v1/*` request `request_id` (one more active request).
+    pub(crate) fn start(
+        metrics: Arc<Metrics>,
+        access_log: Arc<AccessLog>,
+        entry: Entry,
+        request_id: Arc<str>,
+    ) -> Self {
         Self(Arc::new(Mutex::new(RequestCtx::new(
-            metrics, access_log, entry,
+            metrics, access_log, entry, request_id,
         ))))
+    }
+
+    /// The request's id, for log lines about it.
+    pub(crate) fn request_id(&self) -> Arc<str> {
+        Arc::clone(&self.lock().request_id)
     }
 
     fn lock(&self) -> MutexGuard<'_, RequestCtx> {
@@ -552,7 +570,12 @@ mod tests {
             path: "/v1/completions".into(),
             ..Entry::default()
         };
-        let acct = Accounting::start(Arc::clone(&metrics), Arc::clone(&log), entry);
+        let acct = Accounting::start(
+            Arc::clone(&metrics),
+            Arc::clone(&log),
+            entry,
+            Arc::from("test-request"),
+        );
         (metrics, acct, Logged { log, path })
     }
 

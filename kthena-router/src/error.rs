@@ -307,6 +307,11 @@ pub enum Error {
         /// The request extension that was missing.
         missing: &'static str,
     },
+    /// The router shut down with the response unfinished: it was still streaming when
+    /// `drainTimeout` ran out (the client stream ends with an error; 503 is only its
+    /// classification).
+    #[error("the router shut down with the response unfinished (drainTimeout)")]
+    DrainCut,
     /// The engine sent no response body data for `upstreamIdleTimeout` after its headers
     /// (the client stream ends with an error; 504 is only its classification).
     #[error("no data from the engine for {}ms", .timeout.as_millis())]

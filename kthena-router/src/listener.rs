@@ -48,6 +48,10 @@ use crate::coalesce::Hold;
 /// 5.4).
 const DEFAULT_BACKLOG: u32 = 4096;
 
+/// How long a connection cut after the drain timeout is still driven, so a response still
+/// streaming can send its error event (`ProxyBody`) before the socket closes.
+const CUT_GRACE: Duration = Duration::from_millis(100);
+
 /// The listen backlog: the kernel's `net.core.somaxconn`, as Go's `net` package uses
 /// (`maxListenerBacklog`), capped to 65,535. Tokio's `TcpListener::bind` uses 1,024, which
 /// a burst of new clients overflows: the kernel then falls back to SYN cookies and resets
@@ -441,11 +445,17 @@ impl Conn {
             .into_owned();
         let conn = watcher.watch(conn);
         let _open = OpenConnection::count(&l);
+        let run = run_connection(conn, &state, &l);
+        tokio::pin!(run);
         tokio::select! {
             biased;
-            () = run_connection(conn, &state, &l) => {}
-            // Dropping the connection closes it (and settles its unfinished response).
-            () = cut.cancelled() => {}
+            () = &mut run => {}
+            () = cut.cancelled() => {
+                // A response still streaming sees the cut when polled and ends with an
+                // error event (`ProxyBody`), which gets `CUT_GRACE` to leave. Dropping the
+                // connection then closes it (and settles an unfinished response).
+                let _ = tokio::time::timeout(CUT_GRACE, &mut run).await;
+            }
         }
         drop(permit);
     }

@@ -188,16 +188,36 @@ impl ProxyBody {
     /// error event (the error itself follows after a short pause), else the error.
     fn fail(&mut self, e: BoxError) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let msg = format!("upstream stream failed: {e}");
-        tracing::warn!(error = %e, "Upstream failed mid-stream; ending the client stream with an error");
-        self.finish(Some(("upstream_transport", msg.clone())));
+        tracing::warn!(request_id = %self.acct.request_id(), error = %e, "Upstream failed mid-stream; ending the client stream with an error");
+        self.end_with_error(e, ("upstream_transport", msg), "upstream_stream_error")
+    }
+
+    /// Settles as cut by the router's shutdown (`drain_timeout`, origin `internal`) and
+    /// ends the stream as [`Self::fail`] does, the SSE error event's code `drain_timeout`.
+    fn cut_by_drain(&mut self) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let e = crate::error::Error::DrainCut;
+        tracing::warn!(request_id = %self.acct.request_id(), "Response still streaming at the drain timeout; ending it with an error");
+        let settled = ("drain_timeout", e.to_string());
+        self.end_with_error(Box::new(e), settled, "drain_timeout")
+    }
+
+    /// Settles with `error` and ends the client stream: for SSE an error event of `code`
+    /// carrying `error`'s message (`e` itself follows after [`ERROR_FLUSH_PAUSE`], so the
+    /// client sees an incomplete response, never a clean end), else `e` at once.
+    fn end_with_error(
+        &mut self,
+        e: BoxError,
+        error: (&'static str, String),
+        code: &'static str,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let msg = error.1.clone();
+        self.finish(Some(error));
         self.idle = None;
+        self.drain_cut = None;
         if self.sse.is_none() {
             return Poll::Ready(Some(Err(e)));
         }
-        // Tell SSE clients why, then break the chunked stream so the client sees an
-        // incomplete response, never a clean end.
-        let body =
-            crate::error::openai_error_body(&msg, "server_error", None, "upstream_stream_error");
+        let body = crate::error::openai_error_body(&msg, "server_error", None, code);
         let mut ev = BytesMut::from(&b"data: "[..]);
         ev.extend_from_slice(&body);
         ev.extend_from_slice(b"\n\n");
@@ -301,6 +321,14 @@ impl Body for ProxyBody {
         loop {
             match Pin::new(&mut this.inner).poll_frame(cx) {
                 Poll::Pending => {
+                    // The listener polls a connection it cuts once more, for this event.
+                    if this
+                        .drain_cut
+                        .as_ref()
+                        .is_some_and(CancellationToken::is_cancelled)
+                    {
+                        return this.cut_by_drain();
+                    }
                     let Some(idle) = this.idle.as_mut() else {
                         return Poll::Pending;
                     };
@@ -373,7 +401,7 @@ impl Drop for ProxyBody {
         } else if !self.finished && self.drain_cut.as_ref().is_some_and(|c| c.is_cancelled()) {
             self.finish(Some((
                 "drain_timeout",
-                "the router shut down with the response unfinished (drainTimeout)".into(),
+                crate::error::Error::DrainCut.to_string(),
             )));
         } else if !self.finished {
             // The client went away mid-body: dropping `inner` closes the upstream connection,

@@ -102,6 +102,7 @@ async fn handle(
         Arc::clone(&shared.metrics),
         Arc::clone(&shared.access_log),
         entry,
+        Arc::clone(&request_id),
     );
     let resp = dispatch(&shared, stack, req, &acct, &request_id).await;
     let (mut parts, body) = match resp {

@@ -261,6 +261,59 @@ async fn a_stream_open_past_the_drain_timeout_is_cut_and_logged_as_the_routers()
     assert_eq!(line["error_origin"], "internal", "{line}");
 }
 
+/// Regression: a stream cut at the drain timeout ended without a word to the client. An
+/// SSE client now gets an error event saying why (`drain_timeout`), then the stream breaks
+/// (no clean end), as for an engine that fails mid-stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_cut_at_the_drain_timeout_tells_the_client_why() {
+    use http_body_util::BodyExt as _;
+    let mut up = FaultUpstream::start(Fault::StallMidStream { events: 2 }).await;
+    let r = fault_router("drainTimeout: 300ms\n", up.addr, "").await;
+    let url = format!("{}/v1/chat/completions", r.url());
+    let resp = post_stream(&url, chat("m", "hi", true, 4), &[]).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body();
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("\n\ndata: ") {
+        let frame = body.frame().await.unwrap().unwrap();
+        seen.extend_from_slice(&frame.into_data().unwrap());
+    }
+    let TestRouter { dir: _dir, router } = r;
+    let mut ended_with_error = false;
+    let read = async {
+        while let Some(frame) = body.frame().await {
+            match frame {
+                Ok(f) => seen.extend_from_slice(&f.into_data().unwrap_or_default()),
+                Err(_) => {
+                    ended_with_error = true;
+                    break;
+                }
+            }
+        }
+    };
+    let (read, ()) = tokio::join!(
+        tokio::time::timeout(Duration::from_secs(5), read),
+        router.shutdown()
+    );
+    read.expect("the client stream did not end");
+    up.expect_disconnect().await;
+    let text = String::from_utf8_lossy(&seen).into_owned();
+    let last = text
+        .rsplit("\n\n")
+        .find(|e| !e.is_empty())
+        .and_then(|e| e.strip_prefix("data: "))
+        .unwrap_or_else(|| panic!("no event at the end: {text:?}"));
+    let event: serde_json::Value = serde_json::from_str(last).unwrap();
+    assert_eq!(event["error"]["code"], "drain_timeout", "{event}");
+    assert_eq!(event["error"]["type"], "server_error", "{event}");
+    assert_eq!(
+        event["error"]["message"],
+        "the router shut down with the response unfinished (drainTimeout)",
+        "{event}"
+    );
+    assert!(ended_with_error, "the stream ended cleanly: {text:?}");
+}
+
 const TOKENS: &[&str] = &[
     "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
     "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"}}]}\n\n",

@@ -243,6 +243,7 @@ impl Session {
                 || std::mem::take(&mut self.protocol),
                 &request_id,
             ),
+            Arc::clone(&request_id),
         );
         let picked = match self.run(head, body, &acct, request_id).await {
             Ok(p) => p,

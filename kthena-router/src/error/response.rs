@@ -53,6 +53,7 @@ impl Error {
             | Self::AuthUnavailable { .. }
             | Self::RateLimitUnavailable { .. }
             | Self::QueueClientDisconnected
+            | Self::DrainCut
             | Self::CircuitOpen { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::UpstreamTimeout { .. }
             | Self::UpstreamIdle { .. }
@@ -255,6 +256,7 @@ impl Error {
             Self::RateLimited { .. } => "output_rate_limit",
             Self::RateLimitUnavailable { .. } => "rate_limit",
             Self::QueueTimeout { .. } => "queue_timeout",
+            Self::DrainCut => "drain_timeout",
             _ => "request_failed",
         }
     }

@@ -93,6 +93,7 @@ pub(crate) fn accounting(shared: &Shared) -> Accounting {
         Arc::clone(&shared.metrics),
         Arc::clone(&shared.access_log),
         Entry::default(),
+        std::sync::Arc::from("test-request"),
     )
 }
 
