@@ -232,18 +232,24 @@ async fn engine_dies_and_comes_back() {
     r.router.shutdown().await;
 }
 
+/// A streamed chat through a router with `drainTimeout: 300ms` to an engine that stalls
+/// after two events: the engine, the router and the client's body (status 200 checked).
+async fn stalled_stream_with_a_300ms_drain() -> (FaultUpstream, TestRouter, hyper::body::Incoming) {
+    let up = FaultUpstream::start(Fault::StallMidStream { events: 2 }).await;
+    let r = fault_router("drainTimeout: 300ms\n", up.addr, "").await;
+    let url = format!("{}/v1/chat/completions", r.url());
+    let resp = post_stream(&url, chat("m", "hi", true, 4), &[]).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    (up, r, resp.into_body())
+}
+
 /// Shutdown with a stream still open past `drainTimeout`: the router closes the connection
 /// (the client's stream ends, the engine's connection closes) and logs the request as cut
 /// by the router (`drain_timeout`, origin `internal`), not as a client that went away.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_open_past_the_drain_timeout_is_cut_and_logged_as_the_routers() {
     use http_body_util::BodyExt as _;
-    let mut up = FaultUpstream::start(Fault::StallMidStream { events: 2 }).await;
-    let r = fault_router("drainTimeout: 300ms\n", up.addr, "").await;
-    let url = format!("{}/v1/chat/completions", r.url());
-    let resp = post_stream(&url, chat("m", "hi", true, 4), &[]).await;
-    assert_eq!(resp.status(), StatusCode::OK);
-    let mut body = resp.into_body();
+    let (mut up, r, mut body) = stalled_stream_with_a_300ms_drain().await;
     let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
     assert!(first.starts_with(b"data: "), "{first:?}");
     let TestRouter { dir, router } = r;
@@ -267,12 +273,7 @@ async fn a_stream_open_past_the_drain_timeout_is_cut_and_logged_as_the_routers()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_cut_at_the_drain_timeout_tells_the_client_why() {
     use http_body_util::BodyExt as _;
-    let mut up = FaultUpstream::start(Fault::StallMidStream { events: 2 }).await;
-    let r = fault_router("drainTimeout: 300ms\n", up.addr, "").await;
-    let url = format!("{}/v1/chat/completions", r.url());
-    let resp = post_stream(&url, chat("m", "hi", true, 4), &[]).await;
-    assert_eq!(resp.status(), StatusCode::OK);
-    let mut body = resp.into_body();
+    let (mut up, r, mut body) = stalled_stream_with_a_300ms_drain().await;
     let mut seen = Vec::new();
     while !String::from_utf8_lossy(&seen).contains("\n\ndata: ") {
         let frame = body.frame().await.unwrap().unwrap();
