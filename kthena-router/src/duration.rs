@@ -2,40 +2,7 @@
 
 use std::time::Duration;
 
-use crate::error::Error;
-
-/// What is wrong with a Go duration string ([`Error::InvalidDuration`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DurationProblem {
-    /// A bare number (`10`): every duration of Go Kthena's config needs a unit.
-    NoUnit,
-    /// Below zero (`-1s`).
-    Negative,
-    /// Beyond Go's largest duration, 2562047h47m16.854775807s.
-    TooLarge,
-    /// Not Go `time.ParseDuration` syntax (`soon`, `1h-5m`).
-    Syntax,
-}
-
-impl DurationProblem {
-    /// The message for `value`: `` `10` has no unit: did you mean `10s`?`` for a bare
-    /// number, `` `-1s` is negative: ...``, `` `9999999999h` is larger than the largest Go
-    /// duration ...``, or `` `soon` is not a duration: ...`` listing the units.
-    #[must_use]
-    pub fn describe(self, value: &str) -> String {
-        match self {
-            Self::NoUnit => format!("`{value}` has no unit: did you mean `{value}s`?"),
-            Self::Negative => format!("`{value}` is negative: a duration must be 0 or more"),
-            Self::TooLarge => format!(
-                "`{value}` is larger than the largest Go duration (2562047h47m16.854775807s)"
-            ),
-            Self::Syntax => format!(
-                "`{value}` is not a duration: expected a number with a unit (`ns`, `us`, \
-                 `ms`, `s`, `m`, `h`), such as `500ms`, `10s` or `1m30s`"
-            ),
-        }
-    }
-}
+use crate::error::{DurationProblem, Error};
 
 /// Parses a Go duration string (`1s`, `500ms`, `1h30m`) with [`kthena_api::GoDuration`]
 /// (Go `time.ParseDuration` syntax, at most Go's largest duration).

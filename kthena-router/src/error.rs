@@ -1,5 +1,6 @@
 //! The router's error type and its mapping to OpenAI-style HTTP answers.
 
+mod messages;
 mod response;
 
 use std::path::PathBuf;
@@ -8,7 +9,9 @@ use std::time::Duration;
 pub(crate) use response::json_response;
 pub use response::{error_response, openai_error_body};
 
-use crate::duration::DurationProblem;
+pub use messages::DurationProblem;
+pub(crate) use messages::error_chain;
+use messages::scheduler_message;
 
 /// Which side of the proxy an error comes from (pingora's `ErrorSource`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -459,7 +462,7 @@ pub enum Error {
     /// plugin). The message has the path from the top of the router file: ``unknown key
     /// `scheduler.pluginConfig[0].args.blockSizeToHas`: did you mean `blockSizeToHash`?``,
     /// or `scheduler: <reason>` for errors without a path.
-    #[error("{}", crate::sched::scheduler_message(source))]
+    #[error("{}", scheduler_message(source))]
     Scheduler {
         /// The scheduler's error.
         #[source]
@@ -490,7 +493,7 @@ pub enum Error {
     #[error("invalid /v1/models: no data list")]
     ModelsShape,
     /// A scrape request could not be sent or no answer came (connect error, reset).
-    #[error("GET {url}: {}", crate::pipeline::error_chain(source))]
+    #[error("GET {url}: {}", error_chain(source))]
     ScrapeTransport {
         /// The URL scraped.
         url: String,

@@ -63,6 +63,7 @@ mod kv_events;
 mod kv_metrics;
 mod kv_redis;
 mod kv_supervise;
+mod label_hash;
 mod listener;
 mod lora;
 mod metrics;
@@ -99,9 +100,10 @@ pub use config::{
     EndpointPickerConfig, SchedulerConfig, Standalone, UNSUPPORTED_SECTIONS, resolve_address,
 };
 pub use discovery::{Loader, Server, Snapshot, manifest_files};
-pub use duration::{DurationProblem, parse_go_duration};
+pub use duration::parse_go_duration;
 pub use endpoint::{DOWN_AFTER_FAILURES, Endpoint, EngineState};
 pub use env::{Env, ProcessEnv};
+pub use error::DurationProblem;
 pub use error::{Error, Result, Side, error_response, openai_error_body};
 pub use inflight::{ON_FLIGHT_KEY, SYNC_INTERVAL};
 pub use kthena_kvevents::{

@@ -11,6 +11,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::label_hash::folded_hash;
+
 /// Request latency buckets in seconds (spec §2.15).
 pub const DURATION_BUCKETS: [f64; 13] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -133,30 +135,15 @@ struct UpstreamLabels {
     upstream_model: LabelValue,
 }
 
-/// `Hash` for a label set recorded on every request: its fields folded into one `u64` by
-/// foldhash with a fixed seed, which the family's map (std's SipHash, fixed by
-/// `prometheus-client`) then hashes as 8 bytes instead of every label string. Equal label
-/// sets fold to equal values, as `Hash` must agree with `Eq`.
-macro_rules! folded_hash {
-    ($t:ty: $($field:ident),+) => {
-        impl std::hash::Hash for $t {
-            fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-                use std::hash::{BuildHasher as _, Hasher as _};
-                let mut h = foldhash::fast::FixedState::default().build_hasher();
-                $(std::hash::Hash::hash(&self.$field, &mut h);)+
-                state.write_u64(h.finish());
-            }
-        }
-    };
-}
-
-pub(crate) use folded_hash;
-
-folded_hash!(RequestLabels: model, path, status_code, error_type, model_route, backend_type, backend_name, upstream_model);
-folded_hash!(DurationLabels: model, path, status_code, model_route, backend_type, backend_name, upstream_model);
-folded_hash!(TokenLabels: model, path, token_type, model_route, backend_type, backend_name, upstream_model);
+folded_hash!(RequestLabels: model, path, status_code, error_type,
+    model_route, backend_type, backend_name, upstream_model);
+folded_hash!(DurationLabels: model, path, status_code,
+    model_route, backend_type, backend_name, upstream_model);
+folded_hash!(TokenLabels: model, path, token_type,
+    model_route, backend_type, backend_name, upstream_model);
 folded_hash!(ModelLabel: model);
-folded_hash!(UpstreamLabels: model_server, model_route, backend_type, backend_name, upstream_model);
+folded_hash!(UpstreamLabels: model_server,
+    model_route, backend_type, backend_name, upstream_model);
 
 type HistFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 

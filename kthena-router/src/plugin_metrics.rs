@@ -31,7 +31,7 @@ pub const KVCACHE_BUCKETS: [f64; 12] = [
 ];
 
 /// Recorded once per plugin on every scheduled request, so hashed as one folded `u64`
-/// (`metrics::folded_hash`).
+/// (`label_hash::folded_hash`).
 #[derive(Debug, Clone, PartialEq, Eq, EncodeLabelSet)]
 struct PluginLabels {
     model: Arc<str>,
@@ -39,7 +39,7 @@ struct PluginLabels {
     r#type: &'static str,
 }
 
-crate::metrics::folded_hash!(PluginLabels: model, plugin, r#type);
+crate::label_hash::folded_hash!(PluginLabels: model, plugin, r#type);
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ModelLabel {

@@ -30,16 +30,6 @@ pub(crate) fn scheduler_error(source: kthena_sched::Error) -> Error {
     Error::Scheduler { source }
 }
 
-/// The message of [`Error::Scheduler`]: the error with its path from the top of the router
-/// file, or `scheduler: <reason>` when it has none.
-pub(crate) fn scheduler_message(e: &kthena_sched::Error) -> String {
-    if e.path().is_some() {
-        e.to_string()
-    } else {
-        format!("scheduler: {e}")
-    }
-}
-
 /// The plugin-timing clock: tokio's, so paused-time tests control it.
 pub(crate) fn clock() -> std::time::Instant {
     tokio::time::Instant::now().into_std()

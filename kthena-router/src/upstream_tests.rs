@@ -199,7 +199,7 @@ async fn a_refused_connection_reads_as_the_pooled_clients_error() {
             .expect("port");
         let err = send(addr, post(addr, "/sse")).await.expect_err("refused");
         assert!(matches!(err, SendError::Connect(_)), "{err:?}");
-        let chain = crate::pipeline::error_chain(&err);
+        let chain = crate::error::error_chain(&err);
         assert_eq!(
             chain,
             "tcp connect error: Connection refused (os error 111)"

@@ -29,9 +29,10 @@ use crate::accounting::{Accounting, SchedDone};
 use crate::body::{BoxError, RespBody, full};
 use crate::endpoint::Endpoint;
 use crate::error::Error;
+use crate::error::error_chain;
 use crate::overload::BreakerState;
 use crate::pipeline::{
-    Parsed, Prefetched, RequestId, Routed, Tokens, error_chain, ext, sched_request, send_upstream,
+    Parsed, Prefetched, RequestId, Routed, Tokens, ext, sched_request, send_upstream,
     stream_response, strip_hop_by_hop, upstream_headers,
 };
 use crate::shared::Shared;

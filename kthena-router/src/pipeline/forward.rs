@@ -21,6 +21,7 @@ use crate::body::{RespBody, full};
 use crate::config::DEFAULT_ATTEMPTS;
 use crate::endpoint::Endpoint;
 use crate::error::Error;
+use crate::error::error_chain;
 use crate::openai::{ParsedRequest, UpstreamBody};
 use crate::overload::BreakerState;
 use crate::proxy::ProxyBody;
@@ -446,26 +447,6 @@ pub(crate) fn upstream_headers(client: &HeaderMap, request_id: &str) -> HeaderMa
         h.insert(HeaderName::from_static("x-request-id"), v);
     }
     h
-}
-
-/// An error and its sources as one line for people: each cause's message once, joined by
-/// `: `, without the wrapper-only messages ("client error (Connect)") of hyper's client.
-/// Example: `tcp connect error: Connection refused (os error 111)`.
-pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut cur = Some(e);
-    while let Some(err) = cur {
-        let msg = err.to_string();
-        if !msg.starts_with("client error (") && parts.last() != Some(&msg) {
-            parts.push(msg);
-        }
-        cur = err.source();
-    }
-    if parts.is_empty() {
-        e.to_string()
-    } else {
-        parts.join(": ")
-    }
 }
 
 #[cfg(test)]

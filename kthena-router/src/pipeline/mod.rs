@@ -34,8 +34,7 @@ use tower::util::BoxCloneSyncService;
 
 pub(crate) use admit::AdmitLayer;
 pub(crate) use forward::{
-    Forward, error_chain, record_breaker, send_upstream, stream_response, strip_hop_by_hop,
-    upstream_headers,
+    Forward, record_breaker, send_upstream, stream_response, strip_hop_by_hop, upstream_headers,
 };
 pub(crate) use parse::{ParseLayer, is_inference_path};
 pub(crate) use queue::{QueueLayer, install as install_queues};

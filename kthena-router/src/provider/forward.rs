@@ -20,7 +20,8 @@ use super::{ALLOWED_HEADERS, ANTHROPIC_HEADERS, Provider};
 use crate::accounting::Accounting;
 use crate::body::RespBody;
 use crate::error::Error;
-use crate::pipeline::{Parsed, RequestId, error_chain, ext, stream_response};
+use crate::error::error_chain;
+use crate::pipeline::{Parsed, RequestId, ext, stream_response};
 use crate::shared::Shared;
 
 type HttpsClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
