@@ -400,3 +400,84 @@ async fn an_error_event_mid_stream_is_an_upstream_error() {
     assert_counters_zero(&r).await;
     r.router.shutdown().await;
 }
+
+/// The events of a stream with the usage chunk the router asks for.
+const TOKENS_AND_USAGE: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n\
+     data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"}}]}\n\n\
+     data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":7,\"total_tokens\":12}}\n\n\
+     data: [DONE]\n\n";
+
+/// An engine that gzips its answer ([`TOKENS_AND_USAGE`]) when the request's
+/// `Accept-Encoding` allows it (or is absent: RFC 9110 §12.5.3, any coding is then
+/// acceptable), as the HTTP servers in front of hosted APIs do; the request headers it got
+/// are kept in `seen`.
+async fn gzip_engine(
+    seen: std::sync::Arc<std::sync::Mutex<Vec<http::HeaderMap>>>,
+) -> (std::net::SocketAddr, tokio_util::task::TaskTracker) {
+    use std::io::Write as _;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let tasks = tokio_util::task::TaskTracker::new();
+    let t2 = tasks.clone();
+    tasks.spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let seen = std::sync::Arc::clone(&seen);
+            let svc =
+                hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                    let accept = req.headers().get("accept-encoding").cloned();
+                    seen.lock().unwrap().push(req.headers().clone());
+                    async move {
+                        let gzip = accept.is_none_or(|v| v.to_str().unwrap_or("").contains("gzip"));
+                        let mut resp =
+                            http::Response::builder().header("content-type", "text/event-stream");
+                        let body = if gzip {
+                            resp = resp.header("content-encoding", "gzip");
+                            let mut z = flate2::write::GzEncoder::new(
+                                Vec::new(),
+                                flate2::Compression::default(),
+                            );
+                            z.write_all(TOKENS_AND_USAGE.as_bytes()).unwrap();
+                            bytes::Bytes::from(z.finish().unwrap())
+                        } else {
+                            bytes::Bytes::from_static(TOKENS_AND_USAGE.as_bytes())
+                        };
+                        Ok::<_, std::convert::Infallible>(
+                            resp.body(http_body_util::Full::new(body)).unwrap(),
+                        )
+                    }
+                });
+            t2.spawn(async move {
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(io, svc)
+                    .await;
+            });
+        }
+    });
+    (addr, tasks)
+}
+
+/// Regression: a client's `Accept-Encoding: gzip` (curl `--compressed`, Python's requests
+/// and httpx send it by default) went to the engine, which could then compress the stream:
+/// the router could read neither the usage chunk (output tokens counted by event) nor hide
+/// the one it had asked for. Engines are now asked for `identity`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_accepting_gzip_gets_its_usage_read_and_hidden() {
+    let seen = std::sync::Arc::default();
+    let (addr, tasks) = gzip_engine(std::sync::Arc::clone(&seen)).await;
+    let r = fault_router("", addr, "").await;
+    let headers = [("accept-encoding", "gzip, deflate")];
+    let res = post_stream(&chat_url(&r), chat("m", "hi", true, 8), &headers).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(res.headers().get("content-encoding").is_none(), "{res:?}");
+    let (text, broken) = read_stream(res.into_body()).await;
+    assert!(!broken && text.ends_with("data: [DONE]\n\n"), "{text}");
+    assert!(!text.contains("usage"), "{text}");
+    assert_eq!(text.matches("data: ").count(), 3, "{text}");
+    let line = last_log_line(&r, 1).await;
+    assert_eq!(line["output_tokens"], 7, "{line}");
+    let asked = seen.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(asked["accept-encoding"], "identity");
+    r.router.shutdown().await;
+    tasks.close();
+}

@@ -443,6 +443,13 @@ pub(crate) fn upstream_headers(client: &HeaderMap, request_id: &str) -> HeaderMa
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
+    // The router reads every answer (usage, error events) and hides the usage chunk it
+    // asked for: a compressed one it could do neither with. Without the header any coding
+    // would be acceptable (RFC 9110 section 12.5.3), so ask for none.
+    h.insert(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static("identity"),
+    );
     if let Ok(v) = HeaderValue::from_str(request_id) {
         h.insert(HeaderName::from_static("x-request-id"), v);
     }
@@ -468,6 +475,7 @@ mod tests {
             ("expect", "100-continue"),
             ("authorization", "Bearer t"),
             ("x-user", "alice"),
+            ("accept-encoding", "gzip, br"),
         ] {
             client.append(
                 HeaderName::from_static(k),
@@ -479,8 +487,15 @@ mod tests {
         names.sort_unstable();
         assert_eq!(
             names,
-            ["authorization", "content-type", "x-request-id", "x-user"]
+            [
+                "accept-encoding",
+                "authorization",
+                "content-type",
+                "x-request-id",
+                "x-user"
+            ]
         );
+        assert_eq!(up["accept-encoding"], "identity");
         assert_eq!(up["x-request-id"], "req-1");
         assert_eq!(up["content-type"], "application/json");
     }
