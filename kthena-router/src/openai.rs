@@ -362,13 +362,18 @@ fn rewrite_members(raw: &[u8], model: Option<&str>, inject: bool) -> Option<Vec<
 }
 
 /// `stream_options` with `include_usage: true`: the object's other members kept as they
-/// were, anything that is not an object replaced.
+/// were, but for `continuous_usage_stats: true` (vLLM reads it only with `include_usage`,
+/// so the client that asked for no usage would get usage on every chunk once the router
+/// asks for the final one), anything that is not an object replaced.
 fn with_include_usage(value: &RawValue) -> Vec<u8> {
     let Ok(Members(members)) = serde_json::from_str::<Members<'_>>(value.get()) else {
         return br#"{"include_usage":true}"#.to_vec();
     };
+    let kept = |(k, v): &&(String, &RawValue)| {
+        k != "include_usage" && !(k == "continuous_usage_stats" && v.get().trim() == "true")
+    };
     let mut out = vec![b'{'];
-    for (key, v) in members.iter().filter(|(k, _)| k != "include_usage") {
+    for (key, v) in members.iter().filter(kept) {
         // A key serializes infallibly: it is a `String`.
         let _ = serde_json::to_writer(&mut out, key);
         out.push(b':');
@@ -741,6 +746,16 @@ mod tests {
         let v: Value = serde_json::from_slice(&b.bytes).unwrap();
         assert_eq!(v["stream_options"]["include_usage"], true);
         assert_eq!(v["stream_options"]["continuous_usage_stats"], false);
+
+        // Regression: `continuous_usage_stats: true` took effect with the injected
+        // `include_usage`, and the client got usage on every chunk it had not asked for.
+        let r = parse(r#"{"model":"a","prompt":"x","stream":true,"stream_options":{"continuous_usage_stats":true,"k":1}}"#).unwrap();
+        let b = r.upstream_body(None);
+        assert!(b.injected_usage);
+        assert_eq!(
+            std::str::from_utf8(&b.bytes).unwrap(),
+            r#"{"model":"a","prompt":"x","stream":true,"stream_options":{"k":1,"include_usage":true}}"#
+        );
 
         let r = parse(
             r#"{"model":"a","prompt":"x","stream":true,"stream_options":{"include_usage":true}}"#,

@@ -104,7 +104,7 @@ async fn handle(
         entry,
         Arc::clone(&request_id),
     );
-    let resp = dispatch(&shared, stack, req, &acct, &request_id).await;
+    let resp = until_drain_cut(&shared, dispatch(&shared, stack, req, &acct, &request_id)).await;
     let (mut parts, body) = match resp {
         Ok(r) => r.into_parts(),
         Err(e) => {
@@ -122,6 +122,23 @@ async fn handle(
     }
     // The accounting settles when the body ends (or is dropped).
     Response::from_parts(parts, AccountedBody::new(body, acct).boxed_unsync())
+}
+
+/// `answer`, or [`Error::DrainCut`] once the router's drain timeout has run out with it
+/// still pending (queued, or waiting for an engine's answer head). A connection cut at the
+/// drain timeout is polled once more (`listener`, `CUT_GRACE`), so this needs no waker of
+/// its own: the check is one atomic load per poll. `answer` is dropped with the returned
+/// future, closing its engine connection.
+async fn until_drain_cut<F>(shared: &Shared, answer: F) -> Result<Response<RespBody>, Error>
+where
+    F: Future<Output = Result<Response<RespBody>, Error>>,
+{
+    let mut answer = std::pin::pin!(answer);
+    std::future::poll_fn(|cx| match answer.as_mut().poll(cx) {
+        Poll::Pending if shared.drain_cut.is_cancelled() => Poll::Ready(Err(Error::DrainCut)),
+        other => other,
+    })
+    .await
 }
 
 /// The `/v1/*` answers: the model list, the LoRA admin calls, and the inference pipeline.

@@ -401,6 +401,44 @@ async fn an_error_event_mid_stream_is_an_upstream_error() {
     r.router.shutdown().await;
 }
 
+/// Regression: a request still waiting for the engine's answer when `drainTimeout` ran out
+/// got no answer at all (an empty reply) and was logged as the client's disconnect (499).
+/// It now gets 503 `drain_timeout`, logged as the router's doing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_waiting_for_the_engine_at_the_drain_timeout_gets_503() {
+    let mut up = FaultUpstream::start(Fault::StallBeforeHeaders).await;
+    let r = fault_router("drainTimeout: 300ms\n", up.addr, "").await;
+    let url = chat_url(&r);
+    let TestRouter { dir, router } = r;
+    let shutdown = async {
+        while up.request_count() == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        router.shutdown().await;
+    };
+    let (answer, ()) = tokio::join!(
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            post(&url, chat("m", "hi", false, 4), &[])
+        ),
+        shutdown
+    );
+    let (status, _, body) = answer.expect("the router never answered");
+    assert_openai_error(
+        status,
+        &body,
+        503,
+        "service_unavailable_error",
+        "drain_timeout",
+    );
+    up.expect_disconnect().await;
+    let text = std::fs::read_to_string(dir.path().join("access.log")).unwrap();
+    let line: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(line["status_code"], 503, "{line}");
+    assert_eq!(line["error"]["type"], "drain_timeout", "{line}");
+    assert_eq!(line["error_origin"], "internal", "{line}");
+}
+
 /// The events of a stream with the usage chunk the router asks for.
 const TOKENS_AND_USAGE: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n\
      data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"}}]}\n\n\

@@ -199,6 +199,7 @@ impl Error {
             Self::RateLimitUnavailable { .. } => "rate_limit_unavailable",
             Self::QueueTimeout { .. } => "queue_timeout",
             Self::QueueClientDisconnected => "client_disconnect",
+            Self::DrainCut => "drain_timeout",
             _ => "internal_error",
         }
     }
