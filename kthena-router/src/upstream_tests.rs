@@ -47,9 +47,13 @@ fn answer(req: &Request<Incoming>) -> Response<TestBody> {
     Response::new(body)
 }
 
-/// Starts the engine on 127.0.0.1; `keep_alive: false` closes each connection after one
-/// answer, as an engine with keep-alive off (or past its idle timeout) does.
-async fn engine(keep_alive: bool) -> (SocketAddr, Arc<Seen>) {
+/// Accepts connections on 127.0.0.1, counting them in [`Seen`], and serves each with
+/// `serve`; a connection is counted closed when `serve` returns.
+async fn accept_loop<F, Fut>(serve: F) -> (SocketAddr, Arc<Seen>)
+where
+    F: Fn(tokio::net::TcpStream, Arc<Seen>) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let seen = Arc::new(Seen::default());
@@ -60,26 +64,32 @@ async fn engine(keep_alive: bool) -> (SocketAddr, Arc<Seen>) {
         while let Ok((tcp, _)) = listener.accept().await {
             s.accepted.fetch_add(1, Ordering::SeqCst);
             let s = Arc::clone(&s);
+            let served = serve(tcp, Arc::clone(&s));
             conns.spawn(async move {
-                let s2 = Arc::clone(&s);
-                let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-                    let host = req.headers().get(header::HOST).cloned();
-                    let host = host.and_then(|h| h.to_str().ok().map(str::to_owned));
-                    s2.hosts
-                        .lock()
-                        .expect("lock")
-                        .push(host.unwrap_or_default());
-                    std::future::ready(Ok::<_, Infallible>(answer(&req)))
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .keep_alive(keep_alive)
-                    .serve_connection(TokioIo::new(tcp), svc)
-                    .await;
+                served.await;
                 s.closed.fetch_add(1, Ordering::SeqCst);
             });
         }
     });
     (addr, seen)
+}
+
+/// Starts the engine on 127.0.0.1; `keep_alive: false` closes each connection after one
+/// answer, as an engine with keep-alive off (or past its idle timeout) does.
+async fn engine(keep_alive: bool) -> (SocketAddr, Arc<Seen>) {
+    accept_loop(move |tcp, s| async move {
+        let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+            let host = req.headers().get(header::HOST).cloned();
+            let host = host.and_then(|h| h.to_str().ok().map(str::to_owned));
+            s.hosts.lock().expect("lock").push(host.unwrap_or_default());
+            std::future::ready(Ok::<_, Infallible>(answer(&req)))
+        });
+        let _ = hyper::server::conn::http1::Builder::new()
+            .keep_alive(keep_alive)
+            .serve_connection(TokioIo::new(tcp), svc)
+            .await;
+    })
+    .await
 }
 
 fn post(addr: SocketAddr, path: &str) -> Request<Full<Bytes>> {
@@ -240,35 +250,21 @@ fn off_the_serving_threads_nothing_is_kept() {
 /// delimited by the end of the connection).
 async fn raw_engine(answer: &'static [u8], close: bool) -> (SocketAddr, Arc<Seen>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let seen = Arc::new(Seen::default());
-    let s = Arc::clone(&seen);
-    let tasks = tokio_util::task::TaskTracker::new();
-    let conns = tasks.clone();
-    tasks.spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            s.accepted.fetch_add(1, Ordering::SeqCst);
-            let s = Arc::clone(&s);
-            conns.spawn(async move {
-                let mut buf = vec![0u8; 4096];
-                // One request per read is enough here: the requests are small.
-                while let Ok(n) = tcp.read(&mut buf).await {
-                    if n == 0 || tcp.write_all(answer).await.is_err() {
-                        break;
-                    }
-                    if close {
-                        // A moment later, as an engine's keep-alive timeout would.
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        break;
-                    }
-                }
-                drop(tcp);
-                s.closed.fetch_add(1, Ordering::SeqCst);
-            });
+    accept_loop(move |mut tcp, _| async move {
+        let mut buf = vec![0u8; 4096];
+        // One request per read is enough here: the requests are small.
+        while let Ok(n) = tcp.read(&mut buf).await {
+            if n == 0 || tcp.write_all(answer).await.is_err() {
+                break;
+            }
+            if close {
+                // A moment later, as an engine's keep-alive timeout would.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                break;
+            }
         }
-    });
-    (addr, seen)
+    })
+    .await
 }
 
 #[tokio::test]

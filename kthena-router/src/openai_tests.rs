@@ -1,0 +1,175 @@
+//! Unit tests of `openai`: request parsing, the upstream body rewrite, the response probe.
+
+use super::*;
+
+fn parse(s: &str) -> Result<ParsedRequest> {
+    parse_request(Bytes::from(s.to_owned()))
+}
+
+#[test]
+fn prompt_precedence_and_chatml() {
+    let r =
+        parse(r#"{"model":"m","prompt":"hi","messages":[{"role":"user","content":"x"}]}"#).unwrap();
+    assert_eq!(r.prompt, Prompt::Text("hi".into()));
+    let r = parse(
+        r#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{}},{"text":"b"}]},{"role":"user"}]}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        r.prompt_text,
+        "<|im_start|>system\ns<|im_end|>\n<|im_start|>user\na\nb<|im_end|>\n"
+    );
+    let r = parse(r#"{"model":"m","instructions":"be brief","input":"q"}"#).unwrap();
+    assert_eq!(
+        r.prompt_text,
+        "<|im_start|>developer\nbe brief<|im_end|>\n<|im_start|>user\nq<|im_end|>\n"
+    );
+    let r = parse(
+        r#"{"model":"m","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"z"}]},{"type":"function_call"}]}"#,
+    )
+    .unwrap();
+    assert_eq!(r.prompt_text, "<|im_start|>user\nz<|im_end|>\n");
+}
+
+#[test]
+fn errors() {
+    assert!(matches!(parse("{nope"), Err(Error::BadJson { .. })));
+    assert!(matches!(parse("[1]"), Err(Error::BadJson { .. })));
+    assert!(matches!(
+        parse(r#"{"prompt":"x"}"#),
+        Err(Error::MissingModel)
+    ));
+    assert!(matches!(
+        parse(r#"{"model":"  ","prompt":"x"}"#),
+        Err(Error::MissingModel)
+    ));
+    assert!(matches!(
+        parse(r#"{"model":3,"prompt":"x"}"#),
+        Err(Error::MissingModel)
+    ));
+    assert!(matches!(
+        parse(r#"{"model":"m"}"#),
+        Err(Error::PromptNotFound)
+    ));
+}
+
+#[test]
+fn tokens_estimate() {
+    assert_eq!(estimate_tokens(""), 0);
+    assert_eq!(estimate_tokens("abcd"), 1);
+    assert_eq!(estimate_tokens("abcde"), 2);
+    assert_eq!(estimate_tokens("héllo"), 2);
+}
+
+/// Regression: `"stream": "true"` was taken as a plain request, so the stream it got was
+/// accounted with no usage; now it is a 400 naming the field, as OpenAI answers.
+#[test]
+fn a_non_boolean_stream_or_include_usage_is_an_invalid_field() {
+    for v in [r#""true""#, "1", "{}"] {
+        for (field, body) in [
+            ("stream", format!(r#""stream":{v}"#)),
+            (
+                "stream_options.include_usage",
+                format!(r#""stream":true,"stream_options":{{"include_usage":{v}}}"#),
+            ),
+        ] {
+            let e = parse(&format!(r#"{{"model":"a","prompt":"x",{body}}}"#)).unwrap_err();
+            assert!(matches!(e, Error::InvalidField { param, .. } if param == field));
+            assert_eq!(
+                e.to_string(),
+                format!("invalid field `{field}`: must be a boolean")
+            );
+        }
+    }
+    assert!(
+        !parse(r#"{"model":"a","prompt":"x","stream":null}"#)
+            .unwrap()
+            .stream
+    );
+}
+
+#[test]
+fn upstream_body_rewrites() {
+    let raw = r#"{"model":"a", "prompt":"x"}"#;
+    let r = parse(raw).unwrap();
+    let b = r.upstream_body(None);
+    assert_eq!(&b.bytes[..], raw.as_bytes());
+    assert!(!b.injected_usage);
+    let b = r.upstream_body(Some("a"));
+    assert_eq!(&b.bytes[..], raw.as_bytes());
+    let b = r.upstream_body(Some("real"));
+    let v: Value = serde_json::from_slice(&b.bytes).unwrap();
+    assert_eq!(v["model"], "real");
+
+    let r = parse(r#"{"model":"a","prompt":"x","stream":true,"stream_options":{"continuous_usage_stats":false}}"#).unwrap();
+    let b = r.upstream_body(None);
+    assert!(b.injected_usage);
+    let v: Value = serde_json::from_slice(&b.bytes).unwrap();
+    assert_eq!(v["stream_options"]["include_usage"], true);
+    assert_eq!(v["stream_options"]["continuous_usage_stats"], false);
+
+    // Regression: `continuous_usage_stats: true` took effect with the injected
+    // `include_usage`, and the client got usage on every chunk it had not asked for.
+    let r = parse(r#"{"model":"a","prompt":"x","stream":true,"stream_options":{"continuous_usage_stats":true,"k":1}}"#).unwrap();
+    let b = r.upstream_body(None);
+    assert!(b.injected_usage);
+    assert_eq!(
+        std::str::from_utf8(&b.bytes).unwrap(),
+        r#"{"model":"a","prompt":"x","stream":true,"stream_options":{"k":1,"include_usage":true}}"#
+    );
+
+    let r = parse(
+        r#"{"model":"a","prompt":"x","stream":true,"stream_options":{"include_usage":true}}"#,
+    )
+    .unwrap();
+    assert!(!r.upstream_body(None).injected_usage);
+    // The Responses API: streamed as is, only the model rewritten.
+    let r = parse(r#"{"model":"a","input":"x","stream":true}"#).unwrap();
+    let b = r.upstream_responses_body(None);
+    assert!(!b.injected_usage);
+    assert_eq!(&b.bytes[..], br#"{"model":"a","input":"x","stream":true}"#);
+    let b = r.upstream_responses_body(Some("real"));
+    let v: Value = serde_json::from_slice(&b.bytes).unwrap();
+    assert_eq!(v["model"], "real");
+    assert!(v.get("stream_options").is_none());
+}
+
+#[test]
+fn usage_parsing() {
+    let v: Value = serde_json::json!({"usage":{"prompt_tokens":3,"completion_tokens":5}});
+    assert_eq!(
+        usage_of(&v),
+        Some(Usage {
+            prompt_tokens: 3,
+            completion_tokens: 5
+        })
+    );
+    let v: Value = serde_json::json!({"response":{"usage":{"input_tokens":2,"output_tokens":4}}});
+    assert_eq!(
+        usage_of(&v),
+        Some(Usage {
+            prompt_tokens: 2,
+            completion_tokens: 4
+        })
+    );
+    assert_eq!(usage_of(&serde_json::json!({"usage":null})), None);
+    for body in [
+        r#"{"usage":{"completion_tokens":7},"choices":[]}"#,
+        r#"{"usage":null,"choices":[],"response":{"usage":{"output_tokens":3}}}"#,
+        r#"{"response":{"usage":{"input_tokens":2,"output_tokens":3}},"choices":[1]}"#,
+        r#"{"response":[{"usage":{"output_tokens":3}}],"usage":{"x":1},"choices":{}}"#,
+        r#"{"usage":{"completion_tokens":1},"usage":{"completion_tokens":2},"choices":"a"}"#,
+        r#"{"choices":[{"text":"hi"}],"usage":{"prompt_tokens":4}}"#,
+    ] {
+        let v: Value = serde_json::from_str(body).unwrap();
+        let p = ResponseProbe::parse(body.as_bytes()).unwrap();
+        assert_eq!(p.usage(), usage_of(&v), "{body}");
+        let usage_only = v.get("usage").is_some_and(|u| !u.is_null())
+            && v.get("choices")
+                .and_then(Value::as_array)
+                .is_some_and(Vec::is_empty);
+        assert_eq!(p.usage_only(), usage_only, "{body}");
+    }
+    assert!(ResponseProbe::parse(b"[1]").is_none());
+    assert!(ResponseProbe::parse(b"{\"usage\":").is_none());
+}
