@@ -197,8 +197,8 @@ impl ProxyBody {
     fn cut_by_drain(&mut self) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let e = crate::error::Error::DrainCut;
         tracing::warn!(request_id = %self.acct.request_id(), "Response still streaming at the drain timeout; ending it with an error");
-        let settled = ("drain_timeout", e.to_string());
-        self.end_with_error(Box::new(e), settled, "drain_timeout")
+        let (settled, code) = ((e.finish_reason(), e.to_string()), e.code());
+        self.end_with_error(Box::new(e), settled, code)
     }
 
     /// Settles with `error` and ends the client stream: for SSE an error event of `code`
@@ -399,10 +399,8 @@ impl Drop for ProxyBody {
         if !self.finished && self.inner.is_end_stream() {
             self.finish(None);
         } else if !self.finished && self.drain_cut.as_ref().is_some_and(|c| c.is_cancelled()) {
-            self.finish(Some((
-                "drain_timeout",
-                crate::error::Error::DrainCut.to_string(),
-            )));
+            let e = crate::error::Error::DrainCut;
+            self.finish(Some((e.finish_reason(), e.to_string())));
         } else if !self.finished {
             // The client went away mid-body: dropping `inner` closes the upstream connection,
             // which cancels the engine's work; the in-flight guard gives the slot back.
