@@ -318,16 +318,33 @@ impl Router {
     /// Stops accepting, lets in-flight requests finish for up to the drain timeout, waits
     /// for every task, and flushes the access log.
     pub async fn shutdown(self) {
+        self.shutdown_or_cut(std::future::pending()).await;
+    }
+
+    /// [`Router::shutdown`], with the drain cut short when `cut` completes first (the
+    /// binary passes a second SIGTERM or Ctrl-C): what is still in flight then ends as at
+    /// the drain timeout (an SSE error event or 503, both `drain_timeout`).
+    pub async fn shutdown_or_cut(self, cut: impl std::future::Future<Output = ()>) {
         self.cancel.cancel();
         self.tasks.close();
-        if tokio::time::timeout(
+        let wait = tokio::time::timeout(
             self.drain_timeout + Duration::from_secs(1),
             self.tasks.wait(),
-        )
-        .await
-        .is_err()
-        {
-            tracing::warn!("Drain timeout reached; closing remaining connections");
+        );
+        let drained = tokio::select! {
+            biased;
+            waited = wait => {
+                if waited.is_err() {
+                    tracing::warn!("Drain timeout reached; closing remaining connections");
+                }
+                waited.is_ok()
+            }
+            () = cut => {
+                tracing::warn!("Second shutdown signal; closing remaining connections");
+                false
+            }
+        };
+        if !drained {
             self.shared.drain_cut.cancel();
             let _ = tokio::time::timeout(Duration::from_secs(1), self.tasks.wait()).await;
         }
@@ -384,8 +401,8 @@ fn shared_state(
 pub async fn run(cfg: Config, config_path: Option<PathBuf>, overrides: Overrides) -> Result<()> {
     let router = Router::start(cfg, config_path, overrides).await?;
     shutdown_signal().await;
-    tracing::info!("Shutting down");
-    router.shutdown().await;
+    tracing::info!("Shutting down (a second SIGTERM or Ctrl-C cuts the drain short)");
+    router.shutdown_or_cut(shutdown_signal()).await;
     Ok(())
 }
 
