@@ -9,7 +9,11 @@ use crate::{
 };
 
 /// The CustomResourceDefinitions of all six kinds, in the order ModelRoute, ModelServer,
-/// ExternalModelProvider, ModelServing, ModelBooster, AutoscalingPolicy.
+/// ExternalModelProvider, ModelServing, ModelBooster, AutoscalingPolicy, with the CEL
+/// validation rules (`x-kubernetes-validations`) and messages of Go Kthena's CRDs (a
+/// ModelRoute without `modelName` and `loraAdapters`, a second role of the same name, a
+/// changed `modelName` or `minRoleReplicas`, ...), which the API server enforces also where
+/// no admission webhook runs.
 ///
 /// ```
 /// let crds = kthena_api::crds();
@@ -27,7 +31,17 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     ]
     .into_iter()
     .map(tidy)
+    .map(with_cel_rules)
     .collect()
+}
+
+/// `crd` with [`crate::cel`]'s rules for its kind.
+fn with_cel_rules(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    let Ok(mut v) = serde_json::to_value(&crd) else {
+        return crd;
+    };
+    crate::cel::add_rules(&mut v, &crd.spec.names.plural);
+    serde_json::from_value(v).unwrap_or(crd)
 }
 
 /// What the API server expects of a generated schema, beyond what schemars writes: integer

@@ -46,6 +46,7 @@
 //! # Ok::<(), kthena_api::Error>(())
 //! ```
 
+mod cel;
 mod common;
 mod crd;
 mod error;
