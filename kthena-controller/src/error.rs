@@ -3,8 +3,8 @@
 /// Errors of the controller.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A call to the API server failed.
-    #[error("{action}: {source}")]
+    /// A call to the API server failed (shown with [`kube_message`]).
+    #[error("{action}: {}", kube_message(source))]
     Kube {
         /// What was being done (`creating pod ns/name`).
         action: String,
@@ -206,8 +206,65 @@ pub enum Error {
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The text of a kube error in logs and conditions: for an API error, the API server's own
+/// message and status code (kube's `Display` appends a debug dump of the whole `Status`),
+/// and for a 404 without a `Status` body (a resource the API server does not serve) a hint
+/// that its CRD is missing; other errors as kube shows them.
+pub(crate) fn kube_message(e: &kube::Error) -> String {
+    let kube::Error::Api(s) = e else {
+        return e.to_string();
+    };
+    if s.code == 404 && s.message.contains("page not found") {
+        return "the API server does not serve this resource (404 page not found): \
+                is its CRD installed?"
+            .to_owned();
+    }
+    match (s.message.trim(), s.reason.as_str()) {
+        ("", "") => format!("HTTP {}", s.code),
+        ("", reason) => format!("{reason} (HTTP {})", s.code),
+        (message, _) => format!("{message} (HTTP {})", s.code),
+    }
+}
+
 /// Maps a kube error to [`Error::Kube`] with `action`.
 pub(crate) fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     let action = action.into();
     move |source| Error::Kube { action, source }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::core::Status;
+
+    use super::*;
+
+    fn api(message: &str, reason: &str, code: u16) -> kube::Error {
+        kube::Error::Api(Status::failure(message, reason).with_code(code).boxed())
+    }
+
+    /// Regression: a refused write showed kube's debug dump of the whole `Status`
+    /// (`(Status { status: Some(Failure), code: 400, ... ListMeta { continue_: None ...`) in
+    /// logs and in the AutoscalingPolicy's and ModelBooster's condition messages.
+    #[test]
+    fn api_errors_read_as_the_api_servers_message() {
+        let denied = "admission webhook \"validate-modelserving.volcano.sh\" denied the request";
+        let e = kube_err("scaling ModelServing ns/ms")(api(denied, "BadRequest", 400));
+        assert_eq!(
+            e.to_string(),
+            format!("scaling ModelServing ns/ms: {denied} (HTTP 400)")
+        );
+        assert_eq!(
+            kube_message(&api("", "Conflict", 409)),
+            "Conflict (HTTP 409)"
+        );
+        assert_eq!(
+            kube_message(&api(
+                "404 page not found\n",
+                "Failed to parse error data",
+                404
+            )),
+            "the API server does not serve this resource (404 page not found): \
+             is its CRD installed?"
+        );
+    }
 }

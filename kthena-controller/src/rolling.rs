@@ -12,7 +12,8 @@ use crate::observed::{ObservedRole, ReplicaStatus};
 use crate::view::{GroupView, group_partition, role_status, scaled_value};
 
 /// `rolloutStrategy.rollingUpdateConfiguration.maxUnavailable` resolved against
-/// `spec.replicas` (percent rounded down; default 1).
+/// `spec.replicas` (percent rounded down, at least 1 as for a Deployment, so a rollout
+/// always progresses; default 1).
 #[must_use]
 pub fn max_unavailable(ms: &ModelServing) -> i64 {
     let replicas = ms.spec.replicas.unwrap_or(1);
@@ -23,7 +24,7 @@ pub fn max_unavailable(ms: &ModelServing) -> i64 {
         .and_then(|r| r.rolling_update_configuration.as_ref());
     config
         .and_then(|c| c.max_unavailable.as_ref())
-        .map_or(1, |m| i64::from(scaled_value(m, replicas, false)))
+        .map_or(1, |m| i64::from(scaled_value(m, replicas, false)).max(1))
 }
 
 /// The ordinals of outdated groups to delete in this pass (none for `RoleRollingUpdate`,
@@ -85,7 +86,7 @@ pub fn rolling_update_deletions(
 /// up); not-Running first, then highest ordinal. `newUnavailable` = terminating replicas
 /// plus up-to-date ones not Running. At most all outdated when `role.maxUnavailable` is
 /// unset, else `max(0, #replicas − max(0, role.replicas − maxUnavailable) − newUnavailable)`
-/// (maxUnavailable percent of role replicas rounded down).
+/// (maxUnavailable percent of role replicas rounded down, at least 1).
 #[must_use]
 pub fn role_rolling_deletions(
     role: &Role,
@@ -119,7 +120,7 @@ pub fn role_rolling_deletions(
         .collect();
     outdated.sort_by_key(|&(o, st)| (st.priority(), Reverse(o)));
     let max = role.max_unavailable.as_ref().map_or(outdated.len(), |mu| {
-        let mu = i64::from(scaled_value(mu, want, false));
+        let mu = i64::from(scaled_value(mu, want, false)).max(1);
         let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         let min_available = (i64::from(want) - mu).max(0);
         usize::try_from(count(replicas.len()) - min_available - count(new_unavailable)).unwrap_or(0)
@@ -183,6 +184,18 @@ mod tests {
         ];
         assert_eq!(rolling_update_deletions(&ms, &mixed, "new"), [0]);
         assert!(rolling_update_deletions(&ms, &all_old, "old").is_empty());
+        Ok(())
+    }
+
+    /// Regression: `10%` of 4 groups resolved to 0 and no outdated group was ever deleted
+    /// (the webhook no longer refuses it, so the autoscaler can scale such an object down):
+    /// a percentage that rounds down to 0 counts as 1, as for a Deployment.
+    #[test]
+    fn a_percentage_that_rounds_to_zero_still_rolls_one_group() -> TestResult {
+        let all_old: Vec<_> = (0..4).map(|o| g(o, "old", Running)).collect();
+        let ms = with(Some(IntOrString::String("10%".to_owned())), None)?;
+        assert_eq!(max_unavailable(&ms), 1);
+        assert_eq!(rolling_update_deletions(&ms, &all_old, "new"), [3]);
         Ok(())
     }
 

@@ -151,7 +151,12 @@ fn new_condition(progressing: &[u32], updated: &[u32], updating: bool, now: &Tim
 /// Go's `SetCondition` for a new `True` condition: an existing condition of its type is
 /// replaced only when its status differs (so its message and time stay otherwise); a `True`
 /// condition exclusive with it (Available vs Progressing / UpdateInProgress) turns `False`
-/// (status only); the new condition is appended if its type was absent.
+/// with the new condition's reason, message and time; the new condition is appended if its
+/// type was absent.
+///
+/// Go flips only the status, which left `Available=False` with reason `AllGroupsReady` and
+/// message "All Serving groups are ready" while groups were progressing; here the `False`
+/// condition says why (`GroupProgressing`, "Some groups is progressing: [1]").
 pub fn set_condition(conditions: &mut Vec<Condition>, new: Condition) {
     let exclusive = |a: &str, b: &str| {
         (a == AVAILABLE && (b == PROGRESSING || b == UPDATE_IN_PROGRESS))
@@ -166,6 +171,9 @@ pub fn set_condition(conditions: &mut Vec<Condition>, new: Condition) {
             found = true;
         } else if exclusive(&cur.type_, &new.type_) && cur.status == "True" {
             cur.status = "False".to_owned();
+            cur.reason.clone_from(&new.reason);
+            cur.message.clone_from(&new.message);
+            cur.last_transition_time = new.last_transition_time.clone();
         }
     }
     if !found {

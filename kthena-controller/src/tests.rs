@@ -294,10 +294,13 @@ fn status_available_when_all_groups_run() -> crate::testutil::TestResult {
     assert_eq!(conds, [("Progressing", "False"), ("Available", "True")]);
     assert_eq!(st.conditions[1].message, "All Serving groups are ready");
     assert_eq!(st.conditions[1].reason, "AllGroupsReady");
-    // Progressing keeps its time and message: only its status flipped.
+    // Regression: Progressing turned False kept its reason and message ("Some groups is
+    // progressing"), as Go's SetCondition does; it now says why it is False, since when.
+    assert_eq!(st.conditions[0].reason, "AllGroupsReady");
+    assert_eq!(st.conditions[0].message, "All Serving groups are ready");
     assert_eq!(
         st.conditions[0].last_transition_time,
-        t("2026-01-01T00:00:00Z")?
+        t("2026-01-01T00:01:00Z")?
     );
     // A second pass with the same groups changes nothing.
     ms.status = Some(st.clone());
@@ -570,5 +573,40 @@ fn a_group_with_a_renamed_roles_old_pods_is_not_updated() -> TestResult {
     let revisions: Vec<_> = p.groups.iter().map(|g| g.revision.as_str()).collect();
     assert_eq!(revisions, ["old", new.as_str()]);
     assert_eq!(p.delete_groups, ["sample-0"]);
+    Ok(())
+}
+
+/// Regression: a ModelServing whose groups went from ready to progressing showed
+/// `Available=False` with reason `AllGroupsReady` and message "All Serving groups are ready".
+#[test]
+fn available_turned_false_says_which_groups_progress() -> TestResult {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    let cond = |type_: &str, reason: &str, message: &str, at: &str| -> TestResult<Condition> {
+        Ok(Condition {
+            type_: type_.to_owned(),
+            status: "True".to_owned(),
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+            last_transition_time: t(at)?,
+            observed_generation: None,
+        })
+    };
+    let mut conds = vec![cond(
+        crate::status::AVAILABLE,
+        "AllGroupsReady",
+        "All Serving groups are ready",
+        "2026-01-01T00:00:00Z",
+    )?];
+    let progressing = cond(
+        crate::status::PROGRESSING,
+        "GroupProgressing",
+        "Some groups is progressing: [1]",
+        "2026-01-01T00:05:00Z",
+    )?;
+    crate::status::set_condition(&mut conds, progressing.clone());
+    let mut want = progressing.clone();
+    want.type_ = crate::status::AVAILABLE.to_owned();
+    want.status = "False".to_owned();
+    assert_eq!(conds, [want, progressing]);
     Ok(())
 }

@@ -220,7 +220,15 @@ fn tls_config(cert: &Certificate) -> Result<ServerConfig> {
 /// Go's `--webhook-timeout` default: 30 s.
 pub const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(30);
 
-fn router(timeout: Duration) -> Router {
+/// `fut`'s output if it finishes within `limit` (`None`: no limit).
+async fn within<F: Future>(limit: Option<Duration>, fut: F) -> Option<F::Output> {
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, fut).await.ok(),
+        None => Some(fut.await),
+    }
+}
+
+fn router(timeout: Option<Duration>) -> Router {
     let mut app = Router::new().route("/healthz", get(|| async { "ok" }));
     for &(path, action) in admission::PATHS {
         app = app.route(path, post(move |body: Bytes| handle(action, body)));
@@ -228,9 +236,9 @@ fn router(timeout: Duration) -> Router {
     // Reading the request (body included) and answering it within `timeout`.
     app.layer(axum::middleware::from_fn(
         move |req: axum::extract::Request, next: axum::middleware::Next| async move {
-            match tokio::time::timeout(timeout, next.run(req)).await {
-                Ok(response) => response,
-                Err(_) => http::StatusCode::REQUEST_TIMEOUT.into_response(),
+            match within(timeout, next.run(req)).await {
+                Some(response) => response,
+                None => http::StatusCode::REQUEST_TIMEOUT.into_response(),
             }
         },
     ))
@@ -250,7 +258,7 @@ async fn handle(action: Action, body: Bytes) -> ([(&'static str, &'static str); 
 /// [`WEBHOOK_TIMEOUT`]): the TLS handshake, each request's headers (also the wait for the
 /// next request on a kept-alive connection) and each request's body with its answer must
 /// each finish within it; a connection that is too slow is closed, a request that is too
-/// slow gets `408 Request Timeout`.
+/// slow gets `408 Request Timeout`. Zero means no timeout, as for Go's `http.Server`.
 ///
 /// # Errors
 /// [`Error::Listen`] if the address cannot be bound; [`Error::Pem`] / [`Error::Tls`] if the
@@ -267,6 +275,7 @@ pub async fn serve_webhook(
     let local = listener
         .local_addr()
         .map_err(|source| Error::Listen { addr, source })?;
+    let timeout = (!timeout.is_zero()).then_some(timeout);
     let app = router(timeout);
     Ok((local, async move {
         // Connections end with the server (dropping the set aborts them).
@@ -278,13 +287,13 @@ pub async fn serve_webhook(
             };
             let (acceptor, app) = (acceptor.clone(), app.clone());
             connections.spawn(async move {
-                let tls = match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
-                    Ok(Ok(tls)) => tls,
-                    Err(_) => {
+                let tls = match within(timeout, acceptor.accept(tcp)).await {
+                    Some(Ok(tls)) => tls,
+                    None => {
                         tracing::debug!(%peer, "webhook TLS handshake timed out");
                         return;
                     }
-                    Ok(Err(e)) => {
+                    Some(Err(e)) => {
                         tracing::debug!(%peer, error = %e, "webhook TLS handshake failed");
                         return;
                     }

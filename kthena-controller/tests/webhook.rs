@@ -184,8 +184,13 @@ fn group(kind: &str) -> &'static str {
     }
 }
 
-/// Invalid manifests of every Kthena kind, the webhook that rejects each (without its group)
-/// and Go's message (`kthena-api` validation, `docs/api.md`).
+/// The rejections of the CRDs' own CEL rules (`x-kubernetes-validations`), which the API
+/// server checks before it calls the validating webhooks.
+const CEL: &str = "";
+
+/// Invalid manifests of every Kthena kind, the webhook that rejects each (without its group;
+/// [`CEL`] for the CRD's own rule, which comes first) and Go's message (`kthena-api`
+/// validation, `docs/api.md`).
 fn rejections() -> Vec<(Value, &'static str, String)> {
     let ms = "validate-modelserving";
     let role_rolling = (
@@ -209,8 +214,8 @@ fn rejections() -> Vec<(Value, &'static str, String)> {
                 "/spec/template/roles/1",
                 serving("x", 0)["spec"]["template"]["roles"][0].clone(),
             )]),
-            ms,
-            "validation failed:\n  - spec.template.roles: roles name must be unique".into(),
+            CEL,
+            "The ModelServing \"bad\" is invalid: spec.template.roles: Invalid value: roles name must be unique".into(),
         ),
         (
             with(serving("bad", 0), &[(
@@ -243,8 +248,8 @@ fn rejections() -> Vec<(Value, &'static str, String)> {
         ),
         (
             provider(true),
-            "validate-externalmodelprovider",
-            "validation failed:\n  - spec.auth: secretRef.optional must be false or unset".into(),
+            CEL,
+            "The ExternalModelProvider \"openai\" is invalid: spec.auth: Invalid value: secretRef.optional must be false or unset".into(),
         ),
         (
             route("bad", "", ""),
@@ -293,14 +298,18 @@ async fn kubectl_apply_is_validated_and_defaulted_by_the_webhooks() -> Result<()
         assert_eq!(bundle.0, cert.ca_pem.as_bytes(), "{}", hook.name);
     }
 
-    // Every rejection below is the webhook's (the CRDs carry no CEL rules), with Go's message.
+    // Every rejection below is the webhook's or the CRD's CEL rule's, with Go's message.
     for (manifest, hook, message) in rejections() {
         let stderr = denied(apply(&ns, &manifest)?)?;
         let kind = manifest["kind"].as_str().unwrap_or_default();
-        let expected = format!(
-            "admission webhook \"{hook}.{}\" denied the request: {message}",
-            group(kind)
-        );
+        let expected = if hook == CEL {
+            message
+        } else {
+            format!(
+                "admission webhook \"{hook}.{}\" denied the request: {message}",
+                group(kind)
+            )
+        };
         assert!(stderr.contains(&expected), "{kind}: {expected}\n{stderr}");
     }
     for (name, manifest) in [
@@ -323,10 +332,11 @@ async fn kubectl_apply_is_validated_and_defaulted_by_the_webhooks() -> Result<()
     ] {
         assert_eq!(apply(&ns, &manifest)?, Ok(format!("{name} created\n")));
     }
-    // An UPDATE rule: a ModelRoute's modelName is immutable.
+    // An UPDATE rule: a ModelRoute's modelName is immutable (the CRD's CEL rule answers
+    // before the webhook, which has the same rule).
     let stderr = denied(apply(&ns, &route("r", "llama", ""))?)?;
     assert!(
-        stderr.contains("admission webhook \"validate-modelroute.networking.serving.volcano.sh\" denied the request: validation failed:\n  - spec.modelName: modelName is immutable"),
+        stderr.contains("The ModelRoute \"r\" is invalid: spec.modelName: Invalid value: \"llama\": modelName is immutable"),
         "{stderr}"
     );
 
@@ -370,5 +380,51 @@ async fn a_silent_connection_is_closed_after_the_webhook_timeout() -> Result<()>
         .await
         .context("the connection stayed open")?;
     assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    Ok(())
+}
+
+/// Regression: `--webhook-timeout 0` gave every connection a zero timeout, so each was cut
+/// before its TLS handshake and every admission call failed. As for Go's `http.Server`, 0
+/// means no timeout: `GET /healthz` over TLS answers 200.
+#[tokio::test]
+async fn a_zero_webhook_timeout_means_no_timeout() -> Result<()> {
+    use std::sync::Arc;
+
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject as _;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+
+    let cert = generate_certificate(&service_hosts(SERVICE_NAME, "default"))?;
+    let (addr, server) =
+        serve_webhook("127.0.0.1:0".parse()?, &cert, std::time::Duration::ZERO).await?;
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(server);
+    let mut roots = rustls::RootCertStore::empty();
+    for der in CertificateDer::pem_slice_iter(cert.ca_pem.as_bytes()) {
+        roots.add(der?)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    // A client that takes its time (a zero timeout fired at the next timer tick, 1 ms, so a
+    // client on loopback that starts its handshake at once could still get through).
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let mut tls = connector
+        .connect(ServerName::try_from("localhost")?, tcp)
+        .await
+        .context("TLS handshake with a zero --webhook-timeout")?;
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
+        .await?;
+    let mut answer = Vec::new();
+    // The server may close without close_notify once it answered: keep what was read.
+    let _ = tls.read_to_end(&mut answer).await;
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
+    assert!(text.ends_with("ok"), "{text}");
     Ok(())
 }

@@ -161,8 +161,14 @@ struct GroupContext<'a> {
 }
 
 /// `spec.rolloutStrategy.rollingUpdateConfiguration`: not allowed with `RoleRollingUpdate`;
-/// `maxUnavailable` must not resolve to 0 and `partition` must be a valid int-or-percent of
+/// `maxUnavailable` must not be 0 (or `0%`) and `partition` must be a valid int-or-percent of
 /// `replicas`.
+///
+/// Go Kthena rejects a `maxUnavailable` that resolves to 0 against the current replicas (10%
+/// of 5): a replica count the autoscaler or `kubectl scale` sets then makes every later write
+/// of the object fail, the autoscaler's own included. Here only a zero value is rejected,
+/// and the controller resolves a percentage that rounds down to 0 as 1, as a Deployment
+/// does (`kthena_controller` rolling updates).
 fn rolling_update(
     e: &mut Errors,
     ru: &RollingUpdateConfiguration,
@@ -177,7 +183,7 @@ fn rolling_update(
         );
     }
     if let Some(mu) = &ru.max_unavailable
-        && let Some(v) = int_or_percent(e, &format!("{p}.maxUnavailable"), mu, replicas, false)
+        && let Some(v) = int_or_percent(e, &format!("{p}.maxUnavailable"), mu, 100, false)
         && v == 0
     {
         e.push(
@@ -272,7 +278,9 @@ fn generated_name(
 }
 
 /// A role's `partition` (only with `RoleRollingUpdate`) and, with `RoleRollingUpdate`, its
-/// `maxUnavailable` (between 1 and the role's replicas).
+/// `maxUnavailable` (not 0 or `0%`; Go also rejects one that resolves outside 1..=the role's
+/// replicas, which a later change of the role's replicas by the autoscaler would hit: the
+/// controller clamps the resolved value to at least 1 instead).
 fn role_rollout(
     e: &mut Errors,
     p: &str,
@@ -293,8 +301,8 @@ fn role_rollout(
         && let Some(mu) = &role.max_unavailable
     {
         let mp = format!("{p}.maxUnavailable");
-        if let Some(v) = int_or_percent(e, &mp, mu, role_replicas, false)
-            && (v < 1 || v > i64::from(role_replicas))
+        if let Some(v) = int_or_percent(e, &mp, mu, 100, false)
+            && v < 1
         {
             e.push(
                 mp,
@@ -392,6 +400,95 @@ fn images(e: &mut Errors, path: &str, template: Option<&PodTemplateSpec>) {
             if let Some(img) = &c.image {
                 image_rule(e, &format!("{path}.spec.{list}[{j}].image"), img);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::workload::ModelServing;
+
+    /// A defaulted ModelServing of `replicas` groups, one role `a` of `role_replicas`, with
+    /// `rollout` as `spec.rolloutStrategy` and `role_max` as the role's `maxUnavailable`.
+    fn serving(
+        replicas: i32,
+        role_replicas: i32,
+        rollout: serde_json::Value,
+        role_max: serde_json::Value,
+    ) -> ModelServing {
+        let ms: ModelServing = serde_json::from_value(json!({
+            "apiVersion": "workload.serving.volcano.sh/v1alpha1",
+            "kind": "ModelServing",
+            "metadata": {"name": "ms"},
+            "spec": {
+                "replicas": replicas,
+                "rolloutStrategy": rollout,
+                "template": {"roles": [{
+                    "name": "a",
+                    "replicas": role_replicas,
+                    "maxUnavailable": role_max,
+                    "workerReplicas": 0,
+                    "entryTemplate": {"spec": {"containers": [{"name": "e", "image": "vllm"}]}},
+                }]},
+            },
+        }))
+        .expect("a ModelServing");
+        ms.with_defaults()
+    }
+
+    fn errors(ms: &ModelServing) -> Vec<String> {
+        ms.validate()
+            .err()
+            .unwrap_or_default()
+            .iter()
+            .map(|e| format!("{}: {}", e.path, e.message))
+            .collect()
+    }
+
+    fn groups(max: serde_json::Value) -> serde_json::Value {
+        json!({"type": "ServingGroupRollingUpdate", "rollingUpdateConfiguration": {"maxUnavailable": max}})
+    }
+
+    /// Regression: `maxUnavailable: 10%` was valid at 10 replicas and refused at 5 (it
+    /// resolves to 0), so the autoscaler's own scale-down of the object was refused by the
+    /// webhook. A percentage is valid at any replica count; only 0 and `0%` are refused.
+    #[test]
+    fn a_percentage_max_unavailable_stays_valid_at_any_replica_count() {
+        for replicas in [10, 5, 1, 0] {
+            let ms = serving(replicas, 1, groups(json!("10%")), json!(1));
+            assert_eq!(errors(&ms), Vec::<String>::new(), "replicas {replicas}");
+        }
+        let path = "spec.rolloutStrategy.rollingUpdateConfiguration.maxUnavailable";
+        for zero in [json!(0), json!("0%")] {
+            let ms = serving(10, 1, groups(zero.clone()), json!(1));
+            assert_eq!(
+                errors(&ms),
+                [format!("{path}: maxUnavailable must not resolve to 0")],
+                "{zero}"
+            );
+        }
+    }
+
+    /// Regression, as above for `RoleRollingUpdate`: a role's `maxUnavailable` of `50%` or
+    /// `3` stays valid when the role's replicas drop to 1; 0 and `0%` are refused.
+    #[test]
+    fn a_role_max_unavailable_stays_valid_when_role_replicas_drop() {
+        let role = json!({"type": "RoleRollingUpdate"});
+        for max in [json!("50%"), json!(3), json!(1)] {
+            let ms = serving(1, 1, role.clone(), max.clone());
+            assert_eq!(errors(&ms), Vec::<String>::new(), "{max}");
+        }
+        for zero in [json!(0), json!("0%")] {
+            let ms = serving(1, 4, role.clone(), zero.clone());
+            assert_eq!(
+                errors(&ms),
+                [
+                    "spec.template.roles[0].maxUnavailable: maxUnavailable must resolve to between 1 and 4"
+                ],
+                "{zero}"
+            );
         }
     }
 }

@@ -121,8 +121,8 @@ pub enum RolloutStrategyType {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RollingUpdateConfiguration {
-    /// Groups that may be unavailable during the update: an int ≥ 0 or a percent of
-    /// `replicas` rounded down; must not resolve to 0 (default 1).
+    /// Groups that may be unavailable during the update: an int ≥ 1 or a percent of
+    /// `replicas` rounded down, at least 1 (not 0 or `0%`; default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("default" = 1))]
     pub max_unavailable: Option<IntOrString>,
