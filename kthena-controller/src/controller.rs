@@ -30,6 +30,9 @@ use crate::view::group_partition;
 const FOREIGN_REQUEUE: Duration = Duration::from_secs(1);
 /// Periodic resync of a ModelServing with nothing to wait for.
 const RESYNC: Duration = Duration::from_secs(300);
+/// Retry of a ModelServing one of whose children's names is taken by an object it does not
+/// own (nothing watches that object, so its removal is noticed by this retry).
+const NAME_TAKEN_REQUEUE: Duration = Duration::from_secs(10);
 
 /// What [`run`] watches and how many ModelServings it reconciles at once.
 #[derive(Debug, Clone)]
@@ -137,6 +140,25 @@ async fn publish(recorder: &Recorder, ms: &ModelServing, event: RoleEvent) {
     };
     if let Err(e) = recorder.publish(&ev, &ms.object_ref(&())).await {
         tracing::warn!(error = %e, reason = event.reason, "publishing an event failed");
+    }
+}
+
+/// Logs and records (Warning event `NameTaken` on the ModelServing) that `other`
+/// (`pod/NAME`) holds the name of one of its children without being its own.
+async fn publish_name_taken(recorder: &Recorder, ms: &ModelServing, other: &str) {
+    let key = format!("{}/{}", ms.namespace().unwrap_or_default(), ms.name_any());
+    tracing::warn!(modelserving = %key, object = %other, "A child's name is taken by an object this ModelServing does not own; its group cannot start until that object is removed");
+    let ev = Event {
+        type_: EventType::Warning,
+        reason: "NameTaken".to_owned(),
+        note: Some(format!(
+            "{other} exists and is not owned by this ModelServing; remove it so the group can start"
+        )),
+        action: "Reconcile".to_owned(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&ev, &ms.object_ref(&())).await {
+        tracing::warn!(error = %e, reason = "NameTaken", "publishing an event failed");
     }
 }
 
@@ -259,7 +281,10 @@ async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
         tracing::info!(modelserving = %name, child = %other, "{}", Error::Foreign(other.clone()));
         return Ok(Action::requeue(FOREIGN_REQUEUE));
     }
-    apply(&ctx, &defaulted, &plan).await?;
+    let taken = apply(&ctx, &defaulted, &plan).await?;
+    for other in &taken {
+        publish_name_taken(&ctx.recorder, &ms, other).await;
+    }
     for event in ctx.cache.record(&defaulted, &seen, &plan) {
         publish(&ctx.recorder, &ms, event).await;
     }
@@ -283,14 +308,21 @@ async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
         .await
         .map_err(kube_err(format!("updating status of {ns}/{name}")))?;
     }
+    let resync = if taken.is_empty() {
+        RESYNC
+    } else {
+        NAME_TAKEN_REQUEUE
+    };
     Ok(Action::requeue(
-        plan.requeue_after.map_or(RESYNC, |d| d.min(RESYNC)),
+        plan.requeue_after.map_or(resync, |d| d.min(resync)),
     ))
 }
 
 /// Applies `plan` in order: ControllerRevision (when creating pods), group deletions,
-/// role-replica deletions, errored-pod deletions, pod creations, service creations. AlreadyExists is ignored.
-async fn apply(ctx: &Ctx, ms: &ModelServing, plan: &Plan) -> Result<()> {
+/// role-replica deletions, errored-pod deletions, pod creations, service creations.
+/// Returns the pods and services (`pod/NAME`) whose names are taken by objects that are not
+/// this ModelServing's; an AlreadyExists of its own child (a list that lagged) is ignored.
+async fn apply(ctx: &Ctx, ms: &ModelServing, plan: &Plan) -> Result<Vec<String>> {
     let client = &ctx.client;
     let pp = PostParams {
         field_manager: Some(ctx.field_manager.clone()),
@@ -323,13 +355,18 @@ async fn apply(ctx: &Ctx, ms: &ModelServing, plan: &Plan) -> Result<()> {
             Err(e) => return Err(kube_err(format!("deleting pod {name}"))(e)),
         }
     }
+    let mut taken = Vec::new();
     for pod in &plan.create_pods {
-        create(&pods, &pp, pod, "pod").await?;
+        if !create(&pods, &pp, pod, "pod").await? {
+            taken.push(format!("pod/{}", pod.name_any()));
+        }
     }
     for svc in &plan.create_services {
-        create(&svcs, &pp, svc, "service").await?;
+        if !create(&svcs, &pp, svc, "service").await? {
+            taken.push(format!("service/{}", svc.name_any()));
+        }
     }
-    Ok(())
+    Ok(taken)
 }
 
 /// The roles of `status.currentRevision` from its ControllerRevision, while a partition
@@ -399,14 +436,30 @@ async fn prune_revisions(
     Ok(())
 }
 
-async fn create<K>(api: &Api<K>, pp: &PostParams, obj: &K, kind: &str) -> Result<()>
+/// Creates `obj`; `false` when its name is taken by an object not owned by the owner of
+/// `obj` (a 409 for an object with the same controller owner is a list that lagged: `true`).
+async fn create<K>(api: &Api<K>, pp: &PostParams, obj: &K, kind: &str) -> Result<bool>
 where
     K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
 {
+    let name = obj.name_any();
     match api.create(pp, obj).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(kube_err(format!("creating {kind} {}", obj.name_any()))(e)),
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let existing = api
+                .get_opt(&name)
+                .await
+                .map_err(kube_err(format!("reading {kind} {name}")))?;
+            let owner = |o: &K| {
+                o.owner_references()
+                    .iter()
+                    .find(|r| r.controller == Some(true))
+                    .map(|r| r.uid.clone())
+            };
+            // Gone again since (deleted meanwhile): the next pass creates it.
+            Ok(existing.is_none_or(|e| owner(&e).is_some() && owner(&e) == owner(obj)))
+        }
+        Err(e) => Err(kube_err(format!("creating {kind} {name}"))(e)),
     }
 }
 
