@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod};
-use kthena_sim::node::{EXIT_ANNOTATION, NodeConfig, READY_ANNOTATION, SimNode};
+use kthena_sim::node::{ARGS_ANNOTATION, EXIT_ANNOTATION, NodeConfig, READY_ANNOTATION, SimNode};
 use kthena_testenv::TestNamespace;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{Condition, await_condition};
@@ -294,6 +294,83 @@ async fn pods_on_one_port_get_their_own_addresses() -> Result<()> {
     // Exact reuse of the lowest freed address is checked by the allocator's unit test: here
     // other tests of this binary allocate at the same time.
     assert_ne!(c, b, "c must not share b's address");
+    node.stop().await;
+    Ok(())
+}
+
+/// `sim.kthena.io/args` replaces the node's defaults; the pod's `--model` and `--port` stay.
+#[tokio::test]
+async fn args_annotation_keeps_the_pods_model_and_port() -> Result<()> {
+    let (ns, node, node_name) = setup("node-args").await?;
+    let api = ns.api::<Pod>();
+    let p: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "annotations": {
+            ARGS_ANNOTATION: "--max-num-seqs 1 --time-scale 1 --block-size 32"}},
+        "spec": {"nodeName": node_name, "containers": [{
+            "name": "engine", "image": "vllm/vllm-openai",
+            "args": ["--model", "asm", "--port", "8108"]
+        }]}
+    }))?;
+    api.create(&PostParams::default(), &p).await?;
+    let ip = pod_ip(&wait_for(&api, "p", "Ready", is_ready(true)).await?)?;
+    assert_eq!(node.engine_addr(ns.name(), "p"), Some((ip, 8108).into()));
+    let base = format!("http://{ip}:8108");
+    let models = common::get_json(&format!("{base}/v1/models")).await;
+    assert_eq!(models["data"][0]["id"], "asm");
+    let (code, body) = common::post_json(
+        &format!("{base}/v1/completions"),
+        &json!({"model": "asm", "prompt": "hi", "max_tokens": 2}),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    // The annotation's flags apply.
+    let metrics = common::get_text(&format!("{base}/metrics")).await;
+    assert!(
+        metrics.contains("block_size=\"32\""),
+        "vllm:cache_config_info has the annotation's block size: {metrics}"
+    );
+    node.stop().await;
+    Ok(())
+}
+
+/// A ModelBooster's pod (Go's `vllm.yaml`): the runtime sidecar comes first and has the only
+/// `containerPort` (8100); the engine serves the ModelServer's port, 8000.
+#[tokio::test]
+async fn model_booster_pod_serves_on_the_engine_port() -> Result<()> {
+    let (ns, node, node_name) = setup("node-booster").await?;
+    let api = ns.api::<Pod>();
+    let p: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "demo-backend1-0"},
+        "spec": {"nodeName": node_name, "containers": [
+            {"name": "runtime", "image": "kthena/runtime:latest",
+             "ports": [{"containerPort": 8100}],
+             "args": ["--port", "8100", "--engine", "vllm",
+                "--engine-base-url", "http://localhost:8000",
+                "--engine-metrics-path", "/metrics",
+                "--pod", "$(POD_NAME).$(NAMESPACE)", "--model", "demo"],
+             "readinessProbe": {"httpGet": {"path": "/health", "port": 8100}}},
+            {"name": "engine", "image": "vllm/vllm-openai",
+             "command": ["python3", "-m", "vllm.entrypoints.openai.api_server",
+                "--model", "/tmp/cache/1b2a4d6f", "--block-size", "128",
+                "--served-model-name", "Qwen2.5-0.5B-Instruct"],
+             "readinessProbe": {"httpGet": {"path": "/health", "port": 8000}}}
+        ]}
+    }))?;
+    api.create(&PostParams::default(), &p).await?;
+    let ip = pod_ip(&wait_for(&api, "demo-backend1-0", "Ready", is_ready(true)).await?)?;
+    assert_eq!(
+        node.engine_addr(ns.name(), "demo-backend1-0"),
+        Some((ip, 8000).into())
+    );
+    let (code, body) = common::post_json(
+        &format!("http://{ip}:8000/v1/chat/completions"),
+        &json!({"model": "Qwen2.5-0.5B-Instruct", "max_tokens": 2,
+            "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
     node.stop().await;
     Ok(())
 }

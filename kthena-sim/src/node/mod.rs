@@ -6,16 +6,18 @@
 //! it starts an engine in-process on a loopback address of its own (127.0.0.2, 127.0.0.3,
 //! ..., the lowest free one; freed when the pod goes) at the pod's container port, waits for
 //! `/health`, then writes the pod status: `podIP`/`podIPs`, `hostIP` 127.0.0.1,
-//! `phase: Running`, running `containerStatuses` and the `Ready` condition. Engine flags come
-//! from the pod (see `docs/simulator.md`, "Simulated node").
+//! `phase: Running`, running `containerStatuses` and the `Ready` condition. The engine
+//! container (Kthena's runtime sidecar skipped) and the engine flags come from the pod (see
+//! `docs/simulator.md`, "Simulated node").
 //!
 //! Test hooks, as pod annotations:
 //! * [`READY_ANNOTATION`] `"false"`: the pod turns (or starts) NotReady, the engine keeps
 //!   serving; removing it or any other value makes it Ready again.
 //! * [`EXIT_ANNOTATION`] `"<code>"`: the engine stops and the containers show as terminated
 //!   with that exit code (phase `Failed`, or `Succeeded` for 0); no restart.
-//! * [`ARGS_ANNOTATION`] `"<kthena-sim flags>"`: the engine's flags (model, port and the
-//!   rest), instead of the node's defaults.
+//! * [`ARGS_ANNOTATION`] `"<kthena-sim flags>"`: engine flags that replace the node's
+//!   defaults; the pod's own model and port still apply unless the annotation writes
+//!   `--model` or `--port`.
 //!
 //! An engine that stops answering `/health` is reported the same way as an exit (code 1). A
 //! pod with a `deletionTimestamp` has its engine stopped, then is deleted with grace period 0
@@ -60,8 +62,9 @@ pub struct NodeConfig {
     pub namespace: Option<String>,
     /// Only pods matching this label selector (`app=vllm,tier!=x`).
     pub selector: Option<String>,
-    /// Engine flags used unless the pod gives kthena-sim flags (its model and port always
-    /// come from the pod). `host` and `port` are ignored.
+    /// Engine flags used unless the pod gives kthena-sim flags (its command is `kthena-sim`,
+    /// or it has the [`ARGS_ANNOTATION`]); the model, flavor and port come from the pod.
+    /// `host` and `port` are ignored.
     pub engine: Config,
     /// How often each engine's `/health` is probed (wall time).
     pub health_interval: Duration,

@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use clap::Parser;
+use clap::{CommandFactory as _, FromArgMatches as _, Parser};
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus,
     HostIP, Pod, PodCondition, PodIP, PodStatus,
@@ -24,41 +24,35 @@ struct EngineArgs {
     config: Config,
 }
 
-/// The engine of `pod`: its first container that declares a port (else its first
-/// container), on that container's first `containerPort`.
+/// The engine of `pod`: the container of [`engine_container`], with flags from the pod.
 ///
-/// Flags, later sources winning: `base`; then, when the container runs `kthena-sim` or the
-/// pod has a `sim.kthena.io/args` annotation, those kthena-sim flags replace `base`
-/// entirely; then the model from the container (`--served-model-name`, `--model`,
-/// `--model-path`, `vllm serve <model>`, env `MODEL_NAME` or `MODEL`, in that order of
-/// preference) and the port (`containerPort`, else `--port`, else 8000). A command or
-/// argument mentioning `sglang` selects the SGLang flavor.
+/// Every setting takes the first value found in:
+/// 1. the `sim.kthena.io/args` annotation, when it writes that flag;
+/// 2. the engine container: for a container that runs `kthena-sim`, every flag of its
+///    args; for any other container, the model (`--served-model-name`, `--model`,
+///    `--model-path`, `vllm serve <model>`, env `MODEL_NAME` or `MODEL`, in that order of
+///    preference) and the SGLang flavor (a command or argument mentioning `sglang`); for
+///    both, the port (the first `containerPort`, else `--port`, else 8000);
+/// 3. kthena-sim's own defaults when the pod has the annotation or runs `kthena-sim`,
+///    else `base` (the node's defaults).
 ///
 /// # Errors
-/// A message when the `kthena-sim` flags do not parse (the container then fails).
+/// A message when the pod has no container or its kthena-sim flags do not parse (the
+/// container then fails).
 pub(super) fn engine_config(pod: &Pod, base: &Config) -> Result<Config, String> {
-    let container = main_container(pod).ok_or("the pod has no container")?;
-    let words: Vec<&str> = container
-        .command
-        .iter()
-        .chain(container.args.iter())
-        .flatten()
-        .map(String::as_str)
-        .collect();
-    let runs_sim = container
-        .command
-        .as_ref()
-        .and_then(|c| c.first())
-        .is_some_and(|c| c.ends_with("kthena-sim"));
+    let container = engine_container(pod).ok_or("the pod has no container")?;
+    let words = words(container);
     let annotation = annotation(pod, ARGS_ANNOTATION);
-    let mut config = if let Some(args) = annotation {
-        parse_flags(args.split_whitespace())?
-    } else if runs_sim {
-        parse_flags(words.iter().skip(1).copied())?
+    let runs_sim = runs_sim(container);
+    // The layers from the bottom up, each writing over the one below.
+    let mut config = if runs_sim || annotation.is_some() {
+        sim_defaults()?
     } else {
         base.clone()
     };
-    if !runs_sim && annotation.is_none() {
+    if runs_sim {
+        config = apply_flags(config, words.iter().skip(1).copied())?;
+    } else {
         if let Some(model) = model_name(&words, container) {
             config.model = model;
         }
@@ -68,32 +62,114 @@ pub(super) fn engine_config(pod: &Pod, base: &Config) -> Result<Config, String> 
     }
     config.port = container_port(container)
         .or_else(|| flag_value(&words, "--port").and_then(|p| p.parse().ok()))
-        .unwrap_or(if runs_sim || annotation.is_some() {
-            config.port
-        } else {
-            DEFAULT_PORT
-        });
+        .unwrap_or(DEFAULT_PORT);
+    if let Some(args) = annotation {
+        config = apply_flags(config, args.split_whitespace())?;
+    }
     Ok(config)
 }
 
-fn parse_flags<'a>(words: impl Iterator<Item = &'a str>) -> Result<Config, String> {
-    EngineArgs::try_parse_from(words)
+/// kthena-sim's defaults, as `kthena-sim` without flags has them (the environment
+/// variables some flags read included).
+fn sim_defaults() -> Result<Config, String> {
+    EngineArgs::try_parse_from(std::iter::empty::<&str>())
         .map(|a| a.config)
-        .map_err(|e| e.render().to_string().trim().to_owned())
+        .map_err(|e| render(&e))
 }
 
-/// The container that runs the engine: the first with a port, else the first.
-pub(super) fn main_container(pod: &Pod) -> Option<&Container> {
-    let containers = &pod.spec.as_ref()?.containers;
-    containers
+/// `config` with the kthena-sim flags in `words` written over it: the settings the words
+/// do not write keep their values.
+///
+/// # Errors
+/// The argument parser's message when the words are not valid kthena-sim flags.
+fn apply_flags<'a>(
+    mut config: Config,
+    words: impl IntoIterator<Item = &'a str>,
+) -> Result<Config, String> {
+    // Without defaults and environment variables, the matches hold what the words write,
+    // and nothing else.
+    let matches = EngineArgs::command()
+        .mut_args(|a| a.default_value(None).env(None))
+        .try_get_matches_from(words)
+        .map_err(|e| render(&e))?;
+    config
+        .update_from_arg_matches(&matches)
+        .map_err(|e| render(&e))?;
+    Ok(config)
+}
+
+fn render(e: &clap::Error) -> String {
+    e.render().to_string().trim().to_owned()
+}
+
+/// The command, then the args, of `c`.
+fn words(c: &Container) -> Vec<&str> {
+    c.command
         .iter()
-        .find(|c| c.ports.as_ref().is_some_and(|p| !p.is_empty()))
-        .or_else(|| containers.first())
+        .chain(c.args.iter())
+        .flatten()
+        .map(String::as_str)
+        .collect()
+}
+
+/// Whether `c`'s command is the `kthena-sim` binary.
+fn runs_sim(c: &Container) -> bool {
+    c.command
+        .as_ref()
+        .and_then(|c| c.first())
+        .is_some_and(|c| c.ends_with("kthena-sim"))
+}
+
+/// The container that runs the engine. Kthena's runtime sidecar (a container with the
+/// `--engine-base-url` flag: it reaches the engine, it is not one) is skipped unless every
+/// container is one. Of the others: the first that looks like an engine (it runs
+/// `kthena-sim`, its command or args mention `vllm` or `sglang`, or it passes
+/// `--served-model-name`, `--model` or `--model-path`), else the first that declares a
+/// `containerPort`, else the first.
+pub(super) fn engine_container(pod: &Pod) -> Option<&Container> {
+    let all = &pod.spec.as_ref()?.containers;
+    let mut candidates: Vec<&Container> = all.iter().filter(|c| !is_runtime(c)).collect();
+    if candidates.is_empty() {
+        candidates = all.iter().collect();
+    }
+    let has_port = |c: &&&Container| c.ports.as_ref().is_some_and(|p| !p.is_empty());
+    candidates
+        .iter()
+        .find(|c| looks_like_engine(c))
+        .or_else(|| candidates.iter().find(has_port))
+        .or_else(|| candidates.first())
+        .copied()
+}
+
+/// Kthena's runtime sidecar (`python/kthena/runtime`, ModelBooster's `runtime` container):
+/// it is told where the engine is with `--engine-base-url`.
+fn is_runtime(c: &Container) -> bool {
+    has_flag(&words(c), "--engine-base-url")
+}
+
+fn looks_like_engine(c: &Container) -> bool {
+    let words = words(c);
+    runs_sim(c)
+        || words
+            .iter()
+            .any(|w| w.contains("vllm") || w.contains("sglang"))
+        || ["--served-model-name", "--model", "--model-path"]
+            .iter()
+            .any(|f| has_flag(&words, f))
 }
 
 fn container_port(c: &Container) -> Option<u16> {
     let port = c.ports.as_ref()?.first()?.container_port;
     u16::try_from(port).ok().filter(|p| *p != 0)
+}
+
+/// Whether `words` pass `flag` (`--flag`, `--flag value` or `--flag=value`).
+fn has_flag(words: &[&str], flag: &str) -> bool {
+    words.iter().any(|w| {
+        *w == flag
+            || w.strip_prefix(flag)
+                .is_some_and(|rest| rest.starts_with('='))
+    })
 }
 
 /// `--flag value` or `--flag=value`.
@@ -348,6 +424,116 @@ mod tests {
         );
         let err = engine_config(&p, &Config::default()).unwrap_err();
         assert!(err.contains("--no-such-flag"), "{err}");
+    }
+
+    #[test]
+    fn args_annotation_replaces_the_node_defaults_not_the_pod_args() {
+        let node = Config {
+            seed: 7,
+            ..Config::default().with_time_scale(10.0)
+        };
+        let p = pod(json!({
+            "metadata": {"annotations": {ARGS_ANNOTATION: "--max-num-seqs 1 --time-scale 1"}},
+            "spec": {"containers": [{"name": "e", "image": "vllm/vllm-openai",
+                "args": ["--model", "asm", "--port", "8000"]}]}}));
+        let c = engine_config(&p, &node).unwrap();
+        assert_eq!((c.model.as_str(), c.port), ("asm", 8000));
+        assert_eq!((c.profile.max_num_seqs, c.time_scale, c.seed), (1, 1.0, 0));
+
+        // The pod's SGLang flavor and containerPort stay; flags the annotation writes win.
+        let p = pod(json!({
+            "metadata": {"annotations": {ARGS_ANNOTATION: "--role decode"}},
+            "spec": {"containers": [{"name": "e",
+                "command": ["python3", "-m", "sglang.launch_server"],
+                "args": ["--model-path", "Qwen/Qwen2.5-7B", "--port=30001"],
+                "ports": [{"containerPort": 30000}]}]}}));
+        let c = engine_config(&p, &node).unwrap();
+        assert_eq!(
+            (c.model.as_str(), c.port, c.flavor, c.role),
+            (
+                "Qwen/Qwen2.5-7B",
+                30000,
+                Flavor::Sglang,
+                crate::Role::Decode
+            )
+        );
+        let p = pod(json!({
+            "metadata": {"annotations": {ARGS_ANNOTATION: "--port 9100 --flavor vllm --model x"}},
+            "spec": {"containers": [{"name": "e", "command": ["sglang"],
+                "args": ["--served-model-name", "s"], "ports": [{"containerPort": 30000}]}]}}));
+        let c = engine_config(&p, &node).unwrap();
+        assert_eq!(
+            (c.model.as_str(), c.port, c.flavor),
+            ("x", 9100, Flavor::Vllm)
+        );
+
+        // A kthena-sim container: its flags, then the annotation's on top.
+        let p = pod(json!({
+            "metadata": {"annotations": {ARGS_ANNOTATION:
+                "--time-scale 5 --role prefill --lora-modules c"}},
+            "spec": {"containers": [{"name": "e", "command": ["kthena-sim"],
+                "args": ["--model", "s", "--time-scale", "3", "--seed", "4", "--port", "7000",
+                    "--lora-modules", "a,b"]}]}}));
+        let c = engine_config(&p, &node).unwrap();
+        assert_eq!(
+            (c.model.as_str(), c.port, c.time_scale, c.seed),
+            ("s", 7000, 5.0, 4)
+        );
+        assert_eq!(c.lora_modules, ["c"]);
+        assert_eq!(c.role, crate::Role::Prefill);
+    }
+
+    /// A vLLM ModelBooster's pod (Go's `vllm.yaml`): the runtime sidecar first, with the only
+    /// `containerPort`, then the engine on the ModelServer's port, 8000.
+    fn booster_pod(engine_port: Option<u16>) -> Pod {
+        let mut engine = json!({"name": "engine", "image": "vllm/vllm-openai",
+            "command": ["python3", "-m", "vllm.entrypoints.openai.api_server",
+                "--model", "/tmp/cache/0f1e", "--served-model-name", "Qwen2.5-0.5B-Instruct"],
+            "readinessProbe": {"httpGet": {"path": "/health", "port": 8000}}});
+        if let Some(port) = engine_port {
+            engine["ports"] = json!([{"containerPort": port}]);
+        }
+        pod(json!({"spec": {"containers": [
+            {"name": "runtime", "image": "kthena/runtime:latest",
+             "ports": [{"containerPort": 8100}],
+             "args": ["--port", "8100", "--engine", "vllm",
+                "--engine-base-url", "http://localhost:8000", "--engine-metrics-path", "/metrics",
+                "--pod", "$(POD_NAME).$(NAMESPACE)", "--model", "demo"]},
+            engine,
+        ]}}))
+    }
+
+    #[test]
+    fn engine_container_skips_the_runtime_sidecar() {
+        for engine_port in [None, Some(8000)] {
+            let c = engine_config(&booster_pod(engine_port), &Config::default()).unwrap();
+            assert_eq!(
+                (c.model.as_str(), c.port),
+                ("Qwen2.5-0.5B-Instruct", 8000),
+                "engine containerPort {engine_port:?}"
+            );
+        }
+        // A proxy that declares a port comes before an engine that declares none.
+        let p = pod(json!({"spec": {"containers": [
+            {"name": "proxy", "image": "envoy", "ports": [{"containerPort": 15001}]},
+            {"name": "engine", "image": "my-engine", "args": ["--model=m"]}
+        ]}}));
+        assert_eq!(
+            engine_container(&p).map(|c| c.name.as_str()),
+            Some("engine")
+        );
+        // Without an engine-like container: the first with a port, else the first.
+        let p = pod(json!({"spec": {"containers": [
+            {"name": "a", "image": "x"}, {"name": "b", "image": "y", "ports": [{"containerPort": 9}]}
+        ]}}));
+        assert_eq!(engine_container(&p).map(|c| c.name.as_str()), Some("b"));
+        // A pod of runtime sidecars only runs its first.
+        let mut p = booster_pod(None);
+        if let Some(spec) = p.spec.as_mut() {
+            spec.containers.truncate(1);
+        }
+        let c = engine_config(&p, &Config::default()).unwrap();
+        assert_eq!((c.model.as_str(), c.port), ("demo", 8100));
     }
 
     #[test]
