@@ -211,6 +211,11 @@ pub async fn run(
         .for_each(|res| async move {
             match res {
                 Ok((obj, _)) => tracing::debug!(modelserving = %obj, "reconciled"),
+                // A failed reconcile is logged by `error_policy`.
+                Err(controller::Error::ReconcilerFailed(..)) => {}
+                Err(controller::Error::QueueError(e)) => {
+                    tracing::warn!(error = %crate::error::watch_message(&e), "watch failed; retrying");
+                }
                 Err(e) => tracing::warn!(error = %e, "reconcile failed"),
             }
         })

@@ -208,11 +208,17 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The text of a kube error in logs and conditions: for an API error, the API server's own
 /// message and status code (kube's `Display` appends a debug dump of the whole `Status`),
-/// and for a 404 without a `Status` body (a resource the API server does not serve) a hint
-/// that its CRD is missing; other errors as kube shows them.
+/// for a 404 without a `Status` body (a resource the API server does not serve) a hint
+/// that its CRD is missing; a connection failure says the API server cannot be reached;
+/// other errors as kube shows them.
 pub(crate) fn kube_message(e: &kube::Error) -> String {
     let kube::Error::Api(s) = e else {
-        return e.to_string();
+        return match e {
+            kube::Error::Service(_) | kube::Error::HyperError(_) => {
+                format!("cannot reach the API server: {e}")
+            }
+            _ => e.to_string(),
+        };
     };
     if s.code == 404 && s.message.contains("page not found") {
         return "the API server does not serve this resource (404 page not found): \
@@ -223,6 +229,17 @@ pub(crate) fn kube_message(e: &kube::Error) -> String {
         ("", "") => format!("HTTP {}", s.code),
         ("", reason) => format!("{reason} (HTTP {})", s.code),
         (message, _) => format!("{message} (HTTP {})", s.code),
+    }
+}
+
+/// The text of a watch error in logs: the inner API error as [`kube_message`] shows it.
+pub(crate) fn watch_message(e: &kube::runtime::watcher::Error) -> String {
+    use kube::runtime::watcher::Error as W;
+    match e {
+        W::InitialListFailed(k) => format!("listing: {}", kube_message(k)),
+        W::WatchStartFailed(k) | W::WatchFailed(k) => format!("watching: {}", kube_message(k)),
+        W::WatchError(s) => format!("watching: {} (HTTP {})", s.message, s.code),
+        W::NoResourceVersion => e.to_string(),
     }
 }
 
@@ -242,6 +259,23 @@ mod tests {
         kube::Error::Api(Status::failure(message, reason).with_code(code).boxed())
     }
 
+    /// Regression: started before the CRDs were installed, the controller logged
+    /// `event queue error: failed to perform initial object list: ApiError: 404 page not
+    /// found: Failed to parse error data (Status { ... })`.
+    #[test]
+    fn a_watch_of_a_kind_the_server_does_not_serve_names_the_crd() {
+        let e = kube::runtime::watcher::Error::InitialListFailed(api(
+            "404 page not found\n",
+            "Failed to parse error data",
+            404,
+        ));
+        assert_eq!(
+            watch_message(&e),
+            "listing: the API server does not serve this resource (404 page not found): \
+             is its CRD installed?"
+        );
+    }
+
     /// Regression: a refused write showed kube's debug dump of the whole `Status`
     /// (`(Status { status: Some(Failure), code: 400, ... ListMeta { continue_: None ...`) in
     /// logs and in the AutoscalingPolicy's and ModelBooster's condition messages.
@@ -256,6 +290,12 @@ mod tests {
         assert_eq!(
             kube_message(&api("", "Conflict", 409)),
             "Conflict (HTTP 409)"
+        );
+        // Regression: an unreachable API server read `ServiceError: client error (Connect)`.
+        let down = kube::Error::Service(Box::new(std::io::Error::other("client error (Connect)")));
+        assert_eq!(
+            kube_message(&down),
+            "cannot reach the API server: ServiceError: client error (Connect)"
         );
         assert_eq!(
             kube_message(&api(

@@ -178,6 +178,7 @@ where
             match ev {
                 Some(Ok(_)) => changed.notify_one(),
                 Some(Err(err)) => {
+                    let err = watch_error_text(&kind, &err);
                     tracing::warn!(%kind, %err, "Watch failed; serving the last snapshot and retrying");
                 }
                 None => return,
@@ -185,6 +186,26 @@ where
         }
     });
     store
+}
+
+/// What a watch error of `kind` means, for the log: a kind the API server does not serve
+/// (404 on the list) names its missing CRD; an API error shows the server's message and code
+/// (kube's text appends a debug dump of the whole `Status`).
+fn watch_error_text(kind: &str, err: &watcher::Error) -> String {
+    let status = match err {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s))
+        | watcher::Error::WatchError(s) => s,
+        other => return other.to_string(),
+    };
+    if status.code == 404 {
+        return format!(
+            "the API server does not serve {kind} (404): is its CRD installed? \
+             (kubectl apply --server-side -f deploy/crds/)"
+        );
+    }
+    format!("{} (HTTP {})", status.message.trim(), status.code)
 }
 
 impl Stores {
@@ -432,6 +453,31 @@ fn pod_endpoint(pod: &Pod, servers: &[&ModelServer]) -> Option<EndpointConfig> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression: with the ExternalModelProvider CRD deleted, the router logged `ApiError:
+    /// 404 page not found: Failed to parse error data (Status { ... })` for ever, never
+    /// saying that a CRD was missing.
+    #[test]
+    fn a_watch_of_a_kind_without_its_crd_says_so() {
+        let status =
+            kube::core::Status::failure("404 page not found\n", "Failed to parse error data")
+                .with_code(404)
+                .boxed();
+        let err = watcher::Error::InitialListFailed(kube::Error::Api(status));
+        assert_eq!(
+            watch_error_text("ExternalModelProvider", &err),
+            "the API server does not serve ExternalModelProvider (404): is its CRD installed? \
+             (kubectl apply --server-side -f deploy/crds/)"
+        );
+        let forbidden = kube::core::Status::failure("pods is forbidden", "Forbidden")
+            .with_code(403)
+            .boxed();
+        let err = watcher::Error::WatchFailed(kube::Error::Api(forbidden));
+        assert_eq!(
+            watch_error_text("Pod", &err),
+            "pods is forbidden (HTTP 403)"
+        );
+    }
 
     fn pod(name: &str, labels: &[(&str, &str)], ip: &str, ready: bool) -> Arc<Pod> {
         let v = serde_json::json!({
