@@ -198,6 +198,18 @@ pub enum Error {
         /// The role the policy names.
         role: String,
     },
+    /// Another, older AutoscalingPolicy already scales the same ModelServing (the same
+    /// field: `spec.replicas`, or its roles' replicas); this one is not applied.
+    #[error(
+        "ModelServing {target} is already scaled by AutoscalingPolicy {by}, the older of the two; \
+         this policy is not applied while both target it"
+    )]
+    TargetClaimed {
+        /// `namespace/name` of the ModelServing.
+        target: String,
+        /// `namespace/name` of the policy that scales it.
+        by: String,
+    },
     /// A reconcile's API calls did not finish in time; retried.
     #[error("reconcile timed out after {0:?}")]
     Timeout(std::time::Duration),

@@ -4,6 +4,7 @@
 //! ModelServing's `spec.replicas` (merge patch) or role replicas (JSON patch), then write the
 //! policy's status.
 
+mod claims;
 mod collect;
 mod hetero;
 mod homogeneous;
@@ -95,9 +96,13 @@ async fn round(
         .map_err(kube_err("listing AutoscalingPolicies"))?;
     let live: Vec<String> = policies.items.iter().map(key).collect();
     states.retain(&live);
+    let mut conflicts = claims::conflicts(&policies.items);
     for policy in &policies.items {
         let spec = &policy.spec;
-        let outcome = if let Some(h) = &spec.homogeneous_target {
+        let outcome = if let Some(e) = conflicts.remove(&key(policy)) {
+            tracing::warn!(policy = %key(policy), error = %e, "Policy not applied");
+            Ok(Outcome::Ambiguous(e))
+        } else if let Some(h) = &spec.homogeneous_target {
             homogeneous::homogeneous(client, http, &mut states.single, policy, h, now).await
         } else if let Some(d) = &spec.disaggregated_target {
             roles::disaggregated(client, http, &mut states.roles, policy, d, now).await

@@ -38,6 +38,8 @@ pub(super) enum Outcome {
     /// The target is missing or invalid ([`Error::TargetKind`], [`Error::TargetNameEmpty`],
     /// [`Error::TargetNotFound`], [`Error::TargetRoleMissing`]).
     TargetInvalid(Error),
+    /// An older policy scales the same target ([`Error::TargetClaimed`]): not applied.
+    Ambiguous(Error),
     /// The policy cannot be used ([`Error::Autoscale`]), or an API call failed
     /// ([`Error::Kube`]).
     Failed(Error),

@@ -123,6 +123,10 @@ fn next_status(policy: &AutoscalingPolicy, outcome: Outcome) -> AutoscalingPolic
             (false, "ReconcileFailed", e.to_string()),
             (false, "TargetInvalid", e.to_string()),
         ),
+        Outcome::Ambiguous(e) => (
+            (false, "AmbiguousTarget", e.to_string()),
+            (true, "TargetFound", SERVING_FOUND.to_owned()),
+        ),
         Outcome::Failed(e) => (
             (false, "ReconcileFailed", e.to_string()),
             (true, "TargetFound", SERVING_FOUND.to_owned()),
