@@ -138,11 +138,40 @@ fn validate(object: Object, old: Option<&Object>) -> Result<(), (String, Vec<Fie
         _ => Ok(()),
     };
     errors.extend(update.err().unwrap_or_default());
+    if errors.is_empty()
+        && let Object::ModelBooster(booster) = &object
+    {
+        errors = generated_serving_errors(booster);
+    }
     if errors.is_empty() {
         Ok(())
     } else {
         Err((object.kind().to_owned(), errors))
     }
+}
+
+/// The ModelServing a valid ModelBooster generates, validated as the ModelServing webhook
+/// would: a booster whose names make pod names longer than 63 characters (or any other
+/// rule of the generated object) is refused at once, with the generated object's own
+/// message under `spec`, instead of being accepted and then failing. Go Kthena accepts it.
+fn generated_serving_errors(booster: &kthena_api::ModelBooster) -> Vec<FieldError> {
+    let serving = match crate::booster::model_serving(booster, &crate::booster::Images::default()) {
+        Ok(ms) => ms.with_defaults(),
+        Err(e) => return vec![FieldError::new("spec", e.to_string())],
+    };
+    let name = serving.metadata.name.clone().unwrap_or_default();
+    serving
+        .validate()
+        .err()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| {
+            FieldError::new(
+                "spec",
+                format!("the ModelServing {name} it generates is not valid: {e}"),
+            )
+        })
+        .collect()
 }
 
 /// Go's rejection message: `validation failed:` then one `\n  - <path>: <message>` per error;
