@@ -73,6 +73,23 @@ fn read_list(list: &std::ffi::OsStr) -> Result<Kubeconfig> {
     })
 }
 
+/// `want` is a context of `kc`, else the error kubectl gives (`context "x" does not
+/// exist`) with the contexts there are (kube's says `failed to load current context: x`).
+fn check_context(kc: &Kubeconfig, want: &str) -> Result<()> {
+    if kc.contexts.iter().any(|c| c.name == want) {
+        return Ok(());
+    }
+    let names: Vec<&str> = kc.contexts.iter().map(|c| c.name.as_str()).collect();
+    let there = if names.is_empty() {
+        "the kubeconfig has none".to_owned()
+    } else {
+        format!("the kubeconfig has {}", names.join(", "))
+    };
+    Err(Error::Kubeconfig {
+        message: format!("context \"{want}\" does not exist ({there})"),
+    })
+}
+
 impl Cluster {
     /// Loads the kubeconfig as kubectl does (`kubeconfig`, else `$KUBECONFIG`, a
     /// `:`-separated list merged in order, else `~/.kube/config`; in-cluster
@@ -90,6 +107,9 @@ impl Cluster {
         };
         let mut config = match loaded {
             Some(kc) => {
+                if let Some(want) = context {
+                    check_context(&kc, want)?;
+                }
                 let options = KubeConfigOptions {
                     context: context.map(str::to_owned),
                     ..Default::default()

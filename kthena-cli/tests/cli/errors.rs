@@ -49,6 +49,21 @@ async fn no_cluster_at_the_address() {
     }
 }
 
+/// Regression: `--context zzz` said `failed to load current context: zzz`, although `zzz`
+/// is the context asked for, not the current one.
+#[tokio::test]
+async fn a_context_that_does_not_exist_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let text = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\nusers:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\n- name: y\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\n";
+    std::fs::write(&kubeconfig, text).unwrap();
+    let run = kthena(Some(&kubeconfig), &["--context", "zzz", "get", "ms"], "").await;
+    assert_eq!(
+        one_line_error(&run),
+        "error: cannot use the kubeconfig: context \"zzz\" does not exist (the kubeconfig has x, y)"
+    );
+}
+
 #[tokio::test]
 async fn no_kubeconfig_at_all() {
     let run = kthena(None, &["get", "ms"], "").await;
