@@ -143,6 +143,39 @@ async fn publish(recorder: &Recorder, ms: &ModelServing, event: RoleEvent) {
     }
 }
 
+/// Logs and records (Warning event `InvalidSpec` on the ModelServing) that the object breaks
+/// the ModelServing webhook's rules: it got in without the webhook (not installed, or
+/// created before it was), and is reconciled anyway, as Go does, but whatever goes wrong
+/// next has its reason said once per reconcile (the recorder folds repeats into one event).
+async fn publish_invalid(
+    recorder: &Recorder,
+    ms: &ModelServing,
+    errors: &[kthena_api::FieldError],
+) {
+    let mut message = crate::admission::rejection("ModelServing", errors);
+    // An event's note holds at most 1 KiB.
+    if message.len() > 1000 {
+        let mut end = 1000;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push_str(" ...");
+    }
+    let key = format!("{}/{}", ms.namespace().unwrap_or_default(), ms.name_any());
+    tracing::warn!(modelserving = %key, %message, "The ModelServing breaks the webhook's rules");
+    let ev = Event {
+        type_: EventType::Warning,
+        reason: "InvalidSpec".to_owned(),
+        note: Some(message),
+        action: "Reconcile".to_owned(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&ev, &ms.object_ref(&())).await {
+        tracing::warn!(error = %e, reason = "InvalidSpec", "publishing an event failed");
+    }
+}
+
 /// Logs and records (Warning event `NameTaken` on the ModelServing) that `other`
 /// (`pod/NAME`) holds the name of one of its children without being its own.
 async fn publish_name_taken(recorder: &Recorder, ms: &ModelServing, other: &str) {
@@ -253,6 +286,9 @@ async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
     let ns = ms.namespace().unwrap_or_default();
     let name = ms.name_any();
     let defaulted = (*ms).clone().with_defaults();
+    if let Err(errors) = defaulted.validate() {
+        publish_invalid(&ctx.recorder, &ms, &errors).await;
+    }
     let lp = ListParams::default().labels(&format!("{NAME_LABEL}={name}"));
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let svcs: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);

@@ -1,5 +1,6 @@
-//! A child's name taken by an object the ModelServing does not own: the controller says so
-//! (a Warning event and a log line) and creates the child soon after the object is removed.
+//! The Warning events of the ModelServing controller: a child's name taken by an object the
+//! ModelServing does not own (the child is created soon after the object is removed), and a
+//! ModelServing that breaks the webhook's rules because it got in without the webhook.
 
 use anyhow::Result;
 use k8s_openapi::api::core::v1::Pod;
@@ -60,5 +61,56 @@ async fn a_taken_pod_name_is_reported_and_recovered_from() -> Result<()> {
     })
     .await?;
     available(ns, "sample", 1).await?;
+    Ok(())
+}
+
+/// The `(type, note)` of the first event of `reason` on a ModelServing.
+async fn event_note(ns: &kthena_testenv::TestNamespace, reason: &str) -> Result<(String, String)> {
+    eventually(reason, || async {
+        let events = ns.api::<K8sEvent>().list(&ListParams::default()).await?;
+        Ok(events
+            .items
+            .iter()
+            .find(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("ModelServing")
+            })
+            .map(|e| {
+                (
+                    e.type_.clone().unwrap_or_default(),
+                    e.note.clone().unwrap_or_default(),
+                )
+            }))
+    })
+    .await
+}
+
+/// Regression: a ModelServing created without the webhook (here none is installed) with
+/// `workerReplicas: 2` and no `workerTemplate` got one pod and stayed `Progressing` for ever,
+/// with nothing saying why.
+#[tokio::test]
+async fn a_model_serving_that_breaks_the_webhook_rules_gets_a_warning() -> Result<()> {
+    let env_ = setup("ctl-invalid").await?;
+    let ns = &env_.ns;
+    let ms: kthena_api::ModelServing = serde_json::from_value(json!({
+        "apiVersion": "workload.serving.volcano.sh/v1alpha1",
+        "kind": "ModelServing",
+        "metadata": {"name": "bad1", "namespace": ns.name()},
+        "spec": {"replicas": 1, "template": {"roles": [{
+            "name": "a",
+            "replicas": 1,
+            "workerReplicas": 2,
+            "entryTemplate": {"spec": {"containers": [{"name": "e", "image": "vllm"}]}},
+        }]}},
+    }))?;
+    ns.api::<kthena_api::ModelServing>()
+        .create(&PostParams::default(), &ms)
+        .await?;
+    let (type_, note) = event_note(ns, "InvalidSpec").await?;
+    assert_eq!(type_, "Warning");
+    assert_eq!(
+        note,
+        "validation failed:\n  - spec.template.roles[0].workerTemplate: workerTemplate is required when workerReplicas > 0"
+    );
     Ok(())
 }
