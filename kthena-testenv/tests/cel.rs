@@ -38,7 +38,7 @@ fn refused(ns: &TestNamespace, doc: &Value, field: &str, message: &str) -> Resul
     }
 }
 
-fn route(spec: Value) -> Value {
+fn route(spec: &Value) -> Value {
     json!({
         "apiVersion": "networking.serving.volcano.sh/v1alpha1",
         "kind": "ModelRoute",
@@ -53,13 +53,13 @@ async fn model_route_rules() -> Result<()> {
     let to_server = json!([{"targetModels": [{"modelServerName": "s"}]}]);
     refused(
         &ns,
-        &route(json!({"rules": to_server})),
+        &route(&json!({"rules": to_server})),
         "spec",
         "ModelName and LoraAdapters cannot both be empty",
     )?;
     refused(
         &ns,
-        &route(json!({"modelName": "", "loraAdapters": [], "rules": to_server})),
+        &route(&json!({"modelName": "", "loraAdapters": [], "rules": to_server})),
         "spec",
         "ModelName and LoraAdapters cannot both be empty",
     )?;
@@ -70,7 +70,7 @@ async fn model_route_rules() -> Result<()> {
     for rules in [both, neither] {
         refused(
             &ns,
-            &route(json!({"modelName": "m", "rules": rules})),
+            &route(&json!({"modelName": "m", "rules": rules})),
             "spec.rules[0].targetModels[0]",
             "exactly one of modelServerName or externalModelProviderName must be set",
         )?;
@@ -79,17 +79,17 @@ async fn model_route_rules() -> Result<()> {
     let provider = json!([{"targetModels": [{"externalModelProviderName": "openai"}]}]);
     if let Err(err) = apply(
         &ns,
-        &route(json!({"loraAdapters": ["a"], "rules": provider})),
+        &route(&json!({"loraAdapters": ["a"], "rules": provider})),
     )? {
         bail!("a LoRA-only route to a provider was refused: {err}");
     }
     ns.kubectl().args(["delete", "modelroute", "r"]).output()?;
-    if let Err(err) = apply(&ns, &route(json!({"modelName": "m", "rules": to_server})))? {
+    if let Err(err) = apply(&ns, &route(&json!({"modelName": "m", "rules": to_server})))? {
         bail!("a valid route was refused: {err}");
     }
     refused(
         &ns,
-        &route(json!({"modelName": "other", "rules": to_server})),
+        &route(&json!({"modelName": "other", "rules": to_server})),
         "spec.modelName",
         "modelName is immutable",
     )
@@ -122,7 +122,7 @@ async fn external_model_provider_secret_must_not_be_optional() -> Result<()> {
     Ok(())
 }
 
-fn disaggregated(roles: &[&str], numerator: &str, source: Value) -> Value {
+fn disaggregated(roles: &[&str], numerator: &str, source: &Value) -> Value {
     let roles: serde_json::Map<String, Value> = roles
         .iter()
         .map(|r| {
@@ -158,26 +158,26 @@ async fn autoscaling_policy_rules() -> Result<()> {
     let prom = json!({"prometheus": {"serverURL": "http://prom:9090", "query": "up"}});
     refused(
         &ns,
-        &disaggregated(&["decode"], "prefill", prom.clone()),
+        &disaggregated(&["decode"], "prefill", &prom),
         "spec.disaggregatedTarget",
         "roles must contain at least two entries when ratioConstraint is configured",
     )?;
     refused(
         &ns,
-        &disaggregated(&["prefill", "decode"], "decode", prom.clone()),
+        &disaggregated(&["prefill", "decode"], "decode", &prom),
         "spec.disaggregatedTarget.ratioConstraint",
         "numeratorRole and denominatorRole must differ",
     )?;
     refused(
         &ns,
-        &disaggregated(&["prefill", "decode"], "prefill", json!({})),
+        &disaggregated(&["prefill", "decode"], "prefill", &json!({})),
         "spec.disaggregatedTarget.roles[decode].metricSources[rps]",
         "one metric source backend config is required",
     )?;
     let both = json!({"pod": {"port": 8000}, "prometheus": prom["prometheus"]});
     refused(
         &ns,
-        &disaggregated(&["prefill", "decode"], "prefill", both.clone()),
+        &disaggregated(&["prefill", "decode"], "prefill", &both),
         "spec.disaggregatedTarget.roles[decode].metricSources[rps]",
         "pod and prometheus configs are mutually exclusive",
     )?;
@@ -203,7 +203,10 @@ async fn autoscaling_policy_rules() -> Result<()> {
         "spec.homogeneousTarget.target.metricSources[rps]",
         "pod and prometheus configs are mutually exclusive",
     )?;
-    if let Err(err) = apply(&ns, &disaggregated(&["prefill", "decode"], "prefill", prom))? {
+    if let Err(err) = apply(
+        &ns,
+        &disaggregated(&["prefill", "decode"], "prefill", &prom),
+    )? {
         bail!("a valid disaggregated policy was refused: {err}");
     }
     Ok(())

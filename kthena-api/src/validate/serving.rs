@@ -415,8 +415,8 @@ mod tests {
     fn serving(
         replicas: i32,
         role_replicas: i32,
-        rollout: serde_json::Value,
-        role_max: serde_json::Value,
+        rollout: &serde_json::Value,
+        role_max: &serde_json::Value,
     ) -> ModelServing {
         let ms: ModelServing = serde_json::from_value(json!({
             "apiVersion": "workload.serving.volcano.sh/v1alpha1",
@@ -447,7 +447,7 @@ mod tests {
             .collect()
     }
 
-    fn groups(max: serde_json::Value) -> serde_json::Value {
+    fn groups(max: &serde_json::Value) -> serde_json::Value {
         json!({"type": "ServingGroupRollingUpdate", "rollingUpdateConfiguration": {"maxUnavailable": max}})
     }
 
@@ -457,12 +457,12 @@ mod tests {
     #[test]
     fn a_percentage_max_unavailable_stays_valid_at_any_replica_count() {
         for replicas in [10, 5, 1, 0] {
-            let ms = serving(replicas, 1, groups(json!("10%")), json!(1));
+            let ms = serving(replicas, 1, &groups(&json!("10%")), &json!(1));
             assert_eq!(errors(&ms), Vec::<String>::new(), "replicas {replicas}");
         }
         let path = "spec.rolloutStrategy.rollingUpdateConfiguration.maxUnavailable";
         for zero in [json!(0), json!("0%")] {
-            let ms = serving(10, 1, groups(zero.clone()), json!(1));
+            let ms = serving(10, 1, &groups(&zero), &json!(1));
             assert_eq!(
                 errors(&ms),
                 [format!("{path}: maxUnavailable must not resolve to 0")],
@@ -477,11 +477,11 @@ mod tests {
     fn a_role_max_unavailable_stays_valid_when_role_replicas_drop() {
         let role = json!({"type": "RoleRollingUpdate"});
         for max in [json!("50%"), json!(3), json!(1)] {
-            let ms = serving(1, 1, role.clone(), max.clone());
+            let ms = serving(1, 1, &role, &max);
             assert_eq!(errors(&ms), Vec::<String>::new(), "{max}");
         }
         for zero in [json!(0), json!("0%")] {
-            let ms = serving(1, 4, role.clone(), zero.clone());
+            let ms = serving(1, 4, &role, &zero);
             assert_eq!(
                 errors(&ms),
                 [

@@ -75,7 +75,7 @@ mod tests {
 
     use super::*;
 
-    fn policy(name: &str, created: &str, spec: serde_json::Value) -> AutoscalingPolicy {
+    fn policy(name: &str, created: &str, spec: &serde_json::Value) -> AutoscalingPolicy {
         serde_json::from_value(json!({
             "apiVersion": "workload.serving.volcano.sh/v1alpha1",
             "kind": "AutoscalingPolicy",
@@ -97,9 +97,9 @@ mod tests {
     /// whatever their order in the list.
     #[test]
     fn the_older_of_two_policies_on_one_target_is_applied() {
-        let older = policy("asp1", "2026-01-01T00:00:00Z", homogeneous("ms"));
-        let newer = policy("asp3", "2026-01-01T00:05:00Z", homogeneous("ms"));
-        let other = policy("asp9", "2026-01-01T00:09:00Z", homogeneous("other"));
+        let older = policy("asp1", "2026-01-01T00:00:00Z", &homogeneous("ms"));
+        let newer = policy("asp3", "2026-01-01T00:05:00Z", &homogeneous("ms"));
+        let other = policy("asp9", "2026-01-01T00:09:00Z", &homogeneous("other"));
         for list in [
             vec![older.clone(), newer.clone(), other.clone()],
             vec![other, newer, older],
@@ -128,9 +128,9 @@ mod tests {
             "roles": {},
         }});
         let list = [
-            policy("h", "2026-01-01T00:00:00Z", homogeneous("ms")),
-            policy("x", "2026-01-01T00:01:00Z", hetero),
-            policy("d", "2026-01-01T00:02:00Z", roles),
+            policy("h", "2026-01-01T00:00:00Z", &homogeneous("ms")),
+            policy("x", "2026-01-01T00:01:00Z", &hetero),
+            policy("d", "2026-01-01T00:02:00Z", &roles),
         ];
         let c = conflicts(&list);
         let mut keys: Vec<&String> = c.keys().collect();
