@@ -36,14 +36,6 @@ fn envoy_bin() -> PathBuf {
         })
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The Envoy bootstrap: one listener with ext_proc (buffered request body) pointed at the
 /// picker, one STATIC cluster of the engines balanced by `override_host` over the picker's
 /// `envoy.lb` metadata (round robin when it names nothing), retries on refused connections,

@@ -299,12 +299,7 @@ async fn a_stream_cut_at_the_drain_timeout_tells_the_client_why() {
     read.expect("the client stream did not end");
     up.expect_disconnect().await;
     let text = String::from_utf8_lossy(&seen).into_owned();
-    let last = text
-        .rsplit("\n\n")
-        .find(|e| !e.is_empty())
-        .and_then(|e| e.strip_prefix("data: "))
-        .unwrap_or_else(|| panic!("no event at the end: {text:?}"));
-    let event: serde_json::Value = serde_json::from_str(last).unwrap();
+    let event = last_sse_event(&seen);
     assert_eq!(event["error"]["code"], "drain_timeout", "{event}");
     assert_eq!(event["error"]["type"], "server_error", "{event}");
     assert_eq!(

@@ -395,15 +395,6 @@ async fn allowed_routes_exclude_routes_of_other_namespaces() {
     r.router.shutdown().await;
 }
 
-/// A port no one holds (bound and released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A Gateway whose only listener is on another port: the router opens that port and
 /// serves it. A ModelRoute whose `parentRefs` name that Gateway serves only there; one
 /// without parentRefs serves the Gateways of its namespace. An HTTPRoute of another
@@ -439,7 +430,7 @@ async fn other_ports_parent_refs_and_namespace_selectors() {
     create::<InferencePool>(&ns, pool("pool-b", "b", node.port)).await;
     create::<HTTPRoute>(&other, route("foreign", &n, "side", &[], (&n, "pool-b"))).await;
     let r = start(&ns).await;
-    let side_port = free_port();
+    let side_port = common::free_port();
     create::<Gateway>(
         &ns,
         json!({

@@ -14,15 +14,6 @@ use faults_support::*;
 use http::StatusCode;
 use http_body_util::BodyExt as _;
 
-/// A port on 127.0.0.1 that was free a moment ago.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Reads `body` until two SSE events came, then returns what came.
 async fn two_events(body: &mut hyper::body::Incoming) -> Vec<u8> {
     let mut seen = Vec::new();
@@ -47,21 +38,6 @@ async fn rest_of(body: &mut hyper::body::Incoming, seen: &mut Vec<u8>) -> bool {
     tokio::time::timeout(Duration::from_secs(5), read)
         .await
         .expect("the client stream did not end")
-}
-
-/// The `error.code` of the last SSE event of `text`.
-fn last_event_code(text: &[u8]) -> String {
-    let text = String::from_utf8_lossy(text);
-    let last = text
-        .rsplit("\n\n")
-        .find(|e| !e.is_empty())
-        .and_then(|e| e.strip_prefix("data: "))
-        .unwrap_or_else(|| panic!("no event at the end: {text:?}"));
-    let event: serde_json::Value = serde_json::from_str(last).unwrap();
-    event["error"]["code"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
 }
 
 /// `Router::shutdown_or_cut`: with `drainTimeout: 1h` and a stream open, the drain ends
@@ -94,7 +70,7 @@ async fn the_drain_ends_when_the_cut_comes() {
     .await
     .expect("shutdown did not finish after the cut");
     assert!(broken, "the stream ended cleanly");
-    assert_eq!(last_event_code(&seen), "drain_timeout");
+    assert_eq!(last_sse_event(&seen)["error"]["code"], "drain_timeout");
     up.expect_disconnect().await;
     let text = std::fs::read_to_string(dir.path().join("access.log")).unwrap();
     let line: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
@@ -198,6 +174,6 @@ async fn a_second_sigterm_cuts_the_drain_short() {
     signal(&child, "TERM");
     let broken = rest_of(&mut body, &mut seen).await;
     assert!(broken, "the stream ended cleanly");
-    assert_eq!(last_event_code(&seen), "drain_timeout");
+    assert_eq!(last_sse_event(&seen)["error"]["code"], "drain_timeout");
     assert_eq!(exit_code(&mut child).await, Some(0));
 }

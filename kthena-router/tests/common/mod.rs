@@ -443,3 +443,12 @@ pub(crate) async fn run_python_client(script: &str, url: String, model: &str) ->
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
+
+/// A port on 127.0.0.1 that was free a moment ago (bound and released).
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

@@ -420,3 +420,14 @@ pub(crate) fn assert_openai_error(
     );
     assert!(v["error"].get("param").is_some(), "{text}");
 }
+
+/// The JSON of the last `data:` event of an SSE body (fails the test when there is none).
+pub(crate) fn last_sse_event(body: &[u8]) -> serde_json::Value {
+    let text = String::from_utf8_lossy(body);
+    let last = text
+        .rsplit("\n\n")
+        .find(|e| !e.is_empty())
+        .and_then(|e| e.strip_prefix("data: "))
+        .unwrap_or_else(|| panic!("no event at the end: {text:?}"));
+    serde_json::from_str(last).unwrap()
+}
