@@ -248,7 +248,12 @@ async fn main() -> anyhow::Result<()> {
     });
     let booster = (set.modelbooster && alone)
         .then(|| kthena_controller::run_booster(client.clone(), boosting, std::future::pending()));
-    let shutdown = shutdown_signal();
+    // The first SIGTERM / Ctrl-C asks the controllers to stop (a leader releases its Lease);
+    // they get SHUTDOWN_GRACE to do so, and a second signal ends the process at once.
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let shutdown = async move {
+        let _ = stop_rx.wait_for(|stop| *stop).await;
+    };
     let controllers = async move {
         if !set.modelserving {
             tracing::warn!("the modelserving controller is disabled");
@@ -265,13 +270,37 @@ async fn main() -> anyhow::Result<()> {
             }
         }
     };
+    tokio::pin!(controllers);
     // The health server runs until the controllers stop.
+    let servers = async {
+        tokio::select! {
+            () = health => {}
+            () = or_pending(webhooks) => {}
+            () = or_pending(debug) => {}
+            () = or_pending(autoscaler) => {}
+            () = or_pending(booster) => {}
+        }
+    };
     tokio::select! {
-        () = health => Ok(()),
-        () = or_pending(webhooks) => Ok(()),
-        () = or_pending(debug) => Ok(()),
-        () = or_pending(autoscaler) => Ok(()),
-        () = or_pending(booster) => Ok(()),
-        res = controllers => Ok(res?),
+        () = servers => return Ok(()),
+        res = &mut controllers => return Ok(res?),
+        () = shutdown_signal() => {}
+    }
+    let _ = stop_tx.send(true);
+    tokio::select! {
+        res = &mut controllers => Ok(res?),
+        () = tokio::time::sleep(SHUTDOWN_GRACE) => {
+            tracing::warn!(grace = ?SHUTDOWN_GRACE, "the controllers did not stop in time; exiting");
+            Ok(())
+        }
+        () = shutdown_signal() => {
+            tracing::warn!("second shutdown signal; exiting");
+            Ok(())
+        }
     }
 }
+
+/// How long the controllers get to stop after SIGTERM (a leader releases its Lease): with
+/// the API server unreachable a reconcile or the Lease release can wait on it, and the
+/// process must still end well within Kubernetes' 30 s termination grace period.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
