@@ -188,7 +188,15 @@ async fn publish_name_taken(recorder: &Recorder, ms: &ModelServing, other: &str)
             "{other} exists and is not owned by this ModelServing; remove it so the group can start"
         )),
         action: "Reconcile".to_owned(),
-        secondary: None,
+        // The related object also keeps one event per taken name: the recorder folds
+        // events of the same reason and related object into one series.
+        secondary: other.split_once('/').map(|(kind, name)| ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some(if kind == "pod" { "Pod" } else { "Service" }.to_owned()),
+            name: Some(name.to_owned()),
+            namespace: ms.namespace(),
+            ..ObjectReference::default()
+        }),
     };
     if let Err(e) = recorder.publish(&ev, &ms.object_ref(&())).await {
         tracing::warn!(error = %e, reason = "NameTaken", "publishing an event failed");

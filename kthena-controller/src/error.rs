@@ -227,7 +227,7 @@ pub(crate) fn kube_message(e: &kube::Error) -> String {
     let kube::Error::Api(s) = e else {
         return match e {
             kube::Error::Service(_) | kube::Error::HyperError(_) => {
-                format!("cannot reach the API server: {e}")
+                format!("cannot reach the API server: {e}{}", cause(e))
             }
             _ => e.to_string(),
         };
@@ -242,6 +242,22 @@ pub(crate) fn kube_message(e: &kube::Error) -> String {
         ("", reason) => format!("{reason} (HTTP {})", s.code),
         (message, _) => format!("{message} (HTTP {})", s.code),
     }
+}
+
+/// `: <innermost cause>` of `e`'s source chain (`Connection refused (os error 111)`), or
+/// nothing when `e` has no source.
+fn cause(e: &dyn std::error::Error) -> String {
+    let mut last = None;
+    let mut next = e.source();
+    while let Some(s) = next {
+        last = Some(s);
+        next = s.source();
+    }
+    let text = last.map(ToString::to_string).unwrap_or_default();
+    if text.is_empty() || e.to_string().contains(&text) {
+        return String::new();
+    }
+    format!(": {text}")
 }
 
 /// The text of a watch error in logs: the inner API error as [`kube_message`] shows it.
@@ -303,11 +319,25 @@ mod tests {
             kube_message(&api("", "Conflict", 409)),
             "Conflict (HTTP 409)"
         );
-        // Regression: an unreachable API server read `ServiceError: client error (Connect)`.
-        let down = kube::Error::Service(Box::new(std::io::Error::other("client error (Connect)")));
+        // Regression: an unreachable API server read `ServiceError: client error (Connect)`,
+        // without its cause.
+        #[derive(Debug)]
+        struct Connect(std::io::Error);
+        impl std::fmt::Display for Connect {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("client error (Connect)")
+            }
+        }
+        impl std::error::Error for Connect {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let down = kube::Error::Service(Box::new(Connect(refused)));
         assert_eq!(
             kube_message(&down),
-            "cannot reach the API server: ServiceError: client error (Connect)"
+            "cannot reach the API server: ServiceError: client error (Connect): connection refused"
         );
         assert_eq!(
             kube_message(&api(

@@ -197,7 +197,21 @@ fn watch_error_text(kind: &str, err: &watcher::Error) -> String {
         | watcher::Error::WatchStartFailed(kube::Error::Api(s))
         | watcher::Error::WatchFailed(kube::Error::Api(s))
         | watcher::Error::WatchError(s) => s,
-        other => return other.to_string(),
+        other => {
+            // The innermost cause says what happened (`Connection refused (os error 111)`);
+            // kube's own text stops at `client error (Connect)`.
+            let text = other.to_string();
+            let mut cause = String::new();
+            let mut next = std::error::Error::source(other);
+            while let Some(e) = next {
+                cause = e.to_string();
+                next = e.source();
+            }
+            if cause.is_empty() || text.contains(&cause) {
+                return text;
+            }
+            return format!("{text}: {cause}");
+        }
     };
     if status.code == 404 {
         return format!(
