@@ -26,14 +26,28 @@ fn main() -> ExitCode {
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             let _ = std::io::stdout().flush();
-            // One line, as every error promises: a YAML parser's message adds a source
-            // snippet on the lines after its first.
-            let text = e.to_string();
-            let line = text.lines().next().unwrap_or_default();
+            let line = one_line(&e);
             let _ = writeln!(std::io::stderr(), "error: {line}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error as one line, as every error promises. A YAML parser's message adds a source
+/// snippet on the lines after its first, which is left out; an API server's message (a
+/// webhook's `validation failed:` then one `  - path: message` line per problem) is all
+/// reason, so its lines are joined.
+fn one_line(e: &anyhow::Error) -> String {
+    let text = e.to_string();
+    if let Some(kthena_cli::Error::Api { .. }) = e.downcast_ref::<kthena_cli::Error>() {
+        let parts: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        return parts.join(" ");
+    }
+    text.lines().next().unwrap_or_default().to_owned()
 }
 
 /// Output piped into a command that stopped reading (`kthena get templates | head`).
@@ -54,4 +68,25 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
     };
     runtime.block_on(run(cli, &mut io))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: a webhook's refusal printed only its first line, `... denied the
+    /// request: validation failed:`, without the reason.
+    #[test]
+    fn an_api_servers_message_keeps_every_line() {
+        let e = anyhow::Error::new(kthena_cli::Error::Api {
+            code: 400,
+            message: "admission webhook \"validate-modelbooster.workload.serving.volcano.sh\" denied the request: validation failed:\n  - spec: the ModelServing x it generates is not valid".to_owned(),
+        });
+        assert_eq!(
+            one_line(&e),
+            "the API server answered 400: admission webhook \"validate-modelbooster.workload.serving.volcano.sh\" denied the request: validation failed: - spec: the ModelServing x it generates is not valid"
+        );
+        let yaml = anyhow::anyhow!("invalid YAML at line 2\n  | foo: [\n  |      ^");
+        assert_eq!(one_line(&yaml), "invalid YAML at line 2");
+    }
 }
