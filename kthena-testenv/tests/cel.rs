@@ -162,6 +162,17 @@ async fn autoscaling_policy_rules() -> Result<()> {
         "spec.disaggregatedTarget",
         "roles must contain at least two entries when ratioConstraint is configured",
     )?;
+    // The CRD's own limit (Go's `maxProperties: 2`), checked before the rules.
+    match apply(
+        &ns,
+        &disaggregated(&["a", "decode", "prefill"], "prefill", &prom),
+    )? {
+        Ok(()) => bail!("three roles were accepted"),
+        Err(err) => assert!(
+            err.contains("spec.disaggregatedTarget.roles: Too many: 3: must have at most 2 items"),
+            "{err}"
+        ),
+    }
     refused(
         &ns,
         &disaggregated(&["prefill", "decode"], "decode", &prom),

@@ -262,6 +262,7 @@ pub struct DisaggregatedTarget {
     /// The `ModelServing`.
     pub target_ref: ObjectReference,
     /// Role name → scaling parameters (1 or 2 roles).
+    #[schemars(extend("minProperties" = 1, "maxProperties" = 2))]
     pub roles: BTreeMap<String, RoleScalingParam>,
     /// Bounds on `replicas[numerator] / replicas[denominator]`; needs two roles.
     #[serde(default, skip_serializing_if = "Option::is_none")]
