@@ -214,6 +214,12 @@ cmd_down() {
 cmd_start_apiserver() {
     local dir="${1:?usage: kube-env.sh start-apiserver DIR}"
     dir="$(cd "$dir" && pwd)"
+    # Already running: a second kube-apiserver would fail to bind, and its PID would replace
+    # the live one's in apiserver.pid, which `stop-apiserver` and `down` then could not stop.
+    if [[ -s "$dir/apiserver.pid" ]] && kill -0 "$(cat "$dir/apiserver.pid")" 2>/dev/null; then
+        echo "kube-apiserver of $dir is already running (PID $(cat "$dir/apiserver.pid"))" >&2
+        return 0
+    fi
     start_apiserver "$dir"
     write_kubeconfig "$dir"
 }
