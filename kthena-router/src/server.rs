@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -402,8 +402,23 @@ pub async fn run(cfg: Config, config_path: Option<PathBuf>, overrides: Overrides
     let router = Router::start(cfg, config_path, overrides).await?;
     shutdown_signal().await;
     tracing::info!("Shutting down (a second SIGTERM or Ctrl-C cuts the drain short)");
-    router.shutdown_or_cut(shutdown_signal()).await;
+    router.shutdown_or_cut(second_signal(Instant::now())).await;
     Ok(())
+}
+
+/// A signal that comes this soon after the first is the same stop delivered twice (Ctrl-C
+/// in a terminal reaches the router and the script that started it, which passes it on).
+const SIGNAL_ECHO: Duration = Duration::from_secs(1);
+
+/// Completes at the first SIGTERM or Ctrl-C at least [`SIGNAL_ECHO`] after `first`.
+async fn second_signal(first: Instant) {
+    loop {
+        shutdown_signal().await;
+        if first.elapsed() >= SIGNAL_ECHO {
+            return;
+        }
+        tracing::debug!("A second signal right after the first; taken as the same stop");
+    }
 }
 
 async fn shutdown_signal() {
