@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -402,7 +402,9 @@ pub async fn run(cfg: Config, config_path: Option<PathBuf>, overrides: Overrides
     let router = Router::start(cfg, config_path, overrides).await?;
     shutdown_signal().await;
     tracing::info!("Shutting down (a second SIGTERM or Ctrl-C cuts the drain short)");
-    router.shutdown_or_cut(second_signal(Instant::now())).await;
+    router
+        .shutdown_or_cut(second_signal(tokio::time::Instant::now()))
+        .await;
     Ok(())
 }
 
@@ -411,7 +413,7 @@ pub async fn run(cfg: Config, config_path: Option<PathBuf>, overrides: Overrides
 const SIGNAL_ECHO: Duration = Duration::from_secs(1);
 
 /// Completes at the first SIGTERM or Ctrl-C at least [`SIGNAL_ECHO`] after `first`.
-async fn second_signal(first: Instant) {
+async fn second_signal(first: tokio::time::Instant) {
     loop {
         shutdown_signal().await;
         if first.elapsed() >= SIGNAL_ECHO {
