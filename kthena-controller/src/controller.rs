@@ -119,34 +119,69 @@ struct Ctx {
     podgroups: crate::gang::Discovery,
     cache: ServingCache,
     recorder: Recorder,
+    /// The generation of each ModelServing (by uid) already reported `InvalidSpec`.
+    invalid_reported: std::sync::Mutex<std::collections::HashMap<String, Option<i64>>>,
 }
 
-/// Publishes a role event on the ModelServing (Go's recorder, type Normal), related to the
-/// role replica's entry pod; a failure is logged, never fails the reconcile.
-async fn publish(recorder: &Recorder, ms: &ModelServing, event: RoleEvent) {
-    let pod = ObjectReference {
-        api_version: Some("v1".to_owned()),
-        kind: Some("Pod".to_owned()),
-        name: Some(event.entry_pod),
-        namespace: ms.namespace(),
-        ..ObjectReference::default()
-    };
-    let ev = Event {
-        type_: EventType::Normal,
-        reason: event.reason.to_owned(),
-        note: Some(event.message),
-        action: "Reconcile".to_owned(),
-        secondary: Some(pod),
-    };
-    if let Err(e) = recorder.publish(&ev, &ms.object_ref(&())).await {
-        tracing::warn!(error = %e, reason = event.reason, "publishing an event failed");
+impl Ctx {
+    /// Whether this generation of `ms` has not been reported invalid yet (it is now): one
+    /// event per change of the spec, not one API write per reconcile.
+    fn invalid_once(&self, ms: &ModelServing) -> bool {
+        let uid = ms.uid().unwrap_or_default();
+        let generation = ms.metadata.generation;
+        let mut seen = self
+            .invalid_reported
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        seen.insert(uid, generation) != Some(generation)
     }
 }
 
-/// Logs and records (Warning event `InvalidSpec` on the ModelServing) that the object breaks
-/// the ModelServing webhook's rules: it got in without the webhook (not installed, or
-/// created before it was), and is reconciled anyway, as Go does, but whatever goes wrong
-/// next has its reason said once per reconcile (the recorder folds repeats into one event).
+/// Publishes an event on the ModelServing, related to `secondary`; a failure is logged,
+/// never fails the reconcile. The recorder folds events of the same type, reason and
+/// related object into one series.
+async fn emit(
+    recorder: &Recorder,
+    ms: &ModelServing,
+    type_: EventType,
+    reason: &'static str,
+    note: String,
+    secondary: Option<ObjectReference>,
+) {
+    let ev = Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(note),
+        action: "Reconcile".to_owned(),
+        secondary,
+    };
+    if let Err(e) = recorder.publish(&ev, &ms.object_ref(&())).await {
+        tracing::warn!(error = %e, reason, "publishing an event failed");
+    }
+}
+
+/// A reference to the Pod or Service `name` in the ModelServing's namespace.
+fn child_ref(ms: &ModelServing, kind: &str, name: String) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some(kind.to_owned()),
+        name: Some(name),
+        namespace: ms.namespace(),
+        ..ObjectReference::default()
+    }
+}
+
+/// Publishes a role event (Go's recorder, type Normal), related to the role replica's
+/// entry pod.
+async fn publish(recorder: &Recorder, ms: &ModelServing, event: RoleEvent) {
+    let pod = child_ref(ms, "Pod", event.entry_pod);
+    let (reason, note) = (event.reason, event.message);
+    emit(recorder, ms, EventType::Normal, reason, note, Some(pod)).await;
+}
+
+/// Logs and records (Warning event `InvalidSpec`) that the ModelServing breaks the webhook's
+/// rules: it got in without the webhook (not installed, or created before it was), and is
+/// reconciled anyway, as Go does, but whatever goes wrong next has its reason on the object.
 async fn publish_invalid(
     recorder: &Recorder,
     ms: &ModelServing,
@@ -164,43 +199,36 @@ async fn publish_invalid(
     }
     let key = format!("{}/{}", ms.namespace().unwrap_or_default(), ms.name_any());
     tracing::warn!(modelserving = %key, %message, "The ModelServing breaks the webhook's rules");
-    let ev = Event {
-        type_: EventType::Warning,
-        reason: "InvalidSpec".to_owned(),
-        note: Some(message),
-        action: "Reconcile".to_owned(),
-        secondary: None,
-    };
-    if let Err(e) = recorder.publish(&ev, &ms.object_ref(&())).await {
-        tracing::warn!(error = %e, reason = "InvalidSpec", "publishing an event failed");
-    }
+    emit(
+        recorder,
+        ms,
+        EventType::Warning,
+        "InvalidSpec",
+        message,
+        None,
+    )
+    .await;
 }
 
-/// Logs and records (Warning event `NameTaken` on the ModelServing) that `other`
-/// (`pod/NAME`) holds the name of one of its children without being its own.
-async fn publish_name_taken(recorder: &Recorder, ms: &ModelServing, other: &str) {
+/// Logs and records (Warning event `NameTaken`, related to the object) that `other` holds the
+/// name of one of the ModelServing's children without being its own.
+async fn publish_name_taken(recorder: &Recorder, ms: &ModelServing, other: ObjectReference) {
     let key = format!("{}/{}", ms.namespace().unwrap_or_default(), ms.name_any());
-    tracing::warn!(modelserving = %key, object = %other, "A child's name is taken by an object this ModelServing does not own; its group cannot start until that object is removed");
-    let ev = Event {
-        type_: EventType::Warning,
-        reason: "NameTaken".to_owned(),
-        note: Some(format!(
-            "{other} exists and is not owned by this ModelServing; remove it so the group can start"
-        )),
-        action: "Reconcile".to_owned(),
-        // The related object also keeps one event per taken name: the recorder folds
-        // events of the same reason and related object into one series.
-        secondary: other.split_once('/').map(|(kind, name)| ObjectReference {
-            api_version: Some("v1".to_owned()),
-            kind: Some(if kind == "pod" { "Pod" } else { "Service" }.to_owned()),
-            name: Some(name.to_owned()),
-            namespace: ms.namespace(),
-            ..ObjectReference::default()
-        }),
-    };
-    if let Err(e) = recorder.publish(&ev, &ms.object_ref(&())).await {
-        tracing::warn!(error = %e, reason = "NameTaken", "publishing an event failed");
-    }
+    let kind = other.kind.as_deref().unwrap_or_default().to_lowercase();
+    let object = format!("{kind}/{}", other.name.as_deref().unwrap_or_default());
+    tracing::warn!(modelserving = %key, %object, "A child's name is taken by an object this ModelServing does not own; its group cannot start until that object is removed");
+    let note = format!(
+        "{object} exists and is not owned by this ModelServing; remove it so the group can start"
+    );
+    emit(
+        recorder,
+        ms,
+        EventType::Warning,
+        "NameTaken",
+        note,
+        Some(other),
+    )
+    .await;
 }
 
 /// Runs the ModelServing controller until `shutdown` completes: watches ModelServings and
@@ -235,6 +263,7 @@ pub async fn run(
         podgroups: crate::gang::Discovery::default(),
         cache: config.cache.clone(),
         recorder,
+        invalid_reported: std::sync::Mutex::default(),
     });
     let mut controller = Controller::new(ms, watcher::Config::default())
         .owns(pods, children.clone())
@@ -294,7 +323,9 @@ async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
     let ns = ms.namespace().unwrap_or_default();
     let name = ms.name_any();
     let defaulted = (*ms).clone().with_defaults();
-    if let Err(errors) = defaulted.validate() {
+    if let Err(errors) = defaulted.validate()
+        && ctx.invalid_once(&ms)
+    {
         publish_invalid(&ctx.recorder, &ms, &errors).await;
     }
     let lp = ListParams::default().labels(&format!("{NAME_LABEL}={name}"));
@@ -332,7 +363,7 @@ async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
     }
     let taken = apply(&ctx, &defaulted, &plan).await?;
     for other in &taken {
-        publish_name_taken(&ctx.recorder, &ms, other).await;
+        publish_name_taken(&ctx.recorder, &ms, other.clone()).await;
     }
     for event in ctx.cache.record(&defaulted, &seen, &plan) {
         publish(&ctx.recorder, &ms, event).await;
@@ -369,9 +400,9 @@ async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
 
 /// Applies `plan` in order: ControllerRevision (when creating pods), group deletions,
 /// role-replica deletions, errored-pod deletions, pod creations, service creations.
-/// Returns the pods and services (`pod/NAME`) whose names are taken by objects that are not
-/// this ModelServing's; an AlreadyExists of its own child (a list that lagged) is ignored.
-async fn apply(ctx: &Ctx, ms: &ModelServing, plan: &Plan) -> Result<Vec<String>> {
+/// Returns the pods and services whose names are taken by objects that are not this
+/// ModelServing's; an AlreadyExists of its own child (a list that lagged) is ignored.
+async fn apply(ctx: &Ctx, ms: &ModelServing, plan: &Plan) -> Result<Vec<ObjectReference>> {
     let client = &ctx.client;
     let pp = PostParams {
         field_manager: Some(ctx.field_manager.clone()),
@@ -407,12 +438,12 @@ async fn apply(ctx: &Ctx, ms: &ModelServing, plan: &Plan) -> Result<Vec<String>>
     let mut taken = Vec::new();
     for pod in &plan.create_pods {
         if !create(&pods, &pp, pod, "pod").await? {
-            taken.push(format!("pod/{}", pod.name_any()));
+            taken.push(child_ref(ms, "Pod", pod.name_any()));
         }
     }
     for svc in &plan.create_services {
         if !create(&svcs, &pp, svc, "service").await? {
-            taken.push(format!("service/{}", svc.name_any()));
+            taken.push(child_ref(ms, "Service", svc.name_any()));
         }
     }
     Ok(taken)
