@@ -47,10 +47,27 @@ pub struct AuthConfig {
     /// 7-day refresh).
     #[serde(with = "crate::duration::go_duration")]
     pub jwks_retry_interval: Duration,
+    /// A token naming a `kid` the key set does not hold makes the router fetch the set at
+    /// once (a key rotation), at most once per this interval (default `10s`; Go has no
+    /// such fetch).
+    #[serde(with = "crate::duration::go_duration")]
+    pub jwks_min_refresh_interval: Duration,
+    /// The scope a token needs for `POST /v1/load_lora_adapter` and
+    /// `/v1/unload_lora_adapter` (default `kthena:lora-admin`), found in the token's `scope`
+    /// claim (space-separated, RFC 8693 section 4.2) or `scp` (a list or a string).
+    pub admin_scope: String,
+    /// Without authentication (`jwksUri` empty), serve the LoRA load/unload calls on the
+    /// inference port to anyone who reaches it (default `false`: answered 403).
+    pub allow_unauthenticated_admin: bool,
+    /// Pass the client's `Authorization` header on to engines (default `false`: it is
+    /// removed before forwarding, so a client's token never reaches an engine).
+    pub forward_authorization: bool,
 }
 
 impl Default for AuthConfig {
-    /// Off (no `jwksUri`), refresh every 7 days, retry every 5 s.
+    /// Off (no `jwksUri`), refresh every 7 days, retry every 5 s, a fetch for an unknown
+    /// `kid` at most every 10 s, admin scope `kthena:lora-admin`, no unauthenticated admin
+    /// calls, the client's `Authorization` not forwarded.
     fn default() -> Self {
         Self {
             issuer: String::new(),
@@ -58,7 +75,30 @@ impl Default for AuthConfig {
             jwks_uri: String::new(),
             jwks_refresh_interval: Duration::from_secs(7 * 24 * 3600),
             jwks_retry_interval: Duration::from_secs(5),
+            jwks_min_refresh_interval: Duration::from_secs(10),
+            admin_scope: DEFAULT_ADMIN_SCOPE.to_owned(),
+            allow_unauthenticated_admin: false,
+            forward_authorization: false,
         }
+    }
+}
+
+/// The default `auth.adminScope`.
+pub(crate) const DEFAULT_ADMIN_SCOPE: &str = "kthena:lora-admin";
+
+/// An authenticated caller: the token's `sub` and scopes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Principal {
+    /// The `sub` claim.
+    pub(crate) sub: String,
+    /// The `scope` (space-separated) and `scp` (list or string) claims' values.
+    pub(crate) scopes: Vec<String>,
+}
+
+impl Principal {
+    /// Whether the caller holds `scope`.
+    pub(crate) fn has_scope(&self, scope: &str) -> bool {
+        self.scopes.iter().any(|s| s == scope)
     }
 }
 
@@ -84,6 +124,8 @@ const IAT_SKEW_SECS: f64 = 60.0;
 pub(crate) struct Authenticator {
     cfg: AuthConfig,
     keys: ArcSwapOption<Vec<Jwk>>,
+    /// When the last fetch for an unknown `kid` started (one at a time).
+    on_demand: tokio::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Authenticator {
@@ -93,6 +135,7 @@ impl Authenticator {
             Arc::new(Self {
                 cfg: cfg.clone(),
                 keys: ArcSwapOption::empty(),
+                on_demand: tokio::sync::Mutex::new(None),
             })
         })
     }
@@ -102,25 +145,62 @@ impl Authenticator {
         self.keys.store(Some(Arc::new(keys)));
     }
 
-    /// The `sub` of the request's valid bearer token.
+    /// The caller of the request's valid bearer token. A token whose `kid` the key set
+    /// does not hold first makes the set be fetched again (at most once per
+    /// `jwksMinRefreshInterval`; see [`Authenticator::refresh_for`]).
     ///
     /// # Errors
     /// [`Error::AuthHeaderInvalid`] without a `Bearer <token>` header,
     /// [`Error::AuthUnavailable`] before the key set arrived, [`Error::Unauthorized`] with
     /// Go's reason for a token that fails signature or claim checks.
-    pub(crate) fn authenticate(&self, headers: &HeaderMap) -> Result<String, Error> {
+    pub(crate) async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, Error> {
         let token = bearer_token(headers).ok_or(Error::AuthHeaderInvalid)?;
-        let Some(keys) = self.keys.load_full() else {
-            return Err(Error::AuthUnavailable {
-                jwks_uri: self.cfg.jwks_uri.clone(),
-                retry_after: whole_secs(self.cfg.jwks_retry_interval),
-            });
-        };
+        let mut keys = self.current_keys()?;
+        if let Some(kid) = unknown_kid(token, &keys) {
+            self.refresh_for(&kid).await;
+            keys = self.current_keys()?;
+        }
         let claims =
             verify(token, &keys).map_err(|e| unauthorized(format!("failed to parse jwt: {e}")))?;
         let now = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
-        check_claims(&self.cfg, &claims, now)
-            .map_err(|e| unauthorized(format!("failed to validate claims: {e}")))
+        let sub = check_claims(&self.cfg, &claims, now)
+            .map_err(|e| unauthorized(format!("failed to validate claims: {e}")))?;
+        Ok(Principal {
+            sub,
+            scopes: scopes(&claims),
+        })
+    }
+
+    /// The key set, [`Error::AuthUnavailable`] before the first fetch succeeded.
+    fn current_keys(&self) -> Result<Arc<Vec<Jwk>>, Error> {
+        self.keys.load_full().ok_or_else(|| Error::AuthUnavailable {
+            jwks_uri: self.cfg.jwks_uri.clone(),
+            retry_after: whole_secs(self.cfg.jwks_retry_interval),
+        })
+    }
+
+    /// Fetches the key set for a token naming `kid`, which it does not hold (the issuer
+    /// rotated its keys): one fetch at a time, waited for (at most [`FIRST_FETCH_TIMEOUT`]);
+    /// none when `kid` arrived meanwhile or the last such fetch started less than
+    /// `jwksMinRefreshInterval` ago, so that tokens with made-up `kid`s cannot make the
+    /// router hammer the JWKS server.
+    async fn refresh_for(&self, kid: &str) {
+        let mut last = self.on_demand.lock().await;
+        let known = self
+            .keys
+            .load()
+            .as_ref()
+            .is_some_and(|k| k.iter().any(|j| j.common.key_id.as_deref() == Some(kid)));
+        let recent = last.is_some_and(|t| t.elapsed() < self.cfg.jwks_min_refresh_interval);
+        if known || recent {
+            return;
+        }
+        *last = Some(tokio::time::Instant::now());
+        tracing::info!(
+            kid,
+            "A token names a key the JWKS does not hold; fetching it again"
+        );
+        let _ = self.fetch_once(&jwks_client(), FIRST_FETCH_TIMEOUT).await;
     }
 
     /// Fetches the key set every refresh interval (every retry interval after a failure)
@@ -210,6 +290,31 @@ fn key_algorithms(jwk: &Jwk) -> Vec<Algorithm> {
         AlgorithmParameters::OctetKeyPair(_) => vec![EdDSA],
         AlgorithmParameters::OctetKey(_) => vec![HS256, HS384, HS512],
     }
+}
+
+/// The token's `kid` when it names one the key set does not hold.
+fn unknown_kid(token: &str, keys: &[Jwk]) -> Option<String> {
+    let kid = jsonwebtoken::decode_header(token).ok()?.kid?;
+    (!keys
+        .iter()
+        .any(|k| k.common.key_id.as_deref() == Some(kid.as_str())))
+    .then_some(kid)
+}
+
+/// The scopes of `scope` (a space-separated string, RFC 8693 section 4.2) and `scp` (a
+/// list of strings or one space-separated string, as Azure AD and Okta issue it).
+fn scopes(claims: &Map<String, Value>) -> Vec<String> {
+    let mut out = Vec::new();
+    for name in ["scope", "scp"] {
+        match claims.get(name) {
+            Some(Value::String(s)) => out.extend(s.split_whitespace().map(str::to_owned)),
+            Some(Value::Array(a)) => {
+                out.extend(a.iter().filter_map(Value::as_str).map(str::to_owned))
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Verifies the signature with the keys of the set (those with the token's `kid` when it

@@ -122,6 +122,30 @@ pub enum Error {
         /// The transport's message.
         reason: String,
     },
+    /// The request bodies the router holds already fill `listener.maxBufferedBodyBytes`
+    /// (503 with `Retry-After: 1`, connection closed after the answer).
+    #[error("the router is holding too many request bodies ({budget} bytes); retry after 1s")]
+    BodyBudgetExhausted {
+        /// The budget, bytes.
+        budget: usize,
+    },
+    /// A header the router must read unambiguously is missing or repeated (400): two
+    /// `Authorization` headers, or an HTTP/1.1 request without exactly one `Host`
+    /// (RFC 9112 section 3.2).
+    #[error("invalid {name} header: {reason}")]
+    InvalidHeader {
+        /// The header's name.
+        name: &'static str,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A LoRA load/unload call the caller may not make (403): administration is off on the
+    /// inference port, or the token lacks the admin scope.
+    #[error("{reason}")]
+    AdminForbidden {
+        /// Why, and how to allow it.
+        reason: String,
+    },
     /// The ModelServer has no ready endpoint (503).
     #[error("no ready endpoint for model server: {server}")]
     NoReadyEndpoint {

@@ -7,14 +7,15 @@
 //! `net/http` does when only `ReadHeaderTimeout` is set). Before the first request of a
 //! connection, hyper-util's HTTP/1-or-HTTP/2 detection has no timeout of its own, so the
 //! connection's first request must also reach the router within the same time. Body read
-//! timeouts are applied where the body is read (`service::read_body`), so that the client
-//! gets a 408 and the request an access-log line.
+//! timeouts are applied where the body is read (`body::read_body`, the one reader of every
+//! path with a body), so that the client gets a 408 and the request an access-log line.
 //!
 //! | family | type | labels | meaning |
 //! |---|---|---|---|
 //! | `kthena_router_client_timeouts_total` | counter | `listener`, `phase` | connections or requests cut by a read timeout: `headers` (part of a request head arrived), `idle` (no byte of a request arrived: a new or kept-alive connection), `body` (the request body stalled or took too long; answered 408) |
 //! | `kthena_router_downstream_connections` | gauge | `listener` | client connections open |
 //! | `kthena_router_downstream_connection_limit_reached_total` | counter | `listener` | times the listener stopped accepting because `maxConnections` were open |
+//! | `kthena_router_buffered_request_body_bytes` | gauge | | bytes of request bodies held, all connections together (`maxBufferedBodyBytes`) |
 
 use std::convert::Infallible;
 use std::io;
@@ -108,10 +109,16 @@ pub struct ListenerConfig {
     /// `--tcp-keepalive`).
     #[serde(with = "crate::duration::go_duration")]
     pub tcp_keepalive: Duration,
+    /// Most bytes of request bodies held at once, all connections of all listeners
+    /// together (default: a quarter of the container's memory limit, or 256 MiB without
+    /// one, and never below `maxBodyBytes`). A body whose
+    /// next bytes would pass it is answered 503 `request_buffer_full` with `Retry-After: 1`.
+    pub max_buffered_body_bytes: Option<usize>,
 }
 
 impl Default for ListenerConfig {
-    /// 60 s head, 60 s body idle, 5 min body total, 10000 connections, 15 s keepalive.
+    /// 60 s head, 60 s body idle, 5 min body total, 10000 connections, 15 s keepalive, the
+    /// body budget derived from the memory limit.
     fn default() -> Self {
         Self {
             header_read_timeout: Duration::from_secs(60),
@@ -119,6 +126,7 @@ impl Default for ListenerConfig {
             body_read_timeout: Duration::from_secs(300),
             max_connections: 10_000,
             tcp_keepalive: Duration::from_secs(15),
+            max_buffered_body_bytes: None,
         }
     }
 }
@@ -140,6 +148,9 @@ impl ListenerConfig {
         }
         if self.max_connections == 0 {
             return Err("listener.maxConnections: must be at least 1".into());
+        }
+        if self.max_buffered_body_bytes == Some(0) {
+            return Err("listener.maxBufferedBodyBytes: must be at least 1".into());
         }
         Ok(())
     }
@@ -165,6 +176,7 @@ pub struct ListenerMetrics {
     timeouts: Family<PhaseLabels, Counter>,
     connections: Family<ListenerLabel, Gauge>,
     limit_reached: Family<ListenerLabel, Counter>,
+    buffered_body_bytes: Gauge,
 }
 
 impl ListenerMetrics {
@@ -186,7 +198,17 @@ impl ListenerMetrics {
             "Times a listener stopped accepting because maxConnections were open",
             m.limit_reached.clone(),
         );
+        registry.register(
+            "kthena_router_buffered_request_body_bytes",
+            "Bytes of request bodies the router holds, all connections together",
+            m.buffered_body_bytes.clone(),
+        );
         m
+    }
+
+    /// `kthena_router_buffered_request_body_bytes`, the body budget's use.
+    pub(crate) fn buffered_body_bytes(&self) -> Gauge {
+        self.buffered_body_bytes.clone()
     }
 
     /// `kthena_router_client_timeouts_total{listener, phase}` +1.

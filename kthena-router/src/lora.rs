@@ -14,7 +14,8 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 
 use crate::accounting::Accounting;
-use crate::body::{RespBody, full};
+use crate::auth::{AuthConfig, Principal};
+use crate::body::{ReadBody, ReadLimits, RespBody, full, read_body};
 use crate::discovery::Server;
 use crate::endpoint::Endpoint;
 use crate::error::Error;
@@ -67,6 +68,35 @@ pub(crate) fn candidates(
 /// ``The model `x` does not exist.``), the answer of an engine without the adapter.
 pub(crate) fn is_missing_model(body: &[u8]) -> bool {
     std::str::from_utf8(body).is_ok_and(|t| t.contains("does not exist"))
+}
+
+/// Whether the caller may load or unload adapters through the inference port: with
+/// authentication on (`authenticated`), a token holding `auth.adminScope`; with it off, only
+/// when `auth.allowUnauthenticatedAdmin` is set. Go Kthena's router has no such calls.
+///
+/// # Errors
+/// [`Error::AdminForbidden`] (403) naming what is missing.
+pub(crate) fn may_administer(
+    cfg: &AuthConfig,
+    authenticated: bool,
+    caller: Option<&Principal>,
+) -> Result<(), Error> {
+    match caller {
+        Some(who) if who.has_scope(&cfg.admin_scope) => Ok(()),
+        Some(who) => Err(Error::AdminForbidden {
+            reason: format!(
+                "the token of `{}` lacks the scope `{}` that LoRA adapter administration needs",
+                who.sub, cfg.admin_scope
+            ),
+        }),
+        None if !authenticated && cfg.allow_unauthenticated_admin => Ok(()),
+        None => Err(Error::AdminForbidden {
+            reason: "LoRA adapter administration is off on this port: turn on authentication \
+                     (auth.jwksUri) and give callers the admin scope, or set \
+                     auth.allowUnauthenticatedAdmin"
+                .to_owned(),
+        }),
+    }
 }
 
 /// `Some(true)` for `/v1/load_lora_adapter`, `Some(false)` for `/v1/unload_lora_adapter`.
@@ -128,13 +158,18 @@ async fn forward(
         .cloned()
         .ok_or(Error::EndpointNotFound { name })?;
     let path = req.uri().path().to_owned();
-    let body = Limited::new(req.into_body(), MAX_ADMIN_BODY)
-        .collect()
-        .await
-        .map_err(|e| Error::BodyRead {
-            reason: e.to_string(),
-        })?
-        .to_bytes();
+    let lim = ReadLimits {
+        max_bytes: MAX_ADMIN_BODY,
+        listener: &shared.listener,
+        budget: &shared.body_budget,
+    };
+    // The same size, time and budget limits as every body; the reservation is held until
+    // the engine answered.
+    let ReadBody {
+        bytes: body,
+        held: _held,
+        ..
+    } = read_body(req, lim).await?;
     let adapter = serde_json::from_slice::<serde_json::Value>(&body)
         .ok()
         .and_then(|v| v.get("lora_name")?.as_str().map(str::to_owned));

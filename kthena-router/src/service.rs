@@ -68,6 +68,9 @@ async fn handle(
     stack: BoxHttp<Incoming>,
     req: Request<Incoming>,
 ) -> Response<RespBody> {
+    if let Err(e) = check_host(&req) {
+        return error_response(&e);
+    }
     let path = req.uri().path();
     match (req.method(), path) {
         (&Method::GET, "/healthz") => return json_response(StatusCode::OK, r#"{"message":"ok"}"#),
@@ -82,7 +85,13 @@ async fn handle(
                 )
             };
         }
-        (&Method::GET, "/models") => return list_models(&shared),
+        (&Method::GET, "/models") => {
+            // The same answer as `/v1/models`, behind the same authentication.
+            return match authenticate(&shared, req.headers()).await {
+                Ok(_) => list_models(&shared),
+                Err(e) => error_response(&e),
+            };
+        }
         _ => {}
     }
     if !path.starts_with("/v1/") {
@@ -149,11 +158,15 @@ async fn dispatch(
     acct: &Accounting,
     request_id: &Arc<str>,
 ) -> Result<Response<RespBody>, Error> {
-    if let Some(auth) = &shared.auth {
-        let user = auth.authenticate(req.headers())?;
-        acct.user(&user);
+    let caller = authenticate(shared, req.headers()).await?;
+    if let Some(who) = &caller {
+        acct.user(&who.sub);
         req.extensions_mut()
-            .insert(crate::auth::UserId(user.into()));
+            .insert(crate::auth::UserId(who.sub.as_str().into()));
+    }
+    if !shared.auth_cfg.forward_authorization {
+        // The client's credentials are for the router, not for the engines.
+        req.headers_mut().remove(http::header::AUTHORIZATION);
     }
     let path = req.uri().path();
     if path == "/v1/models" {
@@ -167,12 +180,59 @@ async fn dispatch(
         return Ok(list_models(shared));
     }
     if let Some(load) = crate::lora::admin_path(path) {
+        crate::lora::may_administer(&shared.auth_cfg, shared.auth.is_some(), caller.as_ref())?;
         return crate::lora::admin(shared, req, load, acct).await;
     }
     req.extensions_mut().insert(acct.clone());
     req.extensions_mut()
         .insert(RequestId(Arc::clone(request_id)));
     stack.oneshot(req).await
+}
+
+/// The caller of a request when authentication is on (`None` when off).
+///
+/// # Errors
+/// [`Error::InvalidHeader`] for more than one `Authorization` header (which one would be
+/// checked and which forwarded is ambiguous), else the authenticator's errors.
+async fn authenticate(
+    shared: &Shared,
+    headers: &http::HeaderMap,
+) -> Result<Option<crate::auth::Principal>, Error> {
+    if headers
+        .get_all(http::header::AUTHORIZATION)
+        .iter()
+        .nth(1)
+        .is_some()
+    {
+        return Err(Error::InvalidHeader {
+            name: "Authorization",
+            reason: "more than one",
+        });
+    }
+    match &shared.auth {
+        Some(auth) => auth.authenticate(headers).await.map(Some),
+        None => Ok(None),
+    }
+}
+
+/// An HTTP/1.1 request needs exactly one `Host` header (RFC 9112 section 3.2: a server
+/// answers 400 to one without or with several); HTTP/1.0 and HTTP/2 (`:authority`) are
+/// not checked.
+fn check_host<B>(req: &Request<B>) -> Result<(), Error> {
+    if req.version() != http::Version::HTTP_11 {
+        return Ok(());
+    }
+    match req.headers().get_all(http::header::HOST).iter().count() {
+        1 => Ok(()),
+        0 => Err(Error::InvalidHeader {
+            name: "Host",
+            reason: "missing (an HTTP/1.1 request needs one)",
+        }),
+        _ => Err(Error::InvalidHeader {
+            name: "Host",
+            reason: "more than one",
+        }),
+    }
 }
 
 /// 200 once the config is loaded and the first scrape pass is done, also when some models

@@ -36,6 +36,9 @@ pub struct Shared {
     pub synced: AtomicBool,
     /// Listener settings; the body read timeouts apply here.
     pub listener: ListenerConfig,
+    /// The bytes all request bodies being held may take together
+    /// (`listener.maxBufferedBodyBytes`).
+    pub(crate) body_budget: Arc<crate::body::BodyBudget>,
     /// Longest gap between two body chunks of an engine's answer (`None`: no limit).
     pub upstream_idle_timeout: Option<std::time::Duration>,
     /// Overload protection settings (in-flight caps, circuit breakers).
@@ -44,6 +47,9 @@ pub struct Shared {
     pub(crate) admission: Option<Arc<Semaphore>>,
     /// JWT authentication (`None`: off).
     pub(crate) auth: Option<Arc<crate::auth::Authenticator>>,
+    /// The `auth:` section (also read with authentication off: admin calls, forwarding of
+    /// the client's `Authorization`).
+    pub(crate) auth_cfg: crate::auth::AuthConfig,
     /// The token rate limiters of the routes' `rateLimit`s.
     pub(crate) rate_limits: crate::ratelimit::RateLimits,
     /// Gateway API mode's listeners, HTTPRoutes and InferencePools (`None`: mode off).
@@ -77,6 +83,10 @@ impl Shared {
         max_body_bytes: usize,
     ) -> Self {
         let seed = crate::sched::clock_seed();
+        let body_budget = crate::body::BodyBudget::new(
+            crate::body::default_body_budget(max_body_bytes),
+            metrics.listener.buffered_body_bytes(),
+        );
         Self {
             snapshot: ArcSwap::from_pointee(snapshot),
             client,
@@ -86,10 +96,12 @@ impl Shared {
             ready: AtomicBool::new(false),
             synced: AtomicBool::new(true),
             listener: ListenerConfig::default(),
+            body_budget,
             upstream_idle_timeout: None,
             overload: OverloadConfig::default(),
             admission: admission(&OverloadConfig::default()),
             auth: None,
+            auth_cfg: crate::auth::AuthConfig::default(),
             rate_limits: crate::ratelimit::RateLimits::default(),
             gateway: Arc::default(),
             queues: std::sync::OnceLock::new(),
@@ -141,9 +153,15 @@ impl Shared {
         tokio::task::spawn_blocking(f).await.ok()
     }
 
-    /// Sets the listener settings (body read timeouts; the default otherwise).
+    /// Sets the listener settings (body read timeouts and body budget; the default
+    /// otherwise).
     #[must_use]
     pub fn with_listener(mut self, listener: ListenerConfig) -> Self {
+        let budget = listener
+            .max_buffered_body_bytes
+            .unwrap_or_else(|| crate::body::default_body_budget(self.max_body_bytes));
+        self.body_budget =
+            crate::body::BodyBudget::new(budget, self.metrics.listener.buffered_body_bytes());
         self.listener = listener;
         self
     }
@@ -168,6 +186,7 @@ impl Shared {
     #[must_use]
     pub fn with_auth(mut self, auth: &crate::auth::AuthConfig) -> Self {
         self.auth = crate::auth::Authenticator::new(auth);
+        self.auth_cfg = auth.clone();
         self
     }
 

@@ -48,6 +48,7 @@ async fn replica(adapters: &[&str]) -> kthena_sim::SimHandle {
 async fn router(a: &kthena_sim::SimHandle, b: &kthena_sim::SimHandle, scrape: &str) -> TestRouter {
     let head = format!(
         "metricsScrapeInterval: {scrape}
+auth: {{allowUnauthenticatedAdmin: true}}
 scheduler:
   plugins:
     Filter:

@@ -764,7 +764,12 @@ async fn method_not_allowed_sends_allow_header() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let r = TestRouter::start("", &endpoint("e", free, "a"), &[]).await;
+    let r = TestRouter::start(
+        "auth: {allowUnauthenticatedAdmin: true}",
+        &endpoint("e", free, "a"),
+        &[],
+    )
+    .await;
     for path in ["/v1/chat/completions", "/v1/load_lora_adapter"] {
         let resp = client()
             .request(

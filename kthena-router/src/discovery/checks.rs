@@ -151,11 +151,18 @@ pub(crate) fn unready_models(snap: &Snapshot) -> Vec<String> {
             .iter()
             .flat_map(|rule| &rule.target_models)
             .any(|t| {
-                t.model_server_name.as_ref().is_some_and(|s| {
+                let server_up = t.model_server_name.as_ref().is_some_and(|s| {
                     snap.servers
                         .get(&format!("{ns}/{s}"))
                         .is_some_and(|s| s.endpoints.iter().any(|e| e.is_up()))
-                })
+                });
+                // An external provider has no endpoints to scrape: it counts once it
+                // exists (its credential problems are answered per request).
+                let provider = t
+                    .external_model_provider_name
+                    .as_ref()
+                    .is_some_and(|p| snap.providers.contains_key(&format!("{ns}/{p}")));
+                server_up || provider
             });
         let names = std::iter::once(r.spec.model_name.as_str())
             .filter(|n| !n.is_empty())

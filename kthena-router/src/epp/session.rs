@@ -278,7 +278,7 @@ impl Session {
             req.headers_mut().insert(http::header::HOST, v);
         }
         if let Some(auth) = &shared.auth {
-            let user = auth.authenticate(req.headers())?;
+            let user = auth.authenticate(req.headers()).await?.sub;
             acct.user(&user);
             req.extensions_mut()
                 .insert(crate::auth::UserId(user.into()));

@@ -21,7 +21,9 @@ impl Error {
             | Self::PromptNotFound
             | Self::BodyRead { .. }
             | Self::ProviderPath { .. }
+            | Self::InvalidHeader { .. }
             | Self::EndpointRequired => StatusCode::BAD_REQUEST,
+            Self::AdminForbidden { .. } => StatusCode::FORBIDDEN,
             Self::ProviderTransport { .. } => StatusCode::BAD_GATEWAY,
             Self::NotPickable { .. } => StatusCode::NOT_IMPLEMENTED,
             Self::ClientClosedRequest { .. } => {
@@ -51,6 +53,7 @@ impl Error {
             | Self::PdAttemptsFailed { .. }
             | Self::Overloaded { .. }
             | Self::AuthUnavailable { .. }
+            | Self::BodyBudgetExhausted { .. }
             | Self::RateLimitUnavailable { .. }
             | Self::QueueClientDisconnected
             | Self::DrainCut
@@ -112,6 +115,7 @@ impl Error {
             | Self::ServerNotFound { .. }
             | Self::Overloaded { .. }
             | Self::AuthUnavailable { .. }
+            | Self::BodyBudgetExhausted { .. }
             | Self::RateLimitUnavailable { .. }
             | Self::QueueTimeout { .. }
             | Self::CircuitOpen { .. } => Side::Internal,
@@ -166,6 +170,9 @@ impl Error {
             Self::PromptNotFound => "missing_prompt",
             Self::BodyRead { .. } => "body_read_error",
             Self::BodyTimeout { .. } => "request_timeout",
+            Self::BodyBudgetExhausted { .. } => "request_buffer_full",
+            Self::InvalidHeader { .. } => "invalid_header",
+            Self::AdminForbidden { .. } => "permission_denied",
             Self::ModelNotFound { .. } | Self::NoRuleMatched { .. } => "model_not_found",
             Self::ServerNotFound { .. } => "model_server_not_found",
             Self::NoMatchingListener => "no_matching_listener",
@@ -249,7 +256,11 @@ impl Error {
             Self::ProviderNotFound { .. } => "provider_discovery",
             Self::ProviderNotReady { .. } => "provider_config",
             Self::ProviderTransport { .. } => "upstream_transport",
-            Self::Overloaded { .. } | Self::CircuitOpen { .. } => "overload",
+            Self::Overloaded { .. }
+            | Self::CircuitOpen { .. }
+            | Self::BodyBudgetExhausted { .. } => "overload",
+            Self::InvalidHeader { .. } => "request_protocol",
+            Self::AdminForbidden { .. } => "authentication",
             Self::AuthHeaderInvalid | Self::Unauthorized { .. } | Self::AuthUnavailable { .. } => {
                 "authentication"
             }
@@ -270,7 +281,9 @@ impl Error {
             | Self::CircuitOpen { retry_after, .. }
             | Self::AuthUnavailable { retry_after, .. }
             | Self::RateLimited { retry_after, .. } => Some(*retry_after),
-            Self::RateLimitUnavailable { .. } => Some(Duration::from_secs(1)),
+            Self::RateLimitUnavailable { .. } | Self::BodyBudgetExhausted { .. } => {
+                Some(Duration::from_secs(1))
+            }
             _ => None,
         }
     }
@@ -328,13 +341,16 @@ pub(crate) fn json_response(status: StatusCode, body: impl Into<Bytes>) -> Respo
     r
 }
 
-/// The OpenAI-shaped error answer for an error. A 408 also closes the connection: the
-/// rest of the stalled body is never read; a 405 names the allowed method (`Allow: POST`,
+/// The OpenAI-shaped error answer for an error. A 408 (or a 503 for a full body budget)
+/// also closes the connection: the rest of the body is never read; a 405 names the allowed method (`Allow: POST`,
 /// or `GET` on `/v1/models`).
 #[must_use]
 pub fn error_response(e: &Error) -> Response<RespBody> {
     let mut r = json_response(e.status(), e.to_body());
-    if matches!(e, Error::BodyTimeout { .. }) {
+    if matches!(
+        e,
+        Error::BodyTimeout { .. } | Error::BodyBudgetExhausted { .. }
+    ) {
         r.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }

@@ -1,23 +1,21 @@
-//! Parse: the inference paths and method, the bounded body read (size and read timeouts)
-//! and the OpenAI body parse. Leaves [`Parsed`] (body and routing snapshot); the request
-//! goes on without a body.
+//! Parse: the inference paths and method, the bounded body read ([`read_body`]: size, read
+//! timeouts, the shared body budget) and the OpenAI body parse. Leaves [`Parsed`] (body and
+//! routing snapshot) and the body's budget reservation ([`HeldBody`]); the request goes on
+//! without a body.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use std::task::{Context, Poll};
 
-use http::{Method, Request, Response, header};
+use http::{Method, Request, Response};
 use http_body::Body;
-use http_body_util::{BodyExt, Limited};
-use tokio::time::Instant;
 use tower::{Layer, Service};
 
 use super::{BoxFut, Parsed};
 use crate::accounting::Accounting;
-use crate::body::{BoxError, RespBody};
+use crate::body::{BoxError, HeldBody, ReadBody, ReadLimits, RespBody, read_body};
 use crate::error::Error;
-use crate::listener::ListenerConfig;
 use crate::openai::parse_request;
 use crate::shared::Shared;
 
@@ -96,8 +94,18 @@ where
             path: path.to_owned(),
         });
     }
-    let (parts, raw) = read_body(req, shared.max_body_bytes, &shared.listener).await?;
-    let parsed = parse_request(raw)?;
+    let lim = ReadLimits {
+        max_bytes: shared.max_body_bytes,
+        listener: &shared.listener,
+        budget: &shared.body_budget,
+    };
+    let ReadBody {
+        mut parts,
+        bytes,
+        held,
+    } = read_body(req, lim).await?;
+    parts.extensions.insert(HeldBody(Arc::new(held)));
+    let parsed = parse_request(bytes)?;
     let snap = shared.snapshot.load_full();
     if let Some(acct) = parts.extensions.get::<Accounting>() {
         acct.parsed(&parsed, snap.routes.knows(&parsed.model));
@@ -116,103 +124,6 @@ pub(crate) fn is_inference_path(path: &str) -> bool {
         path,
         "/v1/chat/completions" | "/v1/completions" | "/v1/responses" | "/v1/messages"
     )
-}
-
-/// Reads the whole body: at most `limit` bytes (413 beyond), no gap between two reads longer
-/// than the idle timeout and no more than the total timeout for all of it (408).
-async fn read_body<B>(
-    req: Request<B>,
-    limit: usize,
-    l: &ListenerConfig,
-) -> Result<(http::request::Parts, Bytes), Error>
-where
-    B: Body<Data = Bytes> + Unpin,
-    B::Error: Into<BoxError>,
-{
-    let (parts, body) = req.into_parts();
-    if let Some(enc) = parts.headers.get(header::CONTENT_ENCODING)
-        && !enc.as_bytes().eq_ignore_ascii_case(b"identity")
-    {
-        return Err(Error::UnsupportedEncoding {
-            encoding: String::from_utf8_lossy(enc.as_bytes()).into_owned(),
-        });
-    }
-    let declared = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limit as u64) {
-        return Err(Error::BodyTooLarge { limit });
-    }
-    let deadline = Instant::now() + l.body_read_timeout;
-    let mut body = Limited::new(body, limit);
-    let mut buf =
-        bytes::BytesMut::with_capacity(declared.map_or(0, |n| usize::try_from(n).unwrap_or(0)));
-    loop {
-        let idle_end = Instant::now() + l.body_read_idle_timeout;
-        let (end, idle) = if idle_end < deadline {
-            (idle_end, true)
-        } else {
-            (deadline, false)
-        };
-        let Ok(frame) = tokio::time::timeout_at(end, body.frame()).await else {
-            let timeout = if idle {
-                l.body_read_idle_timeout
-            } else {
-                l.body_read_timeout
-            };
-            return Err(Error::BodyTimeout { idle, timeout });
-        };
-        match frame {
-            None => return Ok((parts, buf.freeze())),
-            Some(Ok(f)) => {
-                if let Ok(data) = f.into_data() {
-                    buf.extend_from_slice(&data);
-                }
-            }
-            Some(Err(e))
-                if e.downcast_ref::<http_body_util::LengthLimitError>()
-                    .is_some() =>
-            {
-                return Err(Error::BodyTooLarge { limit });
-            }
-            Some(Err(e)) if client_went_away(&*e) => {
-                return Err(Error::ClientClosedRequest {
-                    reason: e.to_string(),
-                });
-            }
-            Some(Err(e)) => {
-                return Err(Error::BodyRead {
-                    reason: e.to_string(),
-                });
-            }
-        }
-    }
-}
-
-/// Whether a body read error means the client closed or reset its connection (an early EOF,
-/// a reset, a broken pipe), as opposed to a malformed body.
-fn client_went_away(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur = Some(e);
-    while let Some(err) = cur {
-        if let Some(h) = err.downcast_ref::<hyper::Error>()
-            && (h.is_incomplete_message() || h.is_canceled())
-        {
-            return true;
-        }
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            return matches!(
-                io.kind(),
-                std::io::ErrorKind::UnexpectedEof
-                    | std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::ConnectionAborted
-                    | std::io::ErrorKind::BrokenPipe
-            );
-        }
-        cur = err.source();
-    }
-    false
 }
 
 #[cfg(test)]
