@@ -11,6 +11,8 @@ mod common;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 use bytes::Bytes;
@@ -262,5 +264,302 @@ async fn jwks_down_at_start_gives_503_until_the_keys_arrive() {
     wait_for_keys(&r, &valid).await;
     let (s, msg, _) = ask(&r, Some(&valid)).await;
     assert_eq!((s, msg.as_str()), (StatusCode::OK, ""));
+    r.router.shutdown().await;
+}
+
+/// A JWKS server whose document can be replaced (a key rotation); counts its fetches.
+struct RotatingJwks {
+    addr: SocketAddr,
+    doc: Arc<Mutex<Bytes>>,
+    fetches: Arc<AtomicUsize>,
+    _tasks: JoinSet<()>,
+}
+
+impl RotatingJwks {
+    async fn start(jwk: &serde_json::Value) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let doc = Arc::new(Mutex::new(Bytes::new()));
+        let fetches = Arc::new(AtomicUsize::new(0));
+        let mut tasks = JoinSet::new();
+        let (d, f) = (Arc::clone(&doc), Arc::clone(&fetches));
+        tasks.spawn(async move {
+            let mut conns = JoinSet::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                let (d, f) = (Arc::clone(&d), Arc::clone(&f));
+                conns.spawn(async move {
+                    let svc = hyper::service::service_fn(move |_req: Request<Incoming>| {
+                        f.fetch_add(1, Ordering::SeqCst);
+                        let body = d.lock().unwrap().clone();
+                        async move { Ok::<_, Infallible>(Response::new(Full::new(body))) }
+                    });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        let me = Self {
+            addr,
+            doc,
+            fetches,
+            _tasks: tasks,
+        };
+        me.publish(jwk);
+        me
+    }
+
+    fn publish(&self, jwk: &serde_json::Value) {
+        *self.doc.lock().unwrap() = Bytes::from(serde_json::json!({ "keys": [jwk] }).to_string());
+    }
+}
+
+/// An engine that answers chats with a fixed completion and records the `Authorization`
+/// headers it receives (one entry per request: all its values).
+async fn header_engine(tasks: &mut JoinSet<()>) -> (SocketAddr, Arc<Mutex<Vec<Vec<String>>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen: Arc<Mutex<Vec<Vec<String>>>> = Arc::default();
+    let s2 = Arc::clone(&seen);
+    tasks.spawn(async move {
+        let mut conns = JoinSet::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            let seen = Arc::clone(&s2);
+            conns.spawn(async move {
+                let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let seen = Arc::clone(&seen);
+                    async move {
+                        let body = match req.uri().path() {
+                            "/metrics" => "vllm:num_requests_waiting 0\n".to_owned(),
+                            "/v1/models" => r#"{"data":[{"id":"m"}]}"#.to_owned(),
+                            _ => {
+                                let auth = req
+                                    .headers()
+                                    .get_all("authorization")
+                                    .iter()
+                                    .map(|v| v.to_str().unwrap().to_owned())
+                                    .collect();
+                                seen.lock().unwrap().push(auth);
+                                r#"{"id":"c","object":"chat.completion","choices":[]}"#.to_owned()
+                            }
+                        };
+                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(body))))
+                    }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// The issuer rotates its key: a token signed with the new key (a `kid` the router has
+/// not seen) makes the router fetch the key set at once and is accepted on that request;
+/// tokens of the retired key are refused from then on; made-up `kid`s fetch at most once
+/// per `jwksMinRefreshInterval`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_jwks_is_fetched_on_an_unknown_kid() {
+    let old = Key::new("old");
+    let new = Key::new("new");
+    let jwks = RotatingJwks::start(&old.jwk).await;
+    let sim = kthena_sim::spawn(sim_config("m")).await.unwrap();
+    let head = format!(
+        "metricsScrapeInterval: 100ms\nauth:\n  issuer: {ISSUER}\n  audiences: [kthena]\n  jwksUri: http://{}/jwks.json\n  jwksMinRefreshInterval: 1h\n",
+        jwks.addr
+    );
+    let r = TestRouter::start(
+        &head,
+        &endpoint("sim-a", sim.addr(), "demo"),
+        &[
+            ("s.yaml", model_server("srv", "m", "demo", "")),
+            ("r.yaml", simple_route("route", "m", "srv")),
+        ],
+    )
+    .await;
+    r.wait_ready().await;
+    let token = |k: &Key| {
+        format!(
+            "Bearer {}",
+            k.sign(&claims(ISSUER, "kthena", "dave", now() + 600))
+        )
+    };
+    assert_eq!(ask(&r, Some(&token(&old))).await.0, StatusCode::OK);
+    assert_eq!(jwks.fetches.load(Ordering::SeqCst), 1);
+
+    jwks.publish(&new.jwk);
+    let rotated = std::time::Instant::now();
+    let (s, msg, _) = ask(&r, Some(&token(&new))).await;
+    let took = rotated.elapsed();
+    assert_eq!((s, msg.as_str()), (StatusCode::OK, ""));
+    assert_eq!(jwks.fetches.load(Ordering::SeqCst), 2);
+    println!("new-key token accepted {took:?} after the rotation");
+    assert!(took < std::time::Duration::from_secs(2), "{took:?}");
+
+    // The retired key's tokens are refused; no fetch within the interval (1h here).
+    let refused = "Unauthorized: failed to parse jwt: could not verify message using any of the signatures or keys";
+    for _ in 0..3 {
+        assert_eq!(
+            ask(&r, Some(&token(&old))).await,
+            (StatusCode::UNAUTHORIZED, refused.to_owned(), None)
+        );
+        assert_eq!(
+            ask(&r, Some(&token(&Key::new("made-up")))).await,
+            (StatusCode::UNAUTHORIZED, refused.to_owned(), None)
+        );
+    }
+    assert_eq!(jwks.fetches.load(Ordering::SeqCst), 2);
+    assert_eq!(ask(&r, Some(&token(&new))).await.0, StatusCode::OK);
+    r.router.shutdown().await;
+}
+
+/// Starts a router with authentication on, an engine `e` (a [`header_engine`] or a sim) and
+/// `extra` config lines.
+async fn auth_router(jwks: SocketAddr, engine: SocketAddr, extra: &str) -> TestRouter {
+    let head = format!(
+        "metricsScrapeInterval: 100ms\nauth:\n  issuer: {ISSUER}\n  audiences: [kthena]\n  jwksUri: http://{jwks}/jwks.json\n{extra}"
+    );
+    let r = TestRouter::start(
+        &head,
+        &endpoint("e", engine, "demo"),
+        &[
+            ("s.yaml", model_server("srv", "m", "demo", "")),
+            ("r.yaml", simple_route("route", "m", "srv")),
+        ],
+    )
+    .await;
+    r.wait_ready().await;
+    r
+}
+
+/// Two `Authorization` headers are refused (400, whichever is valid); the client's token
+/// is not forwarded to the engine unless `auth.forwardAuthorization` is set; `GET /models`
+/// needs a token as `/v1/models` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authorization_is_single_checked_and_stays_at_the_router() {
+    let key = Key::new("k1");
+    let mut tasks = JoinSet::new();
+    let jwks = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let jwks_addr = jwks.local_addr().unwrap();
+    serve_jwks(&mut tasks, jwks, &key.jwk);
+    let (engine, seen) = header_engine(&mut tasks).await;
+    let valid = format!(
+        "Bearer {}",
+        key.sign(&claims(ISSUER, "kthena", "erin", now() + 600))
+    );
+    let url = |r: &TestRouter| format!("{}/v1/chat/completions", r.url());
+
+    let r = auth_router(jwks_addr, engine, "").await;
+    for pair in [
+        [valid.as_str(), "Bearer forged"],
+        ["Bearer forged", valid.as_str()],
+    ] {
+        let h = [("authorization", pair[0]), ("authorization", pair[1])];
+        let (s, _, b) = post(&url(&r), chat("m", "hi", false, 2), &h).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            String::from_utf8_lossy(&b),
+            r#"{"error":{"message":"invalid Authorization header: more than one","type":"invalid_request_error","param":null,"code":"invalid_header"}}"#
+        );
+    }
+    assert!(seen.lock().unwrap().is_empty());
+    let (s, _, b) = post(
+        &url(&r),
+        chat("m", "hi", false, 2),
+        &[("authorization", &valid)],
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{}", String::from_utf8_lossy(&b));
+    assert_eq!(*seen.lock().unwrap(), vec![Vec::<String>::new()]);
+    // The bare model list needs the token too.
+    for path in ["/models", "/v1/models"] {
+        let (s, text) = get(&format!("{}{path}", r.url())).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "{path}");
+        assert!(text.contains("missing_authorization"), "{path}: {text}");
+        let req = Request::get(format!("{}{path}", r.url()))
+            .header("authorization", &valid)
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        assert_eq!(
+            client().request(req).await.unwrap().status(),
+            StatusCode::OK,
+            "{path}"
+        );
+    }
+    r.router.shutdown().await;
+
+    let r = auth_router(jwks_addr, engine, "  forwardAuthorization: true\n").await;
+    let (s, _, _) = post(
+        &url(&r),
+        chat("m", "hi", false, 2),
+        &[("authorization", &valid)],
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(seen.lock().unwrap().last().unwrap(), &vec![valid.clone()]);
+    r.router.shutdown().await;
+}
+
+/// The LoRA admin calls need a token with the admin scope (`scope` or `scp`): none gives
+/// 401, a token without the scope 403 (nothing reaches the engine), the scope 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lora_admin_needs_the_admin_scope() {
+    let key = Key::new("k1");
+    let mut tasks = JoinSet::new();
+    let jwks = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let jwks_addr = jwks.local_addr().unwrap();
+    serve_jwks(&mut tasks, jwks, &key.jwk);
+    let mut cfg = sim_config("m");
+    cfg.lora_modules = vec!["sql-lora".to_owned()];
+    let sim = kthena_sim::spawn(cfg).await.unwrap();
+    let r = auth_router(jwks_addr, sim.addr(), "").await;
+    let url = format!("{}/v1/unload_lora_adapter", r.url());
+    let body = r#"{"lora_name":"sql-lora"}"#;
+    let with = |extra: serde_json::Value| {
+        let mut c = claims(ISSUER, "kthena", "frank", now() + 600);
+        c.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        format!("Bearer {}", key.sign(&c))
+    };
+    let ask_admin = |auth: Option<String>| {
+        let url = url.clone();
+        async move {
+            let mut h = vec![("x-kthena-endpoint", "e".to_owned())];
+            h.extend(auth.map(|a| ("authorization", a)));
+            let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let (s, _, b) = post(&url, body, &h).await;
+            (s, String::from_utf8_lossy(&b).into_owned())
+        }
+    };
+    let (s, text) = ask_admin(None).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "{text}");
+    for wrong in [
+        serde_json::json!({}),
+        serde_json::json!({"scope": "openid kthena:lora-admins"}),
+        serde_json::json!({"scp": ["kthena:read"]}),
+    ] {
+        let (s, text) = ask_admin(Some(with(wrong))).await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{text}");
+        assert_eq!(
+            text,
+            r#"{"error":{"message":"the token of `frank` lacks the scope `kthena:lora-admin` that LoRA adapter administration needs","type":"invalid_request_error","param":null,"code":"permission_denied"}}"#
+        );
+    }
+    let (_, models) = get(&format!("http://{}/v1/models", sim.addr())).await;
+    assert!(models.contains("sql-lora"), "{models}");
+    let (s, text) = ask_admin(Some(with(
+        serde_json::json!({"scope": "openid kthena:lora-admin"}),
+    )))
+    .await;
+    assert_eq!(s, StatusCode::OK, "{text}");
+    let (_, models) = get(&format!("http://{}/v1/models", sim.addr())).await;
+    assert!(!models.contains("sql-lora"), "{models}");
+    let (s, text) = ask_admin(Some(with(
+        serde_json::json!({"scp": ["kthena:lora-admin"]}),
+    )))
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "already unloaded: {text}");
     r.router.shutdown().await;
 }
