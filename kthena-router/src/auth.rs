@@ -12,7 +12,12 @@
 //! `auth.jwksRefreshInterval` (7 days, as Go). A failed fetch is retried every
 //! `auth.jwksRetryInterval` and keeps the keys already fetched. Until the first fetch
 //! succeeds, requests needing authentication get 503 with `Retry-After`
-//! ([`Error::AuthUnavailable`]); health, readiness and `/metrics` are served as usual.
+//! ([`Error::AuthUnavailable`]); health, readiness and `/metrics` are served as usual. A
+//! token naming a `kid` the set does not hold (the issuer rotated its keys) makes the set be
+//! fetched at once, at most once per `auth.jwksMinRefreshInterval`.
+//!
+//! The token's `scope`/`scp` claims ([`Principal::scopes`]) decide who may call the LoRA
+//! admin paths (`auth.adminScope`, see `lora::may_administer`).
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! Slow-client protection for the router's listeners: the accept loop with a cap on open
-//! connections, TCP keepalive, the request-head timeout, and the metrics that count what was
-//! cut.
+//! connections (per listener, and one budget of all listeners from the open-files limit),
+//! TCP keepalive, the request-head timeout, and the metrics that count what was cut.
 //!
 //! The request-head timeout is hyper's `http1::Builder::header_read_timeout` (it runs while
 //! hyper waits for a request head, so it also closes an idle keep-alive connection, as Go's
@@ -38,7 +38,7 @@ use prometheus_client::registry::Registry;
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -102,7 +102,8 @@ pub struct ListenerConfig {
     /// Most client connections open at once on each listener (default 10000; flag
     /// `--max-connections`). At the cap the listener stops accepting: new connections wait
     /// in the kernel's accept queue until one closes (as Go's `netutil.LimitListener` and
-    /// nginx at `worker_connections` do).
+    /// nginx at `worker_connections` do). All listeners also share one budget derived from
+    /// the open-files limit ([`ConnBudget`]).
     pub max_connections: usize,
     /// TCP keepalive idle time and probe interval of client connections; 9 probes
     /// (default `15s`, the Go runtime's default and so Go Kthena's; `0s` disables; flag
@@ -238,6 +239,63 @@ impl ListenerMetrics {
     }
 }
 
+/// Descriptors kept out of the connection budget: the process's own files, the listening
+/// sockets, the Redis and Kubernetes clients, the access log.
+const RESERVED_FDS: usize = 64;
+
+/// The client connections all listeners may hold together, derived from the open-files
+/// limit (`RLIMIT_NOFILE`), so that no listener can take the descriptors another one
+/// needs: a quarter of the descriptors (after [`RESERVED_FDS`]) stays for engine
+/// connections, files and clients; of the rest, the inference listeners (the router's
+/// port and Gateway ports) may use all, the other listeners (metrics, debug) together at
+/// most a tenth, so the inference port always keeps nine tenths.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnBudget {
+    all: Arc<Semaphore>,
+    others: Arc<Semaphore>,
+    size: usize,
+}
+
+impl ConnBudget {
+    /// The budget of this process's soft open-files limit (1,024 when it cannot be read).
+    pub(crate) fn from_open_files_limit() -> Self {
+        let soft = rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(1024, |(soft, _)| soft);
+        Self::for_limit(usize::try_from(soft).unwrap_or(usize::MAX))
+    }
+
+    /// The budget of an open-files limit of `nofile`: `(nofile - 64) / 4 * 3` connections
+    /// (at least 2), a tenth of them (at least 1) for the non-inference listeners.
+    pub(crate) fn for_limit(nofile: usize) -> Self {
+        let size = (nofile.saturating_sub(RESERVED_FDS) / 4 * 3).clamp(2, Semaphore::MAX_PERMITS);
+        Self {
+            all: Arc::new(Semaphore::new(size)),
+            others: Arc::new(Semaphore::new((size / 10).max(1))),
+            size,
+        }
+    }
+
+    /// A slot for a new connection of an inference listener (`inference`) or another one,
+    /// at once when free.
+    fn try_take(&self, inference: bool) -> Option<Vec<OwnedSemaphorePermit>> {
+        let mut held = Vec::with_capacity(2);
+        if !inference {
+            held.push(Arc::clone(&self.others).try_acquire_owned().ok()?);
+        }
+        held.push(Arc::clone(&self.all).try_acquire_owned().ok()?);
+        Some(held)
+    }
+
+    /// A slot, waiting until one is free.
+    async fn take(&self, inference: bool) -> Option<Vec<OwnedSemaphorePermit>> {
+        let mut held = Vec::with_capacity(2);
+        if !inference {
+            held.push(Arc::clone(&self.others).acquire_owned().await.ok()?);
+        }
+        held.push(Arc::clone(&self.all).acquire_owned().await.ok()?);
+        Some(held)
+    }
+}
+
 /// One listener to serve: its name (the `listener` label), settings and metrics.
 #[derive(Debug, Clone)]
 pub(crate) struct Listener {
@@ -254,6 +312,10 @@ pub(crate) struct Listener {
     /// listener's connections are closed. Any other listener (metrics, debug, a Gateway
     /// port closed on its own) then closes only its own.
     pub(crate) cuts_all: bool,
+    /// The connection slots of all listeners together.
+    pub(crate) budget: ConnBudget,
+    /// An inference listener: it may use the whole budget, the others a tenth.
+    pub(crate) inference: bool,
 }
 
 /// Where a listener's connections come from: a TCP socket, or an in-memory network's
@@ -353,6 +415,9 @@ pub(crate) async fn serve<A, F, S>(
         let Some(permit) = connection_slot(&permits, &l, &cancel).await else {
             break;
         };
+        let Some(shared_slot) = budget_slot(&l, &cancel).await else {
+            break;
+        };
         let accepted = tokio::select! {
             biased;
             () = cancel.cancelled() => break,
@@ -371,7 +436,7 @@ pub(crate) async fn serve<A, F, S>(
             watcher: graceful.watcher(),
             l: l.clone(),
             cut: cut.clone(),
-            permit,
+            permit: (permit, shared_slot),
         };
         let svc = make();
         match &l.serving {
@@ -430,7 +495,8 @@ struct Conn {
     watcher: hyper_util::server::graceful::Watcher,
     l: Listener,
     cut: CancellationToken,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    /// The listener's own slot and the shared budget's.
+    permit: (OwnedSemaphorePermit, Vec<OwnedSemaphorePermit>),
 }
 
 impl Conn {
@@ -545,6 +611,28 @@ async fn connection_slot(
         biased;
         () = cancel.cancelled() => None,
         p = Arc::clone(permits).acquire_owned() => p.ok(),
+    }
+}
+
+/// A slot of the shared connection budget: at once when one is free, else (counted and
+/// logged) once a connection of the budget closes; `None` when `cancel` fires first.
+async fn budget_slot(
+    l: &Listener,
+    cancel: &CancellationToken,
+) -> Option<Vec<OwnedSemaphorePermit>> {
+    if let Some(p) = l.budget.try_take(l.inference) {
+        return Some(p);
+    }
+    l.metrics.limit_reached(l.name);
+    tracing::warn!(
+        listener = l.name,
+        budget = l.budget.size,
+        "Open-files connection budget reached; new connections wait until one closes"
+    );
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => None,
+        p = l.budget.take(l.inference) => p,
     }
 }
 

@@ -40,6 +40,8 @@ async fn router_cut_after_drain(cuts_all: bool) -> bool {
         cut: router_cut.clone(),
         serving: None,
         cuts_all,
+        budget: ConnBudget::for_limit(1024),
+        inference: true,
     };
     let (called, mut was_called) = tokio::sync::mpsc::unbounded_channel();
     let svc = tower::service_fn(move |_req: Request<Incoming>| {

@@ -201,6 +201,8 @@ impl Router {
                 cut: shared.drain_cut.clone(),
                 serving: shared.serving.clone(),
                 cuts_all: false,
+                budget: shared.conn_budget.clone(),
+                inference: true,
             };
             let tag = move |mut r: http::Request<hyper::body::Incoming>| {
                 r.extensions_mut()
@@ -573,6 +575,8 @@ fn spawn_listeners<A: Accept>(
             .then(|| shared.serving.clone())
             .flatten(),
         cuts_all: name == "inference",
+        budget: shared.conn_budget.clone(),
+        inference: name == "inference",
     };
     let svc = RouterService::new(Arc::clone(shared));
     tasks.spawn(crate::listener::serve(

@@ -47,6 +47,8 @@ pub struct Shared {
     pub(crate) admission: Option<Arc<Semaphore>>,
     /// JWT authentication (`None`: off).
     pub(crate) auth: Option<Arc<crate::auth::Authenticator>>,
+    /// The client connections all listeners may hold together (from `RLIMIT_NOFILE`).
+    pub(crate) conn_budget: crate::listener::ConnBudget,
     /// The `auth:` section (also read with authentication off: admin calls, forwarding of
     /// the client's `Authorization`).
     pub(crate) auth_cfg: crate::auth::AuthConfig,
@@ -102,6 +104,7 @@ impl Shared {
             admission: admission(&OverloadConfig::default()),
             auth: None,
             auth_cfg: crate::auth::AuthConfig::default(),
+            conn_budget: crate::listener::ConnBudget::from_open_files_limit(),
             rate_limits: crate::ratelimit::RateLimits::default(),
             gateway: Arc::default(),
             queues: std::sync::OnceLock::new(),
