@@ -10,7 +10,9 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use common::*;
 use http::StatusCode;
