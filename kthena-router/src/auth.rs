@@ -565,6 +565,17 @@ mod tests {
     }
 
     #[test]
+    fn scopes_from_scope_and_scp() {
+        let c = |v: Value| v.as_object().unwrap().clone();
+        let p = scopes(&c(
+            serde_json::json!({"scope": " openid  kthena:lora-admin ", "scp": ["a", 3, "b"]}),
+        ));
+        assert_eq!(p, ["openid", "kthena:lora-admin", "a", "b"]);
+        assert_eq!(scopes(&c(serde_json::json!({"scp": "x y"}))), ["x", "y"]);
+        assert!(scopes(&c(serde_json::json!({"scope": 7}))).is_empty());
+    }
+
+    #[test]
     fn jwks_documents() {
         let doc = br#"{"keys":[{"kty":"weird"},{"kty":"EC","crv":"P-256","kid":"k","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}"#;
         let keys = parse_jwks(doc).unwrap();

@@ -108,3 +108,29 @@ fn validate_names_the_field() {
         "listener.maxConnections: must be at least 1"
     );
 }
+
+#[test]
+fn the_connection_budget_follows_the_open_files_limit() {
+    let b = ConnBudget::for_limit(256);
+    assert_eq!((b.size, b.others.available_permits()), (144, 14));
+    let b = ConnBudget::for_limit(1_048_576);
+    assert_eq!((b.size, b.others.available_permits()), (786_384, 78_638));
+    let b = ConnBudget::for_limit(10);
+    assert_eq!((b.size, b.others.available_permits()), (2, 1));
+    let b = ConnBudget::for_limit(usize::MAX);
+    assert_eq!(b.size, Semaphore::MAX_PERMITS);
+}
+
+#[test]
+fn other_listeners_stop_at_their_tenth_and_inference_keeps_the_rest() {
+    let b = ConnBudget::for_limit(104); // 30 connections, 3 for the others.
+    let others: Vec<_> = (0..3).map(|_| b.try_take(false).unwrap()).collect();
+    assert!(b.try_take(false).is_none());
+    let inference: Vec<_> = (0..27).map(|_| b.try_take(true).unwrap()).collect();
+    assert!(b.try_take(true).is_none());
+    drop(others);
+    // A slot an inference connection can take again; the others still wait for theirs.
+    assert!(b.try_take(true).is_some());
+    drop(inference);
+    assert!(b.try_take(false).is_some());
+}
