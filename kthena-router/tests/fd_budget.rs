@@ -95,6 +95,7 @@ async fn idle_metrics_connections_do_not_starve_the_inference_port() {
     // Give the metrics listener time to accept all it may.
     tokio::time::sleep(Duration::from_millis(500)).await;
 
+    let started = tokio::time::Instant::now();
     let url = format!("{base}/v1/chat/completions");
     let mut chats = tokio::task::JoinSet::new();
     for i in 0..20 {
@@ -110,6 +111,11 @@ async fn idle_metrics_connections_do_not_starve_the_inference_port() {
         let (status, _, body) = done.unwrap();
         assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
     }
+    eprintln!(
+        "20 inference requests served in {:?} beside {} idle metrics connections",
+        started.elapsed(),
+        idle.len()
+    );
     // Metrics are still scraped once the idle connections go.
     drop(idle);
     let (status, text) = get(&format!("http://127.0.0.1:{metrics}/metrics")).await;

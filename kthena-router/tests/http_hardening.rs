@@ -138,6 +138,7 @@ async fn lora_admin_bodies_time_out_like_inference_bodies() {
             took >= Duration::from_millis(450) && took < Duration::from_secs(3),
             "{path}: {took:?}"
         );
+        eprintln!("{path}: stalled body answered 408 after {took:?} (bodyReadIdleTimeout 500ms)");
     }
     // A trickle (a byte every 200 ms) is cut at the total time.
     let mut s = stalled(addr, "/v1/unload_lora_adapter", 100, b"{").await;
@@ -217,8 +218,13 @@ async fn buffered_bodies_share_one_budget() {
     );
 
     // One stalled client goes away: its bytes are released at once.
+    let left = Instant::now();
     drop(first);
     until_buffered(&r, 1_000_000.0).await;
+    eprintln!(
+        "a stalled client's bytes released {:?} after it left",
+        left.elapsed()
+    );
     // The other is cut at the idle timeout.
     let resp = read_all(second).await;
     assert_eq!(status_line(&resp), "HTTP/1.1 408 Request Timeout", "{resp}");
