@@ -28,11 +28,11 @@ use tokio::time::Instant;
 
 /// Concurrent streaming clients.
 const STREAMS: usize = 12;
-/// Tokens per answer: about 0.5-1.5 s of decoding per stream at the simulator's default
+/// Tokens per answer: about 1-2 s of decoding per stream at the simulator's default
 /// profile with this many streams.
-const MAX_TOKENS: u32 = 100;
+const MAX_TOKENS: u32 = 200;
 /// Steady load before and after each operation.
-const STEADY: Duration = Duration::from_secs(3);
+const STEADY: Duration = Duration::from_secs(5);
 
 /// A ModelServing `llm` of `replicas` one-pod groups, its engines on `port`, 30 s of
 /// termination grace; a ModelServer and a ModelRoute (model `m-<namespace>`) in front; the
@@ -61,11 +61,7 @@ impl Rollout {
         let path = std::path::Path::new("router.yaml");
         let cfg = kthena_router::Config::from_yaml(path, text)?.validate(path)?;
         let router = kthena_router::Router::start_in_cluster(cfg, ns.client().clone()).await?;
-        let r = Self {
-            env,
-            router,
-            model,
-        };
+        let r = Self { env, router, model };
         r.wait_endpoints(usize::try_from(replicas)?).await?;
         Ok(r)
     }
@@ -125,6 +121,9 @@ fn serving(ns: &str, replicas: i32, port: u16) -> serde_json::Value {
                 "name": "server",
                 "replicas": 1,
                 "entryTemplate": {"spec": {
+                    // Scheduled, as every running pod of a real cluster: the API server
+                    // deletes a pod without a nodeName at once, with no grace period.
+                    "nodeName": "sim",
                     "terminationGracePeriodSeconds": 30,
                     "containers": [{
                         "name": "engine", "image": "vllm/vllm-openai",
@@ -198,7 +197,7 @@ impl Load {
                         "messages": [{"role": "user", "content": format!("client {c} request {i}")}]});
                     sent.fetch_add(1, Ordering::SeqCst);
                     if let Err(e) = stream_once(&http, &url, &body).await {
-                        failures.push(format!("client {c} request {i}: {e}"));
+                        failures.push(format!("client {c} request {i}: {e:#}"));
                     }
                     i += 1;
                 }
@@ -335,7 +334,10 @@ async fn a_pod_deletion_under_streaming_load_fails_no_request() -> Result<()> {
             .await?;
         eventually("the deleted pod replaced", || async {
             let pods = r.pods().await?;
-            Ok((!pods.iter().any(|p| p.metadata.uid.as_ref() == Some(&victim))).then_some(()))
+            Ok((!pods
+                .iter()
+                .any(|p| p.metadata.uid.as_ref() == Some(&victim)))
+            .then_some(()))
         })
         .await?;
         r.wait_endpoints(2).await?;
@@ -363,9 +365,9 @@ async fn a_rolling_update_under_streaming_load_fails_no_request() -> Result<()> 
         .await?;
         eventually("every pod replaced", || async {
             let pods = r.pods().await?;
-            let replaced = pods.iter().all(|p| {
-                !old.iter().any(|o| o.metadata.uid == p.metadata.uid)
-            });
+            let replaced = pods
+                .iter()
+                .all(|p| !old.iter().any(|o| o.metadata.uid == p.metadata.uid));
             Ok((replaced && pods.len() == 2).then_some(()))
         })
         .await?;
@@ -375,7 +377,10 @@ async fn a_rolling_update_under_streaming_load_fails_no_request() -> Result<()> 
     .await?;
     let ms = r.ns().api::<ModelServing>().get("llm").await?;
     let st = ms.status.unwrap_or_default();
-    assert_eq!((st.updated_replicas, st.available_replicas), (Some(2), Some(2)));
+    assert_eq!(
+        (st.updated_replicas, st.available_replicas),
+        (Some(2), Some(2))
+    );
     assert!(WAIT > STEADY);
     r.router.shutdown().await;
     Ok(())
