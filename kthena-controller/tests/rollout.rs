@@ -328,10 +328,19 @@ async fn a_pod_deletion_under_streaming_load_fails_no_request() -> Result<()> {
         .uid
         .context("uid")?;
     under_load(&r, "pod deletion", || async {
+        let t0 = Instant::now();
         r.ns()
             .api::<Pod>()
             .delete(&before[0], &DeleteParams::default())
             .await?;
+        eventually("the deleted pod out of the router's endpoints", || async {
+            Ok((!r.endpoints().contains(&before[0])).then_some(()))
+        })
+        .await?;
+        eprintln!(
+            "the deleted pod left the router's endpoints after {:?}",
+            t0.elapsed()
+        );
         eventually("the deleted pod replaced", || async {
             let pods = r.pods().await?;
             Ok((!pods
