@@ -20,6 +20,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, Buf
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 
 /// The router's `upstreamIdleTimeout` in these tests.
 const IDLE: Duration = Duration::from_millis(500);
@@ -81,10 +82,12 @@ async fn json_head_then_nothing() -> (
     let (tx, rx) = mpsc::unbounded_channel();
     let requests = Arc::new(AtomicUsize::new(0));
     let count = Arc::clone(&requests);
-    tokio::spawn(async move {
+    let tasks = TaskTracker::new();
+    let conns = tasks.clone();
+    tasks.spawn(async move {
         while let Ok((s, _)) = listener.accept().await {
             let (tx, count) = (tx.clone(), Arc::clone(&count));
-            tokio::spawn(async move {
+            conns.spawn(async move {
                 let mut s = BufReader::new(s);
                 while let Some(path) = read_head_and_body(&mut s).await {
                     if path == "/metrics" || path == "/v1/models" {

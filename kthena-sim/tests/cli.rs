@@ -196,7 +196,8 @@ async fn sigterm_drains_the_stream_in_flight_then_exits_0() {
     // About 2 s of decoding at time scale 1.
     let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
                       "max_tokens": 300, "stream": true});
-    let streaming = tokio::spawn(async move { common::stream(&url, &body).await });
+    let mut streaming = tokio::task::JoinSet::new();
+    streaming.spawn(async move { common::stream(&url, &body).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let pid = child.id().unwrap().to_string();
     assert!(
@@ -213,7 +214,7 @@ async fn sigterm_drains_the_stream_in_flight_then_exits_0() {
             .is_err(),
         "a draining engine accepted a new connection"
     );
-    let (status, events, clean) = streaming.await.unwrap();
+    let (status, events, clean) = streaming.join_next().await.unwrap().unwrap();
     assert_eq!(status, 200);
     assert!(clean, "the stream was cut after {} events", events.len());
     assert_eq!(events.last().map(String::as_str), Some("[DONE]"));

@@ -1,5 +1,6 @@
 //! Graceful shutdown of one engine (`SimHandle::drain`, the standalone binary's SIGTERM):
 //! what vLLM does with `--shutdown-timeout`: no new work, what is in flight finishes.
+#![allow(clippy::unwrap_used, reason = "tests fail on any unexpected error")]
 
 mod common;
 
@@ -10,17 +11,21 @@ use common::{cfg, stream};
 use http_body_util::{BodyExt as _, Full};
 use hyper_util::rt::TokioIo;
 use serde_json::json;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 /// A kept-alive HTTP/1.1 connection to `addr`, opened before the drain.
 async fn open_connection(
     addr: std::net::SocketAddr,
+    tasks: &mut JoinSet<()>,
 ) -> hyper::client::conn::http1::SendRequest<Full<Bytes>> {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
         .await
         .unwrap();
-    tokio::spawn(conn);
+    tasks.spawn(async move {
+        let _ = conn.await;
+    });
     send
 }
 
@@ -37,9 +42,11 @@ async fn drain_finishes_the_stream_in_flight_and_takes_no_new_work() {
     let sim = std::sync::Arc::new(kthena_sim::spawn(cfg().with_time_scale(1.0)).await.unwrap());
     let addr = sim.addr();
     let url = format!("{}/v1/chat/completions", sim.base_url());
-    let mut kept = open_connection(addr).await;
+    let mut conns = JoinSet::new();
+    let mut kept = open_connection(addr, &mut conns).await;
     // About 1.5 s of decoding at the default profile.
-    let streaming = tokio::spawn({
+    let mut streaming = JoinSet::new();
+    streaming.spawn({
         let url = url.clone();
         async move { stream(&url, &chat(150, true)).await }
     });
@@ -51,7 +58,8 @@ async fn drain_finishes_the_stream_in_flight_and_takes_no_new_work() {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let drain = tokio::spawn({
+    let mut drain = JoinSet::new();
+    drain.spawn({
         let sim = std::sync::Arc::clone(&sim);
         async move { sim.drain(Duration::from_secs(30)).await }
     });
@@ -76,11 +84,12 @@ async fn drain_finishes_the_stream_in_flight_and_takes_no_new_work() {
         // The idle connection was closed by the drain before the request went out.
         Err(e) => assert!(e.is_closed() || e.is_canceled(), "{e}"),
     }
-    let (status, events, clean) = streaming.await.unwrap();
+    let (status, events, clean) = streaming.join_next().await.unwrap().unwrap();
     assert_eq!(status, 200);
     assert!(clean, "the stream was cut after {} events", events.len());
     assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
-    assert!(drain.await.unwrap(), "the drain reported requests left");
+    let drained = drain.join_next().await.unwrap().unwrap();
+    assert!(drained, "the drain reported requests left");
 }
 
 /// Past the grace, the drain kills the engine: the stream is cut, the drain says so.
@@ -88,7 +97,8 @@ async fn drain_finishes_the_stream_in_flight_and_takes_no_new_work() {
 async fn drain_cuts_what_is_left_at_the_grace() {
     let sim = std::sync::Arc::new(kthena_sim::spawn(cfg().with_time_scale(1.0)).await.unwrap());
     let url = format!("{}/v1/chat/completions", sim.base_url());
-    let streaming = tokio::spawn(async move { stream(&url, &chat(2000, true)).await });
+    let mut streaming = JoinSet::new();
+    streaming.spawn(async move { stream(&url, &chat(2000, true)).await });
     let t0 = Instant::now();
     while sim.in_flight() == 0 {
         assert!(
@@ -104,7 +114,7 @@ async fn drain_cuts_what_is_left_at_the_grace() {
         took >= Duration::from_millis(300) && took < Duration::from_secs(3),
         "{took:?}"
     );
-    let (status, events, clean) = streaming.await.unwrap();
+    let (status, events, clean) = streaming.join_next().await.unwrap().unwrap();
     assert_eq!(status, 200);
     assert!(
         !clean,

@@ -23,14 +23,14 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// A pod on `node` serving `m` at `port` (time scale 1: about 10 ms per token), with
 /// `grace` seconds of termination grace and `pre_stop` as the engine's `preStop` hook.
-fn pod(name: &str, node: &str, port: u16, grace: i64, pre_stop: serde_json::Value) -> Result<Pod> {
+fn pod(name: &str, node: &str, port: u16, grace: i64, pre_stop: &serde_json::Value) -> Result<Pod> {
     let mut container = json!({
         "name": "engine", "image": "vllm/vllm-openai",
         "args": ["--model", "m", "--port", port.to_string()],
         "ports": [{"containerPort": port}],
     });
     if !pre_stop.is_null() {
-        container["lifecycle"] = json!({"preStop": pre_stop});
+        container["lifecycle"] = json!({ "preStop": pre_stop });
     }
     Ok(serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -85,11 +85,12 @@ async fn start_stream(
     ip: IpAddr,
     port: u16,
     max_tokens: u32,
-) -> tokio::task::JoinHandle<(u16, Vec<String>, bool)> {
+) -> tokio::task::JoinSet<(u16, Vec<String>, bool)> {
     let url = format!("http://{ip}:{port}/v1/chat/completions");
     let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
                       "max_tokens": max_tokens, "stream": true});
-    let handle = tokio::spawn(async move { common::stream(&url, &body).await });
+    let mut handle = tokio::task::JoinSet::new();
+    handle.spawn(async move { common::stream(&url, &body).await });
     // The first bytes of the stream are out once the engine answered a second request.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(node.engine_addr(ns, "p").is_some());
@@ -106,14 +107,14 @@ async fn a_deleted_pod_finishes_its_stream_refuses_new_work_then_goes() -> Resul
     let port = 8140;
     api.create(
         &PostParams::default(),
-        &pod("p", &node_name, port, 30, json!(null))?,
+        &pod("p", &node_name, port, 30, &json!(null))?,
     )
     .await?;
     let p = wait_ready(&api, "p", "True").await?;
     let ip = pod_ip(&p)?;
     let uid = p.metadata.uid.clone().context("uid")?;
     // About 2.5 s of decoding.
-    let streaming = start_stream(&node, ns.name(), ip, port, 250).await;
+    let mut streaming = start_stream(&node, ns.name(), ip, port, 250).await;
     let t0 = Instant::now();
     api.delete("p", &DeleteParams::default()).await?;
     let p = wait_ready(&api, "p", "False").await?;
@@ -126,7 +127,7 @@ async fn a_deleted_pod_finishes_its_stream_refuses_new_work_then_goes() -> Resul
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let (status, events, clean) = streaming.await?;
+    let (status, events, clean) = streaming.join_next().await.context("no stream task")??;
     let stream_done = t0.elapsed();
     assert_eq!(status, 200);
     assert!(clean, "the stream was cut after {} events", events.len());
@@ -153,13 +154,13 @@ async fn pre_stop_runs_first_and_the_grace_period_bounds_the_termination() -> Re
     let pre_stop = json!({"httpGet": {"host": "127.0.0.1", "port": hook_port, "path": "/drain"}});
     api.create(
         &PostParams::default(),
-        &pod("p", &node_name, port, 2, pre_stop)?,
+        &pod("p", &node_name, port, 2, &pre_stop)?,
     )
     .await?;
     let p = wait_ready(&api, "p", "True").await?;
     let ip = pod_ip(&p)?;
     let uid = p.metadata.uid.clone().context("uid")?;
-    let streaming = start_stream(&node, ns.name(), ip, port, 2000).await;
+    let mut streaming = start_stream(&node, ns.name(), ip, port, 2000).await;
     let t0 = Instant::now();
     api.delete("p", &DeleteParams::default()).await?;
     let (mut conn, _) = tokio::time::timeout(WAIT, hook.accept()).await??;
@@ -176,7 +177,7 @@ async fn pre_stop_runs_first_and_the_grace_period_bounds_the_termination() -> Re
     assert_eq!(code, 200, "{body}");
     tokio::time::timeout(WAIT, await_condition(api.clone(), "p", is_deleted(&uid))).await??;
     let gone = t0.elapsed();
-    let (status, events, clean) = streaming.await?;
+    let (status, events, clean) = streaming.join_next().await.context("no stream task")??;
     assert_eq!(status, 200);
     assert!(
         !clean,
