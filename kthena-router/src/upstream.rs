@@ -270,6 +270,7 @@ async fn exchange(
             Ok(resp.map(|incoming| UpBody {
                 incoming,
                 driver: Some(driver),
+                ahead: None,
             }))
         }
         Err(mut e) => {
@@ -316,6 +317,8 @@ impl Driver {
 pub(crate) struct UpBody {
     incoming: Incoming,
     driver: Option<Driver>,
+    /// A poll's result read ahead by [`UpBody::wait_first_frame`], returned by the next poll.
+    ahead: Option<Option<Result<Frame<Bytes>, hyper::Error>>>,
 }
 
 impl std::fmt::Debug for UpBody {
@@ -333,6 +336,7 @@ impl From<Incoming> for UpBody {
         Self {
             incoming,
             driver: None,
+            ahead: None,
         }
     }
 }
@@ -341,6 +345,23 @@ impl UpBody {
     fn release(&mut self) {
         if let Some(d) = self.driver.take() {
             d.release();
+        }
+    }
+
+    /// Waits up to `timeout` for the body's first frame (or its end, or an error), which the
+    /// next poll then returns; false when nothing came in time (an engine that hung after its
+    /// headers).
+    pub(crate) async fn wait_first_frame(&mut self, timeout: Duration) -> bool {
+        if self.ahead.is_some() {
+            return true;
+        }
+        let next = poll_fn(|cx| Pin::new(&mut *self).poll_frame(cx));
+        match tokio::time::timeout(timeout, next).await {
+            Ok(r) => {
+                self.ahead = Some(r);
+                true
+            }
+            Err(_) => false,
         }
     }
 }
@@ -354,6 +375,9 @@ impl Body for UpBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = &mut *self;
+        if let Some(r) = this.ahead.take() {
+            return Poll::Ready(r);
+        }
         if let Some(d) = this.driver.as_mut() {
             d.drive(cx);
         }
@@ -370,11 +394,27 @@ impl Body for UpBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.incoming.is_end_stream()
+        match &self.ahead {
+            Some(r) => r.is_none(),
+            None => self.incoming.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.incoming.size_hint()
+        let rest = self.incoming.size_hint();
+        let ahead = match &self.ahead {
+            None => return rest,
+            Some(None) => return SizeHint::with_exact(0),
+            Some(Some(Ok(f))) => f.data_ref().map_or(0, |d| d.len() as u64),
+            Some(Some(Err(_))) => 0,
+        };
+        // The frame read ahead is still to come.
+        let mut hint = SizeHint::new();
+        hint.set_lower(rest.lower() + ahead);
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper + ahead);
+        }
+        hint
     }
 }
 

@@ -17,6 +17,11 @@ use tracing_subscriber::EnvFilter;
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    /// Seconds that in-flight requests get to finish on SIGTERM or Ctrl-C (vLLM's
+    /// `--shutdown-timeout`): new connections are refused and new requests answered 503 at
+    /// once; what is still open after this is cut.
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    shutdown_timeout: f64,
     #[command(flatten)]
     config: kthena_sim::Config,
 }
@@ -64,7 +69,7 @@ fn main() -> ExitCode {
             rt.block_on(async {
                 match cli.command {
                     Some(Command::Node(args)) => run_node(args).await,
-                    None => run(cli.config).await,
+                    None => run(cli.config, cli.shutdown_timeout).await,
                 }
             })
         });
@@ -78,13 +83,31 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(config: kthena_sim::Config) -> anyhow::Result<()> {
+async fn run(config: kthena_sim::Config, shutdown_timeout: f64) -> anyhow::Result<()> {
+    let grace = std::time::Duration::try_from_secs_f64(shutdown_timeout)
+        .map_err(|e| anyhow::anyhow!("--shutdown-timeout {shutdown_timeout}: {e}"))?;
     let sim = kthena_sim::spawn(config).await?;
     tracing::info!(addr = %sim.addr(), model = sim.model(), kv_events_port = ?sim.kv_events_port(), "Engine simulator started.");
-    tokio::signal::ctrl_c().await?;
-    tracing::info!("Shutting down.");
-    sim.shutdown(std::time::Duration::from_secs(5)).await;
+    stop_signal().await?;
+    tracing::info!(in_flight = sim.in_flight(), "Shutting down: draining.");
+    if sim.drain(grace).await {
+        tracing::info!("Drained.");
+    } else {
+        tracing::warn!(
+            ?grace,
+            "Requests still open at the shutdown timeout were cut."
+        );
+    }
     Ok(())
+}
+
+/// SIGTERM or SIGINT (Ctrl-C).
+async fn stop_signal() -> std::io::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r,
+        _ = term.recv() => Ok(()),
+    }
 }
 
 async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
@@ -107,7 +130,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         },
     );
     tracing::info!("Simulated node started.");
-    tokio::signal::ctrl_c().await?;
+    stop_signal().await?;
     tracing::info!("Shutting down.");
     node.stop().await;
     Ok(())

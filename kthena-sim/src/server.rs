@@ -1,7 +1,7 @@
 //! Starting simulators in-process: [`spawn`], [`spawn_many`] and [`SimHandle`].
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,6 +33,11 @@ pub struct SimHandle {
     tracker: TaskTracker,
     /// Stops accepting connections.
     stop_accept: CancellationToken,
+    /// Asks every open connection to finish its request in flight and close (hyper's
+    /// graceful shutdown: idle kept-alive connections close at once).
+    drain: CancellationToken,
+    /// The connections being served (each holds a token of this tracker).
+    conns: TaskTracker,
     /// Aborts every task, open connections included.
     kill: CancellationToken,
     /// TCP ports held (not served) so that in-memory addresses stay unique.
@@ -82,21 +87,33 @@ impl SimHandle {
         self.tracker.wait().await;
     }
 
-    /// Stops accepting connections, waits up to `grace` (wall time) for in-flight generation
-    /// requests to finish, then stops everything.
-    pub async fn shutdown(self, grace: Duration) {
+    /// Generation requests in flight (admitted and not finished), as the engine's own
+    /// `vllm:num_requests_running` plus `vllm:num_requests_waiting`.
+    #[must_use]
+    pub fn in_flight(&self) -> usize {
+        self.shared.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// What vLLM does on SIGTERM with `--shutdown-timeout` `grace`: stops taking new work and
+    /// finishes what it has, then stops. At once: the listener closes (new connections are
+    /// refused), idle kept-alive connections close, a request that still arrives on an open
+    /// connection is answered 503 `The server is shutting down` and that connection closes
+    /// after its answer; requests already admitted go on to their end (streams to
+    /// `[DONE]`). Returns true when every connection finished within `grace` (wall time);
+    /// then, or at `grace`, the engine is killed (what is still open is reset).
+    pub async fn drain(&self, grace: Duration) -> bool {
+        self.shared.draining.store(true, Ordering::SeqCst);
         self.stop_accept.cancel();
-        let deadline = tokio::time::Instant::now() + grace;
-        loop {
-            let idle = self.shared.idle.notified();
-            if self.shared.in_flight.load(Ordering::SeqCst) == 0 {
-                break;
-            }
-            if tokio::time::timeout_at(deadline, idle).await.is_err() {
-                break;
-            }
-        }
-        self.kill().await;
+        self.drain.cancel();
+        self.conns.close();
+        let done = tokio::time::timeout(grace, self.conns.wait()).await.is_ok();
+        self.kill_shared().await;
+        done
+    }
+
+    /// [`SimHandle::drain`], consuming the handle.
+    pub async fn shutdown(self, grace: Duration) {
+        self.drain(grace).await;
     }
 }
 
@@ -172,33 +189,32 @@ async fn start(config: Config, net: Option<&kthena_memnet::MemNet>) -> Result<Si
     let addr = listener.local_addr().map_err(bind_err)?;
     let tracker = TaskTracker::new();
     let kill = CancellationToken::new();
-    let stop_accept = kill.child_token();
     let mut reserved = Vec::new();
     let (events_tx, kv_events_port) =
         start_kv_events(&config, &tracker, &kill, net, &mut reserved).await?;
     let shared = shared_state(config, addr, tokenizer, events_tx, &tracker, &kill);
-    let app = api::router(Arc::clone(&shared));
+    let acceptor = Acceptor {
+        app: api::router(Arc::clone(&shared)),
+        tracker: tracker.clone(),
+        conns: TaskTracker::new(),
+        stop: kill.child_token(),
+        drain: kill.child_token(),
+        kill: kill.clone(),
+    };
+    let (stop_accept, drain, conns) = (
+        acceptor.stop.clone(),
+        acceptor.drain.clone(),
+        acceptor.conns.clone(),
+    );
     match net {
-        None => tracker.spawn(accept_loop(
-            listener,
-            app,
-            tracker.clone(),
-            kill.clone(),
-            stop_accept.clone(),
-        )),
+        None => tracker.spawn(acceptor.tcp(listener)),
         Some(net) => {
             let mem = net.listen(addr).map_err(|e| Error::Bind {
                 addr,
                 source: e.into(),
             })?;
             reserved.push(listener);
-            tracker.spawn(accept_memory(
-                mem,
-                app,
-                tracker.clone(),
-                kill.clone(),
-                stop_accept.clone(),
-            ))
+            tracker.spawn(acceptor.memory(mem))
         }
     };
     Ok(SimHandle {
@@ -207,6 +223,8 @@ async fn start(config: Config, net: Option<&kthena_memnet::MemNet>) -> Result<Si
         shared,
         tracker,
         stop_accept,
+        drain,
+        conns,
         kill,
         _reserved: reserved,
     })
@@ -258,6 +276,7 @@ fn shared_state(
         next_id: AtomicU64::new(0),
         in_flight: AtomicUsize::new(0),
         idle: Notify::new(),
+        draining: AtomicBool::new(false),
         rooms_done: Mutex::new(Vec::new()),
         room_notify: Notify::new(),
     })
@@ -309,57 +328,81 @@ async fn start_kv_events(
     Ok((Some(tx), Some(bound)))
 }
 
-/// Accepts connections on `listener` until `stop` (each served by `app` on `tracker`, with
-/// TCP_NODELAY, until `kill`).
-async fn accept_loop(
-    listener: TcpListener,
+/// What serves the accepted connections of one engine.
+struct Acceptor {
     app: axum::Router,
+    /// Every task of the engine.
     tracker: TaskTracker,
-    kill: CancellationToken,
+    /// The connections alone (what [`SimHandle::drain`] waits for).
+    conns: TaskTracker,
+    /// Stops accepting.
     stop: CancellationToken,
-) {
-    loop {
-        let (stream, _) = tokio::select! {
-            biased;
-            () = stop.cancelled() => return,
-            r = listener.accept() => match r {
-                Ok(conn) => conn,
-                Err(e) => {
-                    tracing::warn!(error = %e, "Accept failed.");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        tracker.spawn(serve_connection(stream, app.clone(), kill.clone()));
+    /// Graceful shutdown of every open connection.
+    drain: CancellationToken,
+    /// Aborts every connection.
+    kill: CancellationToken,
+}
+
+impl Acceptor {
+    /// Accepts connections on `listener` until `stop` (each served with TCP_NODELAY), then
+    /// drops the listener: new connections are refused.
+    async fn tcp(self, listener: TcpListener) {
+        loop {
+            let (stream, _) = tokio::select! {
+                biased;
+                () = self.stop.cancelled() => return,
+                r = listener.accept() => match r {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Accept failed.");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                },
+            };
+            let _ = stream.set_nodelay(true);
+            self.serve(stream);
+        }
+    }
+
+    /// [`Acceptor::tcp`] on an in-memory listener.
+    async fn memory(self, mut listener: kthena_memnet::MemListener) {
+        loop {
+            let stream = tokio::select! {
+                biased;
+                () = self.stop.cancelled() => return,
+                r = listener.accept() => match r {
+                    Some(s) => s,
+                    None => return,
+                },
+            };
+            self.serve(stream);
+        }
+    }
+
+    /// Serves one connection (HTTP/1.1 or h2c) on the engine's tracker, counted in `conns`.
+    fn serve<T>(&self, stream: T)
+    where
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let token = self.conns.token();
+        let (app, drain, kill) = (self.app.clone(), self.drain.clone(), self.kill.clone());
+        self.tracker.spawn(async move {
+            serve_connection(stream, app, drain, kill).await;
+            drop(token);
+        });
     }
 }
 
-/// [`accept_loop`] on an in-memory listener.
-async fn accept_memory(
-    mut listener: kthena_memnet::MemListener,
+/// Serves one connection with `app` until it ends or `kill`; on `drain`, hyper's graceful
+/// shutdown: an idle connection closes at once, a busy one after its answer (HTTP/1.1
+/// without keep-alive; HTTP/2 with GOAWAY).
+async fn serve_connection<T>(
+    stream: T,
     app: axum::Router,
-    tracker: TaskTracker,
+    drain: CancellationToken,
     kill: CancellationToken,
-    stop: CancellationToken,
-) {
-    loop {
-        let stream = tokio::select! {
-            biased;
-            () = stop.cancelled() => return,
-            r = listener.accept() => match r {
-                Some(s) => s,
-                None => return,
-            },
-        };
-        tracker.spawn(serve_connection(stream, app.clone(), kill.clone()));
-    }
-}
-
-/// Serves one connection (HTTP/1.1 or h2c) with `app` until it ends or `kill`.
-async fn serve_connection<T>(stream: T, app: axum::Router, kill: CancellationToken)
-where
+) where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
@@ -367,12 +410,21 @@ where
     });
     let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     let conn = builder.serve_connection(TokioIo::new(stream), svc);
-    tokio::select! {
-        biased;
-        () = kill.cancelled() => {}
-        r = conn => {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "Connection ended with an error.");
+    let mut conn = std::pin::pin!(conn);
+    let mut draining = false;
+    loop {
+        tokio::select! {
+            biased;
+            () = kill.cancelled() => return,
+            () = drain.cancelled(), if !draining => {
+                draining = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "Connection ended with an error.");
+                }
+                return;
             }
         }
     }

@@ -29,6 +29,7 @@ fn help_documents_every_knob_and_default() {
         ("--kv-events-port", None),
         ("--kv-events-format", Some("map")),
         ("--kv-events-topic", None),
+        ("--shutdown-timeout", Some("5")),
         ("--lora-modules", None),
         ("--max-body-bytes", Some("67108864")),
         ("--max-num-seqs", Some("1024")),
@@ -154,4 +155,72 @@ fn config_errors_print_one_line_and_exit_64() {
         String::from_utf8(out.stderr).unwrap(),
         format!("error: cannot bind 127.0.0.1:{port}: Address already in use (os error 98)\n")
     );
+}
+
+/// SIGTERM drains, as vLLM with `--shutdown-timeout`: the stream in flight ends with
+/// `[DONE]`, new connections are refused meanwhile, and the process exits 0 once it is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_the_stream_in_flight_then_exits_0() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = tokio::process::Command::new(BIN)
+        .args([
+            "--port",
+            &port.to_string(),
+            "--model",
+            "m",
+            "--shutdown-timeout",
+            "30",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut up = false;
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(up, "kthena-sim did not start");
+    let url = format!("http://127.0.0.1:{port}/v1/chat/completions");
+    // About 2 s of decoding at time scale 1.
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                      "max_tokens": 300, "stream": true});
+    let mut streaming = tokio::task::JoinSet::new();
+    streaming.spawn(async move { common::stream(&url, &body).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pid = child.id().unwrap().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err(),
+        "a draining engine accepted a new connection"
+    );
+    let (status, events, clean) = streaming.join_next().await.unwrap().unwrap();
+    assert_eq!(status, 200);
+    assert!(clean, "the stream was cut after {} events", events.len());
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let exit = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("kthena-sim did not exit after draining")
+        .unwrap();
+    assert_eq!(exit.code(), Some(0));
 }

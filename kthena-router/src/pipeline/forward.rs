@@ -283,6 +283,20 @@ impl Plan {
                 stop,
             });
         }
+        let mut resp = resp;
+        if let Some(t) = self.hung_after_head(&mut resp).await {
+            // The client gets 504 rather than a 200 head whose body then breaks; dropping
+            // the answer closes the engine connection.
+            self.acct.attempt_failed();
+            drop(guard);
+            done.scheduler.on_completed(&done.done, false);
+            self.acct.upstream_end();
+            self.breaker_result(ep, false);
+            return Err(Error::UpstreamTimeout {
+                endpoint: ep.name.clone(),
+                timeout: t,
+            });
+        }
         self.acct.answered(guard, done);
         let injected = self.body.injected_usage;
         Ok(Step::Answer(stream_response(
@@ -292,6 +306,17 @@ impl Plan {
             injected,
             &self.shared,
         )))
+    }
+
+    /// For a non-streamed answer (neither the request nor the answer's `Content-Type` is a
+    /// stream), waits up to `upstreamIdleTimeout` for its body to begin before the head goes
+    /// to the client; `Some(timeout)` when it did not (the engine hung after its headers).
+    async fn hung_after_head(&self, resp: &mut Response<UpBody>) -> Option<Duration> {
+        let t = self.shared.upstream_idle_timeout?;
+        if self.parsed.req.stream || is_stream_type(resp.headers()) {
+            return None;
+        }
+        (!resp.body_mut().wait_first_frame(t).await).then_some(t)
     }
 
     /// Feeds `ep`'s breaker and exports a state change.
@@ -384,13 +409,7 @@ pub(crate) fn stream_response(
 ) -> Response<RespBody> {
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    let sse = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.starts_with("text/event-stream") || v.starts_with("application/x-ndjson")
-        });
+    let sse = is_stream_type(&parts.headers);
     if parsed.stream || sse {
         parts.headers.remove(header::CONTENT_LENGTH);
     }
@@ -400,6 +419,15 @@ pub(crate) fn stream_response(
         .with_idle_timeout(shared.upstream_idle_timeout)
         .with_drain_cut(shared.drain_cut.clone());
     Response::from_parts(parts, BodyExt::boxed_unsync(body))
+}
+
+/// Whether an answer's `Content-Type` is a stream (SSE or NDJSON).
+fn is_stream_type(h: &HeaderMap) -> bool {
+    h.get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.starts_with("text/event-stream") || v.starts_with("application/x-ndjson")
+        })
 }
 
 /// The hop-by-hop headers of RFC 9110 section 7.6.1 (and `keep-alive`), as header names so

@@ -2,6 +2,7 @@
 //! submitting it to the engine, and answering with a whole JSON body or an SSE stream.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -65,6 +66,14 @@ pub(super) async fn submit(
     s: &Arc<Shared>,
     g: &Gen,
 ) -> Result<(InFlight, mpsc::UnboundedReceiver<Output>), Response> {
+    if s.draining.load(Ordering::SeqCst) {
+        // vLLM with `--shutdown-timeout`: new requests are rejected once shutdown began.
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "The server is shutting down",
+        )
+        .into_response());
+    }
     let guard = InFlight::new(s);
     if let Some(status) = injected_error(s) {
         return Err(ApiError::new(status, format!("Injected fault: {status}")).into_response());

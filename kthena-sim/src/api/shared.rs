@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -39,6 +39,8 @@ pub(crate) struct Shared {
     /// Generation requests in flight (for graceful shutdown).
     pub(crate) in_flight: AtomicUsize,
     pub(crate) idle: Notify,
+    /// Set by [`crate::SimHandle::drain`]: new generation requests are refused with 503.
+    pub(crate) draining: AtomicBool,
     /// SGLang prefill side: bootstrap rooms whose prefill finished.
     pub(crate) rooms_done: Mutex<Vec<u64>>,
     pub(crate) room_notify: Notify,

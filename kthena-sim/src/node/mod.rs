@@ -20,12 +20,17 @@
 //!   `--model` or `--port`.
 //!
 //! An engine that stops answering `/health` is reported the same way as an exit (code 1). A
-//! pod with a `deletionTimestamp` has its engine stopped, then is deleted with grace period 0
-//! (there is no kubelet to finish the deletion). Stopping the node stops the engines and
-//! leaves the pods as they are.
+//! pod with a `deletionTimestamp` is terminated as a kubelet does: it turns NotReady, the
+//! engine container's `preStop` hook runs (`httpGet` against the engine, `sleep`, a `sleep N`
+//! or ModelBooster's drain command; other commands are not run), then the engine drains (no
+//! new work, in-flight requests finish), all within the pod's grace period (the engine is
+//! killed at its end); then the pod is deleted with grace period 0 (there is no kubelet to
+//! finish the deletion). Stopping the node stops the engines and leaves the pods as they
+//! are.
 
 mod addr;
 mod pod;
+mod stop;
 mod supervisor;
 
 use std::collections::{HashMap, HashSet};

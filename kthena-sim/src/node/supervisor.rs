@@ -1,5 +1,6 @@
 //! One task per pod: starts its engine, writes its status, follows its annotations, notices
-//! the engine's exit, and removes the pod once it is deleting.
+//! the engine's exit, and terminates the pod as a kubelet does once it is deleting (not
+//! Ready, `preStop`, the engine drained within the grace period, then removed).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -19,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::addr::{Lease, spawn_on_free_ip};
 use super::pod::{engine_config, exit_requested, ready_wanted, running_status, terminated_status};
+use super::stop;
 use crate::config::Config;
 use crate::server::SimHandle;
 
@@ -86,9 +88,15 @@ pub(super) async fn supervise(
     loop {
         let pod = pods.borrow_and_update().clone();
         if pod.metadata.deletion_timestamp.is_some() {
-            run.stop_engine().await;
-            delete_now(&run.api, &pod).await;
-            return;
+            let terminated = tokio::select! {
+                () = cancel.cancelled() => false,
+                () = run.terminate_gracefully(&pod) => true,
+            };
+            if terminated {
+                delete_now(&run.api, &pod).await;
+                return;
+            }
+            break;
         }
         run.sync(&pod).await;
         tokio::select! {
@@ -175,6 +183,34 @@ impl PodRun {
             self.terminate(pod, 1, "the engine stopped answering /health")
                 .await;
         }
+    }
+
+    /// A kubelet's pod termination, within the pod's grace period: the pod turns NotReady
+    /// (the podIP stays), the engine container's `preStop` hook runs, then the engine gets
+    /// the equivalent of SIGTERM ([`SimHandle::drain`]: no new work, what is in flight
+    /// finishes) and is killed at the end of the grace period if it is not done.
+    async fn terminate_gracefully(&mut self, pod: &Pod) {
+        let deadline = tokio::time::Instant::now() + stop::grace_period(pod);
+        let Some(engine) = &self.engine else { return };
+        let handle = Arc::clone(&engine.handle);
+        let key = engine.key.clone();
+        let status = running_status(pod, handle.addr().ip(), false, &self.started, &now());
+        if patch_status(&self.api, &self.name, &status).await {
+            self.ready_written = Some(false);
+        }
+        if let Some(hook) = stop::pre_stop(pod) {
+            let ran = tokio::time::timeout_at(deadline, stop::run(&hook, &handle, &key)).await;
+            if ran.is_err() {
+                tracing::warn!(pod = %key, ?hook, "preStop hook still running at the end of the grace period.");
+            }
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if handle.drain(left).await {
+            tracing::info!(pod = %key, "Engine drained.");
+        } else {
+            tracing::warn!(pod = %key, grace = ?stop::grace_period(pod), "Engine killed at the end of the grace period.");
+        }
+        self.stop_engine().await;
     }
 
     /// Stops the engine and writes the containers as terminated with `exit_code`.
