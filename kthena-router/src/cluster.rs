@@ -231,6 +231,7 @@ impl Rebuilder {
             "Routing snapshot rebuilt"
         );
         self.shared.metrics.config_warnings(&snap.warnings);
+        self.warn_unattached(&snap.route_objects);
         let snap = Arc::new(snap);
         self.shared.store_snapshot(Arc::clone(&snap));
         crate::provider::status::write_all(&self.client, &provider_objects, &snap.providers).await;
@@ -249,6 +250,36 @@ impl Rebuilder {
             self.shared.synced.store(true, Ordering::Release);
         } else {
             tasks.spawn(scrape);
+        }
+    }
+}
+
+impl Rebuilder {
+    /// Gateway API mode: logs once per `resourceVersion` each ModelRoute no served Gateway
+    /// listener takes (it answers 404 for every request through the Gateways; the 404 says
+    /// why too). Nothing before the Gateway reflectors first compiled.
+    fn warn_unattached(&mut self, routes: &[ModelRoute]) {
+        let Some(gw) = self.shared.gateway.load_full() else {
+            return;
+        };
+        for r in routes {
+            let m = &r.metadata;
+            let ns = m.namespace.as_deref().unwrap_or("default");
+            let Some(reason) = crate::gateway::unattached(&gw, ns, &r.spec.parent_refs) else {
+                continue;
+            };
+            let id = format!(
+                "unattached ModelRoute {ns}/{}@{}",
+                m.name.as_deref().unwrap_or(""),
+                m.resource_version.as_deref().unwrap_or("")
+            );
+            if self.warned.insert(id) {
+                tracing::warn!(
+                    route = %format!("{ns}/{}", m.name.as_deref().unwrap_or("")),
+                    %reason,
+                    "ModelRoute is not attached to any Gateway listener: it serves no request"
+                );
+            }
         }
     }
 }

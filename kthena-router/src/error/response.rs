@@ -32,6 +32,7 @@ impl Error {
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::ModelNotFound { .. }
             | Self::NoRuleMatched { .. }
+            | Self::RouteNotAttached { .. }
             | Self::ServerNotFound { .. }
             | Self::ProviderNotFound { .. }
             | Self::NoMatchingListener
@@ -166,7 +167,9 @@ impl Error {
             Self::PromptNotFound => "missing_prompt",
             Self::BodyRead { .. } => "body_read_error",
             Self::BodyTimeout { .. } => "request_timeout",
-            Self::ModelNotFound { .. } | Self::NoRuleMatched { .. } => "model_not_found",
+            Self::ModelNotFound { .. }
+            | Self::NoRuleMatched { .. }
+            | Self::RouteNotAttached { .. } => "model_not_found",
             Self::ServerNotFound { .. } => "model_server_not_found",
             Self::NoMatchingListener => "no_matching_listener",
             Self::PoolNotFound { .. } => "inference_pool_not_found",
@@ -211,6 +214,7 @@ impl Error {
             Self::MissingModel
             | Self::ModelNotFound { .. }
             | Self::NoRuleMatched { .. }
+            | Self::RouteNotAttached { .. }
             | Self::LoraAdapterNotLoaded { .. } => Some("model"),
             Self::InvalidField { param, .. } => Some(param),
             _ => None,
@@ -235,7 +239,7 @@ impl Error {
             }
             Self::NoPoolBackend { .. } => "inference_pool_selection",
             Self::PoolNotFound { .. } => "inference_pool_discovery",
-            Self::NoRuleMatched { .. } => "model_route_matching",
+            Self::NoRuleMatched { .. } | Self::RouteNotAttached { .. } => "model_route_matching",
             Self::ServerNotFound { .. }
             | Self::NoReadyEndpoint { .. }
             | Self::LoraAdapterNotLoaded { .. }
