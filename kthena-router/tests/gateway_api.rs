@@ -457,6 +457,8 @@ async fn other_ports_parent_refs_and_namespace_selectors() {
 
     // The bound route serves on the side Gateway's port only.
     until_at(&r, &side, "x", path, &bound, 200).await;
+    // The default Gateway (which the router creates at start) may come after the side one.
+    until(&r, "x", path, &bound, 404).await;
     let (status, body) = ask(&r, "x", path, &bound).await;
     assert_eq!(status, 404, "{body}");
     assert_eq!(
@@ -531,7 +533,16 @@ async fn a_model_route_outside_the_gateway_namespace_is_reported_not_attached() 
     r.wait_endpoints(&a, "ms", &["pod-a"], Duration::from_secs(10))
         .await;
     let path = "/v1/chat/completions";
-    let (status, body) = ask(&r, "x", path, &model).await;
+    // Until the Gateway reflectors have listed, the router routes as outside Gateway API
+    // mode, then finds no listener (`/readyz` does not wait for them).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (status, body) = loop {
+        let (status, body) = ask(&r, "x", path, &model).await;
+        if body["error"]["code"] == "model_not_found" || Instant::now() > deadline {
+            break (status, body);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(status, 404, "{body}");
     assert_eq!(
         body["error"]["message"],
