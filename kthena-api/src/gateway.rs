@@ -22,6 +22,7 @@ use crate::networking::ParentReference;
     version = "v1",
     kind = "GatewayClass",
     plural = "gatewayclasses",
+    status = "GatewayClassStatus",
     derive = "PartialEq",
     derive = "Default",
     doc = "GatewayClass names the controller of a class of Gateways (Gateway API)."
@@ -30,6 +31,16 @@ use crate::networking::ParentReference;
 pub struct GatewayClassSpec {
     /// Controller name, `volcano.sh/kthena-router` for Kthena.
     pub controller_name: String,
+}
+
+/// Status of a `GatewayClass`: its conditions (`Accepted`, written by its controller).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayClassStatus {
+    /// `Accepted` (the API server defaults it to `Unknown`/`Pending` until a controller
+    /// writes it).
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
 }
 
 /// Spec of a `Gateway`: its class and listeners.

@@ -9,29 +9,26 @@
 //! `workloadSelector.matchLabels` selects it, at `podIP:workloadPort` (the port of the first
 //! such ModelServer by `namespace/name`). Pods no ModelServer selects are not endpoints.
 //!
-//! Watch errors back off (kube-rs's default: exponential from 0.8 s to 30 s) and re-list;
-//! the stores keep their last state meanwhile, so the router keeps serving the last
-//! snapshot while the API server is away. Events are coalesced for [`REBUILD_DEBOUNCE`]
-//! before a rebuild; endpoints that persist keep their state (in-flight counts, scraped
+//! A watch that expires (`410`, as every watch does after an API server restart) re-lists
+//! at once; other watch errors are retried after 0.1 s doubling to at most 2 s (the
+//! `reflect` submodule has the policy); the stores keep their last state meanwhile, so the
+//! router keeps serving the last snapshot while the API server is away. Events are
+//! coalesced for [`REBUILD_DEBOUNCE`] before a rebuild; endpoints that persist keep their state (in-flight counts, scraped
 //! metrics, KV index entries). New endpoints are scraped at once. `/readyz` turns 200 once
 //! all the reflectors have listed and the first snapshot's endpoints were scraped.
 
 use std::collections::HashSet;
-use std::fmt::Debug;
-use std::hash::Hash;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kthena_api::networking::InferenceEngine;
 use kthena_api::{ExternalModelProvider, ModelRoute, ModelServer};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource};
-use serde::de::DeserializeOwned;
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use kube::{Api, Client};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -42,6 +39,10 @@ use crate::error::Result;
 use crate::provider::{CREDENTIAL_LABEL, Secrets};
 use crate::scrape::scrape_all;
 use crate::shared::Shared;
+
+mod reflect;
+
+pub(crate) use reflect::{reflect, reflect_with};
 
 /// Quiet time after a watch event before the snapshot is rebuilt: a burst of events (a
 /// re-list, a scaled-up ModelServing) costs one rebuild.
@@ -132,94 +133,6 @@ pub(crate) fn spawn(
             rebuilder.rebuild(&tasks2, false).await;
         }
     });
-}
-
-/// Runs a reflector for `K` on `api`, notifying `changed` after every watch event.
-pub(crate) fn reflect<K>(
-    api: Api<K>,
-    changed: &Arc<Notify>,
-    cancel: &CancellationToken,
-    tasks: &TaskTracker,
-) -> Store<K>
-where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
-{
-    reflect_with(api, watcher::Config::default(), changed, cancel, tasks)
-}
-
-/// [`reflect`] with a watcher configuration (a label selector).
-pub(crate) fn reflect_with<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    changed: &Arc<Notify>,
-    cancel: &CancellationToken,
-    tasks: &TaskTracker,
-) -> Store<K>
-where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
-{
-    let (store, writer) = reflector::store();
-    let kind = K::kind(&K::DynamicType::default()).into_owned();
-    let changed = Arc::clone(changed);
-    let cancel = cancel.clone();
-    tasks.spawn(async move {
-        let stream = reflector::reflector(
-            writer,
-            watcher(api, config).default_backoff(),
-        );
-        let mut stream = std::pin::pin!(stream);
-        loop {
-            let ev = tokio::select! {
-                () = cancel.cancelled() => return,
-                ev = stream.next() => ev,
-            };
-            match ev {
-                Some(Ok(_)) => changed.notify_one(),
-                Some(Err(err)) => {
-                    let err = watch_error_text(&kind, &err);
-                    tracing::warn!(%kind, %err, "Watch failed; serving the last snapshot and retrying");
-                }
-                None => return,
-            }
-        }
-    });
-    store
-}
-
-/// What a watch error of `kind` means, for the log: a kind the API server does not serve
-/// (404 on the list) names its missing CRD; an API error shows the server's message and code
-/// (kube's text appends a debug dump of the whole `Status`).
-fn watch_error_text(kind: &str, err: &watcher::Error) -> String {
-    let status = match err {
-        watcher::Error::InitialListFailed(kube::Error::Api(s))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
-        | watcher::Error::WatchFailed(kube::Error::Api(s))
-        | watcher::Error::WatchError(s) => s,
-        other => {
-            // The innermost cause says what happened (`Connection refused (os error 111)`);
-            // kube's own text stops at `client error (Connect)`.
-            let text = other.to_string();
-            let mut cause = String::new();
-            let mut next = std::error::Error::source(other);
-            while let Some(e) = next {
-                cause = e.to_string();
-                next = e.source();
-            }
-            if cause.is_empty() || text.contains(&cause) {
-                return text;
-            }
-            return format!("{text}: {cause}");
-        }
-    };
-    if status.code == 404 {
-        return format!(
-            "the API server does not serve {kind} (404): is its CRD installed? \
-             (kubectl apply --server-side -f deploy/crds/)"
-        );
-    }
-    format!("{} (HTTP {})", status.message.trim(), status.code)
 }
 
 impl Stores {
@@ -318,6 +231,7 @@ impl Rebuilder {
             "Routing snapshot rebuilt"
         );
         self.shared.metrics.config_warnings(&snap.warnings);
+        self.warn_unattached(&snap.route_objects);
         let snap = Arc::new(snap);
         self.shared.store_snapshot(Arc::clone(&snap));
         crate::provider::status::write_all(&self.client, &provider_objects, &snap.providers).await;
@@ -336,6 +250,36 @@ impl Rebuilder {
             self.shared.synced.store(true, Ordering::Release);
         } else {
             tasks.spawn(scrape);
+        }
+    }
+}
+
+impl Rebuilder {
+    /// Gateway API mode: logs once per `resourceVersion` each ModelRoute no served Gateway
+    /// listener takes (it answers 404 for every request through the Gateways; the 404 says
+    /// why too). Nothing before the Gateway reflectors first compiled.
+    fn warn_unattached(&mut self, routes: &[ModelRoute]) {
+        let Some(gw) = self.shared.gateway.load_full() else {
+            return;
+        };
+        for r in routes {
+            let m = &r.metadata;
+            let ns = m.namespace.as_deref().unwrap_or("default");
+            let Some(reason) = crate::gateway::unattached(&gw, ns, &r.spec.parent_refs) else {
+                continue;
+            };
+            let id = format!(
+                "unattached ModelRoute {ns}/{}@{}",
+                m.name.as_deref().unwrap_or(""),
+                m.resource_version.as_deref().unwrap_or("")
+            );
+            if self.warned.insert(id) {
+                tracing::warn!(
+                    route = %format!("{ns}/{}", m.name.as_deref().unwrap_or("")),
+                    %reason,
+                    "ModelRoute is not attached to any Gateway listener: it serves no request"
+                );
+            }
         }
     }
 }
@@ -467,31 +411,6 @@ fn pod_endpoint(pod: &Pod, servers: &[&ModelServer]) -> Option<EndpointConfig> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Regression: with the ExternalModelProvider CRD deleted, the router logged `ApiError:
-    /// 404 page not found: Failed to parse error data (Status { ... })` for ever, never
-    /// saying that a CRD was missing.
-    #[test]
-    fn a_watch_of_a_kind_without_its_crd_says_so() {
-        let status =
-            kube::core::Status::failure("404 page not found\n", "Failed to parse error data")
-                .with_code(404)
-                .boxed();
-        let err = watcher::Error::InitialListFailed(kube::Error::Api(status));
-        assert_eq!(
-            watch_error_text("ExternalModelProvider", &err),
-            "the API server does not serve ExternalModelProvider (404): is its CRD installed? \
-             (kubectl apply --server-side -f deploy/crds/)"
-        );
-        let forbidden = kube::core::Status::failure("pods is forbidden", "Forbidden")
-            .with_code(403)
-            .boxed();
-        let err = watcher::Error::WatchFailed(kube::Error::Api(forbidden));
-        assert_eq!(
-            watch_error_text("Pod", &err),
-            "pods is forbidden (HTTP 403)"
-        );
-    }
 
     fn pod(name: &str, labels: &[(&str, &str)], ip: &str, ready: bool) -> Arc<Pod> {
         let v = serde_json::json!({

@@ -62,6 +62,21 @@ pub enum Error {
         /// The request's `model`.
         model: String,
     },
+    /// ModelRoutes serve the model, but none serves the request's Gateway listener
+    /// (Gateway API mode: `parentRefs`, or a route without them outside the Gateway's
+    /// namespace), or one has `parentRefs` and Gateway API mode is off (404).
+    #[error(
+        "ModelRoute {route} for model `{model}` exists but is not attached to any Gateway \
+         listener serving this request: {reason}"
+    )]
+    RouteNotAttached {
+        /// The request's `model`.
+        model: String,
+        /// `namespace/name` of the first (oldest) such ModelRoute.
+        route: String,
+        /// Why it is not attached, and what would attach it.
+        reason: String,
+    },
     /// Gateway API mode: no listener of the router's port serves the request's host (404).
     #[error("No matching listener found")]
     NoMatchingListener,

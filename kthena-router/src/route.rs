@@ -124,6 +124,16 @@ pub enum MatchError {
     UnknownModel,
     /// Routes exist but no rule (or weighted target) matched.
     NoRule,
+    /// Routes exist but none serves the request (`serves` refused them all: Gateway API
+    /// attachment); the first (oldest) of them.
+    NotAttached {
+        /// `metadata.namespace` of the route.
+        namespace: String,
+        /// `metadata.name` of the route.
+        name: String,
+        /// Its `spec.parentRefs`.
+        parent_refs: Vec<kthena_api::networking::ParentReference>,
+    },
 }
 
 // === impl CompiledRoute ===
@@ -328,7 +338,14 @@ impl RouteTable {
                 None => return Err(MatchError::UnknownModel),
             },
         };
-        for route in routes.iter().filter(|r| serves(r)) {
+        let mut refused = None;
+        let mut served = false;
+        for route in routes {
+            if !serves(route) {
+                refused.get_or_insert(route);
+                continue;
+            }
+            served = true;
             let Some(rule) = route.select_rule(model, headers, path) else {
                 continue;
             };
@@ -342,7 +359,14 @@ impl RouteTable {
                 is_lora,
             });
         }
-        Err(MatchError::NoRule)
+        match refused {
+            Some(r) if !served => Err(MatchError::NotAttached {
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+                parent_refs: r.parent_refs.clone(),
+            }),
+            _ => Err(MatchError::NoRule),
+        }
     }
 }
 
@@ -514,6 +538,33 @@ spec:
         let t = RouteTable::new(vec![route(zero, 0)]);
         assert_eq!(
             t.match_request("ds", &HeaderMap::new(), "/", &mut rng, |_| true)
+                .unwrap_err(),
+            MatchError::NoRule
+        );
+    }
+
+    /// Routes the caller's `serves` refuses (Gateway API attachment) are reported as not
+    /// attached, naming the oldest; when one was served, a miss is the rules'.
+    #[test]
+    fn routes_none_serves_are_not_attached() {
+        let a = "apiVersion: networking.serving.volcano.sh/v1alpha1\nkind: ModelRoute\n\
+                 metadata: {name: a, namespace: app}\nspec:\n  modelName: m\n  rules:\n  \
+                 - modelMatch: {headers: {x: {exact: premium}}}\n    targetModels: [{modelServerName: s}]\n";
+        let b = a.replace("name: a,", "name: b,");
+        let t = RouteTable::new(vec![route(a, 0), route(&b, 1)]);
+        let mut rng = SmallRng::seed_from_u64(1);
+        let h = HeaderMap::new();
+        assert_eq!(
+            t.match_request("m", &h, "/", &mut rng, |_| false)
+                .unwrap_err(),
+            MatchError::NotAttached {
+                namespace: "app".into(),
+                name: "a".into(),
+                parent_refs: Vec::new(),
+            }
+        );
+        assert_eq!(
+            t.match_request("m", &h, "/", &mut rng, |r| r.name == "b")
                 .unwrap_err(),
             MatchError::NoRule
         );

@@ -457,8 +457,19 @@ async fn other_ports_parent_refs_and_namespace_selectors() {
 
     // The bound route serves on the side Gateway's port only.
     until_at(&r, &side, "x", path, &bound, 200).await;
+    // The default Gateway (which the router creates at start) may come after the side one.
+    until(&r, "x", path, &bound, 404).await;
     let (status, body) = ask(&r, "x", path, &bound).await;
     assert_eq!(status, 404, "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        format!(
+            "ModelRoute {n}/bound for model `{bound}` exists but is not attached to any Gateway \
+             listener serving this request: its parentRefs ({n}/side) do not name listener \
+             \"default\" of Gateway {n}/default, which this request came through"
+        ),
+        "{body}"
+    );
     // Without parentRefs: the Gateways of the route's namespace, both ports.
     until(&r, "x", path, &plain, 200).await;
     until_at(&r, &side, "x", path, &plain, 200).await;
@@ -498,4 +509,167 @@ async fn other_ports_parent_refs_and_namespace_selectors() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     r.router.shutdown().await;
+}
+
+/// Regression: a ModelRoute without `parentRefs` outside the Gateway's namespace serves
+/// nothing in Gateway API mode, and the 404 said "no rule of the ModelRoutes ... matches",
+/// blaming its rules. It now names the route and says why it is not attached; a parentRef
+/// to the Gateway attaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_route_outside_the_gateway_namespace_is_reported_not_attached() {
+    let ns = kthena_testenv::namespace("gw-detached").await.unwrap();
+    let app = kthena_testenv::namespace("gw-detached-app").await.unwrap();
+    let (n, a) = (ns.name().to_owned(), app.name().to_owned());
+    let model = format!("{a}-model");
+    let node = Node::start(&app);
+    node.pod("pod-a", "a", &model).await;
+    apply(
+        &app,
+        &[model_server(&a, "ms", &model, "a", node.port)],
+        &[model_route(&a, "route", &model, "ms")],
+    )
+    .await;
+    let r = start(&ns).await;
+    r.wait_endpoints(&a, "ms", &["pod-a"], Duration::from_secs(10))
+        .await;
+    let path = "/v1/chat/completions";
+    // Until the Gateway reflectors have listed, the router routes as outside Gateway API
+    // mode, then finds no listener (`/readyz` does not wait for them).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (status, body) = loop {
+        let (status, body) = ask(&r, "x", path, &model).await;
+        if body["error"]["code"] == "model_not_found" || Instant::now() > deadline {
+            break (status, body);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        format!(
+            "ModelRoute {a}/route for model `{model}` exists but is not attached to any Gateway \
+             listener serving this request: it has no parentRefs, so it attaches only to \
+             Gateways of its own namespace \"{a}\", and this request came through listener \
+             \"default\" of Gateway {n}/default (add a parentRef naming Gateway {n}/default)"
+        ),
+        "{body}"
+    );
+    assert_eq!(body["error"]["code"], "model_not_found", "{body}");
+    assert_eq!(last_log(&r)["error"]["type"], "model_route_matching");
+
+    let patch = json!({"spec": {"parentRefs": [{"name": "default", "namespace": n}]}});
+    app.api::<kthena_api::ModelRoute>()
+        .patch("route", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let log = until(&r, "x", path, &model, 200).await;
+    assert_eq!(log["selected_pod"], "pod-a", "{log}");
+    r.router.shutdown().await;
+}
+
+/// Regression: the GatewayClass `kthena-router` stayed `Accepted: Unknown` ("Waiting for
+/// controller"). The router, its controller (`controllerName: volcano.sh/kthena-router`),
+/// accepts it for its current generation, as the Gateway API asks, and again after the
+/// class changes; it leaves the class of another controller alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_router_accepts_its_gateway_class() {
+    let ns = kthena_testenv::namespace("gw-class").await.unwrap();
+    let r = start(&ns).await;
+    let accepted = |v: &Value| -> Option<(String, String, String, i64, i64)> {
+        let c = v["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Accepted")?;
+        Some((
+            c["status"].as_str()?.to_owned(),
+            c["reason"].as_str()?.to_owned(),
+            c["message"].as_str()?.to_owned(),
+            c["observedGeneration"].as_i64().unwrap_or(-1),
+            v["metadata"]["generation"].as_i64().unwrap_or(0),
+        ))
+    };
+    let class = wait_class(&ns, "kthena-router", |v| {
+        accepted(v).is_some_and(|a| a.0 == "True" && a.3 == a.4)
+    })
+    .await;
+    let (status, reason, message, observed, generation) = accepted(&class).unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str(), message.as_str()),
+        (
+            "True",
+            "Accepted",
+            "GatewayClass has been accepted by kthena-router"
+        ),
+        "{class}"
+    );
+    assert_eq!(observed, generation);
+
+    // A new generation is accepted again.
+    let out = ns
+        .kubectl()
+        .args([
+            "patch",
+            "gatewayclass",
+            "kthena-router",
+            "--type=merge",
+            "-p",
+        ])
+        .arg(r#"{"spec":{"description":"kthena-router test"}}"#)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_class(&ns, "kthena-router", |v| {
+        accepted(v).is_some_and(|a| a.0 == "True" && a.3 == a.4 && a.4 > generation)
+    })
+    .await;
+
+    // Another controller's class is not ours to accept.
+    let foreign = format!("{}-foreign", ns.name());
+    let obj = json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+        "metadata": {"name": foreign},
+        "spec": {"controllerName": "example.com/other"},
+    });
+    let out = ns
+        .kubectl()
+        .args(["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin
+                .take()
+                .unwrap()
+                .write_all(obj.to_string().as_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let v = wait_class(&ns, &foreign, |_| true).await;
+    assert_eq!(accepted(&v).map(|a| a.0), Some("Unknown".to_owned()), "{v}");
+    r.router.shutdown().await;
+}
+
+/// `kubectl get gatewayclass <name> -o json` until `ok` holds (5 s at most).
+async fn wait_class(ns: &TestNamespace, name: &str, ok: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let out = ns
+            .kubectl()
+            .args(["get", "gatewayclass", name, "-o", "json"])
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        if ok(&v) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "GatewayClass {name}: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -34,6 +34,7 @@ impl Error {
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::ModelNotFound { .. }
             | Self::NoRuleMatched { .. }
+            | Self::RouteNotAttached { .. }
             | Self::ServerNotFound { .. }
             | Self::ProviderNotFound { .. }
             | Self::NoMatchingListener
@@ -173,7 +174,9 @@ impl Error {
             Self::BodyBudgetExhausted { .. } => "request_buffer_full",
             Self::InvalidHeader { .. } => "invalid_header",
             Self::AdminForbidden { .. } => "permission_denied",
-            Self::ModelNotFound { .. } | Self::NoRuleMatched { .. } => "model_not_found",
+            Self::ModelNotFound { .. }
+            | Self::NoRuleMatched { .. }
+            | Self::RouteNotAttached { .. } => "model_not_found",
             Self::ServerNotFound { .. } => "model_server_not_found",
             Self::NoMatchingListener => "no_matching_listener",
             Self::PoolNotFound { .. } => "inference_pool_not_found",
@@ -218,6 +221,7 @@ impl Error {
             Self::MissingModel
             | Self::ModelNotFound { .. }
             | Self::NoRuleMatched { .. }
+            | Self::RouteNotAttached { .. }
             | Self::LoraAdapterNotLoaded { .. } => Some("model"),
             Self::InvalidField { param, .. } => Some(param),
             _ => None,
@@ -242,7 +246,7 @@ impl Error {
             }
             Self::NoPoolBackend { .. } => "inference_pool_selection",
             Self::PoolNotFound { .. } => "inference_pool_discovery",
-            Self::NoRuleMatched { .. } => "model_route_matching",
+            Self::NoRuleMatched { .. } | Self::RouteNotAttached { .. } => "model_route_matching",
             Self::ServerNotFound { .. }
             | Self::NoReadyEndpoint { .. }
             | Self::LoraAdapterNotLoaded { .. }

@@ -256,6 +256,54 @@ pub(crate) fn model_route_serves(
     }
 }
 
+/// Why a ModelRoute of `namespace` with `parents` does not serve a request that came
+/// through `listener` (when [`model_route_serves`] says it does not), and what would attach
+/// it: the reason of the 404 a client gets.
+pub(crate) fn why_not_attached(
+    namespace: &str,
+    parents: &[ParentReference],
+    listener: Option<&CompiledListener>,
+) -> String {
+    let Some(l) = listener else {
+        return "its parentRefs bind it to a Gateway and Gateway API mode is off (enable it \
+                with --enable-gateway-api, or remove the parentRefs)"
+            .to_owned();
+    };
+    let gateway = l.gateway_key();
+    if parents.is_empty() {
+        return format!(
+            "it has no parentRefs, so it attaches only to Gateways of its own namespace \
+             {namespace:?}, and this request came through listener {:?} of Gateway {gateway} \
+             (add a parentRef naming Gateway {gateway})",
+            l.name
+        );
+    }
+    let named: Vec<String> = parents.iter().map(|p| parent_text(p, namespace)).collect();
+    format!(
+        "its parentRefs ({}) do not name listener {:?} of Gateway {gateway}, which this \
+         request came through",
+        named.join(", "),
+        l.name
+    )
+}
+
+/// A parentRef as `namespace/name`, with `/sectionName` and `:port` when set, and its
+/// kind when not a Gateway.
+fn parent_text(p: &ParentReference, route_ns: &str) -> String {
+    let ns = p.namespace.as_deref().unwrap_or(route_ns);
+    let section = p
+        .section_name
+        .as_ref()
+        .map(|x| format!("/{x}"))
+        .unwrap_or_default();
+    let port = p.port.map(|x| format!(":{x}")).unwrap_or_default();
+    let kind = match p.kind.as_deref().unwrap_or("Gateway") {
+        "Gateway" => String::new(),
+        k => format!("{k} "),
+    };
+    format!("{kind}{ns}/{}{section}{port}", p.name)
+}
+
 /// How specifically `route` serves the normalized `host`; `None` when it does not.
 pub(crate) fn host_rank(route: &CompiledRoute, host: &str) -> Option<HostRank> {
     if route.hostnames.is_empty() {

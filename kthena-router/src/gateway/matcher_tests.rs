@@ -380,3 +380,32 @@ fn namespace_selectors_pick_namespaces_by_label() {
     let everyone = field("All", serde_json::Value::Null);
     assert_eq!(allowed_from(Some(&everyone), &all), AllowedFrom::All);
 }
+
+/// Regression: the 404 of a ModelRoute the Gateway does not take blamed its rules. The
+/// reason now says what is missing.
+#[test]
+fn the_reason_a_model_route_is_not_attached() {
+    let l = listener("gw", "http", 80, None, AllowedFrom::Same);
+    assert_eq!(
+        why_not_attached("app-ns", &[], Some(&l)),
+        "it has no parentRefs, so it attaches only to Gateways of its own namespace \
+         \"app-ns\", and this request came through listener \"http\" of Gateway gw-ns/gw \
+         (add a parentRef naming Gateway gw-ns/gw)"
+    );
+    let mut side = parent("side");
+    side.section_name = Some("a".into());
+    side.port = Some(8081);
+    let mut svc = parent("svc");
+    svc.kind = Some("Service".into());
+    svc.namespace = None;
+    assert_eq!(
+        why_not_attached("app-ns", &[side, svc], Some(&l)),
+        "its parentRefs (gw-ns/side/a:8081, Service app-ns/svc) do not name listener \"http\" \
+         of Gateway gw-ns/gw, which this request came through"
+    );
+    assert_eq!(
+        why_not_attached("app-ns", &[parent("gw")], None),
+        "its parentRefs bind it to a Gateway and Gateway API mode is off (enable it with \
+         --enable-gateway-api, or remove the parentRefs)"
+    );
+}

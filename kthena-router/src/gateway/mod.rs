@@ -25,7 +25,7 @@ use rand::Rng;
 use serde::Deserialize;
 
 use crate::error::Error;
-pub(crate) use matcher::{CompiledListener, model_route_serves};
+pub(crate) use matcher::{CompiledListener, model_route_serves, why_not_attached};
 pub(crate) use ports::{ServePort, Serving};
 pub(crate) use table::{GatewayTable, Pool};
 pub(crate) use watch::{StateSlot, spawn};
@@ -89,6 +89,31 @@ pub(crate) fn listener_for<'a>(
 ) -> Result<&'a CompiledListener, Error> {
     let port = port.map_or(state.port, |p| p.0);
     matcher::select_listener(&state.table.listeners, port, host).ok_or(Error::NoMatchingListener)
+}
+
+/// Why a ModelRoute of `namespace` with `parents` serves no listener of `state` (Gateway
+/// API mode: its `parentRefs` name none of them, or it has none and no served Gateway is
+/// in its namespace); `None` when some listener serves it.
+pub(crate) fn unattached(
+    state: &GatewayState,
+    namespace: &str,
+    parents: &[kthena_api::networking::ParentReference],
+) -> Option<String> {
+    let listeners = &state.table.listeners;
+    if listeners
+        .iter()
+        .any(|l| model_route_serves(namespace, parents, Some(l)))
+    {
+        return None;
+    }
+    Some(if parents.is_empty() {
+        format!(
+            "it has no parentRefs and no Gateway of class {GATEWAY_CLASS} served by this \
+             router is in its namespace {namespace:?}: add a parentRef naming the Gateway"
+        )
+    } else {
+        "its parentRefs name no listener of a Gateway this router serves".to_owned()
+    })
 }
 
 /// The InferencePool chosen for a request no ModelRoute served.

@@ -6,14 +6,44 @@
 use std::collections::HashMap;
 
 use kthena_api::gateway::{
-    Gateway, GatewayStatus, HTTPRoute, HTTPRouteStatus, Listener, ListenerStatus, RouteGroupKind,
-    RouteParentStatus,
+    Gateway, GatewayClass, GatewayClassStatus, GatewayStatus, HTTPRoute, HTTPRouteStatus, Listener,
+    ListenerStatus, RouteGroupKind, RouteParentStatus,
 };
 use kthena_api::networking::ParentReference;
 
 use super::table::GatewayTable;
 use super::{CONTROLLER_NAME, GATEWAY_CLASS};
 use crate::conditions::{cond, keep_times, same_conditions};
+
+/// Message of the `Accepted` condition of a GatewayClass the router controls.
+pub(crate) const CLASS_ACCEPTED: &str = "GatewayClass has been accepted by kthena-router";
+
+/// The status to write on GatewayClass `class`, as the Gateway API asks of the controller
+/// of a class (`GatewayClassStatus`): `Accepted=True` (reason `Accepted`) with the class's
+/// `observedGeneration`, other conditions kept. `None` when the router is not its
+/// controller (`spec.controllerName` other than [`CONTROLLER_NAME`]) or the condition is
+/// already written for this generation.
+pub(crate) fn gateway_class_status(class: &GatewayClass) -> Option<GatewayClassStatus> {
+    if class.spec.controller_name != CONTROLLER_NAME {
+        return None;
+    }
+    let g = class.metadata.generation;
+    let old = class.status.clone().unwrap_or_default();
+    let accepted = cond("Accepted", true, "Accepted", CLASS_ACCEPTED.into(), g);
+    let written = old.conditions.iter().any(|c| {
+        c.type_ == "Accepted"
+            && c.status == "True"
+            && c.reason == accepted.reason
+            && c.message == accepted.message
+            && c.observed_generation == g
+    });
+    if written {
+        return None;
+    }
+    let mut conditions = keep_times(&old.conditions, vec![accepted]);
+    conditions.extend(old.conditions.into_iter().filter(|c| c.type_ != "Accepted"));
+    Some(GatewayClassStatus { conditions })
+}
 
 /// The status of a Gateway of class `kthena-router`; a listener whose port could not be
 /// opened (`bind_errors`, by port) fails.
@@ -317,6 +347,56 @@ mod tests {
         c.iter()
             .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone()))
             .collect()
+    }
+
+    /// Regression: the GatewayClass stayed `Accepted: Unknown` (the CRD's default).
+    #[test]
+    fn the_router_accepts_the_classes_it_controls_once_per_generation() {
+        let class = |controller: &str, status: serde_json::Value| -> GatewayClass {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+                "metadata": {"name": "kthena-router", "generation": 2},
+                "spec": {"controllerName": controller},
+                "status": status,
+            }))
+            .unwrap()
+        };
+        let pending = serde_json::json!({"conditions": [
+            {"type": "Accepted", "status": "Unknown", "reason": "Pending",
+             "message": "Waiting for controller", "lastTransitionTime": "1970-01-01T00:00:00Z"},
+            {"type": "SupportedVersion", "status": "True", "reason": "SupportedVersion",
+             "message": "", "lastTransitionTime": "1970-01-01T00:00:00Z"}]});
+        let ours = class(CONTROLLER_NAME, pending.clone());
+        let st = gateway_class_status(&ours).unwrap();
+        let got: Vec<_> = st
+            .conditions
+            .iter()
+            .map(|c| {
+                (
+                    c.type_.as_str(),
+                    c.status.as_str(),
+                    c.reason.as_str(),
+                    c.observed_generation,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("Accepted", "True", "Accepted", Some(2)),
+                ("SupportedVersion", "True", "SupportedVersion", None)
+            ]
+        );
+        assert_eq!(st.conditions[0].message, CLASS_ACCEPTED);
+        // Written: nothing more to do until the generation changes.
+        let mut done = ours;
+        done.status = Some(st);
+        assert!(gateway_class_status(&done).is_none());
+        done.metadata.generation = Some(3);
+        let again = gateway_class_status(&done).unwrap();
+        assert_eq!(again.conditions[0].observed_generation, Some(3));
+        // Another controller's class is left alone.
+        assert!(gateway_class_status(&class("example.com/other", pending)).is_none());
     }
 
     #[test]

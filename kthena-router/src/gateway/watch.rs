@@ -2,7 +2,9 @@
 //! `default` Gateway, reflects Gateways, HTTPRoutes, Namespaces (for `allowedRoutes`
 //! selectors) and (with the inference extension) InferencePools, opens the served
 //! Gateways' listener ports ([`Ports`]), swaps the compiled [`GatewayState`] into the shared
-//! state after every burst of events, and writes the Gateway and HTTPRoute statuses.
+//! state after every burst of events, and writes the statuses: `Accepted` of the
+//! GatewayClasses whose `controllerName` is the router's, and those of the served Gateways
+//! and their HTTPRoutes.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -26,6 +28,7 @@ use crate::cluster::{REBUILD_DEBOUNCE, reflect};
 pub(crate) type StateSlot = Arc<arc_swap::ArcSwapOption<GatewayState>>;
 
 struct Stores {
+    classes: Store<GatewayClass>,
     gateways: Store<Gateway>,
     routes: Store<HTTPRoute>,
     namespaces: Store<Namespace>,
@@ -43,6 +46,7 @@ pub(crate) fn spawn(
 ) {
     let changed = Arc::new(Notify::new());
     let stores = Stores {
+        classes: reflect(Api::all(client.clone()), &changed, cancel, tasks),
         gateways: reflect(Api::all(client.clone()), &changed, cancel, tasks),
         routes: reflect(Api::all(client.clone()), &changed, cancel, tasks),
         namespaces: reflect(Api::all(client.clone()), &changed, cancel, tasks),
@@ -144,6 +148,24 @@ where
     }
 }
 
+/// Writes `Accepted=True` on the GatewayClasses the router controls where it is missing
+/// or of an older generation.
+async fn write_class_statuses(client: &Client, s: &Stores, pp: &PatchParams) {
+    let api = Api::<GatewayClass>::all(client.clone());
+    for class in s.classes.state() {
+        let Some(st) = status::gateway_class_status(&class) else {
+            continue;
+        };
+        let Some(name) = &class.metadata.name else {
+            continue;
+        };
+        let patch = Patch::Merge(serde_json::json!({ "status": st }));
+        if let Err(err) = api.patch_status(name, pp, &patch).await {
+            tracing::warn!(gateway_class = %name, %err, "Cannot write the GatewayClass status");
+        }
+    }
+}
+
 /// Writes the status of every served Gateway and of every HTTPRoute with a served parent
 /// (`served_keys`, `namespace/name`), where it changed.
 async fn write_statuses(
@@ -154,6 +176,7 @@ async fn write_statuses(
     served_keys: &[String],
 ) {
     let pp = PatchParams::default();
+    write_class_statuses(client, s, &pp).await;
     let table = &state.table;
     for gw in served {
         let st = status::gateway_status(gw, table, &state.bind_errors);

@@ -91,7 +91,11 @@ fn resolve(shared: &Shared, req: &Request<()>) -> Result<(Target, Option<String>
     };
     match resolve_model_route(shared, req, &p, listener) {
         Ok(t) => Ok((t, None)),
-        Err(e @ (Error::ModelNotFound { .. } | Error::NoRuleMatched { .. })) => {
+        Err(
+            e @ (Error::ModelNotFound { .. }
+            | Error::NoRuleMatched { .. }
+            | Error::RouteNotAttached { .. }),
+        ) => {
             let (routed, path) = super::gateway::via_gateway(shared, req, &p, e)?;
             Ok((Target::Server(routed), path))
         }
@@ -128,6 +132,15 @@ fn resolve_model_route(
         },
         MatchError::NoRule => Error::NoRuleMatched {
             model: parsed.model.clone(),
+        },
+        MatchError::NotAttached {
+            namespace,
+            name,
+            parent_refs,
+        } => Error::RouteNotAttached {
+            model: parsed.model.clone(),
+            route: format!("{namespace}/{name}"),
+            reason: crate::gateway::why_not_attached(&namespace, &parent_refs, listener),
         },
     })?;
     let route_key = m.route.key();
