@@ -274,3 +274,60 @@ async fn model_serving_rules() -> Result<()> {
         "gangPolicy is required once set",
     )
 }
+
+/// An AutoscalingPolicy named `name` whose target of `kind` has `minReplicas: 5` and
+/// `maxReplicas: 2`.
+fn min_above_max(name: &str, kind: &str) -> Value {
+    let target = json!({"targetRef": {"kind": "ModelServing", "name": "ms"},
+                        "metricSources": {"rps": {"pod": {"port": 8000}}}});
+    let spec = match kind {
+        "homogeneousTarget" => json!({"minReplicas": 5, "maxReplicas": 2, "target": target}),
+        "heterogeneousTarget" => json!({"params": [
+            {"minReplicas": 5, "maxReplicas": 2, "cost": 1, "target": target}
+        ]}),
+        _ => json!({"targetRef": {"kind": "ModelServing", "name": "ms"},
+                    "roles": {"decode": {"minReplicas": 5, "maxReplicas": 2,
+                                         "metricSources": {"rps": {"pod": {"port": 8000}}}}}}),
+    };
+    json!({
+        "apiVersion": "workload.serving.volcano.sh/v1alpha1",
+        "kind": "AutoscalingPolicy",
+        "metadata": {"name": name},
+        "spec": {"metrics": [{"name": "rps", "targetValue": "1"}], kind: spec},
+    })
+}
+
+#[tokio::test]
+async fn min_replicas_above_max_replicas_is_refused() -> Result<()> {
+    let ns = kthena_testenv::namespace("cel-minmax").await?;
+    for (name, kind, field) in [
+        ("h", "homogeneousTarget", "spec.homogeneousTarget"),
+        ("x", "heterogeneousTarget", "spec.heterogeneousTarget.params[0]"),
+        ("d", "disaggregatedTarget", "spec.disaggregatedTarget.roles[decode]"),
+    ] {
+        refused(
+            &ns,
+            &min_above_max(name, kind),
+            field,
+            "minReplicas must be <= maxReplicas",
+        )?;
+    }
+    Ok(())
+}
+
+/// `replicas: null` (an empty Helm value) is pruned by the API server and defaulted to 1, as
+/// with Go Kthena's CRD; so are the other optional fields when null.
+#[tokio::test]
+async fn null_replicas_is_accepted_and_defaulted() -> Result<()> {
+    let ns = kthena_testenv::namespace("null-replicas").await?;
+    let mut ms = serving(&["decode"], None);
+    ms["spec"]["replicas"] = Value::Null;
+    ms["spec"]["template"]["roles"][0]["workerTemplate"] = Value::Null;
+    if let Err(err) = apply(&ns, &ms)? {
+        bail!("replicas: null was refused: {err}");
+    }
+    let got: kthena_api::ModelServing = ns.api().get("ms").await?;
+    assert_eq!(got.spec.replicas, Some(1));
+    assert!(got.spec.template.roles[0].worker_template.is_none());
+    Ok(())
+}
