@@ -315,19 +315,51 @@ async fn min_replicas_above_max_replicas_is_refused() -> Result<()> {
     Ok(())
 }
 
+/// `kubectl <verb...> -f` of `doc` in `ns`: `Ok(())`, or the error kubectl printed.
+fn kubectl_file(
+    ns: &TestNamespace,
+    verb: &[&str],
+    doc: &Value,
+) -> Result<std::result::Result<(), String>> {
+    let tmp = tempfile::NamedTempFile::new()?;
+    std::fs::write(tmp.path(), serde_json::to_vec(doc)?)?;
+    let out = ns
+        .kubectl()
+        .args(verb)
+        .arg("-f")
+        .arg(tmp.path())
+        .output()
+        .context("running kubectl")?;
+    Ok(if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    })
+}
+
 /// `replicas: null` (an empty Helm value) is pruned by the API server and defaulted to 1, as
-/// with Go Kthena's CRD; so are the other optional fields when null.
+/// with Go Kthena's CRD, whether created or server-side applied (client-side `kubectl
+/// apply` drops nulls itself). A created null optional object is pruned too (server-side
+/// apply refuses a null object inside a list item, with Go's CRD as with ours).
 #[tokio::test]
 async fn null_replicas_is_accepted_and_defaulted() -> Result<()> {
     let ns = kthena_testenv::namespace("null-replicas").await?;
-    let mut ms = serving(&["decode"], None);
-    ms["spec"]["replicas"] = Value::Null;
-    ms["spec"]["template"]["roles"][0]["workerTemplate"] = Value::Null;
-    if let Err(err) = apply(&ns, &ms)? {
-        bail!("replicas: null was refused: {err}");
+    for (name, verb) in [
+        ("created", &["create"][..]),
+        ("applied", &["apply", "--server-side"][..]),
+    ] {
+        let mut ms = serving(&["decode"], None);
+        ms["metadata"]["name"] = json!(name);
+        ms["spec"]["replicas"] = Value::Null;
+        if name == "created" {
+            ms["spec"]["template"]["roles"][0]["workerTemplate"] = Value::Null;
+        }
+        if let Err(err) = kubectl_file(&ns, verb, &ms)? {
+            bail!("{verb:?}: replicas: null was refused: {err}");
+        }
+        let got: kthena_api::ModelServing = ns.api().get(name).await?;
+        assert_eq!(got.spec.replicas, Some(1), "{verb:?}");
+        assert!(got.spec.template.roles[0].worker_template.is_none());
     }
-    let got: kthena_api::ModelServing = ns.api().get("ms").await?;
-    assert_eq!(got.spec.replicas, Some(1));
-    assert!(got.spec.template.roles[0].worker_template.is_none());
     Ok(())
 }
