@@ -74,7 +74,10 @@ mod tests {
     fn meaningless_values_are_refused_with_their_reason() {
         assert_eq!(check_sample(f64::NAN), Err(InvalidSample::NotANumber));
         assert_eq!(check_sample(f64::INFINITY), Err(InvalidSample::Infinite));
-        assert_eq!(check_sample(f64::NEG_INFINITY), Err(InvalidSample::Infinite));
+        assert_eq!(
+            check_sample(f64::NEG_INFINITY),
+            Err(InvalidSample::Infinite)
+        );
         assert_eq!(check_sample(-1.0), Err(InvalidSample::Negative));
         assert_eq!(check_sample(-1e-9), Err(InvalidSample::Negative));
         assert_eq!(check_sample(1e300), Err(InvalidSample::TooLarge));

@@ -332,8 +332,14 @@ fn policy_with_bounds(kind: &str, min: i64, max: i64) -> Value {
 fn min_replicas_above_max_replicas_is_refused_for_every_target() -> TestResult {
     for (kind, path) in [
         ("homogeneousTarget", "spec.homogeneousTarget.minReplicas"),
-        ("heterogeneousTarget", "spec.heterogeneousTarget.params[0].minReplicas"),
-        ("disaggregatedTarget", "spec.disaggregatedTarget.roles[decode].minReplicas"),
+        (
+            "heterogeneousTarget",
+            "spec.heterogeneousTarget.params[0].minReplicas",
+        ),
+        (
+            "disaggregatedTarget",
+            "spec.disaggregatedTarget.roles[decode].minReplicas",
+        ),
     ] {
         let ok = answer(
             Action::Validate,

@@ -302,8 +302,16 @@ async fn min_replicas_above_max_replicas_is_refused() -> Result<()> {
     let ns = kthena_testenv::namespace("cel-minmax").await?;
     for (name, kind, field) in [
         ("h", "homogeneousTarget", "spec.homogeneousTarget"),
-        ("x", "heterogeneousTarget", "spec.heterogeneousTarget.params[0]"),
-        ("d", "disaggregatedTarget", "spec.disaggregatedTarget.roles[decode]"),
+        (
+            "x",
+            "heterogeneousTarget",
+            "spec.heterogeneousTarget.params[0]",
+        ),
+        (
+            "d",
+            "disaggregatedTarget",
+            "spec.disaggregatedTarget.roles[decode]",
+        ),
     ] {
         refused(
             &ns,
