@@ -9,6 +9,10 @@
 #   scripts/kube-env.sh down DIR         stop what `up` started (by PID)
 #   scripts/kube-env.sh stop-apiserver DIR    stop only kube-apiserver (etcd keeps the data)
 #   scripts/kube-env.sh start-apiserver DIR   start it again with the same port and flags
+#   scripts/kube-env.sh crds DIR         install into that control plane Kthena's CRDs (deploy/crds),
+#                                        the Gateway API CRDs and the Inference Extension's
+#                                        InferencePool CRD (deploy/gateway-api), then wait until
+#                                        they are Established
 #   scripts/kube-env.sh paths            print the cache paths as shell assignments
 #
 # The binaries come from the official Go modules, pinned by the wrapper modules under
@@ -170,7 +174,21 @@ export KTHENA_APISERVER_URL=https://127.0.0.1:$APISERVER_PORT
 export KTHENA_APISERVER_PID=$(cat "$dir/apiserver.pid")
 export KTHENA_ETCD_PID=$(cat "$dir/etcd.pid")
 export KTHENA_GATEWAY_API_CRDS=$CACHE/crds/gateway-api
+export KTHENA_INFERENCE_POOL_CRD=$ROOT/deploy/gateway-api/inference.networking.k8s.io_inferencepools.yaml
 EOF
+}
+
+# Kthena's CRDs, the Gateway API standard CRDs and the InferencePool CRD (whose group,
+# inference.networking.k8s.io, needs the api-approved.kubernetes.io annotation it carries).
+cmd_crds() {
+    local dir="${1:?usage: kube-env.sh crds DIR}"
+    built || die "control plane not built: run scripts/kube-env.sh build"
+    [[ -f "$dir/kubeconfig" ]] || die "no control plane in $dir (kube-env.sh up $dir first)"
+    local kc=("$CACHE/kubectl" --kubeconfig "$dir/kubeconfig")
+    # Server-side: the ModelServing CRD is too large for client-side apply's annotation.
+    "${kc[@]}" apply --server-side --force-conflicts \
+        -f "$ROOT/deploy/crds/" -f "$CACHE/crds/gateway-api/" -f "$ROOT/deploy/gateway-api/" >&2
+    "${kc[@]}" wait --for condition=Established --timeout=60s crd --all >&2
 }
 
 cmd_up() {
@@ -230,6 +248,7 @@ case "${1:-}" in
     down) cmd_down "${2:-}" ;;
     stop-apiserver) stop_pid "${2:?usage: kube-env.sh stop-apiserver DIR}/apiserver.pid" 30 ;;
     start-apiserver) cmd_start_apiserver "${2:-}" ;;
+    crds) cmd_crds "${2:-}" ;;
     paths) printf 'KTHENA_K8S_CACHE=%s\nKUBECTL=%s/kubectl\nKTHENA_GATEWAY_API_CRDS=%s/crds/gateway-api\n' "$CACHE" "$CACHE" "$CACHE" ;;
-    *) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -1,9 +1,11 @@
 //! Prints the CustomResourceDefinitions of all six kinds as one multi-document YAML stream,
-//! or, given a directory, writes one file per CRD there (the files of `deploy/crds/`).
+//! or, given a directory, writes one file per CRD there (the files of `deploy/crds/`); given
+//! a second directory, writes the Inference Extension's `InferencePool` CRD there (the file
+//! of `deploy/gateway-api/`).
 //!
 //! ```text
 //! cargo run -p kthena-api --example crds > crds.yaml && kubectl apply -f crds.yaml
-//! cargo run -p kthena-api --example crds -- deploy/crds
+//! cargo run -p kthena-api --example crds -- deploy/crds deploy/gateway-api
 //! ```
 
 use std::io::Write as _;
@@ -16,6 +18,12 @@ fn main() -> anyhow::Result<()> {
     if let Some(dir) = std::env::args_os().nth(1).map(PathBuf::from) {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         for (name, text) in files {
+            let path = dir.join(name);
+            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        }
+        if let Some(dir) = std::env::args_os().nth(2).map(PathBuf::from) {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            let (name, text) = kthena_api::thirdparty::inference_pool_crd_file()?;
             let path = dir.join(name);
             std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
         }

@@ -28,7 +28,31 @@ const ONE_SOURCE_MESSAGE: &str = "one metric source backend config is required";
 const EXCLUSIVE_SOURCES: &str = "!(has(self.pod) && has(self.prometheus))";
 const EXCLUSIVE_SOURCES_MESSAGE: &str = "pod and prometheus configs are mutually exclusive";
 
+/// `minReplicas ≤ maxReplicas` (Go Kthena's webhook message; Go's CRD has no such rule, so
+/// without the webhook it accepted a policy that then scaled its target to the maximum).
+const MIN_LE_MAX: &str =
+    "!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas";
+const MIN_LE_MAX_MESSAGE: &str = "minReplicas must be <= maxReplicas";
+
 const RULES: &[Rule] = &[
+    Rule {
+        plural: "autoscalingpolicies",
+        path: "/properties/spec/properties/homogeneousTarget",
+        rule: MIN_LE_MAX,
+        message: MIN_LE_MAX_MESSAGE,
+    },
+    Rule {
+        plural: "autoscalingpolicies",
+        path: "/properties/spec/properties/heterogeneousTarget/properties/params/items",
+        rule: MIN_LE_MAX,
+        message: MIN_LE_MAX_MESSAGE,
+    },
+    Rule {
+        plural: "autoscalingpolicies",
+        path: "/properties/spec/properties/disaggregatedTarget/properties/roles/additionalProperties",
+        rule: MIN_LE_MAX,
+        message: MIN_LE_MAX_MESSAGE,
+    },
     Rule {
         plural: "modelroutes",
         path: "/properties/spec",

@@ -46,8 +46,13 @@ fn with_cel_rules(crd: CustomResourceDefinition) -> CustomResourceDefinition {
 
 /// What the API server expects of a generated schema, beyond what schemars writes: integer
 /// formats it knows (`uint32` becomes `int32`, as controller-gen writes Go's `uint32`; wider
-/// unsigned ones `int64`), so `kubectl apply` prints no `unrecognized format` warning; and
-/// descriptions without rustdoc link brackets (`` [`X`] `` becomes `` `X` ``).
+/// unsigned ones `int64`), so `kubectl apply` prints no `unrecognized format` warning;
+/// descriptions without rustdoc link brackets (`` [`X`] `` becomes `` `X` ``); and no
+/// `nullable: true` (schemars writes it for every `Option<T>`; Go Kthena's controller-gen
+/// CRDs have none). A `null` in a non-nullable field is pruned by the API server before
+/// defaulting, so `replicas: null`, as Helm and GitOps tools render an empty value, gets
+/// the default; in a nullable field it is kept and fails (`accessor error: <nil> is of the
+/// type <nil>`).
 pub(crate) fn tidy(crd: CustomResourceDefinition) -> CustomResourceDefinition {
     let Ok(mut v) = serde_json::to_value(&crd) else {
         return crd;
@@ -59,6 +64,9 @@ pub(crate) fn tidy(crd: CustomResourceDefinition) -> CustomResourceDefinition {
 fn tidy_value(v: &mut serde_json::Value) {
     match v {
         serde_json::Value::Object(map) => {
+            if map.get("nullable") == Some(&serde_json::Value::Bool(true)) {
+                map.remove("nullable");
+            }
             for (key, item) in map.iter_mut() {
                 match (key.as_str(), &mut *item) {
                     ("format", serde_json::Value::String(f)) => {

@@ -184,13 +184,36 @@ pub struct InferencePoolParentStatus {
 /// ```
 #[must_use]
 pub fn thirdparty_crds() -> Vec<CustomResourceDefinition> {
+    vec![crate::crd::tidy(PodGroup::crd()), inference_pool_crd()]
+}
+
+/// The CustomResourceDefinition of [`InferencePool`], with the `api-approved.kubernetes.io`
+/// annotation the API server requires of a `*.k8s.io` group (without it the CRD is
+/// refused).
+#[must_use]
+pub fn inference_pool_crd() -> CustomResourceDefinition {
     let mut pool = InferencePool::crd();
-    // `*.k8s.io` groups are protected: the API server wants the approval annotation.
     pool.metadata.annotations = Some(BTreeMap::from([(
         "api-approved.kubernetes.io".to_owned(),
         API_APPROVED.to_owned(),
     )]));
-    vec![crate::crd::tidy(PodGroup::crd()), crate::crd::tidy(pool)]
+    crate::crd::tidy(pool)
+}
+
+/// [`inference_pool_crd`] as a file: `(file name, YAML text)`, named as controller-gen names
+/// it (`inference.networking.k8s.io_inferencepools.yaml`). This is the file under
+/// `deploy/gateway-api/` (written by `cargo run -p kthena-api --example crds -- deploy/crds
+/// deploy/gateway-api`).
+///
+/// # Errors
+/// [`crate::Error::SerializeYaml`] if the CRD cannot be rendered (not expected).
+pub fn inference_pool_crd_file() -> crate::Result<(String, String)> {
+    let crd = inference_pool_crd();
+    let name = format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural);
+    let text = serde_saphyr::to_string(&crd).map_err(|source| crate::Error::SerializeYaml {
+        source: Box::new(source),
+    })?;
+    Ok((name, text))
 }
 
 /// The `api-approved.kubernetes.io` annotation of the `InferencePool` CRD (the Inference

@@ -7,8 +7,16 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result};
 use serde_json::Value;
 
+/// Go Kthena's chart directory: `$KTHENA_GO_CHARTS`, else the `shared/kthena-manifests`
+/// checkout beside the repository.
 fn charts_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/kthena-manifests/charts/kthena/charts")
+    std::env::var_os("KTHENA_GO_CHARTS").map_or_else(
+        || {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../shared/kthena-manifests/charts/kthena/charts")
+        },
+        PathBuf::from,
+    )
 }
 
 /// Differences accepted on purpose, by CRD name and property path, each with its reason.
@@ -245,5 +253,54 @@ fn crds_round_trip_through_yaml() -> Result<()> {
             "autoscalingpolicies.workload.serving.volcano.sh",
         ]
     );
+    Ok(())
+}
+
+/// Paths of the schema nodes marked `nullable: true` below `s`.
+fn nullable_paths(s: &Value, path: &str, out: &mut Vec<String>) {
+    if s.get("nullable") == Some(&Value::Bool(true)) {
+        out.push(path.to_owned());
+    }
+    if let Some(props) = s.get("properties").and_then(Value::as_object) {
+        for (k, v) in props {
+            nullable_paths(v, &format!("{path}.{k}"), out);
+        }
+    }
+    if let Some(items) = s.get("items") {
+        nullable_paths(items, &format!("{path}[]"), out);
+    }
+    if let Some(ap) = s.get("additionalProperties").filter(|v| v.is_object()) {
+        nullable_paths(ap, &format!("{path}{{}}"), out);
+    }
+}
+
+/// A field Go's CRD does not mark `nullable` must not be nullable in ours: the API server
+/// prunes a `null` in a non-nullable field (so `replicas: null`, as Helm and GitOps tools
+/// render an empty value, gets the default), but keeps it in a nullable one and then fails
+/// with `accessor error: <nil> is of the type <nil>`.
+#[test]
+fn nullable_fields_are_those_of_go_kthena() -> Result<()> {
+    let mut theirs = BTreeMap::new();
+    for group in ["networking", "workload"] {
+        for entry in std::fs::read_dir(charts_dir().join(group).join("crds"))? {
+            let crd: Value = serde_saphyr::from_str(&std::fs::read_to_string(entry?.path())?)?;
+            let name = crd["metadata"]["name"].as_str().unwrap_or("").to_owned();
+            let mut paths = Vec::new();
+            let schema = version(&crd)?.pointer("/schema/openAPIV3Schema");
+            nullable_paths(schema.context("no schema")?, "", &mut paths);
+            theirs.insert(name, paths);
+        }
+    }
+    let mut ours = BTreeMap::new();
+    for crd in kthena_api::crds() {
+        let crd = serde_json::to_value(&crd)?;
+        let name = crd["metadata"]["name"].as_str().unwrap_or("").to_owned();
+        let mut paths = Vec::new();
+        let schema = version(&crd)?.pointer("/schema/openAPIV3Schema");
+        nullable_paths(schema.context("no schema")?, "", &mut paths);
+        ours.insert(name, paths);
+    }
+    assert_eq!(theirs.len(), 6);
+    assert_eq!(ours, theirs);
     Ok(())
 }

@@ -1,5 +1,6 @@
-//! The CRDs committed under `deploy/crds/` are the ones generated from the Rust types.
-//! Regenerate them with `cargo run -p kthena-api --example crds -- deploy/crds`.
+//! The CRDs committed under `deploy/crds/` and `deploy/gateway-api/` are the ones generated
+//! from the Rust types. Regenerate them with
+//! `cargo run -p kthena-api --example crds -- deploy/crds deploy/gateway-api`.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -28,5 +29,23 @@ fn committed_crds_equal_generated() -> Result<()> {
         present, expected,
         "deploy/crds/ holds exactly the generated CRDs"
     );
+    Ok(())
+}
+
+/// The InferencePool CRD that Gateway API mode with the Inference Extension needs is shipped,
+/// with the `api-approved.kubernetes.io` annotation the API server requires of its group.
+#[test]
+fn committed_inference_pool_crd_equals_generated() -> Result<()> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/gateway-api");
+    let (name, text) = kthena_api::thirdparty::inference_pool_crd_file()?;
+    assert_eq!(name, "inference.networking.k8s.io_inferencepools.yaml");
+    let committed = std::fs::read_to_string(dir.join(&name))
+        .with_context(|| format!("deploy/gateway-api/{name} is missing; regenerate it"))?;
+    assert!(
+        committed == text,
+        "deploy/gateway-api/{name} differs from the generated CRD; regenerate with \
+         `cargo run -p kthena-api --example crds -- deploy/crds deploy/gateway-api`"
+    );
+    assert!(text.contains("api-approved.kubernetes.io: https://github.com/kubernetes-sigs/gateway-api-inference-extension"));
     Ok(())
 }

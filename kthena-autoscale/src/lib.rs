@@ -46,6 +46,7 @@ mod hetero;
 mod histogram;
 mod ratio;
 mod recommend;
+mod sample;
 mod scaler;
 mod window;
 
@@ -67,6 +68,7 @@ pub use ratio::{Bounds, Enforced, Ratio, RatioBounds, enforce_role_ratio, format
 pub use recommend::{
     MAX_RECOMMENDATION, Metrics, Observation, ceil_replicas, pod_metric, recommend,
 };
+pub use sample::{InvalidSample, MAX_SAMPLE, check_sample, is_usable};
 pub use scaler::{Decision, Mode, Scaler};
 pub use window::{Best, LineChartWindow, RecordWindow, SnapshotWindow};
 

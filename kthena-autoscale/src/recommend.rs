@@ -40,6 +40,9 @@ pub struct Observation<'a> {
 ///     `ceil(d)`;
 ///   * pod metric: see [`pod_metric`].
 /// * The result is clamped to `[min, max]`.
+/// * A value [`crate::check_sample`] refuses (NaN, ±Inf, negative, above
+///   [`crate::MAX_SAMPLE`]) gives that metric no recommendation (Go scales on it: NaN ceils
+///   to 0, so the target went to its minimum).
 ///
 /// Source: Go `RecommendedInstancesAlgorithm.GetRecommendedInstances`.
 pub fn recommend(o: &Observation<'_>) -> Option<i32> {
@@ -52,6 +55,8 @@ pub fn recommend(o: &Observation<'_>) -> Option<i32> {
     let mut best: Option<i32> = None;
     for (name, &target) in o.targets {
         let desired = match o.external.get(name) {
+            // A meaningless value (`crate::check_sample`) is no value: skip the metric.
+            Some(&v) if !crate::is_usable(v) => None,
             Some(&v) => Some(external_metric(o.current, o.tolerance, target, v)),
             None => pod_metric(o, name, target),
         };
@@ -72,7 +77,8 @@ fn external_metric(current: i32, tolerance: f64, target: f64, value: f64) -> i32
 }
 
 /// One pod metric `m` with target `T` over the `ready` entries: `S` the sum of the values,
-/// `n` the entries having `m`, `k` those missing it; `n = 0` ⇒ no value. `ratio = S / n / T`.
+/// `n` the entries having `m`, `k` those missing it; `n = 0`, or any value
+/// [`crate::check_sample`] refuses, ⇒ no value. `ratio = S / n / T`.
 /// Unready pods are added (as if at 0) only when `ratio ≥ 1` and `unready > 0`.
 ///
 /// * nothing added and `k = 0`: `d = ratio × n` (`= S / T`); `|d / current − 1| ≤ tolerance`
@@ -94,6 +100,7 @@ pub fn pod_metric(o: &Observation<'_>, name: &str, target: f64) -> Option<i32> {
     let mut missing: i64 = 0;
     for entry in o.ready {
         match entry.get(name) {
+            Some(&v) if !crate::is_usable(v) => return None,
             Some(v) => {
                 n += 1;
                 sum += v;

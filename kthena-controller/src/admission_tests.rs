@@ -303,3 +303,59 @@ fn a_booster_whose_model_serving_would_be_refused_is_refused() -> TestResult {
     assert!(msg.starts_with(&prefix), "{msg}");
     Ok(())
 }
+
+/// An AutoscalingPolicy with `spec` and `minReplicas`/`maxReplicas` of `min`/`max` in each
+/// kind of target.
+fn policy_with_bounds(kind: &str, min: i64, max: i64) -> Value {
+    let target = json!({"targetRef": {"kind": "ModelServing", "name": "ms"},
+                        "metricSources": {"m": {"pod": {}}}});
+    let spec = match kind {
+        "homogeneousTarget" => {
+            json!({"minReplicas": min, "maxReplicas": max, "target": target})
+        }
+        "heterogeneousTarget" => json!({"params": [
+            {"minReplicas": min, "maxReplicas": max, "cost": 1, "target": target}
+        ]}),
+        _ => json!({"targetRef": {"kind": "ModelServing", "name": "ms"},
+                    "roles": {"decode": {"minReplicas": min, "maxReplicas": max,
+                                         "metricSources": {"m": {"pod": {}}}}}}),
+    };
+    json!({
+        "apiVersion": "workload.serving.volcano.sh/v1alpha1",
+        "kind": "AutoscalingPolicy",
+        "metadata": {"name": "p", "namespace": "default"},
+        "spec": {"metrics": [{"name": "m", "targetValue": "1"}], kind: spec},
+    })
+}
+
+#[test]
+fn min_replicas_above_max_replicas_is_refused_for_every_target() -> TestResult {
+    for (kind, path) in [
+        ("homogeneousTarget", "spec.homogeneousTarget.minReplicas"),
+        (
+            "heterogeneousTarget",
+            "spec.heterogeneousTarget.params[0].minReplicas",
+        ),
+        (
+            "disaggregatedTarget",
+            "spec.disaggregatedTarget.roles[decode].minReplicas",
+        ),
+    ] {
+        let ok = answer(
+            Action::Validate,
+            &request("CREATE", &policy_with_bounds(kind, 2, 2), None),
+        )?;
+        assert_eq!(ok["allowed"], true, "{kind}: {ok}");
+        let r = answer(
+            Action::Validate,
+            &request("CREATE", &policy_with_bounds(kind, 5, 2), None),
+        )?;
+        assert_eq!(r["allowed"], false, "{kind}");
+        let msg = r["status"]["message"].as_str().unwrap_or_default();
+        assert!(
+            msg.contains(&format!("{path}: minReplicas must be <= maxReplicas")),
+            "{kind}: {msg}"
+        );
+    }
+    Ok(())
+}

@@ -35,15 +35,24 @@ struct Args {
     /// in a cluster, else of the kubeconfig context).
     #[arg(long)]
     leader_elect_namespace: Option<String>,
-    /// Address of the plain-HTTP `GET /healthz` endpoint.
-    #[arg(long, default_value = "0.0.0.0:8081")]
+    /// Address of the plain-HTTP `GET /healthz` endpoint (`--health-probe-bind-address`,
+    /// controller-runtime's name, is the same flag).
+    #[arg(
+        long,
+        alias = "health-probe-bind-address",
+        default_value = "0.0.0.0:8081"
+    )]
     healthz_bind_address: SocketAddr,
     /// Serve the admission webhooks (TLS, on --port) for every Kthena kind.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     enable_webhook: bool,
-    /// Port of the TLS webhook server (all interfaces; 0 picks a free port).
+    /// Port of the TLS webhook server (0 picks a free port).
     #[arg(long, default_value_t = 8443)]
     port: u16,
+    /// IP address the TLS webhook server listens on, with --port (default: all interfaces,
+    /// as Go's `:8443`).
+    #[arg(long, default_value = "0.0.0.0")]
+    webhook_bind_address: std::net::IpAddr,
     /// Read and write timeout of the webhook server: seconds (Go's form, `30`) or a Go
     /// duration (`30s`, `1m`).
     #[arg(long, default_value = "30", value_parser = parse_timeout)]
@@ -109,7 +118,7 @@ async fn webhook(
             }
         }
     };
-    let addr = SocketAddr::from(([0, 0, 0, 0], args.port));
+    let addr = SocketAddr::new(args.webhook_bind_address, args.port);
     let (addr, server) =
         kthena_controller::serve_webhook(addr, &cert, args.webhook_timeout).await?;
     tracing::info!(%addr, "serving admission webhooks");

@@ -274,3 +274,100 @@ async fn model_serving_rules() -> Result<()> {
         "gangPolicy is required once set",
     )
 }
+
+/// An AutoscalingPolicy named `name` whose target of `kind` has `minReplicas: 5` and
+/// `maxReplicas: 2`.
+fn min_above_max(name: &str, kind: &str) -> Value {
+    let target = json!({"targetRef": {"kind": "ModelServing", "name": "ms"},
+                        "metricSources": {"rps": {"pod": {"port": 8000}}}});
+    let spec = match kind {
+        "homogeneousTarget" => json!({"minReplicas": 5, "maxReplicas": 2, "target": target}),
+        "heterogeneousTarget" => json!({"params": [
+            {"minReplicas": 5, "maxReplicas": 2, "cost": 1, "target": target}
+        ]}),
+        _ => json!({"targetRef": {"kind": "ModelServing", "name": "ms"},
+                    "roles": {"decode": {"minReplicas": 5, "maxReplicas": 2,
+                                         "metricSources": {"rps": {"pod": {"port": 8000}}}}}}),
+    };
+    json!({
+        "apiVersion": "workload.serving.volcano.sh/v1alpha1",
+        "kind": "AutoscalingPolicy",
+        "metadata": {"name": name},
+        "spec": {"metrics": [{"name": "rps", "targetValue": "1"}], kind: spec},
+    })
+}
+
+#[tokio::test]
+async fn min_replicas_above_max_replicas_is_refused() -> Result<()> {
+    let ns = kthena_testenv::namespace("cel-minmax").await?;
+    for (name, kind, field) in [
+        ("h", "homogeneousTarget", "spec.homogeneousTarget"),
+        (
+            "x",
+            "heterogeneousTarget",
+            "spec.heterogeneousTarget.params[0]",
+        ),
+        (
+            "d",
+            "disaggregatedTarget",
+            "spec.disaggregatedTarget.roles[decode]",
+        ),
+    ] {
+        refused(
+            &ns,
+            &min_above_max(name, kind),
+            field,
+            "minReplicas must be <= maxReplicas",
+        )?;
+    }
+    Ok(())
+}
+
+/// `kubectl <verb...> -f` of `doc` in `ns`: `Ok(())`, or the error kubectl printed.
+fn kubectl_file(
+    ns: &TestNamespace,
+    verb: &[&str],
+    doc: &Value,
+) -> Result<std::result::Result<(), String>> {
+    let tmp = tempfile::NamedTempFile::new()?;
+    std::fs::write(tmp.path(), serde_json::to_vec(doc)?)?;
+    let out = ns
+        .kubectl()
+        .args(verb)
+        .arg("-f")
+        .arg(tmp.path())
+        .output()
+        .context("running kubectl")?;
+    Ok(if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    })
+}
+
+/// `replicas: null` (an empty Helm value) is pruned by the API server and defaulted to 1, as
+/// with Go Kthena's CRD, whether created or server-side applied (client-side `kubectl
+/// apply` drops nulls itself). A created null optional object is pruned too (server-side
+/// apply refuses a null object inside a list item, with Go's CRD as with ours).
+#[tokio::test]
+async fn null_replicas_is_accepted_and_defaulted() -> Result<()> {
+    let ns = kthena_testenv::namespace("null-replicas").await?;
+    for (name, verb) in [
+        ("created", &["create"][..]),
+        ("applied", &["apply", "--server-side"][..]),
+    ] {
+        let mut ms = serving(&["decode"], None);
+        ms["metadata"]["name"] = json!(name);
+        ms["spec"]["replicas"] = Value::Null;
+        if name == "created" {
+            ms["spec"]["template"]["roles"][0]["workerTemplate"] = Value::Null;
+        }
+        if let Err(err) = kubectl_file(&ns, verb, &ms)? {
+            bail!("{verb:?}: replicas: null was refused: {err}");
+        }
+        let got: kthena_api::ModelServing = ns.api().get(name).await?;
+        assert_eq!(got.spec.replicas, Some(1), "{verb:?}");
+        assert!(got.spec.template.roles[0].worker_template.is_none());
+    }
+    Ok(())
+}

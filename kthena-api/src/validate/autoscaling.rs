@@ -209,7 +209,16 @@ impl AutoscalingPolicy {
     }
 }
 
+/// `minReplicas` in `0..=1000000`, `maxReplicas` in `1..=1000000`, and `min ≤ max` (Go's
+/// webhook message, which Go checks for roles only; a homogeneous target or heterogeneous
+/// param with `min > max` would be clamped to its maximum with no metric at all).
 fn replicas_bounds(e: &mut Errors, path: &str, min: i32, max: i32) {
+    if min > max {
+        e.push(
+            format!("{path}.minReplicas"),
+            "minReplicas must be <= maxReplicas",
+        );
+    }
     e.range_i64(
         &format!("{path}.minReplicas"),
         Some(i64::from(min)),
@@ -350,12 +359,6 @@ fn disaggregated_role(
         e.push(p, "role name must not be empty");
     }
     replicas_bounds(e, p, r.min_replicas, r.max_replicas);
-    if r.min_replicas > r.max_replicas {
-        e.push(
-            format!("{p}.minReplicas"),
-            "minReplicas must be less than or equal to maxReplicas",
-        );
-    }
     metrics(e, &format!("{p}.metrics"), &r.metrics);
     sources(e, &format!("{p}.metricSources"), &r.metric_sources);
     let fixed = r.max_replicas > 0 && r.min_replicas == r.max_replicas;

@@ -332,8 +332,10 @@ pub struct TargetScalingStatus {
     pub name: Option<String>,
     /// Replicas observed.
     pub current_replicas: i32,
-    /// Replicas recommended.
-    pub desired_replicas: i32,
+    /// Replicas recommended by the last decision; absent until a decision was made (a `0`
+    /// written before any decision would read as "scale to zero").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_replicas: Option<i32>,
     /// `Stable` or `Panic`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,

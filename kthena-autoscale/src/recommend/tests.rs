@@ -155,6 +155,23 @@ fn the_largest_metric_wins_and_no_value_means_skip() {
     );
 }
 
+/// A value that parses but means nothing (NaN, ±Inf, negative, 1e300) is no value: the
+/// metric gives no recommendation (skip), never the minimum or the maximum.
+#[test]
+fn meaningless_values_give_no_recommendation() {
+    for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.0, 1e300] {
+        let c = Case::new(4, bad);
+        assert_eq!(c.run(), None, "pod value {bad}");
+        let mut c = Case::new(4, 45.0);
+        c.external = metrics(&[(M, bad)]);
+        assert_eq!(c.run(), None, "external value {bad}");
+        // One bad entry of several (heterogeneous targets) spoils the metric for the round.
+        let mut c = Case::new(4, 45.0);
+        c.ready.push(metrics(&[(M, bad)]));
+        assert_eq!(c.run(), None, "second entry {bad}");
+    }
+}
+
 #[test]
 fn ceil_saturates() {
     assert_eq!(ceil_replicas(f64::NAN), 0);

@@ -9,9 +9,10 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use k8s_openapi::api::core::v1::Pod;
 use kthena_api::workload::MetricSource;
-use kthena_autoscale::{Metrics, PodHistograms};
+use kthena_autoscale::{InvalidSample, Metrics, PodHistograms};
 
 use super::metrics::{FamilyValue, family};
+use super::prometheus::QueryError;
 use crate::observed::running_and_ready;
 
 /// The HTTP client of the scrapes.
@@ -31,6 +32,79 @@ pub(crate) struct Collected {
     pub(crate) ready: Metrics,
     /// Values of the metrics with a `prometheus` source that answered this round.
     pub(crate) external: Metrics,
+}
+
+/// Why a metric has no value this round, for the policy's status and events: a value that is
+/// no sample, or a Prometheus query that failed. (A pod whose scrape fails leaves the metric
+/// without a value too, as in Go, and is only logged.)
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Problem {
+    /// A pod answered a well-formed value that is no sample.
+    #[error("pod {pod} metric {metric}: value {} is {why}; sample skipped", shown(*.value))]
+    PodValue {
+        /// The policy's metric name.
+        metric: String,
+        /// `namespace/name` of the pod.
+        pod: String,
+        /// The value as read.
+        value: f64,
+        /// Why it is no sample.
+        why: InvalidSample,
+    },
+    /// The Prometheus query of a metric gave no usable value.
+    #[error("metric {metric} from Prometheus {server}: {error}")]
+    Prometheus {
+        /// The policy's metric name.
+        metric: String,
+        /// The source's `serverURL`.
+        server: String,
+        /// What went wrong (with its cause).
+        #[source]
+        error: QueryError,
+    },
+}
+
+/// A metric value as Prometheus writes it: `NaN`, `+Inf`, `-Inf`, exponent notation from
+/// 1e15 on (`1e300`, not 301 digits), else Rust's shortest form.
+pub(crate) fn shown(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".to_owned()
+    } else if v.is_infinite() {
+        if v > 0.0 { "+Inf" } else { "-Inf" }.to_owned()
+    } else if v.abs() >= 1e15 {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
+impl Problem {
+    /// A reference to the pod of a [`Problem::PodValue`].
+    pub(crate) fn pod_ref(&self) -> Option<k8s_openapi::api::core::v1::ObjectReference> {
+        let Self::PodValue { pod, .. } = self else {
+            return None;
+        };
+        let (ns, name) = pod.split_once('/')?;
+        Some(k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("Pod".to_owned()),
+            namespace: Some(ns.to_owned()),
+            name: Some(name.to_owned()),
+            ..Default::default()
+        })
+    }
+
+    /// Whether the problem is a value that is no sample (a Warning event each round).
+    pub(crate) fn is_invalid_value(&self) -> bool {
+        matches!(
+            self,
+            Self::PodValue { .. }
+                | Self::Prometheus {
+                    error: QueryError::Invalid(..),
+                    ..
+                }
+        )
+    }
 }
 
 /// Why a pod group gives no value this round.
@@ -82,28 +156,108 @@ fn started_at(pod: &Pod) -> Option<Duration> {
     Some(Duration::from_secs(u64::try_from(t.0.as_second()).ok()?))
 }
 
+/// One pod-sourced metric of one round: where to scrape it and which family to read.
+struct PodScrape<'a> {
+    client: &'a HttpClient,
+    /// The policy's metric name.
+    metric: &'a str,
+    /// The metric family in the exposition.
+    fam: &'a str,
+    port: i32,
+    uri: &'a str,
+}
+
+/// What one pod gives for a metric.
+enum PodValue {
+    /// Not Running and Ready, or without an IP: counted as unready.
+    Unready,
+    /// Its value (a sum of series, or a P95 over the last minute).
+    Value(f64),
+    /// No value: the scrape failed, the family is missing, or the value is no sample.
+    Missing,
+}
+
+impl PodScrape<'_> {
+    /// Scrapes `pod` and reads the family; a value that is no sample is added to `problems`.
+    async fn value(
+        &self,
+        histograms: &mut PodHistograms,
+        now: Duration,
+        pod: &Pod,
+        problems: &mut Vec<Problem>,
+    ) -> PodValue {
+        let ip = pod.status.as_ref().and_then(|s| s.pod_ip.as_deref());
+        let (true, Some(ip)) = (running_and_ready(pod), ip) else {
+            return PodValue::Unready;
+        };
+        let url = format!("http://{ip}:{}{}", self.port, self.uri);
+        let value = match scrape(self.client, &url).await {
+            Some(text) => family(&text, self.fam),
+            None => None,
+        };
+        let name = format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or(""),
+            pod.metadata.name.as_deref().unwrap_or("")
+        );
+        match value {
+            Some(FamilyValue::Scalar(v)) => PodValue::Value(v),
+            Some(FamilyValue::Histogram(h)) => {
+                let key = format!("{name}/{}", self.fam);
+                match histograms.p95(now, &key, started_at(pod), h) {
+                    Ok(v) => PodValue::Value(v),
+                    Err(_) => PodValue::Missing,
+                }
+            }
+            Some(FamilyValue::Invalid(value, why)) => {
+                let p = Problem::PodValue {
+                    metric: self.metric.to_owned(),
+                    pod: name,
+                    value,
+                    why,
+                };
+                tracing::warn!(problem = %p, "Metric value is no sample");
+                problems.push(p);
+                PodValue::Missing
+            }
+            None => PodValue::Missing,
+        }
+    }
+}
+
 /// Collects every metric with a pod source from `pods` (the target's entry pods).
 ///
 /// Per metric: the pods its selector picks; none, or any failed / deleted / restarted pod,
 /// ⇒ the metric is unavailable this round. Unready pods are counted; every ready pod is
 /// scraped and its value (sum of series, or P95 over the last minute for histograms) summed.
 /// A non-200 answer, a timeout, unparsable text or a missing family on any ready pod makes
-/// the metric unavailable (never a zero).
+/// the metric unavailable (never a zero); so does a value that is no sample
+/// (`kthena_autoscale::check_sample`: NaN, ±Inf, negative, above 1e15), which is also added
+/// to `problems`, as is every failed Prometheus query.
 pub(crate) async fn collect(
     client: &HttpClient,
     histograms: &mut PodHistograms,
     now: Duration,
     pods: &[Pod],
     sources: &BTreeMap<String, MetricSource>,
+    problems: &mut Vec<Problem>,
 ) -> Collected {
     let mut out = Collected::default();
     for (metric, source) in sources {
         if let Some(prom) = &source.prometheus {
             match super::prometheus::query(client, prom).await {
-                Some(v) => {
+                Ok(v) => {
                     out.external.insert(metric.clone(), v);
                 }
-                None => tracing::info!(%metric, "Prometheus query gave no value this round"),
+                Err(error) => {
+                    let p = Problem::Prometheus {
+                        metric: metric.clone(),
+                        server: prom.server_url.clone(),
+                        error,
+                    };
+                    tracing::warn!(problem = %p, "Prometheus query gave no value this round");
+                    problems.push(p);
+                }
             }
             continue;
         }
@@ -115,34 +269,20 @@ pub(crate) async fn collect(
             tracing::info!(%metric, pods = group.len(), "Metric group unavailable this round");
             continue;
         }
-        let fam = pod_source.name.as_deref().unwrap_or(metric);
-        let port = pod_source.port.unwrap_or(8100);
-        let uri = pod_source.uri.as_deref().unwrap_or("/metrics");
-        let (mut sum, mut unready, mut ok) = (0.0, 0, true);
+        let scrape = PodScrape {
+            client,
+            metric,
+            fam: pod_source.name.as_deref().unwrap_or(metric),
+            port: pod_source.port.unwrap_or(8100),
+            uri: pod_source.uri.as_deref().unwrap_or("/metrics"),
+        };
+        let mut ok = true;
+        let (mut sum, mut unready) = (0.0, 0);
         for pod in &group {
-            let ip = pod.status.as_ref().and_then(|s| s.pod_ip.as_deref());
-            let (true, Some(ip)) = (running_and_ready(pod), ip) else {
-                unready += 1;
-                continue;
-            };
-            let value = match scrape(client, &format!("http://{ip}:{port}{uri}")).await {
-                Some(text) => family(&text, fam),
-                None => None,
-            };
-            let key = format!(
-                "{}/{}/{fam}",
-                pod.metadata.namespace.as_deref().unwrap_or(""),
-                pod.metadata.name.as_deref().unwrap_or("")
-            );
-            match value {
-                Some(FamilyValue::Scalar(v)) => sum += v,
-                Some(FamilyValue::Histogram(h)) => {
-                    match histograms.p95(now, &key, started_at(pod), h) {
-                        Ok(v) => sum += v,
-                        Err(_) => ok = false,
-                    }
-                }
-                None => ok = false,
+            match scrape.value(histograms, now, pod, problems).await {
+                PodValue::Unready => unready += 1,
+                PodValue::Value(v) => sum += v,
+                PodValue::Missing => ok = false,
             }
         }
         if !ok {

@@ -11,7 +11,7 @@ use kube::ResourceExt as _;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-use super::collect::{HttpClient, collect};
+use super::collect::{HttpClient, Problem, collect};
 use super::outcome::{Outcome, TargetPart, entry_pods, target};
 use super::state::{Kept, kept, key};
 use crate::error::{Result, kube_err};
@@ -29,6 +29,7 @@ pub(super) async fn heterogeneous(
     policy: &AutoscalingPolicy,
     h: &HeterogeneousTarget,
     now: Duration,
+    problems: &mut Vec<Problem>,
 ) -> Result<Outcome> {
     let mut targets = Vec::with_capacity(h.params.len());
     for p in &h.params {
@@ -45,6 +46,7 @@ pub(super) async fn heterogeneous(
             now,
             &pods,
             &p.target.metric_sources,
+            problems,
         )
         .await;
         observed.push(TargetObservation {

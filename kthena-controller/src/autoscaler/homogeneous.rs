@@ -10,7 +10,7 @@ use kube::ResourceExt as _;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-use super::collect::{HttpClient, collect};
+use super::collect::{HttpClient, Problem, collect};
 use super::outcome::{Outcome, entry_pods, target};
 use super::state::{Kept, kept, key};
 use crate::error::{Result, kube_err};
@@ -28,6 +28,7 @@ pub(super) async fn homogeneous(
     policy: &AutoscalingPolicy,
     h: &HomogeneousTarget,
     now: Duration,
+    problems: &mut Vec<Problem>,
 ) -> Result<Outcome> {
     let (ms_api, ms) = target(client, policy, &h.target.target_ref).await?;
     let (ns, name) = (ms.namespace().unwrap_or_default(), ms.name_any());
@@ -43,6 +44,7 @@ pub(super) async fn homogeneous(
         now,
         &pods,
         &h.target.metric_sources,
+        problems,
     )
     .await;
     let ready = [collected.ready];

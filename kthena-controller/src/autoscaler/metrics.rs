@@ -1,8 +1,10 @@
 //! Reading one metric family out of an engine's Prometheus text answer (Go
 //! `metric_collector.go`: counters and gauges summed over their series, histograms as the
-//! first series' cumulative buckets).
+//! first series' cumulative buckets). A sample value of the family that
+//! `kthena_autoscale::check_sample` refuses (NaN, ±Inf, negative, above 1e15) makes the whole
+//! family [`FamilyValue::Invalid`].
 
-use kthena_autoscale::Histogram;
+use kthena_autoscale::{Histogram, InvalidSample, check_sample};
 
 /// One family's value in one scrape.
 #[derive(Debug, Clone, PartialEq)]
@@ -11,6 +13,8 @@ pub(crate) enum FamilyValue {
     Scalar(f64),
     /// The first series of a histogram.
     Histogram(Histogram),
+    /// A sample of the family (the first such) is no usable value: its value and why.
+    Invalid(f64, InvalidSample),
 }
 
 /// The samples of `family` in `text` (Prometheus text format or OpenMetrics): `None` when the
@@ -38,6 +42,9 @@ pub(crate) fn family(text: &str, family: &str) -> Option<FamilyValue> {
             let Some(suffix) = name.strip_prefix(family) else {
                 continue;
             };
+            if let Err(why) = check_sample(value) {
+                return Some(FamilyValue::Invalid(value, why));
+            }
             let key = strip_le(labels);
             if series.get_or_insert_with(|| key.clone()) != &key {
                 continue;
@@ -53,6 +60,9 @@ pub(crate) fn family(text: &str, family: &str) -> Option<FamilyValue> {
         if name == family
             || (kind.as_deref() == Some("counter") && name == format!("{family}_total"))
         {
+            if let Err(why) = check_sample(value) {
+                return Some(FamilyValue::Invalid(value, why));
+            }
             sum += value;
             found = true;
         }
@@ -155,6 +165,38 @@ vllm:time_to_first_token_seconds_count{engine="1"} 999
         };
         assert_eq!((h.count, h.sum), (100, 9.5));
         assert_eq!(h.buckets, vec![(0.1, 10), (0.5, 50), (f64::INFINITY, 100)]);
+    }
+
+    /// Well-formed text whose value means nothing is reported as such, with its value.
+    #[test]
+    fn meaningless_values_are_invalid_not_summed() {
+        let gauge =
+            |v: &str| format!("# TYPE w gauge\nw{{engine=\"0\"}} 3\nw{{engine=\"1\"}} {v}\n");
+        let cases = [
+            ("NaN", InvalidSample::NotANumber),
+            ("+Inf", InvalidSample::Infinite),
+            ("-Inf", InvalidSample::Infinite),
+            ("-1", InvalidSample::Negative),
+            ("1e300", InvalidSample::TooLarge),
+        ];
+        for (text, why) in cases {
+            match family(&gauge(text), "w") {
+                Some(FamilyValue::Invalid(v, w)) => {
+                    assert_eq!(w, why, "{text}");
+                    assert!(v.is_nan() || v == text.replace("Inf", "inf").parse::<f64>().unwrap());
+                }
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        let hist = "# TYPE h histogram\nh_bucket{le=\"+Inf\"} NaN\nh_count 1\nh_sum 1\n";
+        assert!(matches!(
+            family(hist, "h"),
+            Some(FamilyValue::Invalid(_, InvalidSample::NotANumber))
+        ));
+        assert_eq!(
+            family(&gauge("1e15"), "w"),
+            Some(FamilyValue::Scalar(1e15 + 3.0))
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 mod claims;
 mod collect;
+mod events;
 mod hetero;
 mod homogeneous;
 mod metrics;
@@ -20,6 +21,7 @@ use std::time::Duration;
 use kthena_api::AutoscalingPolicy;
 use kube::Client;
 use kube::api::{Api, ListParams};
+use kube::runtime::events::{Recorder, Reporter};
 
 use crate::error::{Result, kube_err};
 use collect::HttpClient;
@@ -60,6 +62,11 @@ pub async fn run_autoscaler(
     let http: HttpClient =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .build_http();
+    let reporter = Reporter {
+        controller: config.field_manager.clone(),
+        instance: None,
+    };
+    let recorder = Recorder::new(client.clone(), reporter);
     let start = tokio::time::Instant::now();
     let mut states = States::default();
     let mut tick = tokio::time::interval(config.sync_period);
@@ -71,16 +78,17 @@ pub async fn run_autoscaler(
             _ = tick.tick() => {}
         }
         let now = start.elapsed();
-        if let Err(e) = round(&client, &config, &http, &mut states, now).await {
+        if let Err(e) = round(&client, &recorder, &config, &http, &mut states, now).await {
             tracing::warn!(error = %e, "Autoscaling round failed");
         }
     }
 }
 
-/// One round over every policy: a decision per policy (by its kind of target), then its
-/// status.
+/// One round over every policy: a decision per policy (by its kind of target), a Warning
+/// event per metric value that was no sample, then its status.
 async fn round(
     client: &Client,
+    recorder: &Recorder,
     config: &AutoscalerConfig,
     http: &HttpClient,
     states: &mut States,
@@ -99,20 +107,24 @@ async fn round(
     let mut conflicts = claims::conflicts(&policies.items);
     for policy in &policies.items {
         let spec = &policy.spec;
+        let mut problems = Vec::new();
+        let p = &mut problems;
         let outcome = if let Some(e) = conflicts.remove(&key(policy)) {
             tracing::warn!(policy = %key(policy), error = %e, "Policy not applied");
             Ok(Outcome::Ambiguous(e))
         } else if let Some(h) = &spec.homogeneous_target {
-            homogeneous::homogeneous(client, http, &mut states.single, policy, h, now).await
+            homogeneous::homogeneous(client, http, &mut states.single, policy, h, now, p).await
         } else if let Some(d) = &spec.disaggregated_target {
-            roles::disaggregated(client, http, &mut states.roles, policy, d, now).await
+            roles::disaggregated(client, http, &mut states.roles, policy, d, now, p).await
         } else if let Some(h) = &spec.heterogeneous_target {
-            hetero::heterogeneous(client, http, &mut states.hetero, policy, h, now).await
+            hetero::heterogeneous(client, http, &mut states.hetero, policy, h, now, p).await
         } else {
             continue;
         };
         let outcome = outcome.unwrap_or_else(Outcome::from_error);
-        if let Err(e) = status::write_status(client, &config.field_manager, policy, outcome).await {
+        events::invalid_values(recorder, policy, &problems).await;
+        let fm = &config.field_manager;
+        if let Err(e) = status::write_status(client, fm, policy, outcome, &problems).await {
             tracing::warn!(policy = %key(policy), error = %e, "Writing the policy status failed");
         }
     }

@@ -14,7 +14,7 @@ use kube::ResourceExt as _;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-use super::collect::{HttpClient, collect};
+use super::collect::{HttpClient, Problem, collect};
 use super::outcome::{Outcome, entry_pods, target};
 use super::state::{Kept, kept, key};
 use crate::error::{Error, Result, kube_err};
@@ -34,6 +34,7 @@ pub(super) async fn disaggregated(
     policy: &AutoscalingPolicy,
     d: &DisaggregatedTarget,
     now: Duration,
+    problems: &mut Vec<Problem>,
 ) -> Result<Outcome> {
     let (api, ms) = target(client, policy, &d.target_ref).await?;
     let (ns, name) = (ms.namespace().unwrap_or_default(), ms.name_any());
@@ -75,6 +76,7 @@ pub(super) async fn disaggregated(
                 now,
                 &role_pods,
                 &param.metric_sources,
+                problems,
             )
             .await;
             obs.unready = c.unready;

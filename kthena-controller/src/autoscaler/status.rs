@@ -12,10 +12,11 @@ use kube::ResourceExt as _;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
+use super::collect::Problem;
+use super::events::INVALID_METRIC_VALUE;
 use super::outcome::{Outcome, TargetPart};
 use super::state::key;
 use crate::error::{Result, kube_err};
-use crate::status::set_condition;
 
 const SERVING_FOUND: &str = "target model serving found";
 const SERVINGS_FOUND: &str = "target model servings found";
@@ -33,8 +34,13 @@ fn reconciled(message: &str, found: &str) -> (Verdict, Verdict) {
     )
 }
 
-/// Writes the status `outcome` leads to, when it differs from the stored one, as
-/// `field_manager`.
+/// Reason of `Ready=False` when a Prometheus query failed (and no value was refused).
+const METRIC_UNAVAILABLE: &str = "MetricUnavailable";
+/// Problems named in a condition message; the rest are counted.
+const MAX_PROBLEMS_SHOWN: usize = 5;
+
+/// Writes the status `outcome` and the round's `problems` lead to, when it differs from the
+/// stored one, as `field_manager`.
 ///
 /// # Errors
 /// [`crate::Error::Kube`] when the status patch fails.
@@ -43,8 +49,9 @@ pub(super) async fn write_status(
     field_manager: &str,
     policy: &AutoscalingPolicy,
     outcome: Outcome,
+    problems: &[Problem],
 ) -> Result<()> {
-    let st = next_status(policy, outcome);
+    let st = next_status(policy, outcome, problems);
     if policy.status.as_ref() == Some(&st) {
         return Ok(());
     }
@@ -70,14 +77,77 @@ pub(super) async fn write_status(
 /// The new status: `observedGeneration`, the conditions, and the scaling status of the
 /// target kind the outcome is about (`homogeneousStatus`, `heterogeneousStatus`,
 /// `disaggregatedStatus`); a round without a decision keeps the last decision's fields.
-fn next_status(policy: &AutoscalingPolicy, outcome: Outcome) -> AutoscalingPolicyStatus {
+/// `problems` (values that were no sample, failed Prometheus queries) turn an otherwise
+/// ready round into `Ready=False` with reason `InvalidMetricValue` or `MetricUnavailable`,
+/// the problems and then the round's own message.
+fn next_status(
+    policy: &AutoscalingPolicy,
+    outcome: Outcome,
+    problems: &[Problem],
+) -> AutoscalingPolicyStatus {
     let g = policy.metadata.generation;
     let old = policy.status.clone().unwrap_or_default();
     let mut st = AutoscalingPolicyStatus {
         observed_generation: g,
         ..old.clone()
     };
-    let (ready, found) = match outcome {
+    let (ready, found) = verdicts(policy, &old, &mut st, outcome);
+    let ready = with_problems(ready, problems);
+    for (type_, (ok, reason, message)) in [("Ready", ready), ("TargetFound", found)] {
+        upsert(
+            &mut st.conditions,
+            condition(type_, ok, reason, &message, g),
+        );
+    }
+    st
+}
+
+/// `ready` with `problems`: unchanged when there are none or it is already `False`; else
+/// `False`, reason `InvalidMetricValue` (a value was no sample) or `MetricUnavailable`, and
+/// the message `<problems>; <ready's message>`.
+fn with_problems(ready: Verdict, problems: &[Problem]) -> Verdict {
+    if problems.is_empty() || !ready.0 {
+        return ready;
+    }
+    let reason = if problems.iter().any(Problem::is_invalid_value) {
+        INVALID_METRIC_VALUE
+    } else {
+        METRIC_UNAVAILABLE
+    };
+    let mut shown: Vec<String> = problems
+        .iter()
+        .take(MAX_PROBLEMS_SHOWN)
+        .map(ToString::to_string)
+        .collect();
+    if problems.len() > MAX_PROBLEMS_SHOWN {
+        shown.push(format!("and {} more", problems.len() - MAX_PROBLEMS_SHOWN));
+    }
+    (false, reason, format!("{}; {}", shown.join("; "), ready.2))
+}
+
+/// Sets `new` in `conditions` (Kubernetes `meta.SetStatusCondition`): a condition of the same
+/// type takes `new`'s reason, message and observed generation, and its
+/// `lastTransitionTime` only when its status changes.
+fn upsert(conditions: &mut Vec<Condition>, new: Condition) {
+    match conditions.iter_mut().find(|c| c.type_ == new.type_) {
+        Some(cur) if cur.status == new.status => {
+            cur.reason = new.reason;
+            cur.message = new.message;
+            cur.observed_generation = new.observed_generation;
+        }
+        Some(cur) => *cur = new,
+        None => conditions.push(new),
+    }
+}
+
+/// The `Ready` and `TargetFound` verdicts of `outcome`, writing its scaling status into `st`.
+fn verdicts(
+    policy: &AutoscalingPolicy,
+    old: &AutoscalingPolicyStatus,
+    st: &mut AutoscalingPolicyStatus,
+    outcome: Outcome,
+) -> (Verdict, Verdict) {
+    match outcome {
         Outcome::Decided {
             target,
             decision,
@@ -97,18 +167,18 @@ fn next_status(policy: &AutoscalingPolicy, outcome: Outcome) -> AutoscalingPolic
             reconciled("homogeneous autoscaling policy reconciled", SERVING_FOUND)
         }
         Outcome::Skipped { target, current } => {
-            let mut status = old.homogeneous_status.unwrap_or_default();
+            let mut status = old.homogeneous_status.clone().unwrap_or_default();
             status.name = Some(target);
             status.current_replicas = current;
             st.homogeneous_status = Some(status);
             reconciled(KEPT, SERVING_FOUND)
         }
         Outcome::Roles(d) => {
-            st.disaggregated_status = Some(roles_status(policy, &old, &d));
+            st.disaggregated_status = Some(roles_status(policy, old, &d));
             reconciled("disaggregated autoscaling policy reconciled", ROLES_FOUND)
         }
         Outcome::Hetero(parts, mode) => {
-            st.heterogeneous_status = hetero_status(&old, &parts, mode);
+            st.heterogeneous_status = hetero_status(old, &parts, mode);
             reconciled(
                 "heterogeneous autoscaling policy reconciled",
                 SERVINGS_FOUND,
@@ -131,14 +201,7 @@ fn next_status(policy: &AutoscalingPolicy, outcome: Outcome) -> AutoscalingPolic
             (false, "ReconcileFailed", e.to_string()),
             (true, "TargetFound", SERVING_FOUND.to_owned()),
         ),
-    };
-    for (type_, (ok, reason, message)) in [("Ready", ready), ("TargetFound", found)] {
-        set_condition(
-            &mut st.conditions,
-            condition(type_, ok, reason, &message, g),
-        );
     }
-    st
 }
 
 fn condition(
@@ -170,7 +233,7 @@ fn scaling_status(
     TargetScalingStatus {
         name: Some(name),
         current_replicas: current,
-        desired_replicas: desired,
+        desired_replicas: Some(desired),
         mode: Some(mode.as_str().to_owned()),
         last_scale_time: if changed {
             Some(Time(k8s_openapi::jiff::Timestamp::now()))
@@ -250,3 +313,6 @@ fn roles_status(
         ratio_adjusted: constraint.map(|_| decision.ratio_adjusted),
     }
 }
+
+#[cfg(test)]
+mod tests;
