@@ -18,7 +18,7 @@ use crate::accounting::Accounting;
 use crate::body::{BoxError, RespBody};
 use crate::error::Error;
 use crate::listener::ListenerConfig;
-use crate::openai::parse_request;
+use crate::openai::{parse_request_at, prompt_member};
 use crate::shared::Shared;
 
 /// Reads and parses the body of the inference paths (`POST /v1/chat/completions`,
@@ -96,8 +96,9 @@ where
             path: path.to_owned(),
         });
     }
+    let member = prompt_member(path);
     let (parts, raw) = read_body(req, shared.max_body_bytes, &shared.listener).await?;
-    let parsed = parse_request(raw)?;
+    let parsed = parse_request_at(raw, member)?;
     let snap = shared.snapshot.load_full();
     if let Some(acct) = parts.extensions.get::<Accounting>() {
         acct.parsed(&parsed, snap.routes.knows(&parsed.model));
