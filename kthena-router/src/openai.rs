@@ -72,6 +72,9 @@ pub struct ParsedRequest {
     pub user: Option<String>,
     /// The prompt.
     pub prompt: Prompt,
+    /// The most output tokens the request asks for: `max_completion_tokens`, else
+    /// `max_tokens`, else the Responses API `max_output_tokens` (a non-negative integer).
+    pub max_output_tokens: Option<u64>,
     /// [`Prompt::render`] of the prompt, then every other prompt-bearing member present
     /// (one per line): the text token estimates and prefix hashing read.
     pub prompt_text: String,
@@ -137,8 +140,12 @@ pub fn parse_request_at(mut raw: Bytes, primary: Option<&str>) -> Result<ParsedR
     };
     let user = body.get("user").and_then(Value::as_str).map(str::to_owned);
     let (prompt, prompt_text) = parse_prompt(&body, primary)?.ok_or(Error::PromptNotFound)?;
+    let max_output_tokens = ["max_completion_tokens", "max_tokens", "max_output_tokens"]
+        .into_iter()
+        .find_map(|k| body.get(k).and_then(Value::as_u64));
     Ok(ParsedRequest {
         raw,
+        max_output_tokens,
         body,
         model,
         stream,

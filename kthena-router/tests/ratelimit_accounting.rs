@@ -97,3 +97,98 @@ async fn a_chat_with_an_empty_prompt_is_charged_its_messages() {
     assert_eq!(charged, [47, 47, 47, 7, 6]);
     r.router.shutdown().await;
 }
+
+/// Regression: admission checked only that one output token was left, so streams admitted
+/// together each spent up to their `max_tokens` of one budget (8 streams of 20 against 50
+/// spent 160). Each now reserves its `max_tokens`: 2 of 20 fit in 50, the rest wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_streams_do_not_overshoot_the_output_budget() {
+    // Real time: each 20-token stream lasts long enough for all 8 to arrive meanwhile.
+    let sim = kthena_sim::spawn(sim_config("m").with_time_scale(1.0))
+        .await
+        .unwrap();
+    let routes = vec![(
+        "r.yaml".into(),
+        limited_route("m", "{outputTokensPerUnit: 50, unit: hour}"),
+    )];
+    let r = start(sim.addr(), "m", routes).await;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let url = format!("{}/v1/completions", r.url());
+        let body = serde_json::json!({
+            "model": "m", "prompt": "hi", "max_tokens": 20, "stream": true,
+            "stream_options": {"include_usage": true},
+        })
+        .to_string();
+        tasks.spawn(async move {
+            let (s, h, b) = post(&url, body, &[]).await;
+            let retry = h.get("retry-after").map(|v| v.to_str().unwrap().to_owned());
+            let text = String::from_utf8_lossy(&b).into_owned();
+            let used = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+                .filter_map(|v| v["usage"]["completion_tokens"].as_u64())
+                .last()
+                .unwrap_or(0);
+            (s, retry, used)
+        });
+    }
+    let (mut admitted, mut refused, mut spent) = (0, 0, 0);
+    while let Some(t) = tasks.join_next().await {
+        let (s, retry, used) = t.unwrap();
+        match s {
+            StatusCode::OK => {
+                admitted += 1;
+                spent += used;
+            }
+            StatusCode::TOO_MANY_REQUESTS => {
+                refused += 1;
+                // 10 tokens left, 20 needed, 50 per hour: 10 / (50 / 3600) = 720 s.
+                assert_eq!(retry.as_deref(), Some("720"));
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert_eq!((admitted, refused), (2, 6));
+    assert!(spent <= 50, "{spent} output tokens of a budget of 50");
+    r.router.shutdown().await;
+}
+
+/// Regression: a request for the route's own LoRA adapter was not limited (Go keys the
+/// limit by the route's model name only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lora_adapters_requests_count_against_the_routes_limit() {
+    let mut cfg = sim_config("m");
+    cfg.lora_modules = vec!["lora-a".into()];
+    let sim = kthena_sim::spawn(cfg).await.unwrap();
+    let route = format!(
+        "{}  loraAdapters: [lora-a]\n  rateLimit: {{inputTokensPerUnit: 100, unit: hour}}\n",
+        simple_route("route-m", "m", "srv")
+    );
+    let r = start(sim.addr(), "m", vec![("r.yaml".into(), route)]).await;
+    let url = r.url();
+    let body = |model: &str| {
+        serde_json::json!({"model": model, "prompt": "abcd".repeat(40), "max_tokens": 2})
+            .to_string()
+    };
+    // 40 tokens each: the adapter and the base model share 100.
+    assert_eq!(
+        send(&url, "/v1/completions", body("lora-a")).await,
+        (StatusCode::OK, String::new())
+    );
+    assert_eq!(
+        send(&url, "/v1/completions", body("m")).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(&url, "/v1/completions", body("lora-a")).await,
+        (
+            StatusCode::TOO_MANY_REQUESTS,
+            "input token rate limit exceeded".to_owned()
+        )
+    );
+    let series = r#"kthena_router_rate_limit_exceeded_total{model="lora-a",limit_type="input_tokens",path="/v1/completions"}"#;
+    assert_eq!(r.metric(series).await, 1.0);
+    r.router.shutdown().await;
+}
