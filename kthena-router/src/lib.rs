@@ -132,7 +132,9 @@ pub use provider::{
     RESERVED_HEADERS, SecretSource, Secrets, read_secrets,
 };
 pub use proxy::ProxyBody;
-pub use queue::{FairnessConfig, QueueConfig, QueueMetrics, QueueMode, SessionBoostConfig};
+pub use queue::{
+    FairnessConfig, QueueConfig, QueueMetrics, QueueMode, SessionBoostConfig, UserLabelConfig,
+};
 pub use route::{
     CompiledRoute, CompiledRule, MatchError, RouteMatch, RouteTable, StringMatcher, TargetRef,
 };
