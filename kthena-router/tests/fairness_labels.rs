@@ -104,7 +104,7 @@ async fn raw_ids_are_cut_and_idle_series_disappear() {
     let cut = format!("{FAMILY}model=\"m\",user_id=\"{}\"}} 1", "y".repeat(64));
     assert!(page.lines().any(|l| l == cut), "{page}");
     assert!(page.contains("user_id=\"bob\""));
-    let start = std::time::Instant::now();
+    let start = tokio::time::Instant::now();
     loop {
         let page = metrics(&r).await;
         if !page.lines().any(|l| l.starts_with(FAMILY)) {

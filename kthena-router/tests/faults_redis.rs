@@ -12,11 +12,12 @@
 mod common;
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use http::StatusCode;
 use kthena_router::ON_FLIGHT_KEY;
+use tokio::time::Instant;
 
 const MODEL: &str = "m";
 const FIELD: &str = "default/sim-a";

@@ -166,7 +166,7 @@ async fn output_limit_counts_the_engines_completion_tokens() {
             );
             assert_eq!(msg, "output token rate limit exceeded");
             // The tokens missing for 20 at 50 per hour (72 s each), rounded up.
-            let want = ((20 - (50 - spent)) * 72) as u64;
+            let want = (20 - (50 - spent)) * 72;
             assert!(
                 retry.is_some_and(|s| s.abs_diff(want) <= 1),
                 "{retry:?} {want}"

@@ -129,7 +129,7 @@ async fn concurrent_streams_do_not_overshoot_the_output_budget() {
                 .filter_map(|l| l.strip_prefix("data: "))
                 .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
                 .filter_map(|v| v["usage"]["completion_tokens"].as_u64())
-                .last()
+                .next_back()
                 .unwrap_or(0);
             (s, retry, used)
         });
