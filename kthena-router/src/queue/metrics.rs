@@ -180,8 +180,12 @@ impl QueueMetrics {
         self.users.configure(cfg);
     }
 
-    /// The bounded label of `user` (removing the series of labels that expired meanwhile).
+    /// The bounded label of `user` (removing the series of labels that expired meanwhile);
+    /// requests without a user keep Go's empty label.
     fn user_label(&self, model: &str, user: &str) -> String {
+        if user.is_empty() {
+            return String::new();
+        }
         let (label, expired) = self.users.label(model, user);
         self.remove_users(&expired);
         label
