@@ -203,4 +203,38 @@ mod tests {
         // The debt of 2 and a reservation of 10 at 10 per minute.
         assert_eq!(e.retry_after(), Some(Duration::from_secs(72)));
     }
+
+    fn with_max_tokens(shared: &Shared, acct: &Accounting, max_tokens: u64) -> Request<()> {
+        let body = serde_json::json!({"model": "m", "prompt": "hi", "max_tokens": max_tokens});
+        let mut req = test_util::parsed(shared, "/v1/completions", &body.to_string());
+        req.extensions_mut().insert(acct.clone());
+        req
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_that_fails_gives_its_whole_reservation_back() {
+        let shared = limited(r#"{"outputTokensPerUnit": 10, "unit": "hour"}"#);
+        let (_, inner) = test_util::recorder();
+        let svc = RateLimitLayer::new(Arc::clone(&shared)).layer(inner);
+        let first = test_util::accounting(&shared);
+        svc.clone()
+            .oneshot(with_max_tokens(&shared, &first, 8))
+            .await
+            .unwrap();
+        // 2 left: a request for 3 is refused.
+        let other = test_util::accounting(&shared);
+        let e = svc
+            .clone()
+            .oneshot(with_max_tokens(&shared, &other, 3))
+            .await
+            .unwrap_err();
+        assert_eq!(e.to_string(), "output token rate limit exceeded");
+        // The first request fails before any answer: all 8 come back when it settles.
+        first.failed(&Error::QueueClientDisconnected);
+        first.settle();
+        let third = test_util::accounting(&shared);
+        svc.oneshot(with_max_tokens(&shared, &third, 10))
+            .await
+            .unwrap();
+    }
 }
