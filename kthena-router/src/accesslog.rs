@@ -114,15 +114,25 @@ fn is_zero_usize(v: &usize) -> bool {
 
 impl Entry {
     /// Go Kthena's text line:
-    /// `[ts] "METHOD path proto" status[ error=t:m][ k=v]...[ tokens=in/out] timings=T ms(a+b+c)`.
+    /// `[ts] "METHOD path proto" status[ error=t:m][ k=v]...[ tokens=in/out] timings=T ms(a+b+c)`,
+    /// every value written through [`escape_value`] (and the request line's parts through
+    /// [`escape`]), so that no client-controlled byte can end the line or add a field.
     #[must_use]
     pub fn to_text(&self) -> String {
         let mut s = format!(
             "[{}] \"{} {} {}\" {}",
-            self.timestamp, self.method, self.path, self.protocol, self.status_code
+            self.timestamp,
+            escape(&self.method),
+            escape(&self.path),
+            escape(&self.protocol),
+            self.status_code
         );
         if let Some(e) = &self.error {
-            let _ = write!(s, " error={}:{}", e.kind, e.message);
+            let _ = write!(
+                s,
+                " error={}",
+                escape_value(&format!("{}:{}", e.kind, e.message))
+            );
         }
         let pairs = [
             ("model_name", &self.model_name),
@@ -137,7 +147,7 @@ impl Entry {
         ];
         for (k, v) in pairs {
             if !v.is_empty() {
-                let _ = write!(s, " {k}={v}");
+                let _ = write!(s, " {k}={}", escape_value(v));
             }
         }
         if self.upstream_status_code > 0 {
@@ -147,7 +157,7 @@ impl Entry {
             let _ = write!(s, " upstream_attempts={}", self.upstream_attempts);
         }
         if !self.error_origin.is_empty() {
-            let _ = write!(s, " error_origin={}", self.error_origin);
+            let _ = write!(s, " error_origin={}", escape_value(&self.error_origin));
         }
         for (k, v) in [
             ("gateway", &self.gateway),
@@ -155,7 +165,7 @@ impl Entry {
             ("inference_pool", &self.inference_pool),
         ] {
             if !v.is_empty() {
-                let _ = write!(s, " {k}={v}");
+                let _ = write!(s, " {k}={}", escape_value(v));
             }
         }
         if self.input_tokens > 0 || self.output_tokens > 0 {
@@ -176,6 +186,40 @@ impl Entry {
     #[must_use]
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// `v` with nginx's `escape=default`: `"`, `\\`, control bytes (below 0x20, 0x7F) and bytes
+/// of 0x80 and above (non-ASCII UTF-8, so no terminal or bidirectional control character
+/// either) as `\xHH` (two upper-case hex digits); everything else as it is. Unescaping
+/// every `\xHH` gives the bytes back.
+#[must_use]
+pub(crate) fn escape(v: &str) -> std::borrow::Cow<'_, str> {
+    let plain = |b: u8| (0x20..0x7F).contains(&b) && b != b'"' && b != b'\\';
+    if v.bytes().all(plain) {
+        return std::borrow::Cow::Borrowed(v);
+    }
+    let mut out = String::with_capacity(v.len() + 8);
+    for b in v.bytes() {
+        if plain(b) {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "\\x{b:02X}");
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// A `key=value` field's value: [`escape`]d, and in double quotes when it contains a space
+/// or `=` (or is empty), so that it cannot read as more than one field. A quoted value holds
+/// no `"` (escaped as `\x22`): it ends at the next `"`.
+#[must_use]
+pub(crate) fn escape_value(v: &str) -> std::borrow::Cow<'_, str> {
+    let e = escape(v);
+    if e.is_empty() || e.contains([' ', '=']) {
+        std::borrow::Cow::Owned(format!("\"{e}\""))
+    } else {
+        e
     }
 }
 
@@ -567,13 +611,26 @@ mod tests {
             kind: "route_not_found".into(),
             message: "model x not found".into(),
         });
-        assert!(e.to_text().starts_with("[2026-01-09T14:35:22.147Z] \"POST /v1/chat/completions HTTP/1.1\" 404 error=route_not_found:model x not found model_name="));
+        assert!(e.to_text().starts_with("[2026-01-09T14:35:22.147Z] \"POST /v1/chat/completions HTTP/1.1\" 404 error=\"route_not_found:model x not found\" model_name="));
         let mut e = entry();
         e.error_origin = "upstream".into();
         e.gateway = "kthena-system/default".into();
         e.http_route = "default/llm-route".into();
         e.inference_pool = "default/pool".into();
         assert!(e.to_text().ends_with(" error_origin=upstream gateway=kthena-system/default http_route=default/llm-route inference_pool=default/pool tokens=150/75 timings=2350ms(45+2180+5)"), "{}", e.to_text());
+    }
+
+    #[test]
+    fn values_are_escaped_as_nginx_and_quoted_when_they_hold_a_space_or_equals() {
+        assert_eq!(escape("plain/value-1.0_x"), "plain/value-1.0_x");
+        assert_eq!(
+            escape("a\nb\0\u{1b}[31m\"\\\u{7f}é"),
+            "a\\x0Ab\\x00\\x1B[31m\\x22\\x5C\\x7F\\xC3\\xA9"
+        );
+        assert_eq!(escape_value("id user_id=admin"), "\"id user_id=admin\"");
+        assert_eq!(escape_value("a=b"), "\"a=b\"");
+        assert_eq!(escape_value(""), "\"\"");
+        assert_eq!(escape_value("x\"y z"), "\"x\\x22y z\"");
     }
 
     #[test]

@@ -170,6 +170,9 @@ impl RequestCtx {
         self.settled = true;
         self.in_flight = None;
         self.permit = None;
+        // The last output count, then the hook goes (an output reservation settles).
+        self.tell_output(output_tokens);
+        self.output_hook = None;
         let now = Instant::now();
         self.set_upstream_active(false);
         if let Some(m) = self.downstream_model.take() {
@@ -440,7 +443,8 @@ impl Accounting {
 
     /// Calls `hook` with the output tokens as the engine reports them: a stream's usage chunk
     /// as soon as it arrives (each increase once, for engines reporting usage in every
-    /// chunk), the rest of `completion_tokens` when the answer ends.
+    /// chunk), the rest of `completion_tokens` when the answer ends; `hook` is dropped when
+    /// the request settles.
     pub(crate) fn on_output_tokens(&self, hook: Box<dyn FnMut(u64) + Send>) {
         self.lock().output_hook = Some(OutputHook(hook));
     }

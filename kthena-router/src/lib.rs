@@ -121,7 +121,7 @@ pub use metrics::{
 };
 pub use openai::{
     Message, ParsedRequest, Prompt, ResponseProbe, UpstreamBody, Usage, estimate_tokens,
-    parse_request, usage_of,
+    parse_request, parse_request_at, prompt_member, usage_of,
 };
 pub use overload::{Breaker, BreakerState, OverloadConfig, OverloadMetrics};
 pub use overrides::{Overrides, load_config};
@@ -132,7 +132,9 @@ pub use provider::{
     RESERVED_HEADERS, SecretSource, Secrets, read_secrets,
 };
 pub use proxy::ProxyBody;
-pub use queue::{FairnessConfig, QueueConfig, QueueMetrics, QueueMode, SessionBoostConfig};
+pub use queue::{
+    FairnessConfig, QueueConfig, QueueMetrics, QueueMode, SessionBoostConfig, UserLabelConfig,
+};
 pub use route::{
     CompiledRoute, CompiledRule, MatchError, RouteMatch, RouteTable, StringMatcher, TargetRef,
 };

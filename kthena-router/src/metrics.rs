@@ -442,6 +442,8 @@ impl Metrics {
     /// The Prometheus text exposition of every family.
     #[must_use]
     pub fn encode(&self) -> String {
+        // Idle `user_id` series of the fairness queue go before the page is written.
+        self.queue.expire_idle_users();
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
             out.clear();

@@ -1,8 +1,12 @@
 //! OpenAI request parsing: `model`, the prompt (`prompt`, `messages`, `input`), `stream`,
 //! `user`, and the upstream body rewrite (model rewrite, usage injection).
 //!
-//! Prompt extraction follows Go Kthena `pkg/kthena-router/utils/utils.go ParsePrompt`
-//! (spec §2.5): `prompt` wins, then `messages`, then the Responses API `input`.
+//! Prompt extraction: the member the request's path is served from (`messages` for chat,
+//! `prompt` for completions, `input` for the Responses API), and for the token estimate
+//! every prompt-bearing member present. Go Kthena (`pkg/kthena-router/utils/utils.go
+//! ParsePrompt`) reads `prompt` first whatever the path, so a chat request with an empty
+//! `prompt` beside its `messages` was estimated at 0 tokens there; without a path
+//! ([`parse_request`]) that order is kept.
 
 use bytes::Bytes;
 use serde_json::value::RawValue;
@@ -68,7 +72,11 @@ pub struct ParsedRequest {
     pub user: Option<String>,
     /// The prompt.
     pub prompt: Prompt,
-    /// [`Prompt::render`] of the prompt.
+    /// The most output tokens the request asks for: `max_completion_tokens`, else
+    /// `max_tokens`, else the Responses API `max_output_tokens` (a non-negative integer).
+    pub max_output_tokens: Option<u64>,
+    /// [`Prompt::render`] of the prompt, then every other prompt-bearing member present
+    /// (one per line): the text token estimates and prefix hashing read.
     pub prompt_text: String,
 }
 
@@ -85,7 +93,19 @@ pub fn estimate_tokens(prompt: &str) -> u64 {
 /// # Errors
 /// [`Error::BadJson`] for invalid JSON or a non-object, [`Error::MissingModel`] when `model` is
 /// missing, not a string or blank, [`Error::PromptNotFound`] when no prompt field is usable.
-pub fn parse_request(mut raw: Bytes) -> Result<ParsedRequest> {
+pub fn parse_request(raw: Bytes) -> Result<ParsedRequest> {
+    parse_request_at(raw, None)
+}
+
+/// Parses the body of a request to `path`'s member ([`prompt_member`]): the prompt is the
+/// member that path's engine reads, and [`ParsedRequest::prompt_text`] adds every other
+/// prompt-bearing member, so that a request cannot carry one past the token estimate
+/// (rate limits, fairness, prefix scoring) beside an empty one. Without a path, Go Kthena's
+/// order (`prompt`, `messages`, `input`).
+///
+/// # Errors
+/// As [`parse_request`].
+pub fn parse_request_at(mut raw: Bytes, primary: Option<&str>) -> Result<ParsedRequest> {
     // A UTF-8 byte order mark before the JSON (as Python's `json.loads` and so vLLM accept).
     if raw.starts_with(b"\xEF\xBB\xBF") {
         raw = raw.slice(3..);
@@ -119,10 +139,13 @@ pub fn parse_request(mut raw: Bytes) -> Result<ParsedRequest> {
         Some(_) => return Err(invalid("stream_options", "must be an object or null")),
     };
     let user = body.get("user").and_then(Value::as_str).map(str::to_owned);
-    let prompt = parse_prompt(&body)?.ok_or(Error::PromptNotFound)?;
-    let prompt_text = prompt.render();
+    let (prompt, prompt_text) = parse_prompt(&body, primary)?.ok_or(Error::PromptNotFound)?;
+    let max_output_tokens = ["max_completion_tokens", "max_tokens", "max_output_tokens"]
+        .into_iter()
+        .find_map(|k| body.get(k).and_then(Value::as_u64));
     Ok(ParsedRequest {
         raw,
+        max_output_tokens,
         body,
         model,
         stream,
@@ -140,77 +163,135 @@ fn invalid(param: &'static str, reason: &str) -> Error {
     }
 }
 
-/// The prompt of `body` (`prompt`, else `messages`, else `input`; a null member counts as
-/// absent); `Ok(None)` when there is none.
+/// The members that carry a prompt, in Go Kthena's order of precedence.
+const PROMPT_MEMBERS: [&str; 3] = ["prompt", "messages", "input"];
+
+/// The member an inference path reads its prompt from: `messages` for
+/// `/v1/chat/completions` and `/v1/messages`, `prompt` for `/v1/completions`, `input` for
+/// `/v1/responses`; `None` for any other path.
+#[must_use]
+pub fn prompt_member(path: &str) -> Option<&'static str> {
+    match path {
+        "/v1/chat/completions" | "/v1/messages" => Some("messages"),
+        "/v1/completions" => Some("prompt"),
+        "/v1/responses" => Some("input"),
+        _ => None,
+    }
+}
+
+/// The prompt of `body` and the text every prompt-bearing member adds up to; `Ok(None)`
+/// when there is no prompt.
+///
+/// The prompt is the member `primary` names when present (the one the engine reads for the
+/// path), else the first present of `prompt`, `messages`, `input` (Go's order; a null member
+/// counts as absent). The text is that prompt rendered, followed by every other present
+/// prompt-bearing member (rendered when well formed, else as its JSON text), one per line:
+/// a member the engine might read is never left out of the estimate.
 ///
 /// # Errors
-/// [`Error::InvalidField`] when the first present member has a shape no OpenAI API accepts.
-fn parse_prompt(body: &Map<String, Value>) -> Result<Option<Prompt>> {
-    let present = |k: &str| body.get(k).filter(|v| !v.is_null());
-    if let Some(p) = present("prompt") {
-        return match p {
-            Value::String(s) => Ok(Some(Prompt::Text(s.clone()))),
-            // Token-id or batch prompts: join string items so that hashing still sees text.
-            Value::Array(items) => {
-                let parts: Vec<String> = items
-                    .iter()
-                    .map(|i| match i {
-                        Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    })
-                    .collect();
-                Ok(Some(Prompt::Text(parts.join("\n"))))
+/// [`Error::InvalidField`] when the chosen member has a shape no OpenAI API accepts.
+fn parse_prompt(
+    body: &Map<String, Value>,
+    primary: Option<&str>,
+) -> Result<Option<(Prompt, String)>> {
+    let present = |k: &str| body.get(k).filter(|v| !v.is_null()).is_some();
+    let chosen = primary
+        .filter(|k| present(k))
+        .or_else(|| PROMPT_MEMBERS.into_iter().find(|k| present(k)));
+    let Some(chosen) = chosen else {
+        return Ok(None);
+    };
+    let prompt = parse_member(body, chosen)?;
+    let mut text = prompt.render();
+    for other in PROMPT_MEMBERS.into_iter().filter(|k| *k != chosen) {
+        let Some(v) = body.get(other).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let extra = parse_member(body, other).map_or_else(|_| v.to_string(), |p| p.render());
+        if !extra.is_empty() {
+            if !text.is_empty() {
+                text.push('\n');
             }
-            _ => Err(invalid(
-                "prompt",
-                "must be a string, an array of strings or an array of token ids",
-            )),
-        };
+            text.push_str(&extra);
+        }
     }
-    if let Some(messages) = present("messages") {
-        let Value::Array(items) = messages else {
-            return Err(invalid("messages", "must be an array of messages"));
-        };
-        let system = body
-            .get("system")
-            .and_then(content_text)
-            .map(|content| Message {
-                role: "system".into(),
-                content,
-            });
-        return Ok(Some(Prompt::Messages(
-            system
-                .into_iter()
-                .chain(role_messages(items, false))
-                .collect(),
-        )));
+    Ok(Some((prompt, text)))
+}
+
+/// The prompt of the present, non-null member `name` (`prompt`, `messages` or `input`).
+fn parse_member(body: &Map<String, Value>, name: &str) -> Result<Prompt> {
+    let value = body.get(name).unwrap_or(&Value::Null);
+    match name {
+        "prompt" => parse_text_prompt(value),
+        "messages" => {
+            let Value::Array(items) = value else {
+                return Err(invalid("messages", "must be an array of messages"));
+            };
+            let system = body
+                .get("system")
+                .and_then(content_text)
+                .map(|content| Message {
+                    role: "system".into(),
+                    content,
+                });
+            Ok(Prompt::Messages(
+                system
+                    .into_iter()
+                    .chain(role_messages(items, false))
+                    .collect(),
+            ))
+        }
+        _ => parse_input(body, value),
     }
-    if let Some(input) = present("input") {
-        let instructions = match body.get("instructions") {
-            Some(Value::String(i)) if !i.is_empty() => Some(Message {
-                role: "developer".into(),
-                content: i.clone(),
-            }),
-            _ => None,
-        };
-        let msgs: Vec<Message> = match input {
-            Value::String(s) => vec![Message {
-                role: "user".into(),
-                content: s.clone(),
-            }],
-            Value::Array(items) => role_messages(items, true).collect(),
-            _ => {
-                return Err(invalid(
-                    "input",
-                    "must be a string or an array of input items",
-                ));
-            }
-        };
-        return Ok(Some(Prompt::Messages(
-            instructions.into_iter().chain(msgs).collect(),
-        )));
+}
+
+/// A completion `prompt`: a string, or an array whose string items are joined with `\n`
+/// (token ids and other items as their JSON text, so that hashing still sees text).
+fn parse_text_prompt(p: &Value) -> Result<Prompt> {
+    match p {
+        Value::String(s) => Ok(Prompt::Text(s.clone())),
+        Value::Array(items) => {
+            let parts: Vec<String> = items
+                .iter()
+                .map(|i| match i {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+                .collect();
+            Ok(Prompt::Text(parts.join("\n")))
+        }
+        _ => Err(invalid(
+            "prompt",
+            "must be a string, an array of strings or an array of token ids",
+        )),
     }
-    Ok(None)
+}
+
+/// A Responses API `input` (a string or input items), after `instructions`.
+fn parse_input(body: &Map<String, Value>, input: &Value) -> Result<Prompt> {
+    let instructions = match body.get("instructions") {
+        Some(Value::String(i)) if !i.is_empty() => Some(Message {
+            role: "developer".into(),
+            content: i.clone(),
+        }),
+        _ => None,
+    };
+    let msgs: Vec<Message> = match input {
+        Value::String(s) => vec![Message {
+            role: "user".into(),
+            content: s.clone(),
+        }],
+        Value::Array(items) => role_messages(items, true).collect(),
+        _ => {
+            return Err(invalid(
+                "input",
+                "must be a string or an array of input items",
+            ));
+        }
+    };
+    Ok(Prompt::Messages(
+        instructions.into_iter().chain(msgs).collect(),
+    ))
 }
 
 /// The items of a `messages` (or, with `typed`, a Responses `input`) array that have a

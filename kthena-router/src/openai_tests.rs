@@ -11,6 +11,8 @@ fn prompt_precedence_and_chatml() {
     let r =
         parse(r#"{"model":"m","prompt":"hi","messages":[{"role":"user","content":"x"}]}"#).unwrap();
     assert_eq!(r.prompt, Prompt::Text("hi".into()));
+    // Every prompt-bearing member is in the estimated text.
+    assert_eq!(r.prompt_text, "hi\n<|im_start|>user\nx<|im_end|>\n");
     let r = parse(
         r#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{}},{"text":"b"}]},{"role":"user"}]}"#,
     )
@@ -29,6 +31,29 @@ fn prompt_precedence_and_chatml() {
     )
     .unwrap();
     assert_eq!(r.prompt_text, "<|im_start|>user\nz<|im_end|>\n");
+}
+
+/// A path reads its own member first: an empty `prompt` beside chat `messages` does not
+/// hide them from the estimate, and a malformed extra member is counted as its JSON text.
+#[test]
+fn the_paths_member_is_the_prompt_and_every_member_is_estimated() {
+    let at = |path: &str, s: &str| {
+        parse_request_at(Bytes::from(s.to_owned()), prompt_member(path)).unwrap()
+    };
+    let chat = r#"{"model":"m","prompt":"","messages":[{"role":"user","content":"abcd"}]}"#;
+    let r = at("/v1/chat/completions", chat);
+    assert_eq!(r.prompt_text, "<|im_start|>user\nabcd<|im_end|>\n");
+    assert_eq!(estimate_tokens(&r.prompt_text), 8);
+    assert!(matches!(r.prompt, Prompt::Messages(_)));
+    let r = at(
+        "/v1/completions",
+        r#"{"model":"m","prompt":"ab","input":{"x":"yz"}}"#,
+    );
+    assert_eq!(r.prompt, Prompt::Text("ab".into()));
+    assert_eq!(r.prompt_text, "ab\n{\"x\":\"yz\"}");
+    // A path whose member is absent falls back to Go's order.
+    let r = at("/v1/chat/completions", r#"{"model":"m","prompt":"p"}"#);
+    assert_eq!(r.prompt, Prompt::Text("p".into()));
 }
 
 #[test]

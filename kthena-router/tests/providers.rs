@@ -492,11 +492,17 @@ async fn rate_limits_apply_to_provider_routes() {
     // 4 tokens missing at 20 per minute.
     assert_eq!(headers["retry-after"], "12");
 
-    // 5 output tokens per minute; the provider reports 3 per answer: the second request
-    // still finds a token, the third finds the bucket in debt.
+    // 5 output tokens per minute; each request reserves its max_tokens (2) and the provider
+    // reports 3 per answer (1 more taken): the second request still finds its 2, the third
+    // finds the bucket in debt.
+    let ask_capped = || {
+        let body = json!({"model": "capped", "max_tokens": 2,
+                          "messages": [{"role": "user", "content": "hi"}]});
+        post(&url, body.to_string(), &[])
+    };
     let mut statuses = Vec::new();
     for _ in 0..3 {
-        let (status, headers, body) = ask("capped").await;
+        let (status, headers, body) = ask_capped().await;
         statuses.push(status.as_u16());
         last = Some((headers, body));
     }
@@ -504,8 +510,8 @@ async fn rate_limits_apply_to_provider_routes() {
     let (headers, body) = last.take().unwrap();
     let v: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["error"]["message"], "output token rate limit exceeded");
-    // -1 left, 1 needed: 2 tokens at 5 per minute.
-    assert_eq!(headers["retry-after"], "24");
+    // -1 left, 2 needed: 3 tokens at 5 per minute.
+    assert_eq!(headers["retry-after"], "36");
 
     assert_eq!(up.got().len(), 4, "refused requests are not sent");
     let series = "kthena_router_rate_limit_exceeded_total{model=\"metered\",limit_type=\"input_tokens\",path=\"/v1/chat/completions\"}";

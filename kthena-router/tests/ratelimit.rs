@@ -2,7 +2,7 @@
 //! 127.0.0.1:6379 for the global variant, keys of models named per test run): the input
 //! limit admits exactly what fits, the output limit counts the engine's real
 //! `completion_tokens`, two routers sharing Redis keep one budget, and a Redis that goes
-//! away gives 503 at once, then works again when it is back.
+//! away leaves each router limiting on its own until it is back.
 
 #![allow(
     clippy::unwrap_used,
@@ -143,13 +143,13 @@ async fn output_limit_counts_the_engines_completion_tokens() {
     )];
     let r = start(sim.addr(), &["m"], routes).await;
     let url = r.url();
-    // A request is admitted while at least one output token is left; each answer's real
-    // completion_tokens (streamed or not) are charged when it ends.
+    // A request is admitted while the bucket holds its max_tokens (20); each answer's real
+    // completion_tokens (streamed or not) settle the reservation when it ends.
     let mut spent = 0;
     let mut admitted = 0;
     for i in 0..10 {
         let (s, msg, retry, completion) = send(&url, completion("m", 1, 20, i % 2 == 1)).await;
-        if spent < 50 {
+        if 50 - spent >= 20 {
             assert_eq!(
                 (s, msg.as_str()),
                 (StatusCode::OK, ""),
@@ -165,12 +165,17 @@ async fn output_limit_counts_the_engines_completion_tokens() {
                 "request {i}, {spent} spent"
             );
             assert_eq!(msg, "output token rate limit exceeded");
-            assert!(retry.is_some_and(|s| s >= 1));
+            // The tokens missing for 20 at 50 per hour (72 s each), rounded up.
+            let want = (20 - (50 - spent)) * 72;
+            assert!(
+                retry.is_some_and(|s| s.abs_diff(want) <= 1),
+                "{retry:?} {want}"
+            );
             break;
         }
     }
     assert!(
-        spent >= 50,
+        spent > 30,
         "the limit was reached ({spent} tokens in {admitted} answers)"
     );
     assert!(admitted >= 2, "{admitted}");
@@ -265,9 +270,12 @@ impl Relay {
     }
 }
 
+/// Redis going away: the router limits on its own bucket (served, never hanging, a silent
+/// Redis costs one 1 s timeout), and shares the Redis bucket again once it answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_going_away_gives_503_at_once_and_recovers() {
+async fn redis_going_away_limits_per_router_and_shares_again_when_back() {
     let model = unique("rl-outage");
+    let key = format!("kthena:ratelimit:{model}:input");
     let relay = Relay::start("127.0.0.1:0".parse().unwrap()).await;
     let sim = kthena_sim::spawn(sim_config(&model)).await.unwrap();
     let spec = format!(
@@ -286,8 +294,8 @@ async fn redis_going_away_gives_503_at_once_and_recovers() {
         StatusCode::OK
     );
 
-    // Redis goes away (connections reset, nothing listening): refused at once, not served
-    // unlimited, never hanging.
+    // Redis goes away (connections reset, nothing listening): served at once on the
+    // router's own bucket.
     relay.cut();
     tokio::time::sleep(Duration::from_millis(50)).await;
     for _ in 0..2 {
@@ -297,45 +305,45 @@ async fn redis_going_away_gives_503_at_once_and_recovers() {
         )
         .await
         .expect("no hang while Redis is away");
-        assert_eq!(answer.0, StatusCode::SERVICE_UNAVAILABLE);
-        assert!(
-            answer.1.starts_with("token rate limit store unavailable: "),
-            "{}",
-            answer.1
-        );
-        assert_eq!(answer.2, Some(1));
+        assert_eq!(answer.0, StatusCode::OK);
     }
-    // A Redis that accepts but never answers: refused after the 1 s timeout.
+    // A Redis that accepts but never answers: served after at most one 1 s timeout.
     let silent = TcpListener::bind(relay.addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
     let answer = tokio::time::timeout(
         Duration::from_secs(5),
         send(&url, completion(&model, 10, 2, false)),
     )
     .await
     .expect("no hang on a silent Redis");
-    assert_eq!(answer.0, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(answer.0, StatusCode::OK);
     drop(silent);
 
-    // Redis is back: served again, with the budget it kept.
+    // Redis is back: within the 1 s retry, requests are charged there again, on the budget
+    // it kept (the outage's charges stayed with the router).
     let relay = Relay::start(relay.addr).await;
-    assert_eq!(
-        send(&url, completion(&model, 10, 2, false)).await.0,
-        StatusCode::OK
-    );
     let mut conn = redis();
-    let tokens: f64 = redis::cmd("HGET")
-        .arg(format!("kthena:ratelimit:{model}:input"))
-        .arg("tokens")
-        .query(&mut conn)
-        .unwrap();
+    let mut tokens = 990.0;
+    for _ in 0..40 {
+        assert_eq!(
+            send(&url, completion(&model, 10, 2, false)).await.0,
+            StatusCode::OK
+        );
+        tokens = redis::cmd("HGET")
+            .arg(&key)
+            .arg("tokens")
+            .query(&mut conn)
+            .unwrap();
+        if tokens < 989.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert!(
         (980.0..982.0).contains(&tokens),
-        "two prompts of 10 spent: {tokens}"
+        "one prompt of 10 before and one after: {tokens}"
     );
-    let _: i64 = redis::cmd("DEL")
-        .arg(format!("kthena:ratelimit:{model}:input"))
-        .query(&mut conn)
-        .unwrap();
+    let _: i64 = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
     relay.cut();
     r.router.shutdown().await;
 }

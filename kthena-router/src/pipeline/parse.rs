@@ -16,7 +16,7 @@ use super::{BoxFut, Parsed};
 use crate::accounting::Accounting;
 use crate::body::{BoxError, HeldBody, ReadBody, ReadLimits, RespBody, read_body};
 use crate::error::Error;
-use crate::openai::parse_request;
+use crate::openai::{parse_request_at, prompt_member};
 use crate::shared::Shared;
 
 /// Reads and parses the body of the inference paths (`POST /v1/chat/completions`,
@@ -94,6 +94,7 @@ where
             path: path.to_owned(),
         });
     }
+    let member = prompt_member(path);
     let lim = ReadLimits {
         max_bytes: shared.max_body_bytes,
         listener: &shared.listener,
@@ -105,7 +106,7 @@ where
         held,
     } = read_body(req, lim).await?;
     parts.extensions.insert(HeldBody(Arc::new(held)));
-    let parsed = parse_request(bytes)?;
+    let parsed = parse_request_at(bytes, member)?;
     let snap = shared.snapshot.load_full();
     if let Some(acct) = parts.extensions.get::<Accounting>() {
         acct.parsed(&parsed, snap.routes.knows(&parsed.model));

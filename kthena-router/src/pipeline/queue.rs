@@ -32,6 +32,9 @@ stage!(
 pub(crate) fn install(shared: &Arc<Shared>, cfg: &QueueConfig) {
     let weak: Weak<Shared> = Arc::downgrade(shared);
     let capacity: Capacity = Arc::new(move |model: &str| capacity(&weak, model));
+    if let crate::queue::QueueMode::Fairness(f) = &cfg.mode {
+        shared.metrics.queue.configure_users(f.user_labels.clone());
+    }
     if let Some(q) = Queues::new(cfg.mode.clone(), shared.metrics.queue.clone(), capacity) {
         let _ = shared.queues.set(q);
     }

@@ -1,7 +1,8 @@
 //! Token rate limits (`crate::ratelimit`): a request for a rate-limited model is admitted by
 //! its input and output buckets or answered 429 with `Retry-After`; an admitted request's
-//! output tokens are charged when the engine's answer (its `usage`) ends, through the
-//! request's [`Accounting`].
+//! output reservation is settled through the request's [`Accounting`]: tokens the engine
+//! reports beyond it are taken as they are reported, the unused rest is given back when the
+//! request settles ([`OutputReservation`]).
 
 use std::sync::Arc;
 
@@ -13,7 +14,9 @@ use crate::accounting::Accounting;
 use crate::body::RespBody;
 use crate::error::Error;
 use crate::openai::estimate_tokens;
+use crate::ratelimit::ModelLimiter;
 use crate::shared::Shared;
+use tokio_util::task::TaskTracker;
 
 stage!(
     /// Admits requests within their route's token rate limit.
@@ -40,7 +43,7 @@ where
 /// ExternalModelProvider targets, which leave the pipeline before this stage.
 ///
 /// # Errors
-/// [`Error::RateLimited`] (429) or [`Error::RateLimitUnavailable`] (503).
+/// [`Error::RateLimited`] (429).
 pub(super) async fn admit(shared: &Shared, req: &Request<()>) -> Result<(), Error> {
     let parsed = ext::<Parsed>(req, "parsed request")?;
     let model = &parsed.req.model;
@@ -51,22 +54,64 @@ pub(super) async fn admit(shared: &Shared, req: &Request<()>) -> Result<(), Erro
     };
     // Go's estimate, as Go routers sharing the Redis count it.
     let tokens = estimate_tokens(&parsed.req.prompt_text);
-    if let Err(e) = limiter.admit(tokens).await {
-        if let Error::RateLimited { kind, .. } = &e {
-            shared
-                .metrics
-                .rate_limit
-                .exceeded(model, kind, req.uri().path());
+    let reserved = match limiter.admit(tokens, parsed.req.max_output_tokens).await {
+        Ok(r) => r,
+        Err(e) => {
+            if let Error::RateLimited { kind, .. } = &e {
+                shared
+                    .metrics
+                    .rate_limit
+                    .exceeded(model, kind, req.uri().path());
+            }
+            return Err(e);
         }
-        return Err(e);
-    }
-    if limiter.limits_output()
-        && let Some(acct) = req.extensions().get::<Accounting>()
-    {
-        let tasks = shared.rate_limits.charges().clone();
-        acct.on_output_tokens(Box::new(move |n| limiter.charge_output(n, &tasks)));
+    };
+    if limiter.limits_output() {
+        let mut r = OutputReservation {
+            limiter,
+            tasks: shared.rate_limits.charges().clone(),
+            reserved,
+            used: 0,
+        };
+        match req.extensions().get::<Accounting>() {
+            Some(acct) => acct.on_output_tokens(Box::new(move |n| r.used(n))),
+            // Nothing will report the answer: the reservation stays taken.
+            None => r.reserved = 0,
+        }
     }
     Ok(())
+}
+
+/// An admitted request's output reservation: tokens reported beyond it are taken as they
+/// come; when dropped (the request settled) the unused rest is given back.
+struct OutputReservation {
+    limiter: Arc<ModelLimiter>,
+    tasks: TaskTracker,
+    /// Tokens taken at admission.
+    reserved: u64,
+    /// Output tokens reported so far.
+    used: u64,
+}
+
+impl OutputReservation {
+    /// `more` output tokens were reported.
+    fn used(&mut self, more: u64) {
+        let over_before = self.used.saturating_sub(self.reserved);
+        self.used = self.used.saturating_add(more);
+        let over = self.used.saturating_sub(self.reserved) - over_before;
+        if over > 0 {
+            self.limiter.reconcile_output(over as f64, &self.tasks);
+        }
+    }
+}
+
+impl Drop for OutputReservation {
+    fn drop(&mut self) {
+        let unused = self.reserved.saturating_sub(self.used);
+        if unused > 0 {
+            self.limiter.reconcile_output(-(unused as f64), &self.tasks);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -147,14 +192,49 @@ mod tests {
             .oneshot(request(&shared, &first, "hi"))
             .await
             .unwrap();
-        // The answer ends with 12 completion tokens: 2 in debt.
+        // No max_tokens: the whole limit of 10 is reserved; the answer ends with 12
+        // completion tokens: 2 in debt.
         first.finish(200, None, "", 12);
         let e = svc
             .oneshot(request(&shared, &test_util::accounting(&shared), "hi"))
             .await
             .unwrap_err();
         assert_eq!(e.to_string(), "output token rate limit exceeded");
-        // 3 tokens missing at 10 per minute.
-        assert_eq!(e.retry_after(), Some(Duration::from_secs(18)));
+        // The debt of 2 and a reservation of 10 at 10 per minute.
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(72)));
+    }
+
+    fn with_max_tokens(shared: &Shared, acct: &Accounting, max_tokens: u64) -> Request<()> {
+        let body = serde_json::json!({"model": "m", "prompt": "hi", "max_tokens": max_tokens});
+        let mut req = test_util::parsed(shared, "/v1/completions", &body.to_string());
+        req.extensions_mut().insert(acct.clone());
+        req
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_that_fails_gives_its_whole_reservation_back() {
+        let shared = limited(r#"{"outputTokensPerUnit": 10, "unit": "hour"}"#);
+        let (_, inner) = test_util::recorder();
+        let svc = RateLimitLayer::new(Arc::clone(&shared)).layer(inner);
+        let first = test_util::accounting(&shared);
+        svc.clone()
+            .oneshot(with_max_tokens(&shared, &first, 8))
+            .await
+            .unwrap();
+        // 2 left: a request for 3 is refused.
+        let other = test_util::accounting(&shared);
+        let e = svc
+            .clone()
+            .oneshot(with_max_tokens(&shared, &other, 3))
+            .await
+            .unwrap_err();
+        assert_eq!(e.to_string(), "output token rate limit exceeded");
+        // The first request fails before any answer: all 8 come back when it settles.
+        first.failed(&Error::QueueClientDisconnected);
+        first.settle();
+        let third = test_util::accounting(&shared);
+        svc.oneshot(with_max_tokens(&shared, &third, 10))
+            .await
+            .unwrap();
     }
 }

@@ -18,7 +18,7 @@ use crate::config::{AccessLogConfig, Config, EndpointConfig};
 use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::metrics::Metrics;
-use crate::openai::parse_request;
+use crate::openai::{parse_request_at, prompt_member};
 use crate::overload::OverloadConfig;
 use crate::shared::Shared;
 
@@ -139,7 +139,7 @@ pub(crate) fn request_with(method: Method, path: &str, body: &str) -> Request<Fu
 pub(crate) fn parsed(shared: &Shared, path: &str, body: &str) -> Request<()> {
     let mut req = Request::builder().uri(path).body(()).unwrap();
     req.extensions_mut().insert(Parsed {
-        req: Arc::new(parse_request(Bytes::from(body.to_owned())).unwrap()),
+        req: Arc::new(parse_request_at(Bytes::from(body.to_owned()), prompt_member(path)).unwrap()),
         snap: shared.snapshot.load_full(),
     });
     req.extensions_mut().insert(RequestId("test".into()));

@@ -52,6 +52,10 @@ pub struct FairnessConfig {
     /// Queue length from which a refresh that gives up re-reads every user's priority
     /// (`FAIRNESS_REBUILD_THRESHOLD`, default 64, > 0).
     pub rebuild_threshold: usize,
+    /// How the `user_id` label of the per-user families is bounded
+    /// (`FAIRNESS_METRICS_MAX_USERS`, `FAIRNESS_METRICS_USER_IDLE_TIMEOUT`,
+    /// `FAIRNESS_METRICS_RAW_USER_ID`; not in Go Kthena).
+    pub user_labels: super::UserLabelConfig,
 }
 
 impl Default for FairnessConfig {
@@ -68,6 +72,7 @@ impl Default for FairnessConfig {
             max_qps: 100,
             refresh_retries: 0,
             rebuild_threshold: 64,
+            user_labels: super::UserLabelConfig::default(),
         }
     }
 }
@@ -241,6 +246,21 @@ fn fairness_from_env(env: &dyn Env) -> Result<FairnessConfig, Error> {
         true,
         &mut c.rebuild_threshold,
     )?;
+    let u = &mut c.user_labels;
+    count(env, "FAIRNESS_METRICS_MAX_USERS", false, &mut u.max_users)?;
+    duration(
+        env,
+        "FAIRNESS_METRICS_USER_IDLE_TIMEOUT",
+        &mut u.idle_timeout,
+    )?;
+    if u.idle_timeout.is_zero() {
+        return Err(bad(
+            "FAIRNESS_METRICS_USER_IDLE_TIMEOUT",
+            "0s",
+            "must be greater than 0",
+        ));
+    }
+    u.raw = flag(env, "FAIRNESS_METRICS_RAW_USER_ID")?;
     Ok(c)
 }
 

@@ -36,6 +36,8 @@ fn hist() -> Histogram {
 /// The queue families.
 #[derive(Debug, Clone)]
 pub struct QueueMetrics {
+    /// The bounded `user_id` labels of `fair_cancelled` and `fair_dequeue`.
+    users: std::sync::Arc<super::user_labels::UserLabels>,
     fair_size: Family<ModelUser, Gauge>,
     fair_duration: Hist<ModelUser>,
     fair_cancelled: Family<ModelUser, Counter>,
@@ -53,6 +55,7 @@ pub struct QueueMetrics {
 impl Default for QueueMetrics {
     fn default() -> Self {
         Self {
+            users: std::sync::Arc::default(),
             fair_size: Family::default(),
             fair_duration: Family::new_with_constructor(hist),
             fair_cancelled: Family::default(),
@@ -163,11 +166,43 @@ impl QueueMetrics {
     }
 
     pub(crate) fn fair_cancelled(&self, model: &str, user: &str) {
-        self.fair_cancelled.get_or_create(&mu(model, user)).inc();
+        let label = self.user_label(model, user);
+        self.fair_cancelled.get_or_create(&mu(model, &label)).inc();
     }
 
     pub(crate) fn fair_dequeue(&self, model: &str, user: &str) {
-        self.fair_dequeue.get_or_create(&mu(model, user)).inc();
+        let label = self.user_label(model, user);
+        self.fair_dequeue.get_or_create(&mu(model, &label)).inc();
+    }
+
+    /// Sets how `user_id` labels are bounded.
+    pub(crate) fn configure_users(&self, cfg: super::UserLabelConfig) {
+        self.users.configure(cfg);
+    }
+
+    /// The bounded label of `user` (removing the series of labels that expired meanwhile);
+    /// requests without a user keep Go's empty label.
+    fn user_label(&self, model: &str, user: &str) -> String {
+        if user.is_empty() {
+            return String::new();
+        }
+        let (label, expired) = self.users.label(model, user);
+        self.remove_users(&expired);
+        label
+    }
+
+    /// Removes the series of `user_id` labels idle for the idle timeout.
+    pub(crate) fn expire_idle_users(&self) {
+        let expired = self.users.expire_idle();
+        self.remove_users(&expired);
+    }
+
+    fn remove_users(&self, expired: &[(String, String)]) {
+        for (model, label) in expired {
+            let key = mu(model, label);
+            self.fair_cancelled.remove(&key);
+            self.fair_dequeue.remove(&key);
+        }
     }
 
     pub(crate) fn fair_inflight(&self, model: &str, d: i64) {

@@ -23,8 +23,8 @@
 //! |---|---|---|
 //! | `kthena_router_fairness_queue_size` | gauge | `model`, `user_id` (`_all`) |
 //! | `kthena_router_fairness_queue_duration_seconds` | histogram | `model`, `user_id` (`_all`) |
-//! | `kthena_router_fairness_queue_cancelled_total` | counter | `model`, `user_id` |
-//! | `kthena_router_fairness_queue_dequeue_total` | counter | `model`, `user_id` |
+//! | `kthena_router_fairness_queue_cancelled_total` | counter | `model`, `user_id` (bounded: [`user_labels`]) |
+//! | `kthena_router_fairness_queue_dequeue_total` | counter | `model`, `user_id` (bounded: [`user_labels`]) |
 //! | `kthena_router_fairness_queue_inflight` | gauge | `model` (slot mode) |
 //! | `kthena_router_session_boost_queue_size` | gauge | `model` |
 //! | `kthena_router_session_boost_queue_duration_seconds` | histogram | `model` |
@@ -37,6 +37,7 @@ pub(crate) mod fair;
 mod metrics;
 pub(crate) mod session;
 pub(crate) mod tokens;
+mod user_labels;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,6 +45,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 pub use config::{FairnessConfig, QueueConfig, QueueMode, SessionBoostConfig};
 pub use metrics::QueueMetrics;
+pub use user_labels::UserLabelConfig;
 
 use crate::error::Error;
 

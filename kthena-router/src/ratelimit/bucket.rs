@@ -53,6 +53,7 @@ impl LocalBucket {
     }
 
     /// The tokens there now.
+    #[cfg(test)]
     pub(crate) fn tokens(&mut self, now: Instant) -> f64 {
         self.refill(now);
         self.tokens

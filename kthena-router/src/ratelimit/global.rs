@@ -10,6 +10,8 @@
 //!
 //! Every call runs on the blocking pool with a connect, read and write timeout of
 //! [`REDIS_TIMEOUT`]; a failed connection is dropped and a new one opened on the next call.
+//! After a failed call the pool counts as down for [`REDIS_RETRY`]: callers skip Redis
+//! (and its timeouts) until then, and the first good answer after it marks it up again.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -18,6 +20,9 @@ use redis::Value;
 
 /// Connect, read and write timeout of every Redis call.
 pub(crate) const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How long the pool counts as down after a failed call before Redis is tried again.
+pub(crate) const REDIS_RETRY: Duration = Duration::from_secs(1);
 
 /// Go's key prefix.
 pub(crate) const KEY_PREFIX: &str = "kthena:ratelimit";
@@ -92,6 +97,8 @@ pub(crate) struct RedisPool {
     client: redis::Client,
     address: String,
     idle: Mutex<Vec<redis::Connection>>,
+    /// Until when Redis is skipped after a failure (`None`: up).
+    down_until: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl std::fmt::Debug for RedisPool {
@@ -118,7 +125,41 @@ impl RedisPool {
             client,
             address: address.to_owned(),
             idle: Mutex::new(Vec::new()),
+            down_until: Mutex::new(None),
         })
+    }
+
+    /// Whether Redis is to be tried now (up, or down for at least [`REDIS_RETRY`]).
+    pub(crate) fn available(&self) -> bool {
+        self.down_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_none_or(|t| tokio::time::Instant::now() >= t)
+    }
+
+    /// Records how a call went: a failure marks the pool down for [`REDIS_RETRY`] (logged
+    /// when it was up), a success marks it up (logged when it was down).
+    pub(crate) fn record(&self, failure: Option<&StoreError>) {
+        let mut down = self
+            .down_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match failure {
+            Some(e) => {
+                if down.is_none() {
+                    tracing::warn!(
+                        address = %self.address, error = %e,
+                        "Rate-limit Redis unreachable; limiting per router until it answers"
+                    );
+                }
+                *down = Some(tokio::time::Instant::now() + REDIS_RETRY);
+            }
+            None => {
+                if down.take().is_some() {
+                    tracing::info!(address = %self.address, "Rate-limit Redis answers again");
+                }
+            }
+        }
     }
 
     fn fail(&self, source: redis::RedisError) -> StoreError {
@@ -192,6 +233,11 @@ impl GlobalBucket {
         }
     }
 
+    /// The connections this bucket's calls go through.
+    pub(crate) fn pool(&self) -> &RedisPool {
+        &self.pool
+    }
+
     /// Takes `n` tokens when that many are there; `(taken, tokens left)`.
     pub(crate) async fn allow_n(&self, n: f64) -> Result<(bool, f64), StoreError> {
         let b = self.clone();
@@ -220,11 +266,6 @@ impl GlobalBucket {
         })
         .await?;
         number(&v)
-    }
-
-    /// The tokens there now (refilled and written back, as Go's `Tokens`).
-    pub(crate) async fn tokens(&self) -> Result<f64, StoreError> {
-        self.reconcile_n(0.0).await
     }
 }
 

@@ -1,20 +1,35 @@
 //! Token rate limits of ModelRoutes (`spec.rateLimit`, Go Kthena's `filters/ratelimit`,
 //! spec §2.7).
 //!
-//! A route's `rateLimit` limits the requests whose `model` is the route's `modelName`:
-//! `inputTokensPerUnit` and `outputTokensPerUnit` tokens per `unit` (second, minute, hour,
-//! day, month = 30 days), each a token bucket of that capacity refilled continuously, per
-//! router ([`bucket::LocalBucket`]) or shared through Redis when `global.redis.address` is
-//! set ([`global::GlobalBucket`], Go's keys and Lua arithmetic).
+//! A route's `rateLimit` limits the requests whose `model` is the route's `modelName` or
+//! one of its `loraAdapters` (one budget for both; Go limits only the model name, so its
+//! adapters' requests went unlimited): `inputTokensPerUnit` and `outputTokensPerUnit`
+//! tokens per `unit` (second, minute, hour, day, month = 30 days), each a token bucket of
+//! that capacity refilled continuously, per router ([`bucket::LocalBucket`]) or shared
+//! through Redis when `global.redis.address` is set ([`global::GlobalBucket`], Go's keys and
+//! Lua arithmetic).
 //!
 //! Per request ([`ModelLimiter::admit`]): the input bucket gives the prompt's estimated
 //! tokens (`ceil(chars / 4)`, Go's estimator) or the request gets 429 `input token rate limit
-//! exceeded`; then the output bucket must hold at least one token or the request gets 429
-//! `output token rate limit exceeded` (the input tokens are given back). When the engine's
-//! answer ends, its `usage.completion_tokens` are taken from the output bucket
-//! ([`ModelLimiter::charge_output`]), which may go below zero: the next requests wait until
-//! the debt is refilled. 429s carry `Retry-After`: the seconds until the tokens asked for are
-//! back, at least 1, at most one unit.
+//! exceeded`; then the output bucket gives the request's output reservation, its
+//! `max_completion_tokens` / `max_tokens` / `max_output_tokens` (else
+//! [`DEFAULT_OUTPUT_RESERVATION`]), at most the whole limit, or the request gets 429 `output
+//! token rate limit exceeded` (the input tokens are given back). As the engine reports
+//! `usage.completion_tokens`, tokens beyond the reservation are taken as well
+//! ([`ModelLimiter::reconcile_output`], the bucket may go below zero); when the request
+//! settles, the unused rest of the reservation is given back (all of it for a request that
+//! failed before an answer). Go checks only that one output token is left, so concurrent
+//! streams admitted together could overshoot the budget many times over; here they are
+//! admitted only while the budget covers their reservations. 429s carry `Retry-After`: the
+//! seconds until the bucket holds what the request needs (its debt included), rounded up,
+//! at least 1.
+//!
+//! Redis down: a global limit's calls fail fast (1 s timeouts) and the router then limits
+//! with its own bucket of the same limit, skipping Redis for [`global::REDIS_RETRY`] after
+//! each failure; the first good answer after that shares the Redis bucket again (charges
+//! made meanwhile stay local). Requests are served (fail open to per-router limits); Go's
+//! `AllowN` answers `false` on a Redis error, so Go refuses every request with 429 `input
+//! token rate limit exceeded` while its Redis is down.
 //!
 //! Which route's limit applies: the first route in route order (oldest first) with a
 //! `rateLimit` for that `modelName`. Buckets live as long as their route's `rateLimit` is
@@ -45,50 +60,57 @@ use global::{GlobalBucket, RedisPool};
 #[derive(Debug)]
 enum Bucket {
     Local(Mutex<LocalBucket>),
-    Global(GlobalBucket),
+    /// The shared bucket, and the router's own bucket of the same limit used while Redis
+    /// does not answer.
+    Global(GlobalBucket, Mutex<LocalBucket>),
+}
+
+fn local(b: &Mutex<LocalBucket>) -> std::sync::MutexGuard<'_, LocalBucket> {
+    b.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Bucket {
-    fn allow_n_local(b: &Mutex<LocalBucket>, n: f64) -> (bool, f64) {
-        b.lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .allow_n(Instant::now(), n)
-    }
-
-    async fn allow_n(&self, n: f64) -> Result<(bool, f64), Error> {
+    /// Takes `n` tokens when that many are there: `(taken, tokens left)`.
+    async fn allow_n(&self, n: f64) -> (bool, f64) {
         match self {
-            Self::Local(b) => Ok(Self::allow_n_local(b, n)),
-            Self::Global(g) => g.allow_n(n).await.map_err(unavailable),
+            Self::Local(b) => local(b).allow_n(Instant::now(), n),
+            Self::Global(g, fallback) => {
+                if g.pool().available() {
+                    let got = g.allow_n(n).await;
+                    g.pool().record(got.as_ref().err());
+                    if let Ok(v) = got {
+                        return v;
+                    }
+                }
+                local(fallback).allow_n(Instant::now(), n)
+            }
         }
     }
 
-    async fn reconcile_n(&self, delta: f64) -> Result<f64, Error> {
+    /// Takes `delta` tokens unconditionally (gives them back when negative).
+    async fn reconcile_n(&self, delta: f64) {
         match self {
-            Self::Local(b) => Ok(b
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .reconcile_n(Instant::now(), delta)),
-            Self::Global(g) => g.reconcile_n(delta).await.map_err(unavailable),
-        }
-    }
-
-    async fn tokens(&self) -> Result<f64, Error> {
-        match self {
-            Self::Local(b) => Ok(b
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .tokens(Instant::now())),
-            Self::Global(g) => g.tokens().await.map_err(unavailable),
+            Self::Local(b) => {
+                local(b).reconcile_n(Instant::now(), delta);
+            }
+            Self::Global(g, fallback) => {
+                if g.pool().available() {
+                    let got = g.reconcile_n(delta).await;
+                    g.pool().record(got.as_ref().err());
+                    if got.is_ok() {
+                        return;
+                    }
+                }
+                local(fallback).reconcile_n(Instant::now(), delta);
+            }
         }
     }
 }
 
-#[allow(clippy::needless_pass_by_value, reason = "used as a map_err callback")]
-fn unavailable(e: global::StoreError) -> Error {
-    Error::RateLimitUnavailable {
-        reason: e.to_string(),
-    }
-}
+/// Output tokens reserved at admission for a request that names no `max_tokens`
+/// (`max_completion_tokens`, `max_output_tokens`); settled against the real count when the
+/// answer ends.
+pub(crate) const DEFAULT_OUTPUT_RESERVATION: u64 = 256;
 
 /// The buckets of one model.
 #[derive(Debug)]
@@ -100,48 +122,52 @@ pub(crate) struct ModelLimiter {
 }
 
 impl ModelLimiter {
-    /// Admits a request of `input_tokens` prompt tokens, or says why not.
+    /// Admits a request of `input_tokens` prompt tokens that may produce `max_output` tokens
+    /// (`None`: not said), or says why not. Returns the output tokens reserved: `max_output`
+    /// (else [`DEFAULT_OUTPUT_RESERVATION`]) at most the output limit, at least 1; 0 without
+    /// an output limit. The caller settles them with [`ModelLimiter::reconcile_output`].
     ///
     /// # Errors
-    /// [`Error::RateLimited`] (429) when a bucket is spent, [`Error::RateLimitUnavailable`]
-    /// (503) when the Redis of a global limit fails.
-    pub(crate) async fn admit(&self, input_tokens: u64) -> Result<(), Error> {
+    /// [`Error::RateLimited`] (429) when a bucket does not hold what the request needs.
+    pub(crate) async fn admit(
+        &self,
+        input_tokens: u64,
+        max_output: Option<u64>,
+    ) -> Result<u64, Error> {
         let n = input_tokens as f64;
         if let Some(b) = &self.input {
-            let (ok, left) = b.allow_n(n).await?;
+            let (ok, left) = b.allow_n(n).await;
             if !ok {
                 return Err(self.limited("input", n, left, self.spec.input_tokens_per_unit));
             }
         }
-        if let Some(b) = &self.output {
-            let left = match b.tokens().await {
-                Ok(t) => t,
-                Err(e) => {
-                    self.refund_input(n).await;
-                    return Err(e);
-                }
-            };
-            if left < 1.0 {
-                self.refund_input(n).await;
-                return Err(self.limited("output", 1.0, left, self.spec.output_tokens_per_unit));
+        let Some(b) = &self.output else {
+            return Ok(0);
+        };
+        let cap = u64::from(self.spec.output_tokens_per_unit.unwrap_or(1)).max(1);
+        let reserve = max_output
+            .unwrap_or(DEFAULT_OUTPUT_RESERVATION)
+            .clamp(1, cap);
+        let (ok, left) = b.allow_n(reserve as f64).await;
+        if !ok {
+            if let Some(b) = &self.input {
+                b.reconcile_n(-n).await;
             }
+            return Err(self.limited(
+                "output",
+                reserve as f64,
+                left,
+                self.spec.output_tokens_per_unit,
+            ));
         }
-        Ok(())
-    }
-
-    async fn refund_input(&self, n: f64) {
-        if let Some(b) = &self.input
-            && let Err(e) = b.reconcile_n(-n).await
-        {
-            tracing::warn!(error = %e, "Could not give input tokens back");
-        }
+        Ok(reserve)
     }
 
     fn limited(&self, kind: &'static str, need: f64, left: f64, limit: Option<u32>) -> Error {
-        let rate = f64::from(limit.unwrap_or(1)) / self.unit_secs as f64;
+        let cap = f64::from(limit.unwrap_or(1));
         Error::RateLimited {
             kind,
-            retry_after: retry_after(need, left, rate, self.unit_secs),
+            retry_after: retry_after(need.min(cap), left, cap / self.unit_secs as f64),
         }
     }
 
@@ -150,25 +176,19 @@ impl ModelLimiter {
         self.output.is_some()
     }
 
-    /// Takes the answer's `completion_tokens` from the output bucket (in the background on
-    /// `tasks` for a global limit; a Redis failure is logged, the tokens are then not
-    /// charged).
-    pub(crate) fn charge_output(self: &Arc<Self>, completion_tokens: u64, tasks: &TaskTracker) {
-        let n = completion_tokens as f64;
+    /// Takes `delta` more output tokens from the output bucket, or gives `-delta` back (in
+    /// the background on `tasks` for a global limit).
+    pub(crate) fn reconcile_output(self: &Arc<Self>, delta: f64, tasks: &TaskTracker) {
         match &self.output {
             None => {}
             Some(Bucket::Local(b)) => {
-                b.lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .reconcile_n(Instant::now(), n);
+                local(b).reconcile_n(Instant::now(), delta);
             }
-            Some(Bucket::Global(_)) => {
+            Some(Bucket::Global(..)) => {
                 let me = Arc::clone(self);
                 tasks.spawn(async move {
-                    if let Some(b) = &me.output
-                        && let Err(e) = b.reconcile_n(n).await
-                    {
-                        tracing::warn!(error = %e, tokens = n, "Output tokens not charged");
+                    if let Some(b) = &me.output {
+                        b.reconcile_n(delta).await;
                     }
                 });
             }
@@ -176,11 +196,11 @@ impl ModelLimiter {
     }
 }
 
-/// Seconds until `need` tokens are there with `left` now at `rate` per second: at least 1,
-/// at most one unit (a prompt larger than the whole limit never fits).
-fn retry_after(need: f64, left: f64, rate: f64, unit_secs: u64) -> Duration {
+/// Seconds until a bucket with `left` tokens (negative: a debt) refilled at `rate` per
+/// second holds `need`, rounded up, at least 1 (`need` is at most the bucket's capacity).
+fn retry_after(need: f64, left: f64, rate: f64) -> Duration {
     let secs = ((need - left).max(0.0) / rate).ceil();
-    Duration::from_secs((secs as u64).clamp(1, unit_secs.max(1)))
+    Duration::from_secs((secs as u64).max(1))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -301,8 +321,8 @@ impl State {
             }
         }
         let mut models = HashMap::with_capacity(specs.len());
-        for (model, spec) in specs {
-            let kept = self.models.remove(model).filter(|l| l.spec == *spec);
+        for (model, spec) in &specs {
+            let kept = self.models.remove(*model).filter(|l| l.spec == **spec);
             let limiter = match kept {
                 Some(l) => l,
                 None => match self.build(model, spec) {
@@ -313,7 +333,23 @@ impl State {
                     }
                 },
             };
-            models.insert(model.to_owned(), limiter);
+            models.insert((*model).to_owned(), limiter);
+        }
+        // A route's LoRA adapters share its limit (the route's model name's buckets), unless
+        // a route serves the adapter's name as its model name (that route matches first).
+        let names: std::collections::HashSet<&str> =
+            routes.iter().map(|r| r.spec.model_name.as_str()).collect();
+        for r in routes {
+            let Some(limiter) = models.get(r.spec.model_name.as_str()).cloned() else {
+                continue;
+            };
+            for adapter in &r.spec.lora_adapters {
+                if !names.contains(adapter.as_str()) {
+                    models
+                        .entry(adapter.clone())
+                        .or_insert_with(|| Arc::clone(&limiter));
+                }
+            }
         }
         self.models = models;
     }
@@ -338,9 +374,10 @@ impl State {
         };
         let make = |kind: &str, limit: Option<u32>| {
             limit.map(|n| match &pool {
-                Some(p) => {
-                    Bucket::Global(GlobalBucket::new(Arc::clone(p), model, kind, n, unit_secs))
-                }
+                Some(p) => Bucket::Global(
+                    GlobalBucket::new(Arc::clone(p), model, kind, n, unit_secs),
+                    Mutex::new(LocalBucket::new(n, unit_secs, Instant::now())),
+                ),
                 None => Bucket::Local(Mutex::new(LocalBucket::new(n, unit_secs, Instant::now()))),
             })
         };
@@ -381,8 +418,8 @@ mod tests {
         let m = limits.for_model(1, &routes, "m").unwrap();
         assert!(limits.for_model(1, &routes, "f").is_none());
         // The oldest route's limit applies.
-        m.admit(10).await.unwrap();
-        let e = m.admit(1).await.unwrap_err();
+        m.admit(10, None).await.unwrap();
+        let e = m.admit(1, None).await.unwrap_err();
         assert_eq!(e.to_string(), "input token rate limit exceeded");
         assert_eq!(e.retry_after(), Some(Duration::from_secs(360)));
         // A reload with the same limit keeps the spent bucket; an older generation changes
@@ -403,7 +440,7 @@ mod tests {
         limits
             .for_model(3, &changed, "m")
             .unwrap()
-            .admit(20)
+            .admit(20, None)
             .await
             .unwrap();
         assert!(
@@ -413,6 +450,9 @@ mod tests {
         );
     }
 
+    /// Regression: the debt of an output charge larger than one unit's limit was
+    /// answered with a `Retry-After` of at most one unit, and a request was admitted with
+    /// a single output token left.
     #[tokio::test(start_paused = true)]
     async fn output_debt_blocks_until_refilled_and_refunds_input() {
         let limits = RateLimits::default();
@@ -420,28 +460,71 @@ mod tests {
         let m = limits
             .for_model(1, &[route("r", "m", Some(rl))], "m")
             .unwrap();
-        m.admit(5).await.unwrap();
-        m.charge_output(30, limits.charges());
-        // 20 tokens of debt at 10 per second; the refused request's 5 input tokens come back.
-        let e = m.admit(5).await.unwrap_err();
+        // 4 output tokens reserved, 30 produced: 26 more taken, 20 tokens of debt.
+        assert_eq!(m.admit(5, Some(4)).await.unwrap(), 4);
+        m.reconcile_output(26.0, limits.charges());
+        // At 10 per second the debt and 1 token are there after 2.1 s: Retry-After 3; the
+        // refused request's 5 input tokens come back.
+        let e = m.admit(5, Some(1)).await.unwrap_err();
         assert_eq!(e.to_string(), "output token rate limit exceeded");
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(3)));
+        tokio::time::advance(Duration::from_millis(2_000)).await;
+        let e = m.admit(5, Some(1)).await.unwrap_err();
         assert_eq!(e.retry_after(), Some(Duration::from_secs(1)));
-        tokio::time::advance(Duration::from_millis(2_100)).await;
-        m.admit(95).await.unwrap();
+        tokio::time::advance(Duration::from_millis(100)).await;
+        assert_eq!(m.admit(90, Some(1)).await.unwrap(), 1);
+    }
+
+    /// Regression: admission checked that one output token was left, so every request
+    /// admitted before the first answer ended could spend the whole budget again.
+    #[tokio::test(start_paused = true)]
+    async fn output_reservations_bound_what_concurrent_requests_may_spend() {
+        let limits = RateLimits::default();
+        let rl = r#"{"outputTokensPerUnit": 60, "unit": "minute"}"#;
+        let m = limits
+            .for_model(1, &[route("r", "m", Some(rl))], "m")
+            .unwrap();
+        // Three of 20 fit in 60; the fourth waits 20 s for 20 tokens at 1 per second.
+        for _ in 0..3 {
+            assert_eq!(m.admit(0, Some(20)).await.unwrap(), 20);
+        }
+        let e = m.admit(0, Some(20)).await.unwrap_err();
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(20)));
+        // One answer used 5 of its 20: 15 back at once.
+        m.reconcile_output(-15.0, limits.charges());
+        assert_eq!(m.admit(0, Some(15)).await.unwrap(), 15);
+        // No max_tokens: the default reservation, at most the whole limit.
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(m.admit(0, None).await.unwrap(), 60);
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(m.admit(0, Some(0)).await.unwrap(), 1);
+    }
+
+    /// Regression: a request for one of the route's LoRA adapters was not limited.
+    #[tokio::test(start_paused = true)]
+    async fn a_routes_lora_adapters_share_its_limit() {
+        let limits = RateLimits::default();
+        let mut r = route(
+            "r",
+            "base",
+            Some(r#"{"inputTokensPerUnit": 10, "unit": "hour"}"#),
+        );
+        r.spec.lora_adapters = vec!["lora-a".into(), "own".into()];
+        let routes = vec![r, route("own-route", "own", None)];
+        let base = limits.for_model(1, &routes, "base").unwrap();
+        let adapter = limits.for_model(1, &routes, "lora-a").unwrap();
+        assert!(Arc::ptr_eq(&base, &adapter));
+        // `own` is a model name of its own route (which matches first): not limited here.
+        assert!(limits.for_model(1, &routes, "own").is_none());
     }
 
     #[test]
-    fn retry_after_is_whole_seconds_within_one_unit() {
+    fn retry_after_is_whole_seconds_until_the_bucket_holds_the_need() {
         // 100 per minute: 1.67 tokens/s; 10 missing → 6 s.
-        assert_eq!(
-            retry_after(10.0, 0.0, 100.0 / 60.0, 60),
-            Duration::from_secs(6)
-        );
-        assert_eq!(retry_after(1.0, 0.99, 1.0, 1), Duration::from_secs(1));
-        assert_eq!(
-            retry_after(1_000.0, 0.0, 100.0 / 60.0, 60),
-            Duration::from_secs(60)
-        );
-        assert_eq!(retry_after(1.0, -30.0, 0.5, 3600), Duration::from_secs(62));
+        assert_eq!(retry_after(10.0, 0.0, 100.0 / 60.0), Duration::from_secs(6));
+        assert_eq!(retry_after(1.0, 0.99, 1.0), Duration::from_secs(1));
+        // A debt of 30 and 1 token at 0.5/s: 62 s, beyond one unit when the unit is shorter.
+        assert_eq!(retry_after(1.0, -30.0, 0.5), Duration::from_secs(62));
+        assert_eq!(retry_after(1.0, -30.0, 10.0), Duration::from_secs(4));
     }
 }
