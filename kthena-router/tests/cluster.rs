@@ -7,7 +7,9 @@ mod common;
 
 use std::time::Duration;
 
-use cluster_support::{ClusterRouter, Node, apply, deploy_dir, model_route, model_server};
+use cluster_support::{
+    ClusterRouter, Node, TwoPods, apply, deploy_dir, model_route, model_server, two_pods,
+};
 use kthena_api::ModelRoute;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -17,21 +19,12 @@ use kube::api::{Patch, PatchParams};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_reach_both_pods_and_a_deleted_pod_leaves_within_2s() {
     let ns = kthena_testenv::namespace("cluster-delete").await.unwrap();
-    let n = ns.name().to_owned();
-    let model = format!("{n}-model");
-    let node = Node::start(&ns);
-    node.pod("pod-a", "sim", &model).await;
-    node.pod("pod-b", "sim", &model).await;
-    apply(
-        &ns,
-        &[model_server(&n, "ms", &model, "sim", node.port)],
-        &[model_route(&n, "route", &model, "ms")],
-    )
-    .await;
-    let r = ClusterRouter::start(&ns).await;
-    r.wait_ready().await;
-    r.wait_endpoints(&n, "ms", &["pod-a", "pod-b"], Duration::from_secs(10))
-        .await;
+    let TwoPods {
+        n,
+        model,
+        node,
+        router: r,
+    } = two_pods(&ns).await;
 
     let served = r.send(&model, 10).await;
     assert_eq!(
@@ -96,21 +89,12 @@ async fn changing_the_route_target_swaps_routing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_turning_not_ready_stops_receiving_traffic() {
     let ns = kthena_testenv::namespace("cluster-ready").await.unwrap();
-    let n = ns.name().to_owned();
-    let model = format!("{n}-model");
-    let node = Node::start(&ns);
-    node.pod("pod-a", "sim", &model).await;
-    node.pod("pod-b", "sim", &model).await;
-    apply(
-        &ns,
-        &[model_server(&n, "ms", &model, "sim", node.port)],
-        &[model_route(&n, "route", &model, "ms")],
-    )
-    .await;
-    let r = ClusterRouter::start(&ns).await;
-    r.wait_ready().await;
-    r.wait_endpoints(&n, "ms", &["pod-a", "pod-b"], Duration::from_secs(10))
-        .await;
+    let TwoPods {
+        n,
+        model,
+        node,
+        router: r,
+    } = two_pods(&ns).await;
 
     node.set_ready("pod-b", false).await;
     r.wait_endpoints(&n, "ms", &["pod-a"], Duration::from_secs(5))

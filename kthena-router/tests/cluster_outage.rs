@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use cluster_support::{ClusterRouter, Node, apply, model_route, model_server};
+use cluster_support::{TwoPods, apply, model_route, two_pods};
 use tokio::time::Instant;
 
 /// How long the API server stays away: 60 s (`OUTAGE_SECS` overrides it, to measure other
@@ -28,21 +28,12 @@ fn outage() -> Duration {
 async fn changes_after_a_minute_long_api_server_outage_are_seen_within_5s() {
     let env = kthena_testenv::TestEnv::get().await.unwrap();
     let ns = env.namespace("cluster-outage").await.unwrap();
-    let n = ns.name().to_owned();
-    let model = format!("{n}-model");
-    let node = Node::start(&ns);
-    node.pod("pod-a", "sim", &model).await;
-    node.pod("pod-b", "sim", &model).await;
-    apply(
-        &ns,
-        &[model_server(&n, "ms", &model, "sim", node.port)],
-        &[model_route(&n, "route", &model, "ms")],
-    )
-    .await;
-    let r = ClusterRouter::start(&ns).await;
-    r.wait_ready().await;
-    r.wait_endpoints(&n, "ms", &["pod-a", "pod-b"], Duration::from_secs(10))
-        .await;
+    let TwoPods {
+        n,
+        model,
+        node,
+        router: r,
+    } = two_pods(&ns).await;
 
     env.stop_apiserver().await.expect(
         "stop the API server (a control plane of this binary's own, not KTHENA_TEST_KUBECONFIG)",

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use cluster_support::{ClusterRouter, Node, apply, model_route, model_server};
+use cluster_support::{TwoPods, two_pods};
 
 /// Stopping kube-apiserver loses no request (the router serves its last snapshot); after
 /// the restart the reflectors re-list at once (`410 Expired`) and a change made then is
@@ -15,21 +15,12 @@ use cluster_support::{ClusterRouter, Node, apply, model_route, model_server};
 async fn api_server_restart_loses_no_request_and_resumes_watching() {
     let env = kthena_testenv::TestEnv::get().await.unwrap();
     let ns = env.namespace("cluster-restart").await.unwrap();
-    let n = ns.name().to_owned();
-    let model = format!("{n}-model");
-    let node = Node::start(&ns);
-    node.pod("pod-a", "sim", &model).await;
-    node.pod("pod-b", "sim", &model).await;
-    apply(
-        &ns,
-        &[model_server(&n, "ms", &model, "sim", node.port)],
-        &[model_route(&n, "route", &model, "ms")],
-    )
-    .await;
-    let r = ClusterRouter::start(&ns).await;
-    r.wait_ready().await;
-    r.wait_endpoints(&n, "ms", &["pod-a", "pod-b"], Duration::from_secs(10))
-        .await;
+    let TwoPods {
+        n,
+        model,
+        node,
+        router: r,
+    } = two_pods(&ns).await;
 
     env.stop_apiserver().await.expect(
         "stop the API server (a control plane of this binary's own, not KTHENA_TEST_KUBECONFIG)",

@@ -335,3 +335,41 @@ pub(crate) fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 pub(crate) fn deploy_dir() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy"))
 }
+
+/// The scene most cluster tests start from: Pods `pod-a` and `pod-b` (`app=sim`) on a
+/// simulated node serving `<namespace>-model`, ModelServer `ms` and ModelRoute `route` for
+/// them, and a ready router that lists both endpoints.
+pub(crate) struct TwoPods {
+    /// The namespace's name.
+    pub n: String,
+    /// The model both Pods serve and the route names.
+    pub model: String,
+    pub node: Node,
+    pub router: ClusterRouter,
+}
+
+/// Builds [`TwoPods`] in `ns`.
+pub(crate) async fn two_pods(ns: &TestNamespace) -> TwoPods {
+    let n = ns.name().to_owned();
+    let model = format!("{n}-model");
+    let node = Node::start(ns);
+    node.pod("pod-a", "sim", &model).await;
+    node.pod("pod-b", "sim", &model).await;
+    apply(
+        ns,
+        &[model_server(&n, "ms", &model, "sim", node.port)],
+        &[model_route(&n, "route", &model, "ms")],
+    )
+    .await;
+    let router = ClusterRouter::start(ns).await;
+    router.wait_ready().await;
+    router
+        .wait_endpoints(&n, "ms", &["pod-a", "pod-b"], Duration::from_secs(10))
+        .await;
+    TwoPods {
+        n,
+        model,
+        node,
+        router,
+    }
+}
