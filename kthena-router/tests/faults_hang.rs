@@ -16,7 +16,7 @@ use std::time::Duration;
 use common::*;
 use faults_support::*;
 use http::StatusCode;
-use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -89,7 +89,7 @@ async fn json_head_then_nothing() -> (
             let (tx, count) = (tx.clone(), Arc::clone(&count));
             conns.spawn(async move {
                 let mut s = BufReader::new(s);
-                while let Some(path) = read_head_and_body(&mut s).await {
+                while let Some(path) = read_request(&mut s).await {
                     if path == "/metrics" || path == "/v1/models" {
                         let body = if path == "/metrics" {
                             "vllm:num_requests_waiting 0\n"
@@ -117,34 +117,6 @@ async fn json_head_then_nothing() -> (
         }
     });
     (addr, rx, requests)
-}
-
-/// One request head and its `Content-Length` body; the path (None at EOF).
-async fn read_head_and_body(s: &mut BufReader<tokio::net::TcpStream>) -> Option<String> {
-    let mut line = String::new();
-    if s.read_line(&mut line).await.ok()? == 0 {
-        return None;
-    }
-    let path = line.split_whitespace().nth(1)?.to_owned();
-    let mut len = 0usize;
-    loop {
-        let mut h = String::new();
-        if s.read_line(&mut h).await.ok()? == 0 {
-            return None;
-        }
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':')
-            && k.eq_ignore_ascii_case("content-length")
-        {
-            len = v.trim().parse().ok()?;
-        }
-    }
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body).await.ok()?;
-    Some(path)
 }
 
 /// A non-streaming request: a `200` JSON head arrives, then nothing. After the idle timeout

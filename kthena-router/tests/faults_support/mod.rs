@@ -243,7 +243,7 @@ fn reset(s: TcpStream) {
 }
 
 /// Reads one request head and its `Content-Length` body; returns the path (None at EOF).
-async fn read_request(s: &mut BufReader<TcpStream>) -> Option<String> {
+pub(crate) async fn read_request(s: &mut BufReader<TcpStream>) -> Option<String> {
     let mut line = String::new();
     if s.read_line(&mut line).await.ok()? == 0 {
         return None;
