@@ -3,6 +3,10 @@
 //! one reader of client request bodies ([`read_body`]): size limit, read timeouts and the
 //! budget of bytes all buffered bodies may hold together ([`BodyBudget`]).
 
+mod parse_cost;
+
+pub(crate) use parse_cost::parse_cost;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -71,7 +75,7 @@ impl BodyBudget {
 
     /// Takes `n` more bytes for `r`; `false` (nothing taken) when the total would pass the
     /// limit.
-    fn grow(&self, r: &mut Reservation, n: usize) -> bool {
+    pub(crate) fn grow(&self, r: &mut Reservation, n: usize) -> bool {
         let ok = self
             .used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {

@@ -239,6 +239,35 @@ async fn buffered_bodies_share_one_budget() {
     r.router.shutdown().await;
 }
 
+/// Regression: the budget counted a body's bytes, not its parsed tree, and a prompt of small
+/// numbers parses to 32-64 bytes a value from 2 on the wire (four 10 MB bodies under a 50 MB
+/// budget took the router past 1 GB). A large body's parsed cost is now reserved before it
+/// is parsed: 1 MB of `0,` needs more than a 20 MB budget and is refused, while 78 kB of
+/// prose is served and gives its bytes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_parsed_size_of_a_body_counts_against_the_budget() {
+    let (_sim, r) =
+        sim_router("metricsScrapeInterval: 100ms\nlistener: {maxBufferedBodyBytes: 20000000}")
+            .await;
+    let url = format!("{}/v1/completions", r.url());
+    let ids = vec!["0"; 500_000].join(",");
+    let numbers = format!(r#"{{"model":"public","prompt":[{ids}],"max_tokens":1}}"#);
+    let (status, headers, b) = post(&url, numbers, &[]).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(headers.get("retry-after").unwrap(), "1");
+    assert_eq!(
+        String::from_utf8_lossy(&b),
+        r#"{"error":{"message":"the router is holding too many request bodies (20000000 bytes); retry after 1s","type":"service_unavailable_error","param":null,"code":"request_buffer_full"}}"#
+    );
+    until_buffered(&r, 0.0).await;
+    let prose = "hello world, ".repeat(6_000);
+    let text = format!(r#"{{"model":"public","prompt":"{prose}","max_tokens":1}}"#);
+    let (status, _, b) = post(&url, text, &[]).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&b));
+    until_buffered(&r, 0.0).await;
+    r.router.shutdown().await;
+}
+
 /// Without authentication the LoRA admin calls are refused on the inference port (403,
 /// nothing reaches the engine) unless `auth.allowUnauthenticatedAdmin` is set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

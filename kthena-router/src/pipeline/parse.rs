@@ -14,7 +14,7 @@ use tower::{Layer, Service};
 
 use super::{BoxFut, Parsed};
 use crate::accounting::Accounting;
-use crate::body::{BoxError, HeldBody, ReadBody, ReadLimits, RespBody, read_body};
+use crate::body::{BoxError, HeldBody, ReadBody, ReadLimits, RespBody, parse_cost, read_body};
 use crate::error::Error;
 use crate::openai::{parse_request_at, prompt_member};
 use crate::shared::Shared;
@@ -103,8 +103,15 @@ where
     let ReadBody {
         mut parts,
         bytes,
-        held,
+        mut held,
     } = read_body(req, lim).await?;
+    // The parsed tree of a large body can cost many times its bytes: reserve that too.
+    let cost = parse_cost(&bytes);
+    if cost > 0 && !shared.body_budget.grow(&mut held, cost) {
+        return Err(Error::BodyBudgetExhausted {
+            budget: shared.body_budget.limit(),
+        });
+    }
     parts.extensions.insert(HeldBody(Arc::new(held)));
     let parsed = parse_request_at(bytes, member)?;
     let snap = shared.snapshot.load_full();

@@ -1,14 +1,51 @@
 //! Per (user, model) usage over a sliding window (Go Kthena `datastore/token_tracker.go`):
 //! one bucket per second of weighted tokens `input × FAIRNESS_INPUT_TOKEN_WEIGHT + output ×
 //! FAIRNESS_OUTPUT_TOKEN_WEIGHT` and requests, summed over the last `FAIRNESS_WINDOW_SIZE`.
+//!
+//! The user ids come from clients (the body's `user` without authentication), so what is
+//! kept of them is bounded: an id longer than [`MAX_USER_KEY_BYTES`] is tracked by its
+//! SHA-256 digest, and a (user, model) pair whose usage has left the window is dropped at
+//! the next sweep (at most one a second, on [`TokenTracker::record`]), whether or not that
+//! user comes back. Go's tracker keeps every pair it has seen.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 use super::lock;
+
+/// User ids up to this many bytes are kept as they are; longer ones by their digest.
+pub(crate) const MAX_USER_KEY_BYTES: usize = 128;
+
+/// A user as the tracker keys it: the id, or the first 16 bytes of its SHA-256 when the id
+/// is longer than [`MAX_USER_KEY_BYTES`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum UserKey {
+    Id(Box<str>),
+    Digest([u8; 16]),
+}
+
+impl UserKey {
+    fn of(user: &str) -> Self {
+        if user.len() <= MAX_USER_KEY_BYTES {
+            return Self::Id(user.into());
+        }
+        let digest = Sha256::digest(user.as_bytes());
+        let mut d = [0u8; 16];
+        d.copy_from_slice(&digest[..16]);
+        Self::Digest(d)
+    }
+}
+
+/// The tracked pairs and the second of the last sweep.
+#[derive(Debug, Default)]
+struct Usage {
+    pairs: HashMap<(UserKey, Box<str>), VecDeque<Bucket>>,
+    swept: u64,
+}
 
 /// One second of one user's usage of one model.
 #[derive(Debug, Clone, Copy)]
@@ -26,7 +63,7 @@ pub(crate) struct TokenTracker {
     input_weight: f64,
     output_weight: f64,
     start: Instant,
-    usage: Mutex<HashMap<(String, String), VecDeque<Bucket>>>,
+    usage: Mutex<Usage>,
 }
 
 impl TokenTracker {
@@ -37,7 +74,7 @@ impl TokenTracker {
             input_weight,
             output_weight,
             start: Instant::now(),
-            usage: Mutex::new(HashMap::new()),
+            usage: Mutex::new(Usage::default()),
         }
     }
 
@@ -52,12 +89,42 @@ impl TokenTracker {
         }
     }
 
+    /// Drops every pair with no usage left in the window.
+    fn sweep(&self, pairs: &mut HashMap<(UserKey, Box<str>), VecDeque<Bucket>>, now: u64) {
+        pairs.retain(|_, q| {
+            self.trim(q, now);
+            !q.is_empty()
+        });
+    }
+
+    /// `(pairs tracked, bytes of user ids kept)`, for tests of the bounds.
+    #[cfg(test)]
+    fn kept(&self) -> (usize, usize) {
+        let g = lock(&self.usage);
+        let bytes = g
+            .pairs
+            .keys()
+            .map(|(u, _)| match u {
+                UserKey::Id(id) => id.len(),
+                UserKey::Digest(d) => d.len(),
+            })
+            .sum();
+        (g.pairs.len(), bytes)
+    }
+
     /// Charges one request of `input` and `output` tokens to `user` for `model`.
     pub(crate) fn record(&self, user: &str, model: &str, input: f64, output: f64) {
         let now = self.second();
         let tokens = input * self.input_weight + output * self.output_weight;
         let mut g = lock(&self.usage);
-        let q = g.entry((user.to_owned(), model.to_owned())).or_default();
+        if g.swept != now {
+            g.swept = now;
+            self.sweep(&mut g.pairs, now);
+        }
+        let q = g
+            .pairs
+            .entry((UserKey::of(user), model.into()))
+            .or_default();
         self.trim(q, now);
         match q.back_mut() {
             Some(b) if b.second == now => {
@@ -76,13 +143,13 @@ impl TokenTracker {
     pub(crate) fn usage(&self, user: &str, model: &str) -> (f64, u64) {
         let now = self.second();
         let mut g = lock(&self.usage);
-        let key = (user.to_owned(), model.to_owned());
-        let Some(q) = g.get_mut(&key) else {
+        let key = (UserKey::of(user), Box::<str>::from(model));
+        let Some(q) = g.pairs.get_mut(&key) else {
             return (0.0, 0);
         };
         self.trim(q, now);
         if q.is_empty() {
-            g.remove(&key);
+            g.pairs.remove(&key);
             return (0.0, 0);
         }
         q.iter()
@@ -126,5 +193,24 @@ mod tests {
         tokio::time::advance(Duration::from_secs(30)).await;
         assert_eq!(t.usage("u", "m"), (0.0, 0));
         assert_eq!(t.usage("nobody", "m"), (0.0, 0));
+    }
+
+    /// Regression: a pair was dropped only when its user asked again, and ids were kept
+    /// whole, so clients sending a new kilobyte-long `user` per request grew the router
+    /// without limit (400 ids of 1 MB: +475 MB that never went away).
+    #[tokio::test(start_paused = true)]
+    async fn long_ids_are_digested_and_departed_users_are_swept() {
+        let t = TokenTracker::new(Duration::from_secs(60), 1.0, 1.0);
+        for i in 0..100 {
+            let user = format!("{i:04}{}", "x".repeat(10_000));
+            t.record(&user, "m", 1.0, 0.0);
+        }
+        assert_eq!(t.kept(), (100, 100 * 16));
+        let long = "y".repeat(10_000);
+        t.record(&long, "m", 5.0, 0.0);
+        assert_eq!(t.usage(&long, "m"), (5.0, 1));
+        tokio::time::advance(Duration::from_secs(61)).await;
+        t.record("back", "m", 1.0, 0.0);
+        assert_eq!(t.kept(), (1, 4));
     }
 }
