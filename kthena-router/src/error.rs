@@ -319,6 +319,22 @@ pub enum Error {
         /// Until enough tokens are back (whole seconds, at least 1).
         retry_after: Duration,
     },
+    /// The request alone needs more tokens than its ModelRoute's rate limit holds in a
+    /// whole unit, so it can never be admitted: 429 without `Retry-After` (as OpenAI's
+    /// "Request too large" answer), so that clients do not wait and retry for ever.
+    #[error(
+        "{kind} token rate limit exceeded: the request needs {requested} {kind} tokens, more than the limit of {limit} per {unit}; it can never be admitted"
+    )]
+    RateLimitTooLarge {
+        /// `input` or `output`.
+        kind: &'static str,
+        /// The tokens the request needs (the router's estimate).
+        requested: u64,
+        /// The limit, tokens per unit.
+        limit: u32,
+        /// The limit's unit (`second`, `minute`, `hour`, `day`, `month`).
+        unit: &'static str,
+    },
     /// The Redis of a global token rate limit failed or timed out: the request is refused,
     /// never served unlimited (503 with `Retry-After: 1`).
     #[error("token rate limit store unavailable: {reason}")]

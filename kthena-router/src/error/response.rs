@@ -31,7 +31,9 @@ impl Error {
             }
             Self::EndpointNotFound { .. } => StatusCode::NOT_FOUND,
             Self::AuthHeaderInvalid | Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
-            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::RateLimited { .. } | Self::RateLimitTooLarge { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             Self::ModelNotFound { .. }
             | Self::NoRuleMatched { .. }
             | Self::RouteNotAttached { .. }
@@ -147,7 +149,10 @@ impl Error {
     /// The OpenAI error `type` string.
     #[must_use]
     pub fn openai_type(&self) -> &'static str {
-        if matches!(self, Self::RateLimited { .. }) {
+        if matches!(
+            self,
+            Self::RateLimited { .. } | Self::RateLimitTooLarge { .. }
+        ) {
             // OpenAI's type of a token rate limit answer.
             return "tokens";
         }
@@ -205,7 +210,7 @@ impl Error {
             Self::AuthHeaderInvalid => "missing_authorization",
             Self::Unauthorized { .. } => "invalid_token",
             Self::AuthUnavailable { .. } => "auth_unavailable",
-            Self::RateLimited { .. } => "rate_limit_exceeded",
+            Self::RateLimited { .. } | Self::RateLimitTooLarge { .. } => "rate_limit_exceeded",
             Self::RateLimitUnavailable { .. } => "rate_limit_unavailable",
             Self::QueueTimeout { .. } => "queue_timeout",
             Self::QueueClientDisconnected => "client_disconnect",
@@ -268,8 +273,9 @@ impl Error {
             Self::AuthHeaderInvalid | Self::Unauthorized { .. } | Self::AuthUnavailable { .. } => {
                 "authentication"
             }
-            Self::RateLimited { kind: "input", .. } => "input_rate_limit",
-            Self::RateLimited { .. } => "output_rate_limit",
+            Self::RateLimited { kind: "input", .. }
+            | Self::RateLimitTooLarge { kind: "input", .. } => "input_rate_limit",
+            Self::RateLimited { .. } | Self::RateLimitTooLarge { .. } => "output_rate_limit",
             Self::RateLimitUnavailable { .. } => "rate_limit",
             Self::QueueTimeout { .. } => "queue_timeout",
             Self::DrainCut => "drain_timeout",

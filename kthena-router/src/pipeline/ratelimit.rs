@@ -57,7 +57,7 @@ pub(super) async fn admit(shared: &Shared, req: &Request<()>) -> Result<(), Erro
     let reserved = match limiter.admit(tokens, parsed.req.max_output_tokens).await {
         Ok(r) => r,
         Err(e) => {
-            if let Error::RateLimited { kind, .. } = &e {
+            if let Error::RateLimited { kind, .. } | Error::RateLimitTooLarge { kind, .. } = &e {
                 shared
                     .metrics
                     .rate_limit

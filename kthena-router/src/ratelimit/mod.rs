@@ -43,7 +43,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use kthena_api::networking::{ModelRoute, RateLimit};
+use kthena_api::networking::{ModelRoute, RateLimit, RateLimitUnit};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -135,6 +135,17 @@ impl ModelLimiter {
         max_output: Option<u64>,
     ) -> Result<u64, Error> {
         let n = input_tokens as f64;
+        if let Some(limit) = self.spec.input_tokens_per_unit
+            && input_tokens > u64::from(limit)
+            && self.input.is_some()
+        {
+            return Err(Error::RateLimitTooLarge {
+                kind: "input",
+                requested: input_tokens,
+                limit,
+                unit: unit_name(self.spec.unit),
+            });
+        }
         if let Some(b) = &self.input {
             let (ok, left) = b.allow_n(n).await;
             if !ok {
@@ -167,7 +178,7 @@ impl ModelLimiter {
         let cap = f64::from(limit.unwrap_or(1));
         Error::RateLimited {
             kind,
-            retry_after: retry_after(need.min(cap), left, cap / self.unit_secs as f64),
+            retry_after: retry_after(need, left, cap / self.unit_secs as f64),
         }
     }
 
@@ -193,6 +204,17 @@ impl ModelLimiter {
                 });
             }
         }
+    }
+}
+
+/// The unit as a ModelRoute spells it.
+fn unit_name(unit: RateLimitUnit) -> &'static str {
+    match unit {
+        RateLimitUnit::Second => "second",
+        RateLimitUnit::Minute => "minute",
+        RateLimitUnit::Hour => "hour",
+        RateLimitUnit::Day => "day",
+        RateLimitUnit::Month => "month",
     }
 }
 
@@ -448,6 +470,32 @@ mod tests {
                 .for_model(4, &[route("old", "m", None)], "m")
                 .is_none()
         );
+    }
+
+    /// Regression: a prompt larger than the input limit's whole unit got 429 with a
+    /// `Retry-After` (1 s on a full bucket, nearly an hour on an empty one) although it could
+    /// never be admitted, so clients waited and retried for ever. It now gets 429 saying so,
+    /// without `Retry-After`, full bucket or not, and takes nothing from the bucket.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_larger_than_the_whole_limit_gets_no_retry_after() {
+        let limits = RateLimits::default();
+        let rl = r#"{"inputTokensPerUnit": 100, "unit": "hour"}"#;
+        let m = limits
+            .for_model(1, &[route("r", "m", Some(rl))], "m")
+            .unwrap();
+        for _ in 0..2 {
+            let e = m.admit(1006, None).await.unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "input token rate limit exceeded: the request needs 1006 input tokens, more than the limit of 100 per hour; it can never be admitted"
+            );
+            assert_eq!(e.retry_after(), None);
+            assert_eq!(e.status(), http::StatusCode::TOO_MANY_REQUESTS);
+            assert_eq!(e.code(), "rate_limit_exceeded");
+        }
+        assert_eq!(m.admit(100, None).await.unwrap(), 0);
+        let e = m.admit(1, None).await.unwrap_err();
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(36)));
     }
 
     /// Regression: the debt of an output charge larger than one unit's limit was
