@@ -198,3 +198,38 @@ fn usage_parsing() {
     assert!(ResponseProbe::parse(b"[1]").is_none());
     assert!(ResponseProbe::parse(b"{\"usage\":").is_none());
 }
+
+/// Regression: the output reservation read the first member that was an integer, so
+/// `max_completion_tokens: 0` beside `max_tokens: 900` reserved 1 token where vLLM generates
+/// 900 (`max_completion_tokens or max_tokens`), `900.0` and `"900"` (which vLLM accepts)
+/// fell back to the 256 default, and `n: 8` reserved one choice of eight.
+#[test]
+fn max_output_tokens_is_read_as_vllm_reads_it() {
+    let max = |extra: &str| {
+        parse(&format!(r#"{{"model":"m","prompt":"p"{extra}}}"#))
+            .unwrap()
+            .max_output_tokens
+    };
+    assert_eq!(max(""), None);
+    assert_eq!(max(r#","max_tokens":900"#), Some(900));
+    assert_eq!(
+        max(r#","max_completion_tokens":0,"max_tokens":900"#),
+        Some(900)
+    );
+    assert_eq!(
+        max(r#","max_completion_tokens":5,"max_tokens":900"#),
+        Some(5)
+    );
+    assert_eq!(max(r#","max_tokens":900.0"#), Some(900));
+    assert_eq!(max(r#","max_tokens":"900""#), Some(900));
+    assert_eq!(max(r#","max_tokens":9.5"#), None);
+    assert_eq!(max(r#","max_tokens":-3"#), None);
+    assert_eq!(max(r#","max_output_tokens":40"#), Some(40));
+    assert_eq!(max(r#","max_tokens":900,"n":8"#), Some(7200));
+    assert_eq!(max(r#","max_tokens":100,"n":2,"best_of":5"#), Some(500));
+    assert_eq!(max(r#","max_tokens":1,"n":1000000"#), Some(MAX_CHOICES));
+    assert_eq!(
+        max(r#","max_tokens":18446744073709551615,"n":4"#),
+        Some(u64::MAX)
+    );
+}

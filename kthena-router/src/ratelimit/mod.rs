@@ -12,7 +12,8 @@
 //! Per request ([`ModelLimiter::admit`]): the input bucket gives the prompt's estimated
 //! tokens (`ceil(chars / 4)`, Go's estimator) or the request gets 429 `input token rate limit
 //! exceeded`; then the output bucket gives the request's output reservation, its
-//! `max_completion_tokens` / `max_tokens` / `max_output_tokens` (else
+//! `max_completion_tokens` / `max_tokens` / `max_output_tokens` times `n` (as vLLM reads
+//! them; else
 //! [`DEFAULT_OUTPUT_RESERVATION`]), at most the whole limit, or the request gets 429 `output
 //! token rate limit exceeded` (the input tokens are given back). As the engine reports
 //! `usage.completion_tokens`, tokens beyond the reservation are taken as well
