@@ -150,6 +150,15 @@ where
     .await
 }
 
+/// The headers that carry a client's credentials (OpenAI-style bearer tokens,
+/// Anthropic-style `x-api-key`, cookies): removed before a request is forwarded unless
+/// `auth.forwardAuthorization` is set. External providers get their own credential.
+const CLIENT_CREDENTIALS: [http::HeaderName; 3] = [
+    http::header::AUTHORIZATION,
+    http::HeaderName::from_static("x-api-key"),
+    http::header::COOKIE,
+];
+
 /// The `/v1/*` answers: the model list, the LoRA admin calls, and the inference pipeline.
 async fn dispatch(
     shared: &Arc<Shared>,
@@ -166,7 +175,9 @@ async fn dispatch(
     }
     if !shared.auth_cfg.forward_authorization {
         // The client's credentials are for the router, not for the engines.
-        req.headers_mut().remove(http::header::AUTHORIZATION);
+        for name in CLIENT_CREDENTIALS {
+            req.headers_mut().remove(name);
+        }
     }
     let path = req.uri().path();
     if path == "/v1/models" {

@@ -333,11 +333,17 @@ async fn header_engine(tasks: &mut JoinSet<()>) -> (SocketAddr, Arc<Mutex<Vec<Ve
                             "/metrics" => "vllm:num_requests_waiting 0\n".to_owned(),
                             "/v1/models" => r#"{"data":[{"id":"m"}]}"#.to_owned(),
                             _ => {
-                                let auth = req
-                                    .headers()
-                                    .get_all("authorization")
-                                    .iter()
-                                    .map(|v| v.to_str().unwrap().to_owned())
+                                let auth = ["authorization", "x-api-key", "cookie"]
+                                    .into_iter()
+                                    .flat_map(|name| {
+                                        req.headers()
+                                            .get_all(name)
+                                            .iter()
+                                            .map(move |v| {
+                                                format!("{name}: {}", v.to_str().unwrap())
+                                            })
+                                            .collect::<Vec<_>>()
+                                    })
                                     .collect();
                                 seen.lock().unwrap().push(auth);
                                 r#"{"id":"c","object":"chat.completion","choices":[]}"#.to_owned()
@@ -433,8 +439,9 @@ async fn auth_router(jwks: SocketAddr, engine: SocketAddr, extra: &str) -> TestR
     r
 }
 
-/// Two `Authorization` headers are refused (400, whichever is valid); the client's token
-/// is not forwarded to the engine unless `auth.forwardAuthorization` is set; `GET /models`
+/// Two `Authorization` headers are refused (400, whichever is valid); the client's
+/// credentials (`Authorization`, and since a regression `x-api-key` and `Cookie` too) are
+/// not forwarded to the engine unless `auth.forwardAuthorization` is set; `GET /models`
 /// needs a token as `/v1/models` does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn authorization_is_single_checked_and_stays_at_the_router() {
@@ -464,12 +471,12 @@ async fn authorization_is_single_checked_and_stays_at_the_router() {
         );
     }
     assert!(seen.lock().unwrap().is_empty());
-    let (s, _, b) = post(
-        &url(&r),
-        chat("m", "hi", false, 2),
-        &[("authorization", &valid)],
-    )
-    .await;
+    let creds = [
+        ("authorization", valid.as_str()),
+        ("x-api-key", "sk-client"),
+        ("cookie", "session=abc"),
+    ];
+    let (s, _, b) = post(&url(&r), chat("m", "hi", false, 2), &creds).await;
     assert_eq!(s, StatusCode::OK, "{}", String::from_utf8_lossy(&b));
     assert_eq!(*seen.lock().unwrap(), vec![Vec::<String>::new()]);
     // The bare model list needs the token too.
@@ -490,14 +497,16 @@ async fn authorization_is_single_checked_and_stays_at_the_router() {
     r.router.shutdown().await;
 
     let r = auth_router(jwks_addr, engine, "  forwardAuthorization: true\n").await;
-    let (s, _, _) = post(
-        &url(&r),
-        chat("m", "hi", false, 2),
-        &[("authorization", &valid)],
-    )
-    .await;
+    let (s, _, _) = post(&url(&r), chat("m", "hi", false, 2), &creds).await;
     assert_eq!(s, StatusCode::OK);
-    assert_eq!(seen.lock().unwrap().last().unwrap(), &vec![valid.clone()]);
+    assert_eq!(
+        seen.lock().unwrap().last().unwrap(),
+        &vec![
+            format!("authorization: {valid}"),
+            "x-api-key: sk-client".to_owned(),
+            "cookie: session=abc".to_owned(),
+        ]
+    );
     r.router.shutdown().await;
 }
 
