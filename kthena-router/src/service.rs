@@ -227,22 +227,30 @@ async fn authenticate(
 }
 
 /// An HTTP/1.1 request needs exactly one `Host` header (RFC 9112 section 3.2: a server
-/// answers 400 to one without or with several); HTTP/1.0 and HTTP/2 (`:authority`) are
-/// not checked.
+/// answers 400 to one without, with several, or with an invalid value); in any version,
+/// two `Host` headers or a list in one (`Host: a, b`) are refused, since host matching must
+/// not depend on which one a proxy in front read. An empty value is allowed (RFC 9112 for a
+/// target without authority); HTTP/1.0 and HTTP/2 (`:authority`) may go without.
 fn check_host<B>(req: &Request<B>) -> Result<(), Error> {
-    if req.version() != http::Version::HTTP_11 {
-        return Ok(());
+    let invalid = |reason| Error::InvalidHeader {
+        name: "Host",
+        reason,
+    };
+    let mut hosts = req.headers().get_all(http::header::HOST).iter();
+    let first = hosts.next();
+    if hosts.next().is_some() {
+        return Err(invalid("more than one"));
     }
-    match req.headers().get_all(http::header::HOST).iter().count() {
-        1 => Ok(()),
-        0 => Err(Error::InvalidHeader {
-            name: "Host",
-            reason: "missing (an HTTP/1.1 request needs one)",
-        }),
-        _ => Err(Error::InvalidHeader {
-            name: "Host",
-            reason: "more than one",
-        }),
+    match first {
+        None if req.version() == http::Version::HTTP_11 => {
+            Err(invalid("missing (an HTTP/1.1 request needs one)"))
+        }
+        None => Ok(()),
+        Some(v) if v.as_bytes().contains(&b',') => Err(invalid("more than one")),
+        Some(v) if !v.is_empty() && http::uri::Authority::try_from(v.as_bytes()).is_err() => {
+            Err(invalid("not a host[:port]"))
+        }
+        Some(_) => Ok(()),
     }
 }
 

@@ -19,6 +19,7 @@ use kthena_testenv::TestNamespace;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::time::Instant;
 
 use common::{chat, post};
@@ -312,6 +313,21 @@ async fn a_hostname_restricted_route_ignores_other_hosts() {
     assert_eq!(log["error"]["type"], "route_not_found", "{log}");
     let log = until(&r, "api.example.com", path, &model, 200).await;
     assert_eq!(log["backend_name"], format!("{n}/pool-a"), "{log}");
+
+    // Regression: an absolute-form target was matched by its `Host` header, which RFC 9112
+    // section 3.2.2 says to ignore (a proxy in front routes by the target): the target's
+    // host decides.
+    let body = chat(&model, "hi", false, 4);
+    let req = format!(
+        "POST http://api.example.com{path} HTTP/1.1\r\nHost: other.example.com\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut s = tokio::net::TcpStream::connect(r.router.addr).await.unwrap();
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).await.unwrap();
+    assert!(resp.starts_with("HTTP/1.1 200 OK"), "{resp}");
+    assert_eq!(last_log(&r)["backend_name"], format!("{n}/pool-a"));
     r.router.shutdown().await;
 }
 

@@ -306,8 +306,8 @@ async fn lora_admin_is_off_without_authentication() {
     r.router.shutdown().await;
 }
 
-/// RFC 9112 section 3.2: an HTTP/1.1 request without `Host`, or with two, is answered 400;
-/// HTTP/1.0 needs none.
+/// RFC 9112 section 3.2: an HTTP/1.1 request without `Host`, with two, with a list in one
+/// or with an invalid one is answered 400; HTTP/1.0 needs none but may not send two.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http11_needs_exactly_one_host() {
     let (_sim, r) = sim_router("metricsScrapeInterval: 100ms").await;
@@ -324,6 +324,9 @@ async fn http11_needs_exactly_one_host() {
             "missing (an HTTP/1.1 request needs one)",
         ),
         (chat("Host: a\r\nHost: b\r\n", "HTTP/1.1"), "more than one"),
+        (chat("Host: a, b\r\n", "HTTP/1.1"), "more than one"),
+        (chat("Host: a\r\nHost: b\r\n", "HTTP/1.0"), "more than one"),
+        (chat("Host: a b\r\n", "HTTP/1.1"), "not a host[:port]"),
         (
             "GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n".to_owned(),
             "missing (an HTTP/1.1 request needs one)",
@@ -333,9 +336,8 @@ async fn http11_needs_exactly_one_host() {
         let mut s = TcpStream::connect(addr).await.unwrap();
         s.write_all(req.as_bytes()).await.unwrap();
         let resp = read_all(s).await;
-        assert_eq!(
-            status_line(&resp),
-            "HTTP/1.1 400 Bad Request",
+        assert!(
+            status_line(&resp).ends_with(" 400 Bad Request"),
             "{req}: {resp}"
         );
         assert_eq!(
@@ -346,7 +348,11 @@ async fn http11_needs_exactly_one_host() {
             "{req}"
         );
     }
-    for req in [chat("Host: router\r\n", "HTTP/1.1"), chat("", "HTTP/1.0")] {
+    for req in [
+        chat("Host: router\r\n", "HTTP/1.1"),
+        chat("Host: router.example:8080\r\n", "HTTP/1.1"),
+        chat("", "HTTP/1.0"),
+    ] {
         let mut s = TcpStream::connect(addr).await.unwrap();
         s.write_all(req.as_bytes()).await.unwrap();
         let resp = read_all(s).await;

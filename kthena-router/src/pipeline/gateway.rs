@@ -15,12 +15,20 @@ use crate::error::Error;
 use crate::gateway::{Pool, PoolChoice};
 use crate::shared::Shared;
 
-/// The request's host: the `Host` header, else the URI authority (HTTP/2).
+/// The request's host: the target's authority (HTTP/2 `:authority`, an absolute-form target),
+/// else the `Host` header.
 pub(super) fn host_of(req: &Request<()>) -> &str {
-    req.headers()
-        .get(http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .or_else(|| req.uri().authority().map(http::uri::Authority::as_str))
+    // The request target's authority first: HTTP/2's `:authority`, or an HTTP/1.1
+    // absolute-form target, whose `Host` header a server must ignore (RFC 9112 section
+    // 3.2.2), as a proxy in front of the router does.
+    req.uri()
+        .authority()
+        .map(http::uri::Authority::as_str)
+        .or_else(|| {
+            req.headers()
+                .get(http::header::HOST)
+                .and_then(|h| h.to_str().ok())
+        })
         .unwrap_or("")
 }
 
