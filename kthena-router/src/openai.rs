@@ -213,7 +213,52 @@ fn parse_prompt(
             text.push_str(&extra);
         }
     }
+    for extra in template_extras(body) {
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&extra);
+    }
     Ok(Some((prompt, text)))
+}
+
+/// What else a chat template puts in the prompt besides message contents, as JSON text for
+/// the estimate: the tool definitions (`tools`, legacy `functions`), the tool calls and
+/// refusals of messages, and Responses API input items that are not messages
+/// (`function_call`, `function_call_output`, ...). Appended after the prompt, so prefix
+/// hashing of the messages is unchanged.
+fn template_extras(body: &Map<String, Value>) -> Vec<String> {
+    let mut out: Vec<String> = ["tools", "functions"]
+        .into_iter()
+        .filter_map(|k| body.get(k).filter(|v| !v.is_null()).map(Value::to_string))
+        .collect();
+    let items = ["messages", "input"]
+        .into_iter()
+        .filter_map(|k| body.get(k).and_then(Value::as_array))
+        .flatten();
+    for item in items {
+        let typed = item.get("type").and_then(Value::as_str);
+        if typed.is_some_and(|t| t != "message") {
+            out.push(item.to_string());
+            continue;
+        }
+        for k in ["tool_calls", "function_call", "refusal"] {
+            if let Some(v) = item.get(k).filter(|v| !v.is_null()) {
+                out.push(v.to_string());
+            }
+        }
+        let parts = item
+            .get("content")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten();
+        for part in parts.filter(|p| p.get("type").and_then(Value::as_str) == Some("refusal")) {
+            if let Some(r) = part.get("refusal").and_then(Value::as_str) {
+                out.push(r.to_owned());
+            }
+        }
+    }
+    out
 }
 
 /// The prompt of the present, non-null member `name` (`prompt`, `messages` or `input`).

@@ -30,7 +30,49 @@ fn prompt_precedence_and_chatml() {
         r#"{"model":"m","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"z"}]},{"type":"function_call"}]}"#,
     )
     .unwrap();
-    assert_eq!(r.prompt_text, "<|im_start|>user\nz<|im_end|>\n");
+    // The function call is not a message; its text is still estimated, after the prompt.
+    assert_eq!(
+        r.prompt_text,
+        "<|im_start|>user\nz<|im_end|>\n\n{\"type\":\"function_call\"}"
+    );
+}
+
+/// Regression: text that chat templates render besides message contents was not
+/// estimated, so a prompt moved into a tool call's arguments, a tool description, a
+/// refusal or a `function_call_output` passed an input token limit (4,000 characters
+/// estimated at 8-15 tokens, or 0).
+#[test]
+fn tools_tool_calls_and_refusals_are_estimated() {
+    let big = "x".repeat(4000);
+    let bodies = [
+        format!(
+            r#"{{"model":"m","messages":[{{"role":"assistant","content":null,"tool_calls":[{{"id":"c","type":"function","function":{{"name":"f","arguments":"{big}"}}}}]}},{{"role":"user","content":"q"}}]}}"#
+        ),
+        format!(
+            r#"{{"model":"m","messages":[{{"role":"user","content":"q"}}],"tools":[{{"type":"function","function":{{"name":"f","description":"{big}"}}}}]}}"#
+        ),
+        format!(
+            r#"{{"model":"m","messages":[{{"role":"assistant","content":[{{"type":"refusal","refusal":"{big}"}}]}},{{"role":"user","content":"q"}}]}}"#
+        ),
+        format!(
+            r#"{{"model":"m","input":[{{"type":"function_call_output","call_id":"c","output":"{big}"}},{{"role":"user","content":"q"}}]}}"#
+        ),
+    ];
+    for body in bodies {
+        let r = parse(&body).unwrap();
+        assert!(
+            estimate_tokens(&r.prompt_text) > 1000,
+            "{}: {}",
+            estimate_tokens(&r.prompt_text),
+            &body[..120]
+        );
+        // The messages' own rendering still comes first (prefix hashing is unchanged).
+        assert!(
+            r.prompt_text.starts_with("<|im_start|>"),
+            "{}",
+            r.prompt_text
+        );
+    }
 }
 
 /// A path reads its own member first: an empty `prompt` beside chat `messages` does not
