@@ -77,17 +77,22 @@ pub(crate) fn stack(shared: &Arc<Shared>) -> BoxHttp<Incoming> {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PickOnly;
 
+/// The longest client `x-request-id` kept, bytes (W3C trace ids are 55, UUIDs 36).
+pub(crate) const MAX_REQUEST_ID_BYTES: usize = 256;
+
 /// The request id (`x-request-id` or a new UUID), sent upstream and answered.
 #[derive(Debug, Clone)]
 pub(crate) struct RequestId(pub(crate) Arc<str>);
 
 impl RequestId {
-    /// The client's non-empty `x-request-id`, else a new UUID v4.
+    /// The client's `x-request-id` when it is 1 to [`MAX_REQUEST_ID_BYTES`] bytes of
+    /// visible ASCII, else a new UUID v4 (a client's id is logged, sent to the engine and
+    /// answered, so its size is bounded).
     pub(crate) fn from_headers(headers: &http::HeaderMap) -> Arc<str> {
         headers
             .get("x-request-id")
             .and_then(|v| v.to_str().ok())
-            .filter(|v| !v.is_empty())
+            .filter(|v| !v.is_empty() && v.len() <= MAX_REQUEST_ID_BYTES)
             .map_or_else(
                 || {
                     let mut buf = uuid::Uuid::encode_buffer();
@@ -260,5 +265,15 @@ mod tests {
         assert_eq!(&*RequestId::from_headers(&h), "abc-1");
         h.insert("x-request-id", http::HeaderValue::from_static(""));
         assert_eq!(RequestId::from_headers(&h).len(), 36);
+        // Regression: a 10 KB id was logged, forwarded and echoed whole.
+        let long = "a".repeat(MAX_REQUEST_ID_BYTES);
+        h.insert("x-request-id", http::HeaderValue::from_str(&long).unwrap());
+        assert_eq!(&*RequestId::from_headers(&h), long);
+        let longer = "a".repeat(MAX_REQUEST_ID_BYTES + 1);
+        h.insert(
+            "x-request-id",
+            http::HeaderValue::from_str(&longer).unwrap(),
+        );
+        assert!(uuid::Uuid::parse_str(&RequestId::from_headers(&h)).is_ok());
     }
 }
