@@ -1,7 +1,7 @@
 //! The body types of every router answer: [`RespBody`] (boxed, unsync) and its error type,
 //! shared by the proxy, the pipeline's layers, the listeners and the error answers; and the
-//! one reader of client request bodies ([`read_body`]): size limit, read timeouts and the
-//! budget of bytes all buffered bodies may hold together ([`BodyBudget`]).
+//! budget of bytes all buffered client bodies may hold together ([`BodyBudget`]), which
+//! `crate::request_body` reads them under.
 
 mod parse_cost;
 
@@ -11,15 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
-use http::{Request, header};
-use http_body::Body;
+use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Limited};
 use prometheus_client::metrics::gauge::Gauge;
-use tokio::time::Instant;
-
-use crate::error::Error;
-use crate::listener::ListenerConfig;
 
 /// Boxed error of response bodies.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -39,7 +33,7 @@ pub(crate) fn full(b: impl Into<Bytes>) -> RespBody {
 /// The bytes of request bodies the router holds, shared by every connection of every
 /// listener: a body's bytes are reserved as they arrive and released when the request
 /// ends (answered, failed, or its connection dropped). A body that would take the total
-/// over the limit is refused ([`Error::BodyBudgetExhausted`], 503 with `Retry-After`), so
+/// over the limit is refused (`Error::BodyBudgetExhausted`, 503 with `Retry-After`), so
 /// many clients that each send almost `maxBodyBytes` and stall cannot hold more memory
 /// than the limit (`listener.maxBufferedBodyBytes`).
 #[derive(Debug)]
@@ -114,167 +108,6 @@ impl Drop for Reservation {
 pub(crate) struct HeldBody(
     #[allow(dead_code, reason = "held for its Drop")] pub(crate) Arc<Reservation>,
 );
-
-/// The limits every client body is read under: size, read timeouts, the shared budget.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ReadLimits<'a> {
-    /// Largest body, bytes (413 beyond).
-    pub(crate) max_bytes: usize,
-    /// The body read timeouts (`bodyReadIdleTimeout`, `bodyReadTimeout`).
-    pub(crate) listener: &'a ListenerConfig,
-    /// The bytes all bodies may hold together.
-    pub(crate) budget: &'a Arc<BodyBudget>,
-}
-
-/// A whole client body, and its bytes' reservation on the budget.
-#[derive(Debug)]
-pub(crate) struct ReadBody {
-    /// The request without its body.
-    pub(crate) parts: http::request::Parts,
-    /// The body.
-    pub(crate) bytes: Bytes,
-    /// Its bytes on the shared budget, released when dropped.
-    pub(crate) held: Reservation,
-}
-
-/// Reads the whole body of `req`, the one way the router reads a client body (inference
-/// and LoRA admin paths alike): at most `max_bytes` ([`Error::BodyTooLarge`], 413), no gap
-/// between two reads longer than the idle timeout and no more than the total timeout for
-/// all of it ([`Error::BodyTimeout`], 408), each arriving chunk reserved on the budget
-/// first ([`Error::BodyBudgetExhausted`], 503). Only `identity` content coding
-/// ([`Error::UnsupportedEncoding`], 415).
-///
-/// # Errors
-/// As listed, and [`Error::ClientClosedRequest`] or [`Error::BodyRead`] when the transport
-/// fails.
-pub(crate) async fn read_body<B>(req: Request<B>, lim: ReadLimits<'_>) -> Result<ReadBody, Error>
-where
-    B: Body<Data = Bytes> + Unpin,
-    B::Error: Into<BoxError>,
-{
-    let (parts, body) = req.into_parts();
-    if let Some(enc) = parts.headers.get(header::CONTENT_ENCODING)
-        && !enc.as_bytes().eq_ignore_ascii_case(b"identity")
-    {
-        return Err(Error::UnsupportedEncoding {
-            encoding: String::from_utf8_lossy(enc.as_bytes()).into_owned(),
-        });
-    }
-    let limit = lim.max_bytes;
-    let declared = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limit as u64) {
-        return Err(Error::BodyTooLarge { limit });
-    }
-    let mut held = lim.budget.reservation();
-    let mut body = Limited::new(body, limit);
-    let mut buf = bytes::BytesMut::new();
-    let mut clock = ReadClock::new(lim.listener);
-    loop {
-        let frame = clock.next(body.frame()).await?;
-        match frame {
-            None => {
-                return Ok(ReadBody {
-                    parts,
-                    bytes: buf.freeze(),
-                    held,
-                });
-            }
-            Some(Ok(f)) => {
-                if let Ok(data) = f.into_data() {
-                    if !lim.budget.grow(&mut held, data.len()) {
-                        return Err(Error::BodyBudgetExhausted {
-                            budget: lim.budget.limit(),
-                        });
-                    }
-                    // Grown as data arrives, not to the declared length: a client that
-                    // declares 10 MiB and sends one byte holds one byte.
-                    buf.extend_from_slice(&data);
-                }
-            }
-            Some(Err(e)) => return Err(read_error(&*e, limit)),
-        }
-    }
-}
-
-/// The idle and total deadlines of one body read.
-struct ReadClock<'a> {
-    l: &'a ListenerConfig,
-    deadline: Instant,
-}
-
-impl<'a> ReadClock<'a> {
-    fn new(l: &'a ListenerConfig) -> Self {
-        Self {
-            l,
-            deadline: Instant::now() + l.body_read_timeout,
-        }
-    }
-
-    /// `next`'s output, or [`Error::BodyTimeout`] when the idle or the total time ran out
-    /// first.
-    async fn next<F: std::future::Future>(&mut self, next: F) -> Result<F::Output, Error> {
-        let idle_end = Instant::now() + self.l.body_read_idle_timeout;
-        let (end, idle) = if idle_end < self.deadline {
-            (idle_end, true)
-        } else {
-            (self.deadline, false)
-        };
-        tokio::time::timeout_at(end, next).await.map_err(|_| {
-            let timeout = if idle {
-                self.l.body_read_idle_timeout
-            } else {
-                self.l.body_read_timeout
-            };
-            Error::BodyTimeout { idle, timeout }
-        })
-    }
-}
-
-/// The error of a failed body read: too large, the client went away, or another transport
-/// failure.
-fn read_error(e: &(dyn std::error::Error + Send + Sync + 'static), limit: usize) -> Error {
-    if e.downcast_ref::<http_body_util::LengthLimitError>()
-        .is_some()
-    {
-        Error::BodyTooLarge { limit }
-    } else if client_went_away(e) {
-        Error::ClientClosedRequest {
-            reason: e.to_string(),
-        }
-    } else {
-        Error::BodyRead {
-            reason: e.to_string(),
-        }
-    }
-}
-
-/// Whether a body read error means the client closed or reset its connection (an early EOF,
-/// a reset, a broken pipe), as opposed to a malformed body.
-fn client_went_away(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur = Some(e);
-    while let Some(err) = cur {
-        if let Some(h) = err.downcast_ref::<hyper::Error>()
-            && (h.is_incomplete_message() || h.is_canceled())
-        {
-            return true;
-        }
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            return matches!(
-                io.kind(),
-                std::io::ErrorKind::UnexpectedEof
-                    | std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::ConnectionAborted
-                    | std::io::ErrorKind::BrokenPipe
-            );
-        }
-        cur = err.source();
-    }
-    false
-}
 
 /// The default of `listener.maxBufferedBodyBytes` (`None` in the config): a quarter of the
 /// container's memory limit (cgroup v2 `memory.max`, else v1 `memory.limit_in_bytes`), or

@@ -77,6 +77,7 @@ mod provider;
 mod proxy;
 mod queue;
 mod ratelimit;
+mod request_body;
 mod route;
 mod sched;
 mod scrape;

@@ -15,10 +15,11 @@ use hyper::body::Incoming;
 
 use crate::accounting::Accounting;
 use crate::auth::{AuthConfig, Principal};
-use crate::body::{ReadBody, ReadLimits, RespBody, full, read_body};
+use crate::body::{RespBody, full};
 use crate::discovery::Server;
 use crate::endpoint::Endpoint;
 use crate::error::Error;
+use crate::request_body::{ReadBody, ReadLimits, read_body};
 use crate::shared::Shared;
 
 /// The header that names the endpoint (`name` or `namespace/name`) a load/unload call is
@@ -160,7 +161,8 @@ async fn forward(
     let path = req.uri().path().to_owned();
     let lim = ReadLimits {
         max_bytes: MAX_ADMIN_BODY,
-        listener: &shared.listener,
+        idle_timeout: shared.listener.body_read_idle_timeout,
+        total_timeout: shared.listener.body_read_timeout,
         budget: &shared.body_budget,
     };
     // The same size, time and budget limits as every body; the reservation is held until

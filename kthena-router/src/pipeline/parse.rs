@@ -14,9 +14,10 @@ use tower::{Layer, Service};
 
 use super::{BoxFut, Parsed};
 use crate::accounting::Accounting;
-use crate::body::{BoxError, HeldBody, ReadBody, ReadLimits, RespBody, parse_cost, read_body};
+use crate::body::{BoxError, HeldBody, RespBody, parse_cost};
 use crate::error::Error;
 use crate::openai::{parse_request_at, prompt_member};
+use crate::request_body::{ReadBody, ReadLimits, read_body};
 use crate::shared::Shared;
 
 /// Reads and parses the body of the inference paths (`POST /v1/chat/completions`,
@@ -97,7 +98,8 @@ where
     let member = prompt_member(path);
     let lim = ReadLimits {
         max_bytes: shared.max_body_bytes,
-        listener: &shared.listener,
+        idle_timeout: shared.listener.body_read_idle_timeout,
+        total_timeout: shared.listener.body_read_timeout,
         budget: &shared.body_budget,
     };
     let ReadBody {
