@@ -1,5 +1,5 @@
 //! The access log: one line per `/v1/*` request after it completed, in Go Kthena's text or
-//! JSON format (`pkg/kthena-router/accesslog/*`, spec §2.14).
+//! JSON format (`pkg/kthena-router/accesslog/*`).
 
 use std::fmt::Write as _;
 use std::io::Write;

@@ -1,4 +1,4 @@
-//! JWT authentication of `/v1/*` requests, as Go Kthena's `filters/auth` (spec §2.11).
+//! JWT authentication of `/v1/*` requests, as Go Kthena's `pkg/kthena-router/filters/auth`.
 //!
 //! Enabled when the config's `auth.jwksUri` is set. Every `/v1/*` request needs an
 //! `Authorization` header of exactly two whitespace-separated fields, the first `Bearer`

@@ -4,10 +4,10 @@
 //! rebuild the ExternalModelProviders' status conditions are written where they changed
 //! (`crate::provider::status`).
 //!
-//! Go Kthena's semantics (spec §2.16): a pod is an endpoint when it is `Running`, `Ready`
-//! and not being deleted, bound to every ModelServer of its namespace whose
-//! `workloadSelector.matchLabels` selects it, at `podIP:workloadPort` (the port of the first
-//! such ModelServer by `namespace/name`). Pods no ModelServer selects are not endpoints.
+//! Go Kthena's semantics (`pkg/kthena-router/controller/modelserver_controller.go`): a pod is an
+//! endpoint when it is `Running`, `Ready` and not being deleted, bound to every ModelServer of its
+//! namespace whose `workloadSelector.matchLabels` selects it, at `podIP:workloadPort` (the port of
+//! the first such ModelServer by `namespace/name`). Pods no ModelServer selects are not endpoints.
 //!
 //! A watch that expires (`410`, as every watch does after an API server restart) re-lists
 //! at once; other watch errors are retried after 0.1 s doubling to at most 2 s (the

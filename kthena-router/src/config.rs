@@ -135,7 +135,8 @@ impl Default for EndpointPickerConfig {
     }
 }
 
-/// Access log settings (spec §2.14).
+/// Access log settings (Go Kthena's `ACCESS_LOG_*` variables,
+/// `pkg/kthena-router/router/router.go`).
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct AccessLogConfig {

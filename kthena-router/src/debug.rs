@@ -1,4 +1,5 @@
-//! The debug listener (localhost only): `/debug/config_dump/*` (spec §2.4).
+//! The debug listener (localhost only): `/debug/config_dump/*` (Go Kthena
+//! `pkg/kthena-router/debug/handlers.go`).
 //!
 //! * `GET /debug/config_dump/{modelroutes|modelservers|pods}` → `{"<plural>": [...]}`;
 //! * `GET /debug/config_dump/warnings` → `{"warnings": [{"kind", "message"}]}`, what the

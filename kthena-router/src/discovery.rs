@@ -645,7 +645,8 @@ enum PdRole {
     Decode,
 }
 
-/// Go Kthena's categorisation (spec §2.16): a pod without the `groupKey` label has no role;
+/// Go Kthena's categorisation (`categorizePodForPDGroup` in
+/// `pkg/kthena-router/datastore/model_server.go`): a pod without the `groupKey` label has no role;
 /// decode when it matches all `decodeLabels` (checked first), else prefill when it matches
 /// all `prefillLabels`; an empty label map never matches.
 fn pd_role(

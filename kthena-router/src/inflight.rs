@@ -1,6 +1,6 @@
-//! Per-endpoint in-flight counts shared by every router through Redis (spec §2.9, Go Kthena
-//! `datastore/on_flight_counter.go`), so that routers in front of the same engines balance
-//! as one.
+//! Per-endpoint in-flight counts shared by every router through Redis (Go Kthena
+//! `pkg/kthena-router/datastore/on_flight_counter.go`), so that routers in front of the same
+//! engines balance as one.
 //!
 //! With `REDIS_HOST` set (and `REDIS_PORT`, `REDIS_PASSWORD`; DB 0) and a `PING` answered
 //! within 2 s at start, every request sent to an endpoint is counted in the Redis hash

@@ -1,5 +1,6 @@
 //! A [`KvIndex`] that reads Go Kthena's Redis layout, for clusters that already run Kthena's
-//! runtime sidecar (spec §3.8).
+//! runtime sidecar (`python/kthena/runtime/kv_cache_manager.py`; read by
+//! `pkg/kthena-router/scheduler/plugins/kvcache_aware.go`).
 //!
 //! The sidecar turns the engines' KV events into Redis hashes:
 //!

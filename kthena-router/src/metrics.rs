@@ -1,5 +1,5 @@
 //! The router's Prometheus metrics: the `kthena_router_*` families of Go Kthena
-//! (`pkg/kthena-router/metrics/metrics.go`, spec §2.15), encoded with `prometheus-client`.
+//! (`pkg/kthena-router/metrics/metrics.go`), encoded with `prometheus-client`.
 
 use std::borrow::Cow;
 use std::sync::{Arc, LazyLock};
@@ -13,11 +13,11 @@ use prometheus_client::registry::Registry;
 
 use crate::label_hash::folded_hash;
 
-/// Request latency buckets in seconds (spec §2.15).
+/// Request latency buckets in seconds (Go's `metrics.go`).
 pub const DURATION_BUCKETS: [f64; 13] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
-/// Match-ratio buckets, ratios 0..1 (spec §2.15).
+/// Match-ratio buckets, ratios 0..1 (Go's `metrics.go`).
 pub const RATIO_BUCKETS: [f64; 9] = [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0];
 
 /// A label value taken from configuration or a request (a route, server or model name):

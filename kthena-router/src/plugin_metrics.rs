@@ -1,5 +1,5 @@
-//! Go Kthena's scheduler-plugin families (`pkg/kthena-router/metrics/metrics.go`, spec
-//! §2.15), registered into the router's registry by [`Metrics`](crate::Metrics), with Go's
+//! Go Kthena's scheduler-plugin families (`pkg/kthena-router/metrics/metrics.go`),
+//! registered into the router's registry by [`Metrics`](crate::Metrics), with Go's
 //! names, types, labels and buckets:
 //!
 //! | family | type | labels | buckets (s) / meaning |
@@ -23,9 +23,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-/// Plugin duration buckets in seconds (spec §2.15).
+/// Plugin duration buckets in seconds (Go's `metrics.go`).
 pub const PLUGIN_BUCKETS: [f64; 6] = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5];
-/// kvcache-aware Redis and tokenize duration buckets in seconds (spec §2.15).
+/// kvcache-aware Redis and tokenize duration buckets in seconds (Go's `metrics.go`).
 pub const KVCACHE_BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];

@@ -1,5 +1,5 @@
 //! ModelRoute matching (Go Kthena `datastore/store.go`: `MatchModelTarget`, `selectRule`,
-//! `selectDestination`; spec §2.6).
+//! `selectDestination`).
 //!
 //! Routes are compiled once per snapshot: regexes are built at load time and an invalid
 //! one rejects the manifest, instead of Go's "never matches".

@@ -1,4 +1,4 @@
-//! The engine metrics scraper (Go Kthena `pkg/kthena-router/backend/*`, spec §4).
+//! The engine metrics scraper (Go Kthena `pkg/kthena-router/backend/*`).
 //!
 //! Every `METRICS_SCRAPE_INTERVAL` each endpoint's `GET /metrics` (Prometheus text, parsed
 //! with `prometheus-parse`) and `GET /v1/models` are read, at most
@@ -27,7 +27,7 @@ pub type HttpClient = Client<kthena_memnet::Connector, Full<Bytes>>;
 /// Largest scrape answer read, in bytes.
 const MAX_SCRAPE_BYTES: usize = 16 * 1024 * 1024;
 
-/// Metric family names of one engine (spec §4; `backend/{vllm,sglang}/metrics.go`).
+/// Metric family names of one engine (`backend/{vllm,sglang}/metrics.go`).
 #[derive(Debug, Clone, Copy)]
 pub struct EngineMetricNames {
     /// KV-cache usage gauge (ratio 0..1).

@@ -254,7 +254,8 @@ impl Tokenizers {
     }
 }
 
-/// The `/tokenize` request body for a prompt (Go Kthena's vLLM shape, spec §3.8; the
+/// The `/tokenize` request body for a prompt (Go Kthena's vLLM shape,
+/// `pkg/kthena-router/scheduler/plugins/tokenization/vllm.go`; the
 /// `content` key makes llama.cpp's `/tokenize` answer completion prompts too).
 #[must_use]
 pub fn remote_body(model: &str, prompt: &Prompt) -> serde_json::Value {

@@ -1,6 +1,6 @@
-//! `/metrics` after traffic with `prefix-cache` and `kvcache-aware` enabled holds every Go
-//! Kthena `kthena_router_*` family of spec §2.15 for the features built, under Go's exact
-//! names, types, label names and bucket boundaries (so Go's dashboards and alerts work).
+//! `/metrics` after traffic with `prefix-cache` and `kvcache-aware` enabled holds every Go Kthena
+//! `kthena_router_*` family (`pkg/kthena-router/metrics/metrics.go`) for the features built, under
+//! Go's exact names, types, label names and bucket boundaries (so Go's dashboards and alerts work).
 #![allow(
     clippy::unwrap_used,
     reason = "test helpers fail the test on any error"
@@ -29,7 +29,7 @@ const DEST: &[&str] = &[
     "upstream_model",
 ];
 
-/// One row of spec §2.15: sample name, type, label names (without `le`), buckets.
+/// One family of Go's `metrics.go`: sample name, type, label names (without `le`), buckets.
 struct Family {
     name: &'static str,
     kind: &'static str,
@@ -51,7 +51,7 @@ fn fam(
     }
 }
 
-/// Spec §2.15 for the features built (fairness and session-boost queues and prefill/decode
+/// Go's families for the features built (fairness and session-boost queues and prefill/decode
 /// durations are not).
 fn spec_families() -> Vec<Family> {
     let with_dest =

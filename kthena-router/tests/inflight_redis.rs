@@ -1,6 +1,7 @@
-//! Two routers in front of the same two engines share their per-endpoint in-flight counts
-//! through a real Redis (`kthena:on-flight-requests`, spec §2.9) and balance as one; without
-//! Redis, the second router cannot see the first one's streams and piles onto one engine.
+//! Two routers in front of the same two engines share their per-endpoint in-flight counts through a
+//! real Redis (`kthena:on-flight-requests`, Go Kthena's `datastore/on_flight_counter.go`) and
+//! balance as one; without Redis, the second router cannot see the first one's streams and piles
+//! onto one engine.
 
 #![allow(
     clippy::unwrap_used,

@@ -233,7 +233,8 @@ impl Error {
         }
     }
 
-    /// The access-log `error` type (Go Kthena finish reasons, spec §2.14).
+    /// The access-log `error` type (Go Kthena's `accesslog.SetError` types in
+    /// `pkg/kthena-router/router/router.go`).
     #[must_use]
     pub fn finish_reason(&self) -> &'static str {
         match self {

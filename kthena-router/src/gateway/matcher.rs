@@ -1,4 +1,4 @@
-//! Pure Gateway API matching (Go Kthena `router/httproute_match.go`, spec §2.4 and §2.13):
+//! Pure Gateway API matching (Go Kthena `pkg/kthena-router/router/httproute_match.go`):
 //! listener selection by port and host, HTTPRoute attachment (`parentRefs`, listener
 //! `allowedRoutes`), hostname and path matching with the Gateway API's precedence, the
 //! `URLRewrite` filter and the weighted InferencePool pick.
@@ -240,10 +240,10 @@ pub(crate) fn parent_matches(
         && p.port.is_none_or(|port| port == i32::from(listener.port))
 }
 
-/// Whether a ModelRoute of `namespace` with `parents` serves a request that came through
-/// `listener` (`None` outside Gateway API mode), as Go Kthena's `MatchModelServer` decides
-/// (spec §2.6): with parentRefs, only through a listener one of them names; without, only
-/// outside Gateway API mode or through a Gateway of the route's namespace.
+/// Whether a ModelRoute of `namespace` with `parents` serves a request that came through `listener`
+/// (`None` outside Gateway API mode), as Go Kthena's `MatchModelServer` decides
+/// (`pkg/kthena-router/datastore/store.go`): with parentRefs, only through a listener one of them
+/// names; without, only outside Gateway API mode or through a Gateway of the route's namespace.
 pub(crate) fn model_route_serves(
     namespace: &str,
     parents: &[ParentReference],
@@ -340,8 +340,10 @@ fn better(a: &Key, b: &Key) -> bool {
     ord.then(a.3.cmp(&b.3)).then(a.4.cmp(&b.4)) == Ordering::Less
 }
 
-/// The best rule of the routes (oldest first) attached to `listener` for `host` and
-/// `path`, by the precedence of spec §2.13. Rules without matches behave as PathPrefix `/`.
+/// The best rule of the routes (oldest first) attached to `listener` for `host` and `path`, by the
+/// Gateway API's HTTPRoute precedence
+/// (<https://gateway-api.sigs.k8s.io/reference/spec/#httprouterule>). Rules without matches behave
+/// as PathPrefix `/`.
 pub(crate) fn best_match<'a>(
     routes: &'a [CompiledRoute],
     listener: &CompiledListener,

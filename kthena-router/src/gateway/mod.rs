@@ -1,5 +1,7 @@
-//! Gateway API mode (`--enable-gateway-api`, spec §2.4) and the Gateway API Inference
-//! Extension (`--enable-gateway-api-inference-extension`, spec §2.13) in cluster mode.
+//! Gateway API mode (`--enable-gateway-api`) and the Gateway API Inference Extension
+//! (`--enable-gateway-api-inference-extension`) in cluster mode (Go Kthena's flags in
+//! `cmd/kthena-router/main.go`; user guides `docs/kthena/docs/user-guide/gateway-api-support.md`
+//! and `gateway-inference-extension-support.md`).
 //!
 //! [`matcher`] holds the pure matching rules, [`table`] compiles the watched objects,
 //! [`watch`] runs the reflectors, opens a TCP listener for every Gateway listener port other

@@ -1,5 +1,5 @@
-//! Go Kthena's prefill/decode phase families (`pkg/kthena-router/metrics/metrics.go`, spec
-//! §2.15), with Go's names and labels:
+//! Go Kthena's prefill/decode phase families (`pkg/kthena-router/metrics/metrics.go`),
+//! with Go's names and labels:
 //!
 //! | family | type | labels | meaning |
 //! |---|---|---|---|

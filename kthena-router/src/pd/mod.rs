@@ -1,4 +1,5 @@
-//! Prefill/decode disaggregated proxying (`kthena-spec.md` §3.9): a ModelServer with a
+//! Prefill/decode disaggregated proxying (Go Kthena `proxyToPDDisaggregated` in
+//! `pkg/kthena-router/router/router.go`, `pkg/kthena-router/connectors/*`): a ModelServer with a
 //! `workloadSelector.pdGroup` sends every request to a prefill endpoint and a decode
 //! endpoint of the same group, and its KV connector moves the KV cache between them.
 //!

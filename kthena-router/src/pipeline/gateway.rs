@@ -1,6 +1,6 @@
 //! The Gateway API Inference Extension's side of route matching: a request no ModelRoute
 //! served goes through the HTTPRoutes of its Gateway listener to an InferencePool, whose
-//! pods are the snapshot's endpoints (spec §2.13).
+//! pods are the snapshot's endpoints (Go Kthena `pkg/kthena-router/router/httproute_match.go`).
 
 use std::sync::Arc;
 

@@ -1,15 +1,16 @@
 //! The inference request path as tower layers, composed with `ServiceBuilder` in
 //! [`stack`]:
 //!
-//! parse → (authenticate: slot for JWT) → match route → admit → (rate limit, fairness
-//! queue: slots) → tokenize → schedule → proxy with retries.
+//! parse → match route → admit → rate limit → fairness or session-boost queue → tokenize → schedule
+//! → proxy with retries. JWT authentication ([`crate::auth`]) runs before the stack, in
+//! `service.rs`.
 //!
 //! Each stage is a `FooLayer`/`Foo<S>` pair: it reads what earlier stages left in the
 //! request's extensions ([`Parsed`], [`Routed`], [`Tokens`], [`Scheduled`]), adds its own,
 //! and calls the next service, or fails with a typed [`Error`] that
 //! [`RouterService`](crate::RouterService) turns into the OpenAI-shaped answer (the one
 //! conversion point). Stages report to the request's [`Accounting`](crate::accounting::Accounting), which settles when
-//! the response body ends. A new stage (JWT, token rate limits, fairness) is one more
+//! the response body ends. A new stage is one more
 //! `.layer(..)` line in [`stack`].
 
 mod admit;
@@ -61,7 +62,7 @@ pub(crate) type BoxFut = Pin<Box<dyn Future<Output = Result<Response<RespBody>, 
 pub(crate) fn stack(shared: &Arc<Shared>) -> BoxHttp<Incoming> {
     let svc = ServiceBuilder::new()
         .layer(ParseLayer::new(Arc::clone(shared)))
-        // Authentication (JWT, issue 14 part 2) goes here.
+        // Authentication ran before the stack (`service.rs`, `authenticate`).
         .layer(RouteLayer::new(Arc::clone(shared)))
         .layer(AdmitLayer::new(Arc::clone(shared)))
         .layer(RateLimitLayer::new(Arc::clone(shared)))

@@ -1,4 +1,4 @@
-//! Queue: the fairness or session-boost queue (`crate::queue`, spec §2.10) between admission
+//! Queue: the fairness or session-boost queue (`crate::queue`) between admission
 //! and scheduling. Off (the default) it passes requests through. On, the request waits for
 //! its turn in its model's queue; the turn ([`crate::queue::Ticket`]) is held by the
 //! request's [`Accounting`] until the response body ends. After a wait the pool is narrowed

@@ -1,7 +1,8 @@
-//! External model providers (`kthena-spec.md` §1.3, §2.12): an `ExternalModelProvider` is an
-//! OpenAI- or Anthropic-shaped HTTPS API outside the cluster that a ModelRoute target can
-//! name. This module resolves a provider manifest and its credential into a [`Provider`];
-//! [`forward`] proxies a request to it.
+//! External model providers (Go Kthena
+//! `pkg/apis/networking/v1alpha1/externalmodelprovider_types.go`, `pkg/kthena-router/providers/*`):
+//! an `ExternalModelProvider` is an OpenAI- or Anthropic-shaped HTTPS API outside the cluster that
+//! a ModelRoute target can name. This module resolves a provider manifest and its credential into a
+//! [`Provider`]; [`forward`] proxies a request to it.
 //!
 //! A credential (`spec.auth.secretRef`, a Secret name and key) comes from [`Secrets`]: in
 //! standalone mode `standalone.secrets` ([`SecretSource`], a file or an environment variable

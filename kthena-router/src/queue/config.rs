@@ -1,4 +1,5 @@
-//! The queue settings, read from Go Kthena's environment variables (spec §2.2).
+//! The queue settings, read from Go Kthena's environment variables (read in
+//! `pkg/kthena-router/datastore/store.go` and `pkg/kthena-router/router/router.go`).
 
 use std::time::Duration;
 
@@ -59,7 +60,7 @@ pub struct FairnessConfig {
 }
 
 impl Default for FairnessConfig {
-    /// Go Kthena's defaults (spec §2.2).
+    /// Go Kthena's defaults.
     fn default() -> Self {
         Self {
             timeout: Duration::from_secs(60),
@@ -97,7 +98,7 @@ pub struct SessionBoostConfig {
 }
 
 impl Default for SessionBoostConfig {
-    /// Go Kthena's defaults (spec §2.2).
+    /// Go Kthena's defaults.
     fn default() -> Self {
         Self {
             header: "X-Session-ID".into(),
@@ -169,7 +170,7 @@ fn count<T: std::str::FromStr + PartialOrd + Default>(
 }
 
 impl QueueConfig {
-    /// Reads the queue variables of spec §2.2.
+    /// Reads Go Kthena's queue variables.
     ///
     /// # Errors
     /// [`Error::Env`] for an unparsable or out-of-range value, and for both

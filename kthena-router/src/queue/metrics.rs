@@ -1,5 +1,5 @@
-//! Go Kthena's fairness and session-boost queue families (spec §2.15; table in the
-//! module docs of [`super`]).
+//! Go Kthena's fairness and session-boost queue families (`pkg/kthena-router/metrics/metrics.go`;
+//! table in the module docs of [`super`]).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;

@@ -1,4 +1,5 @@
-//! Request queues in front of the engines (spec §2.10): Go Kthena's per-user **fairness
+//! Request queues in front of the engines (Go Kthena `pkg/kthena-router/datastore/`
+//! `fairness_queue.go` and `session_boost_queue.go`): Go Kthena's per-user **fairness
 //! queue** and its **session-boost queue**, one queue per model name, created on the first
 //! request for the model. At most one of the two is on (`ENABLE_FAIRNESS_SCHEDULING`,
 //! `ENABLE_SESSION_BOOST`; both is a configuration error, as Go's fatal error).

@@ -157,7 +157,8 @@ impl TokenTracker {
     }
 
     /// The fairness priority of `user` for `model`, lower served first:
-    /// `token_weight × tokens + request_num_weight × requests` (spec §2.10).
+    /// `token_weight × tokens + request_num_weight × requests` (Go Kthena
+    /// `pkg/kthena-router/datastore/fairness_queue.go`).
     pub(crate) fn priority(
         &self,
         user: &str,

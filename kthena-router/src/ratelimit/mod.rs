@@ -1,5 +1,5 @@
-//! Token rate limits of ModelRoutes (`spec.rateLimit`, Go Kthena's `filters/ratelimit`,
-//! spec §2.7).
+//! Token rate limits of ModelRoutes (`spec.rateLimit`, Go Kthena's
+//! `pkg/kthena-router/filters/ratelimit`).
 //!
 //! A route's `rateLimit` limits the requests whose `model` is the route's `modelName` or
 //! one of its `loraAdapters` (one budget for both; Go limits only the model name, so its
