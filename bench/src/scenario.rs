@@ -25,9 +25,9 @@ pub const QUICK_LONG_PROMPTS_PER_GROUP: usize = 8;
 pub const QUICK_SHORT_PROMPTS_PER_GROUP: usize = 4;
 
 impl Scenario {
-    /// Go Kthena's "long system prompt" run (spec §10): 256 groups × 32 prompts, 4096-token
-    /// system prompt, 256-token question, 128 output tokens, rate 800, concurrency 300.
-    /// `quick` keeps every per-request and load parameter and sends
+    /// Go Kthena's "long system prompt" run (`docs/kthena/blog/2025-09-09-benchmark/index.md`): 256
+    /// groups × 32 prompts, 4096-token system prompt, 256-token question, 128 output tokens, rate
+    /// 800, concurrency 300. `quick` keeps every per-request and load parameter and sends
     /// [`QUICK_LONG_PROMPTS_PER_GROUP`] prompts per group instead of 32 (2,048 requests).
     #[must_use]
     pub fn long(quick: bool, seed: u64) -> Self {

@@ -1,9 +1,10 @@
 //! The KV-cache event wire format of vLLM and SGLang, without I/O.
 //!
-//! Engines with prefix caching publish the blocks they store and evict over a ZMQ PUB socket
-//! (`spec/engines-and-peers.md` §5.5). This crate decodes those messages for hosts that keep a
-//! KV index (a router, a gateway) and encodes them for engines and simulators. The transport
-//! (ZMQ sockets, replay requests) stays with the host: the crate works on frames and bytes.
+//! Engines with prefix caching publish the blocks they store and evict over a ZMQ PUB socket (vLLM:
+//! `vllm-project/vllm` `vllm/distributed/kv_events.py`). This crate decodes those messages for
+//! hosts that keep a KV index (a router, a gateway) and encodes them for engines and simulators.
+//! The transport (ZMQ sockets, replay requests) stays with the host: the crate works on frames and
+//! bytes.
 //!
 //! # Messages
 //!

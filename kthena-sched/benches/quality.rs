@@ -1,6 +1,7 @@
 //! Scheduling quality, not speed: prefix-hit ratio and load imbalance per plugin combination
 //! on a skewed shared-prefix workload (the case where Go Kthena's cache-aware routing piled
-//! requests onto one pod, spec §10).
+//! requests onto one pod, Go Kthena's benchmark blog
+//! `docs/kthena/blog/2025-09-09-benchmark/index.md`).
 //!
 //! A seeded discrete simulation: each step one request arrives from one of 8 prefix groups
 //! (Zipf-like weights, the hottest group gets ~37% of requests), is scheduled over 8

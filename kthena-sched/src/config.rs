@@ -1,4 +1,6 @@
-//! The `scheduler:` section of Kthena's router configuration file (spec §2.3).
+//! The `scheduler:` section of Kthena's router configuration file (Go Kthena
+//! `pkg/kthena-router/scheduler/plugins/conf/conf.go`; user guide
+//! `docs/kthena/docs/user-guide/config-router.md`).
 
 use serde::de::Visitor;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -20,8 +22,9 @@ use crate::{Error, Result};
 ///     - {name: least-request, weight: 1}
 /// ```
 ///
-/// [`Config::default`] is the Kthena Helm chart's default (spec §2.3). Plugin names and
-/// arguments are checked when a [`Scheduler`](crate::Scheduler) is built from the config;
+/// [`Config::default`] is the Kthena Helm chart's default
+/// (`charts/kthena/charts/networking/templates/kthena-router/component/configmap.yaml`). Plugin
+/// names and arguments are checked when a [`Scheduler`](crate::Scheduler) is built from the config;
 /// [`Config::validate`] checks what can be checked without a plugin registry.
 ///
 /// Every key Go Kthena reads is accepted (`pluginConfig[].{name,args}`,
@@ -160,7 +163,7 @@ fn number<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
 // === impl Config ===
 
 impl Default for Config {
-    /// The Kthena Helm chart default (spec §2.3):
+    /// The Kthena Helm chart default:
     ///
     /// * args: `least-request {maxWaitingRequests: 10}`, `least-latency
     ///   {TTFTTPOTWeightFactor: 0.5}`, `prefix-cache {blockSizeToHash: 64, maxBlocksToMatch:
@@ -448,7 +451,7 @@ mod tests {
 
     #[test]
     fn every_key_go_kthena_reads_is_accepted() {
-        // Spec §2.3, including both `disabled` lists (strings for Filter, {name, weight} for
+        // Go's `conf.go`, including both `disabled` lists (strings for Filter, {name, weight} for
         // Score) and `args` left out.
         let cfg = Config::from_yaml(
             "pluginConfig:\n- name: least-request\n  args: {maxWaitingRequests: 10}\n- name: gpu-usage\nplugins:\n  Filter:\n    enabled: [least-request]\n    disabled: [lora-affinity]\n  Score:\n    enabled:\n    - {name: least-request, weight: 1}\n    disabled:\n    - {name: random, weight: 1}\n",

@@ -1,5 +1,5 @@
-//! The [`Scheduler`] itself: filtering, scoring, ranking and the lifecycle hooks (spec §3.1,
-//! STYLE §2.4).
+//! The [`Scheduler`] itself: filtering, scoring, ranking and the lifecycle hooks (Go Kthena
+//! `pkg/kthena-router/scheduler/scheduler_impl.go`).
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -177,7 +177,7 @@ impl Scheduler {
         self.violations.load(Ordering::Relaxed)
     }
 
-    /// Ranks `cands` for `req` (aggregated serving, spec §3.1 step 2): runs every filter,
+    /// Ranks `cands` for `req` (aggregated serving, Go's `Schedule`): runs every filter,
     /// sums `weight × score` of every score plugin, and returns the best `top_n` endpoints,
     /// best first, ties by ascending id (candidates tied for the best total take turns across
     /// calls, see [`Decision::ranked`]).
@@ -198,10 +198,10 @@ impl Scheduler {
         })
     }
 
-    /// Pairs decode and prefill endpoints (spec §3.1 step 3): ranks the decode endpoints
-    /// (top `top_n`), then for each picks the best prefill endpoint with the same group
-    /// value after filters and scores. Candidates without a [`PdMember`](crate::PdMember)
-    /// are ignored.
+    /// Pairs decode and prefill endpoints (prefill/decode disaggregation in Go's `Schedule`): ranks
+    /// the decode endpoints (top `top_n`), then for each picks the best prefill endpoint with the
+    /// same group value after filters and scores. Candidates without a
+    /// [`PdMember`](crate::PdMember) are ignored.
     ///
     /// # Errors
     /// [`Error::NoDecode`] when no candidate has the decode role, [`Error::AllFiltered`]

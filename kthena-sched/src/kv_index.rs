@@ -1,5 +1,5 @@
 //! The KV-cache index behind `kvcache-aware`: which endpoint holds which token blocks,
-//! learned from the engines' KV events (`spec/engines-and-peers.md` §5.5).
+//! learned from the engines' KV events (vLLM's `vllm/distributed/kv_events.py`).
 
 use std::fmt;
 use std::num::NonZeroUsize;

@@ -71,16 +71,18 @@
 //!
 //! # Plugins
 //!
-//! | name | kind | what it does (spec section) |
+//! Go Kthena's plugins are in `pkg/kthena-router/scheduler/plugins/` (file named in brackets).
+//!
+//! | name | kind | what it does (Go source) |
 //! |---|---|---|
-//! | `least-request` | filter, score | drops endpoints with `waiting >= maxWaitingRequests`; prefers fewer in-flight requests (§3.2) |
-//! | `least-latency` | score | prefers lower TTFT/TPOT; no data scores 50 (§3.3) |
-//! | `gpu-usage` | score | prefers lower KV-cache usage (§3.4) |
-//! | `random` | score | uniform 0..=100 from the seeded RNG (§3.5) |
+//! | `least-request` | filter, score | drops endpoints with `waiting >= maxWaitingRequests`; prefers fewer in-flight requests (`least_request.go`) |
+//! | `least-latency` | score | prefers lower TTFT/TPOT; no data scores 50 (`least_latency.go`) |
+//! | `gpu-usage` | score | prefers lower KV-cache usage (`gpu.go`) |
+//! | `random` | score | uniform 0..=100 from the seeded RNG (`random.go`) |
 //! | `lora-affinity` | filter | a LoRA request keeps the endpoints with the adapter loaded; base requests unfiltered |
-//! | `lora-affinity-by-name` | filter | Go's lora-affinity: keeps endpoints whose model list has the requested name (§3.6) |
-//! | `prefix-cache` | score | prompt-byte block hashes in per-endpoint LRUs (§3.7) |
-//! | `kvcache-aware` | score | token-block hashes in a [`KvIndex`] fed by KV events (§3.8) |
+//! | `lora-affinity-by-name` | filter | Go's lora-affinity: keeps endpoints whose model list has the requested name (`lora_affinity.go`) |
+//! | `prefix-cache` | score | prompt-byte block hashes in per-endpoint LRUs (`prefix_cache.go`) |
+//! | `kvcache-aware` | score | token-block hashes in a [`KvIndex`] fed by KV events (`kvcache_aware.go`) |
 //! | `least-prefill` | score | fewest prompt tokens to prefill before this request's first token |
 //! | `load-imbalance` | filter | SMG's imbalance guard: when loads are imbalanced keep only the least-loaded |
 //!

@@ -58,7 +58,8 @@ impl Borrow<str> for EndpointId {
 }
 
 /// Load and latency signals of one endpoint, as scraped from the engine plus the host's own
-/// in-flight counter (spec §2.9, §4).
+/// in-flight counter (Go Kthena `pkg/kthena-router/backend/*`,
+/// `pkg/kthena-router/datastore/on_flight_counter.go`).
 ///
 /// Every field has a neutral default (`0`, `None`), so a host fills only what it knows.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -90,7 +91,7 @@ pub struct Metrics {
     pub pending_prefill_tokens: u64,
 }
 
-/// The role of an endpoint in prefill/decode disaggregation (spec §3.1 step 3).
+/// The role of an endpoint in prefill/decode disaggregation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PdRole {
     /// Runs the prompt (prefill) phase and hands the KV cache over.

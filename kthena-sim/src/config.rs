@@ -25,7 +25,8 @@ pub enum Flavor {
     Sglang,
 }
 
-/// Role of this engine in prefill/decode disaggregation (`kthena-spec.md` §3.9).
+/// Role of this engine in prefill/decode disaggregation (as Go Kthena's connectors,
+/// `pkg/kthena-router/connectors/*`, drive it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ValueEnum, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
@@ -41,7 +42,7 @@ pub enum Role {
     Decode,
 }
 
-/// Encoding of KV events inside a batch (`engines-and-peers.md` §5.5).
+/// Encoding of KV events inside a batch (vLLM's `vllm/distributed/kv_events.py`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ValueEnum, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum KvEventsFormat {

@@ -1,4 +1,5 @@
-//! KV events over ZMQ PUB in vLLM's wire format (`engines-and-peers.md` §5.5).
+//! KV events over ZMQ PUB in vLLM's wire format (`vllm-project/vllm`
+//! `vllm/distributed/kv_events.py`).
 //!
 //! Each message has three frames: the topic, the sequence number as 8 bytes big-endian
 //! (0, 1, 2, ... per publisher, gap-free; vLLM counts batches even when no subscriber is

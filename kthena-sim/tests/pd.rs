@@ -1,5 +1,6 @@
 //! Prefill/decode disaggregation: the NIXL-style `kv_transfer_params` handshake and the SGLang
-//! bootstrap flow, as the router drives them (`kthena-spec.md` §3.9).
+//! bootstrap flow, as the router drives them (Go Kthena
+//! `pkg/kthena-router/connectors/*`).
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 mod common;

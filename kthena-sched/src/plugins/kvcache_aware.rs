@@ -1,5 +1,5 @@
-//! `kvcache-aware` (spec §3.8): scores endpoints by how many leading token blocks of the
-//! prompt they hold, according to a [`KvIndex`].
+//! `kvcache-aware` (Go Kthena `pkg/kthena-router/scheduler/plugins/kvcache_aware.go`): scores
+//! endpoints by how many leading token blocks of the prompt they hold, according to a [`KvIndex`].
 
 use std::sync::Arc;
 
@@ -15,7 +15,7 @@ use crate::registry::BuildContext;
 use crate::request::Request;
 use crate::types::Candidate;
 
-/// Args of `kvcache-aware` (spec §3.8), plus `maxIndexEntries` for the in-memory index.
+/// Args of `kvcache-aware` (Go's `kvcache_aware.go`), plus `maxIndexEntries` for the in-memory index.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct KvCacheAwareArgs {
@@ -79,7 +79,7 @@ impl KvCacheAwareArgs {
     }
 }
 
-/// `kvcache-aware` (Go Kthena `plugins/kvcache_aware.go`, spec §3.8).
+/// `kvcache-aware` (Go Kthena `plugins/kvcache_aware.go`).
 ///
 /// Cuts the request's token ids into blocks of `blockSizeToHash` (the last may be short), at
 /// most `maxBlocksToMatch`, hashes them with [`token_block_hashes`], asks the [`KvIndex`] for

@@ -33,7 +33,7 @@ impl Default for LoadImbalanceArgs {
 }
 
 /// `load-imbalance`: SGLang Model Gateway's cache-aware imbalance test
-/// (`model_gateway/src/policies/cache_aware.rs`, `spec/engines-and-peers.md` §3.1) as a
+/// (`lightseekorg/smg` `model_gateway/src/policies/cache_aware.rs`) as a
 /// filter.
 ///
 /// With `load_i = max(in_flight_i, running_i + waiting_i)` over the candidates still in the
@@ -44,7 +44,8 @@ impl Default for LoadImbalanceArgs {
 /// removed and cache affinity decides as usual. It never removes every candidate.
 ///
 /// Why: on short shared prefixes Go Kthena's `least-request + prefix-cache` combination had
-/// 2.4× the TTFT of `random` (11.00 s vs 4.54 s, spec §10) because affinity kept sending a
+/// 2.4× the TTFT of `random` (11.00 s vs 4.54 s, Go Kthena's benchmark blog
+/// `docs/kthena/blog/2025-09-09-benchmark/index.md`) because affinity kept sending a
 /// group's requests to one pod. Put `load-imbalance` after `least-request` in
 /// `plugins.Filter.enabled` to bound that pile-up by the thresholds.
 #[derive(Debug, Clone)]

@@ -1,5 +1,5 @@
-//! `prefix-cache` (spec §3.7): an approximate index of which endpoint saw which prompt
-//! prefix, learned from the scheduler's own decisions.
+//! `prefix-cache` (Go Kthena `pkg/kthena-router/scheduler/plugins/prefix_cache.go`): an approximate
+//! index of which endpoint saw which prompt prefix, learned from the scheduler's own decisions.
 
 use std::num::NonZeroUsize;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -18,7 +18,7 @@ use crate::request::Request;
 use crate::types::{Candidate, EndpointId};
 use crate::{FastMap, Result};
 
-/// Args of `prefix-cache` (spec §3.7). Every value must be > 0 (Go Kthena silently replaces
+/// Args of `prefix-cache` (Go's `prefix_cache.go`). Every value must be > 0 (Go Kthena silently replaces
 /// values `<= 0` with the defaults).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -221,7 +221,7 @@ fn unhold(holders: &mut FastMap<u64, SmallVec<[u32; 4]>>, h: u64, slot: u32) {
     }
 }
 
-/// `prefix-cache` (Go Kthena `plugins/prefix_cache.go`, spec §3.7).
+/// `prefix-cache` (Go Kthena `plugins/prefix_cache.go`).
 ///
 /// Hashes the prompt bytes in blocks ([`prefix_block_hashes`]), finds each candidate's
 /// longest recorded prefix ([`PrefixStore::find_top_matches`]) and scores

@@ -1,5 +1,5 @@
 //! The stateless Kthena plugins: least-request, least-latency, gpu-usage, random,
-//! lora-affinity, lora-affinity-by-name (spec §3.2-3.6).
+//! lora-affinity, lora-affinity-by-name (Go Kthena `pkg/kthena-router/scheduler/plugins/`).
 
 use std::sync::{Mutex, PoisonError};
 
@@ -32,7 +32,7 @@ impl Default for LeastRequestArgs {
     }
 }
 
-/// `least-request` (Go Kthena `plugins/least_request.go`, spec §3.2).
+/// `least-request` (Go Kthena `plugins/least_request.go`).
 ///
 /// * Filter: keep endpoints with `waiting_requests < maxWaitingRequests`.
 /// * Score: `base_i = in_flight_i + 100 × max(in_flight_i − running_i, 0)`,
@@ -116,7 +116,7 @@ impl Default for LeastLatencyArgs {
     }
 }
 
-/// `least-latency` (Go Kthena `plugins/least_latency.go`, spec §3.3).
+/// `least-latency` (Go Kthena `plugins/least_latency.go`).
 ///
 /// An endpoint with no TTFT or no TPOT data (`None` or `<= 0`) is unknown and scores 50,
 /// never "fastest". Over the others: `s_ttft = 100 × (max − ttft) / (max − min)` (100 when
@@ -186,7 +186,7 @@ impl ScorePlugin for LeastLatency {
     }
 }
 
-/// `gpu-usage` (Go Kthena `plugins/gpu.go`, spec §3.4):
+/// `gpu-usage` (Go Kthena `plugins/gpu.go`):
 /// `score = trunc((1 − kv_cache_usage) × 100)`, usage clamped to `0..=1` (a NaN usage counts
 /// as full).
 #[derive(Debug, Clone, Copy, Default)]
@@ -207,7 +207,7 @@ impl ScorePlugin for GpuUsage {
     }
 }
 
-/// `random` (Go Kthena `plugins/random.go`, spec §3.5): a uniform integer in `0..=100` per
+/// `random` (Go Kthena `plugins/random.go`): a uniform integer in `0..=100` per
 /// endpoint from a [`SmallRng`] seeded by the host ([`SchedulerBuilder::seed`](crate::SchedulerBuilder::seed)).
 #[derive(Debug)]
 pub struct Random {
@@ -241,7 +241,7 @@ impl ScorePlugin for Random {
 /// endpoints that list that adapter as loaded ([`Candidate::lora_adapters`]); a base-model
 /// request is never filtered.
 ///
-/// Differs from Go Kthena's `plugins/lora_affinity.go` (spec §3.6), which keeps endpoints
+/// Differs from Go Kthena's `plugins/lora_affinity.go`, which keeps endpoints
 /// whose model list contains the *requested* model name and so rejects every endpoint when a
 /// route's `modelName` is an alias of the engine's model id; that behaviour is
 /// [`LoraAffinityByName`].
@@ -263,7 +263,8 @@ impl FilterPlugin for LoraAffinity {
     }
 }
 
-/// `lora-affinity-by-name`: Go Kthena's `lora-affinity` exactly (spec §3.6): keeps endpoints
+/// `lora-affinity-by-name`: Go Kthena's `lora-affinity` exactly
+/// (`plugins/lora_affinity.go`): keeps endpoints
 /// whose model list (base model plus loaded adapters, from `GET /v1/models`) contains the
 /// request's target name (its LoRA adapter if set, else the requested model name, before any
 /// rewrite).
