@@ -1,5 +1,6 @@
-//! Scaling behaviour with every default resolved (AutoscalingPolicy `spec.behavior`, spec §1.6
-//! and §5.4.2).
+//! Scaling behaviour with every default resolved (AutoscalingPolicy `spec.behavior`, Go
+//! Kthena `pkg/apis/workload/v1alpha1/autoscalingpolicy_types.go` and
+//! `pkg/autoscaler/webhook/autoscalingpolicy_mutator.go`).
 
 use std::time::Duration;
 
@@ -56,7 +57,8 @@ pub struct Behavior {
 }
 
 impl Default for Behavior {
-    /// What the mutating webhook writes for an omitted `behavior` (spec §5.4.2): scale up 4
+    /// What the mutating webhook writes for an omitted `behavior` (Go's
+    /// `autoscalingpolicy_mutator.go`): scale up 4
     /// instances Or 100 % per 1 min, no stabilization; scale down 0 instances Or 100 % per
     /// 1 min with a 5 min stabilization window; panic percent 0, period 0, threshold 200 %,
     /// hold 0 (panic mode off).

@@ -1,5 +1,5 @@
 //! Disaggregated (role-level) scaling of one `ModelServing` (Go
-//! `pkg/autoscaler/autoscaler/disaggregated_scaler.go`, spec §6.6).
+//! `pkg/autoscaler/autoscaler/disaggregated_scaler.go`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -122,11 +122,12 @@ impl RolesScaler {
         self.roles.get(name).is_some_and(|(p, _)| p.is_fixed())
     }
 
-    /// One round. Fixed roles get `min` without metrics; every other role gets §6.3 and §6.4
-    /// with its own history; then the ratio is enforced on the corrected replicas
-    /// ([`enforce_role_ratio`]), and each role's history records its recommendation and its
-    /// corrected (pre-ratio) value. `None` ("skip": nothing changes, nothing is recorded) when a
-    /// non-fixed role is missing from `observed` or has no metric value.
+    /// One round. Fixed roles get `min` without metrics; every other role gets the recommendation
+    /// (`recommend.rs`) and its correction (`scaler.rs`) with its own history; then the ratio is
+    /// enforced on the corrected replicas ([`enforce_role_ratio`]), and each role's history records
+    /// its recommendation and its corrected (pre-ratio) value. `None` ("skip": nothing changes,
+    /// nothing is recorded) when a non-fixed role is missing from `observed` or has no metric
+    /// value.
     pub fn scale(
         &mut self,
         now: Duration,

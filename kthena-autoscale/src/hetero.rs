@@ -1,5 +1,5 @@
 //! Heterogeneous targets: one replica total spread over several targets, cheapest capacity
-//! first (Go `pkg/autoscaler/autoscaler/optimizer.go`, spec §6.5).
+//! first (Go `pkg/autoscaler/autoscaler/optimizer.go`).
 
 use std::time::Duration;
 
@@ -196,15 +196,14 @@ impl Optimizer {
         replicas
     }
 
-    /// One round: the recommendation over the targets that reported (§6.3, with the
-    /// targets' pod-summed maps as entries, unready pods summed, external metrics
-    /// aggregated by [`aggregate_external`]) for the current total `Σ current`, corrected
-    /// (§6.4, panic threshold as configured), recorded, and distributed. `None` when no metric
-    /// has a value.
+    /// One round: the recommendation over the targets that reported (`recommend.rs`, with the
+    /// targets' pod-summed maps as entries, unready pods summed, external metrics aggregated by
+    /// [`aggregate_external`]) for the current total `Σ current`, corrected (`scaler.rs`, panic
+    /// threshold as configured), recorded, and distributed. `None` when no metric has a value.
     ///
     /// FIX (documented in `docs/autoscaler.md`): the recommendation windows record the
-    /// recommendation, as for homogeneous targets; the Go release the spec describes recorded
-    /// the corrected value there (spec §11 item 13), which upstream has since fixed too.
+    /// recommendation, as for homogeneous targets; Go's `Optimizer.Optimize` (`optimizer.go` at
+    /// v1.0.0) records the corrected value there, which upstream has since fixed too.
     pub fn scale(
         &mut self,
         now: Duration,

@@ -1,5 +1,5 @@
 //! Prefill/decode ratio enforcement (Go `pkg/autoscaler/algorithm/disaggregated_ratio.go`
-//! `EnforceRoleRatio`, spec §6.6), in exact rational arithmetic.
+//! `EnforceRoleRatio`), in exact rational arithmetic.
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -159,7 +159,7 @@ fn within(c: &RatioBounds, n: i32, d: i32) -> bool {
 }
 
 /// Brings a (numerator, denominator) pair into its bounds and the ratio constraint, biased
-/// towards scaling up (Go `EnforceRoleRatio`, the release described by spec §6.6):
+/// towards scaling up (Go `EnforceRoleRatio` at v1.0.0):
 ///
 /// 1. clamp both to their bounds; both zero ⇒ kept (coupled scale-to-zero);
 /// 2. a zero side is seeded to `clamp(1)` (adjusted);

@@ -1,5 +1,5 @@
-//! The metric-derived replica recommendation (Go `pkg/autoscaler/algorithm/recommendation.go`,
-//! spec §6.3).
+//! The metric-derived replica recommendation (Go
+//! `pkg/autoscaler/algorithm/recommendation.go`).
 
 use std::collections::BTreeMap;
 
@@ -88,12 +88,12 @@ fn external_metric(current: i32, tolerance: f64, target: f64, value: f64) -> i32
 ///   direction, ⇒ `current`; `d = ceil(r' × n')`, and a `d` moving against `r'`'s direction
 ///   ⇒ `current`, else `d`.
 ///
-/// FIX (documented in `docs/autoscaler.md`): Go's first case tests `|ratio − 1| ≤ tolerance`.
-/// Its homogeneous scaler passes one pod-summed map (`n = 1`), so the band sat around one
-/// replica, not around `current` (spec §11 item 12): 10 replicas carrying 1.05 targets' worth
-/// of load stayed at 10 instead of going to 2, and 10 replicas at 1.05 × their target went
-/// to 11. Here the band is relative to `current`, as for external metrics. The second case
-/// keeps Go's arithmetic.
+/// FIX (documented in `docs/autoscaler.md`): Go's first case tests `|ratio − 1| ≤ tolerance`. Its
+/// homogeneous scaler passes one pod-summed map (`n = 1`), so the band sat around one replica, not
+/// around `current` (`getDesiredInstancesForSingleInstanceMetric`): 10 replicas carrying 1.05
+/// targets' worth of load stayed at 10 instead of going to 2, and 10 replicas at 1.05 × their
+/// target went to 11. Here the band is relative to `current`, as for external metrics. The second
+/// case keeps Go's arithmetic.
 pub fn pod_metric(o: &Observation<'_>, name: &str, target: f64) -> Option<i32> {
     let mut sum = 0.0;
     let mut n: i64 = 0;

@@ -1,5 +1,5 @@
 //! Stable and panic correction of a recommendation (Go `algorithm/revision.go`,
-//! `autoscaler/status.go`, `autoscaler/scaler.go`; spec §6.4).
+//! `autoscaler/status.go`, `autoscaler/scaler.go`).
 
 use std::time::Duration;
 
@@ -31,7 +31,7 @@ impl Mode {
 pub struct Decision {
     /// Replicas when the decision was made.
     pub current: i32,
-    /// The metric-derived recommendation (§6.3), within `[min, max]`.
+    /// The metric-derived recommendation (`recommend.rs`), within `[min, max]`.
     pub recommended: i32,
     /// The replicas to apply, after stabilization and the per-period limits, within
     /// `[min, max]`.

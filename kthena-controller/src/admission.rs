@@ -1,6 +1,8 @@
 //! Admission review handling as a pure function: an `AdmissionReview` in, an
 //! `AdmissionReview` out, with `kthena-api`'s validation and defaulting (the rules are not
-//! repeated here). Paths and messages are Go Kthena's (spec §1.7, §5.1.10, §5.4).
+//! repeated here). Paths and messages are Go Kthena's
+//! (`pkg/model-booster-controller/webhook/*`, `pkg/model-serving-controller/webhook/validator.go`,
+//! `pkg/autoscaler/webhook/*`).
 
 use json_patch::{Patch, PatchOperation};
 use kthena_api::{FieldError, Object};

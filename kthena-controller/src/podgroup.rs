@@ -1,7 +1,7 @@
-//! Volcano gang scheduling as pure functions (Go Kthena `podgroupmanager/manager.go`, spec
-//! §5.1.8): one `PodGroup` per ServingGroup when the PodGroup CRD exists and the
-//! ModelServing's pods use `schedulerName: volcano`, and the annotations that tie each pod
-//! to its PodGroup and task.
+//! Volcano gang scheduling as pure functions (Go Kthena
+//! `pkg/model-serving-controller/podgroupmanager/manager.go`): one `PodGroup` per ServingGroup when
+//! the PodGroup CRD exists and the ModelServing's pods use `schedulerName: volcano`, and the
+//! annotations that tie each pod to its PodGroup and task.
 
 use std::collections::{BTreeMap, BTreeSet};
 

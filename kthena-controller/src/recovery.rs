@@ -1,5 +1,6 @@
-//! Failure handling of a role replica (Go Kthena `handleErrorPod`, `handleDeletedPod`,
-//! spec §5.1.6), decided from what exists rather than from pod events.
+//! Failure handling of a role replica (Go Kthena `handleErrorPod`, `handleDeletedPod` in
+//! `pkg/model-serving-controller/controller/model_serving_controller.go`), decided from what exists
+//! rather than from pod events.
 
 use std::time::Duration;
 

@@ -1,4 +1,5 @@
-//! `ServingGroupRollingUpdate` (Go Kthena `manageRollingUpdate`, spec §5.1.5): which
+//! `ServingGroupRollingUpdate` (Go Kthena `manageRollingUpdate` in
+//! `pkg/model-serving-controller/controller/model_serving_controller.go`): which
 //! outdated ServingGroups to delete now so that they are recreated at the new revision
 //! while at most `maxUnavailable` groups are unavailable.
 

@@ -1,4 +1,5 @@
-//! Metric collection from a target's entry pods (Go `metric_collector.go`, spec §6.2).
+//! Metric collection from a target's entry pods (Go
+//! `pkg/autoscaler/autoscaler/metric_collector.go`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -324,7 +325,7 @@ mod tests {
         assert!(!unusable(&pod("Running", 0)));
         assert!(!unusable(&pod("Pending", 0)));
         assert!(unusable(&pod("Failed", 0)));
-        // Any restart, even of a pod that is Running and Ready again (Go, spec §11 item 12).
+        // Any restart, even of a pod that is Running and Ready again (Go `metric_collector.go`).
         assert!(unusable(&pod("Running", 1)));
         let mut deleted = pod("Running", 0);
         deleted.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));

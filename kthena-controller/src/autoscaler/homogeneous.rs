@@ -1,4 +1,5 @@
-//! Homogeneous targets: `spec.replicas` of one ModelServing (Go `autoscaler.go`, spec §6.4).
+//! Homogeneous targets: `spec.replicas` of one ModelServing (Go
+//! `pkg/autoscaler/autoscaler/scaler.go`).
 
 use std::collections::HashMap;
 use std::time::Duration;

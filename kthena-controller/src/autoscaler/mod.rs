@@ -1,5 +1,5 @@
-//! The `autoscaler` controller (Go `pkg/autoscaler/controller/autoscale_controller.go`, spec
-//! §6.1): every sync period, for each AutoscalingPolicy with a homogeneous, heterogeneous or
+//! The `autoscaler` controller (Go `pkg/autoscaler/controller/autoscale_controller.go`):
+//! every sync period, for each AutoscalingPolicy with a homogeneous, heterogeneous or
 //! disaggregated target, collect the target's entry-pod metrics, compute with `kthena-autoscale`, patch the
 //! ModelServing's `spec.replicas` (merge patch) or role replicas (JSON patch), then write the
 //! policy's status.

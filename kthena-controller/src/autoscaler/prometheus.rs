@@ -1,5 +1,5 @@
 //! The `prometheus` metric source: one PromQL instant query (Go `metric_collector.go`
-//! `prometheus` branch, spec §6.2).
+//! `prometheus` branch, `pkg/autoscaler/autoscaler/`).
 
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Limited};
