@@ -1,6 +1,6 @@
 //! Minimal types of the Gateway API kinds the router reads and writes status on:
-//! [`GatewayClass`], [`Gateway`] and [`HTTPRoute`] (`gateway.networking.k8s.io/v1`, spec
-//! §2.4 and §2.13).
+//! [`GatewayClass`], [`Gateway`] and [`HTTPRoute`] (`gateway.networking.k8s.io/v1`,
+//! <https://gateway-api.sigs.k8s.io/reference/spec/>).
 //!
 //! Own types instead of the `gateway-api` crate: its 0.22 release pins `kube` 4 and
 //! `k8s-openapi` 0.28, the workspace uses `kube` 5 and `k8s-openapi` 0.29. Only the fields

@@ -1,7 +1,8 @@
 //! Minimal types of the third-party kinds Kthena reads or writes: Volcano's [`PodGroup`]
-//! (`scheduling.volcano.sh/v1beta1`, gang scheduling of a ModelServing's serving groups, spec
-//! §5.1.8) and the Gateway API Inference Extension's [`InferencePool`]
-//! (`inference.networking.k8s.io/v1`, a router backend, spec §2.13).
+//! (`scheduling.volcano.sh/v1beta1`, gang scheduling of a ModelServing's serving groups, Go Kthena
+//! `pkg/model-serving-controller/podgroupmanager/manager.go`) and the Gateway API Inference
+//! Extension's [`InferencePool`] (`inference.networking.k8s.io/v1`, a router backend, Go Kthena
+//! `pkg/kthena-router/controller/inferencepool_controller.go`).
 //!
 //! Only the fields Kthena uses are typed; their Go modules are the reference for the rest.
 //! The generated CRDs ([`thirdparty_crds`]) are for test clusters that lack the real ones: they

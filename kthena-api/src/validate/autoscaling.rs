@@ -63,7 +63,8 @@ fn crd_source_defaults(sources: &mut BTreeMap<String, MetricSource>) {
 }
 
 impl AutoscalingPolicy {
-    /// Applies the CRD defaults, then the mutating webhook's (spec §5.4.2), in the API
+    /// Applies the CRD defaults, then the mutating webhook's (Go Kthena
+    /// `pkg/autoscaler/webhook/autoscalingpolicy_mutator.go`), in the API
     /// server's order:
     ///
     /// * CRD: `tolerancePercent` 10, `heterogeneousTarget.costExpansionRatePercent` 200, pod

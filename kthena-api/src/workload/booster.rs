@@ -64,7 +64,8 @@ pub struct ModelBackend {
     /// Environment sources of the engine containers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env_from: Vec<EnvFromSource>,
-    /// Environment of the engine containers (some names are special, see the spec).
+    /// Environment of the engine containers (some names are special: Go Kthena's
+    /// `pkg/apis/workload/v1alpha1/model_booster_types.go`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<EnvVar>,
     /// ServingGroup replicas, 0..=1_000_000.
