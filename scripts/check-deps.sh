@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Dependency-direction guard (STYLE.md §2.2).
+# Dependency-direction and citation guard.
 # - kthena-sched, kthena-kvevents, kthena-tokenize and kthena-autoscale (with their default
 #   features; kthena-autoscale's `api` feature adds kthena-api) must never depend on kube,
 #   hyper, tower or tokio: they are leaf crates other proxies and controllers embed.
 # - No library code may use anyhow: binaries, tests and examples may.
+# - Sources and docs cite what a reader can open (Go Kthena's files at v1.0.0, its docs, the
+#   vLLM, Kubernetes or Gateway API pages), never sections of a document outside the repository.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -67,6 +69,15 @@ if [ -n "$lib_anyhow" ]; then
     while read -r pkg file; do
         echo "check-deps: library crate $pkg uses anyhow in $file (use its thiserror Error)" >&2
     done <<<"$lib_anyhow"
+    fail=1
+fi
+
+# The patterns are written so that they do not match this file itself.
+unfollowable=$(grep -rnIiE --exclude-dir=.git --exclude-dir=target \
+    -e 'spec[[:space:]]+§' -e 'kthena-spec[.]md' -e 'engines-and-peers[.]md' . || true)
+if [ -n "$unfollowable" ]; then
+    echo "$unfollowable" >&2
+    echo "check-deps: cite a public source (Go Kthena path at v1.0.0, docs page), not \"spec\" sections" >&2
     fail=1
 fi
 
