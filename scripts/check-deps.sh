@@ -77,7 +77,7 @@ unfollowable=$(grep -rnIiE --exclude-dir=.git --exclude-dir=target \
     -e 'spec[[:space:]]+§' -e 'kthena-spec[.]md' -e 'engines-and-peers[.]md' . || true)
 if [ -n "$unfollowable" ]; then
     echo "$unfollowable" >&2
-    echo "check-deps: cite a public source (Go Kthena path at v1.0.0, docs page), not \"spec\" sections" >&2
+    echo "check-deps: cite a public source (Go Kthena path, docs page), not spec sections" >&2
     fail=1
 fi
 

@@ -15,7 +15,8 @@ use crate::registry::BuildContext;
 use crate::request::Request;
 use crate::types::Candidate;
 
-/// Args of `kvcache-aware` (Go's `kvcache_aware.go`), plus `maxIndexEntries` for the in-memory index.
+/// Args of `kvcache-aware` (Go's `kvcache_aware.go`), plus `maxIndexEntries` for the in-memory
+/// index.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct KvCacheAwareArgs {

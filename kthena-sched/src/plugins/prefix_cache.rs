@@ -18,8 +18,8 @@ use crate::request::Request;
 use crate::types::{Candidate, EndpointId};
 use crate::{FastMap, Result};
 
-/// Args of `prefix-cache` (Go's `prefix_cache.go`). Every value must be > 0 (Go Kthena silently replaces
-/// values `<= 0` with the defaults).
+/// Args of `prefix-cache` (Go's `prefix_cache.go`). Every value must be > 0 (Go Kthena silently
+/// replaces values `<= 0` with the defaults).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct PrefixCacheArgs {
