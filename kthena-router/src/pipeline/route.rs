@@ -109,7 +109,7 @@ fn resolve_model_route(
 ) -> Result<Target, Error> {
     let Parsed { req: parsed, snap } = p;
     let acct = &req.body().meta.acct;
-    let serves = |r: &crate::routing::CompiledRoute| {
+    let serves = |r: &crate::routing::model_route::CompiledRoute| {
         crate::gateway::model_route_serves(&r.namespace, &r.parent_refs, listener)
     };
     let m = {
