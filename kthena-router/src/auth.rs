@@ -26,7 +26,7 @@ use std::time::Duration;
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use http::HeaderMap;
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
@@ -46,16 +46,16 @@ pub struct AuthConfig {
     /// Where the JWKS is fetched (`http://` or `https://`); empty: authentication off.
     pub jwks_uri: String,
     /// How often the key set is fetched again after a success (default `168h`, Go's 7 days).
-    #[serde(with = "crate::duration::go_duration")]
+    #[serde(with = "crate::config::duration::go_duration")]
     pub jwks_refresh_interval: Duration,
     /// Pause before fetching again after a failed fetch (default `5s`; Go waits for the next
     /// 7-day refresh).
-    #[serde(with = "crate::duration::go_duration")]
+    #[serde(with = "crate::config::duration::go_duration")]
     pub jwks_retry_interval: Duration,
     /// A token naming a `kid` the key set does not hold makes the router fetch the set at
     /// once (a key rotation), at most once per this interval (default `10s`; Go has no
     /// such fetch).
-    #[serde(with = "crate::duration::go_duration")]
+    #[serde(with = "crate::config::duration::go_duration")]
     pub jwks_min_refresh_interval: Duration,
     /// The scope a token needs for `POST /v1/load_lora_adapter` and
     /// `/v1/unload_lora_adapter` (default `kthena:lora-admin`), found in the token's `scope`
@@ -425,28 +425,22 @@ fn check_times(claims: &Map<String, Value>, now: f64) -> Result<(), String> {
     Ok(())
 }
 
-type Connector = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>;
-
-/// The client of JWKS fetches: plain HTTP always, HTTPS with the system's root certificates
-/// (`Err` with the reason when there are none).
+/// The client of JWKS fetches: plain HTTP always, HTTPS through the router's one TLS
+/// client builder (`upstream::tls`; an error when the system has no root certificates).
 struct JwksClient {
     http: hyper_util::client::legacy::Client<
         hyper_util::client::legacy::connect::HttpConnector,
-        Empty<Bytes>,
+        Full<Bytes>,
     >,
-    https: Result<hyper_util::client::legacy::Client<Connector, Empty<Bytes>>, String>,
+    https: Result<&'static crate::upstream::tls::HttpsClient, crate::upstream::tls::TlsError>,
 }
 
 fn jwks_client() -> JwksClient {
     let exec = hyper_util::rt::TokioExecutor::new();
     let builder = hyper_util::client::legacy::Client::builder(exec);
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_native_roots()
-        .map(|b| builder.build(b.https_or_http().enable_http1().build()))
-        .map_err(|e| format!("no system root certificates for https: {e}"));
     JwksClient {
         http: builder.build_http(),
-        https,
+        https: crate::upstream::tls::client(crate::upstream::tls::Scheme::HttpsOrHttp, false),
     }
 }
 
@@ -454,7 +448,7 @@ fn jwks_client() -> JwksClient {
 async fn fetch(client: &JwksClient, uri: &str, timeout: Duration) -> Result<Vec<Jwk>, String> {
     let uri: http::Uri = uri.parse().map_err(|e| format!("invalid URI: {e}"))?;
     let get = match uri.scheme_str() {
-        Some("https") => client.https.as_ref().map_err(Clone::clone)?.get(uri),
+        Some("https") => client.https.as_ref().map_err(ToString::to_string)?.get(uri),
         _ => client.http.get(uri),
     };
     let resp = tokio::time::timeout(timeout, get)

@@ -1,7 +1,9 @@
 //! The body types of every router answer: [`RespBody`] (boxed, unsync) and its error type,
 //! shared by the proxy, the pipeline's layers, the listeners and the error answers; and the
 //! budget of bytes all buffered client bodies may hold together ([`BodyBudget`]), which
-//! `crate::request_body` reads them under.
+//! [`read`] reads them under.
+
+pub(crate) mod read;
 
 mod parse_cost;
 

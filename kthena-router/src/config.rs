@@ -5,6 +5,10 @@
 //! `ACCESS_LOG_OUTPUT`, `DRAIN_TIMEOUT`), then command-line flags (`--port`,
 //! `--metrics-port`, `--debug-port`).
 
+pub(crate) mod duration;
+pub(crate) mod env;
+pub(crate) mod overrides;
+
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -12,10 +16,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::env::Env;
+use crate::config::env::Env;
 use crate::error::{Error, Result};
 
-use crate::duration::{go_duration, parse_go_duration};
+use crate::config::duration::{go_duration, parse_go_duration};
 
 /// The `scheduler:` section in Kthena's format (`plugins.Filter/Score`, `pluginConfig`),
 /// owned by `kthena-sched`.
@@ -65,9 +69,9 @@ pub struct Config {
     /// Access log settings.
     pub access_log: AccessLogConfig,
     /// Slow-client protection of the listeners: read timeouts, connection cap, TCP keepalive.
-    pub listener: crate::listener::ListenerConfig,
+    pub listener: crate::server::listener::ListenerConfig,
     /// Overload protection: in-flight caps and per-endpoint circuit breakers.
-    pub overload: crate::overload::OverloadConfig,
+    pub overload: crate::upstream::overload::OverloadConfig,
     /// Standalone discovery: manifests and endpoints. Absent (the default): cluster mode,
     /// where ModelRoutes, ModelServers and Pods come from the Kubernetes API server named
     /// by the usual kube config inference (`KUBECONFIG`, `~/.kube/config`, in-cluster
@@ -207,8 +211,8 @@ fn default_namespace() -> String {
 impl Default for Config {
     /// Defaults: ports 8080/9090/15000 on `0.0.0.0`, 10 MiB bodies, scrape every 1 s with a
     /// 5 s timeout and at most 100 concurrent scrapes, 5 min drain, 5 min upstream idle timeout, text access log on stdout,
-    /// the listener defaults of [`ListenerConfig`](crate::listener::ListenerConfig), those of
-    /// [`OverloadConfig`](crate::overload::OverloadConfig), the
+    /// the listener defaults of [`ListenerConfig`](crate::server::listener::ListenerConfig), those of
+    /// [`OverloadConfig`](crate::upstream::overload::OverloadConfig), the
     /// scheduler's own defaults, no `standalone` section (cluster mode).
     fn default() -> Self {
         Self {
@@ -224,8 +228,8 @@ impl Default for Config {
             drain_timeout: Duration::from_secs(300),
             upstream_idle_timeout: Duration::from_secs(300),
             access_log: AccessLogConfig::default(),
-            listener: crate::listener::ListenerConfig::default(),
-            overload: crate::overload::OverloadConfig::default(),
+            listener: crate::server::listener::ListenerConfig::default(),
+            overload: crate::upstream::overload::OverloadConfig::default(),
             standalone: None,
             kv_cache: crate::kv_config::KvCacheConfig::default(),
             auth: crate::auth::AuthConfig::default(),
@@ -588,5 +592,4 @@ fn unsupported_section(m: &serde_json::Map<String, serde_json::Value>) -> Option
 }
 
 #[cfg(test)]
-#[path = "config_tests.rs"]
 mod tests;

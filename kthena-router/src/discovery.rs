@@ -3,6 +3,10 @@
 //! [`Loader`]: standalone mode (the config file plus manifest files, [`Loader::load`]) and
 //! cluster mode (the API server's objects and Pods, see `cluster.rs`).
 
+pub(crate) mod cluster;
+pub(crate) mod warnings;
+pub(crate) mod watch;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,10 +17,10 @@ use kthena_api::{ModelRoute, ModelServer, Object};
 use kthena_sched::Scheduler;
 
 use crate::config::{Config, EndpointConfig};
-use crate::endpoint::Endpoint;
+use crate::discovery::warnings::ConfigWarning;
 use crate::error::{Error, Result};
-use crate::route::{CompiledRoute, RouteTable};
-use crate::warnings::ConfigWarning;
+use crate::routing::{CompiledRoute, RouteTable};
+use crate::upstream::endpoint::Endpoint;
 
 /// A ModelServer resolved against the endpoints.
 #[derive(Debug)]
@@ -72,7 +76,7 @@ pub struct Snapshot {
     pub dirs: Vec<PathBuf>,
     /// What the snapshot leaves unserved (missing servers, unselected endpoints, ...),
     /// logged when it is built.
-    pub warnings: Vec<crate::warnings::ConfigWarning>,
+    pub warnings: Vec<crate::discovery::warnings::ConfigWarning>,
 }
 
 impl Snapshot {
@@ -117,7 +121,7 @@ pub struct Loader {
     /// store, KV index) the next reload carries over ([`Scheduler::rebuild`]).
     scheduler: Option<Arc<Scheduler>>,
     /// Cluster mode: the warnings of the last snapshot (logged when they first appear).
-    logged_warnings: Vec<crate::warnings::ConfigWarning>,
+    logged_warnings: Vec<crate::discovery::warnings::ConfigWarning>,
 }
 
 /// A ModelRoute or ModelServer with where it came from, for error messages.
@@ -157,7 +161,7 @@ struct Inputs {
     providers: Vec<kthena_api::networking::ExternalModelProvider>,
     secrets: crate::provider::Secrets,
     /// Warnings found while reading the manifests (unknown fields).
-    warnings: Vec<crate::warnings::ConfigWarning>,
+    warnings: Vec<crate::discovery::warnings::ConfigWarning>,
     /// Gateway API mode: ModelRoutes with `parentRefs` can be served.
     gateway_api: bool,
 }
@@ -450,14 +454,14 @@ impl Loader {
     /// cluster mode (which rebuilds on every watch event).
     fn log_warnings(&mut self, warnings: &[ConfigWarning], on_invalid: OnInvalid) {
         if on_invalid == OnInvalid::Reject {
-            crate::warnings::log(warnings);
+            crate::discovery::warnings::log(warnings);
         } else {
             let new: Vec<_> = warnings
                 .iter()
                 .filter(|w| !self.logged_warnings.contains(w))
                 .cloned()
                 .collect();
-            crate::warnings::log(&new);
+            crate::discovery::warnings::log(&new);
             self.logged_warnings = warnings.to_vec();
         }
     }
@@ -707,13 +711,15 @@ fn read_manifests(cfg: &Config) -> Result<Inputs> {
                 return Err(reject("defined twice".into()));
             }
             for field in &doc.unknown_fields {
-                inputs.warnings.push(crate::warnings::ConfigWarning {
-                    kind: "unknown_field",
-                    message: format!(
-                        "{}: {what}: unknown field `{field}` is ignored",
-                        f.display()
-                    ),
-                });
+                inputs
+                    .warnings
+                    .push(crate::discovery::warnings::ConfigWarning {
+                        kind: "unknown_field",
+                        message: format!(
+                            "{}: {what}: unknown field `{field}` is ignored",
+                            f.display()
+                        ),
+                    });
             }
             let path = f.clone();
             match obj {
@@ -781,5 +787,4 @@ mod checks;
 pub(crate) use checks::unready_models;
 
 #[cfg(test)]
-#[path = "discovery_tests.rs"]
 mod tests;

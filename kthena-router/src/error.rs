@@ -605,5 +605,4 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[cfg(test)]
-#[path = "error_tests.rs"]
 mod tests;

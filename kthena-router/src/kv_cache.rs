@@ -19,8 +19,8 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::kv_config::{IndexBackend, KvCacheConfig, RedisConfig, TokenizerConfig};
 use crate::kv_redis::RedisKvIndex;
-use crate::metrics::Metrics;
 use crate::scrape::HttpClient;
+use crate::telemetry::metrics::Metrics;
 use crate::tokenize::{ModelTokenizer, Tokenizers};
 
 fn resolve(base: &Path, p: &Path) -> PathBuf {
@@ -130,7 +130,7 @@ impl KvState {
             let m = &metrics.plugins;
             m.tokenize(model, started.elapsed().as_secs_f64());
             if ids.is_none() {
-                m.error(model, crate::plugin_metrics::KvStage::Tokenize);
+                m.error(model, crate::telemetry::plugin_metrics::KvStage::Tokenize);
             }
         }
         ids
@@ -158,7 +158,7 @@ enum IndexKey {
 #[derive(Debug, Default)]
 pub struct KvLoader {
     /// Handed to the Redis index for its lookup metrics.
-    pub(crate) metrics: Option<crate::plugin_metrics::PluginMetrics>,
+    pub(crate) metrics: Option<crate::telemetry::plugin_metrics::PluginMetrics>,
     index: Option<(IndexKey, Arc<dyn KvIndex>)>,
     tokenizers: Option<(TokenizersKey, Arc<Tokenizers>)>,
 }

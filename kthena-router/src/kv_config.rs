@@ -115,5 +115,5 @@ impl Default for KvCacheConfig {
 }
 
 fn go_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    crate::duration::go_duration::deserialize(d)
+    crate::config::duration::go_duration::deserialize(d)
 }

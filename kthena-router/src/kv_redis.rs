@@ -82,7 +82,7 @@ pub struct RedisKvIndex {
     conn: Mutex<Option<redis::Connection>>,
     errors: AtomicU64,
     len_cache: Mutex<Option<(Instant, usize)>>,
-    metrics: Option<crate::plugin_metrics::PluginMetrics>,
+    metrics: Option<crate::telemetry::plugin_metrics::PluginMetrics>,
 }
 
 impl std::fmt::Debug for RedisKvIndex {
@@ -119,7 +119,10 @@ impl RedisKvIndex {
     /// Records every lookup in `kthena_router_kvcache_aware_redis_duration_seconds` and each
     /// failed one in `kthena_router_kvcache_aware_errors_total{stage="redis"}`.
     #[must_use]
-    pub fn with_metrics(mut self, metrics: crate::plugin_metrics::PluginMetrics) -> Self {
+    pub fn with_metrics(
+        mut self,
+        metrics: crate::telemetry::plugin_metrics::PluginMetrics,
+    ) -> Self {
         self.metrics = Some(metrics);
         self
     }
@@ -236,7 +239,10 @@ impl KvIndex for RedisKvIndex {
         if let Some(m) = &self.metrics {
             m.redis(query.model, started.elapsed().as_secs_f64());
             if res.is_err() {
-                m.error(query.model, crate::plugin_metrics::KvStage::Redis);
+                m.error(
+                    query.model,
+                    crate::telemetry::plugin_metrics::KvStage::Redis,
+                );
             }
         }
         let owners = match res {

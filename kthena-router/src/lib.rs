@@ -40,73 +40,50 @@
 //! step, and the access log records status 499 `client_disconnect` (or the upstream status
 //! with that error once streaming had started).
 
-mod accesslog;
-mod accounting;
 mod auth;
 mod body;
-mod cluster;
-mod coalesce;
 mod conditions;
 mod config;
-mod debug;
 mod discovery;
-mod duration;
-mod endpoint;
-mod env;
 mod epp;
 mod error;
 mod gateway;
-mod inflight;
 mod kv_cache;
 mod kv_config;
 mod kv_events;
 mod kv_metrics;
 mod kv_redis;
 mod kv_supervise;
-mod label_hash;
-mod listener;
 mod lora;
-mod metrics;
 mod openai;
-mod overload;
-mod overrides;
 mod pd;
 mod pipeline;
-mod plugin_metrics;
 mod provider;
-mod proxy;
 mod queue;
 mod ratelimit;
-mod request_body;
-mod route;
+mod routing;
 mod sched;
 mod scrape;
 mod server;
-mod service;
-mod serving;
 mod shared;
 mod sse;
+mod telemetry;
 mod tokenize;
 mod upstream;
-mod warnings;
-mod watch;
 
-pub use accesslog::{
-    ACCESS_LOG_QUEUE, AccessLog, Entry as AccessLogEntry, EntryError as AccessLogError,
-};
 pub use auth::AuthConfig;
 pub use body::{BoxError, RespBody};
+pub use config::duration::parse_go_duration;
+pub use config::env::{Env, ProcessEnv};
+pub use config::overrides::{Overrides, load_config};
 pub use config::{
     AccessLogConfig, AccessLogFormat, Config, DEFAULT_ATTEMPTS, EndpointConfig,
     EndpointPickerConfig, SchedulerConfig, Standalone, UNSUPPORTED_SECTIONS, resolve_address,
 };
+pub use discovery::warnings::{ConfigWarning, WARNING_KINDS};
 pub use discovery::{Loader, Server, Snapshot, manifest_files};
-pub use duration::parse_go_duration;
-pub use endpoint::{DOWN_AFTER_FAILURES, Endpoint, EngineState};
-pub use env::{Env, ProcessEnv};
 pub use error::DurationProblem;
 pub use error::{Error, Result, Side, error_response, openai_error_body};
-pub use inflight::{ON_FLIGHT_KEY, SYNC_INTERVAL};
 pub use kthena_kvevents::{
     END_SEQ, IndexBatch, SeqStep, SeqTracker, decode_batch, event_type, split_frames,
 };
@@ -116,27 +93,19 @@ pub use kv_events::{Ingest, KvSource, REPLAY_TIMEOUT, replay, subscribe};
 pub use kv_metrics::{KvMetrics, TOKENIZE_BUCKETS};
 pub use kv_redis::{KEY_PREFIX, RedisKvIndex, block_key, kthena_block_hash, owner_of};
 pub use kv_supervise::{SUPERVISE_INTERVAL, supervise};
-pub use listener::{ListenerConfig, ListenerMetrics};
-pub use metrics::{
-    DURATION_BUCKETS, Destination, LabelValue, Metrics, RATIO_BUCKETS, RequestRecord,
-};
 pub use openai::{
     Message, ParsedRequest, Prompt, ResponseProbe, UpstreamBody, Usage, estimate_tokens,
     parse_request, parse_request_at, prompt_member, usage_of,
 };
-pub use overload::{Breaker, BreakerState, OverloadConfig, OverloadMetrics};
-pub use overrides::{Overrides, load_config};
 pub use pd::{Connector, PdEndpoint, PdLayout, PdMetrics};
-pub use plugin_metrics::{KVCACHE_BUCKETS, KvStage, PLUGIN_BUCKETS, PluginMetrics};
 pub use provider::{
     ALLOWED_HEADERS, ANTHROPIC_HEADERS, CREDENTIAL_LABEL, CredentialState, Provider,
     RESERVED_HEADERS, SecretSource, Secrets, read_secrets,
 };
-pub use proxy::ProxyBody;
 pub use queue::{
     FairnessConfig, QueueConfig, QueueMetrics, QueueMode, SessionBoostConfig, UserLabelConfig,
 };
-pub use route::{
+pub use routing::{
     CompiledRoute, CompiledRule, MatchError, RouteMatch, RouteTable, StringMatcher, TargetRef,
 };
 pub use sched::build_scheduler;
@@ -145,12 +114,23 @@ pub use scrape::{
     EngineMetricNames, EngineSample, HttpClient, ModelList, SGLANG, VLLM, interval_mean_ms,
     names_for, parse_metrics, parse_models, scrape_all, scrape_endpoint,
 };
+pub use server::listener::{ListenerConfig, ListenerMetrics};
+pub use server::service::RouterService;
 pub use server::{Router, run};
-pub use service::RouterService;
 pub use shared::Shared;
 pub use sse::SseFilter;
+pub use telemetry::accesslog::{
+    ACCESS_LOG_QUEUE, AccessLog, Entry as AccessLogEntry, EntryError as AccessLogError,
+};
+pub use telemetry::metrics::{
+    DURATION_BUCKETS, Destination, LabelValue, Metrics, RATIO_BUCKETS, RequestRecord,
+};
+pub use telemetry::plugin_metrics::{KVCACHE_BUCKETS, KvStage, PLUGIN_BUCKETS, PluginMetrics};
 pub use tokenize::{
     BLOCKING_THRESHOLD_BYTES, CacheOutcome, MIN_CACHED_PREFIX_BYTES, ModelTokenizer, Tokenizers,
     remote_body, remote_tokenize,
 };
-pub use warnings::{ConfigWarning, WARNING_KINDS};
+pub use upstream::body::ProxyBody;
+pub use upstream::endpoint::{DOWN_AFTER_FAILURES, Endpoint, EngineState};
+pub use upstream::inflight::{ON_FLIGHT_KEY, SYNC_INTERVAL};
+pub use upstream::overload::{Breaker, BreakerState, OverloadConfig, OverloadMetrics};

@@ -10,17 +10,17 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
-use crate::accounting::Accounting;
 use crate::auth::{AuthConfig, Principal};
+use crate::body::read::{ReadBody, ReadLimits, read_body};
 use crate::body::{RespBody, full};
 use crate::discovery::Server;
-use crate::endpoint::Endpoint;
 use crate::error::Error;
-use crate::request_body::{ReadBody, ReadLimits, read_body};
 use crate::shared::Shared;
+use crate::telemetry::accounting::Accounting;
+use crate::upstream::endpoint::Endpoint;
 
 /// The header that names the endpoint (`name` or `namespace/name`) a load/unload call is
 /// sent to.
@@ -175,22 +175,23 @@ async fn forward(
     let adapter = serde_json::from_slice::<serde_json::Value>(&body)
         .ok()
         .and_then(|v| v.get("lora_name")?.as_str().map(str::to_owned));
-    let up = Request::post(format!("{}{path}", ep.base_url()))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Full::new(body))
-        .map_err(|e| Error::BodyRead {
-            reason: e.to_string(),
-        })?;
     let failed = |last: String| Error::AllUpstreamsFailed {
         server: ep.name.clone(),
         attempts: 1,
         last,
     };
-    let resp = shared
-        .client
-        .request(up)
+    let mut headers = http::HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    let dest = crate::upstream::Dest::Engine {
+        ep: &ep,
+        path_and_query: &path,
+    };
+    let resp = crate::upstream::send(shared, dest, &headers, body)
         .await
-        .map_err(|e| failed(format!("{e:?}")))?;
+        .map_err(|e| failed(crate::error::error_chain(&e)))?;
     let (parts, b) = resp.into_parts();
     let answer = Limited::new(b, MAX_ADMIN_BODY)
         .collect()

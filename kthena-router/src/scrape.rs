@@ -16,8 +16,8 @@ use kthena_api::networking::InferenceEngine;
 use prometheus_parse::{Scrape, Value};
 use tokio::time::Instant;
 
-use crate::endpoint::{Endpoint, EngineState};
 use crate::error::Error;
+use crate::upstream::endpoint::{Endpoint, EngineState};
 
 pub(crate) mod llamacpp;
 

@@ -1,5 +1,11 @@
 //! Listeners (inference, metrics, debug), the scrape loop, the file watcher, and shutdown.
 
+pub(crate) mod coalesce;
+pub(crate) mod debug;
+pub(crate) mod listener;
+pub(crate) mod service;
+pub(crate) mod serving;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,17 +24,17 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::accesslog::AccessLog;
 use crate::body::{RespBody, full};
 use crate::config::Config;
+use crate::config::overrides::Overrides;
 use crate::discovery::{Loader, Snapshot};
 use crate::error::{Error, Result};
-use crate::listener::{Accept, Listener};
-use crate::metrics::Metrics;
-use crate::overrides::Overrides;
 use crate::scrape::{HttpClient, scrape_all};
-use crate::service::RouterService;
+use crate::server::listener::{Accept, Listener};
+use crate::server::service::RouterService;
 use crate::shared::Shared;
+use crate::telemetry::accesslog::AccessLog;
+use crate::telemetry::metrics::Metrics;
 
 /// A started router. Dropping it does not stop it; call [`Router::shutdown`].
 #[derive(Debug)]
@@ -90,7 +96,7 @@ impl Router {
         overrides: Overrides,
     ) -> Result<Self> {
         if cfg.is_cluster_mode() {
-            let client = crate::cluster::connect().await?;
+            let client = crate::discovery::cluster::connect().await?;
             return Self::start_in_cluster(cfg, client).await;
         }
         let metrics = Arc::new(Metrics::new());
@@ -98,7 +104,7 @@ impl Router {
         let snapshot = loader.load(&cfg, config_path.as_deref())?;
         let router = Self::serve_snapshot(&cfg, snapshot, true, metrics, None).await?;
         if let Some(path) = config_path {
-            crate::watch::spawn_watcher(
+            crate::discovery::watch::spawn_watcher(
                 Arc::clone(&router.shared),
                 loader,
                 cfg.clone(),
@@ -129,11 +135,11 @@ impl Router {
             bind: cfg.bind_address,
             serve: router.port_server(cfg.listener, cfg.drain_timeout),
         };
-        let scrape = crate::cluster::ScrapeSettings {
+        let scrape = crate::discovery::cluster::ScrapeSettings {
             concurrency: cfg.metrics_scrape_concurrency,
             timeout: cfg.metrics_scrape_timeout,
         };
-        crate::cluster::spawn(
+        crate::discovery::cluster::spawn(
             Arc::clone(&router.shared),
             loader,
             cfg,
@@ -186,7 +192,7 @@ impl Router {
     /// the main one's settings and stops (draining) when its token is cancelled.
     fn port_server(
         &self,
-        cfg: crate::listener::ListenerConfig,
+        cfg: crate::server::listener::ListenerConfig,
         drain: Duration,
     ) -> crate::gateway::ServePort {
         let shared = Arc::clone(&self.shared);
@@ -209,7 +215,7 @@ impl Router {
                     .insert(crate::gateway::ListenerPort(port));
                 r
             };
-            tasks.spawn(crate::listener::serve(
+            tasks.spawn(crate::server::listener::serve(
                 socket,
                 listener,
                 cancel,
@@ -235,7 +241,7 @@ impl Router {
             auth.first_fetch().await;
         }
         if let Some(url) = &cfg.on_flight_redis
-            && let Some(s) = crate::inflight::SharedInFlight::connect(url).await
+            && let Some(s) = crate::upstream::inflight::SharedInFlight::connect(url).await
         {
             let _ = shared.in_flight_share.set(s);
         }
@@ -385,8 +391,9 @@ fn shared_state(
         shared = shared.with_seed(seed);
     }
     if memory.is_none() && cfg.serving_threads > 0 {
-        let threads = crate::serving::ServingThreads::start(cfg.serving_threads, http_client)
-            .map_err(Error::ServingThreads)?;
+        let threads =
+            crate::server::serving::ServingThreads::start(cfg.serving_threads, http_client)
+                .map_err(Error::ServingThreads)?;
         shared.serving = Some(Arc::new(threads));
     }
     shared.memory = memory;
@@ -514,7 +521,9 @@ impl tower::Service<Request<Incoming>> for MiniService {
                 );
                 r
             }
-            (Mini::Debug, &Method::GET, path) => crate::debug::config_dump(&self.shared, path),
+            (Mini::Debug, &Method::GET, path) => {
+                crate::server::debug::config_dump(&self.shared, path)
+            }
             _ => {
                 let mut r = Response::new(full(r#"{"error":"not found"}"#));
                 *r.status_mut() = StatusCode::NOT_FOUND;
@@ -579,7 +588,7 @@ fn spawn_listeners<A: Accept>(
         inference: name == "inference",
     };
     let svc = RouterService::new(Arc::clone(shared));
-    tasks.spawn(crate::listener::serve(
+    tasks.spawn(crate::server::listener::serve(
         trio.inference,
         listener("inference", cfg.drain_timeout),
         cancel.clone(),
@@ -591,7 +600,7 @@ fn spawn_listeners<A: Accept>(
         (trio.debug, "debug", Mini::Debug),
     ] {
         let shared = Arc::clone(shared);
-        tasks.spawn(crate::listener::serve(
+        tasks.spawn(crate::server::listener::serve(
             socket,
             listener(name, Duration::from_secs(15)),
             cancel.clone(),
@@ -618,7 +627,7 @@ impl Sockets {
     /// Binds all of them; [`Error::Bind`] names the address that failed.
     fn bind(cfg: &Config) -> Result<Self> {
         let bind = |addr: SocketAddr| {
-            crate::listener::bind(addr).map_err(|source| Error::Bind {
+            crate::server::listener::bind(addr).map_err(|source| Error::Bind {
                 addr: addr.to_string(),
                 source,
             })

@@ -9,12 +9,12 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use tokio::sync::Semaphore;
 
-use crate::accesslog::AccessLog;
 use crate::discovery::Snapshot;
-use crate::listener::ListenerConfig;
-use crate::metrics::Metrics;
-use crate::overload::OverloadConfig;
 use crate::scrape::HttpClient;
+use crate::server::listener::ListenerConfig;
+use crate::telemetry::accesslog::AccessLog;
+use crate::telemetry::metrics::Metrics;
+use crate::upstream::overload::OverloadConfig;
 
 /// State shared by every request.
 #[derive(Debug)]
@@ -48,7 +48,7 @@ pub struct Shared {
     /// JWT authentication (`None`: off).
     pub(crate) auth: Option<Arc<crate::auth::Authenticator>>,
     /// The client connections all listeners may hold together (from `RLIMIT_NOFILE`).
-    pub(crate) conn_budget: crate::listener::ConnBudget,
+    pub(crate) conn_budget: crate::server::listener::ConnBudget,
     /// The `auth:` section (also read with authentication off: admin calls, forwarding of
     /// the client's `Authorization`).
     pub(crate) auth_cfg: crate::auth::AuthConfig,
@@ -59,7 +59,7 @@ pub struct Shared {
     /// The fairness or session-boost queues (unset when both are off).
     pub(crate) queues: std::sync::OnceLock<Arc<crate::queue::Queues>>,
     /// Per-endpoint in-flight counts shared through Redis (unset without `REDIS_HOST`).
-    pub(crate) in_flight_share: std::sync::OnceLock<Arc<crate::inflight::SharedInFlight>>,
+    pub(crate) in_flight_share: std::sync::OnceLock<Arc<crate::upstream::inflight::SharedInFlight>>,
     /// Cancelled when a listener's `drainTimeout` ran out at shutdown and its remaining
     /// connections are being closed: a response cut then is the router's doing.
     pub(crate) drain_cut: tokio_util::sync::CancellationToken,
@@ -69,8 +69,8 @@ pub struct Shared {
     /// depends on its inputs alone.
     pub(crate) memory: Option<kthena_memnet::MemNet>,
     /// The threads serving the inference listeners' connections (`None`: the runtime that
-    /// started the router serves them), see [`crate::serving`].
-    pub(crate) serving: Option<Arc<crate::serving::ServingThreads>>,
+    /// started the router serves them), see [`crate::server::serving`].
+    pub(crate) serving: Option<Arc<crate::server::serving::ServingThreads>>,
     rng: Mutex<SmallRng>,
 }
 
@@ -104,7 +104,7 @@ impl Shared {
             admission: admission(&OverloadConfig::default()),
             auth: None,
             auth_cfg: crate::auth::AuthConfig::default(),
-            conn_budget: crate::listener::ConnBudget::from_open_files_limit(),
+            conn_budget: crate::server::listener::ConnBudget::from_open_files_limit(),
             rate_limits: crate::ratelimit::RateLimits::default(),
             gateway: Arc::default(),
             queues: std::sync::OnceLock::new(),

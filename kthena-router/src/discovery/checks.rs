@@ -11,9 +11,9 @@ use kthena_api::ModelRoute;
 
 use super::{Server, Snapshot};
 use crate::config::Config;
-use crate::endpoint::Endpoint;
+use crate::discovery::warnings::ConfigWarning;
 use crate::error::{Error, Result};
-use crate::warnings::ConfigWarning;
+use crate::upstream::endpoint::Endpoint;
 
 /// Every warning of a snapshot, in a stable order (routes in table order, then servers and
 /// endpoints by name).

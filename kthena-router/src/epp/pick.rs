@@ -14,9 +14,10 @@ use tower::{Service, ServiceBuilder};
 
 use crate::body::{RespBody, full};
 use crate::error::Error;
+use crate::pipeline::ctx::{Decided, Decision, Parsed, Prefetched, Routed, Scheduled, Tokens};
 use crate::pipeline::{
-    AdmitLayer, BoxFut, BoxHttp, ParseLayer, Parsed, Prefetched, QueueLayer, RateLimitLayer,
-    RouteLayer, Routed, ScheduleLayer, Scheduled, TokenizeLayer, Tokens, ext, stage,
+    AdmitLayer, BoxFut, BoxHttp, Ctx, Inbound, ParseLayer, QueueLayer, RateLimitLayer, RouteLayer,
+    ScheduleLayer, TokenizeLayer, stage,
 };
 use crate::shared::Shared;
 
@@ -36,7 +37,7 @@ pub(super) struct Picked {
 
 /// The picker's stack over `shared`: the router's stages with [`SubsetLayer`] after
 /// admission and [`Decide`] in place of the proxy.
-pub(super) fn stack(shared: &Arc<Shared>) -> BoxHttp<Full<Bytes>> {
+pub(super) fn stack(shared: &Arc<Shared>) -> BoxHttp<Inbound<Full<Bytes>>> {
     let svc = ServiceBuilder::new()
         .layer(ParseLayer::new(Arc::clone(shared)))
         .layer(RouteLayer::new(Arc::clone(shared)))
@@ -54,20 +55,20 @@ stage!(
     /// Keeps only the pool endpoints Envoy's subset hint lists (503 when none is left).
     SubsetLayer,
     SubsetFilter,
-    Request<()>,
+    Request<Ctx<Routed>> => Request<Ctx<Routed>>,
     narrow
 );
 
 async fn narrow<S>(
     _shared: Arc<Shared>,
-    mut req: Request<()>,
+    mut req: Request<Ctx<Routed>>,
     mut inner: S,
 ) -> Result<Response<RespBody>, Error>
 where
-    S: Service<Request<()>, Response = Response<RespBody>, Error = Error>,
+    S: Service<Request<Ctx<Routed>>, Response = Response<RespBody>, Error = Error>,
 {
     if let Some(Subset(allowed)) = req.extensions().get::<Subset>().cloned() {
-        let mut routed = ext::<Routed>(&req, "route match")?;
+        let routed = &mut req.body_mut().at;
         let pool: Vec<_> = routed
             .pool
             .iter()
@@ -80,7 +81,6 @@ where
             });
         }
         routed.pool = Arc::new(pool);
-        req.extensions_mut().insert(routed);
     }
     inner.call(req).await
 }
@@ -89,7 +89,7 @@ where
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Decide;
 
-impl Service<Request<()>> for Decide {
+impl Service<Request<Ctx<Decided>>> for Decide {
     type Response = Response<RespBody>;
     type Error = Error;
     type Future = BoxFut;
@@ -98,25 +98,20 @@ impl Service<Request<()>> for Decide {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Request<()>) -> BoxFut {
-        let picked = (|| {
-            if req
-                .extensions()
-                .get::<crate::pd::pairs::PdScheduled>()
-                .is_some()
-            {
-                return Err(Error::NotPickable {
-                    reason: "a prefill/decode ModelServer needs two upstream requests".into(),
-                });
-            }
-            Ok(Picked {
-                parsed: ext::<Parsed>(&req, "parsed request")?,
-                routed: ext::<Routed>(&req, "route match")?,
-                tokens: ext::<Tokens>(&req, "token ids")?,
-                prefetched: Prefetched::of(&req),
-                sched: ext::<Scheduled>(&req, "scheduling decision")?,
-            })
-        })();
+    fn call(&mut self, req: Request<Ctx<Decided>>) -> BoxFut {
+        let Ctx { parsed, at, .. } = req.into_body();
+        let picked = match at.decision {
+            Decision::Pd(_) => Err(Error::NotPickable {
+                reason: "a prefill/decode ModelServer needs two upstream requests".into(),
+            }),
+            Decision::Ranked(sched) => Ok(Picked {
+                parsed,
+                routed: at.routed,
+                tokens: at.tokens,
+                prefetched: at.prefetched,
+                sched,
+            }),
+        };
         Box::pin(async move {
             let mut resp = Response::new(full(Bytes::new()));
             resp.extensions_mut().insert(picked?);

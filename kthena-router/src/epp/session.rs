@@ -24,11 +24,13 @@ use tower::ServiceExt;
 use super::Picker;
 use super::pick::{Picked, Subset};
 use super::wire::{self, DESTINATION, Head};
-use crate::accounting::{Accounting, SchedDone};
-use crate::endpoint::Endpoint;
 use crate::error::Error;
-use crate::overload::BreakerState;
-use crate::pipeline::{PickOnly, RequestId, is_inference_path, record_breaker, sched_request};
+use crate::pipeline::ctx::{Inbound, Meta, RequestId, sched_request};
+use crate::pipeline::is_inference_path;
+use crate::telemetry::accounting::{Accounting, SchedDone};
+use crate::upstream::endpoint::Endpoint;
+use crate::upstream::overload::BreakerState;
+use crate::upstream::record_breaker;
 
 /// The state of one stream.
 pub(super) struct Session {
@@ -277,19 +279,22 @@ impl Session {
         {
             req.headers_mut().insert(http::header::HOST, v);
         }
+        let mut user = None;
         if let Some(auth) = &shared.auth {
-            let user = auth.authenticate(req.headers()).await?.sub;
-            acct.user(&user);
-            req.extensions_mut()
-                .insert(crate::auth::UserId(user.into()));
+            let sub = auth.authenticate(req.headers()).await?.sub;
+            acct.user(&sub);
+            user = Some(crate::auth::UserId(sub.into()));
         }
-        let ext = req.extensions_mut();
-        ext.insert(acct.clone());
-        ext.insert(RequestId(request_id));
-        ext.insert(PickOnly);
         if let Some(s) = &self.subset {
-            ext.insert(Subset(Arc::clone(s)));
+            req.extensions_mut().insert(Subset(Arc::clone(s)));
         }
+        let meta = Meta {
+            acct: acct.clone(),
+            id: RequestId(request_id),
+            user,
+            pick_only: true,
+        };
+        let req = req.map(|body| Inbound { body, meta });
         let resp = self.picker.stack.clone().oneshot(req).await?;
         resp.extensions()
             .get::<Picked>()

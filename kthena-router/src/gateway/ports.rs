@@ -66,7 +66,7 @@ impl Ports {
                 continue;
             }
             let addr = SocketAddr::new(serving.bind, port);
-            match crate::listener::bind(addr) {
+            match crate::server::listener::bind(addr) {
                 Ok(l) => {
                     tracing::info!(%addr, "Serving a Gateway listener port");
                     let token = cancel.child_token();

@@ -212,7 +212,7 @@ fn attached_routes(gw: &Gateway, l: &Listener, table: &GatewayTable) -> usize {
             table
                 .routes
                 .iter()
-                .filter(|r| super::matcher::attaches(r, c))
+                .filter(|r| crate::routing::http_route::attaches(r, c))
                 .count()
         })
 }

@@ -10,10 +10,10 @@ use kthena_api::gateway::{Gateway, HTTPRoute, HTTPRouteRule, RouteNamespaces};
 use kthena_api::thirdparty::InferencePool;
 use kube::core::{Selector, SelectorExt};
 
-use super::matcher::{
-    AllowedFrom, CompiledListener, CompiledRoute, CompiledRule, PathMatch, Rewrite,
-};
 use super::{GATEWAY_CLASS, INFERENCE_POOL_GROUP};
+use crate::routing::http_route::{
+    AllowedFrom, CompiledHttpRoute, CompiledHttpRule, CompiledListener, PathMatch, Rewrite,
+};
 
 /// An InferencePool: pods of `namespace` carrying every `match_labels` pair, on `port`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,7 +33,7 @@ pub(crate) struct GatewayTable {
     /// then listener order.
     pub(crate) listeners: Vec<CompiledListener>,
     /// HTTPRoutes, oldest first, then `namespace/name`.
-    pub(crate) routes: Vec<CompiledRoute>,
+    pub(crate) routes: Vec<CompiledHttpRoute>,
     /// InferencePools by `namespace/name`.
     pub(crate) pools: HashMap<String, Pool>,
 }
@@ -147,7 +147,7 @@ fn lower_host(h: &str) -> String {
     h.trim_end_matches('.').to_ascii_lowercase()
 }
 
-fn compile_route(r: &HTTPRoute) -> CompiledRoute {
+fn compile_route(r: &HTTPRoute) -> CompiledHttpRoute {
     let (namespace, name) = ns_name(&r.metadata);
     let rules = r
         .spec
@@ -155,7 +155,7 @@ fn compile_route(r: &HTTPRoute) -> CompiledRoute {
         .iter()
         .map(|rule| compile_rule(rule, &namespace))
         .collect();
-    CompiledRoute {
+    CompiledHttpRoute {
         hostnames: r.spec.hostnames.iter().map(|h| lower_host(h)).collect(),
         parents: r.spec.parent_refs.clone(),
         rules,
@@ -164,7 +164,7 @@ fn compile_route(r: &HTTPRoute) -> CompiledRoute {
     }
 }
 
-fn compile_rule(rule: &HTTPRouteRule, namespace: &str) -> CompiledRule {
+fn compile_rule(rule: &HTTPRouteRule, namespace: &str) -> CompiledHttpRule {
     let matches = rule
         .matches
         .iter()
@@ -209,7 +209,7 @@ fn compile_rule(rule: &HTTPRouteRule, namespace: &str) -> CompiledRule {
             Some((format!("{ns}/{}", b.name), w))
         })
         .collect();
-    CompiledRule {
+    CompiledHttpRule {
         matches,
         rewrite,
         backends,

@@ -22,7 +22,7 @@ use tokio_util::task::TaskTracker;
 use super::ports::{Ports, Serving};
 use super::status;
 use super::{DEFAULT_GATEWAY, GATEWAY_CLASS, GatewayApiConfig, GatewayState, GatewayTable};
-use crate::cluster::{REBUILD_DEBOUNCE, reflect};
+use crate::discovery::cluster::{REBUILD_DEBOUNCE, reflect};
 
 /// Where the request side reads the compiled state.
 pub(crate) type StateSlot = Arc<arc_swap::ArcSwapOption<GatewayState>>;

@@ -5,7 +5,7 @@
 //! or a prefill answer a NIXL/Mooncake decode cannot use (not JSON). A 4xx (other than 429)
 //! is the client's fault and goes back as it is. Once the decode answer's headers are
 //! passed on no other pair is tried: a decode failure mid-stream ends the client's stream
-//! with an error ([`crate::proxy::ProxyBody`]). `trafficPolicy.timeout` bounds the prefill
+//! with an error ([`crate::upstream::body::ProxyBody`]). `trafficPolicy.timeout` bounds the prefill
 //! call up to the end of its answer and the decode call up to its response headers (504).
 
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{HeaderMap, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Limited};
 use kthena_sched::LoadGuard;
@@ -24,19 +24,17 @@ use tokio::time::Instant;
 use super::Connector;
 use super::body::{self, Base};
 use super::metrics::{PdMetrics, Phase};
-use super::pairs::PdScheduled;
-use crate::accounting::{Accounting, SchedDone};
 use crate::body::{BoxError, RespBody, full};
-use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::error::error_chain;
-use crate::overload::BreakerState;
-use crate::pipeline::{
-    Parsed, Prefetched, RequestId, Routed, Tokens, ext, sched_request, send_upstream,
-    stream_response, strip_hop_by_hop, upstream_headers,
-};
+use crate::pipeline::ctx::{Meta, Parsed, PdScheduled, Prefetched, Routed, Tokens, sched_request};
 use crate::shared::Shared;
-use crate::upstream::{SendError, UpBody};
+use crate::telemetry::accounting::{Accounting, SchedDone};
+use crate::upstream::endpoint::Endpoint;
+use crate::upstream::{
+    self, Dest, SendError, UpBody, record_breaker, stream_response, strip_hop_by_hop,
+    upstream_headers,
+};
 
 /// Largest prefill answer read (it carries `kv_transfer_params`), bytes.
 const MAX_PREFILL_ANSWER: usize = 16 * 1024 * 1024;
@@ -50,9 +48,26 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 /// [`Error::UpstreamTimeout`] past `trafficPolicy.timeout`.
 pub(crate) async fn forward(
     shared: Arc<Shared>,
-    req: Request<()>,
+    head: &http::request::Parts,
+    meta: &Meta,
+    at: PdRequest,
 ) -> Result<Response<RespBody>, Error> {
-    Plan::new(shared, &req)?.run().await
+    Plan::new(shared, head, meta, at).run().await
+}
+
+/// What the pipeline decided for a P/D request.
+#[derive(Debug)]
+pub(crate) struct PdRequest {
+    /// The parsed body and snapshot.
+    pub(crate) parsed: Parsed,
+    /// The route match.
+    pub(crate) routed: Routed,
+    /// The prompt's token ids.
+    pub(crate) tokens: Tokens,
+    /// The prefetched KV-index lookups.
+    pub(crate) prefetched: Prefetched,
+    /// The pairs to try.
+    pub(crate) sched: PdScheduled,
 }
 
 /// Why one attempt failed: for people, the error answer kept, and whether to stop.
@@ -96,12 +111,15 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(shared: Arc<Shared>, req: &Request<()>) -> Result<Self, Error> {
-        let parsed = ext::<Parsed>(req, "parsed request")?;
-        let routed = ext::<Routed>(req, "route match")?;
-        let sched = ext::<PdScheduled>(req, "prefill/decode decision")?;
-        let request_id = ext::<RequestId>(req, "request id")?;
-        let path = req.uri().path().to_owned();
+    fn new(shared: Arc<Shared>, head: &http::request::Parts, meta: &Meta, at: PdRequest) -> Self {
+        let PdRequest {
+            parsed,
+            routed,
+            tokens,
+            prefetched,
+            sched,
+        } = at;
+        let path = head.uri.path().to_owned();
         let up = routed.upstream_body(&parsed.req, &path);
         let base: Base =
             serde_json::from_slice(&up.bytes).unwrap_or_else(|_| parsed.req.body.clone());
@@ -110,13 +128,11 @@ impl Plan {
             .pd
             .as_ref()
             .map_or(Connector::Http, |l| l.connector);
-        Ok(Self {
-            acct: ext::<Accounting>(req, "accounting")?,
-            tokens: ext::<Tokens>(req, "token ids")?,
-            prefetched: Prefetched::of(req),
-            headers: upstream_headers(req.headers(), &request_id.0),
-            path_and_query: req
-                .uri()
+        Self {
+            acct: meta.acct.clone(),
+            headers: upstream_headers(&head.headers, &meta.id.0),
+            path_and_query: head
+                .uri
                 .path_and_query()
                 .map_or(path.as_str(), |p| p.as_str())
                 .to_owned(),
@@ -124,11 +140,13 @@ impl Plan {
             shared,
             parsed,
             routed,
+            tokens,
+            prefetched,
             sched,
             connector,
             base,
             path,
-        })
+        }
     }
 
     async fn run(self) -> Result<Response<RespBody>, Error> {
@@ -182,7 +200,6 @@ impl Plan {
 
     /// The pair, when both endpoints' circuit breakers let a request through.
     fn pass_breakers(&self, p: usize, d: usize) -> Option<Pair> {
-        let cool_down = self.shared.overload.breaker_cool_down;
         let now = Instant::now();
         let eps = &self.sched.endpoints;
         let both = [&eps[p], &eps[d]];
@@ -190,10 +207,7 @@ impl Plan {
             return None;
         }
         for e in both {
-            if e.breaker().try_pass(now, cool_down) == Some(BreakerState::HalfOpen) {
-                let m = &self.shared.metrics.overload;
-                m.breaker(&e.namespace, &e.name, BreakerState::HalfOpen);
-            }
+            upstream::pass_breaker(&self.shared, e, now);
         }
         Some(Pair {
             prefill: (p, Arc::clone(&eps[p])),
@@ -412,7 +426,11 @@ impl Plan {
     }
 
     async fn send(&self, ep: &Endpoint, body: Bytes) -> Result<Response<UpBody>, SendError> {
-        send_upstream(&self.shared, ep, &self.path_and_query, &self.headers, body).await
+        let dest = Dest::Engine {
+            ep,
+            path_and_query: &self.path_and_query,
+        };
+        upstream::send(&self.shared, dest, &self.headers, body).await
     }
 
     /// The decode answer streamed to the client, holding the decode endpoint's slot.
@@ -438,16 +456,7 @@ impl Plan {
     }
 
     fn breaker_result(&self, ep: &Endpoint, success: bool) {
-        let cfg = &self.shared.overload;
-        if let Some(state) = ep.breaker().record(
-            success,
-            Instant::now(),
-            cfg.breaker_failures,
-            cfg.breaker_cool_down,
-        ) {
-            let m = &self.shared.metrics.overload;
-            m.breaker(&ep.namespace, &ep.name, state);
-        }
+        record_breaker(&self.shared, ep, success);
     }
 }
 

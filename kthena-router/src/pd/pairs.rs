@@ -3,23 +3,10 @@
 
 use std::sync::Arc;
 
-use http::Request;
-use kthena_sched::{Candidate, PdRole};
+use kthena_sched::PdRole;
 
-use crate::endpoint::Endpoint;
 use crate::error::Error;
-use crate::pipeline::{Parsed, Routed, Tokens, ext};
-
-/// The P/D scheduling decision: the candidates and the pairs to try, best first.
-#[derive(Debug, Clone)]
-pub(crate) struct PdScheduled {
-    /// The endpoints of [`PdScheduled::cands`], same order.
-    pub(super) endpoints: Arc<Vec<Arc<Endpoint>>>,
-    /// The scheduler's view of each endpoint, with its role and group.
-    pub(super) cands: Arc<Vec<Candidate>>,
-    /// `(prefill, decode)` indices into `endpoints`, in decode rank order.
-    pub(super) pairs: Arc<Vec<(usize, usize)>>,
-}
+use crate::pipeline::ctx::{Parsed, PdScheduled, Prefetched, Tokenized, sched_request};
 
 /// For a ModelServer with a `pdGroup`, pairs prefill and decode endpoints of the admitted
 /// pool; `None` for other servers.
@@ -27,13 +14,16 @@ pub(crate) struct PdScheduled {
 /// # Errors
 /// [`Error::PdUnavailable`] when no prefill or no decode endpoint is ready, or no decode
 /// endpoint has a prefill endpoint of its group.
-pub(crate) fn schedule(req: &Request<()>) -> Result<Option<PdScheduled>, Error> {
-    let routed = ext::<Routed>(req, "route match")?;
+pub(crate) fn schedule(
+    parsed: &Parsed,
+    at: &Tokenized,
+    prefetched: &Prefetched,
+) -> Result<Option<PdScheduled>, Error> {
+    let routed = &at.routed;
     let Some(layout) = &routed.server.pd else {
         return Ok(None);
     };
-    let Parsed { req: parsed, snap } = ext::<Parsed>(req, "parsed request")?;
-    let tokens = ext::<Tokens>(req, "token ids")?;
+    let Parsed { req: parsed, snap } = parsed;
     let (endpoints, cands): (Vec<_>, Vec<_>) = layout
         .members
         .iter()
@@ -59,9 +49,7 @@ pub(crate) fn schedule(req: &Request<()>) -> Result<Option<PdScheduled>, Error> 
             )));
         }
     }
-    let prefetched = crate::pipeline::Prefetched::of(req);
-    let sreq =
-        crate::pipeline::sched_request(&parsed, &tokens, routed.lora.as_deref(), &prefetched);
+    let sreq = sched_request(parsed, &at.tokens, routed.lora.as_deref(), prefetched);
     let decision = snap
         .scheduler
         .schedule_pd(&sreq, &cands)

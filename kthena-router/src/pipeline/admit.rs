@@ -2,7 +2,7 @@
 //! `overload.maxInFlight` gets 503 with `Retry-After` at once; the route's endpoints are
 //! narrowed to those under `overload.maxInFlightPerEndpoint` whose circuit breaker lets
 //! requests through (503 when none is left). The admission slot is held by the request's
-//! [`Accounting`] until the response body ends.
+//! [`Accounting`](crate::telemetry::accounting::Accounting) until the response body ends.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,8 +11,8 @@ use http::{Request, Response};
 use tokio::time::Instant;
 use tower::Service;
 
-use super::{Routed, ext, stage};
-use crate::accounting::Accounting;
+use super::ctx::{Ctx, Routed};
+use super::stage;
 use crate::body::RespBody;
 use crate::error::Error;
 use crate::shared::Shared;
@@ -21,17 +21,17 @@ stage!(
     /// Sheds load past the in-flight caps and keeps open breakers out of the pool.
     AdmitLayer,
     Admit,
-    Request<()>,
+    Request<Ctx<Routed>> => Request<Ctx<Routed>>,
     run
 );
 
 async fn run<S>(
     shared: Arc<Shared>,
-    mut req: Request<()>,
+    mut req: Request<Ctx<Routed>>,
     mut inner: S,
 ) -> Result<Response<RespBody>, Error>
 where
-    S: Service<Request<()>, Response = Response<RespBody>, Error = Error>,
+    S: Service<Request<Ctx<Routed>>, Response = Response<RespBody>, Error = Error>,
 {
     let cfg = &shared.overload;
     if let Some(sem) = &shared.admission {
@@ -43,13 +43,10 @@ where
                 retry_after: whole_secs(cfg.retry_after),
             });
         };
-        if let Some(a) = req.extensions().get::<Accounting>() {
-            a.admitted(permit);
-        }
+        req.body().meta.acct.admitted(permit);
     }
-    let mut routed = ext::<Routed>(&req, "route match")?;
-    routed.pool = Arc::new(admit_endpoints(&shared, &routed)?);
-    req.extensions_mut().insert(routed);
+    let routed = &mut req.body_mut().at;
+    routed.pool = Arc::new(admit_endpoints(&shared, routed)?);
     inner.call(req).await
 }
 
@@ -57,7 +54,7 @@ where
 pub(super) fn admit_endpoints(
     shared: &Shared,
     routed: &Routed,
-) -> Result<Vec<Arc<crate::endpoint::Endpoint>>, Error> {
+) -> Result<Vec<Arc<crate::upstream::endpoint::Endpoint>>, Error> {
     let cfg = &shared.overload;
     let cap = cfg.max_in_flight_per_endpoint;
     let under_cap: Vec<_> = routed
@@ -104,8 +101,9 @@ mod tests {
     use tower::{Layer, ServiceExt};
 
     use super::*;
-    use crate::overload::OverloadConfig;
     use crate::pipeline::test_util;
+    use crate::telemetry::accounting::Accounting;
+    use crate::upstream::overload::OverloadConfig;
 
     #[tokio::test]
     async fn sheds_past_the_router_cap_until_a_slot_comes_back() {
@@ -114,7 +112,7 @@ mod tests {
             ..OverloadConfig::default()
         };
         let (shared, _) = test_util::shared_with(&["127.0.0.1:1"], cfg);
-        let (_, inner) = test_util::recorder();
+        let (_, inner) = test_util::recorder::<Ctx<Routed>>();
         let svc = AdmitLayer::new(Arc::clone(&shared)).layer(inner);
         let accts: Vec<Accounting> = (0..2).map(|_| test_util::accounting(&shared)).collect();
         for a in &accts {
@@ -147,12 +145,12 @@ mod tests {
             ..OverloadConfig::default()
         };
         let (shared, eps) = test_util::shared_with(&["127.0.0.1:1", "127.0.0.1:2"], cfg);
-        let (seen, inner) = test_util::recorder();
+        let (seen, inner) = test_util::recorder::<Ctx<Routed>>();
         let svc = AdmitLayer::new(Arc::clone(&shared)).layer(inner);
         let busy = eps[0].begin_request(0);
         let req = test_util::routed(&shared, test_util::accounting(&shared)).await;
         svc.clone().oneshot(req).await.unwrap();
-        let pool = seen.lock().unwrap().take().unwrap().routed.unwrap().pool;
+        let pool = seen.lock().unwrap().take().unwrap().at.pool;
         assert_eq!(pool.len(), 1);
         assert_eq!(pool[0].name, eps[1].name);
         // The other one's breaker opens: nothing is left.
@@ -166,7 +164,7 @@ mod tests {
         drop(busy);
         let req = test_util::routed(&shared, test_util::accounting(&shared)).await;
         svc.clone().oneshot(req).await.unwrap();
-        let pool = seen.lock().unwrap().take().unwrap().routed.unwrap().pool;
+        let pool = seen.lock().unwrap().take().unwrap().at.pool;
         assert_eq!(pool.len(), 1);
         assert_eq!(pool[0].name, eps[0].name);
         // Both at the cap.

@@ -7,17 +7,16 @@ use std::sync::Arc;
 use http::Request;
 use kthena_api::ModelServer;
 
-use super::{Parsed, Routed};
-use crate::accounting::Accounting;
+use super::ctx::{Ctx, Parsed, Routed};
 use crate::discovery::{Server, Snapshot};
-use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::gateway::{Pool, PoolChoice};
 use crate::shared::Shared;
+use crate::upstream::endpoint::Endpoint;
 
 /// The request's host: the target's authority (HTTP/2 `:authority`, an absolute-form target),
 /// else the `Host` header.
-pub(super) fn host_of(req: &Request<()>) -> &str {
+pub(super) fn host_of<B>(req: &Request<B>) -> &str {
     // The request target's authority first: HTTP/2's `:authority`, or an HTTP/1.1
     // absolute-form target, whose `Host` header a server must ignore (RFC 9112 section
     // 3.2.2), as a proxy in front of the router does.
@@ -36,7 +35,7 @@ pub(super) fn host_of(req: &Request<()>) -> &str {
 /// of a request no ModelRoute served, else `fallback`.
 pub(super) fn via_gateway(
     shared: &Shared,
-    req: &Request<()>,
+    req: &Request<Ctx<()>>,
     parsed: &Parsed,
     fallback: Error,
 ) -> Result<(Routed, Option<String>), Error> {
@@ -60,14 +59,12 @@ pub(super) fn via_gateway(
     if endpoints.is_empty() {
         return Err(Error::NoReadyEndpoint { server: c.pool_key });
     }
-    if let Some(a) = req.extensions().get::<Accounting>() {
-        a.pool_resolved(
-            &listener.gateway_key(),
-            &c.route,
-            &c.pool_key,
-            &parsed.req.model,
-        );
-    }
+    req.body().meta.acct.pool_resolved(
+        &listener.gateway_key(),
+        &c.route,
+        &c.pool_key,
+        &parsed.req.model,
+    );
     tracing::debug!(gateway = %listener.gateway_key(), http_route = %c.route, inference_pool = %c.pool_key, "Routed by HTTPRoute");
     let server = Arc::new(pool_server(&c, endpoints));
     let pool = crate::lora::candidates(&server, None)?;

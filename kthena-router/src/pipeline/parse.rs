@@ -1,7 +1,7 @@
 //! Parse: the inference paths and method, the bounded body read ([`read_body`]: size, read
-//! timeouts, the shared body budget) and the OpenAI body parse. Leaves [`Parsed`] (body and
-//! routing snapshot) and the body's budget reservation ([`HeldBody`]); the request goes on
-//! without a body.
+//! timeouts, the shared body budget) and the OpenAI body parse. Passes on a
+//! [`Ctx`] with [`Parsed`] (body and routing snapshot) and the body's budget reservation
+//! ([`HeldBody`]) in place of the body.
 
 use std::sync::Arc;
 
@@ -12,12 +12,12 @@ use http::{Method, Request, Response};
 use http_body::Body;
 use tower::{Layer, Service};
 
-use super::{BoxFut, Parsed};
-use crate::accounting::Accounting;
+use super::BoxFut;
+use super::ctx::{Ctx, Inbound, Parsed};
+use crate::body::read::{ReadBody, ReadLimits, read_body};
 use crate::body::{BoxError, HeldBody, RespBody, parse_cost};
 use crate::error::Error;
 use crate::openai::{parse_request_at, prompt_member};
-use crate::request_body::{ReadBody, ReadLimits, read_body};
 use crate::shared::Shared;
 
 /// Reads and parses the body of the inference paths (`POST /v1/chat/completions`,
@@ -51,9 +51,12 @@ pub(crate) struct Parse<S> {
     shared: Arc<Shared>,
 }
 
-impl<S, B> Service<Request<B>> for Parse<S>
+impl<S, B> Service<Request<Inbound<B>>> for Parse<S>
 where
-    S: Service<Request<()>, Response = Response<RespBody>, Error = Error> + Clone + Send + 'static,
+    S: Service<Request<Ctx<()>>, Response = Response<RespBody>, Error = Error>
+        + Clone
+        + Send
+        + 'static,
     S::Future: Send,
     B: Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<BoxError>,
@@ -66,7 +69,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<B>) -> BoxFut {
+    fn call(&mut self, req: Request<Inbound<B>>) -> BoxFut {
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         Box::pin(run(Arc::clone(&self.shared), req, inner))
@@ -75,11 +78,11 @@ where
 
 async fn run<S, B>(
     shared: Arc<Shared>,
-    req: Request<B>,
+    req: Request<Inbound<B>>,
     mut inner: S,
 ) -> Result<Response<RespBody>, Error>
 where
-    S: Service<Request<()>, Response = Response<RespBody>, Error = Error>,
+    S: Service<Request<Ctx<()>>, Response = Response<RespBody>, Error = Error>,
     B: Body<Data = Bytes> + Unpin,
     B::Error: Into<BoxError>,
 {
@@ -102,11 +105,12 @@ where
         total_timeout: shared.listener.body_read_timeout,
         budget: &shared.body_budget,
     };
+    let (parts, Inbound { body, meta }) = req.into_parts();
     let ReadBody {
-        mut parts,
+        parts,
         bytes,
         mut held,
-    } = read_body(req, lim).await?;
+    } = read_body(Request::from_parts(parts, body), lim).await?;
     // The parsed tree of a large body can cost many times its bytes: reserve that too.
     let cost = parse_cost(&bytes);
     if cost > 0 && !shared.body_budget.grow(&mut held, cost) {
@@ -114,18 +118,21 @@ where
             budget: shared.body_budget.limit(),
         });
     }
-    parts.extensions.insert(HeldBody(Arc::new(held)));
+    let held = HeldBody(Arc::new(held));
     let parsed = parse_request_at(bytes, member)?;
     let snap = shared.snapshot.load_full();
-    if let Some(acct) = parts.extensions.get::<Accounting>() {
-        acct.parsed(&parsed, snap.routes.knows(&parsed.model));
-    }
-    let mut req = Request::from_parts(parts, ());
-    req.extensions_mut().insert(Parsed {
+    meta.acct.parsed(&parsed, snap.routes.knows(&parsed.model));
+    let parsed = Parsed {
         req: Arc::new(parsed),
         snap,
-    });
-    inner.call(req).await
+    };
+    let ctx = Ctx {
+        meta,
+        parsed,
+        held,
+        at: (),
+    };
+    inner.call(Request::from_parts(parts, ctx)).await
 }
 
 /// Whether `path` is one of the inference paths this stage parses.
@@ -141,21 +148,21 @@ mod tests {
     use tower::ServiceExt;
 
     use super::*;
-    use crate::pipeline::test_util::{self, Seen};
+    use crate::pipeline::test_util;
 
     #[tokio::test]
     async fn parses_the_body_and_leaves_it_for_the_next_stage() {
         let (shared, _) = test_util::shared(&[]);
-        let (seen, inner) = test_util::recorder();
+        let (seen, inner) = test_util::recorder::<Ctx<()>>();
         let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}"#;
-        let resp = ParseLayer::new(shared)
+        let req = test_util::request(&shared, "/v1/chat/completions", body);
+        let resp = ParseLayer::new(Arc::clone(&shared))
             .layer(inner)
-            .oneshot(test_util::request("/v1/chat/completions", body))
+            .oneshot(req)
             .await
             .unwrap();
         assert_eq!(resp.status(), 200);
-        let Seen { parsed, .. } = seen.lock().unwrap().take().unwrap();
-        let p = parsed.unwrap();
+        let p = seen.lock().unwrap().take().unwrap().parsed;
         assert_eq!(p.req.model, "m");
         assert!(p.req.stream);
     }
@@ -163,8 +170,8 @@ mod tests {
     #[tokio::test]
     async fn rejects_paths_methods_and_bad_bodies_before_the_next_stage() {
         let (shared, _) = test_util::shared(&[]);
-        let (seen, inner) = test_util::recorder();
-        let svc = ParseLayer::new(shared).layer(inner);
+        let (seen, inner) = test_util::recorder::<Ctx<()>>();
+        let svc = ParseLayer::new(Arc::clone(&shared)).layer(inner);
         let cases = [
             ("/v1/embeddings", "{}", "unknown_url"),
             ("/v1/completions", "{", "invalid_json"),
@@ -174,12 +181,12 @@ mod tests {
         for (path, body, code) in cases {
             let e = svc
                 .clone()
-                .oneshot(test_util::request(path, body))
+                .oneshot(test_util::request(&shared, path, body))
                 .await
                 .unwrap_err();
             assert_eq!(e.code(), code, "{path} {body}");
         }
-        let get = test_util::request_with(Method::GET, "/v1/completions", "");
+        let get = test_util::request_with(&shared, Method::GET, "/v1/completions", "");
         let e = svc.clone().oneshot(get).await.unwrap_err();
         assert_eq!(e.code(), "method_not_allowed");
         assert!(seen.lock().unwrap().is_none());

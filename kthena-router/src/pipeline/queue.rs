@@ -4,7 +4,7 @@
 //! request's [`Accounting`] until the response body ends. After a wait the pool is narrowed
 //! again (caps and breakers may have changed meanwhile).
 //!
-//! The user is the JWT `sub` when authentication put a [`UserId`] in the extensions, else
+//! The user is the JWT `sub` when authentication found one ([`UserId`](crate::auth::UserId)), else
 //! the body's `user` field; the session is the `SESSION_BOOST_HEADER` header.
 
 use std::sync::{Arc, Weak};
@@ -12,19 +12,19 @@ use std::sync::{Arc, Weak};
 use http::{Request, Response};
 use tower::Service;
 
-use super::{Parsed, Routed, ext, stage};
-use crate::accounting::Accounting;
-use crate::auth::UserId;
+use super::ctx::{Ctx, Routed};
+use super::stage;
 use crate::body::RespBody;
 use crate::error::Error;
 use crate::queue::{Capacity, QueueConfig, Queues, Waiting};
 use crate::shared::Shared;
+use crate::telemetry::accounting::Accounting;
 
 stage!(
     /// Waits for the request's turn in its model's queue.
     QueueLayer,
     Queue,
-    Request<()>,
+    Request<Ctx<Routed>> => Request<Ctx<Routed>>,
     run
 );
 
@@ -73,21 +73,23 @@ impl Drop for LeftWhileQueued {
 
 async fn run<S>(
     shared: Arc<Shared>,
-    mut req: Request<()>,
+    mut req: Request<Ctx<Routed>>,
     mut inner: S,
 ) -> Result<Response<RespBody>, Error>
 where
-    S: Service<Request<()>, Response = Response<RespBody>, Error = Error>,
+    S: Service<Request<Ctx<Routed>>, Response = Response<RespBody>, Error = Error>,
 {
     let Some(queues) = shared.queues.get() else {
         return inner.call(req).await;
     };
-    let parsed = ext::<Parsed>(&req, "parsed request")?;
+    let ctx = req.body();
+    let parsed = &ctx.parsed;
     let snap = &parsed.snap;
     queues.on_snapshot(snap.generation, |m| snap.routes.knows(m));
-    let user = req
-        .extensions()
-        .get::<UserId>()
+    let user = ctx
+        .meta
+        .user
+        .as_ref()
         .map(|u| Arc::clone(&u.0))
         .or_else(|| parsed.req.user.as_deref().map(Arc::from));
     let session = queues
@@ -101,16 +103,12 @@ where
         user,
         session,
     };
-    let acct = req.extensions().get::<Accounting>().cloned();
-    let mut left = LeftWhileQueued(acct.clone());
+    let acct = ctx.meta.acct.clone();
+    let mut left = LeftWhileQueued(Some(acct.clone()));
     let ticket = queues.wait(who).await;
     left.0 = None;
-    let ticket = ticket?;
-    if let Some(a) = &acct {
-        a.queued(ticket);
-    }
-    let mut routed = ext::<Routed>(&req, "route match")?;
-    routed.pool = Arc::new(super::admit::admit_endpoints(&shared, &routed)?);
-    req.extensions_mut().insert(routed);
+    acct.queued(ticket?);
+    let routed = &mut req.body_mut().at;
+    routed.pool = Arc::new(super::admit::admit_endpoints(&shared, routed)?);
     inner.call(req).await
 }

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use http::{Request, Response};
 use tower::Service;
 
-use super::{Parsed, ext, stage};
-use crate::accounting::Accounting;
+use super::ctx::{Ctx, Meta, Parsed, Routed};
+use super::stage;
 use crate::body::RespBody;
 use crate::error::Error;
 use crate::openai::estimate_tokens;
@@ -22,30 +22,35 @@ stage!(
     /// Admits requests within their route's token rate limit.
     RateLimitLayer,
     RateLimit,
-    Request<()>,
+    Request<Ctx<Routed>> => Request<Ctx<Routed>>,
     run
 );
 
 async fn run<S>(
     shared: Arc<Shared>,
-    req: Request<()>,
+    req: Request<Ctx<Routed>>,
     mut inner: S,
 ) -> Result<Response<RespBody>, Error>
 where
-    S: Service<Request<()>, Response = Response<RespBody>, Error = Error>,
+    S: Service<Request<Ctx<Routed>>, Response = Response<RespBody>, Error = Error>,
 {
-    admit(&shared, &req).await?;
+    let ctx = req.body();
+    admit(&shared, &ctx.meta, &ctx.parsed, req.uri().path()).await?;
     inner.call(req).await
 }
 
-/// Admits `req` by its model's token rate limit (when its route has one) and arranges for
+/// Admits a request for `path` by its model's token rate limit (when its route has one) and arranges for
 /// the answer's output tokens to be charged; the route stage calls it directly for
 /// ExternalModelProvider targets, which leave the pipeline before this stage.
 ///
 /// # Errors
 /// [`Error::RateLimited`] (429).
-pub(super) async fn admit(shared: &Shared, req: &Request<()>) -> Result<(), Error> {
-    let parsed = ext::<Parsed>(req, "parsed request")?;
+pub(super) async fn admit(
+    shared: &Shared,
+    meta: &Meta,
+    parsed: &Parsed,
+    path: &str,
+) -> Result<(), Error> {
     let model = &parsed.req.model;
     let snap = &parsed.snap;
     let limits = &shared.rate_limits;
@@ -58,10 +63,7 @@ pub(super) async fn admit(shared: &Shared, req: &Request<()>) -> Result<(), Erro
         Ok(r) => r,
         Err(e) => {
             if let Error::RateLimited { kind, .. } | Error::RateLimitTooLarge { kind, .. } = &e {
-                shared
-                    .metrics
-                    .rate_limit
-                    .exceeded(model, kind, req.uri().path());
+                shared.metrics.rate_limit.exceeded(model, kind, path);
             }
             return Err(e);
         }
@@ -73,11 +75,7 @@ pub(super) async fn admit(shared: &Shared, req: &Request<()>) -> Result<(), Erro
             reserved,
             used: 0,
         };
-        match req.extensions().get::<Accounting>() {
-            Some(acct) => acct.on_output_tokens(Box::new(move |n| r.used(n))),
-            // Nothing will report the answer: the reservation stays taken.
-            None => r.reserved = 0,
-        }
+        meta.acct.on_output_tokens(Box::new(move |n| r.used(n)));
     }
     Ok(())
 }
@@ -123,6 +121,7 @@ mod tests {
 
     use super::*;
     use crate::pipeline::test_util;
+    use crate::telemetry::accounting::Accounting;
 
     /// Shared state whose model `m` has `rate_limit` (JSON).
     fn limited(rate_limit: &str) -> Arc<Shared> {
@@ -145,27 +144,29 @@ mod tests {
         shared
     }
 
-    fn request(shared: &Shared, acct: &Accounting, prompt: &str) -> Request<()> {
+    async fn request(
+        shared: &Arc<Shared>,
+        acct: &Accounting,
+        prompt: &str,
+    ) -> Request<Ctx<Routed>> {
         let body = serde_json::json!({"model": "m", "prompt": prompt}).to_string();
-        let mut req = test_util::parsed(shared, "/v1/completions", &body);
-        req.extensions_mut().insert(acct.clone());
-        req
+        test_util::routed_with(shared, &body, acct.clone()).await
     }
 
     #[tokio::test(start_paused = true)]
     async fn refuses_past_the_input_limit_until_tokens_refill() {
         let shared = limited(r#"{"inputTokensPerUnit": 4, "unit": "second"}"#);
-        let (_, inner) = test_util::recorder();
+        let (_, inner) = test_util::recorder::<Ctx<Routed>>();
         let svc = RateLimitLayer::new(Arc::clone(&shared)).layer(inner);
         let acct = test_util::accounting(&shared);
         // 12 characters: 3 tokens of 4.
         svc.clone()
-            .oneshot(request(&shared, &acct, "abcdefghijkl"))
+            .oneshot(request(&shared, &acct, "abcdefghijkl").await)
             .await
             .unwrap();
         let e = svc
             .clone()
-            .oneshot(request(&shared, &acct, "abcdefgh"))
+            .oneshot(request(&shared, &acct, "abcdefgh").await)
             .await
             .unwrap_err();
         assert_eq!(
@@ -174,7 +175,7 @@ mod tests {
         );
         assert_eq!(e.retry_after(), Some(Duration::from_secs(1)));
         tokio::time::advance(Duration::from_millis(250)).await;
-        svc.oneshot(request(&shared, &acct, "abcdefgh"))
+        svc.oneshot(request(&shared, &acct, "abcdefgh").await)
             .await
             .unwrap();
         let text = shared.metrics.encode();
@@ -185,18 +186,18 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn charges_the_answers_output_tokens() {
         let shared = limited(r#"{"outputTokensPerUnit": 10, "unit": "minute"}"#);
-        let (_, inner) = test_util::recorder();
+        let (_, inner) = test_util::recorder::<Ctx<Routed>>();
         let svc = RateLimitLayer::new(Arc::clone(&shared)).layer(inner);
         let first = test_util::accounting(&shared);
         svc.clone()
-            .oneshot(request(&shared, &first, "hi"))
+            .oneshot(request(&shared, &first, "hi").await)
             .await
             .unwrap();
         // No max_tokens: the whole limit of 10 is reserved; the answer ends with 12
         // completion tokens: 2 in debt.
         first.finish(200, None, "", 12);
         let e = svc
-            .oneshot(request(&shared, &test_util::accounting(&shared), "hi"))
+            .oneshot(request(&shared, &test_util::accounting(&shared), "hi").await)
             .await
             .unwrap_err();
         assert_eq!(e.to_string(), "output token rate limit exceeded");
@@ -204,28 +205,30 @@ mod tests {
         assert_eq!(e.retry_after(), Some(Duration::from_secs(72)));
     }
 
-    fn with_max_tokens(shared: &Shared, acct: &Accounting, max_tokens: u64) -> Request<()> {
+    async fn with_max_tokens(
+        shared: &Arc<Shared>,
+        acct: &Accounting,
+        max_tokens: u64,
+    ) -> Request<Ctx<Routed>> {
         let body = serde_json::json!({"model": "m", "prompt": "hi", "max_tokens": max_tokens});
-        let mut req = test_util::parsed(shared, "/v1/completions", &body.to_string());
-        req.extensions_mut().insert(acct.clone());
-        req
+        test_util::routed_with(shared, &body.to_string(), acct.clone()).await
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_request_that_fails_gives_its_whole_reservation_back() {
         let shared = limited(r#"{"outputTokensPerUnit": 10, "unit": "hour"}"#);
-        let (_, inner) = test_util::recorder();
+        let (_, inner) = test_util::recorder::<Ctx<Routed>>();
         let svc = RateLimitLayer::new(Arc::clone(&shared)).layer(inner);
         let first = test_util::accounting(&shared);
         svc.clone()
-            .oneshot(with_max_tokens(&shared, &first, 8))
+            .oneshot(with_max_tokens(&shared, &first, 8).await)
             .await
             .unwrap();
         // 2 left: a request for 3 is refused.
         let other = test_util::accounting(&shared);
         let e = svc
             .clone()
-            .oneshot(with_max_tokens(&shared, &other, 3))
+            .oneshot(with_max_tokens(&shared, &other, 3).await)
             .await
             .unwrap_err();
         assert_eq!(e.to_string(), "output token rate limit exceeded");
@@ -233,7 +236,7 @@ mod tests {
         first.failed(&Error::QueueClientDisconnected);
         first.settle();
         let third = test_util::accounting(&shared);
-        svc.oneshot(with_max_tokens(&shared, &third, 10))
+        svc.oneshot(with_max_tokens(&shared, &third, 10).await)
             .await
             .unwrap();
     }

@@ -6,49 +6,45 @@ use std::sync::Arc;
 use http::{Request, Response};
 use tower::Service;
 
-use super::{Parsed, Routed, ext, stage};
-use crate::accounting::Accounting;
+use super::ctx::{Ctx, Parsed, Routed};
+use super::stage;
 use crate::body::RespBody;
 use crate::error::Error;
 use crate::gateway::{CompiledListener, ListenerPort};
-use crate::route::{MatchError, TargetRef};
+use crate::routing::{MatchError, TargetRef};
 use crate::shared::Shared;
 
 stage!(
     /// Matches the request to a ModelRoute and ModelServer.
     RouteLayer,
     Route,
-    Request<()>,
+    Request<Ctx<()>> => Request<Ctx<Routed>>,
     run
 );
 
 async fn run<S>(
     shared: Arc<Shared>,
-    mut req: Request<()>,
+    mut req: Request<Ctx<()>>,
     mut inner: S,
 ) -> Result<Response<RespBody>, Error>
 where
-    S: Service<Request<()>, Response = Response<RespBody>, Error = Error>,
+    S: Service<Request<Ctx<Routed>>, Response = Response<RespBody>, Error = Error>,
 {
     let (target, rewritten) = resolve(&shared, &req)?;
     if let Some(path) = rewritten {
         set_path(&mut req, &path);
     }
     match target {
-        Target::Server(routed) => {
-            req.extensions_mut().insert(routed);
-            inner.call(req).await
-        }
+        Target::Server(routed) => inner.call(req.map(|c| c.with(routed))).await,
         // The endpoint picker names endpoints of ModelServers only.
-        Target::Provider(p) if req.extensions().get::<super::PickOnly>().is_some() => {
-            Err(Error::NotPickable {
-                reason: format!("its route goes to the external provider {}", p.key),
-            })
-        }
+        Target::Provider(p) if req.body().meta.pick_only => Err(Error::NotPickable {
+            reason: format!("its route goes to the external provider {}", p.key),
+        }),
         // An external provider: the route's token rate limit applies; there are no
         // endpoints to admit, tokenize for or schedule.
         Target::Provider(p) => {
-            super::ratelimit::admit(&shared, &req).await?;
+            let ctx = req.body();
+            super::ratelimit::admit(&shared, &ctx.meta, &ctx.parsed, req.uri().path()).await?;
             crate::provider::forward::forward(shared, req, p).await
         }
     }
@@ -63,7 +59,7 @@ enum Target {
 }
 
 /// Replaces the request path (an HTTPRoute `URLRewrite`), keeping the query.
-fn set_path(req: &mut Request<()>, path: &str) {
+fn set_path<B>(req: &mut Request<B>, path: &str) {
     let pq = match req.uri().query() {
         Some(q) => format!("{path}?{q}"),
         None => path.to_owned(),
@@ -78,8 +74,8 @@ fn set_path(req: &mut Request<()>, path: &str) {
 /// The target, and the upstream path when an HTTPRoute rewrote it. In Gateway API mode
 /// the request's listener must exist; a request no ModelRoute serves may go through an
 /// HTTPRoute to an InferencePool.
-fn resolve(shared: &Shared, req: &Request<()>) -> Result<(Target, Option<String>), Error> {
-    let p = ext::<Parsed>(req, "parsed request")?;
+fn resolve(shared: &Shared, req: &Request<Ctx<()>>) -> Result<(Target, Option<String>), Error> {
+    let p = &req.body().parsed;
     let gw = shared.gateway.load_full();
     let listener = match &gw {
         Some(gw) => Some(crate::gateway::listener_for(
@@ -89,14 +85,14 @@ fn resolve(shared: &Shared, req: &Request<()>) -> Result<(Target, Option<String>
         )?),
         None => None,
     };
-    match resolve_model_route(shared, req, &p, listener) {
+    match resolve_model_route(shared, req, p, listener) {
         Ok(t) => Ok((t, None)),
         Err(
             e @ (Error::ModelNotFound { .. }
             | Error::NoRuleMatched { .. }
             | Error::RouteNotAttached { .. }),
         ) => {
-            let (routed, path) = super::gateway::via_gateway(shared, req, &p, e)?;
+            let (routed, path) = super::gateway::via_gateway(shared, req, p, e)?;
             Ok((Target::Server(routed), path))
         }
         Err(e) => Err(e),
@@ -107,13 +103,13 @@ fn resolve(shared: &Shared, req: &Request<()>) -> Result<(Target, Option<String>
 /// (`parentRefs`, [`crate::gateway::model_route_serves`]).
 fn resolve_model_route(
     shared: &Shared,
-    req: &Request<()>,
+    req: &Request<Ctx<()>>,
     p: &Parsed,
     listener: Option<&CompiledListener>,
 ) -> Result<Target, Error> {
     let Parsed { req: parsed, snap } = p;
-    let acct = req.extensions().get::<Accounting>();
-    let serves = |r: &crate::route::CompiledRoute| {
+    let acct = &req.body().meta.acct;
+    let serves = |r: &crate::routing::model_route::CompiledRoute| {
         crate::gateway::model_route_serves(&r.namespace, &r.parent_refs, listener)
     };
     let m = {
@@ -144,9 +140,7 @@ fn resolve_model_route(
         },
     })?;
     let route_key = m.route.key();
-    if let Some(a) = acct {
-        a.route_matched(&route_key);
-    }
+    acct.route_matched(&route_key);
     let server_name = match &m.target {
         TargetRef::ModelServer(s) => s.clone(),
         TargetRef::ExternalProvider(p) => {
@@ -158,9 +152,7 @@ fn resolve_model_route(
                 .model
                 .clone()
                 .unwrap_or_else(|| parsed.model.clone());
-            if let Some(a) = acct {
-                a.provider_resolved(&route_key, &key, &upstream);
-            }
+            acct.provider_resolved(&route_key, &key, &upstream);
             return Ok(Target::Provider(provider));
         }
     };
@@ -173,9 +165,7 @@ fn resolve_model_route(
     } else {
         server.model.clone().unwrap_or_else(|| parsed.model.clone())
     };
-    if let Some(a) = acct {
-        a.server_resolved(&route_key, &server.key, &upstream_model);
-    }
+    acct.server_resolved(&route_key, &server.key, &upstream_model);
     // LoRA requests only go to endpoints that list the adapter; base requests to all.
     let lora = m.is_lora.then(|| parsed.model.clone());
     let pool = crate::lora::candidates(&server, lora.as_deref())?;
@@ -197,11 +187,11 @@ mod tests {
     #[tokio::test]
     async fn matches_the_route_and_resolves_the_server() {
         let (shared, _) = test_util::shared(&["127.0.0.1:1", "127.0.0.1:2"]);
-        let (seen, inner) = test_util::recorder();
+        let (seen, inner) = test_util::recorder::<Ctx<Routed>>();
         let svc = RouteLayer::new(Arc::clone(&shared)).layer(inner);
         let req = test_util::parsed(&shared, "/v1/completions", r#"{"model":"m","prompt":"x"}"#);
         svc.clone().oneshot(req).await.unwrap();
-        let routed = seen.lock().unwrap().take().unwrap().routed.unwrap();
+        let routed = seen.lock().unwrap().take().unwrap().at;
         assert_eq!(routed.server.key, "default/ms");
         assert_eq!(routed.upstream_model, "served-m");
         assert_eq!(routed.lora, None);
@@ -218,18 +208,5 @@ mod tests {
             "{e}"
         );
         assert!(seen.lock().unwrap().is_none());
-    }
-
-    #[tokio::test]
-    async fn without_a_parsed_request_it_is_a_wiring_error() {
-        let (shared, _) = test_util::shared(&[]);
-        let (_, inner) = test_util::recorder();
-        let e = RouteLayer::new(shared)
-            .layer(inner)
-            .oneshot(Request::new(()))
-            .await
-            .unwrap_err();
-        assert_eq!(e.status(), 500);
-        assert!(matches!(e, Error::PipelineMissing { .. }));
     }
 }

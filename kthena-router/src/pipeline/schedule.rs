@@ -1,86 +1,69 @@
-//! Schedule: `kthena-sched` ranks the admitted endpoints. Leaves [`Scheduled`].
+//! Schedule: `kthena-sched` ranks the admitted endpoints (or, for a `pdGroup` ModelServer,
+//! pairs prefill and decode endpoints, `pd::pairs`). Passes on [`Decided`].
 
 use std::sync::Arc;
 
 use http::{Request, Response};
-use kthena_sched::{Candidate, Request as SchedRequest};
+use kthena_sched::Candidate;
 use tower::Service;
 
-use super::{Parsed, Prefetched, Routed, Scheduled, Tokens, ext, stage};
+use super::ctx::{Ctx, Decided, Decision, Parsed, Prefetched, Scheduled, Tokenized, sched_request};
+use super::stage;
 use crate::body::RespBody;
 use crate::error::Error;
-use crate::openai::ParsedRequest;
 use crate::shared::Shared;
 
 stage!(
     /// Ranks the candidate endpoints.
     ScheduleLayer,
     Schedule,
-    Request<()>,
+    Request<Ctx<Tokenized>> => Request<Ctx<Decided>>,
     run
 );
 
-/// The scheduler's view of a request: model, prompt, token ids, LoRA adapter, session, and
-/// the prefetched KV-index lookups.
-pub(crate) fn sched_request<'a>(
-    parsed: &'a ParsedRequest,
-    tokens: &'a Tokens,
-    lora: Option<&'a str>,
-    prefetched: &'a Prefetched,
-) -> SchedRequest<'a> {
-    let mut sreq = SchedRequest::new(&parsed.model).with_prompt(&parsed.prompt_text);
-    if let Some(p) = &prefetched.0 {
-        sreq = sreq.with_prefetch(p);
-    }
-    if let Some(t) = &tokens.0 {
-        sreq = sreq.with_token_ids(t);
-    }
-    if let Some(l) = lora {
-        sreq = sreq.with_lora(l);
-    }
-    if let Some(u) = &parsed.user {
-        sreq = sreq.with_session(u);
-    }
-    sreq
-}
-
 async fn run<S>(
     shared: Arc<Shared>,
-    mut req: Request<()>,
+    req: Request<Ctx<Tokenized>>,
     mut inner: S,
 ) -> Result<Response<RespBody>, Error>
 where
-    S: Service<Request<()>, Response = Response<RespBody>, Error = Error>,
+    S: Service<Request<Ctx<Decided>>, Response = Response<RespBody>, Error = Error>,
 {
-    if let Some(s) = shared.in_flight_share.get()
-        && let Some(p) = req.extensions().get::<Parsed>()
-    {
-        s.sync(&p.snap.endpoints).await;
+    let ctx = req.body();
+    if let Some(s) = shared.in_flight_share.get() {
+        s.sync(&ctx.parsed.snap.endpoints).await;
     }
-    let prefetched = prefetch(&shared, &req).await?;
-    req.extensions_mut().insert(prefetched);
-    if let Some(pd) = crate::pd::pairs::schedule(&req)? {
+    let prefetched = prefetch(&shared, &ctx.parsed, &ctx.at).await;
+    let decision = match crate::pd::pairs::schedule(&ctx.parsed, &ctx.at, &prefetched)? {
         // A `pdGroup` server: prefill/decode pairs instead of one ranking.
-        req.extensions_mut().insert(pd);
-    } else {
-        let scheduled = schedule(&shared, &req)?;
-        req.extensions_mut().insert(scheduled);
-    }
+        Some(pd) => Decision::Pd(pd),
+        None => Decision::Ranked(schedule(&shared, &ctx.parsed, &ctx.at, &prefetched)?),
+    };
+    let req = req.map(|c| Ctx {
+        meta: c.meta,
+        parsed: c.parsed,
+        held: c.held,
+        at: Decided {
+            routed: c.at.routed,
+            tokens: c.at.tokens,
+            prefetched,
+            decision,
+        },
+    });
     inner.call(req).await
 }
 
 /// Answers the KV-index lookups of a remote index (Redis) on the blocking pool (inline on the
 /// in-memory network, `Shared::blocking`), so that scheduling itself never waits on I/O
 /// ([`kthena_sched::Scheduler::prepare`]).
-async fn prefetch(shared: &Shared, req: &Request<()>) -> Result<Prefetched, Error> {
-    let Parsed { req: parsed, snap } = ext::<Parsed>(req, "parsed request")?;
-    let routed = ext::<Routed>(req, "route match")?;
-    let tokens = ext::<Tokens>(req, "token ids")?;
+async fn prefetch(shared: &Shared, parsed: &Parsed, at: &Tokenized) -> Prefetched {
+    let Parsed { req: parsed, snap } = parsed;
+    let routed = &at.routed;
     let none = Prefetched::default();
-    let sreq = sched_request(&parsed, &tokens, routed.lora.as_deref(), &none);
+    let sreq = sched_request(parsed, &at.tokens, routed.lora.as_deref(), &none);
     let (Some(mut p), Some(index)) = (snap.scheduler.prepare(&sreq), snap.scheduler.kv_index())
     else {
-        return Ok(none);
+        return none;
     };
     let index = Arc::clone(index);
     let cands: Vec<Candidate> = routed.pool.iter().map(|e| e.candidate()).collect();
@@ -92,16 +75,19 @@ async fn prefetch(shared: &Shared, req: &Request<()>) -> Result<Prefetched, Erro
         })
         .await;
     // A lookup task that panicked: schedule without the prefetch (plugins ask the index).
-    Ok(Prefetched(answered.map(Arc::new)))
+    Prefetched(answered.map(Arc::new))
 }
 
-fn schedule(shared: &Shared, req: &Request<()>) -> Result<Scheduled, Error> {
-    let Parsed { req: parsed, snap } = ext::<Parsed>(req, "parsed request")?;
-    let routed = ext::<Routed>(req, "route match")?;
-    let tokens = ext::<Tokens>(req, "token ids")?;
-    let prefetched = Prefetched::of(req);
+fn schedule(
+    shared: &Shared,
+    parsed: &Parsed,
+    at: &Tokenized,
+    prefetched: &Prefetched,
+) -> Result<Scheduled, Error> {
+    let Parsed { req: parsed, snap } = parsed;
+    let routed = &at.routed;
     let cands: Vec<Candidate> = routed.pool.iter().map(|e| e.candidate()).collect();
-    let sreq = sched_request(&parsed, &tokens, routed.lora.as_deref(), &prefetched);
+    let sreq = sched_request(parsed, &at.tokens, routed.lora.as_deref(), prefetched);
     let decision = snap
         .scheduler
         .schedule(&sreq, &cands)
@@ -109,7 +95,7 @@ fn schedule(shared: &Shared, req: &Request<()>) -> Result<Scheduled, Error> {
             server: routed.server.key.clone(),
             reason: e.to_string(),
         })?;
-    let model: crate::metrics::LabelValue = Arc::from(parsed.model.as_str());
+    let model: crate::telemetry::metrics::LabelValue = Arc::from(parsed.model.as_str());
     let metrics = &shared.metrics;
     metrics
         .plugins
@@ -128,22 +114,31 @@ mod tests {
     use tower::{Layer, ServiceExt};
 
     use super::*;
+    use crate::pipeline::ctx::Tokens;
     use crate::pipeline::test_util;
 
     #[tokio::test]
     async fn ranks_every_admitted_endpoint() {
         let (shared, _) = test_util::shared(&["127.0.0.1:1", "127.0.0.1:2"]);
-        let (seen, inner) = test_util::recorder();
-        let mut req = test_util::routed(&shared, test_util::accounting(&shared)).await;
-        req.extensions_mut().insert(Tokens(None));
+        let (seen, inner) = test_util::recorder::<Ctx<Decided>>();
+        let req = test_util::routed(&shared, test_util::accounting(&shared)).await;
+        let req = req.map(|c| {
+            let routed = c.at.clone();
+            c.with(Tokenized {
+                routed,
+                tokens: Tokens(None),
+            })
+        });
         ScheduleLayer::new(Arc::clone(&shared))
             .layer(inner)
             .oneshot(req)
             .await
             .unwrap();
-        let seen = seen.lock().unwrap().take().unwrap();
-        assert!(seen.tokens.is_some_and(|t| t.0.is_none()));
-        let s = seen.scheduled.unwrap();
+        let seen = seen.lock().unwrap().take().unwrap().at;
+        assert!(seen.tokens.0.is_none());
+        let Decision::Ranked(s) = seen.decision else {
+            panic!("not a ranking")
+        };
         assert_eq!(s.cands.len(), 2);
         let mut ranked = s.ranked.to_vec();
         ranked.sort_unstable();

@@ -10,26 +10,18 @@ use http::{Method, Request, Response};
 use http_body_util::Full;
 use tower::{Layer, ServiceExt};
 
-use super::{Parsed, RequestId, RouteLayer, Routed, Scheduled, Tokens};
-use crate::accesslog::{AccessLog, Entry};
-use crate::accounting::Accounting;
-use crate::body::{RespBody, full};
+use super::RouteLayer;
+use super::ctx::{Ctx, Inbound, Meta, Parsed, RequestId, Routed};
+use crate::body::{HeldBody, RespBody, full};
 use crate::config::{AccessLogConfig, Config, EndpointConfig};
-use crate::endpoint::Endpoint;
 use crate::error::Error;
-use crate::metrics::Metrics;
 use crate::openai::{parse_request_at, prompt_member};
-use crate::overload::OverloadConfig;
 use crate::shared::Shared;
-
-/// What the recording service saw.
-#[derive(Debug, Default)]
-pub(crate) struct Seen {
-    pub(crate) parsed: Option<Parsed>,
-    pub(crate) routed: Option<Routed>,
-    pub(crate) tokens: Option<Tokens>,
-    pub(crate) scheduled: Option<Scheduled>,
-}
+use crate::telemetry::accesslog::{AccessLog, Entry};
+use crate::telemetry::accounting::Accounting;
+use crate::telemetry::metrics::Metrics;
+use crate::upstream::endpoint::Endpoint;
+use crate::upstream::overload::OverloadConfig;
 
 /// Shared state with default overload settings and endpoints `e0..` at `addrs`.
 pub(crate) fn shared(addrs: &[&str]) -> (Arc<Shared>, Vec<Arc<Endpoint>>) {
@@ -97,70 +89,101 @@ pub(crate) fn accounting(shared: &Shared) -> Accounting {
     )
 }
 
-/// A recording inner service that answers 200 with an empty body.
+/// A recording inner service that answers 200 with an empty body and keeps the state of
+/// the request it saw.
 #[allow(clippy::type_complexity, reason = "test helper")]
-pub(crate) fn recorder() -> (
-    Arc<Mutex<Option<Seen>>>,
-    impl tower::Service<Request<()>, Response = Response<RespBody>, Error = Error, Future = impl Send>
+pub(crate) fn recorder<T: Send + 'static>() -> (
+    Arc<Mutex<Option<T>>>,
+    impl tower::Service<Request<T>, Response = Response<RespBody>, Error = Error, Future = impl Send>
     + Clone
     + Send
     + 'static,
 ) {
     let seen = Arc::new(Mutex::new(None));
     let s2 = Arc::clone(&seen);
-    let svc = tower::service_fn(move |req: Request<()>| {
-        let x = req.extensions();
-        *s2.lock().unwrap() = Some(Seen {
-            parsed: x.get().cloned(),
-            routed: x.get().cloned(),
-            tokens: x.get().cloned(),
-            scheduled: x.get().cloned(),
-        });
+    let svc = tower::service_fn(move |req: Request<T>| {
+        *s2.lock().unwrap() = Some(req.into_body());
         async { Ok::<_, Error>(Response::new(full(""))) }
     });
     (seen, svc)
 }
 
-/// `POST path` with `body`.
-pub(crate) fn request(path: &str, body: &str) -> Request<Full<Bytes>> {
-    request_with(Method::POST, path, body)
+/// What the front service knows of a test request, with `acct`.
+pub(crate) fn meta(acct: Accounting) -> Meta {
+    Meta {
+        acct,
+        id: RequestId("test".into()),
+        user: None,
+        pick_only: false,
+    }
 }
 
-/// `method path` with `body`.
-pub(crate) fn request_with(method: Method, path: &str, body: &str) -> Request<Full<Bytes>> {
+/// `POST path` with `body`, as the front service hands it to the stack.
+pub(crate) fn request(shared: &Shared, path: &str, body: &str) -> Request<Inbound<Full<Bytes>>> {
+    request_with(shared, Method::POST, path, body)
+}
+
+/// `method path` with `body`, as the front service hands it to the stack.
+pub(crate) fn request_with(
+    shared: &Shared,
+    method: Method,
+    path: &str,
+    body: &str,
+) -> Request<Inbound<Full<Bytes>>> {
+    let inbound = Inbound {
+        body: Full::new(Bytes::from(body.to_owned())),
+        meta: meta(accounting(shared)),
+    };
     Request::builder()
         .method(method)
         .uri(path)
-        .body(Full::new(Bytes::from(body.to_owned())))
+        .body(inbound)
         .unwrap()
 }
 
-/// A body-less request as the parse stage leaves it.
-pub(crate) fn parsed(shared: &Shared, path: &str, body: &str) -> Request<()> {
-    let mut req = Request::builder().uri(path).body(()).unwrap();
-    req.extensions_mut().insert(Parsed {
+/// A request as the parse stage leaves it, carrying `acct`.
+pub(crate) fn parsed_with(
+    shared: &Shared,
+    path: &str,
+    body: &str,
+    acct: Accounting,
+) -> Request<Ctx<()>> {
+    let parsed = Parsed {
         req: Arc::new(parse_request_at(Bytes::from(body.to_owned()), prompt_member(path)).unwrap()),
         snap: shared.snapshot.load_full(),
-    });
-    req.extensions_mut().insert(RequestId("test".into()));
-    req
+    };
+    let ctx = Ctx {
+        meta: meta(acct),
+        parsed,
+        held: HeldBody(Arc::new(shared.body_budget.reservation())),
+        at: (),
+    };
+    Request::builder().uri(path).body(ctx).unwrap()
+}
+
+/// A request as the parse stage leaves it.
+pub(crate) fn parsed(shared: &Shared, path: &str, body: &str) -> Request<Ctx<()>> {
+    parsed_with(shared, path, body, accounting(shared))
 }
 
 /// A request for model `m` as the route stage leaves it, carrying `acct`.
-pub(crate) async fn routed(shared: &Arc<Shared>, acct: Accounting) -> Request<()> {
-    let mut req = parsed(shared, "/v1/completions", r#"{"model":"m","prompt":"hi"}"#);
-    let (seen, inner) = recorder();
+pub(crate) async fn routed(shared: &Arc<Shared>, acct: Accounting) -> Request<Ctx<Routed>> {
+    routed_with(shared, r#"{"model":"m","prompt":"hi"}"#, acct).await
+}
+
+/// A `/v1/completions` request with `body` as the route stage leaves it, carrying `acct`.
+pub(crate) async fn routed_with(
+    shared: &Arc<Shared>,
+    body: &str,
+    acct: Accounting,
+) -> Request<Ctx<Routed>> {
+    let (seen, inner) = recorder::<Ctx<Routed>>();
     RouteLayer::new(Arc::clone(shared))
         .layer(inner)
-        .oneshot(parsed(
-            shared,
-            "/v1/completions",
-            r#"{"model":"m","prompt":"hi"}"#,
-        ))
+        .oneshot(parsed(shared, "/v1/completions", body))
         .await
         .unwrap();
-    let routed = seen.lock().unwrap().take().unwrap().routed.unwrap();
-    req.extensions_mut().insert(routed);
-    req.extensions_mut().insert(acct);
-    req
+    let routed = seen.lock().unwrap().take().unwrap().at;
+    let req = parsed_with(shared, "/v1/completions", body, acct);
+    req.map(|c| c.with(routed))
 }

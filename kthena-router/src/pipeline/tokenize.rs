@@ -1,13 +1,13 @@
 //! Tokenize: the prompt's token ids, when a scheduler plugin needs them (KV-cache-aware
-//! routing, prefill estimates). Leaves [`Tokens`].
+//! routing, prefill estimates). Passes on [`Tokenized`].
 
 use std::sync::Arc;
 
 use http::{Request, Response};
 use tower::Service;
 
-use super::{Parsed, Routed, Tokens, ext, stage};
-use crate::accounting::Accounting;
+use super::ctx::{Ctx, Parsed, Routed, Tokenized, Tokens};
+use super::stage;
 use crate::body::RespBody;
 use crate::error::Error;
 use crate::kv_cache::TokenizeFor;
@@ -17,21 +17,22 @@ stage!(
     /// Tokenizes the prompt for the scheduler.
     TokenizeLayer,
     Tokenize,
-    Request<()>,
+    Request<Ctx<Routed>> => Request<Ctx<Tokenized>>,
     run
 );
 
 async fn run<S>(
     shared: Arc<Shared>,
-    mut req: Request<()>,
+    req: Request<Ctx<Routed>>,
     mut inner: S,
 ) -> Result<Response<RespBody>, Error>
 where
-    S: Service<Request<()>, Response = Response<RespBody>, Error = Error>,
+    S: Service<Request<Ctx<Tokenized>>, Response = Response<RespBody>, Error = Error>,
 {
-    let Parsed { req: parsed, snap } = ext::<Parsed>(&req, "parsed request")?;
-    let routed = ext::<Routed>(&req, "route match")?;
-    let client = crate::serving::client_or(&shared.client);
+    let ctx = req.body();
+    let Parsed { req: parsed, snap } = &ctx.parsed;
+    let routed = &ctx.at;
+    let client = crate::server::serving::client_or(&shared.client);
     let token_ids = snap
         .kv
         .request_tokens(
@@ -47,9 +48,18 @@ where
             shared.memory.is_some(),
         )
         .await;
-    if let (Some(t), Some(a)) = (&token_ids, req.extensions().get::<Accounting>()) {
-        a.tokenized(t.len());
+    if let Some(t) = &token_ids {
+        ctx.meta.acct.tokenized(t.len());
     }
-    req.extensions_mut().insert(Tokens(token_ids.map(Arc::new)));
+    let tokens = Tokens(token_ids.map(Arc::new));
+    let req = req.map(|c| Ctx {
+        meta: c.meta,
+        parsed: c.parsed,
+        held: c.held,
+        at: Tokenized {
+            routed: c.at,
+            tokens,
+        },
+    });
     inner.call(req).await
 }

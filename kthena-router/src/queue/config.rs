@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::duration::parse_go_duration;
-use crate::env::Env;
+use crate::config::duration::parse_go_duration;
+use crate::config::env::Env;
 use crate::error::Error;
 
 /// Which queue is on.

@@ -126,7 +126,7 @@ pub(crate) struct Rewrite {
 
 /// A compiled HTTPRoute rule.
 #[derive(Debug, Clone)]
-pub(crate) struct CompiledRule {
+pub(crate) struct CompiledHttpRule {
     /// Path predicates by match index; `None` for matches that never select (method,
     /// header or query predicates, which Kthena does not evaluate, or a bad path).
     pub(crate) matches: Vec<Option<PathMatch>>,
@@ -138,7 +138,7 @@ pub(crate) struct CompiledRule {
 
 /// A compiled HTTPRoute; a table keeps them oldest first (then `namespace/name`).
 #[derive(Debug, Clone)]
-pub(crate) struct CompiledRoute {
+pub(crate) struct CompiledHttpRoute {
     /// Namespace.
     pub(crate) namespace: String,
     /// Name.
@@ -148,10 +148,10 @@ pub(crate) struct CompiledRoute {
     /// Parents.
     pub(crate) parents: Vec<ParentReference>,
     /// Rules.
-    pub(crate) rules: Vec<CompiledRule>,
+    pub(crate) rules: Vec<CompiledHttpRule>,
 }
 
-impl CompiledRoute {
+impl CompiledHttpRoute {
     /// `namespace/name`.
     pub(crate) fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
@@ -210,7 +210,7 @@ pub(crate) fn select_listener<'a>(
 
 /// Whether `route` attaches to `listener`: a parentRef names the listener
 /// ([`parent_matches`]) and the listener's `allowedRoutes` admits the route's namespace.
-pub(crate) fn attaches(route: &CompiledRoute, listener: &CompiledListener) -> bool {
+pub(crate) fn attaches(route: &CompiledHttpRoute, listener: &CompiledListener) -> bool {
     let allowed = match &listener.from {
         AllowedFrom::All => true,
         AllowedFrom::Same => route.namespace == listener.gateway_namespace,
@@ -305,7 +305,7 @@ fn parent_text(p: &ParentReference, route_ns: &str) -> String {
 }
 
 /// How specifically `route` serves the normalized `host`; `None` when it does not.
-pub(crate) fn host_rank(route: &CompiledRoute, host: &str) -> Option<HostRank> {
+pub(crate) fn host_rank(route: &CompiledHttpRoute, host: &str) -> Option<HostRank> {
     if route.hostnames.is_empty() {
         return Some(HostRank { kind: 0, len: 0 });
     }
@@ -322,9 +322,9 @@ pub(crate) fn host_rank(route: &CompiledRoute, host: &str) -> Option<HostRank> {
 
 /// A selected rule.
 #[derive(Debug, Clone)]
-pub(crate) struct RouteMatch<'a> {
+pub(crate) struct HttpRouteMatch<'a> {
     /// The route.
-    pub(crate) route: &'a CompiledRoute,
+    pub(crate) route: &'a CompiledHttpRoute,
     /// Index of the rule in the route.
     pub(crate) rule: usize,
     /// The PathPrefix that matched (`""` for Exact and RegularExpression).
@@ -345,14 +345,14 @@ fn better(a: &Key, b: &Key) -> bool {
 /// (<https://gateway-api.sigs.k8s.io/reference/spec/#httprouterule>). Rules without matches behave
 /// as PathPrefix `/`.
 pub(crate) fn best_match<'a>(
-    routes: &'a [CompiledRoute],
+    routes: &'a [CompiledHttpRoute],
     listener: &CompiledListener,
     host: &str,
     path: &str,
-) -> Option<RouteMatch<'a>> {
+) -> Option<HttpRouteMatch<'a>> {
     let host = normalize_host(host);
     let root = [Some(PathMatch::Prefix(String::new()))];
-    let mut best: Option<(Key, RouteMatch<'a>)> = None;
+    let mut best: Option<(Key, HttpRouteMatch<'a>)> = None;
     for (ri, route) in routes.iter().enumerate() {
         let Some(hr) = host_rank(route, &host).filter(|_| attaches(route, listener)) else {
             continue;
@@ -371,7 +371,7 @@ pub(crate) fn best_match<'a>(
                 if best.as_ref().is_none_or(|(k, _)| better(&key, k)) {
                     best = Some((
                         key,
-                        RouteMatch {
+                        HttpRouteMatch {
                             route,
                             rule,
                             prefix,
@@ -409,23 +409,5 @@ pub(crate) fn rewrite_path(path: &str, rw: &Rewrite, matched_prefix: &str) -> St
     }
 }
 
-/// The backend at `draw` (0 ≤ draw < total weight) walking `backends` in order; `None`
-/// when no backend has weight.
-pub(crate) fn pick_backend(backends: &[(String, u32)], mut draw: u32) -> Option<&str> {
-    for (name, w) in backends {
-        if draw < *w {
-            return Some(name);
-        }
-        draw -= w;
-    }
-    None
-}
-
-/// Total weight of `backends`.
-pub(crate) fn total_weight(backends: &[(String, u32)]) -> u32 {
-    backends.iter().map(|(_, w)| *w).sum()
-}
-
 #[cfg(test)]
-#[path = "matcher_tests.rs"]
 mod tests;

@@ -25,8 +25,8 @@ fn parent(name: &str) -> ParentReference {
     }
 }
 
-fn rule(matches: &[(&str, &str)], pool: &str) -> CompiledRule {
-    CompiledRule {
+fn rule(matches: &[(&str, &str)], pool: &str) -> CompiledHttpRule {
+    CompiledHttpRule {
         matches: matches
             .iter()
             .map(|(t, v)| PathMatch::compile(Some(t), Some(v)))
@@ -36,8 +36,8 @@ fn rule(matches: &[(&str, &str)], pool: &str) -> CompiledRule {
     }
 }
 
-fn route(ns: &str, name: &str, hosts: &[&str], rules: Vec<CompiledRule>) -> CompiledRoute {
-    CompiledRoute {
+fn route(ns: &str, name: &str, hosts: &[&str], rules: Vec<CompiledHttpRule>) -> CompiledHttpRoute {
+    CompiledHttpRoute {
         namespace: ns.into(),
         name: name.into(),
         hostnames: hosts.iter().map(|h| (*h).to_owned()).collect(),
@@ -51,7 +51,7 @@ fn any() -> CompiledListener {
 }
 
 /// `(route name, rule index, matched prefix)` of the best match.
-fn best(routes: &[CompiledRoute], host: &str, path: &str) -> Option<(String, usize, String)> {
+fn best(routes: &[CompiledHttpRoute], host: &str, path: &str) -> Option<(String, usize, String)> {
     best_match(routes, &any(), host, path).map(|m| (m.route.name.clone(), m.rule, m.prefix))
 }
 
@@ -332,11 +332,13 @@ fn url_rewrite() {
 #[test]
 fn weighted_pick_walks_the_weights() {
     let b = vec![("a".to_owned(), 1), ("b".to_owned(), 3)];
-    assert_eq!(total_weight(&b), 4);
-    let picks: Vec<_> = (0..4).map(|d| pick_backend(&b, d).unwrap()).collect();
+    assert_eq!(crate::routing::weighted::total(&b), 4);
+    let picks: Vec<_> = (0..4)
+        .map(|d| crate::routing::weighted::pick_at(&b, d).unwrap().as_str())
+        .collect();
     assert_eq!(picks, vec!["a", "b", "b", "b"]);
-    assert_eq!(pick_backend(&b, 4), None);
-    assert_eq!(pick_backend(&[], 0), None);
+    assert_eq!(crate::routing::weighted::pick_at(&b, 4), None);
+    assert_eq!(crate::routing::weighted::pick_at::<String>(&[], 0), None);
 }
 
 #[test]
@@ -346,7 +348,7 @@ fn namespace_selectors_pick_namespaces_by_label() {
     use k8s_openapi::api::core::v1::Namespace;
     use kthena_api::gateway::RouteNamespaces;
 
-    use super::super::table::allowed_from;
+    use crate::gateway::table::allowed_from;
 
     let ns = |name: &str, team: Option<&str>| {
         let mut n = Namespace::default();

@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 
 use crate::body::{RespBody, full};
 use crate::discovery::Snapshot;
-use crate::endpoint::Endpoint;
 use crate::shared::Shared;
+use crate::upstream::endpoint::Endpoint;
 
 fn answer(status: StatusCode, v: &Value) -> Response<RespBody> {
     let mut r = Response::new(full(v.to_string()));

@@ -238,22 +238,10 @@ impl CompiledRoute {
 }
 
 impl CompiledRule {
-    /// Weighted random choice: `r = rand(0..total)`, walk subtracting (Go
-    /// `selectDestination`). `None` when the total weight is 0.
+    /// A weighted random target ([`super::weighted::pick`]); `None` when the total weight
+    /// is 0.
     fn pick(&self, rng: &mut impl Rng) -> Option<&TargetRef> {
-        let total: u64 = self.targets.iter().map(|(_, w)| u64::from(*w)).sum();
-        if total == 0 {
-            return None;
-        }
-        let mut r = rng.random_range(0..total);
-        for (t, w) in &self.targets {
-            let w = u64::from(*w);
-            if r < w {
-                return Some(t);
-            }
-            r -= w;
-        }
-        None
+        super::weighted::pick(&self.targets, rng)
     }
 }
 

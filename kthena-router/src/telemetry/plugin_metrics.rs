@@ -39,7 +39,7 @@ struct PluginLabels {
     r#type: &'static str,
 }
 
-crate::label_hash::folded_hash!(PluginLabels: model, plugin, r#type);
+crate::telemetry::label_hash::folded_hash!(PluginLabels: model, plugin, r#type);
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ModelLabel {

@@ -143,12 +143,12 @@ fn start_one(
                 let _ = c.set(client());
             });
             rt.block_on(async {
-                crate::upstream::enable_on_this_thread();
+                crate::upstream::conn::enable_on_this_thread();
                 tokio::select! {
                     () = stop.cancelled() => {}
-                    () = crate::upstream::sweep_idle() => {}
+                    () = crate::upstream::conn::sweep_idle() => {}
                 }
-                crate::upstream::disable_on_this_thread();
+                crate::upstream::conn::disable_on_this_thread();
             });
             // Connections still open here were already cut by the router's drain; the
             // runtime drops what is left of them.

@@ -48,7 +48,7 @@ use crate::shared::Shared;
 #[derive(Clone)]
 pub(crate) struct Picker {
     shared: Arc<Shared>,
-    stack: BoxHttp<Full<Bytes>>,
+    stack: BoxHttp<crate::pipeline::Inbound<Full<Bytes>>>,
     max_endpoints: usize,
 }
 

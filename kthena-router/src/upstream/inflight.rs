@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use kthena_sched::LoadGuard;
 
-use crate::endpoint::Endpoint;
+use crate::upstream::endpoint::Endpoint;
 
 /// Go Kthena's hash of per-pod in-flight counts.
 pub const ON_FLIGHT_KEY: &str = "kthena:on-flight-requests";

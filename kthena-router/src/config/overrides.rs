@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::env::Env;
+use crate::config::env::Env;
 use crate::error::Result;
 
 /// Command-line overrides re-applied on every config reload (flags beat the file).

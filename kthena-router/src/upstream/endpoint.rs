@@ -11,7 +11,7 @@ use kthena_sched::{Candidate, EndpointId, LoadGuard, LoadTracker, Metrics};
 use tokio::time::Instant;
 
 use crate::config::EndpointConfig;
-use crate::overload::Breaker;
+use crate::upstream::overload::Breaker;
 
 /// Consecutive failed scrapes after which an endpoint is no longer offered to the scheduler
 /// (while at least one other endpoint of the server is up).

@@ -19,17 +19,18 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tower::ServiceExt;
 
-use crate::accounting::{AccountedBody, Accounting};
 use crate::body::RespBody;
 use crate::error::{Error, error_response, json_response};
-use crate::pipeline::{BoxHttp, RequestId};
+use crate::pipeline::ctx::RequestId;
+use crate::pipeline::{BoxHttp, Inbound, Meta};
 use crate::shared::Shared;
+use crate::telemetry::accounting::{AccountedBody, Accounting};
 
 /// The inference listener's service.
 #[derive(Clone)]
 pub struct RouterService {
     shared: Arc<Shared>,
-    stack: BoxHttp<Incoming>,
+    stack: BoxHttp<Inbound<Incoming>>,
 }
 
 impl std::fmt::Debug for RouterService {
@@ -65,7 +66,7 @@ impl tower::Service<Request<Incoming>> for RouterService {
 
 async fn handle(
     shared: Arc<Shared>,
-    stack: BoxHttp<Incoming>,
+    stack: BoxHttp<Inbound<Incoming>>,
     req: Request<Incoming>,
 ) -> Response<RespBody> {
     if let Err(e) = check_host(&req) {
@@ -162,7 +163,7 @@ const CLIENT_CREDENTIALS: [http::HeaderName; 3] = [
 /// The `/v1/*` answers: the model list, the LoRA admin calls, and the inference pipeline.
 async fn dispatch(
     shared: &Arc<Shared>,
-    stack: BoxHttp<Incoming>,
+    stack: BoxHttp<Inbound<Incoming>>,
     mut req: Request<Incoming>,
     acct: &Accounting,
     request_id: &Arc<str>,
@@ -170,8 +171,6 @@ async fn dispatch(
     let caller = authenticate(shared, req.headers()).await?;
     if let Some(who) = &caller {
         acct.user(&who.sub);
-        req.extensions_mut()
-            .insert(crate::auth::UserId(who.sub.as_str().into()));
     }
     if !shared.auth_cfg.forward_authorization {
         // The client's credentials are for the router, not for the engines.
@@ -194,10 +193,13 @@ async fn dispatch(
         crate::lora::may_administer(&shared.auth_cfg, shared.auth.is_some(), caller.as_ref())?;
         return crate::lora::admin(shared, req, load, acct).await;
     }
-    req.extensions_mut().insert(acct.clone());
-    req.extensions_mut()
-        .insert(RequestId(Arc::clone(request_id)));
-    stack.oneshot(req).await
+    let meta = Meta {
+        acct: acct.clone(),
+        id: RequestId(Arc::clone(request_id)),
+        user: caller.map(|who| crate::auth::UserId(who.sub.as_str().into())),
+        pick_only: false,
+    };
+    stack.oneshot(req.map(|body| Inbound { body, meta })).await
 }
 
 /// The caller of a request when authentication is on (`None` when off).

@@ -11,7 +11,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::label_hash::folded_hash;
+use crate::telemetry::label_hash::folded_hash;
 
 /// Request latency buckets in seconds (Go's `metrics.go`).
 pub const DURATION_BUCKETS: [f64; 13] = [
@@ -166,13 +166,13 @@ pub struct Metrics {
     /// KV-event, KV-index and tokenization families (`kv_metrics`).
     pub kv: crate::kv_metrics::KvMetrics,
     /// Listener families: client timeouts, open connections (`listener`).
-    pub listener: crate::listener::ListenerMetrics,
+    pub listener: crate::server::listener::ListenerMetrics,
     /// Overload families: shed requests, circuit breaker state (`overload`).
-    pub overload: crate::overload::OverloadMetrics,
+    pub overload: crate::upstream::overload::OverloadMetrics,
     /// Fairness and session-boost queue families (`queue`).
     pub queue: crate::queue::QueueMetrics,
     /// Go's scheduler-plugin families (`plugin_metrics`).
-    pub plugins: crate::plugin_metrics::PluginMetrics,
+    pub plugins: crate::telemetry::plugin_metrics::PluginMetrics,
     /// Go's prefill/decode phase families (`pd`).
     pub pd: crate::pd::metrics::PdMetrics,
     /// Token rate limit rejections (`ratelimit`).
@@ -233,10 +233,10 @@ impl Metrics {
         // The subsystems' families first, then the router's own: the exposition order.
         let mut registry = Registry::default();
         let kv = crate::kv_metrics::KvMetrics::register(&mut registry);
-        let listener = crate::listener::ListenerMetrics::register(&mut registry);
-        let overload = crate::overload::OverloadMetrics::register(&mut registry);
+        let listener = crate::server::listener::ListenerMetrics::register(&mut registry);
+        let overload = crate::upstream::overload::OverloadMetrics::register(&mut registry);
         let queue = crate::queue::QueueMetrics::register(&mut registry);
-        let plugins = crate::plugin_metrics::PluginMetrics::register(&mut registry);
+        let plugins = crate::telemetry::plugin_metrics::PluginMetrics::register(&mut registry);
         let pd = crate::pd::metrics::PdMetrics::register(&mut registry, &DURATION_BUCKETS);
         let rate_limit = crate::ratelimit::RateLimitMetrics::register(&mut registry);
         let m = Self {
@@ -417,8 +417,8 @@ impl Metrics {
 
     /// Sets `kthena_router_config_warnings{kind}` to the count of each kind in `warnings`
     /// (0 for the kinds absent), after a load or reload.
-    pub fn config_warnings(&self, warnings: &[crate::warnings::ConfigWarning]) {
-        for kind in crate::warnings::WARNING_KINDS {
+    pub fn config_warnings(&self, warnings: &[crate::discovery::warnings::ConfigWarning]) {
+        for kind in crate::discovery::warnings::WARNING_KINDS {
             let n = warnings.iter().filter(|w| w.kind == kind).count();
             self.config_warnings
                 .get_or_create(&KindLabel { kind: kind.into() })

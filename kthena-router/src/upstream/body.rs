@@ -19,11 +19,11 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
-use crate::accounting::Accounting;
 use crate::body::BoxError;
 use crate::openai::{ResponseProbe, Usage, usage_from};
 use crate::sse::SseFilter;
-use crate::upstream::UpBody;
+use crate::telemetry::accounting::Accounting;
+use crate::upstream::conn::UpBody;
 use serde::Deserialize;
 
 /// Pause between the SSE error event and breaking the stream, so the event is flushed.

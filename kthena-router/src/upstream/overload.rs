@@ -43,7 +43,7 @@ pub struct OverloadConfig {
     /// scheduler; when all are, 503 with `Retry-After`.
     pub max_in_flight_per_endpoint: u32,
     /// The `Retry-After` of a 503 for a cap, rounded up to whole seconds (default `1s`).
-    #[serde(with = "crate::duration::go_duration")]
+    #[serde(with = "crate::config::duration::go_duration")]
     pub retry_after: Duration,
     /// Consecutive connect errors or 5xx answers of an endpoint that open its circuit
     /// breaker (default 5; `0` disables the breaker; flag `--breaker-failures`).
@@ -51,7 +51,7 @@ pub struct OverloadConfig {
     /// How long an open breaker keeps the endpoint out before one probe request is let
     /// through (half-open) (default `10s`; flag `--breaker-cool-down`). A good probe closes
     /// the breaker, a failed one opens it for another cool-down.
-    #[serde(with = "crate::duration::go_duration")]
+    #[serde(with = "crate::config::duration::go_duration")]
     pub breaker_cool_down: Duration,
 }
 

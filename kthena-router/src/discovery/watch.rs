@@ -12,10 +12,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::config::env::ProcessEnv;
+use crate::config::overrides::{Overrides, load_config};
 use crate::discovery::Loader;
-use crate::env::ProcessEnv;
 use crate::error::Result;
-use crate::overrides::{Overrides, load_config};
 use crate::shared::Shared;
 
 /// Quiet time after the last file event before reloading (editors write in several steps).

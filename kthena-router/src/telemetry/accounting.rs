@@ -18,11 +18,11 @@ use kthena_sched::{Completion, LoadGuard, Scheduler};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
-use crate::accesslog::{AccessLog, Entry, EntryError};
 use crate::body::{BoxError, RespBody};
 use crate::error::Error;
-use crate::metrics::{Destination, LabelValue, Metrics, RequestRecord, unknown_label};
 use crate::openai::{ParsedRequest, estimate_tokens};
+use crate::telemetry::accesslog::{AccessLog, Entry, EntryError};
+use crate::telemetry::metrics::{Destination, LabelValue, Metrics, RequestRecord, unknown_label};
 
 /// `value` as a label: `current` shared when it already holds it, else a new one.
 fn reuse_label(current: &LabelValue, value: &str) -> LabelValue {

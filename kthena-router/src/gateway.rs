@@ -15,10 +15,9 @@
 //! This module depends on no routing-state module (discovery, service, config): they
 //! depend on it.
 
-mod matcher;
 mod ports;
 mod status;
-mod table;
+pub(crate) mod table;
 mod watch;
 
 use std::collections::HashMap;
@@ -27,7 +26,9 @@ use rand::Rng;
 use serde::Deserialize;
 
 use crate::error::Error;
-pub(crate) use matcher::{CompiledListener, model_route_serves, why_not_attached};
+pub(crate) use crate::routing::http_route::{
+    CompiledListener, model_route_serves, why_not_attached,
+};
 pub(crate) use ports::{ServePort, Serving};
 pub(crate) use table::{GatewayTable, Pool};
 pub(crate) use watch::{StateSlot, spawn};
@@ -90,7 +91,8 @@ pub(crate) fn listener_for<'a>(
     host: &str,
 ) -> Result<&'a CompiledListener, Error> {
     let port = port.map_or(state.port, |p| p.0);
-    matcher::select_listener(&state.table.listeners, port, host).ok_or(Error::NoMatchingListener)
+    crate::routing::http_route::select_listener(&state.table.listeners, port, host)
+        .ok_or(Error::NoMatchingListener)
 }
 
 /// Why a ModelRoute of `namespace` with `parents` serves no listener of `state` (Gateway
@@ -145,24 +147,22 @@ pub(crate) fn choose_pool(
     rng: &mut impl Rng,
 ) -> Result<Option<PoolChoice>, Error> {
     let t = &state.table;
-    let Some(m) = matcher::best_match(&t.routes, listener, host, path) else {
+    let Some(m) = crate::routing::http_route::best_match(&t.routes, listener, host, path) else {
         return Ok(None);
     };
     let route = m.route.key();
     let rule = &m.route.rules[m.rule];
-    let total = matcher::total_weight(&rule.backends);
-    let picked = (total > 0)
-        .then(|| matcher::pick_backend(&rule.backends, rng.random_range(0..total)))
-        .flatten()
-        .ok_or_else(|| Error::NoPoolBackend {
+    let picked = crate::routing::weighted::pick(&rule.backends, rng).ok_or_else(|| {
+        Error::NoPoolBackend {
             route: route.clone(),
-        })?;
+        }
+    })?;
     let pool = t.pools.get(picked).ok_or_else(|| Error::PoolNotFound {
         pool: picked.to_owned(),
     })?;
     let path = rule.rewrite.as_ref().map_or_else(
         || path.to_owned(),
-        |rw| matcher::rewrite_path(path, rw, &m.prefix),
+        |rw| crate::routing::http_route::rewrite_path(path, rw, &m.prefix),
     );
     Ok(Some(PoolChoice {
         route,

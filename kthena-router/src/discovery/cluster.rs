@@ -217,7 +217,7 @@ impl Rebuilder {
         let generation = snap.generation;
         let fresh: Vec<_> = {
             let old = self.shared.snapshot.load_full();
-            let known: HashSet<*const crate::endpoint::Endpoint> =
+            let known: HashSet<*const crate::upstream::endpoint::Endpoint> =
                 old.endpoints.iter().map(Arc::as_ptr).collect();
             snap.scrape_targets()
                 .into_iter()

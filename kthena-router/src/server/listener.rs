@@ -43,7 +43,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::body::RespBody;
-use crate::coalesce::Hold;
+use crate::server::coalesce::Hold;
 
 /// Listen backlog when `/proc/sys/net/core/somaxconn` cannot be read (Linux's default since
 /// 5.4).
@@ -89,15 +89,15 @@ pub struct ListenerConfig {
     /// Longest wait for a complete request head, and for the first byte of the next request
     /// on a kept-alive connection (default `60s`, nginx's `client_header_timeout`; flag
     /// `--header-read-timeout`). The connection is closed when it expires.
-    #[serde(with = "crate::duration::go_duration")]
+    #[serde(with = "crate::config::duration::go_duration")]
     pub header_read_timeout: Duration,
     /// Longest wait between two reads of a request body (default `60s`, nginx's
     /// `client_body_timeout`; flag `--body-read-idle-timeout`). Answered 408.
-    #[serde(with = "crate::duration::go_duration")]
+    #[serde(with = "crate::config::duration::go_duration")]
     pub body_read_idle_timeout: Duration,
     /// Longest time to read a whole request body (default `5m`, Envoy's `stream_idle_timeout`
     /// default; flag `--body-read-timeout`). Answered 408.
-    #[serde(with = "crate::duration::go_duration")]
+    #[serde(with = "crate::config::duration::go_duration")]
     pub body_read_timeout: Duration,
     /// Most client connections open at once on each listener (default 10000; flag
     /// `--max-connections`). At the cap the listener stops accepting: new connections wait
@@ -108,7 +108,7 @@ pub struct ListenerConfig {
     /// TCP keepalive idle time and probe interval of client connections; 9 probes
     /// (default `15s`, the Go runtime's default and so Go Kthena's; `0s` disables; flag
     /// `--tcp-keepalive`).
-    #[serde(with = "crate::duration::go_duration")]
+    #[serde(with = "crate::config::duration::go_duration")]
     pub tcp_keepalive: Duration,
     /// Most bytes of request bodies held at once, all connections of all listeners
     /// together (default: a quarter of the container's memory limit, or 256 MiB without
@@ -254,7 +254,7 @@ pub(crate) struct Listener {
     /// closes its remaining connections (see `serve`).
     pub(crate) cut: CancellationToken,
     /// The threads its connections are served on (`None`: the accepting runtime).
-    pub(crate) serving: Option<Arc<crate::serving::ServingThreads>>,
+    pub(crate) serving: Option<Arc<crate::server::serving::ServingThreads>>,
     /// The router's own inference listener: when its drain time runs out (shutdown), every
     /// listener's connections are closed. Any other listener (metrics, debug, a Gateway
     /// port closed on its own) then closes only its own.
@@ -748,5 +748,4 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
 }
 
 #[cfg(test)]
-#[path = "listener_tests.rs"]
 mod tests;
