@@ -14,6 +14,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use kthena_openai::{ParsedRequest, estimate_tokens};
 use kthena_sched::{Completion, LoadGuard, Scheduler};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
@@ -22,7 +23,6 @@ use crate::accesslog::{AccessLog, Entry, EntryError};
 use crate::body::{BoxError, RespBody};
 use crate::error::Error;
 use crate::metrics::{Destination, LabelValue, Metrics, RequestRecord, unknown_label};
-use crate::openai::{ParsedRequest, estimate_tokens};
 
 /// `value` as a label: `current` shared when it already holds it, else a new one.
 fn reuse_label(current: &LabelValue, value: &str) -> LabelValue {

@@ -67,7 +67,6 @@ mod label_hash;
 mod listener;
 mod lora;
 mod metrics;
-mod openai;
 mod overload;
 mod overrides;
 mod pd;
@@ -85,7 +84,6 @@ mod server;
 mod service;
 mod serving;
 mod shared;
-mod sse;
 mod tokenize;
 mod upstream;
 mod warnings;
@@ -110,6 +108,10 @@ pub use inflight::{ON_FLIGHT_KEY, SYNC_INTERVAL};
 pub use kthena_kvevents::{
     END_SEQ, IndexBatch, SeqStep, SeqTracker, decode_batch, event_type, split_frames,
 };
+pub use kthena_openai::{
+    Message, ParsedRequest, Prompt, ResponseProbe, SseFilter, UpstreamBody, Usage, estimate_tokens,
+    parse_request, parse_request_at, prompt_member, usage_of,
+};
 pub use kv_cache::{KvLoader, KvState};
 pub use kv_config::{IndexBackend, KvCacheConfig, RedisConfig, TokenizerConfig};
 pub use kv_events::{Ingest, KvSource, REPLAY_TIMEOUT, replay, subscribe};
@@ -119,10 +121,6 @@ pub use kv_supervise::{SUPERVISE_INTERVAL, supervise};
 pub use listener::{ListenerConfig, ListenerMetrics};
 pub use metrics::{
     DURATION_BUCKETS, Destination, LabelValue, Metrics, RATIO_BUCKETS, RequestRecord,
-};
-pub use openai::{
-    Message, ParsedRequest, Prompt, ResponseProbe, UpstreamBody, Usage, estimate_tokens,
-    parse_request, parse_request_at, prompt_member, usage_of,
 };
 pub use overload::{Breaker, BreakerState, OverloadConfig, OverloadMetrics};
 pub use overrides::{Overrides, load_config};
@@ -148,7 +146,6 @@ pub use scrape::{
 pub use server::{Router, run};
 pub use service::RouterService;
 pub use shared::Shared;
-pub use sse::SseFilter;
 pub use tokenize::{
     BLOCKING_THRESHOLD_BYTES, CacheOutcome, MIN_CACHED_PREFIX_BYTES, ModelTokenizer, Tokenizers,
     remote_body, remote_tokenize,

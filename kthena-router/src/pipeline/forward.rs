@@ -11,6 +11,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
+use kthena_openai::{ParsedRequest, UpstreamBody};
 use kthena_sched::LoadGuard;
 use tokio::time::Instant;
 
@@ -21,7 +22,6 @@ use crate::body::{RespBody, full};
 use crate::config::DEFAULT_ATTEMPTS;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, error_chain};
-use crate::openai::{ParsedRequest, UpstreamBody};
 use crate::overload::BreakerState;
 use crate::proxy::ProxyBody;
 use crate::shared::Shared;

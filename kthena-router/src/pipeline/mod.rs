@@ -43,11 +43,12 @@ pub(crate) use route::RouteLayer;
 pub(crate) use schedule::{ScheduleLayer, sched_request};
 pub(crate) use tokenize::TokenizeLayer;
 
+use kthena_openai::{ParsedRequest, UpstreamBody};
+
 use crate::body::RespBody;
 use crate::discovery::{Server, Snapshot};
 use crate::endpoint::Endpoint;
 use crate::error::Error;
-use crate::openai::{ParsedRequest, UpstreamBody};
 use crate::shared::Shared;
 
 /// A boxed stage stack taking requests with body `B` (`BoxHttp` in linkerd's `svc.rs`).

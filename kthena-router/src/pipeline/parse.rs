@@ -10,13 +10,13 @@ use std::task::{Context, Poll};
 
 use http::{Method, Request, Response};
 use http_body::Body;
+use kthena_openai::{parse_request_at, prompt_member};
 use tower::{Layer, Service};
 
 use super::{BoxFut, Parsed};
 use crate::accounting::Accounting;
 use crate::body::{BoxError, HeldBody, RespBody, parse_cost};
 use crate::error::Error;
-use crate::openai::{parse_request_at, prompt_member};
 use crate::request_body::{ReadBody, ReadLimits, read_body};
 use crate::shared::Shared;
 

@@ -3,13 +3,13 @@
 use std::sync::Arc;
 
 use http::{Request, Response};
+use kthena_openai::ParsedRequest;
 use kthena_sched::{Candidate, Request as SchedRequest};
 use tower::Service;
 
 use super::{Parsed, Prefetched, Routed, Scheduled, Tokens, ext, stage};
 use crate::body::RespBody;
 use crate::error::Error;
-use crate::openai::ParsedRequest;
 use crate::shared::Shared;
 
 stage!(

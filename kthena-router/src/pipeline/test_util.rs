@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use http::{Method, Request, Response};
 use http_body_util::Full;
+use kthena_openai::{parse_request_at, prompt_member};
 use tower::{Layer, ServiceExt};
 
 use super::{Parsed, RequestId, RouteLayer, Routed, Scheduled, Tokens};
@@ -18,7 +19,6 @@ use crate::config::{AccessLogConfig, Config, EndpointConfig};
 use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::metrics::Metrics;
-use crate::openai::{parse_request_at, prompt_member};
 use crate::overload::OverloadConfig;
 use crate::shared::Shared;
 
