@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Dependency-direction and citation guard.
-# - kthena-sched, kthena-kvevents, kthena-tokenize and kthena-autoscale (with their default
-#   features; kthena-autoscale's `api` feature adds kthena-api) must never depend on kube,
-#   hyper, tower or tokio: they are leaf crates other proxies and controllers embed.
+# - kthena-sched, kthena-kvevents, kthena-tokenize, kthena-openai and kthena-autoscale (with
+#   their default features; kthena-autoscale's `api` feature adds kthena-api) must never
+#   depend on kube, hyper, tower or tokio: they are leaf crates other proxies and
+#   controllers embed.
 # - No library code may use anyhow: binaries, tests and examples may.
 # - Sources and docs cite what a reader can open (Go Kthena's files at v1.0.0, its docs, the
 #   vLLM, Kubernetes or Gateway API pages), never sections of a document outside the repository.
@@ -33,6 +34,7 @@ leaf_check() {
 leaf_check kthena-sched
 leaf_check kthena-kvevents
 leaf_check kthena-tokenize
+leaf_check kthena-openai
 leaf_check kthena-autoscale
 
 # A package may hold a library and a binary; cargo has no binary-only dependencies, so

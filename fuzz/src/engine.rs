@@ -1,9 +1,8 @@
 //! What engines answer: streamed and JSON responses, `/metrics` and `/v1/models`.
 
 use bytes::Bytes;
-use kthena_router::{
-    ResponseProbe, SGLANG, SseFilter, VLLM, parse_metrics, parse_models, usage_of,
-};
+use kthena_openai::{ResponseProbe, SseFilter, usage_of};
+use kthena_router::{SGLANG, VLLM, parse_metrics, parse_models};
 
 /// Runs the SSE filter over `data` split into chunks at positions derived from the first
 /// bytes, and once in one piece: the output, the usage read and `[DONE]` must not depend on

@@ -604,5 +604,20 @@ pub enum Error {
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A request body `kthena_openai` cannot parse, as the same-named 400 variant: the same
+/// message, status and OpenAI error body.
+impl From<kthena_openai::Error> for Error {
+    fn from(e: kthena_openai::Error) -> Self {
+        match e {
+            kthena_openai::Error::BadJson { reason } => Self::BadJson { reason },
+            kthena_openai::Error::MissingModel => Self::MissingModel,
+            kthena_openai::Error::InvalidField { param, reason } => {
+                Self::InvalidField { param, reason }
+            }
+            kthena_openai::Error::PromptNotFound => Self::PromptNotFound,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -96,7 +96,7 @@ impl KvState {
         client: &HttpClient,
         metrics: &Metrics,
         names: TokenizeFor<'_>,
-        prompt: &crate::openai::Prompt,
+        prompt: &kthena_openai::Prompt,
         remote_url: Option<&str>,
         inline: bool,
     ) -> Option<Vec<u32>> {

@@ -55,7 +55,6 @@ mod kv_metrics;
 mod kv_redis;
 mod kv_supervise;
 mod lora;
-mod openai;
 mod pd;
 mod pipeline;
 mod provider;
@@ -66,7 +65,6 @@ mod sched;
 mod scrape;
 mod server;
 mod shared;
-mod sse;
 mod telemetry;
 mod tokenize;
 mod upstream;
@@ -87,16 +85,16 @@ pub use error::{Error, Result, Side, error_response, openai_error_body};
 pub use kthena_kvevents::{
     END_SEQ, IndexBatch, SeqStep, SeqTracker, decode_batch, event_type, split_frames,
 };
+pub use kthena_openai::{
+    Message, ParsedRequest, Prompt, ResponseProbe, SseFilter, UpstreamBody, Usage, estimate_tokens,
+    parse_request, parse_request_at, prompt_member, usage_of,
+};
 pub use kv_cache::{KvLoader, KvState};
 pub use kv_config::{IndexBackend, KvCacheConfig, RedisConfig, TokenizerConfig};
 pub use kv_events::{Ingest, KvSource, REPLAY_TIMEOUT, replay, subscribe};
 pub use kv_metrics::{KvMetrics, TOKENIZE_BUCKETS};
 pub use kv_redis::{KEY_PREFIX, RedisKvIndex, block_key, kthena_block_hash, owner_of};
 pub use kv_supervise::{SUPERVISE_INTERVAL, supervise};
-pub use openai::{
-    Message, ParsedRequest, Prompt, ResponseProbe, UpstreamBody, Usage, estimate_tokens,
-    parse_request, parse_request_at, prompt_member, usage_of,
-};
 pub use pd::{Connector, PdEndpoint, PdLayout, PdMetrics};
 pub use provider::{
     ALLOWED_HEADERS, ANTHROPIC_HEADERS, CREDENTIAL_LABEL, CredentialState, Provider,
@@ -118,7 +116,6 @@ pub use server::listener::{ListenerConfig, ListenerMetrics};
 pub use server::service::RouterService;
 pub use server::{Router, run};
 pub use shared::Shared;
-pub use sse::SseFilter;
 pub use telemetry::accesslog::{
     ACCESS_LOG_QUEUE, AccessLog, Entry as AccessLogEntry, EntryError as AccessLogError,
 };

@@ -19,12 +19,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
+use kthena_openai::{Message, Prompt};
 pub use kthena_tokenize::{CacheOutcome, MIN_CACHED_PREFIX_BYTES};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::kv_metrics::KvMetrics;
-use crate::openai::{Message, Prompt};
 use crate::scrape::HttpClient;
 
 /// Texts longer than this many bytes are tokenized on the blocking thread pool instead of
@@ -33,15 +33,6 @@ pub const BLOCKING_THRESHOLD_BYTES: usize = 16 * 1024;
 
 /// Largest `/tokenize` answer read, bytes.
 const MAX_TOKENIZE_BYTES: usize = 16 * 1024 * 1024;
-
-impl kthena_tokenize::ChatMessage for Message {
-    fn role(&self) -> &str {
-        &self.role
-    }
-    fn content(&self) -> &str {
-        &self.content
-    }
-}
 
 /// One model's tokenizer, chat template and prompt-prefix cache.
 #[derive(Debug)]
@@ -92,8 +83,13 @@ impl ModelTokenizer {
     /// # Errors
     /// [`Error::Tokenizer`] when the template fails (for example `raise_exception`).
     pub fn render_chat(&self, messages: &[Message]) -> Result<String> {
+        // As `(role, content)` pairs: the router may not implement kthena-tokenize's
+        // `ChatMessage` for kthena-openai's `Message` (both are foreign here).
+        let pairs: Vec<(&str, &str)> = (messages.iter())
+            .map(|m| (m.role.as_str(), m.content.as_str()))
+            .collect();
         self.tok
-            .render_chat(messages)
+            .render_chat(&pairs)
             .map_err(|e| tokenizer_error(&self.model, &e))
     }
 

@@ -29,11 +29,11 @@ use tokio::time::Instant;
 pub(crate) use conn::{SendError, UpBody};
 
 use crate::body::RespBody;
-use crate::openai::ParsedRequest;
 use crate::shared::Shared;
 use crate::telemetry::accounting::Accounting;
 use body::ProxyBody;
 use endpoint::Endpoint;
+use kthena_openai::ParsedRequest;
 use overload::BreakerState;
 
 /// Where one upstream call goes.

@@ -8,6 +8,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::{Client, connect::HttpConnector};
 use hyper_util::rt::TokioExecutor;
+use kthena_openai::{parse_request_at, prompt_member};
 use kthena_sched::{
     Candidate, Completion, EndpointId, LoadGuard, LoadTracker, Metrics, Request, Scheduler,
 };
@@ -79,7 +80,7 @@ impl Gateway {
 
     /// Token ids from the first engine whose `/tokenize` answers within 2 s (vLLM's shape:
     /// `prompt`, or `messages` rendered with the engine's own chat template).
-    async fn tokenize(&self, body: &Value) -> Option<Vec<u32>> {
+    async fn tokenize(&self, body: &serde_json::Map<String, Value>) -> Option<Vec<u32>> {
         let req: serde_json::Map<String, Value> = (["model", "prompt", "messages"].into_iter())
             .filter_map(|k| Some((k.to_owned(), body.get(k)?.clone())))
             .collect();
@@ -131,10 +132,15 @@ impl ProxyHttp for Gateway {
                 return Ok(true);
             }
         }
-        let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        ctx.prompt = prompt_text(&json);
+        // The prompt member of the request's path (`messages`, `prompt`, `input`), as
+        // kthena-router reads it; a body it cannot parse is forwarded with no prompt.
+        let member = prompt_member(session.req_header().uri.path());
+        let Ok(req) = parse_request_at(Bytes::from(body), member) else {
+            return Ok(false);
+        };
+        ctx.prompt = req.prompt_text;
         if self.scheduler.kv_index().is_some() && !ctx.prompt.is_empty() {
-            ctx.tokens = self.tokenize(&json).await;
+            ctx.tokens = self.tokenize(&req.body).await;
         }
         Ok(false)
     }
@@ -209,29 +215,4 @@ impl Ctx {
             .as_deref()
             .map_or(req, |t| req.with_token_ids(t))
     }
-}
-
-/// The prompt text of an OpenAI request: `prompt` (a string, or strings joined by newlines),
-/// else the `messages` as `role: content` lines; empty for other bodies.
-fn prompt_text(body: &Value) -> String {
-    let text = |v: &Value| match v {
-        Value::Array(parts) => (parts.iter())
-            .filter_map(|p| p.as_str().or_else(|| p.get("text")?.as_str()))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        v => v.as_str().unwrap_or_default().to_owned(),
-    };
-    if let Some(p) = body.get("prompt") {
-        return text(p);
-    }
-    let messages = body.get("messages").and_then(Value::as_array).into_iter();
-    (messages.flatten())
-        .map(|m| {
-            format!(
-                "{}: {}\n",
-                m["role"].as_str().unwrap_or("user"),
-                text(&m["content"])
-            )
-        })
-        .collect()
 }

@@ -22,9 +22,9 @@ use kthena_sched::{Candidate, Request as SchedRequest};
 use crate::auth::UserId;
 use crate::body::HeldBody;
 use crate::discovery::{Server, Snapshot};
-use crate::openai::{ParsedRequest, UpstreamBody};
 use crate::telemetry::accounting::Accounting;
 use crate::upstream::endpoint::Endpoint;
+use kthena_openai::{ParsedRequest, UpstreamBody};
 
 /// The longest client `x-request-id` kept, bytes (W3C trace ids are 55, UUIDs 36).
 pub(crate) const MAX_REQUEST_ID_BYTES: usize = 256;

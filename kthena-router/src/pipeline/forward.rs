@@ -22,7 +22,6 @@ use super::ctx::{
 use crate::body::{HeldBody, RespBody, full};
 use crate::config::DEFAULT_ATTEMPTS;
 use crate::error::{Error, error_chain};
-use crate::openai::UpstreamBody;
 use crate::shared::Shared;
 use crate::telemetry::accounting::{Accounting, SchedDone};
 use crate::upstream::endpoint::Endpoint;
@@ -30,6 +29,7 @@ use crate::upstream::{
     self, Dest, SendError, UpBody, record_breaker, stream_response, strip_hop_by_hop,
     upstream_headers,
 };
+use kthena_openai::UpstreamBody;
 
 /// Largest upstream error body kept to pass on after the last attempt, in bytes.
 const MAX_ERROR_BODY: usize = 64 * 1024;

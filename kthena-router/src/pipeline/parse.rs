@@ -10,6 +10,7 @@ use std::task::{Context, Poll};
 
 use http::{Method, Request, Response};
 use http_body::Body;
+use kthena_openai::{parse_request_at, prompt_member};
 use tower::{Layer, Service};
 
 use super::BoxFut;
@@ -17,7 +18,6 @@ use super::ctx::{Ctx, Inbound, Parsed};
 use crate::body::read::{ReadBody, ReadLimits, read_body};
 use crate::body::{BoxError, HeldBody, RespBody, parse_cost};
 use crate::error::Error;
-use crate::openai::{parse_request_at, prompt_member};
 use crate::shared::Shared;
 
 /// Reads and parses the body of the inference paths (`POST /v1/chat/completions`,

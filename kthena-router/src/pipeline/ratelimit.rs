@@ -7,13 +7,13 @@
 use std::sync::Arc;
 
 use http::{Request, Response};
+use kthena_openai::estimate_tokens;
 use tower::Service;
 
 use super::ctx::{Ctx, Meta, Parsed, Routed};
 use super::stage;
 use crate::body::RespBody;
 use crate::error::Error;
-use crate::openai::estimate_tokens;
 use crate::ratelimit::ModelLimiter;
 use crate::shared::Shared;
 use tokio_util::task::TaskTracker;

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use http::{Method, Request, Response};
 use http_body_util::Full;
+use kthena_openai::{parse_request_at, prompt_member};
 use tower::{Layer, ServiceExt};
 
 use super::RouteLayer;
@@ -15,7 +16,6 @@ use super::ctx::{Ctx, Inbound, Meta, Parsed, RequestId, Routed};
 use crate::body::{HeldBody, RespBody, full};
 use crate::config::{AccessLogConfig, Config, EndpointConfig};
 use crate::error::Error;
-use crate::openai::{parse_request_at, prompt_member};
 use crate::shared::Shared;
 use crate::telemetry::accesslog::{AccessLog, Entry};
 use crate::telemetry::accounting::Accounting;

@@ -14,13 +14,13 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use kthena_openai::{ParsedRequest, estimate_tokens};
 use kthena_sched::{Completion, LoadGuard, Scheduler};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::body::{BoxError, RespBody};
 use crate::error::Error;
-use crate::openai::{ParsedRequest, estimate_tokens};
 use crate::telemetry::accesslog::{AccessLog, Entry, EntryError};
 use crate::telemetry::metrics::{Destination, LabelValue, Metrics, RequestRecord, unknown_label};
 

@@ -16,12 +16,11 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
+use kthena_openai::{ResponseProbe, SseFilter, Usage, usage_from};
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
 use crate::body::BoxError;
-use crate::openai::{ResponseProbe, Usage, usage_from};
-use crate::sse::SseFilter;
 use crate::telemetry::accounting::Accounting;
 use crate::upstream::conn::UpBody;
 use serde::Deserialize;

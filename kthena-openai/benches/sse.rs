@@ -6,20 +6,20 @@
 //! * `before`: the line filter of kthena-router 0.1 (every `data:` line parsed as JSON, the
 //!   complete lines copied into a fresh buffer, then copied again into the response frame),
 //!   kept here verbatim as the baseline;
-//! * `after`: [`kthena_router::SseFilter`] as the router runs it.
+//! * `after`: [`kthena_openai::SseFilter`] as the router runs it.
 //!
 //! Inputs are vLLM-shaped chat chunks (from `spec/samples/vllm-0.32-cpu/chat-stream.sse`):
 //! one event per read, events split across reads at 100 bytes, and 4 events per read. Each
 //! iteration streams one whole completion (64 tokens, the usage chunk, `[DONE]`); criterion
 //! reports time per chunk (throughput in chunks). Run with
-//! `cargo bench -p kthena-router --bench sse -- --warm-up-time 1 --measurement-time 3`.
+//! `cargo bench -p kthena-openai --bench sse -- --warm-up-time 1 --measurement-time 3`.
 #![allow(clippy::unwrap_used, reason = "a benchmark aborts on any setup error")]
 
 use std::hint::black_box;
 
 use bytes::{Bytes, BytesMut};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use kthena_router::SseFilter;
+use kthena_openai::SseFilter;
 
 /// Tokens per streamed completion.
 const TOKENS: usize = 64;
@@ -27,7 +27,7 @@ const TOKENS: usize = 64;
 /// The kthena-router 0.1 SSE filter and body copy, the baseline.
 mod before {
     use bytes::{Bytes, BytesMut};
-    use kthena_router::ResponseProbe;
+    use kthena_openai::ResponseProbe;
 
     #[derive(Default)]
     pub(crate) struct LineFilter {

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, reason = "a test aborts on any setup error")]
 
 use bytes::{Bytes, BytesMut};
-use kthena_router::SseFilter;
+use kthena_openai::SseFilter;
 
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;

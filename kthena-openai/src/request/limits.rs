@@ -23,7 +23,7 @@ pub(super) fn max_output_tokens(body: &Map<String, Value>) -> Option<u64> {
 
 /// The most sequences per prompt [`max_output_tokens`] counts (a larger `n` is the engine's
 /// to refuse).
-pub(crate) const MAX_CHOICES: u64 = 1024;
+pub(super) const MAX_CHOICES: u64 = 1024;
 
 /// A non-negative whole number written as an integer, a float without fraction or a
 /// decimal string.
