@@ -1,5 +1,5 @@
 //! Heterogeneous targets: one replica total over several ModelServings, cheapest capacity
-//! first (Go `optimizer.go`, spec §6.5).
+//! first (Go `optimizer.go`).
 
 use std::collections::HashMap;
 use std::time::Duration;

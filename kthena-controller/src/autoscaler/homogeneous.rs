@@ -1,4 +1,4 @@
-//! Homogeneous targets: `spec.replicas` of one ModelServing (Go `autoscaler.go`, spec §6.4).
+//! Homogeneous targets: `spec.replicas` of one ModelServing (Go `autoscaler.go`).
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! Disaggregated targets: role replicas of one ModelServing, with the ratio constraint (Go
-//! `disaggregated_scaler.go`, spec §6.6).
+//! `disaggregated_scaler.go`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
