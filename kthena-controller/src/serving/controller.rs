@@ -1,5 +1,6 @@
-//! The kube-runtime side: watch ModelServings and their pods and services, list the owned
-//! children, [`plan`](crate::serving::plan()) and apply the result, write the status.
+//! The kube-runtime side: watch ModelServings and their pods and services (kept in watch
+//! caches), read the owned children from the caches, [`plan`](crate::serving::plan::plan())
+//! and apply the result, write the status.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +14,8 @@ use kthena_api::workload::ModelServingStatus;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, Store, reflector};
+use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Client, Resource as _, ResourceExt as _};
 use serde_json::json;
 
@@ -66,6 +68,10 @@ struct Ctx {
     podgroups: crate::serving::gang::Discovery,
     cache: ServingCache,
     recorder: Recorder,
+    /// The watch cache of the pods carrying `modelserving.volcano.sh/group-name`.
+    pods: Store<Pod>,
+    /// The watch cache of the services carrying `modelserving.volcano.sh/group-name`.
+    services: Store<Service>,
     /// The generation of each ModelServing (by uid) already reported `InvalidSpec`.
     invalid_reported: std::sync::Mutex<std::collections::HashMap<String, Option<i64>>>,
 }
@@ -204,6 +210,8 @@ pub async fn run(
         instance: None,
     };
     let recorder = Recorder::new(client.clone(), reporter);
+    let (pod_store, pod_events) = reflected(pods, children.clone());
+    let (svc_store, svc_events) = reflected(svcs, children.clone());
     let ctx = Arc::new(Ctx {
         client,
         field_manager: config.field_manager.clone(),
@@ -211,10 +219,12 @@ pub async fn run(
         cache: config.cache.clone(),
         recorder,
         invalid_reported: std::sync::Mutex::default(),
+        pods: pod_store,
+        services: svc_store,
     });
     let mut controller = Controller::new(ms, watcher::Config::default())
-        .owns(pods, children.clone())
-        .owns(svcs, children.clone());
+        .owns_stream(pod_events)
+        .owns_stream(svc_events);
     config.cache.follow(controller.store());
     let ns = config.namespace.as_deref();
     if let Some(pgs) = crate::serving::gang::watched_api(&ctx.podgroups, &ctx.client, ns).await {
@@ -237,6 +247,52 @@ pub async fn run(
             }
         })
         .await;
+}
+
+/// A watch cache of the `K`s `wc` selects in `api`'s scope (without their managed fields)
+/// and the stream of the objects it changed, each given after the cache has it: a reconcile
+/// it triggers reads the change from the cache.
+fn reflected<K>(
+    api: Api<K>,
+    wc: watcher::Config,
+) -> (
+    Store<K>,
+    impl futures_util::Stream<Item = std::result::Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let events = watcher(api, wc).modify(|o| o.managed_fields_mut().clear());
+    (store, reflector(writer, events).touched_objects())
+}
+
+/// The ModelServing's pods and services from the watch caches (those carrying
+/// `modelserving.volcano.sh/name=<name>` in its namespace), once the caches have listed
+/// everything; `None` when the caches stopped (the controller is shutting down).
+async fn children(ctx: &Ctx, ns: &str, name: &str) -> Option<(Vec<Pod>, Vec<Service>)> {
+    ctx.pods.wait_until_ready().await.ok()?;
+    ctx.services.wait_until_ready().await.ok()?;
+    fn of<K: kube::Resource<DynamicType = ()> + Clone>(
+        store: &Store<K>,
+        ns: &str,
+        name: &str,
+    ) -> Vec<K> {
+        store
+            .state()
+            .iter()
+            .filter(|o| o.meta().namespace.as_deref() == Some(ns))
+            .filter(|o| o.labels().get(NAME_LABEL).map(String::as_str) == Some(name))
+            .map(|o| (**o).clone())
+            .collect()
+    }
+    Some((of(&ctx.pods, ns, name), of(&ctx.services, ns, name)))
 }
 
 /// The back-off after a watch error, shared by all of the controller's watches (kube-runtime
@@ -275,23 +331,10 @@ async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
     {
         publish_invalid(&ctx.recorder, &ms, &errors).await;
     }
-    let lp = ListParams::default().labels(&format!("{NAME_LABEL}={name}"));
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let svcs: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
-    let pod_list = pods
-        .list(&lp)
-        .await
-        .map_err(kube_err(format!("listing pods of {ns}/{name}")))?;
-    let svc_list = svcs
-        .list(&lp)
-        .await
-        .map_err(kube_err(format!("listing services of {ns}/{name}")))?;
-    let mut seen = Observed::new(
-        &name,
-        &ms.uid().unwrap_or_default(),
-        &pod_list.items,
-        &svc_list.items,
-    );
+    let Some((pod_list, svc_list)) = children(&ctx, &ns, &name).await else {
+        return Ok(Action::await_change());
+    };
+    let mut seen = Observed::new(&name, &ms.uid().unwrap_or_default(), &pod_list, &svc_list);
     seen.current = current_revision(&ctx.client, &defaulted).await?;
     if let Some(other) = seen.foreign.first() {
         tracing::info!(modelserving = %name, child = %other, "{}", Error::Foreign(other.clone()));
