@@ -196,14 +196,8 @@ fn condition(
     message: &str,
     generation: Option<i64>,
 ) -> Condition {
-    Condition {
-        type_: type_.to_owned(),
-        status: if ok { "True" } else { "False" }.to_owned(),
-        reason: reason.to_owned(),
-        message: message.to_owned(),
-        observed_generation: generation,
-        last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
-    }
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    kthena_api::conditions::condition(type_, ok, reason, message.to_owned(), generation, now)
 }
 
 /// One target's (or role's) scaling status: `(current, desired)` replicas, the mode, and

@@ -139,14 +139,7 @@ pub enum Outcome {
 }
 
 fn condition(type_: &str, status: bool, reason: &str, message: &str, now: &Time) -> Condition {
-    Condition {
-        type_: type_.to_owned(),
-        status: if status { "True" } else { "False" }.to_owned(),
-        reason: reason.to_owned(),
-        message: message.to_owned(),
-        last_transition_time: now.clone(),
-        observed_generation: None,
-    }
+    kthena_api::conditions::condition(type_, status, reason, message.to_owned(), None, now.clone())
 }
 
 /// The booster's status after a reconcile, as Go leaves it: `Initialized=True`

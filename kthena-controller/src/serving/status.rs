@@ -138,17 +138,12 @@ fn new_condition(progressing: &[u32], updated: &[u32], updating: bool, now: &Tim
             (PROGRESSING, "GroupProgressing", msg)
         }
     };
-    Condition {
-        type_: type_.to_owned(),
-        status: "True".to_owned(),
-        reason: reason.to_owned(),
-        message,
-        last_transition_time: now.clone(),
-        observed_generation: None,
-    }
+    kthena_api::conditions::condition(type_, true, reason, message, None, now.clone())
 }
 
-/// Go's `SetCondition` for a new `True` condition: an existing condition of its type is
+/// Go's `SetCondition` (`pkg/model-serving-controller/utils`, not apimachinery's
+/// `meta.SetStatusCondition` of `kthena_api::conditions`) for a new `True` condition: an
+/// existing condition of its type is
 /// replaced only when its status differs (so its message and time stay otherwise); a `True`
 /// condition exclusive with it (Available vs Progressing / UpdateInProgress) turns `False`
 /// with the new condition's reason, message and time; the new condition is appended if its
