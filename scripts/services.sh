@@ -29,7 +29,7 @@ ensure_services() {
         for _ in $(seq 50); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 0.1; done
     fi
     # Prometheus (Debian's package): the autoscaler's `prometheus` metric-source test
-    # (kthena-controller/tests/autoscaler.rs) scrapes the simulated engines with it.
+    # (kthena-controller/tests/it/autoscaler.rs) scrapes the simulated engines with it.
     if ! command -v prometheus >/dev/null; then
         apt-get install -y prometheus >/dev/null 2>&1 \
             || { apt-get update >/dev/null && apt-get install -y prometheus >/dev/null; }

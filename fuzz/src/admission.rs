@@ -1,6 +1,6 @@
 //! AdmissionReview bodies posted to the controller's webhooks.
 
-use kthena_controller::admission::{Action, review};
+use kthena_controller::webhook::{Action, review};
 use serde_json::Value;
 
 /// Answers `data` as both a validating and a mutating review: the answer is always a JSON

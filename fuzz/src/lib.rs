@@ -19,7 +19,7 @@
 //! | `manifests` | ModelRoute, ModelServer, ModelServing, ... YAML | `kthena_api::load_str_each`, defaults, validation |
 //! | `router_config` | the router's YAML config | `Config::from_yaml`, `apply_env`, `validate`, `parse_go_duration` |
 //! | `tokenizer_cache` | prompts, through the prompt-prefix cache | `ModelTokenizer::encode` against `encode_uncached` |
-//! | `admission_review` | AdmissionReview bodies the API server posts | `kthena_controller::admission::review` |
+//! | `admission_review` | AdmissionReview bodies the API server posts | `kthena_controller::webhook::review` |
 //!
 //! Feature `router` (default) brings every target but `admission_review`, feature `admission`
 //! (default) brings `admission_review`: a libFuzzer build of the router's targets does not

@@ -48,8 +48,10 @@
 
 mod cel;
 mod common;
+pub mod conditions;
 mod crd;
 mod error;
+mod error_chain;
 pub mod gateway;
 mod load;
 pub mod networking;
@@ -62,13 +64,14 @@ pub mod workload;
 pub use common::{DurationError, FieldError, GoDuration};
 pub use crd::{crd_files, crds};
 pub use error::{Error, Result};
+pub use error_chain::{error_chain, error_chain_without, root_cause};
 pub use kube::CustomResourceExt;
 pub use load::{Document, Object, ParseError, decode_value, load_file, load_str, load_str_each};
 pub use networking::{
     ExternalModelProvider, ExternalModelProviderSpec, ModelRoute, ModelRouteSpec, ModelServer,
     ModelServerSpec,
 };
-pub use quantity::quantity_to_f64;
+pub use quantity::{QuantityAmount, quantity_to_f64};
 pub use report::{Report, validate_manifests};
 pub use workload::{
     AutoscalingPolicy, AutoscalingPolicySpec, ModelBooster, ModelBoosterSpec, ModelServing,

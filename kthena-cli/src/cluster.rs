@@ -32,7 +32,7 @@ impl std::fmt::Debug for Cluster {
     }
 }
 
-fn kubeconfig_error(e: impl std::error::Error) -> Error {
+fn kubeconfig_error(e: impl std::error::Error + 'static) -> Error {
     Error::Kubeconfig {
         message: innermost(&e),
     }
@@ -40,12 +40,8 @@ fn kubeconfig_error(e: impl std::error::Error) -> Error {
 
 /// The message of the deepest error in `e`'s source chain, with the outer one when the
 /// inner one alone says little.
-fn innermost(e: &dyn std::error::Error) -> String {
-    let mut last = e;
-    while let Some(next) = last.source() {
-        last = next;
-    }
-    last.to_string()
+fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
+    kthena_api::root_cause(e).to_string()
 }
 
 /// One kubeconfig file; an error names it.

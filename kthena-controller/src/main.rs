@@ -5,7 +5,10 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Parser;
-use kthena_controller::{Config, ControllerSet, LeaderElection};
+use kthena_controller::autoscaler::AutoscalerConfig;
+use kthena_controller::booster::BoosterConfig;
+use kthena_controller::manager::{ControllerSet, Controllers, LeaderElection};
+use kthena_controller::{autoscaler, booster, manager, serving, webhook};
 
 /// Kthena controller manager: reconciles ModelServings into pods and headless services.
 #[derive(Debug, Parser)]
@@ -74,13 +77,13 @@ struct Args {
     tls_private_key_file: PathBuf,
     /// Secret (in the controller's namespace) that shares the generated webhook certificate
     /// between replicas; created when missing; empty: each replica generates its own.
-    #[arg(long, default_value = kthena_controller::CERT_SECRET_NAME)]
+    #[arg(long, default_value = webhook::CERT_SECRET_NAME)]
     cert_secret_name: String,
     /// Seconds between two rounds of the autoscaler controller.
     #[arg(long, default_value_t = 15)]
     autoscaling_sync_period_seconds: u64,
     /// Webhook Service name, for the generated certificate's DNS names.
-    #[arg(long, default_value = kthena_controller::SERVICE_NAME)]
+    #[arg(long, default_value = webhook::SERVICE_NAME)]
     service_name: String,
     /// Port on 127.0.0.1 of `GET /debug/modelserving/cache` (the ServingGroup/Role view as
     /// JSON); 0 = off.
@@ -103,30 +106,29 @@ async fn webhook(
     client: &kube::Client,
 ) -> anyhow::Result<impl Future<Output = ()> + use<>> {
     let ns = client.default_namespace();
-    let hosts = kthena_controller::service_hosts(&args.service_name, ns);
+    let hosts = webhook::service_hosts(&args.service_name, ns);
     let cert = if args.tls_cert_file.exists() && args.tls_private_key_file.exists() {
-        kthena_controller::load_certificate(&args.tls_cert_file, &args.tls_private_key_file)?
+        webhook::load_certificate(&args.tls_cert_file, &args.tls_private_key_file)?
     } else if args.cert_secret_name.is_empty() {
-        kthena_controller::generate_certificate(&hosts)?
+        webhook::generate_certificate(&hosts)?
     } else {
         let name = &args.cert_secret_name;
-        match kthena_controller::secret_certificate(client, ns, name, &hosts).await {
+        match webhook::secret_certificate(client, ns, name, &hosts).await {
             Ok(cert) => cert,
             Err(e) => {
                 tracing::warn!(error = %e, "no shared webhook certificate; generating one");
-                kthena_controller::generate_certificate(&hosts)?
+                webhook::generate_certificate(&hosts)?
             }
         }
     };
     let addr = SocketAddr::new(args.webhook_bind_address, args.port);
-    let (addr, server) =
-        kthena_controller::serve_webhook(addr, &cert, args.webhook_timeout).await?;
+    let (addr, server) = webhook::serve_webhook(addr, &cert, args.webhook_timeout).await?;
     tracing::info!(%addr, "serving admission webhooks");
-    kthena_controller::patch_ca_bundle(
+    webhook::patch_ca_bundle(
         client,
         &cert.ca_pem,
-        kthena_controller::VALIDATING_WEBHOOK,
-        kthena_controller::MUTATING_WEBHOOK,
+        webhook::VALIDATING_WEBHOOK,
+        webhook::MUTATING_WEBHOOK,
     )
     .await?;
     Ok(server)
@@ -149,7 +151,7 @@ async fn client(args: &Args) -> anyhow::Result<kube::Client> {
     }
     let builder = kube::client::ClientBuilder::try_from(config)?;
     Ok(
-        match kthena_controller::rate_limit(args.kube_api_qps, args.kube_api_burst) {
+        match manager::rate_limit(args.kube_api_qps, args.kube_api_burst) {
             Some(layer) => builder.with_layer(&layer).build(),
             None => builder.build(),
         },
@@ -164,33 +166,28 @@ async fn or_pending(fut: Option<impl Future<Output = ()>>) {
     }
 }
 
-/// The controllers' configurations from the flags: the ModelServing controller's (which,
-/// with leader election, also runs the autoscaler and the ModelBooster controller while the
+/// The controllers' configurations from the flags: what runs under leader election (the
+/// ModelServing controller, and the autoscaler and the ModelBooster controller while the
 /// Lease is held), the autoscaler's and the ModelBooster controller's.
-fn configs(
-    args: &Args,
-    set: &ControllerSet,
-) -> (
-    Config,
-    kthena_controller::AutoscalerConfig,
-    kthena_controller::BoosterConfig,
-) {
-    let autoscaling = kthena_controller::AutoscalerConfig {
+fn configs(args: &Args, set: &ControllerSet) -> (Controllers, AutoscalerConfig, BoosterConfig) {
+    let autoscaling = AutoscalerConfig {
         namespace: args.namespace.clone(),
         sync_period: std::time::Duration::from_secs(args.autoscaling_sync_period_seconds.max(1)),
-        ..kthena_controller::AutoscalerConfig::default()
+        ..AutoscalerConfig::default()
     };
-    let boosting = kthena_controller::BoosterConfig {
+    let boosting = BoosterConfig {
         namespace: args.namespace.clone(),
         workers: args.workers,
-        ..kthena_controller::BoosterConfig::default()
+        ..BoosterConfig::default()
     };
-    let config = Config {
-        namespace: args.namespace.clone(),
-        workers: args.workers,
+    let config = Controllers {
+        serving: serving::Config {
+            namespace: args.namespace.clone(),
+            workers: args.workers,
+            ..serving::Config::default()
+        },
         autoscaler: (set.autoscaler && args.leader_elect).then(|| autoscaling.clone()),
         booster: (set.modelbooster && args.leader_elect).then(|| boosting.clone()),
-        ..Config::default()
     };
     (config, autoscaling, boosting)
 }
@@ -198,14 +195,14 @@ fn configs(
 /// The debug server of `--debug-port` on 127.0.0.1, when it is not 0.
 async fn debug_server(
     port: u16,
-    cache: kthena_controller::ServingCache,
+    cache: serving::ServingCache,
 ) -> anyhow::Result<Option<impl Future<Output = ()> + use<>>> {
     if port == 0 {
         return Ok(None);
     }
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let (addr, server) = kthena_controller::serve_debug(addr, cache).await?;
-    tracing::info!(%addr, "serving {}", kthena_controller::CACHE_PATH);
+    let (addr, server) = serving::serve_debug(addr, cache).await?;
+    tracing::info!(%addr, "serving {}", serving::CACHE_PATH);
     Ok(Some(server))
 }
 
@@ -238,7 +235,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let set = ControllerSet::parse(&args.controllers)?;
     let client = client(&args).await?;
-    let (addr, health) = kthena_controller::serve_health(args.healthz_bind_address).await?;
+    let (addr, health) = manager::serve_health(args.healthz_bind_address).await?;
     tracing::info!(%addr, "serving /healthz");
     let webhooks = match args.enable_webhook {
         true => Some(webhook(&args, &client).await?),
@@ -249,14 +246,13 @@ async fn main() -> anyhow::Result<()> {
         LeaderElection::go_defaults(ns.unwrap_or_else(|| client.default_namespace().to_owned()))
     });
     let (config, autoscaling, boosting) = configs(&args, &set);
-    let debug = debug_server(args.debug_port, config.cache.clone()).await?;
+    let debug = debug_server(args.debug_port, config.serving.cache.clone()).await?;
     // Without leader election the autoscaler and the ModelBooster controller run on their own.
     let alone = !args.leader_elect;
-    let autoscaler = (set.autoscaler && alone).then(|| {
-        kthena_controller::run_autoscaler(client.clone(), autoscaling, std::future::pending())
-    });
+    let autoscaler = (set.autoscaler && alone)
+        .then(|| autoscaler::run_autoscaler(client.clone(), autoscaling, std::future::pending()));
     let booster = (set.modelbooster && alone)
-        .then(|| kthena_controller::run_booster(client.clone(), boosting, std::future::pending()));
+        .then(|| booster::run_booster(client.clone(), boosting, std::future::pending()));
     // The first SIGTERM / Ctrl-C asks the controllers to stop (a leader releases its Lease);
     // they get SHUTDOWN_GRACE to do so, and a second signal ends the process at once.
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
@@ -270,11 +266,9 @@ async fn main() -> anyhow::Result<()> {
             return Ok(());
         }
         match election {
-            Some(election) => {
-                kthena_controller::run_leader_elected(client, config, election, shutdown).await
-            }
+            Some(election) => manager::run_leader_elected(client, config, election, shutdown).await,
             None => {
-                kthena_controller::run(client, config, shutdown).await;
+                serving::run(client, config.serving, shutdown).await;
                 Ok(())
             }
         }

@@ -9,46 +9,46 @@ use kthena_api::workload::API_VERSION;
 use kube::ResourceExt as _;
 
 /// Label: the ModelServing's name.
-pub const NAME_LABEL: &str = "modelserving.volcano.sh/name";
+pub(crate) const NAME_LABEL: &str = "modelserving.volcano.sh/name";
 /// Label: the ServingGroup's name (`<ms>-<ordinal>`).
-pub const GROUP_NAME_LABEL: &str = "modelserving.volcano.sh/group-name";
+pub(crate) const GROUP_NAME_LABEL: &str = "modelserving.volcano.sh/group-name";
 /// Label: the role's name.
-pub const ROLE_LABEL: &str = "modelserving.volcano.sh/role";
+pub(crate) const ROLE_LABEL: &str = "modelserving.volcano.sh/role";
 /// Label: the role replica's id (`<role>-<ordinal>`).
-pub const ROLE_ID_LABEL: &str = "modelserving.volcano.sh/role-id";
+pub(crate) const ROLE_ID_LABEL: &str = "modelserving.volcano.sh/role-id";
 /// Label: `"true"` on entry pods only.
-pub const ENTRY_LABEL: &str = "modelserving.volcano.sh/entry";
+pub(crate) const ENTRY_LABEL: &str = "modelserving.volcano.sh/entry";
 /// Label: the ModelServing template revision the pod was made from.
-pub const REVISION_LABEL: &str = "modelserving.volcano.sh/revision";
+pub(crate) const REVISION_LABEL: &str = "modelserving.volcano.sh/revision";
 /// Label: the hash of the role template the pod was made from.
-pub const ROLE_TEMPLATE_HASH_LABEL: &str = "modelserving.volcano.sh/role-template-hash";
+pub(crate) const ROLE_TEMPLATE_HASH_LABEL: &str = "modelserving.volcano.sh/role-template-hash";
 /// Pod annotation read when scaling down: an integer cost (invalid or missing = 0); cheaper
 /// groups and roles are deleted first (the Kubernetes ReplicaSet convention).
-pub const POD_DELETION_COST_ANNOTATION: &str = "controller.kubernetes.io/pod-deletion-cost";
+pub(crate) const POD_DELETION_COST_ANNOTATION: &str = "controller.kubernetes.io/pod-deletion-cost";
 
 /// Env: `workerReplicas + 1`.
-pub const GROUP_SIZE_ENV: &str = "GROUP_SIZE";
+pub(crate) const GROUP_SIZE_ENV: &str = "GROUP_SIZE";
 /// Env: `<entryPodName>.<namespace>`, the DNS name of the role replica's headless service.
-pub const ENTRY_ADDRESS_ENV: &str = "ENTRY_ADDRESS";
+pub(crate) const ENTRY_ADDRESS_ENV: &str = "ENTRY_ADDRESS";
 /// Env: `0` on the entry pod, `1..=workerReplicas` on workers.
-pub const WORKER_INDEX_ENV: &str = "WORKER_INDEX";
+pub(crate) const WORKER_INDEX_ENV: &str = "WORKER_INDEX";
 
 /// ServingGroup name: `<ms>-<ordinal>`.
 #[must_use]
-pub fn group_name(ms: &str, ordinal: u32) -> String {
+pub(crate) fn group_name(ms: &str, ordinal: u32) -> String {
     format!("{ms}-{ordinal}")
 }
 
 /// Role replica id: `<role>-<ordinal>`.
 #[must_use]
-pub fn role_id(role: &str, ordinal: u32) -> String {
+pub(crate) fn role_id(role: &str, ordinal: u32) -> String {
     format!("{role}-{ordinal}")
 }
 
 /// Pod name: `<group>-<roleId>-<index>`; index 0 is the entry pod, `1..=workerReplicas`
 /// the workers. The role replica's headless service has the entry pod's name.
 #[must_use]
-pub fn pod_name(group: &str, role_id: &str, index: u32) -> String {
+pub(crate) fn pod_name(group: &str, role_id: &str, index: u32) -> String {
     format!("{group}-{role_id}-{index}")
 }
 
@@ -56,7 +56,7 @@ pub fn pod_name(group: &str, role_id: &str, index: u32) -> String {
 /// part before it; `None` if the name does not end in `-<digits>` or the number exceeds
 /// `i32::MAX` (Go parses it as a 32-bit integer).
 #[must_use]
-pub fn split_ordinal(name: &str) -> Option<(&str, u32)> {
+pub(crate) fn split_ordinal(name: &str) -> Option<(&str, u32)> {
     let (head, digits) = name.rsplit_once('-')?;
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -69,7 +69,7 @@ pub fn split_ordinal(name: &str) -> Option<(&str, u32)> {
 /// `workload.serving.volcano.sh/v1alpha1`, kind `ModelServing`, controller and
 /// blockOwnerDeletion true.
 #[must_use]
-pub fn owner_ref(ms: &ModelServing) -> OwnerReference {
+pub(crate) fn owner_ref(ms: &ModelServing) -> OwnerReference {
     OwnerReference {
         api_version: API_VERSION.to_owned(),
         kind: "ModelServing".to_owned(),
@@ -83,7 +83,7 @@ pub fn owner_ref(ms: &ModelServing) -> OwnerReference {
 /// True if `refs` name the ModelServing of `uid` (apiVersion, kind and UID must match, as
 /// Go's `IsOwnedByModelServingWithUID`).
 #[must_use]
-pub fn owned_by(refs: Option<&[OwnerReference]>, uid: &str) -> bool {
+pub(crate) fn owned_by(refs: Option<&[OwnerReference]>, uid: &str) -> bool {
     refs.unwrap_or_default()
         .iter()
         .any(|r| r.api_version == API_VERSION && r.kind == "ModelServing" && r.uid == uid)
@@ -92,7 +92,12 @@ pub fn owned_by(refs: Option<&[OwnerReference]>, uid: &str) -> bool {
 /// Labels of a role replica's objects: name, group-name, role, role-id (the headless
 /// service's labels; pods add revision, template hash and entry).
 #[must_use]
-pub fn role_labels(ms: &str, group: &str, role: &str, role_id: &str) -> BTreeMap<String, String> {
+pub(crate) fn role_labels(
+    ms: &str,
+    group: &str,
+    role: &str,
+    role_id: &str,
+) -> BTreeMap<String, String> {
     BTreeMap::from([
         (NAME_LABEL.to_owned(), ms.to_owned()),
         (GROUP_NAME_LABEL.to_owned(), group.to_owned()),
@@ -104,41 +109,11 @@ pub fn role_labels(ms: &str, group: &str, role: &str, role_id: &str) -> BTreeMap
 /// The status `labelSelector` of the scale subresource: selects the entry pod of role replica
 /// 0 of the first role, so that one pod per ServingGroup matches (an HPA's count is groups).
 #[must_use]
-pub fn scale_label_selector(ms: &str, first_role: &str) -> String {
+pub(crate) fn scale_label_selector(ms: &str, first_role: &str) -> String {
     format!(
         "{ENTRY_LABEL}=true,{NAME_LABEL}={ms},{ROLE_LABEL}={first_role},{ROLE_ID_LABEL}={first_role}-0"
     )
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_follow_go() {
-        let g = group_name("sample", 0);
-        assert_eq!(g, "sample-0");
-        let r = role_id("prefill", 1);
-        assert_eq!(r, "prefill-1");
-        assert_eq!(pod_name(&g, &r, 3), "sample-0-prefill-1-3");
-    }
-
-    #[test]
-    fn ordinals_parse_like_go_regex() {
-        assert_eq!(split_ordinal("vllm-sample-12"), Some(("vllm-sample", 12)));
-        assert_eq!(split_ordinal("decode-0"), Some(("decode", 0)));
-        assert_eq!(split_ordinal("sample"), None);
-        assert_eq!(split_ordinal("sample-"), None);
-        assert_eq!(split_ordinal("sample-1a"), None);
-        assert_eq!(split_ordinal("sample-99999999999"), None);
-    }
-
-    #[test]
-    fn label_selector_is_gos() {
-        assert_eq!(
-            scale_label_selector("sample", "prefill"),
-            "modelserving.volcano.sh/entry=true,modelserving.volcano.sh/name=sample,\
-             modelserving.volcano.sh/role=prefill,modelserving.volcano.sh/role-id=prefill-0"
-        );
-    }
-}
+mod tests;

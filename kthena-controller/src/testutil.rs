@@ -46,7 +46,7 @@ pub(crate) fn multi_node() -> TestResult<ModelServing> {
 /// The template revision of [`sample`].
 pub(crate) fn sample_revision() -> String {
     let ms = sample().ok();
-    ms.and_then(|ms| crate::revision::model_serving_revision(&ms).ok())
+    ms.and_then(|ms| crate::serving::revision::model_serving_revision(&ms).ok())
         .unwrap_or_default()
 }
 

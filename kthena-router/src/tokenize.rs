@@ -132,13 +132,7 @@ impl ModelTokenizer {
 
 /// The router's error for a tokenizer failure, with the crate error's causes in the reason.
 fn tokenizer_error(model: &str, e: &kthena_tokenize::Error) -> Error {
-    let mut reason = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        reason.push_str(": ");
-        reason.push_str(&s.to_string());
-        source = s.source();
-    }
+    let reason = kthena_api::error_chain(e);
     Error::Tokenizer {
         model: model.to_owned(),
         reason,

@@ -14,7 +14,7 @@ use kthena_autoscale::{InvalidSample, Metrics, PodHistograms};
 
 use super::metrics::{FamilyValue, family};
 use super::prometheus::QueryError;
-use crate::observed::running_and_ready;
+use crate::serving::running_and_ready;
 
 /// The HTTP client of the scrapes.
 pub(crate) type HttpClient = Client<HttpConnector, Full<Bytes>>;
@@ -299,62 +299,4 @@ pub(crate) async fn collect(
 }
 
 #[cfg(test)]
-mod tests {
-    use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use kthena_api::workload::PodMetricSource;
-
-    use super::*;
-
-    fn pod(phase: &str, restarts: i32) -> Pod {
-        let mut p = Pod::default();
-        p.metadata.labels = Some([("tier".to_owned(), "gpu".to_owned())].into());
-        p.status = Some(PodStatus {
-            phase: Some(phase.to_owned()),
-            container_statuses: Some(vec![ContainerStatus {
-                restart_count: restarts,
-                ..ContainerStatus::default()
-            }]),
-            ..PodStatus::default()
-        });
-        p
-    }
-
-    #[test]
-    fn failed_restarted_or_deleted_pods_make_the_group_unusable() {
-        assert!(!unusable(&pod("Running", 0)));
-        assert!(!unusable(&pod("Pending", 0)));
-        assert!(unusable(&pod("Failed", 0)));
-        // Any restart, even of a pod that is Running and Ready again (Go `metric_collector.go`).
-        assert!(unusable(&pod("Running", 1)));
-        let mut deleted = pod("Running", 0);
-        deleted.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
-        assert!(unusable(&deleted));
-    }
-
-    #[test]
-    fn pod_sources_select_by_match_labels() {
-        let source = |labels: &[(&str, &str)]| MetricSource {
-            pod: Some(PodMetricSource {
-                label_selector: Some(
-                    k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
-                        match_labels: Some(
-                            labels
-                                .iter()
-                                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                                .collect(),
-                        ),
-                        ..Default::default()
-                    },
-                ),
-                ..PodMetricSource::default()
-            }),
-            prometheus: None,
-        };
-        let p = pod("Running", 0);
-        assert!(selected(&p, &MetricSource::default()));
-        assert!(selected(&p, &source(&[("tier", "gpu")])));
-        assert!(!selected(&p, &source(&[("tier", "cpu")])));
-        assert!(!selected(&p, &source(&[("tier", "gpu"), ("zone", "a")])));
-    }
-}
+mod tests;

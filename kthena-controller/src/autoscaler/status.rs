@@ -94,7 +94,7 @@ fn next_status(
     let (ready, found) = verdicts(policy, &old, &mut st, outcome);
     let ready = with_problems(ready, problems);
     for (type_, (ok, reason, message)) in [("Ready", ready), ("TargetFound", found)] {
-        upsert(
+        kthena_api::conditions::set_status_condition(
             &mut st.conditions,
             condition(type_, ok, reason, &message, g),
         );
@@ -123,21 +123,6 @@ fn with_problems(ready: Verdict, problems: &[Problem]) -> Verdict {
         shown.push(format!("and {} more", problems.len() - MAX_PROBLEMS_SHOWN));
     }
     (false, reason, format!("{}; {}", shown.join("; "), ready.2))
-}
-
-/// Sets `new` in `conditions` (Kubernetes `meta.SetStatusCondition`): a condition of the same
-/// type takes `new`'s reason, message and observed generation, and its
-/// `lastTransitionTime` only when its status changes.
-fn upsert(conditions: &mut Vec<Condition>, new: Condition) {
-    match conditions.iter_mut().find(|c| c.type_ == new.type_) {
-        Some(cur) if cur.status == new.status => {
-            cur.reason = new.reason;
-            cur.message = new.message;
-            cur.observed_generation = new.observed_generation;
-        }
-        Some(cur) => *cur = new,
-        None => conditions.push(new),
-    }
 }
 
 /// The `Ready` and `TargetFound` verdicts of `outcome`, writing its scaling status into `st`.
@@ -211,14 +196,8 @@ fn condition(
     message: &str,
     generation: Option<i64>,
 ) -> Condition {
-    Condition {
-        type_: type_.to_owned(),
-        status: if ok { "True" } else { "False" }.to_owned(),
-        reason: reason.to_owned(),
-        message: message.to_owned(),
-        observed_generation: generation,
-        last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
-    }
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    kthena_api::conditions::condition(type_, ok, reason, message.to_owned(), generation, now)
 }
 
 /// One target's (or role's) scaling status: `(current, desired)` replicas, the mode, and

@@ -9,6 +9,8 @@ use kthena_api::{ModelBooster, ModelRoute, ModelServer, ModelServing};
 use kube::ResourceExt as _;
 
 use super::{Images, REVISION_LABEL, model_route, model_server, model_serving};
+use kthena_api::conditions::set_status_condition;
+
 use crate::error::Result;
 
 /// Condition type: the booster was seen (reason `ModelCreating`).
@@ -136,31 +138,8 @@ pub enum Outcome {
     Written(Option<bool>),
 }
 
-/// Go's `meta.SetStatusCondition`: replaces the condition of the same type, keeping its
-/// `lastTransitionTime` unless the status changes; appends a new type.
-fn set(conditions: &mut Vec<Condition>, new: Condition) {
-    match conditions.iter_mut().find(|c| c.type_ == new.type_) {
-        Some(cur) => {
-            let time = cur.last_transition_time.clone();
-            let same = cur.status == new.status;
-            *cur = new;
-            if same {
-                cur.last_transition_time = time;
-            }
-        }
-        None => conditions.push(new),
-    }
-}
-
 fn condition(type_: &str, status: bool, reason: &str, message: &str, now: &Time) -> Condition {
-    Condition {
-        type_: type_.to_owned(),
-        status: if status { "True" } else { "False" }.to_owned(),
-        reason: reason.to_owned(),
-        message: message.to_owned(),
-        last_transition_time: now.clone(),
-        observed_generation: None,
-    }
+    kthena_api::conditions::condition(type_, status, reason, message.to_owned(), None, now.clone())
 }
 
 /// The booster's status after a reconcile, as Go leaves it: `Initialized=True`
@@ -184,7 +163,7 @@ pub fn status(booster: &ModelBooster, outcome: &Outcome, now: &Time) -> ModelBoo
             "ModelBooster initialized",
             now,
         );
-        set(&mut conditions, init);
+        set_status_condition(&mut conditions, init);
     }
     let active = match outcome {
         Outcome::Written(Some(true)) => {
@@ -198,9 +177,9 @@ pub fn status(booster: &ModelBooster, outcome: &Outcome, now: &Time) -> ModelBoo
             now,
         ),
     };
-    set(&mut conditions, active);
+    set_status_condition(&mut conditions, active);
     if let Outcome::Failed(message) = outcome {
-        set(
+        set_status_condition(
             &mut conditions,
             condition(FAILED, true, "ModelAbnormal", message, now),
         );
@@ -212,124 +191,4 @@ pub fn status(booster: &ModelBooster, outcome: &Outcome, now: &Time) -> ModelBoo
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use kthena_api::workload::ModelServingStatus;
-    use std::collections::BTreeMap;
-
-    fn time(s: i64) -> Time {
-        Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap_or_default())
-    }
-
-    fn meta(name: &str, rev: &str) -> ObjectMeta {
-        ObjectMeta {
-            name: Some(name.to_owned()),
-            labels: Some(BTreeMap::from([(
-                REVISION_LABEL.to_owned(),
-                rev.to_owned(),
-            )])),
-            ..ObjectMeta::default()
-        }
-    }
-
-    fn children() -> Children {
-        let mut c = Children {
-            serving: ModelServing::default(),
-            server: ModelServer::default(),
-            route: ModelRoute::default(),
-        };
-        c.serving.metadata = meta("b-be", "r1");
-        c.server.metadata = meta("b-be", "s1");
-        c.route.metadata = meta("b", "t1");
-        c.route.spec.model_name = "m".to_owned();
-        c
-    }
-
-    #[test]
-    fn only_missing_or_outdated_children_are_written() {
-        let want = children();
-        let none = writes(&want, &Existing::default());
-        assert_eq!((none.serving, none.server, none.route), (true, true, true));
-        let old = ModelServing {
-            metadata: meta("b-old", "r0"),
-            ..ModelServing::default()
-        };
-        let existing = Existing {
-            servings: vec![want.serving.clone(), old],
-            server: Some(want.server.clone()),
-            route: Some(want.route.clone()),
-            other_servers: vec!["b-old".to_owned()],
-        };
-        let w = writes(&want, &existing);
-        assert_eq!(
-            w,
-            Writes {
-                delete_servings: vec!["b-old".to_owned()],
-                delete_servers: vec!["b-old".to_owned()],
-                ..Writes::default()
-            }
-        );
-        let mut renamed = want.route.clone();
-        renamed.spec.model_name = "other".to_owned();
-        let mut changed = want.server.clone();
-        changed.metadata = meta("b-be", "s0");
-        let existing = Existing {
-            servings: vec![want.serving.clone()],
-            server: Some(changed),
-            route: Some(renamed),
-            other_servers: Vec::new(),
-        };
-        let w = writes(&want, &existing);
-        assert_eq!(
-            (w.serving, w.server, w.recreate_route, w.route),
-            (false, true, true, true)
-        );
-    }
-
-    #[test]
-    fn conditions_follow_go() {
-        let mut b = ModelBooster::default();
-        b.metadata.generation = Some(3);
-        let st = status(&b, &Outcome::Written(Some(false)), &time(10));
-        let summary: Vec<_> = st
-            .conditions
-            .iter()
-            .map(|c| (c.type_.as_str(), c.status.as_str(), c.reason.as_str()))
-            .collect();
-        assert_eq!(
-            summary,
-            [
-                ("Initialized", "True", "ModelCreating"),
-                ("Active", "False", "ModelProcessing")
-            ]
-        );
-        assert_eq!(st.observed_generation, Some(3));
-        b.status = Some(st);
-        let st = status(&b, &Outcome::Failed("boom".to_owned()), &time(20));
-        assert_eq!(st.conditions.len(), 3);
-        assert_eq!(st.conditions[2].message, "boom");
-        // Active stays False: its transition time is the first one.
-        assert_eq!(st.conditions[1].last_transition_time, time(10));
-        b.status = Some(st);
-        let st = status(&b, &Outcome::Written(Some(true)), &time(30));
-        let active = &st.conditions[1];
-        assert_eq!(
-            (active.status.as_str(), active.reason.as_str()),
-            ("True", "ModelAvailable")
-        );
-        assert_eq!(active.last_transition_time, time(30));
-        assert_eq!(st.conditions[2].status, "True", "Go never clears Failed");
-        assert_eq!(st.conditions[0].last_transition_time, time(10));
-    }
-
-    #[test]
-    fn availability_is_the_available_condition() {
-        let mut ms = ModelServing::default();
-        assert!(!serving_available(&ms));
-        ms.status = Some(ModelServingStatus {
-            conditions: vec![condition("Available", true, "AllGroupsReady", "", &time(1))],
-            ..ModelServingStatus::default()
-        });
-        assert!(serving_available(&ms));
-    }
-}
+mod tests;

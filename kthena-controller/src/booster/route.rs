@@ -7,7 +7,7 @@ use kube::ResourceExt as _;
 
 use super::{backend_resource_name, booster_owner_ref, child_labels};
 use crate::error::Result;
-use crate::revision::hash_json;
+use crate::serving::revision::hash_json;
 
 /// Name of the generated route's only rule (Go's).
 pub const RULE_NAME: &str = "default";

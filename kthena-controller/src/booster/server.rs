@@ -18,7 +18,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::names::{GROUP_NAME_LABEL, ROLE_LABEL};
-use crate::revision::hash_json;
+use crate::serving::revision::hash_json;
 
 /// vLLM's default port, the engine port when no worker sets `port`.
 const DEFAULT_ENGINE_PORT: i32 = 8000;

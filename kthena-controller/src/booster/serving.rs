@@ -15,7 +15,7 @@ use super::engine::{
 use super::server::{engine_port, worker_type};
 use super::{backend_resource_name, booster_owner_ref, child_labels};
 use crate::error::{Error, Result};
-use crate::revision::hash_json;
+use crate::serving::revision::hash_json;
 
 /// Images of the generated pods' helper containers (Go's ConfigMap
 /// `model-booster-controller-config`, keys `model_serving_downloader_image` and

@@ -156,7 +156,7 @@ fn revisions_follow_the_spec() -> TestResult {
     let spec: ModelServerSpec = server.spec.clone();
     assert_eq!(
         server.labels()[REVISION_LABEL],
-        crate::revision::hash_json(&spec)?
+        crate::serving::revision::hash_json(&spec)?
     );
     Ok(())
 }

@@ -38,20 +38,7 @@ impl DurationProblem {
 /// `: `, without the wrapper-only messages ("client error (Connect)") of hyper's client.
 /// Example: `tcp connect error: Connection refused (os error 111)`.
 pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut cur = Some(e);
-    while let Some(err) = cur {
-        let msg = err.to_string();
-        if !msg.starts_with("client error (") && parts.last() != Some(&msg) {
-            parts.push(msg);
-        }
-        cur = err.source();
-    }
-    if parts.is_empty() {
-        e.to_string()
-    } else {
-        parts.join(": ")
-    }
+    kthena_api::error_chain_without(e, |m| m.starts_with("client error ("))
 }
 
 /// The message of [`super::Error::Scheduler`]: the error with its path from the top of the

@@ -244,7 +244,7 @@ async fn start(
     let config = engine_config(pod, &ctx.base)?;
     let (handle, lease) = spawn_on_free_ip(config)
         .await
-        .map_err(|e| error_chain(&e))?;
+        .map_err(|e| kthena_api::error_chain(&e))?;
     let handle = Arc::new(handle);
     let engine = Engine {
         handle: Arc::clone(&handle),
@@ -264,17 +264,6 @@ async fn start(
     lock(&ctx.engines).insert(key.to_owned(), handle);
     tracing::info!(pod = key, addr = %engine.addr(), "Engine started.");
     Ok(engine)
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }
 
 /// `GET /health` answers 200.

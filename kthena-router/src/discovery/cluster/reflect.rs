@@ -180,12 +180,9 @@ fn watch_error_text(kind: &str, err: &watcher::Error) -> String {
             // The innermost cause says what happened (`Connection refused (os error 111)`);
             // kube's own text stops at `client error (Connect)`.
             let text = other.to_string();
-            let mut cause = String::new();
-            let mut next = std::error::Error::source(other);
-            while let Some(e) = next {
-                cause = e.to_string();
-                next = e.source();
-            }
+            let cause = std::error::Error::source(other)
+                .map(|_| kthena_api::root_cause(other).to_string())
+                .unwrap_or_default();
             if cause.is_empty() || text.contains(&cause) {
                 return text;
             }

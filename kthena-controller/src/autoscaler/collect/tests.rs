@@ -1,0 +1,57 @@
+use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kthena_api::workload::PodMetricSource;
+
+use super::*;
+
+fn pod(phase: &str, restarts: i32) -> Pod {
+    let mut p = Pod::default();
+    p.metadata.labels = Some([("tier".to_owned(), "gpu".to_owned())].into());
+    p.status = Some(PodStatus {
+        phase: Some(phase.to_owned()),
+        container_statuses: Some(vec![ContainerStatus {
+            restart_count: restarts,
+            ..ContainerStatus::default()
+        }]),
+        ..PodStatus::default()
+    });
+    p
+}
+
+#[test]
+fn failed_restarted_or_deleted_pods_make_the_group_unusable() {
+    assert!(!unusable(&pod("Running", 0)));
+    assert!(!unusable(&pod("Pending", 0)));
+    assert!(unusable(&pod("Failed", 0)));
+    // Any restart, even of a pod that is Running and Ready again (as Go).
+    assert!(unusable(&pod("Running", 1)));
+    let mut deleted = pod("Running", 0);
+    deleted.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    assert!(unusable(&deleted));
+}
+
+#[test]
+fn pod_sources_select_by_match_labels() {
+    let source = |labels: &[(&str, &str)]| MetricSource {
+        pod: Some(PodMetricSource {
+            label_selector: Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                    match_labels: Some(
+                        labels
+                            .iter()
+                            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                            .collect(),
+                    ),
+                    ..Default::default()
+                },
+            ),
+            ..PodMetricSource::default()
+        }),
+        prometheus: None,
+    };
+    let p = pod("Running", 0);
+    assert!(selected(&p, &MetricSource::default()));
+    assert!(selected(&p, &source(&[("tier", "gpu")])));
+    assert!(!selected(&p, &source(&[("tier", "cpu")])));
+    assert!(!selected(&p, &source(&[("tier", "gpu"), ("zone", "a")])));
+}
