@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Dependency-direction guard (STYLE.md §2.2).
-# - kthena-sched, kthena-kvevents, kthena-tokenize and kthena-autoscale (with their default
-#   features; kthena-autoscale's `api` feature adds kthena-api) must never depend on kube,
+# - kthena-sched, kthena-kvevents, kthena-tokenize, kthena-autoscale and kthena-engine-metrics
+#   (with their default features; kthena-autoscale's `api` feature adds kthena-api,
+#   kthena-kvevents' `subscribe` feature adds zeromq and tokio) must never depend on kube,
 #   hyper, tower or tokio: they are leaf crates other proxies and controllers embed.
 # - No library code may use anyhow: binaries, tests and examples may.
 set -euo pipefail
@@ -32,6 +33,7 @@ leaf_check kthena-sched
 leaf_check kthena-kvevents
 leaf_check kthena-tokenize
 leaf_check kthena-autoscale
+leaf_check kthena-engine-metrics
 
 # A package may hold a library and a binary; cargo has no binary-only dependencies, so
 # check the library's sources: any file under src/ that is not the binary's own (src/main.rs,

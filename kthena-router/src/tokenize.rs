@@ -23,7 +23,7 @@ pub use kthena_tokenize::{CacheOutcome, MIN_CACHED_PREFIX_BYTES};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::kv_metrics::KvMetrics;
+use crate::kv::metrics::KvMetrics;
 use crate::openai::{Message, Prompt};
 use crate::scrape::HttpClient;
 

@@ -10,7 +10,7 @@ use super::{Parsed, Routed, Tokens, ext, stage};
 use crate::accounting::Accounting;
 use crate::body::RespBody;
 use crate::error::Error;
-use crate::kv_cache::TokenizeFor;
+use crate::kv::cache::TokenizeFor;
 use crate::shared::Shared;
 
 stage!(
