@@ -1,5 +1,5 @@
 //! Engine KV-cache events: the per-endpoint ZMQ subscriber that feeds `kthena-sched`'s KV
-//! index (`spec/engines-and-peers.md` §5.5).
+//! index (vLLM `vllm/distributed/kv_events.py` publishes them).
 //!
 //! The wire format (frames, msgpack batches in vLLM's array and map forms and SGLang's, the
 //! events an index can use) lives in the `kthena-kvevents` crate; this module is the

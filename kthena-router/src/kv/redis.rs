@@ -1,5 +1,5 @@
 //! A [`KvIndex`] that reads Go Kthena's Redis layout, for clusters that already run Kthena's
-//! runtime sidecar (spec §3.8).
+//! runtime sidecar (Go Kthena `pkg/kthena-router/scheduler/plugins/kvcache_aware.go` reads it).
 //!
 //! The sidecar turns the engines' KV events into Redis hashes:
 //!
