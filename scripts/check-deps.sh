@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Dependency-direction and citation guard.
-# - kthena-sched, kthena-kvevents, kthena-tokenize, kthena-openai and kthena-autoscale (with
-#   their default features; kthena-autoscale's `api` feature adds kthena-api) must never
-#   depend on kube, hyper, tower or tokio: they are leaf crates other proxies and
-#   controllers embed.
+# - kthena-sched, kthena-kvevents, kthena-tokenize, kthena-openai, kthena-engine-metrics and
+#   kthena-autoscale (with their default features; kthena-autoscale's `api` feature adds
+#   kthena-api, kthena-kvevents' `subscribe` feature adds zeromq and tokio) must never depend
+#   on kube, hyper, tower or tokio: they are leaf crates other proxies and controllers embed.
 # - No library code may use anyhow: binaries, tests and examples may.
 # - Sources and docs cite what a reader can open (Go Kthena's files at v1.0.0, its docs, the
 #   vLLM, Kubernetes or Gateway API pages), never sections of a document outside the repository.
@@ -36,6 +36,7 @@ leaf_check kthena-kvevents
 leaf_check kthena-tokenize
 leaf_check kthena-openai
 leaf_check kthena-autoscale
+leaf_check kthena-engine-metrics
 
 # A package may hold a library and a binary; cargo has no binary-only dependencies, so
 # check the library's sources: any file under src/ that is not the binary's own (src/main.rs,

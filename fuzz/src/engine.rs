@@ -1,8 +1,8 @@
 //! What engines answer: streamed and JSON responses, `/metrics` and `/v1/models`.
 
 use bytes::Bytes;
+use kthena_engine_metrics::{SGLANG, VLLM, family, parse_metrics, parse_models};
 use kthena_openai::{ResponseProbe, SseFilter, usage_of};
-use kthena_router::{SGLANG, VLLM, parse_metrics, parse_models};
 
 /// Runs the SSE filter over `data` split into chunks at positions derived from the first
 /// bytes, and once in one piece: the output, the usage read and `[DONE]` must not depend on
@@ -63,12 +63,16 @@ fn probe(payload: &[u8]) {
 }
 
 /// Parses `data` as an engine's `/metrics` text with the vLLM and SGLang names (llama.cpp's
-/// `llamacpp:*` families are recognised by either) and as a `/v1/models` body. Only a panic
-/// fails; errors are the expected answer to most inputs.
+/// `llamacpp:*` families are recognised by either), reads a gauge and a histogram family out
+/// of it as the autoscaler does, and parses it as a `/v1/models` body. Only a panic fails;
+/// errors are the expected answer to most inputs.
 pub fn engine_metrics(data: &[u8]) {
     let text = crate::text(data);
     for names in [VLLM, SGLANG] {
         let _ = parse_metrics(&text, names);
+        for name in [names.waiting, names.ttft] {
+            let _ = family(&text, name, Ok::<_, ()>);
+        }
     }
     let _ = parse_models(data);
 }

@@ -14,7 +14,7 @@
 //! |---|---|---|
 //! | `openai_request` | client request bodies | `parse_request`, `upstream_body`, `upstream_responses_body`, `remote_body` |
 //! | `sse_filter` | engine streaming and JSON responses | `SseFilter`, `ResponseProbe`, `usage_of` |
-//! | `engine_metrics` | engine `/metrics` (vLLM, SGLang, llama.cpp) and `/v1/models` | `parse_metrics`, `parse_models` |
+//! | `engine_metrics` | engine `/metrics` (vLLM, SGLang, llama.cpp) and `/v1/models` | `kthena_engine_metrics`: `parse_metrics`, `family`, `parse_models` |
 //! | `kv_events` | ZMQ KV-event messages (vLLM array and map encodings, SGLang) | `split_frames`, `decode_batch`, `Ingest::apply_payload` |
 //! | `manifests` | ModelRoute, ModelServer, ModelServing, ... YAML | `kthena_api::load_str_each`, defaults, validation |
 //! | `router_config` | the router's YAML config | `Config::from_yaml`, `apply_env`, `validate`, `parse_go_duration` |

@@ -1,10 +1,10 @@
-//! The KV-cache event wire format of vLLM and SGLang, without I/O.
+//! The KV-cache event wire format of vLLM and SGLang, without I/O (by default).
 //!
-//! Engines with prefix caching publish the blocks they store and evict over a ZMQ PUB socket (vLLM:
-//! `vllm-project/vllm` `vllm/distributed/kv_events.py`). This crate decodes those messages for
-//! hosts that keep a KV index (a router, a gateway) and encodes them for engines and simulators.
-//! The transport (ZMQ sockets, replay requests) stays with the host: the crate works on frames and
-//! bytes.
+//! Engines with prefix caching publish the blocks they store and evict over a ZMQ PUB socket
+//! (vLLM: `vllm-project/vllm` `vllm/distributed/kv_events.py`). This crate decodes those messages for hosts that keep
+//! a KV index (a router, a gateway) and encodes them for engines and simulators. By default
+//! it works on frames and bytes, without I/O; the optional `subscribe` feature adds the SUB
+//! socket loop (`subscribe`, reconnecting with backoff) for hosts on tokio.
 //!
 //! # Messages
 //!
@@ -78,11 +78,15 @@ mod encode;
 mod frames;
 #[cfg(feature = "sched")]
 mod index;
+#[cfg(feature = "subscribe")]
+mod subscribe;
 mod wire;
 
 pub use frames::{END_SEQ, SeqStep, SeqTracker, split_frames};
 #[cfg(feature = "sched")]
 pub use index::{IndexBatch, decode_batch, event_type};
+#[cfg(feature = "subscribe")]
+pub use subscribe::{FIRST_BACKOFF, MAX_BACKOFF, Subscriber, subscribe};
 pub use wire::{BlockHash, BlockRemoved, BlockStored, Encoding, Event, EventBatch, ExtraKey};
 
 /// Why a message could not be decoded.

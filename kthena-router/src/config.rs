@@ -79,7 +79,7 @@ pub struct Config {
     #[serde(default)]
     pub standalone: Option<Standalone>,
     /// KV-cache-aware routing: index backend, tokenizers (see `docs/kv-cache-routing.md`).
-    pub kv_cache: crate::kv_config::KvCacheConfig,
+    pub kv_cache: crate::kv::config::KvCacheConfig,
     /// JWT authentication of `/v1/*` (Go's `auth:` section; off without `jwksUri`).
     pub auth: crate::auth::AuthConfig,
     /// Gateway API mode and the Inference Extension (cluster mode only, see
@@ -231,7 +231,7 @@ impl Default for Config {
             listener: crate::server::listener::ListenerConfig::default(),
             overload: crate::upstream::overload::OverloadConfig::default(),
             standalone: None,
-            kv_cache: crate::kv_config::KvCacheConfig::default(),
+            kv_cache: crate::kv::config::KvCacheConfig::default(),
             auth: crate::auth::AuthConfig::default(),
             gateway_api: crate::gateway::GatewayApiConfig::default(),
             endpoint_picker: EndpointPickerConfig::default(),

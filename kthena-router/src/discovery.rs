@@ -67,7 +67,7 @@ pub struct Snapshot {
     /// The scheduler built from the config's `scheduler:` section.
     pub scheduler: Arc<Scheduler>,
     /// KV-cache-aware routing state: the shared KV index, tokenizers, KV-event sources.
-    pub kv: Arc<crate::kv_cache::KvState>,
+    pub kv: Arc<crate::kv::cache::KvState>,
     /// The route manifests (for the debug dump), in route-table order.
     pub route_objects: Vec<ModelRoute>,
     /// Files the snapshot was built from (watched for changes).
@@ -113,10 +113,10 @@ pub struct Loader {
     first_seen: HashMap<String, (i128, u64)>,
     next_seq: u64,
     generation: u64,
-    kv: crate::kv_cache::KvLoader,
+    kv: crate::kv::cache::KvLoader,
     /// Cluster mode: the scheduler and KV state built once from the config and kept across
     /// rebuilds (the config does not change, and the scheduler's state must survive).
-    fixed: Option<(Arc<Scheduler>, Arc<crate::kv_cache::KvState>)>,
+    fixed: Option<(Arc<Scheduler>, Arc<crate::kv::cache::KvState>)>,
     /// Standalone mode: the scheduler of the last snapshot, whose plugin state (prefix-cache
     /// store, KV index) the next reload carries over ([`Scheduler::rebuild`]).
     scheduler: Option<Arc<Scheduler>>,
@@ -326,7 +326,7 @@ impl Loader {
         inputs: Inputs,
         on_invalid: OnInvalid,
         scheduler: Arc<Scheduler>,
-        kv: Arc<crate::kv_cache::KvState>,
+        kv: Arc<crate::kv::cache::KvState>,
         config_path: Option<&Path>,
     ) -> Result<Snapshot> {
         let (endpoints, new_registry) =

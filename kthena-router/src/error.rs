@@ -534,19 +534,10 @@ pub enum Error {
         #[source]
         source: crate::body::BoxError,
     },
-    /// An engine's metrics answer is not Prometheus text (scrape; the endpoint keeps its
-    /// last values, marked stale, as for every scrape error below).
-    #[error("unparsable metrics: {0}")]
-    MetricsSyntax(#[source] std::io::Error),
-    /// An engine's metrics answer holds no sample at all.
-    #[error("unparsable metrics: no sample found")]
-    NoMetricSample,
-    /// An engine's `/v1/models` answer is not JSON.
-    #[error("invalid /v1/models: {0}")]
-    ModelsJson(#[source] serde_json::Error),
-    /// An engine's `/v1/models` answer has no `data` list.
-    #[error("invalid /v1/models: no data list")]
-    ModelsShape,
+    /// An engine's metrics or `/v1/models` answer could not be read (scrape; the endpoint
+    /// keeps its last values, marked stale, as for every scrape error below).
+    #[error(transparent)]
+    EngineMetrics(#[from] kthena_engine_metrics::Error),
     /// A scrape request could not be sent or no answer came (connect error, reset).
     #[error("GET {url}: {}", error_chain(source))]
     ScrapeTransport {

@@ -48,12 +48,7 @@ mod discovery;
 mod epp;
 mod error;
 mod gateway;
-mod kv_cache;
-mod kv_config;
-mod kv_events;
-mod kv_metrics;
-mod kv_redis;
-mod kv_supervise;
+mod kv;
 mod lora;
 mod pd;
 mod pipeline;
@@ -82,6 +77,10 @@ pub use discovery::warnings::{ConfigWarning, WARNING_KINDS};
 pub use discovery::{Loader, Server, Snapshot, manifest_files};
 pub use error::DurationProblem;
 pub use error::{Error, Result, Side, error_response, openai_error_body};
+pub use kthena_engine_metrics::{
+    EngineMetricNames, EngineSample, LLAMACPP_PREFIX, ModelList, SGLANG, VLLM, interval_mean_ms,
+    llamacpp_sample, parse_metrics, parse_models,
+};
 pub use kthena_kvevents::{
     END_SEQ, IndexBatch, SeqStep, SeqTracker, decode_batch, event_type, split_frames,
 };
@@ -89,12 +88,12 @@ pub use kthena_openai::{
     Message, ParsedRequest, Prompt, ResponseProbe, SseFilter, UpstreamBody, Usage, estimate_tokens,
     parse_request, parse_request_at, prompt_member, usage_of,
 };
-pub use kv_cache::{KvLoader, KvState};
-pub use kv_config::{IndexBackend, KvCacheConfig, RedisConfig, TokenizerConfig};
-pub use kv_events::{Ingest, KvSource, REPLAY_TIMEOUT, replay, subscribe};
-pub use kv_metrics::{KvMetrics, TOKENIZE_BUCKETS};
-pub use kv_redis::{KEY_PREFIX, RedisKvIndex, block_key, kthena_block_hash, owner_of};
-pub use kv_supervise::{SUPERVISE_INTERVAL, supervise};
+pub use kv::cache::{KvLoader, KvState};
+pub use kv::config::{IndexBackend, KvCacheConfig, RedisConfig, TokenizerConfig};
+pub use kv::events::{Ingest, KvSource, REPLAY_TIMEOUT, replay, subscribe};
+pub use kv::metrics::{KvMetrics, TOKENIZE_BUCKETS};
+pub use kv::redis::{KEY_PREFIX, RedisKvIndex, block_key, kthena_block_hash, owner_of};
+pub use kv::supervise::{SUPERVISE_INTERVAL, supervise};
 pub use pd::{Connector, PdEndpoint, PdLayout, PdMetrics};
 pub use provider::{
     ALLOWED_HEADERS, ANTHROPIC_HEADERS, CREDENTIAL_LABEL, CredentialState, Provider,
@@ -107,11 +106,7 @@ pub use routing::{
     CompiledRoute, CompiledRule, MatchError, RouteMatch, RouteTable, StringMatcher, TargetRef,
 };
 pub use sched::build_scheduler;
-pub use scrape::llamacpp::{LLAMACPP_PREFIX, llamacpp_sample};
-pub use scrape::{
-    EngineMetricNames, EngineSample, HttpClient, ModelList, SGLANG, VLLM, interval_mean_ms,
-    names_for, parse_metrics, parse_models, scrape_all, scrape_endpoint,
-};
+pub use scrape::{HttpClient, names_for, scrape_all, scrape_endpoint};
 pub use server::listener::{ListenerConfig, ListenerMetrics};
 pub use server::service::RouterService;
 pub use server::{Router, run};

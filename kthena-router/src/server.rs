@@ -544,7 +544,7 @@ impl tower::Service<Request<Incoming>> for MiniService {
 fn memory_unsupported(cfg: &Config) -> Option<&'static str> {
     if cfg.is_cluster_mode() {
         Some("cluster mode (it needs a `standalone` section)")
-    } else if cfg.kv_cache.index == crate::kv_config::IndexBackend::Redis {
+    } else if cfg.kv_cache.index == crate::kv::config::IndexBackend::Redis {
         Some("`kvCache.index: redis`")
     } else if cfg.on_flight_redis.is_some() {
         Some("shared in-flight counts in Redis (`REDIS_HOST`)")
@@ -659,7 +659,7 @@ fn spawn_background(
     if let Some(auth) = &shared.auth {
         tasks.spawn(Arc::clone(auth).run(cancel.clone()));
     }
-    tasks.spawn(crate::kv_supervise::supervise(
+    tasks.spawn(crate::kv::supervise::supervise(
         Arc::clone(shared),
         cancel.clone(),
         tasks.clone(),

@@ -24,7 +24,7 @@ pub use kthena_tokenize::{CacheOutcome, MIN_CACHED_PREFIX_BYTES};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::kv_metrics::KvMetrics;
+use crate::kv::metrics::KvMetrics;
 use crate::scrape::HttpClient;
 
 /// Texts longer than this many bytes are tokenized on the blocking thread pool instead of

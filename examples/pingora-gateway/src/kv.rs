@@ -1,22 +1,21 @@
-//! The engines' KV events (ZMQ SUB, decoded by `kthena-kvevents`) into the scheduler's index.
+//! The engines' KV events (ZMQ SUB through `kthena_kvevents::subscribe`, decoded by
+//! `kthena-kvevents`) into the scheduler's index.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures_util::StreamExt;
-use kthena_kvevents::{SeqStep, SeqTracker, decode_batch, split_frames};
+use kthena_kvevents::{SeqStep, SeqTracker, Subscriber, decode_batch, split_frames};
 use kthena_sched::{EndpointId, KvIndex};
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
-use zeromq::{Socket, SocketEvent, SocketRecv, SubSocket};
+use tokio_util::sync::CancellationToken;
 
 /// A pingora background service: one ZMQ subscription per engine that publishes KV events,
 /// each message applied to the scheduler's [`KvIndex`]. A connection that fails or drops is
-/// retried every 500 ms; a sequence number that goes back (the engine restarted) clears the
-/// engine's entries first.
+/// retried with backoff (50 ms doubling to 2 s); a sequence number that goes back (the engine
+/// restarted) clears the engine's entries first.
 #[derive(Debug, Clone)]
 pub struct KvEvents {
     pub(crate) sources: Vec<(EndpointId, String)>,
@@ -29,45 +28,38 @@ impl KvEvents {
     pub fn subscribed(&self) -> usize {
         self.subscribed.load(Relaxed)
     }
+}
 
-    async fn subscribe(&self, endpoint: &EndpointId, addr: &str) {
-        let mut seq = SeqTracker::default();
-        loop {
-            let mut sock = SubSocket::new();
-            if sock.connect(addr).await.is_ok() && sock.subscribe("").await.is_ok() {
-                self.subscribed.fetch_add(1, Relaxed);
-                let mut monitor = sock.monitor();
-                loop {
-                    tokio::select! {
-                        ev = monitor.next() => match ev {
-                            Some(SocketEvent::Disconnected(_)) | None => break,
-                            Some(_) => {}
-                        },
-                        msg = sock.recv() => match msg {
-                            Ok(msg) => self.apply(endpoint, &mut seq, &msg.into_vec()),
-                            Err(_) => break,
-                        },
-                    }
-                }
-                self.subscribed.fetch_sub(1, Relaxed);
-                seq.reconnected();
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    }
+/// One engine's subscription: its sequence numbers and where its events go.
+struct Subscription {
+    endpoint: EndpointId,
+    index: Arc<dyn KvIndex>,
+    subscribed: Arc<AtomicUsize>,
+    seq: SeqTracker,
+}
 
-    fn apply(&self, endpoint: &EndpointId, seq: &mut SeqTracker, frames: &[Bytes]) {
+impl Subscriber for Subscription {
+    async fn message(&mut self, frames: &[Bytes]) {
         let Ok((_, n, payload)) = split_frames(frames) else {
             return;
         };
-        match seq.observe(n) {
+        match self.seq.observe(n) {
             SeqStep::Duplicate => return,
-            SeqStep::Rollback => self.index.remove_endpoint(endpoint),
+            SeqStep::Rollback => self.index.remove_endpoint(&self.endpoint),
             _ => {}
         }
         for event in decode_batch(payload).map(|b| b.events).unwrap_or_default() {
             // An event the index refuses (unknown parent block) leaves it unchanged.
-            let _ = self.index.apply(endpoint, &event);
+            let _ = self.index.apply(&self.endpoint, &event);
+        }
+    }
+
+    fn connected(&mut self, on: bool) {
+        if on {
+            self.subscribed.fetch_add(1, Relaxed);
+        } else {
+            self.subscribed.fetch_sub(1, Relaxed);
+            self.seq.reconnected();
         }
     }
 }
@@ -75,11 +67,23 @@ impl KvEvents {
 #[async_trait]
 impl BackgroundService for KvEvents {
     async fn start(&self, mut shutdown: ShutdownWatch) {
+        let cancel = CancellationToken::new();
         let mut tasks = tokio::task::JoinSet::new();
         for (endpoint, addr) in self.sources.clone() {
-            let this = self.clone();
-            tasks.spawn(async move { this.subscribe(&endpoint, &addr).await });
+            let mut engine = Subscription {
+                endpoint,
+                index: Arc::clone(&self.index),
+                subscribed: Arc::clone(&self.subscribed),
+                seq: SeqTracker::default(),
+            };
+            let cancel = cancel.clone();
+            tasks.spawn(async move {
+                let name = engine.endpoint.as_str().to_owned();
+                kthena_kvevents::subscribe(&name, &addr, &mut engine, &cancel).await;
+            });
         }
-        let _ = shutdown.changed().await; // dropping the set aborts the subscriptions
+        let _ = shutdown.changed().await;
+        cancel.cancel();
+        tasks.join_all().await;
     }
 }

@@ -5,6 +5,7 @@
 //! family [`FamilyValue::Invalid`].
 
 use kthena_autoscale::{Histogram, InvalidSample, check_sample};
+use kthena_engine_metrics::Family;
 
 /// One family's value in one scrape.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,109 +19,18 @@ pub(crate) enum FamilyValue {
 }
 
 /// The samples of `family` in `text` (Prometheus text format or OpenMetrics): `None` when the
-/// text has no such family, or is not metrics text at all.
+/// text has no such family, or is not metrics text at all (read by
+/// [`kthena_engine_metrics::family`], every sample checked with [`check_sample`]).
 pub(crate) fn family(text: &str, family: &str) -> Option<FamilyValue> {
-    let mut kind = None;
-    let mut sum = 0.0;
-    let mut found = false;
-    let mut series: Option<String> = None;
-    let mut buckets = Vec::new();
-    let (mut count, mut hsum) = (None, 0.0);
-    for line in text.lines().map(str::trim) {
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let mut it = rest.split_whitespace();
-            if it.next() == Some(family) {
-                kind = it.next().map(str::to_owned);
+    Some(
+        match kthena_engine_metrics::family(text, family, check_sample)? {
+            Family::Scalar(v) => FamilyValue::Scalar(v),
+            Family::Histogram(h) => {
+                FamilyValue::Histogram(Histogram::new(h.count, h.sum, h.buckets))
             }
-            continue;
-        }
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let (name, labels, value) = sample(line)?;
-        if kind.as_deref() == Some("histogram") {
-            let Some(suffix) = name.strip_prefix(family) else {
-                continue;
-            };
-            if let Err(why) = check_sample(value) {
-                return Some(FamilyValue::Invalid(value, why));
-            }
-            let key = strip_le(labels);
-            if series.get_or_insert_with(|| key.clone()) != &key {
-                continue;
-            }
-            match suffix {
-                "_bucket" => buckets.push((le(labels)?, value as u64)),
-                "_count" => count = Some(value as u64),
-                "_sum" => hsum = value,
-                _ => {}
-            }
-            continue;
-        }
-        if name == family
-            || (kind.as_deref() == Some("counter") && name == format!("{family}_total"))
-        {
-            if let Err(why) = check_sample(value) {
-                return Some(FamilyValue::Invalid(value, why));
-            }
-            sum += value;
-            found = true;
-        }
-    }
-    if kind.as_deref() == Some("histogram") {
-        return Some(FamilyValue::Histogram(Histogram::new(
-            count?, hsum, buckets,
-        )));
-    }
-    found.then_some(FamilyValue::Scalar(sum))
-}
-
-/// `name{labels} value [timestamp]` ⇒ (name, labels without braces, value). `None` for a line
-/// that is not a sample (garbage).
-fn sample(line: &str) -> Option<(&str, &str, f64)> {
-    let (name, labels, rest) = match line.find('{') {
-        Some(open) => {
-            let close = open + line[open..].find('}')?;
-            (&line[..open], &line[open + 1..close], &line[close + 1..])
-        }
-        None => {
-            let end = line.find(char::is_whitespace)?;
-            (&line[..end], "", &line[end..])
-        }
-    };
-    let value = rest.split_whitespace().next()?;
-    let value = match value {
-        "+Inf" => f64::INFINITY,
-        "-Inf" => f64::NEG_INFINITY,
-        v => v.parse().ok()?,
-    };
-    let valid = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
-    valid.then_some((name, labels, value))
-}
-
-/// The labels of a series without its `le` label (identifies a histogram series).
-fn strip_le(labels: &str) -> String {
-    labels
-        .split(',')
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with("le="))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-fn le(labels: &str) -> Option<f64> {
-    let v = labels
-        .split(',')
-        .map(str::trim)
-        .find_map(|l| l.strip_prefix("le="))?
-        .trim_matches('"');
-    match v {
-        "+Inf" => Some(f64::INFINITY),
-        v => v.parse().ok(),
-    }
+            Family::Invalid(v, why) => FamilyValue::Invalid(v, why),
+        },
+    )
 }
 
 #[cfg(test)]

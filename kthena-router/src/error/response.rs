@@ -83,10 +83,7 @@ impl Error {
             | Self::KvCacheConfig { .. }
             | Self::BadAddress { .. }
             | Self::AddressUnresolved { .. }
-            | Self::MetricsSyntax(_)
-            | Self::NoMetricSample
-            | Self::ModelsJson(_)
-            | Self::ModelsShape
+            | Self::EngineMetrics(_)
             | Self::ScrapeTransport { .. }
             | Self::ScrapeUri { .. }
             | Self::ScrapeBody { .. }

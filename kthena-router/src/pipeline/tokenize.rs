@@ -10,7 +10,7 @@ use super::ctx::{Ctx, Parsed, Routed, Tokenized, Tokens};
 use super::stage;
 use crate::body::RespBody;
 use crate::error::Error;
-use crate::kv_cache::TokenizeFor;
+use crate::kv::cache::TokenizeFor;
 use crate::shared::Shared;
 
 stage!(

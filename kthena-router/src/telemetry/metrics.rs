@@ -163,8 +163,8 @@ pub struct Metrics {
     config_warnings: Family<KindLabel, Gauge>,
     /// Access-log entries dropped because the output fell behind (`accesslog`).
     pub(crate) access_log_dropped: Counter,
-    /// KV-event, KV-index and tokenization families (`kv_metrics`).
-    pub kv: crate::kv_metrics::KvMetrics,
+    /// KV-event, KV-index and tokenization families (`kv::metrics`).
+    pub kv: crate::kv::metrics::KvMetrics,
     /// Listener families: client timeouts, open connections (`listener`).
     pub listener: crate::server::listener::ListenerMetrics,
     /// Overload families: shed requests, circuit breaker state (`overload`).
@@ -232,7 +232,7 @@ impl Metrics {
     pub fn new() -> Self {
         // The subsystems' families first, then the router's own: the exposition order.
         let mut registry = Registry::default();
-        let kv = crate::kv_metrics::KvMetrics::register(&mut registry);
+        let kv = crate::kv::metrics::KvMetrics::register(&mut registry);
         let listener = crate::server::listener::ListenerMetrics::register(&mut registry);
         let overload = crate::upstream::overload::OverloadMetrics::register(&mut registry);
         let queue = crate::queue::QueueMetrics::register(&mut registry);

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use zeromq::{Socket, SocketRecv, SocketSend, ZmqMessage};
 
 use crate::error::{Error, Result};
-use crate::kv_metrics::KvMetrics;
+use crate::kv::metrics::KvMetrics;
 
 /// How long a replay request may take before it counts as failed.
 pub const REPLAY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -188,6 +188,22 @@ impl Ingest {
     }
 }
 
+impl kthena_kvevents::Subscriber for Ingest {
+    fn message(&mut self, frames: &[Bytes]) -> impl Future<Output = ()> + Send {
+        self.handle(frames)
+    }
+
+    /// Publishes the subscription state; a new connection may follow an engine restart, so
+    /// the sequence tracker is told.
+    fn connected(&mut self, on: bool) {
+        self.metrics
+            .set_subscribed(self.source.endpoint.as_str(), on);
+        if !on {
+            self.seq.reconnected();
+        }
+    }
+}
+
 /// Asks a vLLM replay (ROUTER) socket for the batches `from..until` (`until` excluded):
 /// sends `["", from as 8 bytes BE]` from a DEALER socket and reads `["", seq, payload]`
 /// replies until the `END_SEQ` marker. Returns the batches of that range it got, in order
@@ -232,7 +248,7 @@ pub async fn replay(addr: &str, from: u64, until: u64) -> Result<Vec<(u64, Bytes
 /// backoff up to 2 s while the engine is not listening), subscribes to every topic and
 /// applies each message. When the engine goes away (the connection drops) the socket is
 /// rebuilt the same way, and the next sequence number decides whether the engine restarted
-/// (see [`SeqTracker::reconnected`]).
+/// (see [`SeqTracker::reconnected`]). The socket loop is `kthena_kvevents::subscribe`.
 pub async fn subscribe(
     source: KvSource,
     index: Arc<dyn KvIndex>,
@@ -240,42 +256,13 @@ pub async fn subscribe(
     cancel: CancellationToken,
 ) {
     let mut ingest = Ingest::new(source.clone(), index, metrics);
-    let ep = source.endpoint.as_str().to_owned();
-    loop {
-        let Some(mut sock) = connect(&source, &cancel).await else {
-            return;
-        };
-        let mut monitor = sock.monitor();
-        tracing::info!(endpoint = %ep, address = %source.events, "Subscribed to KV events");
-        ingest.metrics.set_subscribed(&ep, true);
-        loop {
-            let msg = tokio::select! {
-                biased;
-                () = cancel.cancelled() => return,
-                ev = futures_util::StreamExt::next(&mut monitor) => match ev {
-                    Some(zeromq::SocketEvent::Disconnected(_)) | None => break,
-                    Some(_) => continue,
-                },
-                m = sock.recv() => m,
-            };
-            match msg {
-                Ok(m) => {
-                    let frames = m.into_vec();
-                    if cancel.is_cancelled() {
-                        return;
-                    }
-                    ingest.handle(&frames).await;
-                }
-                Err(e) => {
-                    tracing::debug!(endpoint = %ep, error = %e, "KV-event receive failed; reconnecting");
-                    break;
-                }
-            }
-        }
-        ingest.metrics.set_subscribed(&ep, false);
-        ingest.seq.reconnected();
-        tracing::info!(endpoint = %ep, "KV-event publisher disconnected; reconnecting");
-    }
+    kthena_kvevents::subscribe(
+        source.endpoint.as_str(),
+        &source.events,
+        &mut ingest,
+        &cancel,
+    )
+    .await;
 }
 
 /// [`subscribe`] on an in-memory network: reads `source.events`'s topic on `net` until
@@ -301,30 +288,5 @@ pub(crate) async fn subscribe_memory(
             return;
         };
         ingest.handle(&frames).await;
-    }
-}
-
-/// Connects a SUB socket to `source.events` and subscribes to every topic, retrying with
-/// backoff (50 ms doubling to 2 s); `None` when cancelled.
-async fn connect(source: &KvSource, cancel: &CancellationToken) -> Option<zeromq::SubSocket> {
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        let mut s = zeromq::SubSocket::new();
-        let attempt = async {
-            s.connect(&source.events).await?;
-            s.subscribe("").await
-        };
-        tokio::select! {
-            () = cancel.cancelled() => return None,
-            r = attempt => match r {
-                Ok(()) => return Some(s),
-                Err(e) => tracing::debug!(endpoint = %source.endpoint, address = %source.events, error = %e, "KV-event connect failed; retrying"),
-            },
-        }
-        tokio::select! {
-            () = cancel.cancelled() => return None,
-            () = tokio::time::sleep(backoff) => {}
-        }
-        backoff = (backoff * 2).min(Duration::from_secs(2));
     }
 }

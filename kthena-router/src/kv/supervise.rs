@@ -9,7 +9,7 @@ use kthena_sched::{EndpointId, KvIndex};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::kv_events::KvSource;
+use crate::kv::events::KvSource;
 use crate::shared::Shared;
 
 /// How often the supervisor compares the snapshot's endpoints with its subscriptions.
@@ -109,14 +109,14 @@ fn spawn_subscription(
 ) -> tokio::task::JoinHandle<()> {
     let metrics = shared.metrics.kv.clone();
     match &shared.memory {
-        Some(net) => tasks.spawn(crate::kv_events::subscribe_memory(
+        Some(net) => tasks.spawn(crate::kv::events::subscribe_memory(
             source.clone(),
             Arc::clone(index),
             metrics,
             net.clone(),
             token.clone(),
         )),
-        None => tasks.spawn(crate::kv_events::subscribe(
+        None => tasks.spawn(crate::kv::events::subscribe(
             source.clone(),
             Arc::clone(index),
             metrics,

@@ -1,6 +1,6 @@
 //! KV-cache-aware routing in the router: the KV index shared by every scheduler the router
 //! builds (it survives reloads), and the tokenizers; the `kvCache:` configuration section is
-//! in `kv_config`, the supervisor of the KV-event subscriptions in `kv_supervise`.
+//! in `kv::config`, the supervisor of the KV-event subscriptions in `kv::supervise`.
 //!
 //! The index exists when `kvcache-aware` is an enabled score plugin. With `index: memory` it is
 //! kthena-sched's [`InMemoryKvIndex`] (block size `blockSizeToHash`, cap `maxIndexEntries`),
@@ -17,8 +17,8 @@ use serde::Deserialize;
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::kv_config::{IndexBackend, KvCacheConfig, RedisConfig, TokenizerConfig};
-use crate::kv_redis::RedisKvIndex;
+use crate::kv::config::{IndexBackend, KvCacheConfig, RedisConfig, TokenizerConfig};
+use crate::kv::redis::RedisKvIndex;
 use crate::scrape::HttpClient;
 use crate::telemetry::metrics::Metrics;
 use crate::tokenize::{ModelTokenizer, Tokenizers};

@@ -3,24 +3,24 @@
 //!
 //! Inputs: a real vLLM 0.32 answer (`tests/data/vllm-0.32-metrics.txt`, 661 lines) and a real
 //! llama.cpp answer (`tests/data/llamacpp-metrics.txt`). Two contenders in the same run:
-//! * `before`: the parse of kthena-router before this change (every line escaped and parsed,
+//! * `before`: the parse before it passed only the lines it reads (every line escaped and parsed,
 //!   the families looked up by name), kept here verbatim as the baseline;
 //! * `whole`: `prometheus-parse` alone on every line (the parser's share of `before`);
-//! * `kept`: [`kthena_router::parse_metrics`] as the router runs it.
+//! * `kept`: [`kthena_engine_metrics::parse_metrics`] as the router runs it.
 //!
 //! Criterion reports time per answer.
-//! Run with `cargo bench -p kthena-router --bench scrape -- --warm-up-time 1 --measurement-time 3`.
+//! Run with `cargo bench -p kthena-engine-metrics --bench scrape -- --warm-up-time 1 --measurement-time 3`.
 #![allow(clippy::unwrap_used, reason = "a benchmark aborts on any setup error")]
 
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use kthena_router::{LLAMACPP_PREFIX, VLLM, parse_metrics};
+use kthena_engine_metrics::{LLAMACPP_PREFIX, VLLM, parse_metrics};
 
 /// The parse of kthena-router before it passed only the lines it reads, kept here verbatim
 /// as the baseline.
 mod before {
-    use kthena_router::{EngineMetricNames, EngineSample, llamacpp_sample};
+    use kthena_engine_metrics::{EngineMetricNames, EngineSample, llamacpp_sample};
     use prometheus_parse::{Scrape, Value};
 
     /// Parses a Prometheus text answer.
