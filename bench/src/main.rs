@@ -468,7 +468,7 @@ fn policy_from_file(path: &std::path::Path) -> anyhow::Result<Policy> {
             kthena_router::Config::from_yaml(path, &wrapped)?.scheduler
         }
     };
-    kthena_router::build_scheduler(&section)
+    kthena_router::sched::build_scheduler(&section)
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let needs_kv_events = section
         .plugins

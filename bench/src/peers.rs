@@ -207,7 +207,8 @@ fn command(
     match peer {
         Peer::Kthena | Peer::KthenaBaseline => {
             // The Helm chart's default scheduler (JSON is YAML), a 1 s scrape interval.
-            let scheduler = serde_json::to_string(&kthena_router::SchedulerConfig::default())?;
+            let scheduler =
+                serde_json::to_string(&kthena_router::config::SchedulerConfig::default())?;
             let config = crate::harness::write_router_config(
                 dir,
                 sims,

@@ -112,11 +112,11 @@ const CACHE_ARGS: &str = "  pluginConfig:
 pub const BENCH_GPU_BLOCKS: usize = 28_000;
 
 /// The name of the recommended combination in the report
-/// ([`kthena_router::SchedulerConfig::recommended`], shipped in `deploy/router/configmap.yaml`).
+/// ([`kthena_router::config::SchedulerConfig::recommended`], shipped in `deploy/router/configmap.yaml`).
 pub const BEST: &str = "best: least-request + kvcache-aware x3 + least-prefill";
 
 /// The name of the Kthena Helm chart's default scheduler section in the report
-/// ([`kthena_router::SchedulerConfig::default`]: `least-request` filter; `least-request`,
+/// ([`kthena_router::config::SchedulerConfig::default`]: `least-request` filter; `least-request`,
 /// `gpu-usage`, `least-latency`, `prefix-cache` scores).
 pub const CHART_DEFAULT: &str = "Kthena chart default";
 
@@ -163,7 +163,7 @@ pub fn policies() -> Vec<Policy> {
             CHART_DEFAULT,
             format!(
                 "  {}\n",
-                serde_json::to_string(&kthena_router::SchedulerConfig::default())
+                serde_json::to_string(&kthena_router::config::SchedulerConfig::default())
                     .unwrap_or_default()
             ),
             false,
@@ -198,7 +198,7 @@ mod tests {
             )
             .unwrap();
             assert!(cfg["plugins"]["Score"]["enabled"].is_array(), "{}", p.name);
-            kthena_router::build_scheduler(
+            kthena_router::sched::build_scheduler(
                 &kthena_router::Config::from_yaml(std::path::Path::new("r.yaml"), &yaml)
                     .unwrap()
                     .scheduler,
@@ -209,7 +209,7 @@ mod tests {
         let best = policies().into_iter().find(|p| p.name == BEST).unwrap();
         let yaml = format!("scheduler:\n{}", best.scheduler_yaml);
         let cfg = kthena_router::Config::from_yaml(std::path::Path::new("r.yaml"), &yaml).unwrap();
-        let mut want = kthena_router::SchedulerConfig::recommended();
+        let mut want = kthena_router::config::SchedulerConfig::recommended();
         let mut got = cfg.scheduler;
         // The benchmark names the args of both cache plugins explicitly; the scores match.
         got.plugin_config.clear();

@@ -5,7 +5,9 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use kthena_api::{Object, load_str_each};
-use kthena_router::{CompiledRoute, Config, build_scheduler, parse_go_duration};
+use kthena_router::routing::CompiledRoute;
+use kthena_router::sched::build_scheduler;
+use kthena_router::{Config, parse_go_duration};
 
 /// Loads `data` as a multi-document manifest file the way the router and `kthena validate`
 /// do: each document decoded by kind, defaulted, validated and written back as JSON; a

@@ -4,7 +4,8 @@
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use kthena_router::{Ingest, KvMetrics, KvSource, decode_batch, split_frames};
+use kthena_kvevents::{decode_batch, split_frames};
+use kthena_router::kv::{Ingest, KvMetrics, KvSource};
 use kthena_sched::{EndpointId, InMemoryKvIndex, KvIndex};
 
 /// The index the harness writes into: 16-token blocks (the seeds use 16 and 128; other

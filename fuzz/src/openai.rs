@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use kthena_openai::{ParsedRequest, estimate_tokens, parse_request};
-use kthena_router::remote_body;
+use kthena_router::tokenize::remote_body;
 use serde_json::Value;
 
 const REWRITTEN: &str = "fuzz-rewritten-model";

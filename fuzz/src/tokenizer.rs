@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use kthena_router::{Message, ModelTokenizer};
+use kthena_openai::Message;
+use kthena_router::tokenize::ModelTokenizer;
 
 /// Where the Qwen3 `tokenizer.json` and `tokenizer_config.json` are: `$KTHENA_TOKENIZER_DIR`,
 /// else `shared/tokenizers/qwen3` beside the checkout, else `/work/shared/tokenizers/qwen3`.

@@ -10,7 +10,8 @@ use std::hint::black_box;
 use std::path::PathBuf;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use kthena_router::{CacheOutcome, Message, ModelTokenizer};
+use kthena_openai::Message;
+use kthena_router::tokenize::{CacheOutcome, ModelTokenizer};
 
 fn qwen3_dir() -> PathBuf {
     let local = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/tokenizers/qwen3");

@@ -18,9 +18,9 @@ use http_body_util::combinators::UnsyncBoxBody;
 use prometheus_client::metrics::gauge::Gauge;
 
 /// Boxed error of response bodies.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The response body type of every router answer.
-pub type RespBody = UnsyncBoxBody<Bytes, BoxError>;
+pub(crate) type RespBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// A whole body from bytes.
 #[must_use]

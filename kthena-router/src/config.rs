@@ -9,6 +9,19 @@ pub(crate) mod duration;
 pub(crate) mod env;
 pub(crate) mod overrides;
 
+pub use crate::auth::AuthConfig;
+pub use crate::gateway::GatewayApiConfig;
+pub use crate::kv::config::{IndexBackend, KvCacheConfig, RedisConfig, TokenizerConfig};
+pub use crate::provider::SecretSource;
+pub use crate::queue::{
+    FairnessConfig, QueueConfig, QueueMode, SessionBoostConfig, UserLabelConfig,
+};
+pub use crate::server::listener::ListenerConfig;
+pub use crate::upstream::overload::OverloadConfig;
+pub use duration::parse_go_duration;
+pub use env::{Env, ProcessEnv};
+pub use overrides::{Overrides, load_config};
+
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -16,10 +29,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::env::Env;
 use crate::error::{Error, Result};
 
-use crate::config::duration::{go_duration, parse_go_duration};
+use crate::config::duration::go_duration;
 
 /// The `scheduler:` section in Kthena's format (`plugins.Filter/Score`, `pluginConfig`),
 /// owned by `kthena-sched`.

@@ -189,7 +189,7 @@ impl Loader {
 
     /// A loader whose Redis KV index records into `metrics` (Go's kvcache-aware families).
     #[must_use]
-    pub fn with_metrics(metrics: &crate::Metrics) -> Self {
+    pub fn with_metrics(metrics: &crate::telemetry::metrics::Metrics) -> Self {
         let mut l = Self::default();
         l.kv.metrics = Some(metrics.plugins.clone());
         l

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub(crate) use response::json_response;
-pub use response::{error_response, openai_error_body};
+pub(crate) use response::{error_response, openai_error_body};
 
 pub use messages::DurationProblem;
 pub(crate) use messages::error_chain;

@@ -15,3 +15,9 @@ pub(crate) mod events;
 pub(crate) mod metrics;
 pub(crate) mod redis;
 pub(crate) mod supervise;
+
+pub use cache::{KvLoader, KvState};
+pub use config::{IndexBackend, KvCacheConfig, RedisConfig, TokenizerConfig};
+pub use events::{Ingest, KvSource, REPLAY_TIMEOUT, replay, subscribe};
+pub use metrics::{KvMetrics, TOKENIZE_BUCKETS};
+pub use redis::{KEY_PREFIX, RedisKvIndex, block_key, kthena_block_hash, owner_of};

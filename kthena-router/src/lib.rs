@@ -43,86 +43,28 @@
 mod auth;
 mod body;
 mod conditions;
-mod config;
-mod discovery;
+pub mod config;
+pub mod discovery;
 mod epp;
 mod error;
 mod gateway;
-mod kv;
+pub mod kv;
 mod lora;
 mod pd;
 mod pipeline;
 mod provider;
 mod queue;
 mod ratelimit;
-mod routing;
-mod sched;
+pub mod routing;
+pub mod sched;
 mod scrape;
 mod server;
 mod shared;
 mod telemetry;
-mod tokenize;
-mod upstream;
+pub mod tokenize;
+pub mod upstream;
 
-pub use auth::AuthConfig;
-pub use body::{BoxError, RespBody};
-pub use config::duration::parse_go_duration;
-pub use config::env::{Env, ProcessEnv};
-pub use config::overrides::{Overrides, load_config};
-pub use config::{
-    AccessLogConfig, AccessLogFormat, Config, DEFAULT_ATTEMPTS, EndpointConfig,
-    EndpointPickerConfig, SchedulerConfig, Standalone, UNSUPPORTED_SECTIONS, resolve_address,
-};
-pub use discovery::warnings::{ConfigWarning, WARNING_KINDS};
-pub use discovery::{Loader, Server, Snapshot, manifest_files};
-pub use error::DurationProblem;
-pub use error::{Error, Result, Side, error_response, openai_error_body};
-pub use kthena_engine_metrics::{
-    EngineMetricNames, EngineSample, LLAMACPP_PREFIX, ModelList, SGLANG, VLLM, interval_mean_ms,
-    llamacpp_sample, parse_metrics, parse_models,
-};
-pub use kthena_kvevents::{
-    END_SEQ, IndexBatch, SeqStep, SeqTracker, decode_batch, event_type, split_frames,
-};
-pub use kthena_openai::{
-    Message, ParsedRequest, Prompt, ResponseProbe, SseFilter, UpstreamBody, Usage, estimate_tokens,
-    parse_request, parse_request_at, prompt_member, usage_of,
-};
-pub use kv::cache::{KvLoader, KvState};
-pub use kv::config::{IndexBackend, KvCacheConfig, RedisConfig, TokenizerConfig};
-pub use kv::events::{Ingest, KvSource, REPLAY_TIMEOUT, replay, subscribe};
-pub use kv::metrics::{KvMetrics, TOKENIZE_BUCKETS};
-pub use kv::redis::{KEY_PREFIX, RedisKvIndex, block_key, kthena_block_hash, owner_of};
-pub use kv::supervise::{SUPERVISE_INTERVAL, supervise};
-pub use pd::{Connector, PdEndpoint, PdLayout, PdMetrics};
-pub use provider::{
-    ALLOWED_HEADERS, ANTHROPIC_HEADERS, CREDENTIAL_LABEL, CredentialState, Provider,
-    RESERVED_HEADERS, SecretSource, Secrets, read_secrets,
-};
-pub use queue::{
-    FairnessConfig, QueueConfig, QueueMetrics, QueueMode, SessionBoostConfig, UserLabelConfig,
-};
-pub use routing::{
-    CompiledRoute, CompiledRule, MatchError, RouteMatch, RouteTable, StringMatcher, TargetRef,
-};
-pub use sched::build_scheduler;
-pub use scrape::{HttpClient, names_for, scrape_all, scrape_endpoint};
-pub use server::listener::{ListenerConfig, ListenerMetrics};
+pub use config::{Config, Env, Overrides, ProcessEnv, load_config, parse_go_duration};
+pub use error::{DurationProblem, Error, Result};
 pub use server::service::RouterService;
 pub use server::{Router, run};
-pub use shared::Shared;
-pub use telemetry::accesslog::{
-    ACCESS_LOG_QUEUE, AccessLog, Entry as AccessLogEntry, EntryError as AccessLogError,
-};
-pub use telemetry::metrics::{
-    DURATION_BUCKETS, Destination, LabelValue, Metrics, RATIO_BUCKETS, RequestRecord,
-};
-pub use telemetry::plugin_metrics::{KVCACHE_BUCKETS, KvStage, PLUGIN_BUCKETS, PluginMetrics};
-pub use tokenize::{
-    BLOCKING_THRESHOLD_BYTES, CacheOutcome, MIN_CACHED_PREFIX_BYTES, ModelTokenizer, Tokenizers,
-    remote_body, remote_tokenize,
-};
-pub use upstream::body::ProxyBody;
-pub use upstream::endpoint::{DOWN_AFTER_FAILURES, Endpoint, EngineState};
-pub use upstream::inflight::{ON_FLIGHT_KEY, SYNC_INTERVAL};
-pub use upstream::overload::{Breaker, BreakerState, OverloadConfig, OverloadMetrics};

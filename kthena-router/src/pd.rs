@@ -23,8 +23,6 @@ pub(crate) mod pairs;
 use kthena_api::networking::{InferenceEngine, KvConnectorType, ModelServerSpec};
 use kthena_sched::{EndpointId, PdRole};
 
-pub use metrics::PdMetrics;
-
 /// How the KV cache moves from the prefill to the decode engine (Go Kthena's connector
 /// factory, `pkg/kthena-router/connectors/factory.go`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

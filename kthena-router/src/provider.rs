@@ -23,7 +23,7 @@ use kthena_api::networking::{AuthScheme, ExternalModelProvider, ProviderType};
 use serde::Deserialize;
 
 /// Client headers passed on to every provider (Go Kthena's allow-list); others are dropped.
-pub const ALLOWED_HEADERS: [&str; 11] = [
+pub(crate) const ALLOWED_HEADERS: [&str; 11] = [
     "content-type",
     "accept",
     "x-request-id",
@@ -38,10 +38,10 @@ pub const ALLOWED_HEADERS: [&str; 11] = [
 ];
 
 /// Client headers also passed on to Anthropic providers.
-pub const ANTHROPIC_HEADERS: [&str; 2] = ["anthropic-version", "anthropic-beta"];
+pub(crate) const ANTHROPIC_HEADERS: [&str; 2] = ["anthropic-version", "anthropic-beta"];
 
 /// Header names `spec.headers` may not set (credentials and hop-by-hop headers).
-pub const RESERVED_HEADERS: [&str; 13] = [
+pub(crate) const RESERVED_HEADERS: [&str; 13] = [
     "authorization",
     "proxy-authorization",
     "cookie",
@@ -92,7 +92,7 @@ fn default_namespace() -> String {
 
 /// The label (value `"true"`) a Secret needs in cluster mode to be read as a credential
 /// (Go Kthena's `ExternalModelProviderSecretLabelKey`): the router watches only those.
-pub const CREDENTIAL_LABEL: &str =
+pub(crate) const CREDENTIAL_LABEL: &str =
     "networking.serving.volcano.sh/external-model-provider-credential";
 
 /// Credential values by Secret (`namespace`, `name`) and key.
@@ -324,7 +324,7 @@ fn credential(
 /// environment values were read with the config. A source whose file or variable is
 /// missing leaves its key out.
 #[must_use]
-pub fn read_secrets(sources: &[SecretSource], base_dir: &std::path::Path) -> Secrets {
+pub(crate) fn read_secrets(sources: &[SecretSource], base_dir: &std::path::Path) -> Secrets {
     let mut out = Secrets::new("");
     for s in sources {
         let value = match &s.file {

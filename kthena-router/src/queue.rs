@@ -45,7 +45,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 pub use config::{FairnessConfig, QueueConfig, QueueMode, SessionBoostConfig};
-pub use metrics::QueueMetrics;
+pub(crate) use metrics::QueueMetrics;
 pub use user_labels::UserLabelConfig;
 
 use crate::error::Error;

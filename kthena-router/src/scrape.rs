@@ -22,14 +22,14 @@ use crate::error::Error;
 use crate::upstream::endpoint::{Endpoint, EngineState};
 
 /// The HTTP client used for engines (upstream requests and scrapes).
-pub type HttpClient = Client<kthena_memnet::Connector, Full<Bytes>>;
+pub(crate) type HttpClient = Client<kthena_memnet::Connector, Full<Bytes>>;
 
 /// Largest scrape answer read, in bytes.
 const MAX_SCRAPE_BYTES: usize = 16 * 1024 * 1024;
 
 /// The metric names for an engine (`backend/{vllm,sglang}/metrics.go`).
 #[must_use]
-pub fn names_for(engine: InferenceEngine) -> EngineMetricNames {
+pub(crate) fn names_for(engine: InferenceEngine) -> EngineMetricNames {
     match engine {
         InferenceEngine::SgLang => SGLANG,
         InferenceEngine::VLlm => VLLM,
@@ -141,7 +141,7 @@ async fn get_ok(client: &HttpClient, url: String, timeout: Duration) -> Result<B
 }
 
 /// Scrapes one endpoint once and updates its state.
-pub async fn scrape_endpoint(
+pub(crate) async fn scrape_endpoint(
     client: &HttpClient,
     ep: &Endpoint,
     engine: InferenceEngine,
@@ -183,7 +183,7 @@ pub async fn scrape_endpoint(
 }
 
 /// Scrapes every endpoint once with at most `concurrency` at a time.
-pub async fn scrape_all(
+pub(crate) async fn scrape_all(
     client: &HttpClient,
     endpoints: Vec<(Arc<Endpoint>, InferenceEngine)>,
     concurrency: usize,

@@ -20,6 +20,8 @@ pub(crate) mod inflight;
 pub(crate) mod overload;
 pub(crate) mod tls;
 
+pub use inflight::{ON_FLIGHT_KEY, SYNC_INTERVAL};
+
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response};

@@ -319,7 +319,10 @@ fn deploy_configmap_is_a_cluster_mode_config() {
     assert!(cfg.is_cluster_mode());
     assert_eq!(cfg.port, 8080);
     // The shipped scheduler is the combination the benchmark measured best.
-    assert_eq!(cfg.scheduler, kthena_router::SchedulerConfig::recommended());
+    assert_eq!(
+        cfg.scheduler,
+        kthena_router::config::SchedulerConfig::recommended()
+    );
 }
 
 /// With the API server unreachable from the start, the router serves (`/healthz` 200, an

@@ -163,7 +163,9 @@ fn rate_limited_route_is_loaded() {
     let path = dir.path().join("router.yaml");
     let cfg =
         kthena_router::Config::from_yaml(&path, "standalone: {manifests: [r1.yaml]}\n").unwrap();
-    let snap = kthena_router::Loader::new().load(&cfg, None).unwrap();
+    let snap = kthena_router::discovery::Loader::new()
+        .load(&cfg, None)
+        .unwrap();
     let rl = snap.route_objects[0].spec.rate_limit.as_ref().unwrap();
     assert_eq!(rl.input_tokens_per_unit, Some(100));
 }
@@ -196,7 +198,9 @@ spec:
          127.0.0.1:1, labels: {app: a}}\n",
     )
     .unwrap();
-    let snap = kthena_router::Loader::new().load(&cfg, None).unwrap();
+    let snap = kthena_router::discovery::Loader::new()
+        .load(&cfg, None)
+        .unwrap();
     let warnings: Vec<(&str, String)> = snap
         .warnings
         .iter()

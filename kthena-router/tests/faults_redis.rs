@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use common::*;
 use http::StatusCode;
-use kthena_router::ON_FLIGHT_KEY;
+use kthena_router::upstream::ON_FLIGHT_KEY;
 use tokio::time::Instant;
 
 const MODEL: &str = "m";

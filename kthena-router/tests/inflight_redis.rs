@@ -15,7 +15,7 @@ use std::time::Duration;
 use common::*;
 use http::StatusCode;
 use hyper::body::Incoming;
-use kthena_router::ON_FLIGHT_KEY;
+use kthena_router::upstream::ON_FLIGHT_KEY;
 use tokio::sync::mpsc;
 
 const REDIS: &str = "redis://127.0.0.1:6379";
@@ -139,7 +139,8 @@ async fn scenario(shared: bool) -> (usize, usize) {
     let mut second = Vec::new();
     for i in 0..10 {
         // Apart by more than the refresh interval: each pick sees the previous one.
-        tokio::time::sleep(kthena_router::SYNC_INTERVAL + Duration::from_millis(10)).await;
+        tokio::time::sleep(kthena_router::upstream::SYNC_INTERVAL + Duration::from_millis(10))
+            .await;
         second.push(open_stream(&b, &format!("b-{i}")).await);
     }
     let open = (e1.open(0).await, e2.open(5).await);

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use kthena_router::{Ingest, KvMetrics, KvSource, decode_batch, split_frames};
+use kthena_kvevents::{decode_batch, split_frames};
+use kthena_router::kv::{Ingest, KvMetrics, KvSource};
 use kthena_sched::{
     Candidate, EndpointId, InMemoryKvIndex, KvEvent, KvIndex, KvQuery, token_block_hashes,
 };
@@ -313,7 +314,7 @@ async fn serve_replay(
     }
     let mut end = ZmqMessage::from(req[0].clone());
     end.push_back(Bytes::new());
-    end.push_back(Bytes::copy_from_slice(&kthena_router::END_SEQ));
+    end.push_back(Bytes::copy_from_slice(&kthena_kvevents::END_SEQ));
     end.push_back(Bytes::new());
     router.send(end).await.unwrap();
     router

@@ -11,7 +11,9 @@ mod kv_support;
 use std::time::Duration;
 
 use http::StatusCode;
-use kthena_router::{Message, ModelTokenizer, RedisKvIndex, block_key, kthena_block_hash};
+use kthena_openai::Message;
+use kthena_router::kv::{RedisKvIndex, block_key, kthena_block_hash};
+use kthena_router::tokenize::ModelTokenizer;
 use kthena_sched::{Candidate, KvIndex as _, KvQuery, token_block_hashes};
 use kv_support::*;
 

@@ -13,7 +13,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::StatusCode;
-use kthena_router::{Message, ModelTokenizer};
+use kthena_openai::Message;
+use kthena_router::tokenize::ModelTokenizer;
 use kthena_sched::{Candidate, EndpointId, KvQuery, token_block_hashes};
 use kthena_sim::KvEventsFormat;
 use kv_support::*;

@@ -116,7 +116,7 @@ async fn openai_client_through_router_to_llama_cpp() {
 
     // The scraper maps llama.cpp's metrics (the ModelServer says vLLM; the names decide).
     let (_, text) = get(&format!("http://127.0.0.1:{}/metrics", engines[0].port)).await;
-    let sample = kthena_router::parse_metrics(&text, kthena_router::VLLM).unwrap();
+    let sample = kthena_engine_metrics::parse_metrics(&text, kthena_engine_metrics::VLLM).unwrap();
     assert_eq!((sample.running, sample.waiting), (0.0, 0.0));
     assert!(sample.tpot.is_some(), "{text}");
     assert_eq!(sample.ttft, None);

@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, reason = "tests fail on any unexpected error")]
 
 use bytes::Bytes;
-use kthena_router::{ResponseProbe, parse_request};
+use kthena_openai::{ResponseProbe, parse_request};
 use serde_json::Value;
 
 /// Found by the `openai_request` target: a rewritten body was serialized again from parsed

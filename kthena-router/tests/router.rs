@@ -630,7 +630,9 @@ fn example_standalone_config_loads() {
     .unwrap();
     assert_eq!(cfg.port, 8080);
     assert_eq!(cfg.endpoints().len(), 3);
-    let snap = kthena_router::Loader::new().load(&cfg, Some(path)).unwrap();
+    let snap = kthena_router::discovery::Loader::new()
+        .load(&cfg, Some(path))
+        .unwrap();
     assert_eq!(
         snap.routes.model_names(),
         vec![

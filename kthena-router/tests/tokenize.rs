@@ -11,7 +11,8 @@ mod kv_support;
 use std::time::Duration;
 
 use http::StatusCode;
-use kthena_router::{CacheOutcome, Message, ModelTokenizer, Prompt};
+use kthena_openai::{Message, Prompt};
+use kthena_router::tokenize::{CacheOutcome, ModelTokenizer};
 use kv_support::*;
 
 fn qwen3(cache: usize) -> ModelTokenizer {

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 /// The kinds of [`ConfigWarning`], the values of the metric's `kind` label (every kind is
 /// exported, 0 when absent, so an alert can watch `> 0`).
-pub const WARNING_KINDS: [&str; 6] = [
+pub(crate) const WARNING_KINDS: [&str; 6] = [
     "unknown_field",
     "model_server_not_found",
     "endpoint_not_selected",

@@ -313,7 +313,12 @@ impl Error {
 ///
 /// The keys come in OpenAI's order (`message`, `type`, `param`, `code`), as OpenAI and vLLM
 /// write them, so logs and byte-level comparisons match theirs.
-pub fn openai_error_body(message: &str, kind: &str, param: Option<&str>, code: &str) -> Bytes {
+pub(crate) fn openai_error_body(
+    message: &str,
+    kind: &str,
+    param: Option<&str>,
+    code: &str,
+) -> Bytes {
     #[derive(serde::Serialize)]
     struct Body<'a> {
         error: Inner<'a>,
@@ -353,7 +358,7 @@ pub(crate) fn json_response(status: StatusCode, body: impl Into<Bytes>) -> Respo
 /// also closes the connection: the rest of the body is never read; a 405 names the allowed method (`Allow: POST`,
 /// or `GET` on `/v1/models`).
 #[must_use]
-pub fn error_response(e: &Error) -> Response<RespBody> {
+pub(crate) fn error_response(e: &Error) -> Response<RespBody> {
     let mut r = json_response(e.status(), e.to_body());
     if matches!(
         e,

@@ -13,7 +13,7 @@ use crate::kv::events::KvSource;
 use crate::shared::Shared;
 
 /// How often the supervisor compares the snapshot's endpoints with its subscriptions.
-pub const SUPERVISE_INTERVAL: Duration = Duration::from_millis(200);
+pub(crate) const SUPERVISE_INTERVAL: Duration = Duration::from_millis(200);
 
 struct Running {
     source: KvSource,
@@ -29,7 +29,7 @@ struct Running {
 /// endpoints that left (or whose address or index changed); a stopped subscription's
 /// endpoint is then removed from the index, so no entry of a removed engine survives, even
 /// one applied after the scheduler's own removal hook. It also refreshes the index-size gauge.
-pub async fn supervise(shared: Arc<Shared>, cancel: CancellationToken, tasks: TaskTracker) {
+pub(crate) async fn supervise(shared: Arc<Shared>, cancel: CancellationToken, tasks: TaskTracker) {
     let mut running: BTreeMap<EndpointId, Running> = BTreeMap::new();
     let metrics = shared.metrics.kv.clone();
     let mut tick = tokio::time::interval(SUPERVISE_INTERVAL);

@@ -227,7 +227,7 @@ pub(crate) fn escape_value(v: &str) -> std::borrow::Cow<'_, str> {
 /// router). When the output cannot keep up (a full stdout pipe, a stalled disk), entries
 /// beyond this are dropped and counted in `kthena_router_access_log_dropped_total` instead
 /// of stalling the requests that finish.
-pub const ACCESS_LOG_QUEUE: usize = 32_768;
+pub(crate) const ACCESS_LOG_QUEUE: usize = 32_768;
 
 /// How long [`AccessLog::flush`] waits for the writer thread at most.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);

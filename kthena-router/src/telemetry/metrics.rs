@@ -14,15 +14,15 @@ use prometheus_client::registry::Registry;
 use crate::telemetry::label_hash::folded_hash;
 
 /// Request latency buckets in seconds (Go's `metrics.go`).
-pub const DURATION_BUCKETS: [f64; 13] = [
+pub(crate) const DURATION_BUCKETS: [f64; 13] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 /// Match-ratio buckets, ratios 0..1 (Go's `metrics.go`).
-pub const RATIO_BUCKETS: [f64; 9] = [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0];
+pub(crate) const RATIO_BUCKETS: [f64; 9] = [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0];
 
 /// A label value taken from configuration or a request (a route, server or model name):
 /// shared, so recording a request's metrics copies no string.
-pub type LabelValue = Arc<str>;
+pub(crate) type LabelValue = Arc<str>;
 
 /// The shared `none` label value.
 static NONE: LazyLock<LabelValue> = LazyLock::new(|| Arc::from("none"));

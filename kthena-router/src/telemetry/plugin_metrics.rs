@@ -24,9 +24,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// Plugin duration buckets in seconds (Go's `metrics.go`).
-pub const PLUGIN_BUCKETS: [f64; 6] = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5];
+pub(crate) const PLUGIN_BUCKETS: [f64; 6] = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5];
 /// kvcache-aware Redis and tokenize duration buckets in seconds (Go's `metrics.go`).
-pub const KVCACHE_BUCKETS: [f64; 12] = [
+pub(crate) const KVCACHE_BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
 

@@ -36,7 +36,7 @@ const USAGE_TAIL: usize = 64 * 1024;
 
 /// The streaming response body.
 #[derive(Debug)]
-pub struct ProxyBody {
+pub(crate) struct ProxyBody {
     inner: UpBody,
     acct: Accounting,
     saw_first_byte: bool,

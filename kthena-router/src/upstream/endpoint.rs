@@ -15,7 +15,7 @@ use crate::upstream::overload::Breaker;
 
 /// Consecutive failed scrapes after which an endpoint is no longer offered to the scheduler
 /// (while at least one other endpoint of the server is up).
-pub const DOWN_AFTER_FAILURES: u32 = 3;
+pub(crate) const DOWN_AFTER_FAILURES: u32 = 3;
 
 /// One engine instance. Shared by every snapshot that contains it, so its in-flight count and
 /// metrics survive reloads as long as its name and address stay the same.
