@@ -2,12 +2,12 @@
 //! made real by kthena-sim engines on their own loopback addresses; requests through the
 //! router reach them and follow every change of the cluster.
 
-use crate::common;
 use std::time::Duration;
 
 use crate::cluster_support::{
     ClusterRouter, Node, TwoPods, apply, deploy_dir, model_route, model_server, two_pods,
 };
+use crate::common;
 use kthena_api::ModelRoute;
 use kube::Api;
 use kube::api::{Patch, PatchParams};

@@ -1,9 +1,11 @@
-//! Cluster mode after a minute without the API server: its own test binary (its own
-//! control plane), so stopping kube-apiserver that long disturbs no other test.
+//! Cluster mode after a minute without the API server. The test runs alone in a process of
+//! its own (`common::in_own_process`), with a control plane of its own, so stopping
+//! kube-apiserver that long disturbs no other test.
 
 use std::time::Duration;
 
 use crate::cluster_support::{TwoPods, apply, model_route, two_pods};
+use crate::common::in_own_process;
 use tokio::time::Instant;
 
 /// How long the API server stays away: 60 s (`OUTAGE_SECS` overrides it, to measure other
@@ -23,6 +25,13 @@ fn outage() -> Duration {
 /// server's return.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_after_a_minute_long_api_server_outage_are_seen_within_5s() {
+    // The control plane of the process is stopped: no other test may use it.
+    if !in_own_process(
+        module_path!(),
+        "changes_after_a_minute_long_api_server_outage_are_seen_within_5s",
+    ) {
+        return;
+    }
     let env = kthena_testenv::TestEnv::get().await.unwrap();
     let ns = env.namespace("cluster-outage").await.unwrap();
     let TwoPods {
@@ -33,7 +42,7 @@ async fn changes_after_a_minute_long_api_server_outage_are_seen_within_5s() {
     } = two_pods(&ns).await;
 
     env.stop_apiserver().await.expect(
-        "stop the API server (a control plane of this binary's own, not KTHENA_TEST_KUBECONFIG)",
+        "stop the API server (a control plane of this process's own, not KTHENA_TEST_KUBECONFIG)",
     );
     tokio::time::sleep(outage()).await;
     // Still serving the last snapshot.

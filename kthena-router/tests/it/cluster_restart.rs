@@ -1,15 +1,24 @@
-//! Cluster mode while the API server goes away: its own test binary, so stopping the
-//! control plane's kube-apiserver disturbs no other test.
+//! Cluster mode while the API server goes away. The test runs alone in a process of its own
+//! (`common::in_own_process`), with a control plane of its own, so stopping its
+//! kube-apiserver disturbs no other test.
 
 use std::time::Duration;
 
 use crate::cluster_support::{TwoPods, two_pods};
+use crate::common::in_own_process;
 
 /// Stopping kube-apiserver loses no request (the router serves its last snapshot); after
 /// the restart the reflectors re-list at once (`410 Expired`) and a change made then is
 /// followed within 5 s of the API server's return.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_server_restart_loses_no_request_and_resumes_watching() {
+    // The control plane of the process is stopped: no other test may use it.
+    if !in_own_process(
+        module_path!(),
+        "api_server_restart_loses_no_request_and_resumes_watching",
+    ) {
+        return;
+    }
     let env = kthena_testenv::TestEnv::get().await.unwrap();
     let ns = env.namespace("cluster-restart").await.unwrap();
     let TwoPods {
@@ -20,7 +29,7 @@ async fn api_server_restart_loses_no_request_and_resumes_watching() {
     } = two_pods(&ns).await;
 
     env.stop_apiserver().await.expect(
-        "stop the API server (a control plane of this binary's own, not KTHENA_TEST_KUBECONFIG)",
+        "stop the API server (a control plane of this process's own, not KTHENA_TEST_KUBECONFIG)",
     );
     // The API server is gone: every request is still answered from the last snapshot.
     let served = r.send(&model, 20).await;

@@ -3,12 +3,12 @@
 //! standalone mode, and cluster mode on the real API server (kthena-testenv).
 #![allow(clippy::unwrap_used, reason = "tests")]
 
-use crate::cluster_support;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
+use crate::cluster_support;
 use crate::common::{TestRouter, post, post_stream};
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response};

@@ -2,11 +2,12 @@
 //! serves the API on the requested port with plain (uncoloured) logs when piped.
 #![allow(clippy::unwrap_used, reason = "tests")]
 
-use crate::common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
+
+use crate::common;
 
 const BIN: &str = env!("CARGO_BIN_EXE_kthena-sim");
 

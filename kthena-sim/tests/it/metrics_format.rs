@@ -3,11 +3,12 @@
 //! vLLM 0.32 output has the same name and label keys.
 #![allow(clippy::unwrap_used, reason = "tests")]
 
-use crate::common;
 use std::collections::BTreeMap;
 
 use kthena_sim::{Config, spawn};
 use serde_json::json;
+
+use crate::common;
 
 const PY: &str = r#"
 import json, sys

@@ -1,7 +1,6 @@
 //! The simulated node on a real API server: pods become Running and Ready with a loopback
 //! podIP where an engine answers, NotReady and exit on demand, and go away when deleted.
 
-use crate::common;
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -12,6 +11,8 @@ use kthena_testenv::TestNamespace;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{Condition, await_condition};
 use serde_json::json;
+
+use crate::common;
 
 /// Upper bound for the node to react (a timeout, not a measured latency).
 const WAIT: Duration = Duration::from_secs(20);

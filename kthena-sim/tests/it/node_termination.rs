@@ -2,7 +2,6 @@
 //! turns NotReady, the `preStop` hook runs, the engine drains (no new work, in-flight
 //! streams finish) within the grace period, then the pod is removed.
 
-use crate::common;
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -16,6 +15,8 @@ use kube::runtime::wait::{Condition, await_condition};
 use serde_json::json;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::time::Instant;
+
+use crate::common;
 
 /// Upper bound for the node to react (a timeout, not a measured latency).
 const WAIT: Duration = Duration::from_secs(20);

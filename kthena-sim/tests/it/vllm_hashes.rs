@@ -6,7 +6,6 @@
 //! `VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0`.
 #![allow(clippy::unwrap_used, reason = "tests")]
 
-use crate::common;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -15,6 +14,8 @@ use kthena_sim::{BlockHasher, Config, HashAlgo, RequestKeys, SimHandle, spawn};
 use rmpv::Value;
 use serde_json::json;
 use zeromq::{Socket, SocketRecv};
+
+use crate::common;
 
 const BS: usize = 128;
 
