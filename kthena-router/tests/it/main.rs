@@ -1,7 +1,6 @@
 //! The router's integration tests, one binary: each module is one area (run one with
 //! `cargo test -p kthena-router --test it access_log::`). The `*_support` modules and
-//! `common` hold the shared helpers. `tests/sse_alloc.rs` stays a binary of its own: it
-//! installs a counting global allocator.
+//! `common` hold the shared helpers.
 
 mod access_log;
 mod access_log_escape;
