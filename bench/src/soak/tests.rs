@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn probe(at_s: f64, rss_kib: u64) -> Probe {

@@ -1,4 +1,3 @@
-
 use super::*;
 
 /// Every rule lands on a node of the generated schema (none is skipped for a path

@@ -1,4 +1,3 @@
-
 use super::*;
 
 /// Every integer format is one the API server knows (`kubectl apply` warned

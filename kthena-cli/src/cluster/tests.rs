@@ -1,4 +1,3 @@
-
 use super::*;
 use kube::core::response::{Status, StatusDetails};
 

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn row(cells: &[&str]) -> Vec<String> {

@@ -1,4 +1,3 @@
-
 use super::*;
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};

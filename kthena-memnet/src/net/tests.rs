@@ -1,4 +1,3 @@
-
 use super::*;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 

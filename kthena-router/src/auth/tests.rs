@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn headers(v: &str) -> HeaderMap {

@@ -1,4 +1,3 @@
-
 use kthena_api::networking::{KvConnector, ModelServerSpec};
 
 use super::*;

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn provider(kind: &str, base: &str, extra: &str) -> ExternalModelProvider {

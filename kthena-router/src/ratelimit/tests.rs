@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn route(name: &str, model: &str, rate_limit: Option<&str>) -> ModelRoute {

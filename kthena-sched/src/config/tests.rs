@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn field_error(yaml: &str) -> (String, String) {

@@ -1,7 +1,7 @@
 //! Expected values were computed with vLLM's own functions (`vllm/utils/hashing.py`:
 //! `pickle.dumps(protocol=5)` / `cbor2.dumps(canonical=True)`, then `hashlib.sha256` or
 //! `xxhash.xxh3_128_digest`) under CPython 3.11 for the same inputs. The check against a real
-//! vLLM engine's KV events is `tests/vllm_hashes.rs`.
+//! vLLM engine's KV events is `tests/it/vllm_hashes.rs`.
 
 use super::*;
 

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn h(n: u8) -> BlockHash {

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn req(arrival: f64, seed: u32, prompt: usize, out: usize) -> OfflineRequest {

@@ -1,4 +1,3 @@
-
 use super::parse_env;
 
 #[test]

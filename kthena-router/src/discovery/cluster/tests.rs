@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn pod(name: &str, labels: &[(&str, &str)], ip: &str, ready: bool) -> Arc<Pod> {

@@ -1,4 +1,3 @@
-
 use envoy_types::pb::google::protobuf::ListValue;
 
 use super::*;

@@ -1,4 +1,3 @@
-
 use tower::ServiceExt;
 
 use super::*;

@@ -1,4 +1,3 @@
-
 use tower::{Layer, ServiceExt};
 
 use super::*;

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn queue(cfg: FairnessConfig) -> (Arc<FairQueue>, Arc<TokenTracker>) {

@@ -1,4 +1,3 @@
-
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn threads(n: usize) -> ServingThreads {

@@ -1,4 +1,3 @@
-
 use super::*;
 
 /// Regression: with an output that took nothing, shutdown waited 5 s in `flush` and

@@ -1,4 +1,3 @@
-
 use std::time::Duration;
 
 use http_body_util::{BodyExt, StreamBody};

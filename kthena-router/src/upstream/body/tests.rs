@@ -1,4 +1,3 @@
-
 use super::*;
 
 /// A non-streamed answer of `content_len` bytes of content, cut into `chunk` byte pieces,

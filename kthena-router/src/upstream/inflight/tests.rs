@@ -1,4 +1,3 @@
-
 use std::collections::HashMap;
 
 use crate::config::redis_url_from_env;

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn hex(b: &[u8]) -> String {

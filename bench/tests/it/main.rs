@@ -1,0 +1,5 @@
+//! The benchmark harness' integration tests, one binary: each module is one area (run one
+//! with `cargo test -p kthena-bench --test it virtual_time::`).
+
+mod virtual_time;
+mod workload_report;
