@@ -206,22 +206,39 @@ async fn debug_server(
     Ok(Some(server))
 }
 
-/// SIGTERM (how Kubernetes stops a pod) or Ctrl-C.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
+/// SIGTERM (how Kubernetes stops a pod) and Ctrl-C, listened for from the start of the
+/// process, so that a signal that comes during start-up also stops the controller cleanly
+/// (before, the default action killed it until the main loop first waited for a signal).
+struct Signals(Option<tokio::signal::unix::Signal>);
+
+impl Signals {
+    /// Starts listening for SIGTERM (Ctrl-C is listened for on each wait).
+    fn listen() -> Self {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(term) => Self(Some(term)),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the controller");
+                Self(None)
             }
         }
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the controller");
-            let _ = tokio::signal::ctrl_c().await;
-        }
     }
-    tracing::info!("shutting down");
+
+    /// The next SIGTERM or Ctrl-C (one received before this call counts).
+    async fn recv(&mut self) {
+        match &mut self.0 {
+            Some(term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            None => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+        tracing::info!("shutting down");
+    }
 }
 
 #[tokio::main]
@@ -232,6 +249,7 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
+    let mut signals = Signals::listen();
     let args = Args::parse();
     let set = ControllerSet::parse(&args.controllers)?;
     let client = client(&args).await?;
@@ -287,7 +305,7 @@ async fn main() -> anyhow::Result<()> {
     tokio::select! {
         () = servers => return Ok(()),
         res = &mut controllers => return Ok(res?),
-        () = shutdown_signal() => {}
+        () = signals.recv() => {}
     }
     let _ = stop_tx.send(true);
     tokio::select! {
@@ -296,7 +314,7 @@ async fn main() -> anyhow::Result<()> {
             tracing::warn!(grace = ?SHUTDOWN_GRACE, "the controllers did not stop in time; exiting");
             Ok(())
         }
-        () = shutdown_signal() => {
+        () = signals.recv() => {
             tracing::warn!("second shutdown signal; exiting");
             Ok(())
         }
