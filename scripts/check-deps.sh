@@ -4,6 +4,8 @@
 #   kthena-autoscale (with their default features; kthena-autoscale's `api` feature adds
 #   kthena-api, kthena-kvevents' `subscribe` feature adds zeromq and tokio) must never depend
 #   on kube, hyper, tower or tokio: they are leaf crates other proxies and controllers embed.
+# - kthena-fuzz (the hot-path fuzz harnesses) must never depend on kube: its parsers are the
+#   leaf crates', and the Kubernetes harnesses are kthena-fuzz-k8s's.
 # - No library code may use anyhow: binaries, tests and examples may.
 # - Sources and docs cite what a reader can open (Go Kthena's files at v1.0.0, its docs, the
 #   vLLM, Kubernetes or Gateway API pages), never sections of a document outside the repository.
@@ -37,6 +39,23 @@ leaf_check kthena-tokenize
 leaf_check kthena-openai
 leaf_check kthena-autoscale
 leaf_check kthena-engine-metrics
+
+# The hot-path fuzz harnesses build without Kubernetes. Only kube is checked: kthena-fuzz is
+# not a leaf crate that others embed, it just must not pull in kube (nor, with it, the router
+# or the controller).
+no_kube_check() {
+    local pkg=$1
+    if ! grep -q "^$pkg " <<<"$members"; then return 0; fi
+    local tree
+    tree=$(cargo tree -p "$pkg" -e normal --prefix none | awk '{print $1}' | sort -u)
+    for bad in kube kube-client kube-core kube-runtime kube-derive; do
+        if grep -qx "$bad" <<<"$tree"; then
+            echo "check-deps: $pkg depends on $bad (its harnesses must build without Kubernetes)" >&2
+            fail=1
+        fi
+    done
+}
+no_kube_check kthena-fuzz
 
 # A package may hold a library and a binary; cargo has no binary-only dependencies, so
 # check the library's sources: any file under src/ that is not the binary's own (src/main.rs,

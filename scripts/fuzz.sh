@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the libFuzzer targets of fuzz/libfuzzer (harnesses in fuzz/src, docs/reliability.md).
+# Runs the libFuzzer targets of fuzz/libfuzzer (harnesses in fuzz/src, crate kthena-fuzz, and
+# fuzz/k8s/src, crate kthena-fuzz-k8s; docs/reliability.md).
 #
 #   scripts/fuzz.sh TARGET|all SECONDS      # e.g. scripts/fuzz.sh kv_events 600
 #   scripts/fuzz.sh list                    # the target names
@@ -11,10 +12,12 @@
 # exits 1. Build: release with debug assertions and overflow checks, no sanitizer (the code
 # is safe Rust; libFuzzer's coverage instrumentation only), in $FUZZ_TARGET_DIR (default
 # $FUZZ_WORK/build). Each target is built with only the feature it needs (its
-# `required-features` in fuzz/libfuzzer/Cargo.toml): `router` for all targets but
-# admission_review, `admission` for that one, so the router's targets never compile the
-# controller. Prints one summary line per
-# target: executions, executions per second, corpus size, crash or not.
+# `required-features` in fuzz/libfuzzer/Cargo.toml): `hot_path` for the targets of
+# kthena-fuzz (requests, SSE, engine metrics, KV events, tokenization), which compile neither
+# kube nor the router; `router` for manifests and router_config and `admission` for
+# admission_review (kthena-fuzz-k8s), so the router's targets never compile the controller.
+# Prints one summary line per target: executions, executions per second, corpus size, crash
+# or not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +30,7 @@ FUZZ_DIR=fuzz/libfuzzer
 
 log() { echo "fuzz.sh: $*" >&2; }
 targets() { sed -n 's/^name = "\(.*\)"$/\1/p' "$FUZZ_DIR/Cargo.toml" | grep -v '^kthena-fuzz-targets$'; }
-# The one feature a target requires (`required-features = ["router"]` in its [[bin]]).
+# The one feature a target requires (`required-features = ["hot_path"]` in its [[bin]]).
 feature_of() {
     awk -v t="$1" '/^name = /{n=$3; gsub(/"/, "", n)}
         /^required-features = / && n == t {f=$3; gsub(/[^a-z_]/, "", f); print f; exit}' \

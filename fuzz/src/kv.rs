@@ -1,11 +1,8 @@
 //! ZMQ KV-event messages: frames, msgpack batches (vLLM array and map encodings, SGLang's
 //! positional events with signed hashes) and their effect on the KV index.
 
-use std::sync::{Arc, OnceLock};
-
 use bytes::Bytes;
 use kthena_kvevents::{decode_batch, split_frames};
-use kthena_router::kv::{Ingest, KvMetrics, KvSource};
 use kthena_sched::{EndpointId, InMemoryKvIndex, KvIndex};
 
 /// The index the harness writes into: 16-token blocks (the seeds use 16 and 128; other
@@ -13,33 +10,24 @@ use kthena_sched::{EndpointId, InMemoryKvIndex, KvIndex};
 const BLOCK_SIZE: usize = 16;
 const MAX_ENTRIES: usize = 64;
 
-fn metrics() -> &'static KvMetrics {
-    static METRICS: OnceLock<KvMetrics> = OnceLock::new();
-    METRICS
-        .get_or_init(|| KvMetrics::register(&mut prometheus_client::registry::Registry::default()))
-}
-
-/// Decodes `data` as one payload and applies it to a small in-memory index: the index never
-/// holds more than its cap, and applies no more events than the batch decoded. The same bytes
-/// are also cut into ZMQ frames at positions taken from the first byte.
+/// Decodes `data` as one payload and applies its events to a small in-memory index, as the
+/// router's KV-event ingest does (`kthena_kvevents::decode_batch`, then
+/// `KvIndex::apply` per event): the index never holds more than its cap, and applies no
+/// more events than the batch decoded. The same bytes are also cut into ZMQ frames at
+/// positions taken from the first byte.
 pub fn kv_events(data: &[u8]) {
-    let decoded = decode_batch(data).ok();
-    let index = Arc::new(
-        InMemoryKvIndex::new(BLOCK_SIZE, MAX_ENTRIES).unwrap_or_else(|e| {
-            panic!("a valid index size was refused: {e}");
-        }),
-    );
-    let source = KvSource {
-        endpoint: EndpointId::new("fuzz"),
-        events: "tcp://127.0.0.1:1".to_owned(),
-        replay: None,
-    };
-    let mut ingest = Ingest::new(source, index.clone() as Arc<dyn KvIndex>, metrics().clone());
-    let applied = ingest.apply_payload(data);
-    let decodable = decoded.as_ref().map_or(0, |b| b.events.len());
+    let index = InMemoryKvIndex::new(BLOCK_SIZE, MAX_ENTRIES).unwrap_or_else(|e| {
+        panic!("a valid index size was refused: {e}");
+    });
+    let endpoint = EndpointId::new("fuzz");
+    let events = decode_batch(data).map(|b| b.events).unwrap_or_default();
+    let applied = (events.iter())
+        .filter(|ev| index.apply(&endpoint, ev).is_ok())
+        .count();
     assert!(
-        applied <= decodable,
-        "applied {applied} of {decodable} events"
+        applied <= events.len(),
+        "applied {applied} of {} events",
+        events.len()
     );
     assert!(
         index.len() <= MAX_ENTRIES,

@@ -1,8 +1,7 @@
 //! Client request bodies: parsing and the upstream body the router builds from them.
 
 use bytes::Bytes;
-use kthena_openai::{ParsedRequest, estimate_tokens, parse_request};
-use kthena_router::tokenize::remote_body;
+use kthena_openai::{ParsedRequest, estimate_tokens, parse_request, remote_body};
 use serde_json::Value;
 
 const REWRITTEN: &str = "fuzz-rewritten-model";

@@ -3,8 +3,7 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use kthena_openai::Message;
-use kthena_router::tokenize::ModelTokenizer;
+use kthena_tokenize::Tokenizer;
 
 /// Where the Qwen3 `tokenizer.json` and `tokenizer_config.json` are: `$KTHENA_TOKENIZER_DIR`,
 /// else `shared/tokenizers/qwen3` beside the checkout, else `/work/shared/tokenizers/qwen3`.
@@ -21,13 +20,13 @@ pub fn tokenizer_dir() -> PathBuf {
     }
 }
 
-/// A small cache (8 prefixes) so that fuzzing evicts all the time.
-fn tokenizer() -> &'static ModelTokenizer {
-    static TOK: OnceLock<ModelTokenizer> = OnceLock::new();
+/// A small cache (8 prefixes) so that fuzzing evicts all the time. The router's
+/// `ModelTokenizer` only wraps this type (adding the model's name to its errors).
+fn tokenizer() -> &'static Tokenizer {
+    static TOK: OnceLock<Tokenizer> = OnceLock::new();
     TOK.get_or_init(|| {
         let dir = tokenizer_dir();
-        ModelTokenizer::load(
-            "qwen3",
+        Tokenizer::load(
             &dir.join("tokenizer.json"),
             Some(&dir.join("tokenizer_config.json")),
             8,
@@ -52,11 +51,7 @@ pub fn tokenizer_cache(data: &[u8]) {
             );
         }
     }
-    let msg = Message {
-        role: "user".to_owned(),
-        content: text.into_owned(),
-    };
-    if let Ok(rendered) = tok.render_chat(&[msg]) {
+    if let Ok(rendered) = tok.render_chat(&[("user", text.as_ref())]) {
         let _ = tok.encode(&rendered, false);
     }
 }

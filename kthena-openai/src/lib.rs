@@ -48,11 +48,17 @@
 //! chunk: it forwards token chunks as the same bytes (no copy, no parse), reads the usage
 //! chunk, drops it when the usage was injected, and notes `data: [DONE]` and the engine's
 //! error events.
+//!
+//! # Engine tokenization
+//!
+//! [`remote_body`] builds the body of an engine's `POST /tokenize` for a [`Prompt`], for a
+//! router that has no local tokenizer for the model.
 
 mod error;
 mod request;
 mod response;
 mod sse;
+mod tokenize;
 
 pub use error::{Error, Result};
 pub use request::{
@@ -61,3 +67,4 @@ pub use request::{
 };
 pub use response::{ResponseProbe, Usage, usage_from, usage_of};
 pub use sse::SseFilter;
+pub use tokenize::remote_body;

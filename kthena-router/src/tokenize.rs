@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
+pub use kthena_openai::remote_body;
 use kthena_openai::{Message, Prompt};
 pub use kthena_tokenize::{CacheOutcome, MIN_CACHED_PREFIX_BYTES};
 use tokio::time::Instant;
@@ -240,28 +241,6 @@ impl Tokenizers {
                 tracing::debug!(%url, %reason, "Remote tokenization failed");
                 None
             }
-        }
-    }
-}
-
-/// The `/tokenize` request body for a prompt (Go Kthena's vLLM shape,
-/// `pkg/kthena-router/scheduler/plugins/tokenization/vllm.go`; the
-/// `content` key makes llama.cpp's `/tokenize` answer completion prompts too).
-#[must_use]
-pub fn remote_body(model: &str, prompt: &Prompt) -> serde_json::Value {
-    match prompt {
-        Prompt::Text(t) => serde_json::json!({
-            "model": model, "prompt": t, "content": t, "add_special_tokens": true, "return_token_strs": false
-        }),
-        Prompt::Messages(m) => {
-            let msgs: Vec<serde_json::Value> = m
-                .iter()
-                .map(|m| serde_json::json!({"role": m.role, "content": m.content}))
-                .collect();
-            serde_json::json!({
-                "model": model, "messages": msgs, "add_special_tokens": false,
-                "add_generation_prompt": true, "return_token_strs": false
-            })
         }
     }
 }

@@ -1,4 +1,4 @@
 #![no_main]
-//! libFuzzer target: [`kthena_fuzz::admission_review`].
+//! libFuzzer target: [`kthena_fuzz_k8s::admission_review`].
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| kthena_fuzz::admission_review(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| kthena_fuzz_k8s::admission_review(data));

@@ -1,4 +1,4 @@
 #![no_main]
-//! libFuzzer target: [`kthena_fuzz::manifests`].
+//! libFuzzer target: [`kthena_fuzz_k8s::manifests`].
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| kthena_fuzz::manifests(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| kthena_fuzz_k8s::manifests(data));

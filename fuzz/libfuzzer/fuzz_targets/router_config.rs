@@ -1,4 +1,4 @@
 #![no_main]
-//! libFuzzer target: [`kthena_fuzz::router_config`].
+//! libFuzzer target: [`kthena_fuzz_k8s::router_config`].
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| kthena_fuzz::router_config(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| kthena_fuzz_k8s::router_config(data));

@@ -1,6 +1,6 @@
 //! Regression tests of the request, response and config parsers for inputs found by fuzzing
 //! (`fuzz/`, docs/reliability.md); the inputs themselves are replayed from
-//! `fuzz/regressions/` by `cargo test -p kthena-fuzz`.
+//! `fuzz/regressions/` by `cargo test -p kthena-fuzz -p kthena-fuzz-k8s`.
 
 #![allow(clippy::unwrap_used, reason = "tests fail on any unexpected error")]
 
