@@ -5,10 +5,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/services.sh
 ensure_services
-# The controller's integration tests run one at a time: several start engines, a simulated
-# node or a second control plane of their own and wait on them with deadlines, which two at
-# once on 2 cores can miss. Every other test binary runs its tests in parallel.
+# The controller's integration tests: one binary (linked once), run one process per module,
+# so that each area gets a control plane of its own as when they were separate binaries
+# (several start engines, a simulated node or a second control plane and wait on them with
+# deadlines). Every other test binary runs all its tests in one process.
 status=0
 cargo test --workspace --all-features --no-fail-fast --exclude kthena-controller || status=1
-cargo test -p kthena-controller --all-features --no-fail-fast -- --test-threads=1 || status=1
+cargo test -p kthena-controller --all-features --no-fail-fast --lib --bins || status=1
+cargo test -p kthena-controller --all-features --doc || status=1
+for m in $(sed -n 's/^mod \([a-z_]*\);.*/\1/p' kthena-controller/tests/it/main.rs); do
+    cargo test -p kthena-controller --all-features --test it -- "$m::" || status=1
+done
 exit "$status"
