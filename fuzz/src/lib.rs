@@ -57,3 +57,27 @@ pub const TARGETS: &[(&str, Harness)] = &[
 fn text(data: &[u8]) -> std::borrow::Cow<'_, str> {
     String::from_utf8_lossy(data)
 }
+
+/// Feeds every seed of `root/seeds/<target>/` and every reproducer of
+/// `root/regressions/<target>/` (each sorted by name) to `harness`; the number of seeds. The
+/// replay tests of this crate and of `kthena-fuzz-k8s` share it.
+///
+/// # Panics
+/// When a file of those folders cannot be read, or when `harness` panics on it.
+pub fn replay_dir(root: &std::path::Path, target: &str, harness: Harness) -> usize {
+    let inputs = |dir: std::path::PathBuf| {
+        let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
+        files.retain(|p| p.is_file());
+        files.sort();
+        files
+    };
+    let seeds = inputs(root.join("seeds").join(target));
+    let regressions = inputs(root.join("regressions").join(target));
+    for file in seeds.iter().chain(&regressions) {
+        let data = std::fs::read(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        harness(&data);
+    }
+    seeds.len()
+}

@@ -2,33 +2,14 @@
 //! `fuzz/regressions/<target>/`) through its harness on stable: the CI share of fuzzing.
 //! Every harness must accept its seeds without panicking, and every target has seeds.
 
-use std::path::{Path, PathBuf};
-
-fn inputs(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file())
-        .collect();
-    files.sort();
-    files
-}
+use std::path::Path;
 
 fn replay(target: &str) -> usize {
     let (_, harness) = kthena_fuzz::TARGETS
         .iter()
         .find(|(name, _)| *name == target)
         .unwrap_or_else(|| panic!("no harness named {target}"));
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let seeds = inputs(&root.join("seeds").join(target));
-    let regressions = inputs(&root.join("regressions").join(target));
-    for file in seeds.iter().chain(&regressions) {
-        let data = std::fs::read(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        harness(&data);
-    }
-    seeds.len()
+    kthena_fuzz::replay_dir(Path::new(env!("CARGO_MANIFEST_DIR")), target, *harness)
 }
 
 #[test]
