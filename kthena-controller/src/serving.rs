@@ -18,6 +18,7 @@
 //! ([`ServingCache`]) on Go's `GET /debug/modelserving/cache`.
 
 mod cache;
+mod caches;
 mod controller;
 mod desired;
 mod gang;

@@ -22,6 +22,7 @@ use serde_json::json;
 use crate::error::{Error, Result, kube_err};
 use crate::names::{GROUP_NAME_LABEL, NAME_LABEL, ROLE_ID_LABEL, ROLE_LABEL};
 use crate::serving::cache::{RoleEvent, ServingCache};
+use crate::serving::caches::ChildCaches;
 use crate::serving::observed::{Observed, RecordedRevision};
 use crate::serving::plan::{Plan, plan};
 use crate::serving::revision::{controller_revision, model_serving_revision, recorded_roles};
@@ -68,10 +69,8 @@ struct Ctx {
     podgroups: crate::serving::gang::Discovery,
     cache: ServingCache,
     recorder: Recorder,
-    /// The watch cache of the pods carrying `modelserving.volcano.sh/group-name`.
-    pods: Store<Pod>,
-    /// The watch cache of the services carrying `modelserving.volcano.sh/group-name`.
-    services: Store<Service>,
+    /// The watch caches of the pods and services carrying `modelserving.volcano.sh/group-name`.
+    children: ChildCaches,
     /// The generation of each ModelServing (by uid) already reported `InvalidSpec`.
     invalid_reported: std::sync::Mutex<std::collections::HashMap<String, Option<i64>>>,
 }
@@ -219,8 +218,7 @@ pub async fn run(
         cache: config.cache.clone(),
         recorder,
         invalid_reported: std::sync::Mutex::default(),
-        pods: pod_store,
-        services: svc_store,
+        children: ChildCaches::new(pod_store, svc_store),
     });
     let mut controller = Controller::new(ms, watcher::Config::default())
         .owns_stream(pod_events)
@@ -277,8 +275,9 @@ where
 /// `modelserving.volcano.sh/name=<name>` in its namespace), once the caches have listed
 /// everything; `None` when the caches stopped (the controller is shutting down).
 async fn children(ctx: &Ctx, ns: &str, name: &str) -> Option<(Vec<Pod>, Vec<Service>)> {
-    ctx.pods.wait_until_ready().await.ok()?;
-    ctx.services.wait_until_ready().await.ok()?;
+    if !ctx.children.ready().await {
+        return None;
+    }
     fn of<K: kube::Resource<DynamicType = ()> + Clone>(
         store: &Store<K>,
         ns: &str,
@@ -292,7 +291,8 @@ async fn children(ctx: &Ctx, ns: &str, name: &str) -> Option<(Vec<Pod>, Vec<Serv
             .map(|o| (**o).clone())
             .collect()
     }
-    Some((of(&ctx.pods, ns, name), of(&ctx.services, ns, name)))
+    let c = &ctx.children;
+    Some((of(&c.pods, ns, name), of(&c.services, ns, name)))
 }
 
 /// The back-off after a watch error, shared by all of the controller's watches (kube-runtime

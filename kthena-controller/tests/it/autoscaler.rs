@@ -181,7 +181,12 @@ async fn entry_ip(ns: &TestNamespace, name: &str) -> Result<String> {
             return Ok(ip);
         }
         if tokio::time::Instant::now() > deadline {
-            bail!("no ready entry pod of {name}");
+            let seen: Vec<_> = pods
+                .items
+                .iter()
+                .map(|p| (p.metadata.name.clone(), p.status.clone()))
+                .collect();
+            bail!("no ready entry pod of {name}; pods: {seen:?}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
