@@ -12,7 +12,7 @@
 #   scripts/images.sh list [--prefix PREFIX]
 #       Print the references it builds, one per line (localhost/PREFIXNAME:VERSION).
 #   scripts/images.sh rm [--prefix PREFIX]
-#       Remove those images (both tags) from buildah's storage.
+#       Remove those images (both tags) and any container made from them.
 #   scripts/images.sh skeleton SRC DEST
 #       Write into DEST the workspace at SRC reduced to its manifests, Cargo.lock, .cargo/
 #       and an empty source file for every target: the Containerfile's dependency stage.
@@ -294,7 +294,7 @@ cmd_rm() {
     local name version
     version="$(workspace_version)"
     for name in "${SELECTED[@]}"; do
-        "${BUILDAH[@]}" rmi "$(qualify "$name" "$version")" "$(qualify "$name" latest)" \
+        "${BUILDAH[@]}" rmi --force "$(qualify "$name" "$version")" "$(qualify "$name" latest)" \
             >/dev/null 2>&1 || true
     done
     log "removed ${SELECTED[*]} ($PREFIX)"
