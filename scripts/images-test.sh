@@ -38,6 +38,13 @@ cargo metadata --locked --offline --format-version 1 --manifest-path "$skeleton/
     >/dev/null || fail "the skeleton's workspace does not load with Cargo.lock unchanged"
 expect "skeleton Cargo.lock" "$(cmp -s Cargo.lock "$skeleton/Cargo.lock" && echo same)" same
 
+# Clear errors: an unknown image, and debug binaries that were never built.
+expect "unknown image" "$(bash scripts/images.sh kthena-nope 2>&1 || true)" \
+    "images: error: unknown image kthena-nope (kthena-router kthena-controller-manager kthena kthena-sim)"
+expect "missing binary" "$(CARGO_TARGET_DIR="$skeleton/target" bash scripts/images.sh --profile debug kthena 2>&1 \
+    | tail -1 || true)" "images: error: $skeleton/target/debug/kthena is missing: build it first \
+(cargo build --all-features --bins -p kthena-router -p kthena-controller -p kthena-cli -p kthena-sim) or use --profile release"
+
 # The debug binaries (the test suite builds them for the integration tests).
 target="${CARGO_TARGET_DIR:-target}/debug"
 for name in "${IMAGES[@]}"; do

@@ -64,8 +64,8 @@ cmd_skeleton() { # SRC DEST
                 \"manifest_path\"*) cp "$path" "$dest/$rel" ;;
                 *) kind="${item#\"kind\":[\"}" && kind="${kind%%\"*}"
                    case "$kind" in
-                       lib | rlib | proc-macro) : >"$dest/$rel" ;;
-                       *) echo 'fn main() {}' >"$dest/$rel" ;;
+                       lib | rlib | proc-macro) echo '//! Placeholder.' >"$dest/$rel" ;;
+                       *) printf '//! Placeholder.\nfn main() {}\n' >"$dest/$rel" ;;
                    esac ;;
             esac
         done
