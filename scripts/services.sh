@@ -47,5 +47,8 @@ ensure_services() {
     # The test control plane (kube-apiserver, kubectl, etcd built from their Go modules),
     # cached under /var/cache/kthena/k8s; built only when missing.
     nice -n 19 bash scripts/kube-env.sh build
+    # Helm v4 built from its Go module (scripts/helm.sh), cached under /var/cache/kthena/helm:
+    # the chart tests (charts/kthena) run it.
+    nice -n 19 bash scripts/helm.sh build
     :
 }
