@@ -8,7 +8,7 @@
 #       kthena-controller-manager, kthena, kthena-sim), tagged VERSION and latest.
 #         --profile release   build the binaries with `cargo build --release --locked` (default)
 #         --profile debug     package the debug binaries already in target/debug (no build)
-#         --prefix PREFIX     image name prefix (default $KTHENA_IMAGE_PREFIX or kthena-rs/)
+#         --prefix PREFIX     image name prefix, ending in / (default $KTHENA_IMAGE_PREFIX or kthena-rs/)
 #   scripts/images.sh list [--prefix PREFIX]
 #       Print the references it builds, one per line (localhost/PREFIXNAME:VERSION).
 #   scripts/images.sh rm [--prefix PREFIX]
