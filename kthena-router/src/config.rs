@@ -7,6 +7,7 @@
 
 pub(crate) mod duration;
 pub(crate) mod env;
+pub mod flags;
 pub(crate) mod overrides;
 
 pub use crate::auth::AuthConfig;
@@ -20,7 +21,8 @@ pub use crate::server::listener::ListenerConfig;
 pub use crate::upstream::overload::OverloadConfig;
 pub use duration::parse_go_duration;
 pub use env::{Env, ProcessEnv};
-pub use overrides::{Overrides, load_config};
+pub use flags::{DEFAULT_CONFIG_PATH, Flags};
+pub use overrides::{Overrides, load_config, load_defaults};
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -57,6 +59,12 @@ pub struct Config {
     pub metrics_port: u16,
     /// Debug listener port, bound to localhost only (default 15000, flag `--debug-port`).
     pub debug_port: u16,
+    /// Also serve `/metrics` on the inference listener (default false, as Go's chart
+    /// `kthenaRouter.metrics.exposeOnRouterPort`; flag `--expose-metrics-on-router-port`).
+    pub expose_metrics_on_router_port: bool,
+    /// HTTPS on the inference listener (default off; flags `--tls-cert`, `--tls-key`, which
+    /// win over the file). Read at start only.
+    pub tls: Option<TlsFiles>,
     /// Address the inference and metrics listeners bind (default `0.0.0.0`).
     pub bind_address: std::net::IpAddr,
     /// Largest accepted request body in bytes (default 10 MiB); larger bodies get 413.
@@ -127,6 +135,18 @@ pub struct Config {
     /// not read from the file.
     #[serde(skip)]
     pub base_dir: PathBuf,
+}
+
+/// The `tls:` section: the inference listener's certificate and key, PEM files (Go's
+/// `--tls-cert`, `--tls-key`, `cmd/kthena-router/main.go`). Relative paths are resolved
+/// against the config file's directory.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TlsFiles {
+    /// The certificate chain, leaf first (`tls.crt`).
+    pub cert_file: PathBuf,
+    /// Its private key (`tls.key`; PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
 }
 
 /// The `endpointPicker:` section (flags `--epp`, `--epp-max-endpoints`).
@@ -232,6 +252,8 @@ impl Default for Config {
             port: 8080,
             metrics_port: 9090,
             debug_port: 15000,
+            expose_metrics_on_router_port: false,
+            tls: None,
             bind_address: std::net::IpAddr::from([0, 0, 0, 0]),
             max_body_bytes: 10 * 1024 * 1024,
             metrics_scrape_interval: Duration::from_secs(1),
@@ -305,6 +327,13 @@ impl Config {
         cfg.base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         if cfg.base_dir.as_os_str().is_empty() {
             cfg.base_dir = PathBuf::from(".");
+        }
+        if let Some(tls) = &mut cfg.tls {
+            for file in [&mut tls.cert_file, &mut tls.key_file] {
+                if file.is_relative() {
+                    *file = cfg.base_dir.join(&*file);
+                }
+            }
         }
         Ok(cfg)
     }
@@ -402,6 +431,11 @@ impl Config {
             ("port", self.port != new.port),
             ("metricsPort", self.metrics_port != new.metrics_port),
             ("debugPort", self.debug_port != new.debug_port),
+            ("tls", self.tls != new.tls),
+            (
+                "exposeMetricsOnRouterPort",
+                self.expose_metrics_on_router_port != new.expose_metrics_on_router_port,
+            ),
             ("bindAddress", self.bind_address != new.bind_address),
             ("maxBodyBytes", self.max_body_bytes != new.max_body_bytes),
             (
