@@ -1,9 +1,11 @@
 //! The router configuration file, environment variables and their precedence.
 //!
-//! Precedence, lowest first: built-in defaults, the config file, Go Kthena's environment
-//! variables (`METRICS_SCRAPE_INTERVAL`, `ACCESS_LOG_ENABLED`, `ACCESS_LOG_FORMAT`,
-//! `ACCESS_LOG_OUTPUT`, `DRAIN_TIMEOUT`), then command-line flags (`--port`,
-//! `--metrics-port`, `--debug-port`).
+//! Precedence, lowest first: built-in defaults, Go Kthena's environment variables
+//! (`METRICS_SCRAPE_INTERVAL`, `ACCESS_LOG_ENABLED`, `ACCESS_LOG_FORMAT`,
+//! `ACCESS_LOG_OUTPUT`, `DRAIN_TIMEOUT`, `POD_NAMESPACE`), the keys the config file sets,
+//! then command-line flags (`--port`, `--metrics-port`, `--debug-port`, ...). Go's chart
+//! sets those variables from its values on every install, so a key written in the file
+//! wins over them; a key the file leaves out takes the variable.
 
 pub(crate) mod duration;
 pub(crate) mod env;
@@ -135,6 +137,33 @@ pub struct Config {
     /// not read from the file.
     #[serde(skip)]
     pub base_dir: PathBuf,
+    /// The keys of [`ENV_KEYS`] the config file sets: their environment variables are
+    /// then not applied. Not read from the file.
+    #[serde(skip)]
+    pub file_keys: Vec<&'static str>,
+}
+
+/// The config keys that a Go Kthena environment variable also sets, as `(key path,
+/// variable)`: the file's key wins when present.
+pub const ENV_KEYS: &[(&str, &str)] = &[
+    ("metricsScrapeInterval", "METRICS_SCRAPE_INTERVAL"),
+    ("drainTimeout", "DRAIN_TIMEOUT"),
+    ("accessLog.enabled", "ACCESS_LOG_ENABLED"),
+    ("accessLog.format", "ACCESS_LOG_FORMAT"),
+    ("accessLog.output", "ACCESS_LOG_OUTPUT"),
+];
+
+/// The keys of [`ENV_KEYS`] present in a parsed file.
+fn file_keys(value: &serde_json::Value) -> Vec<&'static str> {
+    ENV_KEYS
+        .iter()
+        .map(|(key, _)| *key)
+        .filter(|key| {
+            key.split('.')
+                .try_fold(value, |v, part| v.get(part))
+                .is_some()
+        })
+        .collect()
 }
 
 /// The `tls:` section: the inference listener's certificate and key, PEM files (Go's
@@ -275,6 +304,7 @@ impl Default for Config {
             serving_threads: std::thread::available_parallelism()
                 .map_or(1, std::num::NonZeroUsize::get),
             base_dir: PathBuf::from("."),
+            file_keys: Vec::new(),
         }
     }
 }
@@ -324,6 +354,7 @@ impl Config {
                 ));
             }
         };
+        cfg.file_keys = file_keys(&value);
         cfg.base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         if cfg.base_dir.as_os_str().is_empty() {
             cfg.base_dir = PathBuf::from(".");
@@ -350,17 +381,24 @@ impl Config {
         Self::from_yaml(path, &text)
     }
 
-    /// Applies Go Kthena's environment variables on top of the file values.
+    /// Applies Go Kthena's environment variables under the keys the file sets (see
+    /// [`ENV_KEYS`]).
     ///
     /// # Errors
     /// [`Error::Env`] for an unparsable or out-of-range value (never a silent default), and
     /// for `ENABLE_FAIRNESS_SCHEDULING` and `ENABLE_SESSION_BOOST` both set to true (Go
     /// Kthena refuses to start).
     pub fn apply_env(mut self, env: &dyn Env) -> Result<Self> {
+        let hidden: Vec<&str> = ENV_KEYS
+            .iter()
+            .filter(|(key, _)| self.file_keys.contains(key))
+            .map(|(_, var)| *var)
+            .collect();
+        let var = |name: &str| env.var(name).filter(|_| !hidden.contains(&name));
         for s in self.standalone.iter_mut().flat_map(|s| &mut s.secrets) {
             s.env_value = s.env.as_deref().and_then(|n| env.var(n));
         }
-        if let Some(v) = env.var("METRICS_SCRAPE_INTERVAL") {
+        if let Some(v) = var("METRICS_SCRAPE_INTERVAL") {
             let d = parse_go_duration(&v).map_err(|e| Error::Env {
                 name: "METRICS_SCRAPE_INTERVAL",
                 value: v.clone(),
@@ -378,14 +416,14 @@ impl Config {
         if let Some(v) = env.var("POD_NAMESPACE").filter(|v| !v.is_empty()) {
             self.gateway_api.namespace.get_or_insert(v);
         }
-        if let Some(v) = env.var("DRAIN_TIMEOUT") {
+        if let Some(v) = var("DRAIN_TIMEOUT") {
             self.drain_timeout = parse_go_duration(&v).map_err(|e| Error::Env {
                 name: "DRAIN_TIMEOUT",
                 value: v.clone(),
                 reason: e.to_string(),
             })?;
         }
-        if let Some(v) = env.var("ACCESS_LOG_ENABLED") {
+        if let Some(v) = var("ACCESS_LOG_ENABLED") {
             self.access_log.enabled = match v.to_ascii_lowercase().as_str() {
                 "1" | "t" | "true" => true,
                 "0" | "f" | "false" => false,
@@ -398,7 +436,7 @@ impl Config {
                 }
             };
         }
-        if let Some(v) = env.var("ACCESS_LOG_FORMAT") {
+        if let Some(v) = var("ACCESS_LOG_FORMAT") {
             self.access_log.format = match v.as_str() {
                 "text" => AccessLogFormat::Text,
                 "json" => AccessLogFormat::Json,
@@ -411,7 +449,7 @@ impl Config {
                 }
             };
         }
-        if let Some(v) = env.var("ACCESS_LOG_OUTPUT")
+        if let Some(v) = var("ACCESS_LOG_OUTPUT")
             && !v.is_empty()
         {
             self.access_log.output = v;

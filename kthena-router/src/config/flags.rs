@@ -6,7 +6,7 @@
 //!
 //! What each Go flag does here is listed in `docs/router.md` (Flags and environment); a Go
 //! flag this router does not act on is accepted, and [`Flags::notices`] says so in one log
-//! line at start.
+//! line at start. A flag given twice takes its last value, as Go's `pflag`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -27,7 +27,7 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/config/routerConfiguration.yaml";
 
 /// Kthena's OpenAI-compatible LLM router (standalone or cluster mode).
 #[derive(Debug, Clone, Parser)]
-#[command(name = "kthena-router", version)]
+#[command(name = "kthena-router", version, args_override_self = true)]
 #[allow(clippy::struct_excessive_bools)]
 pub struct Flags {
     /// Router configuration file (scheduler section; a `standalone` section for standalone

@@ -66,6 +66,15 @@ fn bool_flags_take_every_go_form() {
         Some(true)
     );
     assert!(!parse(&["--enable-webhook=false"]).go.enable_webhook);
+    // Given twice (the chart's args, then a user's): the last wins, as in Go's pflag.
+    let twice = parse(&[
+        "--expose-metrics-on-router-port=false",
+        "--port=1",
+        "--expose-metrics-on-router-port=true",
+        "--port=2",
+    ]);
+    assert_eq!(twice.expose_metrics_on_router_port, Some(true));
+    assert_eq!(twice.port, Some(2));
     assert!(parse(&["--enable-webhook"]).go.enable_webhook);
     let e = Flags::try_parse_from(["kthena-router", "--enable-gateway-api=yes"]).unwrap_err();
     assert!(
