@@ -1,7 +1,6 @@
 //! `kthena-controller`: Kthena's ModelServing controller (Go `kthena-controller-manager`).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Parser;

@@ -114,14 +114,6 @@ pub struct Flags {
 }
 
 /// `--webhook-timeout`: whole seconds, as Go's flag, or a Go duration.
-fn parse_timeout(text: &str) -> anyhow::Result<std::time::Duration> {
-    if let Ok(secs) = text.parse::<u64>() {
-        return Ok(std::time::Duration::from_secs(secs));
-    }
-    Ok(kthena_api::GoDuration::new(text).parse()?)
-}
-
-/// `--webhook-timeout`: whole seconds, as Go's flag, or a Go duration.
 fn parse_timeout(text: &str) -> std::result::Result<std::time::Duration, String> {
     if let Ok(secs) = text.parse::<u64>() {
         return Ok(std::time::Duration::from_secs(secs));
