@@ -153,9 +153,9 @@ impl Signals {
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Flags::parse();
+/// Logs to stdout at `RUST_LOG`, else the level of `--v`; one warning for the klog flags
+/// that are accepted and ignored.
+fn init_tracing(args: &Flags) {
     let filter = args.log_filter(std::env::var("RUST_LOG").ok().as_deref());
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -167,6 +167,12 @@ async fn main() -> anyhow::Result<()> {
     if !args.klog.is_empty() {
         tracing::warn!("klog flags other than --v are accepted and ignored; logs go to stdout");
     }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Flags::parse();
+    init_tracing(&args);
     let mut signals = Signals::listen();
     let set = args.controller_set()?;
     let client = client(&args).await?;

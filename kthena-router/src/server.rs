@@ -251,7 +251,7 @@ impl Router {
         let tls = cfg
             .tls
             .as_ref()
-            .map(crate::server::tls::acceptor)
+            .map(|t| crate::server::tls::acceptor(&t.cert_file, &t.key_file))
             .transpose()?;
         let sockets = Sockets::bind(cfg)?;
         let addr = sockets.inference.local_addr()?;
@@ -272,7 +272,7 @@ impl Router {
                     metrics: sockets.metrics,
                     debug: sockets.debug,
                 };
-                spawn_listeners(&shared, cfg, trio, tls, &cancel, &tasks);
+                spawn_listeners(&shared, cfg, trio, tls.as_ref(), &cancel, &tasks);
                 Vec::new()
             }
             Some(net) => {
@@ -287,7 +287,7 @@ impl Router {
                     metrics: listen(metrics_addr)?,
                     debug: listen(debug_addr)?,
                 };
-                spawn_listeners(&shared, cfg, trio, tls, &cancel, &tasks);
+                spawn_listeners(&shared, cfg, trio, tls.as_ref(), &cancel, &tasks);
                 // The TCP sockets stay bound: they reserve the addresses the in-memory
                 // listeners use, so no other component of the process is given them.
                 vec![sockets.inference, sockets.metrics, sockets.debug]
@@ -583,7 +583,7 @@ fn spawn_listeners<A: Accept>(
     shared: &Arc<Shared>,
     cfg: &Config,
     trio: Trio<A>,
-    tls: Option<crate::server::tls::Https>,
+    tls: Option<&crate::server::tls::Https>,
     cancel: &CancellationToken,
     tasks: &TaskTracker,
 ) {
@@ -600,7 +600,7 @@ fn spawn_listeners<A: Accept>(
         cuts_all: name == "inference",
         budget: shared.conn_budget.clone(),
         inference: name == "inference",
-        tls: (name == "inference").then(|| tls.clone()).flatten(),
+        tls: tls.filter(|_| name == "inference").cloned(),
     };
     let svc =
         RouterService::new(Arc::clone(shared)).with_metrics(cfg.expose_metrics_on_router_port);

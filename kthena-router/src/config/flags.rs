@@ -28,7 +28,6 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/config/routerConfiguration.yaml";
 /// Kthena's OpenAI-compatible LLM router (standalone or cluster mode).
 #[derive(Debug, Clone, Parser)]
 #[command(name = "kthena-router", version, args_override_self = true)]
-#[allow(clippy::struct_excessive_bools)]
 pub struct Flags {
     /// Router configuration file (scheduler section; a `standalone` section for standalone
     /// mode, none for cluster mode) [default: /etc/config/routerConfiguration.yaml when it

@@ -2,6 +2,8 @@
 //! environment of `charts/networking/templates/kthena-router/component/deployment.yaml`
 //! with the chart's default values, no `--config`, against the test API server.
 
+#![allow(clippy::unwrap_used, reason = "tests fail on any unexpected error")]
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::Arc;

@@ -181,7 +181,7 @@ fn a_file_key_is_turned_off_by_an_explicit_false_flag() {
     let on = parse(&[&config]).load(&HashMap::new(), |_| false).unwrap();
     assert!(on.0.expose_metrics_on_router_port);
     assert_eq!(on.0.port, 18080);
-    assert_eq!(on.1, Some(file.clone()));
+    assert_eq!(on.1, Some(file));
     let off = parse(&[&config, "--expose-metrics-on-router-port=false"])
         .load(&HashMap::new(), |_| false)
         .unwrap();
