@@ -57,3 +57,6 @@ pub(crate) fn acceptor(cert_file: &Path, key_file: &Path) -> Result<Https> {
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Https(TlsAcceptor::from(Arc::new(config))))
 }
+
+#[cfg(test)]
+mod tests;
