@@ -1,7 +1,8 @@
-//! The admission webhooks on a real API server: `deploy/controller/webhooks.yaml` registered
-//! with `clientConfig.url` pointing at the webhook server on 127.0.0.1 and the generated CA
-//! patched in, then `kubectl apply` of invalid manifests fails with Go's messages and valid
-//! ones come back defaulted.
+//! The admission webhooks on a real API server: the chart's webhook configurations
+//! (`deploy/controller/webhooks.yaml`, and the router's `deploy/router/webhook.yaml`, whose
+//! paths this server answers too) registered with `clientConfig.url` pointing at the webhook
+//! server on 127.0.0.1 and the generated CA patched in, then `kubectl apply` of invalid
+//! manifests fails with Go's messages and valid ones come back defaulted.
 
 use std::io::Write as _;
 use std::path::Path;
@@ -20,10 +21,15 @@ use kube::Api;
 use kube::api::{DynamicObject, PostParams};
 use serde_json::{Value, json};
 
-/// Registers the deploy webhook configurations with URLs on `port`, only for namespace `ns`.
-async fn register(ns: &TestNamespace, port: u16) -> Result<()> {
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/controller/webhooks.yaml");
-    for doc in load_file(&file)? {
+/// Registers the deploy webhook configurations with URLs on `port`, only for namespace `ns`;
+/// the router's configuration gets `ca_pem` as its caBundle (the controller patches only its
+/// own two).
+async fn register(ns: &TestNamespace, port: u16, ca_pem: &str) -> Result<()> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    let mut docs = load_file(dir.join("controller/webhooks.yaml"))?;
+    docs.extend(load_file(dir.join("router/webhook.yaml"))?);
+    let bundle = serde_json::to_value(k8s_openapi::ByteString(ca_pem.as_bytes().to_vec()))?;
+    for doc in docs {
         let Object::Foreign(obj) = doc.object else {
             bail!("unexpected Kthena kind in webhooks.yaml");
         };
@@ -32,7 +38,10 @@ async fn register(ns: &TestNamespace, port: u16) -> Result<()> {
         for hook in hooks {
             let path = hook["clientConfig"]["service"]["path"].clone();
             let path = path.as_str().context("path")?;
-            hook["clientConfig"] = json!({"url": format!("https://127.0.0.1:{port}{path}")});
+            hook["clientConfig"] = json!({
+                "url": format!("https://127.0.0.1:{port}{path}"),
+                "caBundle": bundle,
+            });
             hook["namespaceSelector"] =
                 json!({"matchLabels": {"kubernetes.io/metadata.name": ns.name()}});
         }
@@ -176,12 +185,9 @@ fn with(mut base: Value, changes: &[(&str, Value)]) -> Value {
     base
 }
 
-/// The API group of a Kthena kind, as in its webhook names.
-fn group(kind: &str) -> &'static str {
-    match kind {
-        "ModelRoute" | "ModelServer" | "ExternalModelProvider" => "networking.serving.volcano.sh",
-        _ => "workload.serving.volcano.sh",
-    }
+/// The suffix of every webhook name (Go's chart: `validate-modelbooster.volcano.sh`, ...).
+fn group(_kind: &str) -> &'static str {
+    "volcano.sh"
 }
 
 /// The rejections of the CRDs' own CEL rules (`x-kubernetes-validations`), which the API
@@ -192,7 +198,7 @@ const CEL: &str = "";
 /// [`CEL`] for the CRD's own rule, which comes first) and Go's message (`kthena-api`
 /// validation, `docs/api.md`).
 fn rejections() -> Vec<(Value, &'static str, String)> {
-    let ms = "validate-modelserving";
+    let ms = "validate-workload-ai-v1alpha1-modelserving";
     let role_rolling = (
         "/spec/rolloutStrategy",
         json!({"type": "RoleRollingUpdate"}),
@@ -283,7 +289,7 @@ async fn kubectl_apply_is_validated_and_defaulted_by_the_webhooks() -> Result<()
     let (addr, server) = serve_webhook("127.0.0.1:0".parse()?, &cert, WEBHOOK_TIMEOUT).await?;
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(server);
-    register(&ns, addr.port()).await?;
+    register(&ns, addr.port(), &cert.ca_pem).await?;
     patch_ca_bundle(
         ns.client(),
         &cert.ca_pem,
