@@ -74,7 +74,7 @@ caBundle of a webhook's clientConfig in `manual` mode (Go's `required` message);
 the other modes (the server or cert-manager writes it).
 */}}
 {{- define "kthena.caBundle" -}}
-{{- if eq .root.Values.global.certManagementMode "manual" }}
+{{- if eq .root.Values.global.certManagementMode "manual" -}}
 caBundle: {{ required (printf "A caBundle is required for the %s when certManagementMode is set to 'manual' (global.webhook.caBundle)" .what) .root.Values.global.webhook.caBundle | quote }}
 {{- end }}
 {{- end }}
