@@ -89,7 +89,7 @@ fn lint_is_clean_for_every_mode() -> Result<()> {
 }
 
 #[test]
-fn default_values_render_the_release() -> Result<()> {
+fn default_values_install_the_release_objects() -> Result<()> {
     let docs = render(&chart(), &[])?;
     let names: Vec<(String, String)> = [
         ("ClusterRole", "kthena-controller-manager"),
@@ -121,7 +121,12 @@ fn default_values_render_the_release() -> Result<()> {
     .map(|(k, n)| ((*k).to_owned(), (*n).to_owned()))
     .collect();
     assert_eq!(objects(&docs), names);
+    Ok(())
+}
 
+#[test]
+fn default_router_container_is_gos() -> Result<()> {
+    let docs = render(&chart(), &[])?;
     let router = find(&docs, "Deployment", "kthena-router")?;
     let c = container(router);
     assert_eq!(c["image"], format!("kthena-rs/kthena-router:{APP_VERSION}"));
@@ -174,7 +179,12 @@ fn default_values_render_the_release() -> Result<()> {
     let path = std::path::Path::new("/etc/config/routerConfiguration.yaml");
     let cfg = kthena_router::Config::from_yaml(path, &text)?.validate(path)?;
     assert!(cfg.is_cluster_mode());
+    Ok(())
+}
 
+#[test]
+fn default_controller_manager_container_is_gos() -> Result<()> {
+    let docs = render(&chart(), &[])?;
     let cm = find(&docs, "Deployment", "kthena-controller-manager")?;
     let c = container(cm);
     assert_eq!(
@@ -205,37 +215,43 @@ fn default_values_render_the_release() -> Result<()> {
             "model_serving_runtime_image": "ghcr.io/volcano-sh/runtime:latest",
         })
     );
-    webhooks_point_at_their_services(&docs)
+    Ok(())
+}
+
+/// `(name, path, API group)` of each webhook of configuration `kind/name`, checking that
+/// each is at the controller-manager's Service with Go's policy, no caBundle (written by the
+/// controller-manager in `auto` mode) and no cert-manager annotation.
+fn webhook_rows(docs: &[Value], kind: &str, name: &str) -> Result<Vec<(String, String, String)>> {
+    let doc = find(docs, kind, name)?;
+    assert!(doc["metadata"]["annotations"].is_null(), "{name}");
+    let list = doc["webhooks"].as_array().cloned().unwrap_or_default();
+    Ok(list
+        .iter()
+        .map(|h| {
+            let svc = &h["clientConfig"]["service"];
+            assert!(h["clientConfig"]["caBundle"].is_null());
+            assert_eq!(
+                (&svc["name"], &svc["namespace"], &svc["port"]),
+                (
+                    &json!("kthena-controller-manager-webhook"),
+                    &json!("kthena-system"),
+                    &json!(443)
+                )
+            );
+            assert_eq!(h["failurePolicy"], "Fail");
+            let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+            let group = s(&h["rules"][0]["apiGroups"][0]);
+            (s(&h["name"]), s(&svc["path"]), group)
+        })
+        .collect())
 }
 
 /// The webhook configurations: Go's names and paths, at the controller-manager's Service
-/// (also for the router's kinds: the router serves no webhook), no caBundle (written by the
-/// controller-manager in `auto` mode) and no cert-manager annotation.
-fn webhooks_point_at_their_services(docs: &[Value]) -> Result<()> {
-    let hooks = |kind: &str, name: &str| -> Result<Vec<(String, String, String)>> {
-        let doc = find(docs, kind, name)?;
-        assert!(doc["metadata"]["annotations"].is_null(), "{name}");
-        let list = doc["webhooks"].as_array().cloned().unwrap_or_default();
-        Ok(list
-            .iter()
-            .map(|h| {
-                let svc = &h["clientConfig"]["service"];
-                assert!(h["clientConfig"]["caBundle"].is_null());
-                assert_eq!(
-                    (&svc["name"], &svc["namespace"], &svc["port"]),
-                    (
-                        &json!("kthena-controller-manager-webhook"),
-                        &json!("kthena-system"),
-                        &json!(443)
-                    )
-                );
-                assert_eq!(h["failurePolicy"], "Fail");
-                let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
-                let group = s(&h["rules"][0]["apiGroups"][0]);
-                (s(&h["name"]), s(&svc["path"]), group)
-            })
-            .collect())
-    };
+/// (also for the router's kinds: the router serves no webhook).
+#[test]
+fn webhooks_are_gos_at_the_controller_manager() -> Result<()> {
+    let docs = render(&chart(), &[])?;
+    let hooks = |kind: &str, name: &str| webhook_rows(&docs, kind, name);
     let hook = |n: &str, p: &str, g: &str| {
         (
             n.to_owned(),
@@ -294,7 +310,12 @@ fn webhooks_point_at_their_services(docs: &[Value]) -> Result<()> {
             ),
         ]
     );
-    // Without the router's webhook, only the workload kinds are validated.
+    Ok(())
+}
+
+/// Without the router's webhook, only the workload kinds are validated.
+#[test]
+fn router_webhook_disabled_leaves_the_workload_kinds() -> Result<()> {
     let docs = render(&chart(), &["networking.kthenaRouter.webhook.enabled=false"])?;
     let cfg = find(
         &docs,
@@ -448,6 +469,12 @@ fn cert_manager_mode_creates_issuers_certificates_and_injection() -> Result<()> 
             json!({"cert-manager.io/inject-ca-from": format!("kthena-system/{from}")})
         );
     }
+    Ok(())
+}
+
+#[test]
+fn cert_manager_tls_serves_the_router_over_https() -> Result<()> {
+    let docs = render(&chart(), CERT_MANAGER)?;
     let args = args_of(&docs, "kthena-router")?;
     assert_eq!(
         args[args.len() - 2..],
