@@ -1,4 +1,4 @@
-//! Helpers of the Helm chart tests (`chart`, `chart_install`): helm itself (built by
+//! Support code of the Helm chart tests (`chart_render`, `chart_install`): helm itself (built by
 //! `scripts/helm.sh`), rendering a chart into JSON documents, and reading what the rendered
 //! or installed objects say (containers, args, env).
 
