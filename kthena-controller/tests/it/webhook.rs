@@ -1,5 +1,6 @@
-//! The admission webhooks on a real API server: `deploy/controller/webhooks.yaml` registered
-//! with `clientConfig.url` pointing at the webhook server on 127.0.0.1 and the generated CA
+//! The admission webhooks on a real API server: the chart's webhook configurations
+//! (`deploy/controller/webhooks.yaml`, with Go's webhook names) registered with
+//! `clientConfig.url` pointing at the webhook server on 127.0.0.1 and the generated CA
 //! patched in, then `kubectl apply` of invalid manifests fails with Go's messages and valid
 //! ones come back defaulted.
 
@@ -176,12 +177,9 @@ fn with(mut base: Value, changes: &[(&str, Value)]) -> Value {
     base
 }
 
-/// The API group of a Kthena kind, as in its webhook names.
-fn group(kind: &str) -> &'static str {
-    match kind {
-        "ModelRoute" | "ModelServer" | "ExternalModelProvider" => "networking.serving.volcano.sh",
-        _ => "workload.serving.volcano.sh",
-    }
+/// The suffix of every webhook name (Go's chart: `validate-modelbooster.volcano.sh`, ...).
+fn group(_kind: &str) -> &'static str {
+    "volcano.sh"
 }
 
 /// The rejections of the CRDs' own CEL rules (`x-kubernetes-validations`), which the API
@@ -192,7 +190,7 @@ const CEL: &str = "";
 /// [`CEL`] for the CRD's own rule, which comes first) and Go's message (`kthena-api`
 /// validation, `docs/api.md`).
 fn rejections() -> Vec<(Value, &'static str, String)> {
-    let ms = "validate-modelserving";
+    let ms = "validate-workload-ai-v1alpha1-modelserving";
     let role_rolling = (
         "/spec/rolloutStrategy",
         json!({"type": "RoleRollingUpdate"}),
