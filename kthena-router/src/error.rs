@@ -455,6 +455,10 @@ pub enum Error {
     /// `~/.kube/config`, not in a cluster, or an invalid one.
     #[error("cannot reach the Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
+    /// The validating webhook (`--enable-webhook`) could not start: its certificate or its
+    /// port.
+    #[error("webhook: {0}")]
+    Webhook(#[from] kthena_webhook::Error),
     /// An I/O error while serving.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),

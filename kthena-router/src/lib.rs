@@ -67,4 +67,5 @@ pub mod upstream;
 pub use config::{Config, Env, Overrides, ProcessEnv, load_config, parse_go_duration};
 pub use error::{DurationProblem, Error, Result};
 pub use server::service::RouterService;
+pub use server::webhook::{ROUTER_VALIDATING_WEBHOOK, WebhookOptions, serve_router_webhook};
 pub use server::{Router, run};

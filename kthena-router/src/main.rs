@@ -65,7 +65,13 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(kthena_router::run(cfg, config_path, overrides)) {
+    let webhook = args.webhook(std::env::var("POD_NAMESPACE").ok());
+    if webhook.is_some() && !cfg.is_cluster_mode() {
+        tracing::warn!("--enable-webhook is for cluster mode; no webhook in standalone mode");
+    }
+    let webhook = webhook.filter(|_| cfg.is_cluster_mode());
+    let router = kthena_router::run(cfg, config_path, overrides);
+    match rt.block_on(with_webhook(router, webhook)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(
             e @ (Error::Config { .. }
@@ -81,6 +87,28 @@ fn main() -> ExitCode {
             tracing::error!(error = %e, "Router failed");
             ExitCode::from(1)
         }
+    }
+}
+
+/// Runs `router` and, with `webhook`, the validating webhook beside it until the router
+/// stops. A webhook that cannot start is logged and left off: the router keeps routing.
+async fn with_webhook(
+    router: impl Future<Output = kthena_router::Result<()>>,
+    webhook: Option<kthena_router::WebhookOptions>,
+) -> kthena_router::Result<()> {
+    let webhook = async {
+        let Some(opts) = webhook else {
+            return std::future::pending().await;
+        };
+        match kthena_router::serve_router_webhook(&opts).await {
+            Ok((_, server)) => server.await,
+            Err(e) => tracing::error!(error = %e, "The validating webhook cannot start"),
+        }
+        std::future::pending::<()>().await;
+    };
+    tokio::select! {
+        result = router => result,
+        () = webhook => Ok(()),
     }
 }
 

@@ -6,6 +6,7 @@ pub(crate) mod listener;
 pub(crate) mod service;
 pub(crate) mod serving;
 pub(crate) mod tls;
+pub(crate) mod webhook;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -123,29 +123,32 @@ pub struct Flags {
     pub go: GoOnly,
 }
 
-/// Go's router flags that this router accepts without acting on them (see
-/// [`Flags::notices`] and `docs/router.md`).
+/// Go's router flags beyond the listener's: the validating webhook ([`Flags::webhook`]),
+/// and those accepted without acting on them ([`Flags::notices`]; see `docs/router.md`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct GoOnly {
-    /// Go: serve the ModelRoute/ModelServer validating webhook on `--webhook-port`. Here
-    /// the controller's webhook server answers the same paths (`/validate/modelroute`,
-    /// ...); the router serves no webhook [default: true, as Go].
+    /// Serve the validating webhook of ModelRoute, ModelServer and ExternalModelProvider
+    /// on `--webhook-port` (cluster mode), as Go's router does. Go's default is true and
+    /// Go's chart always passes the flag; here the default is false, so that a router run
+    /// by hand does not bind a port and write a Secret it was not asked to [default: false].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true",
-          default_value = "true", value_parser = parse_go_bool, action = ArgAction::Set)]
+          default_value = "false", value_parser = parse_go_bool, action = ArgAction::Set)]
     pub enable_webhook: bool,
-    /// Go: the webhook server's port (accepted, unused) [default: 8443].
+    /// The webhook server's port, on all addresses (0 picks a free one) [default: 8443].
     #[arg(long, default_value_t = 8443)]
     pub webhook_port: u16,
-    /// Go: the webhook certificate file (accepted, unused).
+    /// The webhook certificate (PEM), used with its key when both files exist (Go's chart
+    /// mounts the Secret `--cert-secret-name` there).
     #[arg(long, default_value = "/etc/tls/tls.crt")]
     pub webhook_tls_cert_file: PathBuf,
-    /// Go: the webhook key file (accepted, unused).
+    /// The webhook certificate's private key (PEM).
     #[arg(long, default_value = "/etc/tls/tls.key")]
     pub webhook_tls_private_key_file: PathBuf,
-    /// Go: the Secret of the generated webhook certificate (accepted, unused).
+    /// The Secret (in `POD_NAMESPACE`) every replica shares the webhook certificate
+    /// through: read, or created with a generated certificate when missing.
     #[arg(long, default_value = "kthena-router-webhook-certs")]
     pub cert_secret_name: String,
-    /// Go: the webhook Service, for the certificate's DNS names (accepted, unused).
+    /// The webhook's Service, whose DNS names a generated certificate covers.
     #[arg(long, default_value = "kthena-router-webhook")]
     pub webhook_service_name: String,
     /// Go: client-side requests per second to the API server (client-go's `QPS`;
@@ -196,6 +199,23 @@ pub fn klog_level(v: u8) -> &'static str {
 }
 
 impl Flags {
+    /// The webhook to serve with `--enable-webhook`, in `pod_namespace` (`POD_NAMESPACE`);
+    /// `None` without the flag.
+    #[must_use]
+    pub fn webhook(&self, pod_namespace: Option<String>) -> Option<crate::WebhookOptions> {
+        let go = &self.go;
+        go.enable_webhook.then(|| crate::WebhookOptions {
+            port: go.webhook_port,
+            files: (
+                go.webhook_tls_cert_file.clone(),
+                go.webhook_tls_private_key_file.clone(),
+            ),
+            secret: go.cert_secret_name.clone(),
+            service: go.webhook_service_name.clone(),
+            namespace: pod_namespace.filter(|ns| !ns.is_empty()),
+        })
+    }
+
     /// The config file to read: `--config` (or `KTHENA_ROUTER_CONFIG`), else
     /// [`DEFAULT_CONFIG_PATH`] when `exists` says it is there (Go's chart mounts it), else
     /// none (cluster mode with the built-in defaults).
@@ -266,21 +286,12 @@ impl Flags {
         }
     }
 
-    /// One line for each accepted Go flag this router does not act on, to log at start:
-    /// the webhook (on by default in Go) and a client-side API rate limit.
+    /// One line for each accepted Go flag this router does not act on, to log at start: a
+    /// client-side API rate limit and klog's flags.
     #[must_use]
     pub fn notices(&self) -> Vec<String> {
         let go = &self.go;
         let mut out = Vec::new();
-        if go.enable_webhook {
-            out.push(format!(
-                "--enable-webhook: the router serves no admission webhook (port {}); \
-                 kthena-controller's webhook server validates ModelRoutes, ModelServers and \
-                 ExternalModelProviders on the same paths (/validate/modelroute, ...): point \
-                 the kthena-router-validating-webhook configuration at it",
-                go.webhook_port
-            ));
-        }
         if go.kube_api_qps > 0.0 || go.kube_api_burst > 0 {
             out.push(format!(
                 "--kube-api-qps={} --kube-api-burst={}: accepted and ignored; the router's \

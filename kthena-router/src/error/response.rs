@@ -73,6 +73,7 @@ impl Error {
             | Self::ServingThreads(_)
             | Self::Watch(_)
             | Self::Kube(_)
+            | Self::Webhook(_)
             | Self::Io(_)
             | Self::KvEventDecode { .. }
             | Self::Tokenizer { .. }

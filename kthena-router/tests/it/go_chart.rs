@@ -19,8 +19,8 @@ use crate::common::free_port;
 const READY: Duration = Duration::from_secs(60);
 
 /// The args the chart renders with its default values (`exposeOnRouterPort` aside), on
-/// free ports (the chart's are 8080, 9090 and 15000).
-fn chart_args(port: u16, metrics: u16, debug: u16, expose: bool) -> Vec<String> {
+/// free ports (the chart's are 8080, 9090, 15000 and 8443).
+fn chart_args(port: u16, metrics: u16, debug: u16, webhook: u16, expose: bool) -> Vec<String> {
     vec![
         format!("--port={port}"),
         format!("--metrics-port={metrics}"),
@@ -28,7 +28,7 @@ fn chart_args(port: u16, metrics: u16, debug: u16, expose: bool) -> Vec<String> 
         format!("--debug-port={debug}"),
         "--enable-webhook=true".into(),
         "--enable-gateway-api=false".into(),
-        "--webhook-port=8443".into(),
+        format!("--webhook-port={webhook}"),
         "--webhook-tls-cert-file=/etc/tls/tls.crt".into(),
         "--webhook-tls-private-key-file=/etc/tls/tls.key".into(),
         "--cert-secret-name=kthena-router-webhook-certs".into(),
@@ -41,8 +41,15 @@ struct Proc {
     child: Child,
     port: u16,
     metrics: u16,
+    webhook: u16,
     dir: tempfile::TempDir,
+    ns: kthena_testenv::TestNamespace,
+    _turn: tokio::sync::MutexGuard<'static, ()>,
 }
+
+/// One router of these tests at a time: each serves the webhook and writes its CA into
+/// `kthena-router-validating-webhook` when that (cluster-wide) configuration exists.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -56,11 +63,22 @@ impl Proc {
     /// chart's environment (`POD_NAMESPACE`, `ACCESS_LOG_*`, `DRAIN_TIMEOUT`; `REDIS_*` are
     /// optional references to a ConfigMap and Secret that do not exist).
     async fn start(extra: &[String], expose: bool) -> Self {
+        let turn = TURN.lock().await;
         let ns = kthena_testenv::namespace("go-chart").await.unwrap();
-        let (port, metrics) = (free_port(), free_port());
+        Self::start_in(turn, ns, extra, expose)
+    }
+
+    /// [`Proc::start`] in `ns`, in `turn`.
+    fn start_in(
+        turn: tokio::sync::MutexGuard<'static, ()>,
+        ns: kthena_testenv::TestNamespace,
+        extra: &[String],
+        expose: bool,
+    ) -> Self {
+        let (port, metrics, webhook) = (free_port(), free_port(), free_port());
         let dir = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_kthena-router"));
-        cmd.args(chart_args(port, metrics, free_port(), expose))
+        cmd.args(chart_args(port, metrics, free_port(), webhook, expose))
             .args(extra)
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -77,7 +95,10 @@ impl Proc {
             child: cmd.spawn().unwrap(),
             port,
             metrics,
+            webhook,
             dir,
+            ns,
+            _turn: turn,
         }
     }
 
@@ -148,12 +169,17 @@ async fn go_chart_args_and_env_without_config_become_ready() {
         ),
         "{stderr}"
     );
-    assert!(
-        stderr.contains(
-            "WARN kthena_router: --enable-webhook: the router serves no admission webhook (port 8443)"
-        ),
-        "{stderr}"
+    // The chart enables the router's webhook: served, with its certificate in the Secret.
+    let serving = format!(
+        "Serving the validating webhook of ModelRoute, ModelServer and ExternalModelProvider addr=0.0.0.0:{}",
+        r.webhook
     );
+    assert!(stderr.contains(&serving), "{stderr}");
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(r.ns.client().clone(), r.ns.name());
+    let secret = secrets.get("kthena-router-webhook-certs").await.unwrap();
+    let keys: Vec<_> = secret.data.unwrap_or_default().into_keys().collect();
+    assert_eq!(keys, ["ca.crt", "tls.crt", "tls.key"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -274,4 +300,97 @@ async fn a_config_file_wins_over_the_environment() {
         stderr.contains(&format!("Configuration file path={}", file.display())),
         "{stderr}"
     );
+}
+
+/// Go's `kthena-router-validating-webhook` for ModelServers of `ns` only, calling the
+/// router on `port` (Go's chart points it at the `kthena-router-webhook` Service).
+fn router_webhook_configuration(ns: &str, port: u16) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": kthena_router::ROUTER_VALIDATING_WEBHOOK},
+        "webhooks": [{
+            "name": "validate-modelserver.volcano.sh",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 30,
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}/validate/modelserver")},
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+            "rules": [{
+                "apiGroups": ["networking.serving.volcano.sh"], "apiVersions": ["v1alpha1"],
+                "resources": ["modelservers"], "operations": ["CREATE", "UPDATE"],
+                "scope": "Namespaced",
+            }],
+        }],
+    })
+}
+
+/// With Go's chart the API server sends ModelServer writes to the router: the router writes
+/// its CA into `kthena-router-validating-webhook` and refuses an invalid ModelServer with
+/// Go's message; a valid one is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_router_webhook_refuses_an_invalid_model_server_through_the_api_server() {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    let turn = TURN.lock().await;
+    let ns = kthena_testenv::namespace("go-webhook").await.unwrap();
+    let client = ns.client().clone();
+    let port = free_port();
+    let configs: kube::Api<ValidatingWebhookConfiguration> = kube::Api::all(client.clone());
+    let config = serde_json::from_value(router_webhook_configuration(ns.name(), port)).unwrap();
+    let pp = kube::api::PostParams::default();
+    configs.create(&pp, &config).await.unwrap();
+    let mut r = Proc::start_in(turn, ns, &[format!("--webhook-port={port}")], false);
+    r.ready(|port| http_get(port, "/readyz")).await;
+    let deadline = tokio::time::Instant::now() + READY;
+    loop {
+        let stored = configs
+            .get(kthena_router::ROUTER_VALIDATING_WEBHOOK)
+            .await
+            .unwrap();
+        let hooks = stored.webhooks.unwrap_or_default();
+        if hooks.iter().all(|h| h.client_config.ca_bundle.is_some()) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}",
+            r.log("stderr")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let servers: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        client,
+        r.ns.name(),
+        &kube::discovery::ApiResource::erase::<kthena_api::ModelServer>(&()),
+    );
+    let server = |name: &str, timeout: &str| -> kube::api::DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "networking.serving.volcano.sh/v1alpha1",
+            "kind": "ModelServer",
+            "metadata": {"name": name},
+            "spec": {
+                "inferenceEngine": "vLLM", "workloadSelector": {"matchLabels": {"app": "x"}},
+                "workloadPort": {"port": 8000}, "trafficPolicy": {"timeout": timeout},
+            },
+        }))
+        .unwrap()
+    };
+    let refused = servers.create(&pp, &server("bad", "-5s")).await;
+    let admitted = servers.create(&pp, &server("good", "1m30s")).await;
+    let _ = configs
+        .delete(
+            kthena_router::ROUTER_VALIDATING_WEBHOOK,
+            &Default::default(),
+        )
+        .await;
+    let Err(kube::Error::Api(e)) = refused else {
+        panic!("not refused: {refused:?}");
+    };
+    assert_eq!(
+        e.message,
+        "admission webhook \"validate-modelserver.volcano.sh\" denied the request: validation \
+         failed: spec.trafficPolicy.timeout: invalid duration \"-5s\": must not be negative"
+    );
+    assert!(admitted.is_ok(), "{admitted:?}");
 }

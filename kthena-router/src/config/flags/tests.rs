@@ -38,13 +38,23 @@ fn go_chart_defaults_parse_with_go_meaning() {
     assert_eq!(f.go.cert_secret_name, "kthena-router-webhook-certs");
     assert_eq!(f.go.webhook_service_name, "kthena-router-webhook");
     assert_eq!(f.config, None);
-    let notices = f.notices();
-    assert_eq!(notices.len(), 1, "{notices:?}");
-    assert!(
-        notices[0]
-            .starts_with("--enable-webhook: the router serves no admission webhook (port 8443)"),
-        "{notices:?}"
+    assert_eq!(f.notices(), Vec::<String>::new());
+    let webhook = f.webhook(Some("kthena-system".into()));
+    let w = webhook
+        .as_ref()
+        .map(|w| (w.port, w.namespace.as_deref(), &w.files.0));
+    assert_eq!(
+        w,
+        Some((8443, Some("kthena-system"), &"/etc/tls/tls.crt".into()))
     );
+}
+
+#[test]
+fn the_webhook_is_off_unless_asked_for() {
+    assert!(parse(&[]).webhook(None).is_none());
+    assert!(parse(&["--enable-webhook=false"]).webhook(None).is_none());
+    let on = parse(&["--enable-webhook", "--webhook-port=0"]).webhook(Some(String::new()));
+    assert_eq!(on.map(|w| (w.port, w.namespace)), Some((0, None)));
 }
 
 #[test]
