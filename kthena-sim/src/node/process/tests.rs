@@ -12,7 +12,7 @@ use super::{argv, binary_for_image};
 
 const IP: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 7));
 
-fn pod(spec: serde_json::Value) -> Pod {
+fn pod(spec: &serde_json::Value) -> Pod {
     serde_json::from_value(json!({
         "metadata": {"name": "r-0", "namespace": "kthena-system", "uid": "u-1",
                      "labels": {"app": "router"}, "annotations": {"a/b": "c"}},
@@ -82,7 +82,7 @@ fn command_replaces_the_entrypoint_and_must_name_the_binary() {
 
 #[test]
 fn the_downward_api_reads_the_pod() {
-    let p = pod(json!({"containers": [], "serviceAccountName": "kthena-router"}));
+    let p = pod(&json!({"containers": [], "serviceAccountName": "kthena-router"}));
     let get = |path: &str| field_ref(&p, IP, path).unwrap();
     assert_eq!(get("metadata.name"), "r-0");
     assert_eq!(get("metadata.namespace"), "kthena-system");
@@ -130,7 +130,7 @@ fn env_resolves_in_order_with_references_and_optional_keys() {
         {"name": "LATER", "value": "l"},
         {"name": "CM_REDIS_PORT", "value": "7000"}
     ]}));
-    let p = pod(json!({"containers": []}));
+    let p = pod(&json!({"containers": []}));
     let vars = container_env(&p, &c, IP, &sources()).unwrap();
     let got: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     assert_eq!(
@@ -149,7 +149,7 @@ fn env_resolves_in_order_with_references_and_optional_keys() {
 
 #[test]
 fn a_missing_required_reference_fails_the_container() {
-    let p = pod(json!({"containers": []}));
+    let p = pod(&json!({"containers": []}));
     for (env, want) in [
         (
             json!({"name": "A", "valueFrom": {"secretKeyRef": {"name": "absent", "key": "k"}}}),
