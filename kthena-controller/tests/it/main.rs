@@ -19,5 +19,6 @@ mod examples;
 mod gang;
 mod ms_support;
 mod rollout;
+mod sim_node_release;
 mod warning_events;
 mod webhook;
