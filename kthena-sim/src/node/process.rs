@@ -30,6 +30,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kube::{Client, ResourceExt as _};
 use tokio::process::{Child, Command};
+use tokio::time::Instant;
 
 use super::addr::Lease;
 pub use token::ApiServer;
@@ -91,14 +92,48 @@ fn ours(pod: &Pod) -> impl Iterator<Item = (&Container, &'static str)> {
         .filter_map(|c| Some((c, binary_for_image(c.image.as_deref()?)?)))
 }
 
-/// One running container.
+/// How a container's process is started (kept to restart it).
+struct Launch {
+    binary: PathBuf,
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    root: PathBuf,
+    log: PathBuf,
+}
+
+impl Launch {
+    fn spawn(&self) -> Result<Child, String> {
+        spawn(&self.binary, &self.argv, &self.env, &self.root, &self.log)
+    }
+}
+
+/// One container.
 struct Proc {
     name: String,
-    child: Child,
+    /// The running process; `None` while it waits for its restart.
+    child: Option<Child>,
     probe: Option<probe::Probe>,
-    log: PathBuf,
-    /// The exit already seen, so that it is reported once.
-    exited: bool,
+    launch: Launch,
+    /// When an exited process starts again.
+    restart_at: Option<Instant>,
+    restarts: u32,
+}
+
+/// Whether the pod's processes are restarted when they exit: `restartPolicy` `Always` (the
+/// default, and a Deployment's) always, `OnFailure` for a non-zero code, `Never` never.
+fn restarts(pod: &Pod, code: i32) -> bool {
+    match pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) {
+        Some("Never") => false,
+        Some("OnFailure") => code != 0,
+        _ => true,
+    }
+}
+
+/// Kubelet's crash-loop back-off: 10 s, doubled per restart, at most 5 minutes.
+fn backoff(restarts: u32) -> Duration {
+    let base = Duration::from_secs(10);
+    base.saturating_mul(1 << restarts.min(5))
+        .min(Duration::from_secs(300))
 }
 
 /// The processes of one pod, on the pod's loopback address.
@@ -147,23 +182,24 @@ impl PodProcesses {
                 .iter()
                 .map(|w| volumes::rewrite(w, &mounts, &root))
                 .collect();
-            let extra = node_env(pod, &root, token.as_ref(), &config.api_server);
-            let log = dir.join(format!("{}.log", c.name));
-            let child = spawn(
-                &config.bin_dir.join(binary),
-                &argv,
-                &extra,
-                &vars,
-                &root,
-                &log,
-            )?;
-            tracing::info!(pod = %pod.name_any(), container = %c.name, binary, pid = child.id(), log = %log.display(), "Process started.");
+            let mut env = node_env(pod, &root, token.as_ref(), &config.api_server);
+            env.extend(vars);
+            let launch = Launch {
+                binary: config.bin_dir.join(binary),
+                argv,
+                env,
+                root: root.clone(),
+                log: dir.join(format!("{}.log", c.name)),
+            };
+            let child = launch.spawn()?;
+            tracing::info!(pod = %pod.name_any(), container = %c.name, binary, pid = child.id(), log = %launch.log.display(), "Process started.");
             procs.push(Proc {
                 name: c.name.clone(),
-                child,
+                child: Some(child),
                 probe: probe::readiness(c),
-                log,
-                exited: false,
+                launch,
+                restart_at: None,
+                restarts: 0,
             });
         }
         Ok(Self {
@@ -178,30 +214,52 @@ impl PodProcesses {
         self.lease.ip()
     }
 
-    /// The first process found exited since the last call: its exit code (128 + the
-    /// signal for a killed process, as a container runtime reports it) and a message.
-    pub(super) fn exited(&mut self) -> Option<(i32, String)> {
-        self.procs.iter_mut().find_map(|p| {
-            if p.exited {
-                return None;
+    /// Follows the processes: one that exited is restarted after kubelet's back-off when
+    /// the pod's `restartPolicy` says so (logged); otherwise its exit code (128 + the
+    /// signal for a killed process, as a container runtime reports it) and a message are
+    /// returned: the pod is finished.
+    pub(super) fn follow(&mut self, pod: &Pod) -> Option<(i32, String)> {
+        let now = Instant::now();
+        for p in &mut self.procs {
+            if p.restart_at.is_some_and(|at| at <= now) {
+                p.restart_at = None;
+                match p.launch.spawn() {
+                    Ok(child) => {
+                        tracing::info!(pod = %pod.name_any(), container = %p.name, restarts = p.restarts, pid = child.id(), "Process restarted.");
+                        p.child = Some(child);
+                    }
+                    Err(e) => return Some((128, e)),
+                }
             }
-            let status = p.child.try_wait().ok()??;
-            p.exited = true;
+            let Some(child) = &mut p.child else { continue };
+            let Ok(Some(status)) = child.try_wait() else {
+                continue;
+            };
+            p.child = None;
             let code = exit_code(status);
-            Some((
-                code,
-                format!(
-                    "container {} exited with code {code}; its log is {}",
-                    p.name,
-                    p.log.display()
-                ),
-            ))
-        })
+            let message = format!(
+                "container {} exited with code {code}; its log is {}",
+                p.name,
+                p.launch.log.display()
+            );
+            if !restarts(pod, code) {
+                return Some((code, message));
+            }
+            let delay = backoff(p.restarts);
+            p.restarts += 1;
+            p.restart_at = Some(now + delay);
+            tracing::warn!(pod = %pod.name_any(), %message, ?delay, "Process exited; restarting after the back-off.");
+        }
+        None
     }
 
-    /// Whether every process passes its readiness probe (one without a probe is ready).
+    /// Whether every process runs and passes its readiness probe (one without a probe is
+    /// ready while it runs).
     pub(super) async fn ready(&self) -> bool {
         for p in &self.procs {
+            if p.child.is_none() {
+                return false;
+            }
             if let Some(probe) = &p.probe
                 && !probe::check(probe, self.ip()).await
             {
@@ -223,18 +281,19 @@ impl PodProcesses {
     /// `grace`.
     pub(super) async fn stop(mut self, grace: Duration) {
         for p in &self.procs {
-            if let Some(pid) = p.child.id() {
+            if let Some(pid) = p.child.as_ref().and_then(Child::id) {
                 sigterm(pid).await;
             }
         }
-        let deadline = tokio::time::Instant::now() + grace;
+        let deadline = Instant::now() + grace;
         for p in &mut self.procs {
-            if tokio::time::timeout_at(deadline, p.child.wait())
+            let Some(child) = &mut p.child else { continue };
+            if tokio::time::timeout_at(deadline, child.wait())
                 .await
                 .is_err()
             {
                 tracing::warn!(container = %p.name, "Process killed at the end of the grace period.");
-                let _ = p.child.kill().await;
+                let _ = child.kill().await;
             }
         }
     }
@@ -314,8 +373,7 @@ fn node_env(
 fn spawn(
     binary: &Path,
     argv: &[String],
-    node_env: &[(String, String)],
-    vars: &[(String, String)],
+    env: &[(String, String)],
     root: &Path,
     log: &Path,
 ) -> Result<Child, String> {
@@ -330,8 +388,7 @@ fn spawn(
     Command::new(binary)
         .args(argv)
         .env_clear()
-        .envs(node_env.iter().cloned())
-        .envs(vars.iter().cloned())
+        .envs(env.iter().cloned())
         .current_dir(root)
         .stdin(Stdio::null())
         .stdout(out)

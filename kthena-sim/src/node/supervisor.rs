@@ -212,7 +212,7 @@ impl PodRun {
     /// (code 1).
     async fn check_health(&mut self, pod: &Pod) {
         if let Some(Workload::Processes(procs)) = &mut self.engine {
-            if let Some((code, message)) = procs.exited() {
+            if let Some((code, message)) = procs.follow(pod) {
                 self.terminate(pod, code, &message).await;
                 return;
             }

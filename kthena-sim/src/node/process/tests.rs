@@ -8,7 +8,7 @@ use serde_json::json;
 use super::env::{Sources, container_env, expand, field_ref};
 use super::probe::{Probe, readiness};
 use super::volumes::rewrite;
-use super::{argv, binary_for_image};
+use super::{argv, backoff, binary_for_image, restarts};
 
 const IP: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 7));
 
@@ -222,4 +222,16 @@ fn readiness_probes_as_the_node_runs_them() {
     );
     let c = container(json!({"name": "r", "readinessProbe": {"exec": {"command": ["true"]}}}));
     assert_eq!(readiness(&c), None);
+}
+
+#[test]
+fn exited_processes_restart_by_policy_with_kubelets_back_off() {
+    let with = |policy: Option<&str>| pod(&json!({"containers": [], "restartPolicy": policy}));
+    assert!(restarts(&with(None), 0));
+    assert!(restarts(&with(Some("Always")), 0));
+    assert!(restarts(&with(Some("OnFailure")), 1));
+    assert!(!restarts(&with(Some("OnFailure")), 0));
+    assert!(!restarts(&with(Some("Never")), 1));
+    let secs: Vec<u64> = (0..7).map(|n| backoff(n).as_secs()).collect();
+    assert_eq!(secs, [10, 20, 40, 80, 160, 300, 300]);
 }
