@@ -34,6 +34,12 @@ ensure_services() {
         apt-get install -y prometheus >/dev/null 2>&1 \
             || { apt-get update >/dev/null && apt-get install -y prometheus >/dev/null; }
     fi
+    # buildah (Debian's package): scripts/images-test.sh builds and runs the container images
+    # with it (vfs storage, chroot isolation, no daemon).
+    if ! command -v buildah >/dev/null; then
+        apt-get install -y --no-install-recommends buildah >/dev/null 2>&1 \
+            || { apt-get update >/dev/null && apt-get install -y --no-install-recommends buildah >/dev/null; }
+    fi
     # llama.cpp llama-server + SmolLM2-135M for the real-engine test (cached under
     # /var/cache/kthena; built only when missing, about 10 minutes on 2 cores).
     eval "$(nice -n 19 scripts/llama-server.sh)"
@@ -41,5 +47,8 @@ ensure_services() {
     # The test control plane (kube-apiserver, kubectl, etcd built from their Go modules),
     # cached under /var/cache/kthena/k8s; built only when missing.
     nice -n 19 bash scripts/kube-env.sh build
+    # Helm v4 built from its Go module (scripts/helm.sh), cached under /var/cache/kthena/helm:
+    # the chart tests (charts/kthena) run it.
+    nice -n 19 bash scripts/helm.sh build
     :
 }

@@ -16,4 +16,6 @@ cargo test -p kthena-controller --all-features --doc || status=1
 for m in $(sed -n 's/^mod \([a-z_]*\);.*/\1/p' kthena-controller/tests/it/main.rs); do
     cargo test -p kthena-controller --all-features --test it -- "$m::" || status=1
 done
+# The container images, from the debug binaries the tests above built (scripts/images.sh).
+bash scripts/images-test.sh || status=1
 exit "$status"

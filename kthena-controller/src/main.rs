@@ -1,111 +1,23 @@
 //! `kthena-controller`: Kthena's ModelServing controller (Go `kthena-controller-manager`).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Parser;
 use kthena_controller::autoscaler::AutoscalerConfig;
 use kthena_controller::booster::BoosterConfig;
+use kthena_controller::manager::flags::Flags;
 use kthena_controller::manager::{ControllerSet, Controllers, LeaderElection};
 use kthena_controller::{autoscaler, booster, manager, serving, webhook};
-
-/// Kthena controller manager: reconciles ModelServings into pods and headless services.
-#[derive(Debug, Parser)]
-#[command(name = "kthena-controller", version)]
-struct Args {
-    /// Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
-    /// Address of the API server; overrides the kubeconfig's server.
-    #[arg(long)]
-    master: Option<String>,
-    /// ModelServings reconciled concurrently.
-    #[arg(long, default_value_t = 5)]
-    workers: u16,
-    /// Controllers to run: `*` for all, `-name` disables, `+name` wins (modelserving,
-    /// modelbooster, autoscaler).
-    #[arg(long, default_value = "*")]
-    controllers: String,
-    /// Watch only this namespace (default: all namespaces).
-    #[arg(long)]
-    namespace: Option<String>,
-    /// Run the controllers only while holding the Lease `lease.kthena.controller-manager`
-    /// (duration 15 s, renewed every 2 s); exit when it is lost.
-    #[arg(long)]
-    leader_elect: bool,
-    /// Namespace of the leader-election Lease (default: the namespace of the service account
-    /// in a cluster, else of the kubeconfig context).
-    #[arg(long)]
-    leader_elect_namespace: Option<String>,
-    /// Address of the plain-HTTP `GET /healthz` endpoint (`--health-probe-bind-address`,
-    /// controller-runtime's name, is the same flag).
-    #[arg(
-        long,
-        alias = "health-probe-bind-address",
-        default_value = "0.0.0.0:8081"
-    )]
-    healthz_bind_address: SocketAddr,
-    /// Serve the admission webhooks (TLS, on --port) for every Kthena kind.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    enable_webhook: bool,
-    /// Port of the TLS webhook server (0 picks a free port).
-    #[arg(long, default_value_t = 8443)]
-    port: u16,
-    /// IP address the TLS webhook server listens on, with --port (default: all interfaces,
-    /// as Go's `:8443`).
-    #[arg(long, default_value = "0.0.0.0")]
-    webhook_bind_address: std::net::IpAddr,
-    /// Read and write timeout of the webhook server: seconds (Go's form, `30`) or a Go
-    /// duration (`30s`, `1m`).
-    #[arg(long, default_value = "30", value_parser = parse_timeout)]
-    webhook_timeout: std::time::Duration,
-    /// Average requests per second to the API server (up to --kube-api-burst at once); 0: no
-    /// client-side limit.
-    #[arg(long, default_value_t = 0.0)]
-    kube_api_qps: f64,
-    /// Requests that may go to the API server at once above --kube-api-qps (at least 1 when
-    /// a QPS is set); 0 with a QPS: the QPS rounded up.
-    #[arg(long, default_value_t = 0)]
-    kube_api_burst: u32,
-    /// Webhook serving certificate (PEM); with --tls-private-key-file, used when both files
-    /// exist, else the certificate of --cert-secret-name (generated at start if missing).
-    #[arg(long, default_value = "/etc/tls/tls.crt")]
-    tls_cert_file: PathBuf,
-    /// Private key of --tls-cert-file (PEM).
-    #[arg(long, default_value = "/etc/tls/tls.key")]
-    tls_private_key_file: PathBuf,
-    /// Secret (in the controller's namespace) that shares the generated webhook certificate
-    /// between replicas; created when missing; empty: each replica generates its own.
-    #[arg(long, default_value = webhook::CERT_SECRET_NAME)]
-    cert_secret_name: String,
-    /// Seconds between two rounds of the autoscaler controller.
-    #[arg(long, default_value_t = 15)]
-    autoscaling_sync_period_seconds: u64,
-    /// Webhook Service name, for the generated certificate's DNS names.
-    #[arg(long, default_value = webhook::SERVICE_NAME)]
-    service_name: String,
-    /// Port on 127.0.0.1 of `GET /debug/modelserving/cache` (the ServingGroup/Role view as
-    /// JSON); 0 = off.
-    #[arg(long, default_value_t = 0)]
-    debug_port: u16,
-}
-
-/// `--webhook-timeout`: whole seconds, as Go's flag, or a Go duration.
-fn parse_timeout(text: &str) -> anyhow::Result<std::time::Duration> {
-    if let Ok(secs) = text.parse::<u64>() {
-        return Ok(std::time::Duration::from_secs(secs));
-    }
-    Ok(kthena_api::GoDuration::new(text).parse()?)
-}
 
 /// Starts the webhook server: the certificate from the files when both exist, else
 /// generated for the Service and patched as the caBundle of Go's webhook configurations.
 async fn webhook(
-    args: &Args,
+    args: &Flags,
     client: &kube::Client,
 ) -> anyhow::Result<impl Future<Output = ()> + use<>> {
-    let ns = client.default_namespace();
+    let pod_namespace = std::env::var("POD_NAMESPACE").ok();
+    let ns = Flags::webhook_namespace(pod_namespace.as_deref(), client.default_namespace());
     let hosts = webhook::service_hosts(&args.service_name, ns);
     let cert = if args.tls_cert_file.exists() && args.tls_private_key_file.exists() {
         webhook::load_certificate(&args.tls_cert_file, &args.tls_private_key_file)?
@@ -134,7 +46,7 @@ async fn webhook(
     Ok(server)
 }
 
-async fn client(args: &Args) -> anyhow::Result<kube::Client> {
+async fn client(args: &Flags) -> anyhow::Result<kube::Client> {
     let mut config = match &args.kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
@@ -169,10 +81,10 @@ async fn or_pending(fut: Option<impl Future<Output = ()>>) {
 /// The controllers' configurations from the flags: what runs under leader election (the
 /// ModelServing controller, and the autoscaler and the ModelBooster controller while the
 /// Lease is held), the autoscaler's and the ModelBooster controller's.
-fn configs(args: &Args, set: &ControllerSet) -> (Controllers, AutoscalerConfig, BoosterConfig) {
+fn configs(args: &Flags, set: &ControllerSet) -> (Controllers, AutoscalerConfig, BoosterConfig) {
     let autoscaling = AutoscalerConfig {
         namespace: args.namespace.clone(),
-        sync_period: std::time::Duration::from_secs(args.autoscaling_sync_period_seconds.max(1)),
+        sync_period: args.autoscaling_sync_period(),
         ..AutoscalerConfig::default()
     };
     let boosting = BoosterConfig {
@@ -241,17 +153,28 @@ impl Signals {
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// Logs to stdout at `RUST_LOG`, else the level of `--v`; one warning for the klog flags
+/// that are accepted and ignored.
+fn init_tracing(args: &Flags) {
+    let filter = args.log_filter(std::env::var("RUST_LOG").ok().as_deref());
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_new(&filter)
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
+    if !args.klog.is_empty() {
+        tracing::warn!("klog flags other than --v are accepted and ignored; logs go to stdout");
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Flags::parse();
+    init_tracing(&args);
     let mut signals = Signals::listen();
-    let args = Args::parse();
-    let set = ControllerSet::parse(&args.controllers)?;
+    let set = args.controller_set()?;
     let client = client(&args).await?;
     let (addr, health) = manager::serve_health(args.healthz_bind_address).await?;
     tracing::info!(%addr, "serving /healthz");

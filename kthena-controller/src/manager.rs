@@ -3,6 +3,7 @@
 //! ([`Controllers`]), leader election on Go's Lease ([`run_leader_elected`]), the health
 //! probes ([`serve_health`]) and the client-side API rate limit ([`rate_limit`]).
 
+pub mod flags;
 mod health;
 mod leader;
 mod ratelimit;

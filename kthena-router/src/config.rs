@@ -1,12 +1,15 @@
 //! The router configuration file, environment variables and their precedence.
 //!
-//! Precedence, lowest first: built-in defaults, the config file, Go Kthena's environment
-//! variables (`METRICS_SCRAPE_INTERVAL`, `ACCESS_LOG_ENABLED`, `ACCESS_LOG_FORMAT`,
-//! `ACCESS_LOG_OUTPUT`, `DRAIN_TIMEOUT`), then command-line flags (`--port`,
-//! `--metrics-port`, `--debug-port`).
+//! Precedence, lowest first: built-in defaults, Go Kthena's environment variables
+//! (`METRICS_SCRAPE_INTERVAL`, `ACCESS_LOG_ENABLED`, `ACCESS_LOG_FORMAT`,
+//! `ACCESS_LOG_OUTPUT`, `DRAIN_TIMEOUT`, `POD_NAMESPACE`), the keys the config file sets,
+//! then command-line flags (`--port`, `--metrics-port`, `--debug-port`, ...). Go's chart
+//! sets those variables from its values on every install, so a key written in the file
+//! wins over them; a key the file leaves out takes the variable.
 
 pub(crate) mod duration;
 pub(crate) mod env;
+pub mod flags;
 pub(crate) mod overrides;
 
 pub use crate::auth::AuthConfig;
@@ -20,7 +23,8 @@ pub use crate::server::listener::ListenerConfig;
 pub use crate::upstream::overload::OverloadConfig;
 pub use duration::parse_go_duration;
 pub use env::{Env, ProcessEnv};
-pub use overrides::{Overrides, load_config};
+pub use flags::{DEFAULT_CONFIG_PATH, Flags};
+pub use overrides::{Overrides, load_config, load_defaults};
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -57,6 +61,12 @@ pub struct Config {
     pub metrics_port: u16,
     /// Debug listener port, bound to localhost only (default 15000, flag `--debug-port`).
     pub debug_port: u16,
+    /// Also serve `/metrics` on the inference listener (default false, as Go's chart
+    /// `kthenaRouter.metrics.exposeOnRouterPort`; flag `--expose-metrics-on-router-port`).
+    pub expose_metrics_on_router_port: bool,
+    /// HTTPS on the inference listener (default off; flags `--tls-cert`, `--tls-key`, which
+    /// win over the file). Read at start only.
+    pub tls: Option<TlsFiles>,
     /// Address the inference and metrics listeners bind (default `0.0.0.0`).
     pub bind_address: std::net::IpAddr,
     /// Largest accepted request body in bytes (default 10 MiB); larger bodies get 413.
@@ -127,6 +137,45 @@ pub struct Config {
     /// not read from the file.
     #[serde(skip)]
     pub base_dir: PathBuf,
+    /// The keys of [`ENV_KEYS`] the config file sets: their environment variables are
+    /// then not applied. Not read from the file.
+    #[serde(skip)]
+    pub file_keys: Vec<&'static str>,
+}
+
+/// The config keys that a Go Kthena environment variable also sets, as `(key path,
+/// variable)`: the file's key wins when present.
+pub const ENV_KEYS: &[(&str, &str)] = &[
+    ("metricsScrapeInterval", "METRICS_SCRAPE_INTERVAL"),
+    ("drainTimeout", "DRAIN_TIMEOUT"),
+    ("accessLog.enabled", "ACCESS_LOG_ENABLED"),
+    ("accessLog.format", "ACCESS_LOG_FORMAT"),
+    ("accessLog.output", "ACCESS_LOG_OUTPUT"),
+];
+
+/// The keys of [`ENV_KEYS`] present in a parsed file.
+fn file_keys(value: &serde_json::Value) -> Vec<&'static str> {
+    ENV_KEYS
+        .iter()
+        .map(|(key, _)| *key)
+        .filter(|key| {
+            key.split('.')
+                .try_fold(value, |v, part| v.get(part))
+                .is_some()
+        })
+        .collect()
+}
+
+/// The `tls:` section: the inference listener's certificate and key, PEM files (Go's
+/// `--tls-cert`, `--tls-key`, `cmd/kthena-router/main.go`). Relative paths are resolved
+/// against the config file's directory.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TlsFiles {
+    /// The certificate chain, leaf first (`tls.crt`).
+    pub cert_file: PathBuf,
+    /// Its private key (`tls.key`; PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
 }
 
 /// The `endpointPicker:` section (flags `--epp`, `--epp-max-endpoints`).
@@ -232,6 +281,8 @@ impl Default for Config {
             port: 8080,
             metrics_port: 9090,
             debug_port: 15000,
+            expose_metrics_on_router_port: false,
+            tls: None,
             bind_address: std::net::IpAddr::from([0, 0, 0, 0]),
             max_body_bytes: 10 * 1024 * 1024,
             metrics_scrape_interval: Duration::from_secs(1),
@@ -253,6 +304,7 @@ impl Default for Config {
             serving_threads: std::thread::available_parallelism()
                 .map_or(1, std::num::NonZeroUsize::get),
             base_dir: PathBuf::from("."),
+            file_keys: Vec::new(),
         }
     }
 }
@@ -302,9 +354,17 @@ impl Config {
                 ));
             }
         };
+        cfg.file_keys = file_keys(&value);
         cfg.base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         if cfg.base_dir.as_os_str().is_empty() {
             cfg.base_dir = PathBuf::from(".");
+        }
+        if let Some(tls) = &mut cfg.tls {
+            for file in [&mut tls.cert_file, &mut tls.key_file] {
+                if file.is_relative() {
+                    *file = cfg.base_dir.join(&*file);
+                }
+            }
         }
         Ok(cfg)
     }
@@ -321,17 +381,24 @@ impl Config {
         Self::from_yaml(path, &text)
     }
 
-    /// Applies Go Kthena's environment variables on top of the file values.
+    /// Applies Go Kthena's environment variables under the keys the file sets (see
+    /// [`ENV_KEYS`]).
     ///
     /// # Errors
     /// [`Error::Env`] for an unparsable or out-of-range value (never a silent default), and
     /// for `ENABLE_FAIRNESS_SCHEDULING` and `ENABLE_SESSION_BOOST` both set to true (Go
     /// Kthena refuses to start).
     pub fn apply_env(mut self, env: &dyn Env) -> Result<Self> {
+        let hidden: Vec<&str> = ENV_KEYS
+            .iter()
+            .filter(|(key, _)| self.file_keys.contains(key))
+            .map(|(_, var)| *var)
+            .collect();
+        let var = |name: &str| env.var(name).filter(|_| !hidden.contains(&name));
         for s in self.standalone.iter_mut().flat_map(|s| &mut s.secrets) {
             s.env_value = s.env.as_deref().and_then(|n| env.var(n));
         }
-        if let Some(v) = env.var("METRICS_SCRAPE_INTERVAL") {
+        if let Some(v) = var("METRICS_SCRAPE_INTERVAL") {
             let d = parse_go_duration(&v).map_err(|e| Error::Env {
                 name: "METRICS_SCRAPE_INTERVAL",
                 value: v.clone(),
@@ -349,14 +416,14 @@ impl Config {
         if let Some(v) = env.var("POD_NAMESPACE").filter(|v| !v.is_empty()) {
             self.gateway_api.namespace.get_or_insert(v);
         }
-        if let Some(v) = env.var("DRAIN_TIMEOUT") {
+        if let Some(v) = var("DRAIN_TIMEOUT") {
             self.drain_timeout = parse_go_duration(&v).map_err(|e| Error::Env {
                 name: "DRAIN_TIMEOUT",
                 value: v.clone(),
                 reason: e.to_string(),
             })?;
         }
-        if let Some(v) = env.var("ACCESS_LOG_ENABLED") {
+        if let Some(v) = var("ACCESS_LOG_ENABLED") {
             self.access_log.enabled = match v.to_ascii_lowercase().as_str() {
                 "1" | "t" | "true" => true,
                 "0" | "f" | "false" => false,
@@ -369,7 +436,7 @@ impl Config {
                 }
             };
         }
-        if let Some(v) = env.var("ACCESS_LOG_FORMAT") {
+        if let Some(v) = var("ACCESS_LOG_FORMAT") {
             self.access_log.format = match v.as_str() {
                 "text" => AccessLogFormat::Text,
                 "json" => AccessLogFormat::Json,
@@ -382,7 +449,7 @@ impl Config {
                 }
             };
         }
-        if let Some(v) = env.var("ACCESS_LOG_OUTPUT")
+        if let Some(v) = var("ACCESS_LOG_OUTPUT")
             && !v.is_empty()
         {
             self.access_log.output = v;
@@ -402,6 +469,11 @@ impl Config {
             ("port", self.port != new.port),
             ("metricsPort", self.metrics_port != new.metrics_port),
             ("debugPort", self.debug_port != new.debug_port),
+            ("tls", self.tls != new.tls),
+            (
+                "exposeMetricsOnRouterPort",
+                self.expose_metrics_on_router_port != new.expose_metrics_on_router_port,
+            ),
             ("bindAddress", self.bind_address != new.bind_address),
             ("maxBodyBytes", self.max_body_bytes != new.max_body_bytes),
             (

@@ -5,6 +5,7 @@ pub(crate) mod debug;
 pub(crate) mod listener;
 pub(crate) mod service;
 pub(crate) mod serving;
+pub(crate) mod tls;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -209,6 +210,7 @@ impl Router {
                 cuts_all: false,
                 budget: shared.conn_budget.clone(),
                 inference: true,
+                tls: None,
             };
             let tag = move |mut r: http::Request<hyper::body::Incoming>| {
                 r.extensions_mut()
@@ -246,6 +248,11 @@ impl Router {
             let _ = shared.in_flight_share.set(s);
         }
 
+        let tls = cfg
+            .tls
+            .as_ref()
+            .map(|t| crate::server::tls::acceptor(&t.cert_file, &t.key_file))
+            .transpose()?;
         let sockets = Sockets::bind(cfg)?;
         let addr = sockets.inference.local_addr()?;
         let metrics_addr = sockets.metrics.local_addr()?;
@@ -265,7 +272,7 @@ impl Router {
                     metrics: sockets.metrics,
                     debug: sockets.debug,
                 };
-                spawn_listeners(&shared, cfg, trio, &cancel, &tasks);
+                spawn_listeners(&shared, cfg, trio, tls.as_ref(), &cancel, &tasks);
                 Vec::new()
             }
             Some(net) => {
@@ -280,7 +287,7 @@ impl Router {
                     metrics: listen(metrics_addr)?,
                     debug: listen(debug_addr)?,
                 };
-                spawn_listeners(&shared, cfg, trio, &cancel, &tasks);
+                spawn_listeners(&shared, cfg, trio, tls.as_ref(), &cancel, &tasks);
                 // The TCP sockets stay bound: they reserve the addresses the in-memory
                 // listeners use, so no other component of the process is given them.
                 vec![sockets.inference, sockets.metrics, sockets.debug]
@@ -291,7 +298,9 @@ impl Router {
             let shared = Arc::clone(&shared);
             crate::epp::spawn(l, shared, &cfg.endpoint_picker, &cancel, &tasks);
         }
-        tracing::info!(%addr, %metrics_addr, %debug_addr, epp_addr = ?epp_addr, "Router listening");
+        let https = cfg.tls.is_some();
+        let metrics_on_port = cfg.expose_metrics_on_router_port;
+        tracing::info!(%addr, https, metrics_on_port, %metrics_addr, %debug_addr, epp_addr = ?epp_addr, "Router listening");
         Ok(Self {
             addr,
             metrics_addr,
@@ -507,20 +516,7 @@ impl tower::Service<Request<Incoming>> for MiniService {
 
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
         let resp = match (self.kind, req.method(), req.uri().path()) {
-            (Mini::Metrics, &Method::GET, "/metrics") => {
-                let sched = Arc::clone(&self.shared.snapshot.load().scheduler);
-                self.shared.metrics.plugins.sync(&sched);
-                let mut r = Response::new(full(Bytes::from(self.shared.metrics.encode())));
-                r.headers_mut().insert(
-                    http::header::CONTENT_TYPE,
-                    // The encoder writes OpenMetrics (`# TYPE x counter` over `x_total`,
-                    // `# EOF`); announced as text 0.0.4, parsers lost the counter types.
-                    http::HeaderValue::from_static(
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    ),
-                );
-                r
-            }
+            (Mini::Metrics, &Method::GET, "/metrics") => metrics_response(&self.shared),
             (Mini::Debug, &Method::GET, path) => {
                 crate::server::debug::config_dump(&self.shared, path)
             }
@@ -536,6 +532,23 @@ impl tower::Service<Request<Incoming>> for MiniService {
         };
         std::future::ready(Ok(resp))
     }
+}
+
+/// `GET /metrics`: the router's families in OpenMetrics text (the metrics listener, and
+/// the inference listener with `exposeMetricsOnRouterPort`).
+pub(crate) fn metrics_response(shared: &Shared) -> Response<RespBody> {
+    let sched = Arc::clone(&shared.snapshot.load().scheduler);
+    shared.metrics.plugins.sync(&sched);
+    let mut r = Response::new(full(Bytes::from(shared.metrics.encode())));
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        // The encoder writes OpenMetrics (`# TYPE x counter` over `x_total`, `# EOF`);
+        // announced as text 0.0.4, parsers lost the counter types.
+        http::HeaderValue::from_static(
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        ),
+    );
+    r
 }
 
 /// The first setting of `cfg` that [`Router::start_in_memory`] cannot run, because it
@@ -570,6 +583,7 @@ fn spawn_listeners<A: Accept>(
     shared: &Arc<Shared>,
     cfg: &Config,
     trio: Trio<A>,
+    tls: Option<&crate::server::tls::Https>,
     cancel: &CancellationToken,
     tasks: &TaskTracker,
 ) {
@@ -586,8 +600,10 @@ fn spawn_listeners<A: Accept>(
         cuts_all: name == "inference",
         budget: shared.conn_budget.clone(),
         inference: name == "inference",
+        tls: tls.filter(|_| name == "inference").cloned(),
     };
-    let svc = RouterService::new(Arc::clone(shared));
+    let svc =
+        RouterService::new(Arc::clone(shared)).with_metrics(cfg.expose_metrics_on_router_port);
     tasks.spawn(crate::server::listener::serve(
         trio.inference,
         listener("inference", cfg.drain_timeout),

@@ -17,6 +17,7 @@ mod controller;
 mod deploy;
 mod examples;
 mod gang;
+mod go_chart;
 mod ms_support;
 mod rollout;
 mod sim_node_release;

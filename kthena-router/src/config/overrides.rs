@@ -44,6 +44,9 @@ pub struct Overrides {
     pub epp: Option<SocketAddr>,
     /// `--epp-max-endpoints`.
     pub epp_max_endpoints: Option<usize>,
+    /// `--expose-metrics-on-router-port` (`Some(false)` turns off the file's
+    /// `exposeMetricsOnRouterPort`).
+    pub expose_metrics_on_router_port: Option<bool>,
 }
 
 impl Overrides {
@@ -79,6 +82,9 @@ impl Overrides {
         let e = &mut cfg.endpoint_picker;
         e.address = self.epp.or(e.address);
         e.max_endpoints = self.epp_max_endpoints.unwrap_or(e.max_endpoints);
+        if let Some(on) = self.expose_metrics_on_router_port {
+            cfg.expose_metrics_on_router_port = on;
+        }
         cfg
     }
 }
@@ -111,6 +117,18 @@ pub fn load_config(path: &Path, env: &dyn Env, overrides: Overrides) -> Result<C
         });
     }
     cfg.validate(path)
+}
+
+/// Loads the configuration without a file, as Go's router without its ConfigMap: the
+/// built-in defaults (cluster mode, Go's default scheduler), then the environment, then the
+/// flags, then validation.
+///
+/// # Errors
+/// [`Error::Env`](crate::Error::Env), or [`Error::Config`](crate::Error::Config) (with an
+/// empty path) for flags that clash.
+pub fn load_defaults(env: &dyn Env, overrides: Overrides) -> Result<Config> {
+    let cfg = overrides.apply(Config::default().apply_env(env)?);
+    cfg.validate(Path::new(""))
 }
 
 #[cfg(test)]

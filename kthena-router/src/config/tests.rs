@@ -65,12 +65,18 @@ fn parses_file_env_and_defaults() {
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
     .collect();
+    // The keys the file sets win (Go's chart sets the variables on every install); the
+    // others take the variables.
+    assert_eq!(cfg.file_keys, ["metricsScrapeInterval", "accessLog.format"]);
     let cfg = cfg.apply_env(&env).unwrap();
-    assert_eq!(cfg.metrics_scrape_interval, Duration::from_secs(2));
+    assert_eq!(cfg.metrics_scrape_interval, Duration::from_millis(250));
+    assert_eq!(cfg.access_log.format, AccessLogFormat::Json);
     assert!(!cfg.access_log.enabled);
-    assert_eq!(cfg.access_log.format, AccessLogFormat::Text);
     assert_eq!(cfg.access_log.output, "/tmp/x.log");
     assert_eq!(cfg.drain_timeout, Duration::from_secs(90));
+    let cfg = Config::default().apply_env(&env).unwrap();
+    assert_eq!(cfg.metrics_scrape_interval, Duration::from_secs(2));
+    assert_eq!(cfg.access_log.format, AccessLogFormat::Text);
 }
 
 #[test]

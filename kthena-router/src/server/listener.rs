@@ -263,6 +263,8 @@ pub(crate) struct Listener {
     pub(crate) budget: ConnBudget,
     /// An inference listener: it may use the whole budget, the others a tenth.
     pub(crate) inference: bool,
+    /// HTTPS: each connection's TLS handshake first, within the header read timeout.
+    pub(crate) tls: Option<crate::server::tls::Https>,
 }
 
 /// Where a listener's connections come from: a TCP socket, or an in-memory network's
@@ -447,10 +449,33 @@ struct Conn {
 }
 
 impl Conn {
-    /// Serves `stream` with `svc` until the client closes it, or the drain cut.
+    /// Serves `stream` with `svc` (over TLS when the listener has it) until the client
+    /// closes it, or the drain cut.
     async fn run<A, S>(self, stream: A::Io, svc: S)
     where
         A: Accept,
+        S: tower::Service<Request<Incoming>, Response = Response<RespBody>, Error = Infallible>
+            + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        A::prepare(&stream, self.l.cfg.tcp_keepalive);
+        let Some(crate::server::tls::Https(acceptor)) = self.l.tls.clone() else {
+            return self.serve(stream, svc).await;
+        };
+        let l = &self.l;
+        match tokio::time::timeout(l.cfg.header_read_timeout, acceptor.accept(stream)).await {
+            Ok(Ok(tls)) => self.serve(tls, svc).await,
+            Ok(Err(err)) => tracing::debug!(listener = l.name, %err, "TLS handshake failed"),
+            Err(_) => l.metrics.timeout(l.name, "idle"),
+        }
+    }
+
+    /// Serves `stream`, plain or TLS, with `svc`.
+    async fn serve<I, S>(self, stream: I, svc: S)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         S: tower::Service<Request<Incoming>, Response = Response<RespBody>, Error = Infallible>
             + Clone
             + Send
@@ -464,7 +489,6 @@ impl Conn {
             cut,
             permit,
         } = self;
-        A::prepare(&stream, l.cfg.tcp_keepalive);
         let state = Arc::new(ConnState::default());
         let svc = Marked {
             inner: svc,

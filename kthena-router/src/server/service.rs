@@ -31,6 +31,8 @@ use crate::telemetry::accounting::{AccountedBody, Accounting};
 pub struct RouterService {
     shared: Arc<Shared>,
     stack: BoxHttp<Inbound<Incoming>>,
+    /// `GET /metrics` answered here too (`exposeMetricsOnRouterPort`).
+    metrics: bool,
 }
 
 impl std::fmt::Debug for RouterService {
@@ -44,7 +46,19 @@ impl RouterService {
     #[must_use]
     pub fn new(shared: Arc<Shared>) -> Self {
         let stack = crate::pipeline::stack(&shared);
-        Self { shared, stack }
+        Self {
+            shared,
+            stack,
+            metrics: false,
+        }
+    }
+
+    /// Also answers `GET /metrics` (the metrics listener's exposition) when `on`, as Go's
+    /// `--expose-metrics-on-router-port`.
+    #[must_use]
+    pub fn with_metrics(mut self, on: bool) -> Self {
+        self.metrics = on;
+        self
     }
 }
 
@@ -60,6 +74,11 @@ impl tower::Service<Request<Incoming>> for RouterService {
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
         let shared = Arc::clone(&self.shared);
         let stack = self.stack.clone();
+        if self.metrics && req.method() == Method::GET && req.uri().path() == "/metrics" {
+            return Box::pin(std::future::ready(Ok(crate::server::metrics_response(
+                &shared,
+            ))));
+        }
         Box::pin(async move { Ok(handle(shared, stack, req).await) })
     }
 }

@@ -23,6 +23,7 @@ mod faults_state;
 mod faults_support;
 mod fd_budget;
 mod gateway_api;
+mod go_chart;
 mod go_metrics;
 mod http_hardening;
 mod inflight_redis;

@@ -18,21 +18,18 @@ fn caches() -> (ChildCaches, Writer<Pod>, Writer<Service>) {
 async fn every_concurrent_waiter_is_woken_when_the_caches_are_ready() {
     let (caches, mut pods, mut svcs) = caches();
     let caches = std::sync::Arc::new(caches);
-    let waiters: Vec<_> = (0..3)
-        .map(|_| {
-            let c = caches.clone();
-            tokio::spawn(async move { c.ready().await })
-        })
-        .collect();
+    let mut waiters = tokio::task::JoinSet::new();
+    for _ in 0..3 {
+        let c = caches.clone();
+        waiters.spawn(async move { c.ready().await });
+    }
     // Let every waiter poll (and park) before the caches fill.
     tokio::time::sleep(Duration::from_millis(10)).await;
-    assert!(waiters.iter().all(|w| !w.is_finished()));
+    assert!(waiters.try_join_next().is_none());
     pods.apply_watcher_event(&Event::InitDone);
     svcs.apply_watcher_event(&Event::InitDone);
-    for w in waiters {
-        let woke = tokio::time::timeout(Duration::from_secs(1), w).await;
-        assert!(matches!(woke, Ok(Ok(true))), "{woke:?}");
-    }
+    let woke = tokio::time::timeout(Duration::from_secs(1), waiters.join_all()).await;
+    assert_eq!(woke, Ok(vec![true; 3]));
 }
 
 #[tokio::test(start_paused = true)]

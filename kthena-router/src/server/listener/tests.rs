@@ -42,6 +42,7 @@ async fn router_cut_after_drain(cuts_all: bool) -> bool {
         cuts_all,
         budget: ConnBudget::for_limit(1024),
         inference: true,
+        tls: None,
     };
     let (called, mut was_called) = tokio::sync::mpsc::unbounded_channel();
     let svc = tower::service_fn(move |_req: Request<Incoming>| {
