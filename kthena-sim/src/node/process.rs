@@ -41,6 +41,17 @@ pub const POD_ROOT_ENV: &str = "KTHENA_POD_ROOT";
 /// The `PATH` of every process, as a container image's default.
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+/// Files our binaries read at a fixed path when no flag names them, with the environment
+/// variable that names them instead: the node sets the variable to the file under the pod's
+/// root when a volumeMount covers the path (and the container does not set it).
+/// `kthena-router` reads Go's `/etc/config/routerConfiguration.yaml` when it exists
+/// (`kthena-router/src/config/flags.rs`), which Go's chart mounts from its ConfigMap.
+const DEFAULT_PATHS: &[(&str, &str, &str)] = &[(
+    "kthena-router",
+    "/etc/config/routerConfiguration.yaml",
+    "KTHENA_ROUTER_CONFIG",
+)];
+
 /// Grace period of the processes when the node itself stops (SIGTERM, then SIGKILL).
 const NODE_STOP_GRACE: Duration = Duration::from_secs(5);
 
@@ -183,6 +194,7 @@ impl PodProcesses {
                 .map(|w| volumes::rewrite(w, &mounts, &root))
                 .collect();
             let mut env = node_env(pod, &root, token.as_ref(), &config.api_server);
+            env.extend(default_path_env(binary, &mounts, &root, &vars));
             env.extend(vars);
             let launch = Launch {
                 binary: config.bin_dir.join(binary),
@@ -302,6 +314,24 @@ impl PodProcesses {
     pub(super) async fn stop_for_node(self) {
         self.stop(NODE_STOP_GRACE).await;
     }
+}
+
+/// The [`DEFAULT_PATHS`] variables of `binary` whose path a mount covers, unless `vars` (the
+/// container's environment) sets them.
+pub(super) fn default_path_env(
+    binary: &str,
+    mounts: &[String],
+    root: &Path,
+    vars: &[(String, String)],
+) -> Vec<(String, String)> {
+    DEFAULT_PATHS
+        .iter()
+        .filter(|(bin, _, var)| *bin == binary && !vars.iter().any(|(k, _)| k == var))
+        .filter_map(|(_, path, var)| {
+            let moved = volumes::rewrite(path, mounts, root);
+            (moved != *path).then(|| ((*var).to_owned(), moved))
+        })
+        .collect()
 }
 
 /// `<pods_dir>/<namespace>_<name>_<uid>`.

@@ -8,7 +8,7 @@ use serde_json::json;
 use super::env::{Sources, container_env, expand, field_ref};
 use super::probe::{Probe, readiness};
 use super::volumes::rewrite;
-use super::{argv, backoff, binary_for_image, restarts};
+use super::{argv, backoff, binary_for_image, default_path_env, restarts};
 
 const IP: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 7));
 
@@ -234,4 +234,21 @@ fn exited_processes_restart_by_policy_with_kubelets_back_off() {
     assert!(!restarts(&with(Some("Never")), 1));
     let secs: Vec<u64> = (0..7).map(|n| backoff(n).as_secs()).collect();
     assert_eq!(secs, [10, 20, 40, 80, 160, 300, 300]);
+}
+
+#[test]
+fn the_routers_default_config_path_is_named_when_a_mount_covers_it() {
+    let root = Path::new("/pods/p/root");
+    let file = vec!["/etc/config/routerConfiguration.yaml".to_owned()];
+    let dir = vec!["/etc/config".to_owned()];
+    let want = vec![(
+        "KTHENA_ROUTER_CONFIG".to_owned(),
+        "/pods/p/root/etc/config/routerConfiguration.yaml".to_owned(),
+    )];
+    assert_eq!(default_path_env("kthena-router", &file, root, &[]), want);
+    assert_eq!(default_path_env("kthena-router", &dir, root, &[]), want);
+    assert!(default_path_env("kthena-controller", &file, root, &[]).is_empty());
+    assert!(default_path_env("kthena-router", &[], root, &[]).is_empty());
+    let set = vec![("KTHENA_ROUTER_CONFIG".to_owned(), "/x".to_owned())];
+    assert!(default_path_env("kthena-router", &file, root, &set).is_empty());
 }
