@@ -1,11 +1,12 @@
 //! Prints the CustomResourceDefinitions of all six kinds as one multi-document YAML stream,
-//! or, given a directory, writes one file per CRD there (the files of `deploy/crds/`); given
+//! or, given a directory, writes one file per CRD there (the files of the Helm chart's
+//! `charts/kthena/crds/`, which `scripts/deploy-manifests.sh` copies to `deploy/crds/`); given
 //! a second directory, writes the Inference Extension's `InferencePool` CRD there (the file
 //! of `deploy/gateway-api/`).
 //!
 //! ```text
 //! cargo run -p kthena-api --example crds > crds.yaml && kubectl apply -f crds.yaml
-//! cargo run -p kthena-api --example crds -- deploy/crds deploy/gateway-api
+//! cargo run -p kthena-api --example crds -- charts/kthena/crds deploy/gateway-api
 //! ```
 
 use std::io::Write as _;

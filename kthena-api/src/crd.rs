@@ -90,8 +90,9 @@ fn tidy_value(v: &mut serde_json::Value) {
 }
 
 /// The CRDs of [`crds`] as files: `(file name, YAML text)`, named as controller-gen names
-/// them (`<group>_<plural>.yaml`), each one YAML document. These are the files under
-/// `deploy/crds/` (written by `cargo run -p kthena-api --example crds -- deploy/crds`).
+/// them (`<group>_<plural>.yaml`), each one YAML document. These are the files of the Helm
+/// chart's `charts/kthena/crds/` (written by `cargo run -p kthena-api --example crds --
+/// charts/kthena/crds`; `scripts/deploy-manifests.sh` copies them to `deploy/crds/`).
 ///
 /// # Errors
 /// [`Error::SerializeYaml`] if a CRD cannot be rendered (not expected for generated CRDs).

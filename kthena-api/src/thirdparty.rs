@@ -203,8 +203,8 @@ pub fn inference_pool_crd() -> CustomResourceDefinition {
 
 /// [`inference_pool_crd`] as a file: `(file name, YAML text)`, named as controller-gen names
 /// it (`inference.networking.k8s.io_inferencepools.yaml`). This is the file under
-/// `deploy/gateway-api/` (written by `cargo run -p kthena-api --example crds -- deploy/crds
-/// deploy/gateway-api`).
+/// `deploy/gateway-api/` (written by `cargo run -p kthena-api --example crds --
+/// charts/kthena/crds deploy/gateway-api`).
 ///
 /// # Errors
 /// [`crate::Error::SerializeYaml`] if the CRD cannot be rendered (not expected).

@@ -35,32 +35,6 @@ pub enum Error {
     /// This replica stopped holding the leader-election Lease.
     #[error("lost the leader-election lease")]
     LostLease,
-    /// The webhook certificate could not be generated.
-    #[error("generating the webhook certificate: {0}")]
-    Certificate(#[source] rcgen::Error),
-    /// A webhook certificate or key file could not be read.
-    #[error("reading {}: {source}", path.display())]
-    CertFile {
-        /// The file.
-        path: std::path::PathBuf,
-        /// The read error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The webhook certificate Secret lacks a key.
-    #[error("secret {secret} has no {key}")]
-    IncompleteSecret {
-        /// `namespace/name` of the Secret.
-        secret: String,
-        /// The missing key (`tls.crt`, `tls.key`, `ca.crt`).
-        key: String,
-    },
-    /// A webhook certificate or key is not valid PEM.
-    #[error("webhook certificate: {0}")]
-    Pem(#[source] tokio_rustls::rustls::pki_types::pem::Error),
-    /// The TLS configuration was refused (key does not match the certificate, ...).
-    #[error("webhook TLS: {0}")]
-    Tls(#[source] tokio_rustls::rustls::Error),
     /// Children owned by another ModelServing of the same name exist; retried later.
     #[error("{0} is owned by another ModelServing with the same name")]
     Foreign(String),
@@ -271,20 +245,7 @@ pub(crate) fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) ->
     move |source| Error::Kube { action, source }
 }
 
-/// Go's rejection message: `validation failed:` then one `\n  - <path>: <message>` per error;
-/// ModelServer's validator joins them on one line (`validation failed: a; b`).
-pub(crate) fn rejection(kind: &str, errors: &[kthena_api::FieldError]) -> String {
-    if kind == "ModelServer" {
-        let joined: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        return format!("validation failed: {}", joined.join("; "));
-    }
-    let mut out = String::from("validation failed:");
-    for e in errors {
-        out.push_str("\n  - ");
-        out.push_str(&e.to_string());
-    }
-    out
-}
+pub(crate) use kthena_webhook::rejection;
 
 #[cfg(test)]
 mod tests;

@@ -10,8 +10,8 @@ use kthena_controller::manager::flags::Flags;
 use kthena_controller::manager::{ControllerSet, Controllers, LeaderElection};
 use kthena_controller::{autoscaler, booster, manager, serving, webhook};
 
-/// Starts the webhook server: the certificate from the files when both exist, else
-/// generated for the Service and patched as the caBundle of Go's webhook configurations.
+/// Starts the webhook server: the certificate from the files when both exist, else the
+/// shared Secret's (or generated), patched as the caBundle of Go's webhook configurations.
 async fn webhook(
     args: &Flags,
     client: &kube::Client,
@@ -19,28 +19,28 @@ async fn webhook(
     let pod_namespace = std::env::var("POD_NAMESPACE").ok();
     let ns = Flags::webhook_namespace(pod_namespace.as_deref(), client.default_namespace());
     let hosts = webhook::service_hosts(&args.service_name, ns);
-    let cert = if args.tls_cert_file.exists() && args.tls_private_key_file.exists() {
-        webhook::load_certificate(&args.tls_cert_file, &args.tls_private_key_file)?
-    } else if args.cert_secret_name.is_empty() {
-        webhook::generate_certificate(&hosts)?
-    } else {
-        let name = &args.cert_secret_name;
-        match webhook::secret_certificate(client, ns, name, &hosts).await {
-            Ok(cert) => cert,
-            Err(e) => {
-                tracing::warn!(error = %e, "no shared webhook certificate; generating one");
-                webhook::generate_certificate(&hosts)?
-            }
-        }
+    let source = webhook::CertificateSource {
+        files: (&args.tls_cert_file, &args.tls_private_key_file),
+        secret: &args.cert_secret_name,
+        namespace: ns,
+        hosts: &hosts,
     };
+    let cert = webhook::certificate(client, source).await?;
     let addr = SocketAddr::new(args.webhook_bind_address, args.port);
-    let (addr, server) = webhook::serve_webhook(addr, &cert, args.webhook_timeout).await?;
+    let (addr, server) = webhook::serve_webhook(
+        addr,
+        &cert,
+        args.webhook_timeout,
+        webhook::PATHS,
+        webhook::review,
+    )
+    .await?;
     tracing::info!(%addr, "serving admission webhooks");
     webhook::patch_ca_bundle(
         client,
         &cert.ca_pem,
         webhook::VALIDATING_WEBHOOK,
-        webhook::MUTATING_WEBHOOK,
+        Some(webhook::MUTATING_WEBHOOK),
     )
     .await?;
     Ok(server)

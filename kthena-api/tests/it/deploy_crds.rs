@@ -1,6 +1,7 @@
-//! The CRDs committed under `deploy/crds/` and `deploy/gateway-api/` are the ones generated
-//! from the Rust types. Regenerate them with
-//! `cargo run -p kthena-api --example crds -- deploy/crds deploy/gateway-api`.
+//! The CRDs committed under the Helm chart's `charts/kthena/crds/` and `deploy/gateway-api/` are
+//! the ones generated from the Rust types. Regenerate them with
+//! `cargo run -p kthena-api --example crds -- charts/kthena/crds deploy/gateway-api` (then
+//! `scripts/deploy-manifests.sh` copies the chart's CRDs to `deploy/crds/`).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -9,15 +10,15 @@ use anyhow::{Context as _, Result};
 
 #[test]
 fn committed_crds_equal_generated() -> Result<()> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/kthena/crds");
     let files = kthena_api::crd_files()?;
     for (name, text) in &files {
         let committed = std::fs::read_to_string(dir.join(name))
-            .with_context(|| format!("deploy/crds/{name} is missing; regenerate it"))?;
+            .with_context(|| format!("charts/kthena/crds/{name} is missing; regenerate it"))?;
         assert!(
             committed == *text,
-            "deploy/crds/{name} differs from the generated CRD; regenerate with \
-             `cargo run -p kthena-api --example crds -- deploy/crds`"
+            "charts/kthena/crds/{name} differs from the generated CRD; regenerate with \
+             `cargo run -p kthena-api --example crds -- charts/kthena/crds`"
         );
     }
     let expected: BTreeSet<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
@@ -27,7 +28,7 @@ fn committed_crds_equal_generated() -> Result<()> {
     let present: BTreeSet<&str> = present.iter().map(String::as_str).collect();
     assert_eq!(
         present, expected,
-        "deploy/crds/ holds exactly the generated CRDs"
+        "charts/kthena/crds/ holds exactly the generated CRDs"
     );
     Ok(())
 }
@@ -44,7 +45,7 @@ fn committed_inference_pool_crd_equals_generated() -> Result<()> {
     assert!(
         committed == text,
         "deploy/gateway-api/{name} differs from the generated CRD; regenerate with \
-         `cargo run -p kthena-api --example crds -- deploy/crds deploy/gateway-api`"
+         `cargo run -p kthena-api --example crds -- charts/kthena/crds deploy/gateway-api`"
     );
     assert!(text.contains("api-approved.kubernetes.io: https://github.com/kubernetes-sigs/gateway-api-inference-extension"));
     Ok(())

@@ -1,5 +1,6 @@
-//! The admission webhooks on a real API server: `deploy/controller/webhooks.yaml` registered
-//! with `clientConfig.url` pointing at the webhook server on 127.0.0.1 and the generated CA
+//! The admission webhooks on a real API server: the chart's webhook configurations
+//! (`deploy/controller/webhooks.yaml`, with Go's webhook names) registered with
+//! `clientConfig.url` pointing at the webhook server on 127.0.0.1 and the generated CA
 //! patched in, then `kubectl apply` of invalid manifests fails with Go's messages and valid
 //! ones come back defaulted.
 
@@ -12,8 +13,8 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use kthena_api::{Object, load_file};
 use kthena_controller::webhook::{
-    MUTATING_WEBHOOK, SERVICE_NAME, VALIDATING_WEBHOOK, WEBHOOK_TIMEOUT, generate_certificate,
-    patch_ca_bundle, serve_webhook, service_hosts,
+    MUTATING_WEBHOOK, PATHS, SERVICE_NAME, VALIDATING_WEBHOOK, WEBHOOK_TIMEOUT,
+    generate_certificate, patch_ca_bundle, review, serve_webhook, service_hosts,
 };
 use kthena_testenv::TestNamespace;
 use kube::Api;
@@ -176,12 +177,9 @@ fn with(mut base: Value, changes: &[(&str, Value)]) -> Value {
     base
 }
 
-/// The API group of a Kthena kind, as in its webhook names.
-fn group(kind: &str) -> &'static str {
-    match kind {
-        "ModelRoute" | "ModelServer" | "ExternalModelProvider" => "networking.serving.volcano.sh",
-        _ => "workload.serving.volcano.sh",
-    }
+/// The suffix of every webhook name (Go's chart: `validate-modelbooster.volcano.sh`, ...).
+fn group(_kind: &str) -> &'static str {
+    "volcano.sh"
 }
 
 /// The rejections of the CRDs' own CEL rules (`x-kubernetes-validations`), which the API
@@ -192,7 +190,7 @@ const CEL: &str = "";
 /// [`CEL`] for the CRD's own rule, which comes first) and Go's message (`kthena-api`
 /// validation, `docs/api.md`).
 fn rejections() -> Vec<(Value, &'static str, String)> {
-    let ms = "validate-modelserving";
+    let ms = "validate-workload-ai-v1alpha1-modelserving";
     let role_rolling = (
         "/spec/rolloutStrategy",
         json!({"type": "RoleRollingUpdate"}),
@@ -280,7 +278,14 @@ fn denied(out: std::result::Result<String, String>) -> Result<String> {
 async fn kubectl_apply_is_validated_and_defaulted_by_the_webhooks() -> Result<()> {
     let ns = kthena_testenv::namespace("webhook").await?;
     let cert = generate_certificate(&service_hosts(SERVICE_NAME, ns.name()))?;
-    let (addr, server) = serve_webhook("127.0.0.1:0".parse()?, &cert, WEBHOOK_TIMEOUT).await?;
+    let (addr, server) = serve_webhook(
+        "127.0.0.1:0".parse()?,
+        &cert,
+        WEBHOOK_TIMEOUT,
+        PATHS,
+        review,
+    )
+    .await?;
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(server);
     register(&ns, addr.port()).await?;
@@ -288,7 +293,7 @@ async fn kubectl_apply_is_validated_and_defaulted_by_the_webhooks() -> Result<()
         ns.client(),
         &cert.ca_pem,
         VALIDATING_WEBHOOK,
-        MUTATING_WEBHOOK,
+        Some(MUTATING_WEBHOOK),
     )
     .await?;
     let vapi: Api<ValidatingWebhookConfiguration> = Api::all(ns.client().clone());
@@ -370,7 +375,8 @@ async fn a_silent_connection_is_closed_after_the_webhook_timeout() -> Result<()>
     use tokio::io::AsyncReadExt as _;
     let cert = generate_certificate(&service_hosts(SERVICE_NAME, "default"))?;
     let timeout = std::time::Duration::from_millis(300);
-    let (addr, server) = serve_webhook("127.0.0.1:0".parse()?, &cert, timeout).await?;
+    let (addr, server) =
+        serve_webhook("127.0.0.1:0".parse()?, &cert, timeout, PATHS, review).await?;
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(server);
     let mut conn = tokio::net::TcpStream::connect(addr).await?;
@@ -396,8 +402,14 @@ async fn a_zero_webhook_timeout_means_no_timeout() -> Result<()> {
     use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 
     let cert = generate_certificate(&service_hosts(SERVICE_NAME, "default"))?;
-    let (addr, server) =
-        serve_webhook("127.0.0.1:0".parse()?, &cert, std::time::Duration::ZERO).await?;
+    let (addr, server) = serve_webhook(
+        "127.0.0.1:0".parse()?,
+        &cert,
+        std::time::Duration::ZERO,
+        PATHS,
+        review,
+    )
+    .await?;
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(server);
     let mut roots = rustls::RootCertStore::empty();

@@ -25,7 +25,7 @@ pub enum Action {
 /// `/validate/autoscalingpolicy`, `/mutate/modelbooster`, `/mutate/autoscalingpolicy`), Go's
 /// router paths (`/validate/modelroute`, `/validate/modelserver`,
 /// `/validate/externalmodelprovider`), and `/mutate/<kind>` for the other kinds.
-pub(crate) const PATHS: &[(&str, Action)] = &[
+pub const PATHS: &[(&str, Action)] = &[
     (
         "/validate-workload-ai-v1alpha1-modelserving",
         Action::Validate,
@@ -44,6 +44,15 @@ pub(crate) const PATHS: &[(&str, Action)] = &[
     ("/mutate/externalmodelprovider", Action::Mutate),
 ];
 
+/// Go's router webhook paths (`kthena-router-validating-webhook`): validation of
+/// ModelRoute, ModelServer and ExternalModelProvider (Go
+/// `charts/kthena/charts/networking/templates/kthena-router/component/validating-webhook.yaml`).
+pub const ROUTER_PATHS: &[(&str, Action)] = &[
+    ("/validate/modelroute", Action::Validate),
+    ("/validate/modelserver", Action::Validate),
+    ("/validate/externalmodelprovider", Action::Validate),
+];
+
 /// The action of a webhook path, `None` for an unknown path (the server routes [`PATHS`]).
 #[cfg(test)]
 pub(crate) fn action_for(path: &str) -> Option<Action> {
@@ -58,11 +67,24 @@ pub(crate) fn action_for(path: &str) -> Option<Action> {
 /// its kind is denied with the field path and the error. DELETE and CONNECT, and kinds that
 /// are not Kthena's, are allowed unchanged.
 pub fn review(action: Action, body: &[u8]) -> Vec<u8> {
+    review_with(action, body, |_| Vec::new())
+}
+
+/// More rules for an object that passed its own validation: the problems found (none: it is
+/// admitted). The controller-manager refuses a ModelBooster whose generated ModelServing
+/// would be refused.
+pub type ExtraCheck = fn(&Object) -> Vec<FieldError>;
+
+/// The answer of a webhook path: [`review`] or a [`review_with`] of more rules.
+pub type Review = fn(Action, &[u8]) -> Vec<u8>;
+
+/// [`review`] with `extra` rules applied on validation (see [`ExtraCheck`]).
+pub fn review_with(action: Action, body: &[u8], extra: ExtraCheck) -> Vec<u8> {
     let response = match serde_json::from_slice::<AdmissionReview<DynamicObject>>(body) {
         Err(e) => AdmissionResponse::invalid(format!("decoding the AdmissionReview: {e}")),
         Ok(review) => match TryInto::<AdmissionRequest<DynamicObject>>::try_into(review) {
             Err(_) => AdmissionResponse::invalid("the AdmissionReview has no request"),
-            Ok(req) => respond(action, &req),
+            Ok(req) => respond(action, &req, extra),
         },
     };
     let patch = response.patch.clone();
@@ -85,7 +107,11 @@ pub fn review(action: Action, body: &[u8]) -> Vec<u8> {
     serde_json::to_vec(&out).unwrap_or_default()
 }
 
-fn respond(action: Action, req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+fn respond(
+    action: Action,
+    req: &AdmissionRequest<DynamicObject>,
+    extra: ExtraCheck,
+) -> AdmissionResponse {
     let response = AdmissionResponse::from(req);
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return response;
@@ -113,9 +139,9 @@ fn respond(action: Action, req: &AdmissionRequest<DynamicObject>) -> AdmissionRe
                 let v = serde_json::to_value(o).ok()?;
                 kthena_api::decode_value("oldObject", v).ok()
             });
-            match validate(decoded, old.as_ref()) {
+            match validate(decoded, old.as_ref(), extra) {
                 Ok(()) => response,
-                Err((kind, errors)) => response.deny(crate::error::rejection(&kind, &errors)),
+                Err((kind, errors)) => response.deny(rejection(&kind, &errors)),
             }
         }
         Action::Mutate => match defaulting_patch(&value, decoded) {
@@ -131,8 +157,12 @@ fn respond(action: Action, req: &AdmissionRequest<DynamicObject>) -> AdmissionRe
 
 /// Validates a decoded object as the API server would see it (defaults applied first), with
 /// the update rules against `old` when it is the same kind. On error returns the kind and
-/// every problem.
-fn validate(object: Object, old: Option<&Object>) -> Result<(), (String, Vec<FieldError>)> {
+/// every problem. `extra` runs on an object that passed its own rules.
+fn validate(
+    object: Object,
+    old: Option<&Object>,
+    extra: ExtraCheck,
+) -> Result<(), (String, Vec<FieldError>)> {
     let object = object.with_defaults();
     let mut errors = object.validate().err().unwrap_or_default();
     let update = match (&object, old) {
@@ -141,10 +171,8 @@ fn validate(object: Object, old: Option<&Object>) -> Result<(), (String, Vec<Fie
         _ => Ok(()),
     };
     errors.extend(update.err().unwrap_or_default());
-    if errors.is_empty()
-        && let Object::ModelBooster(booster) = &object
-    {
-        errors = generated_serving_errors(booster);
+    if errors.is_empty() {
+        errors = extra(&object);
     }
     if errors.is_empty() {
         Ok(())
@@ -153,28 +181,20 @@ fn validate(object: Object, old: Option<&Object>) -> Result<(), (String, Vec<Fie
     }
 }
 
-/// The ModelServing a valid ModelBooster generates, validated as the ModelServing webhook
-/// would: a booster whose names make pod names longer than 63 characters (or any other
-/// rule of the generated object) is refused at once, with the generated object's own
-/// message under `spec`, instead of being accepted and then failing. Go Kthena accepts it.
-fn generated_serving_errors(booster: &kthena_api::ModelBooster) -> Vec<FieldError> {
-    let serving = match crate::booster::model_serving(booster, &crate::booster::Images::default()) {
-        Ok(ms) => ms.with_defaults(),
-        Err(e) => return vec![FieldError::new("spec", e.to_string())],
-    };
-    let name = serving.metadata.name.clone().unwrap_or_default();
-    serving
-        .validate()
-        .err()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|e| {
-            FieldError::new(
-                "spec",
-                format!("the ModelServing {name} it generates is not valid: {e}"),
-            )
-        })
-        .collect()
+/// The message of a refused object: Go's webhook messages, `validation failed:` then one
+/// line per problem (`  - spec.x: ...`); a ModelServer's problems on one line joined by
+/// `; ` (Go's `pkg/kthena-router/webhook`).
+pub fn rejection(kind: &str, errors: &[FieldError]) -> String {
+    if kind == "ModelServer" {
+        let joined: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        return format!("validation failed: {}", joined.join("; "));
+    }
+    let mut out = String::from("validation failed:");
+    for e in errors {
+        out.push_str("\n  - ");
+        out.push_str(&e.to_string());
+    }
+    out
 }
 
 /// The JSON patch that turns `original` (the request's object) into its defaulted form: only

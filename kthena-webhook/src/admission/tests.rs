@@ -2,8 +2,9 @@
 
 use serde_json::{Value, json};
 
-use crate::testutil::TestResult;
-use crate::webhook::admission::{Action, action_for, review};
+use super::{Action, action_for, review};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 fn request(operation: &str, object: &Value, old: Option<&Value>) -> Vec<u8> {
     let mut req = json!({
@@ -268,44 +269,6 @@ fn the_answer_is_always_an_admission_review() {
     }
 }
 
-fn booster(name: &str, backend: &str) -> Value {
-    json!({
-        "apiVersion": "workload.serving.volcano.sh/v1alpha1",
-        "kind": "ModelBooster",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"backend": {
-            "name": backend, "type": "vLLM", "modelURI": "hf://Qwen/Qwen3-8B", "replicas": 1,
-            "workers": [{"type": "server", "image": "vllm:1", "replicas": 1, "pods": 1}],
-        }},
-    })
-}
-
-/// Regression: a ModelBooster whose name and backend name make the generated pod names
-/// longer than 63 characters was admitted, then went `Failed` when its ModelServing was
-/// refused. It is refused at once, with the generated object's own message.
-#[test]
-fn a_booster_whose_model_serving_would_be_refused_is_refused() -> TestResult {
-    let ok = answer(
-        Action::Validate,
-        &request("CREATE", &booster("qwen", "qwen-vllm"), None),
-    )?;
-    assert_eq!(ok["allowed"], true, "{ok}");
-    let long = "c".repeat(40);
-    let r = answer(
-        Action::Validate,
-        &request("CREATE", &booster(&long, "backend-name-is-long"), None),
-    )?;
-    assert_eq!(r["allowed"], false);
-    let msg = r["status"]["message"].as_str().unwrap_or_default();
-    let prefix = format!(
-        "validation failed:\n  - spec: the ModelServing {long}-backend-name-is-long it generates is not valid: spec.template.roles[0].name: generated name \"{long}-backend-name-is-long-1-leader-1-0\" is not valid: must be no more than 63 characters"
-    );
-    assert!(msg.starts_with(&prefix), "{msg}");
-    Ok(())
-}
-
-/// An AutoscalingPolicy with `spec` and `minReplicas`/`maxReplicas` of `min`/`max` in each
-/// kind of target.
 fn policy_with_bounds(kind: &str, min: i64, max: i64) -> Value {
     let target = json!({"targetRef": {"kind": "ModelServing", "name": "ms"},
                         "metricSources": {"m": {"pod": {}}}});

@@ -1,0 +1,24 @@
+//! Kthena's admission webhooks, shared by the controller-manager (every kind, Go's
+//! `kthena-controller-manager` webhooks) and the router (ModelRoute, ModelServer and
+//! ExternalModelProvider, Go's `kthena-router` webhook):
+//!
+//! - [`review`]: the pure handler of one `AdmissionReview` (validation and defaulting are
+//!   `kthena-api`'s);
+//! - [`serve_webhook`]: the TLS server answering a path table ([`PATHS`], [`ROUTER_PATHS`]);
+//! - [`certificate`]: its serving certificate (files, a Secret every replica shares, or
+//!   generated), and [`patch_ca_bundle`] writing the CA into the webhook configurations.
+
+mod admission;
+mod cert;
+mod error;
+mod server;
+
+pub use admission::{
+    Action, ExtraCheck, PATHS, ROUTER_PATHS, Review, rejection, review, review_with,
+};
+pub use cert::{
+    Certificate, CertificateSource, certificate, generate_certificate, load_certificate,
+    secret_certificate, service_hosts,
+};
+pub use error::{Error, Result};
+pub use server::{WEBHOOK_TIMEOUT, patch_ca_bundle, serve_webhook};
