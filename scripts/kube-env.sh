@@ -2,11 +2,19 @@
 # A real Kubernetes control plane (etcd + kube-apiserver, no kubelet) on loopback, for tests
 # and for trying the router's cluster mode on a laptop.
 #
-#   scripts/kube-env.sh build            build kube-apiserver, kubectl and etcd once per machine
-#                                        into $KTHENA_K8S_CACHE (default /var/cache/kthena/k8s)
-#   scripts/kube-env.sh up DIR           start etcd and kube-apiserver on free loopback ports,
-#                                        wait for /readyz, write DIR/kubeconfig and DIR/env
-#   scripts/kube-env.sh down DIR         stop what `up` started (by PID)
+#   scripts/kube-env.sh build            build kube-apiserver, kubectl, etcd and
+#                                        kube-controller-manager once per machine into
+#                                        $KTHENA_K8S_CACHE (default /var/cache/kthena/k8s)
+#   scripts/kube-env.sh up DIR [--controller-manager]
+#                                        start etcd and kube-apiserver on free loopback ports,
+#                                        wait for /readyz, write DIR/kubeconfig and DIR/env;
+#                                        with --controller-manager also start it (see below)
+#   scripts/kube-env.sh controller-manager DIR
+#                                        start kube-controller-manager against DIR's control
+#                                        plane with the controllers a laptop release needs:
+#                                        deployment, replicaset, garbagecollector, namespace,
+#                                        serviceaccount, serviceaccount-token
+#   scripts/kube-env.sh down DIR         stop what `up` and `controller-manager` started (by PID)
 #   scripts/kube-env.sh stop-apiserver DIR    stop only kube-apiserver (etcd keeps the data)
 #   scripts/kube-env.sh start-apiserver DIR   start it again with the same port and flags
 #   scripts/kube-env.sh crds DIR         install into that control plane Kthena's CRDs (deploy/crds),
@@ -27,6 +35,14 @@ K8S_MINOR="37"
 ETCD_VERSION="v3.6.16"
 GATEWAY_API_VERSION="v1.6.3"
 STAMP="kubernetes=$K8S_VERSION etcd=$ETCD_VERSION gateway-api=$GATEWAY_API_VERSION"
+# kube-controller-manager is stamped on its own (STAMP.controller-manager), so that adding it
+# to a machine never rebuilds the binaries above.
+KCM_STAMP="kubernetes=$K8S_VERSION"
+# Deployments into ReplicaSets into Pods, owner-reference garbage collection (deleting a
+# Deployment removes its pods), namespace deletion, each namespace's `default`
+# ServiceAccount and service-account token Secrets. No endpoint(slice) controller:
+# EndpointSlices may not hold the loopback pod IPs of the simulated node.
+KCM_CONTROLLERS="deployment,replicaset,garbagecollector,namespace,serviceaccount,serviceaccount-token"
 
 log() { echo "kube-env: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -34,6 +50,10 @@ die() { log "error: $*"; exit 1; }
 built() {
     [[ -x "$CACHE/kube-apiserver" && -x "$CACHE/kubectl" && -x "$CACHE/etcd" \
         && -f "$CACHE/crds/gateway-api/VERSION" && "$(cat "$CACHE/STAMP" 2>/dev/null)" == "$STAMP" ]]
+}
+
+kcm_built() {
+    [[ -x "$CACHE/kube-controller-manager" && "$(cat "$CACHE/STAMP.controller-manager" 2>/dev/null)" == "$KCM_STAMP" ]]
 }
 
 go_build() { # MODULE_DIR PACKAGE OUTPUT [LDFLAGS]
@@ -45,9 +65,19 @@ go_build() { # MODULE_DIR PACKAGE OUTPUT [LDFLAGS]
     mv -f "$out.tmp" "$out"
 }
 
+# -X flags giving the Kubernetes binaries their version.
+version_ldflags() {
+    local ver=""
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        ver+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=$K8S_MAJOR"
+        ver+=" -X $pkg.gitMinor=$K8S_MINOR -X $pkg.gitTreeState=clean"
+    done
+    echo "$ver"
+}
+
 cmd_build() {
-    if built; then
-        log "already built in $CACHE ($STAMP)"
+    if built && kcm_built; then
+        log "already built in $CACHE ($STAMP; kube-controller-manager $KCM_STAMP)"
         return 0
     fi
     command -v go >/dev/null || die "go is needed to build the control plane (once per machine)"
@@ -55,14 +85,13 @@ cmd_build() {
     # One build at a time: a second caller waits for the first, then finds it done.
     exec 9>"$CACHE/.build.lock"
     flock 9
-    if built; then
-        return 0
-    fi
-    local start=$SECONDS ver=""
-    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-        ver+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=$K8S_MAJOR"
-        ver+=" -X $pkg.gitMinor=$K8S_MINOR -X $pkg.gitTreeState=clean"
-    done
+    built || build_control_plane
+    kcm_built || build_controller_manager
+}
+
+build_control_plane() {
+    local start=$SECONDS ver
+    ver="$(version_ldflags)"
     go_build "$ROOT/scripts/k8s/kubernetes" k8s.io/kubernetes/cmd/kube-apiserver "$CACHE/kube-apiserver" "$ver"
     go_build "$ROOT/scripts/k8s/kubernetes" k8s.io/kubernetes/cmd/kubectl "$CACHE/kubectl" "$ver"
     go_build "$ROOT/scripts/k8s/etcd" go.etcd.io/etcd/server/v3 "$CACHE/etcd"
@@ -77,6 +106,17 @@ cmd_build() {
     echo "$GATEWAY_API_VERSION" >"$CACHE/crds/gateway-api/VERSION"
     echo "$STAMP" >"$CACHE/STAMP"
     log "built in $((SECONDS - start))s; $(du -sh "$CACHE" | cut -f1) in $CACHE"
+}
+
+# The same k8s.io/kubernetes module as kube-apiserver; its own wrapper module
+# (scripts/k8s/controller-manager) because it imports packages (kubelet volume plugins,
+# cadvisor) whose sums the apiserver's module does not need.
+build_controller_manager() {
+    local start=$SECONDS
+    go_build "$ROOT/scripts/k8s/controller-manager" k8s.io/kubernetes/cmd/kube-controller-manager \
+        "$CACHE/kube-controller-manager" "$(version_ldflags)"
+    echo "$KCM_STAMP" >"$CACHE/STAMP.controller-manager"
+    log "kube-controller-manager built in $((SECONDS - start))s"
 }
 
 free_port() {
@@ -192,7 +232,8 @@ cmd_crds() {
 }
 
 cmd_up() {
-    local dir="${1:?usage: kube-env.sh up DIR}"
+    local dir="${1:?usage: kube-env.sh up DIR [--controller-manager]}" kcm="${2:-}"
+    [[ -z "$kcm" || "$kcm" == --controller-manager ]] || die "unknown option $kcm"
     built || die "control plane not built: run scripts/kube-env.sh build"
     mkdir -p "$dir"
     dir="$(cd "$dir" && pwd)"
@@ -206,7 +247,33 @@ cmd_up() {
     start_etcd "$dir" "$ETCD_PORT" "$ETCD_PEER_PORT"
     start_apiserver "$dir"
     write_kubeconfig "$dir"
+    [[ -n "$kcm" ]] && cmd_controller_manager "$dir"
     log "ready in $((SECONDS - start))s at https://127.0.0.1:$APISERVER_PORT (source $dir/env)"
+}
+
+# kube-controller-manager with the admin kubeconfig (one identity for every controller), no
+# serving port, no leader election; the service-account key signs the token Secrets.
+cmd_controller_manager() {
+    local dir="${1:?usage: kube-env.sh controller-manager DIR}"
+    dir="$(cd "$dir" && pwd)"
+    kcm_built || die "kube-controller-manager not built: run scripts/kube-env.sh build"
+    [[ -f "$dir/kubeconfig" ]] || die "no control plane in $dir (kube-env.sh up $dir first)"
+    if [[ -s "$dir/controller-manager.pid" ]] && kill -0 "$(cat "$dir/controller-manager.pid")" 2>/dev/null; then
+        log "kube-controller-manager of $dir is already running (PID $(cat "$dir/controller-manager.pid"))"
+        return 0
+    fi
+    setsid nohup "$CACHE/kube-controller-manager" \
+        --kubeconfig="$dir/kubeconfig" --controllers="$KCM_CONTROLLERS" \
+        --secure-port=0 --leader-elect=false --use-service-account-credentials=false \
+        --service-account-private-key-file="$dir/pki/sa.key" --root-ca-file="$dir/pki/ca.crt" \
+        --concurrent-deployment-syncs=5 --concurrent-replicaset-syncs=5 \
+        >>"$dir/controller-manager.log" 2>&1 </dev/null &
+    echo $! >"$dir/controller-manager.pid"
+    echo "export KTHENA_CONTROLLER_MANAGER_PID=$(cat "$dir/controller-manager.pid")" >>"$dir/env"
+    sleep 0.2
+    kill -0 "$(cat "$dir/controller-manager.pid")" 2>/dev/null \
+        || { tail -20 "$dir/controller-manager.log" >&2; die "kube-controller-manager exited"; }
+    log "kube-controller-manager started ($KCM_CONTROLLERS; log $dir/controller-manager.log)"
 }
 
 stop_pid() { # PIDFILE [TENTHS_OF_A_SECOND]
@@ -225,6 +292,7 @@ cmd_down() {
     local dir="${1:?usage: kube-env.sh down DIR}"
     # kube-apiserver drains open watches for up to a minute on SIGTERM; its state is in etcd,
     # so a test control plane gives it 3 s and then kills it.
+    stop_pid "$dir/controller-manager.pid" 30
     stop_pid "$dir/apiserver.pid" 30
     stop_pid "$dir/etcd.pid"
 }
@@ -244,11 +312,12 @@ cmd_start_apiserver() {
 
 case "${1:-}" in
     build) cmd_build ;;
-    up) cmd_up "${2:-}" ;;
+    up) cmd_up "${2:-}" "${3:-}" ;;
+    controller-manager) cmd_controller_manager "${2:-}" ;;
     down) cmd_down "${2:-}" ;;
     stop-apiserver) stop_pid "${2:?usage: kube-env.sh stop-apiserver DIR}/apiserver.pid" 30 ;;
     start-apiserver) cmd_start_apiserver "${2:-}" ;;
     crds) cmd_crds "${2:-}" ;;
-    paths) printf 'KTHENA_K8S_CACHE=%s\nKUBECTL=%s/kubectl\nKTHENA_GATEWAY_API_CRDS=%s/crds/gateway-api\n' "$CACHE" "$CACHE" "$CACHE" ;;
-    *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    paths) printf 'KTHENA_K8S_CACHE=%s\nKUBECTL=%s/kubectl\nKUBE_CONTROLLER_MANAGER=%s/kube-controller-manager\nKTHENA_GATEWAY_API_CRDS=%s/crds/gateway-api\n' "$CACHE" "$CACHE" "$CACHE" "$CACHE" ;;
+    *) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

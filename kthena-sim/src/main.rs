@@ -48,6 +48,16 @@ struct NodeArgs {
     /// Only pods matching this label selector, e.g. `app=vllm`.
     #[arg(long)]
     selector: Option<String>,
+    /// Directory of the `kthena-router`, `kthena-controller`, `kthena` and `kthena-sim`
+    /// binaries that run the pods whose image is one of ours (`.../kthena-router:TAG`, ...)
+    /// [default: the directory of this `kthena-sim`].
+    #[arg(long, value_name = "DIR")]
+    bin_dir: Option<PathBuf>,
+    /// Directory holding one directory per such pod: its volumes, token, kubeconfig and
+    /// the processes' logs (`<namespace>_<name>_<uid>/<container>.log`)
+    /// [default: `$TMPDIR/kthena-sim-node`].
+    #[arg(long, value_name = "DIR")]
+    pods_dir: Option<PathBuf>,
     /// Default engine flags (model and port come from each pod).
     #[command(flatten)]
     engine: kthena_sim::Config,
@@ -118,7 +128,18 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         }
         None => kube::Config::infer().await?,
     };
+    let processes = kthena_sim::node::ProcessConfig {
+        bin_dir: match args.bin_dir {
+            Some(dir) => dir,
+            None => own_dir()?,
+        },
+        pods_dir: args
+            .pods_dir
+            .unwrap_or_else(|| std::env::temp_dir().join("kthena-sim-node")),
+        api_server: kthena_sim::node::ApiServer::from_kube_config(&config),
+    };
     let client = kube::Client::try_from(config)?;
+    tracing::info!(bin_dir = %processes.bin_dir.display(), pods_dir = %processes.pods_dir.display(), "Simulated node started.");
     let node = kthena_sim::node::SimNode::start(
         client,
         kthena_sim::node::NodeConfig {
@@ -126,14 +147,22 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
             namespace: args.namespace,
             selector: args.selector,
             engine: args.engine.validate()?,
+            processes: Some(processes),
             ..Default::default()
         },
     );
-    tracing::info!("Simulated node started.");
     stop_signal().await?;
     tracing::info!("Shutting down.");
     node.stop().await;
     Ok(())
+}
+
+/// The directory of the running binary.
+fn own_dir() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    exe.parent()
+        .map(std::path::Path::to_path_buf)
+        .ok_or_else(|| anyhow::anyhow!("{} has no directory", exe.display()))
 }
 
 /// 64 (`EX_USAGE`) for a configuration the simulator refuses, 1 otherwise.

@@ -30,6 +30,7 @@
 
 mod addr;
 mod pod;
+mod process;
 mod stop;
 mod supervisor;
 
@@ -51,6 +52,8 @@ use crate::config::{Config, Faults};
 use crate::server::SimHandle;
 use supervisor::{Ctx, Engines, supervise};
 
+pub use process::{ApiServer, POD_ROOT_ENV, ProcessConfig, binary_for_image};
+
 /// Pod annotation: `"false"` makes the pod NotReady (the engine keeps running).
 pub const READY_ANNOTATION: &str = "sim.kthena.io/ready";
 /// Pod annotation: an integer; the engine exits with it as the containers' exit code.
@@ -71,8 +74,12 @@ pub struct NodeConfig {
     /// or it has the [`ARGS_ANNOTATION`]); the model, flavor and port come from the pod.
     /// `host` and `port` are ignored.
     pub engine: Config,
-    /// How often each engine's `/health` is probed (wall time).
+    /// How often each engine's `/health` (and each process's readiness probe) is probed
+    /// (wall time).
     pub health_interval: Duration,
+    /// How pods whose image is one of ours ([`binary_for_image`]) run as local processes;
+    /// `None`: such pods fail (their containers terminate with a message saying so).
+    pub processes: Option<ProcessConfig>,
 }
 
 impl Default for NodeConfig {
@@ -83,6 +90,7 @@ impl Default for NodeConfig {
             selector: None,
             engine: Config::default(),
             health_interval: Duration::from_millis(500),
+            processes: None,
         }
     }
 }
@@ -109,6 +117,7 @@ impl SimNode {
             base: config.engine.clone(),
             health_interval: config.health_interval,
             engines: Arc::clone(&engines),
+            processes: config.processes.clone(),
         });
         tracker.spawn(watch_pods(ctx, config, cancel.clone(), tracker.clone()));
         Self {

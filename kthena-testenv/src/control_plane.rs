@@ -182,6 +182,17 @@ impl ControlPlane {
         self.script_blocking("start-apiserver").await
     }
 
+    /// Starts kube-controller-manager against this control plane (`kube-env.sh
+    /// controller-manager`: Deployments, ReplicaSets, garbage collection, namespaces,
+    /// service accounts); it stops with the control plane. The shared control plane of
+    /// [`TestEnv`](crate::TestEnv) never runs one.
+    ///
+    /// # Errors
+    /// As [`ControlPlane::stop_apiserver`] (the binary not built: `scripts/kube-env.sh build`).
+    pub async fn start_controller_manager(&self) -> Result<()> {
+        self.script_blocking("controller-manager").await
+    }
+
     async fn script_blocking(&self, verb: &'static str) -> Result<()> {
         let dir = self.dir.clone().ok_or(Error::NotOwned)?;
         tokio::task::spawn_blocking(move || {

@@ -20,7 +20,9 @@
 //!
 //! There is no kube-controller-manager, scheduler or kubelet: no garbage collection, no
 //! namespace deletion, no default ServiceAccount; pods stay `Pending` unless something (the
-//! simulated node, `kthena-sim node`) writes their status.
+//! simulated node, `kthena-sim node`) writes their status. A test that needs Deployments
+//! turned into pods starts a control plane of its own and
+//! [`ControlPlane::start_controller_manager`] on it.
 //!
 //! ```no_run
 //! # async fn demo() -> kthena_testenv::Result<()> {

@@ -24,5 +24,6 @@ mod gang;
 mod go_chart;
 mod ms_support;
 mod rollout;
+mod sim_node_release;
 mod warning_events;
 mod webhook;

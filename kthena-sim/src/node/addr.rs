@@ -55,6 +55,11 @@ fn take(after: u32) -> Option<Lease> {
         })
 }
 
+/// The lowest free address, for a pod whose processes bind their own ports.
+pub(super) fn take_ip() -> Option<Lease> {
+    take(u32::from(FIRST))
+}
+
 /// Starts an engine with `config` (its `port`) on the lowest free loopback address.
 ///
 /// # Errors

@@ -3,7 +3,7 @@
 //! Ready, `preStop`, the engine drained within the grace period, then removed).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,8 +18,9 @@ use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::addr::{Lease, spawn_on_free_ip};
+use super::addr::{Lease, spawn_on_free_ip, take_ip};
 use super::pod::{engine_config, exit_requested, ready_wanted, running_status, terminated_status};
+use super::process::{PodProcesses, ProcessConfig, is_process_pod};
 use super::stop;
 use crate::config::Config;
 use crate::server::SimHandle;
@@ -41,6 +42,7 @@ pub(super) struct Ctx {
     pub(super) base: Config,
     pub(super) health_interval: Duration,
     pub(super) engines: Engines,
+    pub(super) processes: Option<ProcessConfig>,
 }
 
 /// A pod's running engine and its address.
@@ -58,6 +60,30 @@ impl Engine {
     async fn stop(self, engines: &Engines) {
         lock(engines).remove(&self.key);
         self.handle.kill_shared().await;
+    }
+}
+
+/// What runs for a pod: an in-process engine, or the processes of a pod of ours.
+enum Workload {
+    Engine(Engine),
+    Processes(PodProcesses),
+}
+
+impl Workload {
+    fn ip(&self) -> IpAddr {
+        match self {
+            Self::Engine(e) => e.addr().ip(),
+            Self::Processes(p) => p.ip(),
+        }
+    }
+
+    /// Stops it at once (the node stopping, or an exit): an engine is killed, processes
+    /// get SIGTERM and a short grace period.
+    async fn stop(self, engines: &Engines) {
+        match self {
+            Self::Engine(e) => e.stop(engines).await,
+            Self::Processes(p) => p.stop_for_node().await,
+        }
     }
 }
 
@@ -114,7 +140,10 @@ struct PodRun {
     api: Api<Pod>,
     name: String,
     started: Time,
-    engine: Option<Engine>,
+    engine: Option<Workload>,
+    /// The readiness probes' last result (always true for an engine, whose `/health` is
+    /// checked instead).
+    probed_ready: bool,
     /// The `Ready` value last written while the engine runs.
     ready_written: Option<bool>,
     /// A terminated status not written yet (the patch failed): retried by `sync`.
@@ -131,14 +160,23 @@ impl PodRun {
             name: pod.name_any(),
             started: now(),
             engine: None,
+            probed_ready: false,
             ready_written: None,
             unwritten: None,
             failures: 0,
             api,
             ctx,
         };
-        match start(&run.ctx, pod, &key, cancel).await {
-            Ok(engine) => run.engine = Some(engine),
+        let started = if is_process_pod(pod) {
+            start_processes(&run.ctx, pod).await
+        } else {
+            start(&run.ctx, pod, &key, cancel).await.map(|e| {
+                run.probed_ready = true;
+                Workload::Engine(e)
+            })
+        };
+        match started {
+            Ok(workload) => run.engine = Some(workload),
             Err(message) => {
                 tracing::warn!(pod = %key, %message, "Engine failed to start.");
                 run.terminate(pod, 1, &message).await;
@@ -161,9 +199,9 @@ impl PodRun {
             .await;
         }
         let Some(engine) = &self.engine else { return };
-        let want = ready_wanted(pod);
+        let want = ready_wanted(pod) && self.probed_ready;
         if self.ready_written != Some(want) {
-            let status = running_status(pod, engine.addr().ip(), want, &self.started, &now());
+            let status = running_status(pod, engine.ip(), want, &self.started, &now());
             if patch_status(&self.api, &self.name, &status).await {
                 self.ready_written = Some(want);
             }
@@ -173,7 +211,18 @@ impl PodRun {
     /// An engine that fails [`FAILURE_THRESHOLD`] `/health` probes in a row has exited
     /// (code 1).
     async fn check_health(&mut self, pod: &Pod) {
-        let Some(engine) = &self.engine else { return };
+        if let Some(Workload::Processes(procs)) = &mut self.engine {
+            if let Some((code, message)) = procs.follow(pod) {
+                self.terminate(pod, code, &message).await;
+                return;
+            }
+            self.probed_ready = procs.ready().await;
+            procs.renew_token(&self.ctx.client, pod).await;
+            return;
+        }
+        let Some(Workload::Engine(engine)) = &self.engine else {
+            return;
+        };
         if healthy(engine.addr()).await {
             self.failures = 0;
             return;
@@ -191,7 +240,12 @@ impl PodRun {
     /// finishes) and is killed at the end of the grace period if it is not done.
     async fn terminate_gracefully(&mut self, pod: &Pod) {
         let deadline = tokio::time::Instant::now() + stop::grace_period(pod);
-        let Some(engine) = &self.engine else { return };
+        if matches!(self.engine, Some(Workload::Processes(_))) {
+            return self.terminate_processes(pod).await;
+        }
+        let Some(Workload::Engine(engine)) = &self.engine else {
+            return;
+        };
         let handle = Arc::clone(&engine.handle);
         let key = engine.key.clone();
         let status = running_status(pod, handle.addr().ip(), false, &self.started, &now());
@@ -213,9 +267,23 @@ impl PodRun {
         self.stop_engine().await;
     }
 
+    /// A deleting pod of processes: NotReady, then SIGTERM, and SIGKILL at the end of the
+    /// grace period (no `preStop` hook runs).
+    async fn terminate_processes(&mut self, pod: &Pod) {
+        let Some(Workload::Processes(procs)) = self.engine.take() else {
+            return;
+        };
+        let status = running_status(pod, procs.ip(), false, &self.started, &now());
+        if patch_status(&self.api, &self.name, &status).await {
+            self.ready_written = Some(false);
+        }
+        procs.stop(stop::grace_period(pod)).await;
+        tracing::info!(pod = %self.name, "Processes stopped.");
+    }
+
     /// Stops the engine and writes the containers as terminated with `exit_code`.
     async fn terminate(&mut self, pod: &Pod, exit_code: i32, message: &str) {
-        let ip = self.engine.as_ref().map(|e| e.addr().ip());
+        let ip = self.engine.as_ref().map(Workload::ip);
         self.stop_engine().await;
         let status = terminated_status(pod, ip, exit_code, message, &self.started, &now());
         self.write_terminal(status).await;
@@ -232,6 +300,17 @@ impl PodRun {
             e.stop(&self.ctx.engines).await;
         }
     }
+}
+
+/// Starts the processes of a pod of ours on a free loopback address.
+async fn start_processes(ctx: &Ctx, pod: &Pod) -> Result<Workload, String> {
+    let config = ctx.processes.as_ref().ok_or(
+        "the pod's image is one of ours, which runs as a local process, but this node runs no processes (NodeConfig::processes)",
+    )?;
+    let lease = take_ip().ok_or("no free loopback address")?;
+    PodProcesses::start(&ctx.client, config, pod, lease)
+        .await
+        .map(Workload::Processes)
 }
 
 /// Starts the engine and waits until it answers `/health`.

@@ -10,6 +10,7 @@ mod kv_events;
 mod memory;
 mod metrics_format;
 mod node;
+mod node_process;
 mod node_termination;
 mod pd;
 mod responses;
