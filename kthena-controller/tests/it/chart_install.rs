@@ -28,21 +28,21 @@ use crate::chart_pods::{
 use crate::chart_support::{NAMESPACE, RELEASE, chart, free_port, go_chart, helm, parse_docs};
 
 /// The two tests start controller-managers on Go's fixed webhook port 8443: one at a time.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Upper bound for a process to become ready (a timeout, not a measured latency).
 const READY: Duration = Duration::from_secs(60);
 
 /// The router's ports as chart values (free ports: the binaries bind all interfaces).
-struct Ports {
-    router: u16,
+pub(crate) struct Ports {
+    pub(crate) router: u16,
     metrics: u16,
     debug: u16,
     webhook: u16,
 }
 
 impl Ports {
-    fn free() -> Result<Self> {
+    pub(crate) fn free() -> Result<Self> {
         Ok(Self {
             router: free_port()?,
             metrics: free_port()?,
@@ -51,7 +51,7 @@ impl Ports {
         })
     }
 
-    fn sets(&self) -> Vec<String> {
+    pub(crate) fn sets(&self) -> Vec<String> {
         let r = "networking.kthenaRouter";
         vec![
             format!("{r}.port={}", self.router),
@@ -63,7 +63,7 @@ impl Ports {
 }
 
 /// Runs helm against `plane` with `args` and `--set` of each of `sets`.
-fn helm_on(plane: &ControlPlane, args: &[&str], sets: &[String]) -> Result<String> {
+pub(crate) fn helm_on(plane: &ControlPlane, args: &[&str], sets: &[String]) -> Result<String> {
     let kc = plane.kubeconfig().to_str().context("kubeconfig path")?;
     let mut all: Vec<&str> = args.to_vec();
     all.extend(["--namespace", NAMESPACE, "--kubeconfig", kc]);

@@ -22,6 +22,7 @@ mod deploy;
 mod examples;
 mod gang;
 mod go_chart;
+mod laptop;
 mod ms_support;
 mod rollout;
 mod sim_node_release;
