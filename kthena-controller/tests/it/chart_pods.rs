@@ -291,3 +291,27 @@ fn parse_response(raw: &[u8]) -> Result<(u16, String)> {
         .unwrap_or_default();
     Ok((status, body))
 }
+
+/// A simulated node on `plane` that runs the pods of our images as the binaries of
+/// `bin_dir` (logs under `pods_dir`) and every other pod as a kthena-sim engine.
+pub(crate) async fn process_node(
+    plane: &kthena_testenv::ControlPlane,
+    bin_dir: PathBuf,
+    pods_dir: &Path,
+) -> Result<kthena_sim::node::SimNode> {
+    use kthena_sim::node::{ApiServer, NodeConfig, ProcessConfig, SimNode};
+    let kc = kube::config::Kubeconfig::read_from(plane.kubeconfig())?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    Ok(SimNode::start(
+        plane.client().await?,
+        NodeConfig {
+            health_interval: Duration::from_millis(100),
+            processes: Some(ProcessConfig {
+                bin_dir,
+                pods_dir: pods_dir.to_owned(),
+                api_server: ApiServer::from_kube_config(&config),
+            }),
+            ..NodeConfig::default()
+        },
+    ))
+}

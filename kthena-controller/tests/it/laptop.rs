@@ -6,22 +6,18 @@
 //! router; `helm uninstall` then takes the release's pods away.
 
 use std::path::Path;
-use std::time::Duration;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use k8s_openapi::api::core::v1::Pod;
 use kthena_api::ModelBooster;
-use kthena_sim::node::{ApiServer, NodeConfig, ProcessConfig, SimNode};
 use kthena_testenv::ControlPlane;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
 use crate::chart_install::{ONE_AT_A_TIME, Ports, helm_on};
-use crate::chart_pods::{http, router_bin};
+use crate::chart_pods::{http, process_node, router_bin};
 use crate::chart_support::{NAMESPACE, RELEASE, chart};
-
-/// Upper bound for the release and the model to come up (a timeout, not a latency).
-const WAIT: Duration = Duration::from_secs(120);
+use crate::ms_support::eventually;
 
 /// The quick start's ModelBooster (Go Kthena's `examples/model-booster/Qwen2.5-0.5B-Instruct.yaml`).
 fn booster() -> Result<ModelBooster> {
@@ -45,25 +41,6 @@ fn ready(p: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-/// Polls `check` every 200 ms until it gives `Some`, for at most [`WAIT`]; the error
-/// names `what` and the node's pod logs.
-async fn until<T, F, Fut>(what: &str, logs: &Path, mut check: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Option<T>>>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Some(v) = check().await? {
-            return Ok(v);
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("{what}: not after {WAIT:?}; pod logs:\n{}", pod_logs(logs));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// The last lines of every process log under the node's pods directory.
@@ -103,33 +80,21 @@ async fn the_laptop_quick_start_answers_a_chat_completion() -> Result<()> {
         &sets,
     )?;
 
-    let kc = kube::config::Kubeconfig::read_from(plane.kubeconfig())?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
     let pods_dir = tempfile::tempdir()?;
     let bin_dir = router_bin()?
         .parent()
         .context("binary directory")?
         .to_owned();
-    let node = SimNode::start(
-        client.clone(),
-        NodeConfig {
-            health_interval: Duration::from_millis(100),
-            processes: Some(ProcessConfig {
-                bin_dir,
-                pods_dir: pods_dir.path().to_owned(),
-                api_server: ApiServer::from_kube_config(&config),
-            }),
-            ..NodeConfig::default()
-        },
-    );
+    let node = process_node(&plane, bin_dir, pods_dir.path()).await?;
     let logs = pods_dir.path();
     let release: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let lp = ListParams::default();
-    until("the release's pods Ready", logs, || async {
+    eventually("the release's pods Ready", || async {
         let pods = release.list(&lp).await?.items;
         Ok((pods.len() == 2 && pods.iter().all(ready)).then_some(()))
     })
-    .await?;
+    .await
+    .with_context(|| pod_logs(logs))?;
 
     Api::<ModelBooster>::namespaced(client.clone(), "default")
         .create(&PostParams::default(), &booster()?)
@@ -137,23 +102,25 @@ async fn the_laptop_quick_start_answers_a_chat_completion() -> Result<()> {
     let body = json!({"model": "demo", "max_tokens": 16,
                       "messages": [{"role": "user", "content": "Hello"}]})
     .to_string();
-    let answer = until("a chat completion through the router", logs, || async {
+    let answer = eventually("a chat completion through the router", || async {
         let (status, text) = http(ports.router, "POST", "/v1/chat/completions", &body)
             .await
             .unwrap_or((0, String::new()));
         Ok((status == 200).then_some(text))
     })
-    .await?;
+    .await
+    .with_context(|| pod_logs(logs))?;
     let answer: serde_json::Value = serde_json::from_str(&answer)?;
     assert_eq!(answer["object"], "chat.completion", "{answer}");
     let content = answer["choices"][0]["message"]["content"].as_str();
     assert!(content.is_some_and(|c| !c.is_empty()), "{answer}");
 
     helm_on(&plane, &["uninstall", RELEASE, "--wait"], &[])?;
-    until("the release's pods gone", logs, || async {
+    eventually("the release's pods gone", || async {
         Ok(release.list(&lp).await?.items.is_empty().then_some(()))
     })
-    .await?;
+    .await
+    .with_context(|| pod_logs(logs))?;
     node.stop().await;
     Ok(())
 }

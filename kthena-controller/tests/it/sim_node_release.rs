@@ -12,11 +12,11 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kthena_api::ModelServing;
-use kthena_sim::node::{ApiServer, NodeConfig, ProcessConfig, SimNode};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::wait::await_condition;
 use serde_json::json;
 
+use crate::chart_pods::process_node;
 use crate::ms_support::{available_in, create_example_in, eventually};
 
 const NS: &str = "kthena-system";
@@ -96,25 +96,12 @@ async fn the_controller_deployment_runs_as_a_process_and_reconciles() -> Result<
     plane.start_controller_manager().await?;
     let client = plane.client().await?;
     setup(&client).await?;
-    let kc = kube::config::Kubeconfig::read_from(plane.kubeconfig())?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
     let pods_dir = tempfile::tempdir()?;
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_kthena-controller"))
         .parent()
         .context("binary directory")?
         .to_owned();
-    let node = SimNode::start(
-        client.clone(),
-        NodeConfig {
-            health_interval: Duration::from_millis(100),
-            processes: Some(ProcessConfig {
-                bin_dir,
-                pods_dir: pods_dir.path().to_owned(),
-                api_server: ApiServer::from_kube_config(&config),
-            }),
-            ..NodeConfig::default()
-        },
-    );
+    let node = process_node(&plane, bin_dir, pods_dir.path()).await?;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
     deployments
         .create(&PostParams::default(), &deployment()?)
