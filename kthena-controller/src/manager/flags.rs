@@ -44,11 +44,12 @@ pub struct Flags {
     #[arg(long)]
     pub leader_elect_namespace: Option<String>,
     /// Address of the plain-HTTP `GET /healthz` endpoint (`--health-probe-bind-address`,
-    /// controller-runtime's name, is the same flag).
+    /// controller-runtime's name, is the same flag); Go's `:8081` form means all addresses.
     #[arg(
         long,
         alias = "health-probe-bind-address",
-        default_value = "0.0.0.0:8081"
+        default_value = "0.0.0.0:8081",
+        value_parser = parse_bind_address
     )]
     pub healthz_bind_address: SocketAddr,
     /// Serve the admission webhooks (TLS, on --port) for every Kthena kind.
@@ -121,6 +122,20 @@ fn parse_timeout(text: &str) -> std::result::Result<std::time::Duration, String>
     kthena_api::GoDuration::new(text)
         .parse()
         .map_err(|e| e.to_string())
+}
+
+/// A listen address as Go's `net.Listen` takes it: `host:port`, or `:port` for all
+/// addresses (controller-runtime's `--health-probe-bind-address=:8081`).
+///
+/// # Errors
+/// Text that is neither, with the accepted forms.
+pub fn parse_bind_address(text: &str) -> std::result::Result<SocketAddr, String> {
+    let full = match text.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => text.to_owned(),
+    };
+    full.parse()
+        .map_err(|_| format!("invalid address {text:?}: expected host:port or :port"))
 }
 
 /// A bool flag value as Go's `strconv.ParseBool` reads it: `1`, `t`, `T`, `TRUE`, `true`,

@@ -604,6 +604,10 @@ fn values_go_forbids_or_we_do_not_take_are_rejected() -> Result<()> {
             "at '/networking/kthenaRouter': additional properties 'replica' not allowed",
         ),
         (
+            &["netwrking.enabled=false"][..],
+            "at '': additional properties 'netwrking' not allowed",
+        ),
+        (
             &["global.certManagementMode=vault"][..],
             "at '/global/certManagementMode'",
         ),

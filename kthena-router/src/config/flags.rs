@@ -130,11 +130,11 @@ pub struct GoOnly {
     /// Serve the validating webhook of ModelRoute, ModelServer and ExternalModelProvider
     /// on `--webhook-port` (cluster mode), as Go's router does. Go's default is true and
     /// Go's chart always passes the flag; here the default is false, so that a router run
-    /// by hand does not bind a port and write a Secret it was not asked to [default: false].
+    /// by hand does not bind a port and write a Secret it was not asked to.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true",
           default_value = "false", value_parser = parse_go_bool, action = ArgAction::Set)]
     pub enable_webhook: bool,
-    /// The webhook server's port, on all addresses (0 picks a free one) [default: 8443].
+    /// The webhook server's port, on all addresses (0 picks a free one).
     #[arg(long, default_value_t = 8443)]
     pub webhook_port: u16,
     /// The webhook certificate (PEM), used with its key when both files exist (Go's chart
@@ -152,10 +152,10 @@ pub struct GoOnly {
     #[arg(long, default_value = "kthena-router-webhook")]
     pub webhook_service_name: String,
     /// Go: client-side requests per second to the API server (client-go's `QPS`;
-    /// accepted, unused: the router's API client has no client-side limit) [default: 0].
+    /// accepted, unused: the router's API client has no client-side limit).
     #[arg(long, default_value_t = 0.0)]
     pub kube_api_qps: f32,
-    /// Go: client-side burst to the API server (accepted, unused) [default: 0].
+    /// Go: client-side burst to the API server (accepted, unused).
     #[arg(long, default_value_t = 0)]
     pub kube_api_burst: u32,
     /// klog's verbosity: 0-3 log at `info`, 4-5 at `debug`, 6 and above at `trace`

@@ -141,3 +141,25 @@ fn klog_flags_and_pod_namespace() {
     assert_eq!(Flags::webhook_namespace(Some(""), "default"), "default");
     assert_eq!(Flags::webhook_namespace(None, "default"), "default");
 }
+
+#[test]
+fn health_probe_address_takes_go_listen_forms() {
+    let parse = |args: &[&str]| {
+        Flags::try_parse_from(std::iter::once("kthena-controller").chain(args.iter().copied()))
+            .map(|f| f.healthz_bind_address.to_string())
+            .map_err(|e| e.to_string())
+    };
+    assert_eq!(
+        parse(&["--health-probe-bind-address=:8081"]),
+        Ok("0.0.0.0:8081".into())
+    );
+    assert_eq!(
+        parse(&["--healthz-bind-address=127.0.0.1:9"]),
+        Ok("127.0.0.1:9".into())
+    );
+    let e = parse(&["--health-probe-bind-address=8081"]).unwrap_err();
+    assert!(
+        e.contains(r#"invalid address "8081": expected host:port or :port"#),
+        "{e}"
+    );
+}

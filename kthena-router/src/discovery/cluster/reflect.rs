@@ -191,11 +191,24 @@ fn watch_error_text(kind: &str, err: &watcher::Error) -> String {
     };
     if status.code == 404 {
         return format!(
-            "the API server does not serve {kind} (404): is its CRD installed? \
-             (kubectl apply --server-side -f deploy/crds/)"
+            "the API server does not serve {kind} (404): is its CRD installed? ({})",
+            crd_hint(kind)
         );
     }
     format!("{} (HTTP {})", status.message.trim(), status.code)
+}
+
+/// Where the CRD of `kind` comes from: Kthena's in `deploy/crds/` (the Helm chart installs
+/// them), the Gateway API's from its release, InferencePool's in `deploy/gateway-api/`.
+fn crd_hint(kind: &str) -> &'static str {
+    match kind {
+        "Gateway" | "GatewayClass" | "HTTPRoute" | "GRPCRoute" | "ReferenceGrant" => {
+            "the Gateway API's standard CRDs, from its release: \
+             https://gateway-api.sigs.k8s.io/guides/#installing-gateway-api"
+        }
+        "InferencePool" => "kubectl apply --server-side -f deploy/gateway-api/",
+        _ => "kubectl apply --server-side -f deploy/crds/",
+    }
 }
 
 #[cfg(test)]

@@ -85,6 +85,17 @@ fn a_watch_of_a_kind_without_its_crd_says_so() {
         "the API server does not serve ExternalModelProvider (404): is its CRD installed? \
          (kubectl apply --server-side -f deploy/crds/)"
     );
+    let err = watcher::Error::InitialListFailed(kube::Error::Api(
+        kube::core::Status::failure("404 page not found\n", "")
+            .with_code(404)
+            .boxed(),
+    ));
+    assert_eq!(
+        watch_error_text("HTTPRoute", &err),
+        "the API server does not serve HTTPRoute (404): is its CRD installed? (the Gateway \
+         API's standard CRDs, from its release: \
+         https://gateway-api.sigs.k8s.io/guides/#installing-gateway-api)"
+    );
     let forbidden = kube::core::Status::failure("pods is forbidden", "Forbidden")
         .with_code(403)
         .boxed();
