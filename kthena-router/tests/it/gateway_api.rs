@@ -471,9 +471,16 @@ async fn other_ports_parent_refs_and_namespace_selectors() {
 
     // The bound route serves on the side Gateway's port only.
     until_at(&r, &side, "x", path, &bound, 200).await;
-    // The default Gateway (which the router creates at start) may come after the side one.
-    until(&r, "x", path, &bound, 404).await;
-    let (status, body) = ask(&r, "x", path, &bound).await;
+    // The default Gateway (which the router creates at start) may come after the side one:
+    // until the router sees it, the default port answers `no_matching_listener`.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (status, body) = loop {
+        let (status, body) = ask(&r, "x", path, &bound).await;
+        if body["error"]["code"] != "no_matching_listener" || Instant::now() > deadline {
+            break (status, body);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(status, 404, "{body}");
     assert_eq!(
         body["error"]["message"],
