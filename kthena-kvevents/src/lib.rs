@@ -78,6 +78,7 @@ mod encode;
 mod frames;
 #[cfg(feature = "sched")]
 mod index;
+mod publisher;
 #[cfg(feature = "subscribe")]
 mod subscribe;
 mod wire;
@@ -85,6 +86,9 @@ mod wire;
 pub use frames::{END_SEQ, SeqStep, SeqTracker, split_frames};
 #[cfg(feature = "sched")]
 pub use index::{IndexBatch, decode_batch, event_type};
+pub use publisher::{
+    DEFAULT_ENDPOINT, ENDPOINT_ANNOTATION, KV_EVENTS_FLAG, PublisherConfig, REPLAY_ANNOTATION,
+};
 #[cfg(feature = "subscribe")]
 pub use subscribe::{FIRST_BACKOFF, MAX_BACKOFF, Subscriber, subscribe};
 pub use wire::{BlockHash, BlockRemoved, BlockStored, Encoding, Event, EventBatch, ExtraKey};
@@ -116,6 +120,20 @@ pub enum Error {
         expected: &'static str,
         /// The msgpack type found (`"str"`, `"nil"`, ...) or `"missing"`.
         found: &'static str,
+    },
+    /// An engine's `--kv-events-config` cannot be read.
+    #[error("invalid KV-event configuration: {reason}")]
+    KvEventsConfig {
+        /// What is wrong, with the value.
+        reason: String,
+    },
+    /// A KV-event endpoint cannot be subscribed to from outside the engine's pod.
+    #[error("KV-event endpoint {endpoint} {reason}")]
+    KvEventsEndpoint {
+        /// The endpoint as configured.
+        endpoint: String,
+        /// Why it cannot be used.
+        reason: &'static str,
     },
 }
 

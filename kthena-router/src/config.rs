@@ -261,6 +261,16 @@ pub struct EndpointConfig {
     /// asked for missed batches after a sequence gap.
     #[serde(default)]
     pub kv_events_replay: Option<String>,
+    /// Cluster mode: the pod's incarnation, `{uid}/{restarts}` (the restart count summed over
+    /// its containers). A change means the engine restarted: the endpoint is rebuilt and its
+    /// KV-index entries are dropped. Never read from a file.
+    #[serde(skip)]
+    pub incarnation: Option<String>,
+    /// Cluster mode: Unix seconds of the newest `startedAt` among the pod's running
+    /// containers; Redis KV-index owners written at or before it are stale (Go Kthena
+    /// `pkg/kthena-router/scheduler/plugins/kvcache_aware.go`). Never read from a file.
+    #[serde(skip)]
+    pub container_started: Option<i64>,
 }
 
 fn default_namespace() -> String {

@@ -405,6 +405,8 @@ fn pod_endpoint(pod: &Pod, servers: &[&ModelServer]) -> Option<EndpointConfig> {
         labels,
         kv_events: None,
         kv_events_replay: None,
+        incarnation: None,
+        container_started: None,
     })
 }
 

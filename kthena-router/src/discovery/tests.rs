@@ -24,6 +24,8 @@ fn endpoint(name: &str, l: &[(&str, &str)]) -> EndpointConfig {
         labels: labels(l),
         kv_events: None,
         kv_events_replay: None,
+        incarnation: None,
+        container_started: None,
     }
 }
 

@@ -45,6 +45,8 @@ pub(crate) fn shared_with(
             labels: BTreeMap::from([("app".to_owned(), "a".to_owned())]),
             kv_events: None,
             kv_events_replay: None,
+            incarnation: None,
+            container_started: None,
         })
         .collect();
     let snap = crate::discovery::Loader::new()

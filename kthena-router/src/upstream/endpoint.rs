@@ -31,8 +31,16 @@ pub struct Endpoint {
     pub socket: SocketAddr,
     /// Labels for `workloadSelector.matchLabels`.
     pub labels: BTreeMap<String, String>,
-    /// Optional KV-events address.
+    /// Optional KV-events address (`tcp://host:port`).
     pub kv_events: Option<String>,
+    /// Optional KV-events replay address (`tcp://host:port`).
+    pub kv_events_replay: Option<String>,
+    /// Cluster mode: the pod's incarnation (`{uid}/{restarts}`), see
+    /// [`EndpointConfig::incarnation`].
+    pub incarnation: Option<String>,
+    /// Cluster mode: Unix seconds of the newest running container's start, see
+    /// [`EndpointConfig::container_started`].
+    pub container_started: Option<i64>,
     /// Scheduler id (`namespace/name`).
     pub id: EndpointId,
     /// The router's own in-flight, awaiting-first-token and pending-prefill counts.
@@ -95,6 +103,9 @@ impl Endpoint {
             socket,
             labels: cfg.labels.clone(),
             kv_events: cfg.kv_events.clone(),
+            kv_events_replay: cfg.kv_events_replay.clone(),
+            incarnation: cfg.incarnation.clone(),
+            container_started: cfg.container_started,
             id: EndpointId::new(format!("{}/{}", cfg.namespace, cfg.name)),
             load: Arc::new(LoadTracker::new()),
             shared_in_flight: AtomicI64::new(-1),
@@ -103,10 +114,17 @@ impl Endpoint {
         })
     }
 
-    /// Whether this endpoint was built from the same name, namespace and address.
+    /// Whether this endpoint was built from the same name, namespace, address, KV-event
+    /// addresses and pod incarnation (a restarted engine is a new endpoint).
     #[must_use]
     pub fn same_as(&self, cfg: &EndpointConfig) -> bool {
-        self.name == cfg.name && self.namespace == cfg.namespace && self.address == cfg.address
+        self.name == cfg.name
+            && self.namespace == cfg.namespace
+            && self.address == cfg.address
+            && self.kv_events == cfg.kv_events
+            && self.kv_events_replay == cfg.kv_events_replay
+            && self.incarnation == cfg.incarnation
+            && self.container_started == cfg.container_started
     }
 
     /// The base URL `http://host:port`.
