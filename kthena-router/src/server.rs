@@ -681,4 +681,5 @@ fn spawn_background(
         cancel.clone(),
         tasks.clone(),
     ));
+    crate::kv::redis_gc::spawn(shared, cfg, cancel, tasks);
 }

@@ -129,6 +129,7 @@ impl Shared {
         self.metrics
             .overload
             .retain_endpoints(|ns, name| names.contains(&(ns, name)));
+        snap.kv.owners.note_endpoints(&snap.endpoints);
         self.snapshot.store(snap);
     }
 

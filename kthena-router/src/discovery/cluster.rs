@@ -199,6 +199,7 @@ impl Rebuilder {
         let provider_objects = self.stores.providers.state();
         let providers = valid_objects(&provider_objects, &mut self.warned);
         let pods = self.stores.pods.state();
+        self.shared.snapshot.load().kv.owners.note_pods(&pods);
         let endpoints = pod_endpoints(&pods, &servers);
         let objects = ClusterObjects {
             routes,

@@ -45,6 +45,9 @@ pub struct KvState {
     pub tokenizers: Arc<Tokenizers>,
     /// KV-event sources by endpoint name.
     pub sources: HashMap<String, (String, Option<String>)>,
+    /// The owners' container starts and the pod list the Redis index and the Redis garbage
+    /// collection read (one per [`KvLoader`], shared by all its states).
+    pub owners: Arc<crate::kv::owners::OwnerView>,
 }
 
 impl KvState {
@@ -161,6 +164,7 @@ pub struct KvLoader {
     pub(crate) metrics: Option<crate::telemetry::plugin_metrics::PluginMetrics>,
     index: Option<(IndexKey, Arc<dyn KvIndex>)>,
     tokenizers: Option<(TokenizersKey, Arc<Tokenizers>)>,
+    owners: Arc<crate::kv::owners::OwnerView>,
 }
 
 /// What the loaded tokenizers depend on: the list, cache size, remote settings, base folder.
@@ -188,6 +192,7 @@ impl KvLoader {
             args,
             tokenizers,
             sources: kv_sources(cfg),
+            owners: Arc::clone(&self.owners),
         })
     }
 
@@ -205,7 +210,8 @@ impl KvLoader {
             ) as Arc<dyn KvIndex>,
             IndexKey::Redis(r) => {
                 let mut idx = RedisKvIndex::new(&r.url, r.timeout)
-                    .map_err(|e| kv_config("kvCache.redis.url", e))?;
+                    .map_err(|e| kv_config("kvCache.redis.url", e))?
+                    .with_owners(Arc::clone(&self.owners));
                 if let Some(m) = &self.metrics {
                     idx = idx.with_metrics(m.clone());
                 }

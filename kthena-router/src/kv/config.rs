@@ -10,7 +10,7 @@
 //!       - {name: least-request, weight: 1}
 //! kvCache:
 //!   index: memory                 # or redis (Go Kthena's sidecar layout)
-//!   redis: {url: "redis://127.0.0.1:6379", timeout: 500ms}
+//!   redis: {url: "redis://127.0.0.1:6379", timeout: 500ms, gcInterval: 1m, gcScanKeys: 10000, gcGrace: 30s}
 //!   tokenizers:
 //!   - model: Qwen/Qwen3-8B        # the ModelServer's spec.model or the request's model
 //!     tokenizer: qwen3/tokenizer.json
@@ -54,14 +54,31 @@ pub struct RedisConfig {
     /// Connect, read and write timeout (default `500ms`).
     #[serde(deserialize_with = "go_duration")]
     pub timeout: Duration,
+    /// Time between two rounds of the Redis garbage collection (`kv::redis_gc`; default
+    /// `1m`, Go Kthena's is 1 h; `0s` turns it off). It runs when `index: redis` is used or
+    /// in-flight counts are shared through Redis (`REDIS_HOST`).
+    #[serde(deserialize_with = "go_duration")]
+    pub gc_interval: Duration,
+    /// Most block keys one round examines (the sum of its `SCAN ... COUNT` arguments;
+    /// default 10000, Go Kthena's is 100 per hour). A full pass over `K` keys takes
+    /// `ceil(K / gcScanKeys)` rounds.
+    pub gc_scan_keys: usize,
+    /// Cluster mode: how long a pod must have been missing from the router's pod list
+    /// before its Redis fields are deleted (default `30s`): a pod the watch has not
+    /// delivered yet keeps its fields.
+    #[serde(deserialize_with = "go_duration")]
+    pub gc_grace: Duration,
 }
 
 impl Default for RedisConfig {
-    /// `redis://127.0.0.1:6379`, 500 ms.
+    /// `redis://127.0.0.1:6379`, 500 ms; GC every minute over at most 10000 keys, 30 s grace.
     fn default() -> Self {
         Self {
             url: "redis://127.0.0.1:6379".to_owned(),
             timeout: Duration::from_millis(500),
+            gc_interval: Duration::from_secs(60),
+            gc_scan_keys: 10_000,
+            gc_grace: Duration::from_secs(30),
         }
     }
 }

@@ -15,6 +15,11 @@
 //! | `kthena_router_kv_index_entries` | gauge | | (endpoint, block) entries held by the KV index |
 //! | `kthena_router_tokenize_duration_seconds` | histogram | `source` | prompt tokenization time, `local` (in-process) or `remote` (engine `/tokenize`) |
 //! | `kthena_router_tokenize_prefix_cache_total` | counter | `result` | prompt-prefix cache lookups (`hit`, `miss`) |
+//! | `kthena_router_redis_gc_fields_removed_total` | counter | `hash`, `reason` | Redis fields the garbage collection deleted: `hash` = `kv_block` (a `matrix:kv:block:*` owner) or `in_flight` (a `kthena:on-flight-requests` field); `reason` = `expired` (written over 24 h ago), `restarted` (written at or before the pod's container start), `deleted_pod` (the pod no longer exists) |
+//! | `kthena_router_redis_gc_keys_removed_total` | counter | `hash` | hashes the garbage collection emptied (Redis deletes an empty hash) |
+//! | `kthena_router_redis_gc_keys_scanned_total` | counter | | block keys the garbage collection read |
+//! | `kthena_router_redis_gc_passes_total` | counter | | full `SCAN` passes over the block keys completed |
+//! | `kthena_router_redis_gc_errors_total` | counter | `hash`, `stage` | failed Redis calls of the garbage collection (`stage` = `connect`, `scan`, `read`, `delete`) |
 //!
 //! The match ratio itself is `kthena_router_kvcache_aware_match_ratio` (a histogram per model,
 //! registered by [`Metrics`](crate::Metrics)).
@@ -49,6 +54,23 @@ struct ResultLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct GcFieldLabels {
+    hash: String,
+    reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct GcHashLabel {
+    hash: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct GcErrorLabels {
+    hash: String,
+    stage: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct SourceLabel {
     source: String,
 }
@@ -78,6 +100,47 @@ pub struct KvMetrics {
     index_entries: Gauge,
     tokenize: Family<SourceLabel, Histogram, fn() -> Histogram>,
     tokenize_cache: Family<CacheLabel, Counter>,
+    gc: GcMetrics,
+}
+
+/// The `kthena_router_redis_gc_*` families.
+#[derive(Debug, Clone, Default)]
+struct GcMetrics {
+    fields: Family<GcFieldLabels, Counter>,
+    keys: Family<GcHashLabel, Counter>,
+    scanned: Counter,
+    passes: Counter,
+    errors: Family<GcErrorLabels, Counter>,
+}
+
+impl GcMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "kthena_router_redis_gc_fields_removed",
+            "Redis fields deleted by the garbage collection, by hash (kv_block, in_flight) and reason",
+            self.fields.clone(),
+        );
+        registry.register(
+            "kthena_router_redis_gc_keys_removed",
+            "Redis hashes the garbage collection emptied, by hash (kv_block, in_flight)",
+            self.keys.clone(),
+        );
+        registry.register(
+            "kthena_router_redis_gc_keys_scanned",
+            "KV block keys read by the Redis garbage collection",
+            self.scanned.clone(),
+        );
+        registry.register(
+            "kthena_router_redis_gc_passes",
+            "Full SCAN passes of the Redis garbage collection over the KV block keys",
+            self.passes.clone(),
+        );
+        registry.register(
+            "kthena_router_redis_gc_errors",
+            "Failed Redis calls of the garbage collection, by hash and stage",
+            self.errors.clone(),
+        );
+    }
 }
 
 impl KvMetrics {
@@ -96,7 +159,9 @@ impl KvMetrics {
             index_entries: Gauge::default(),
             tokenize: Family::new_with_constructor(tokenize_hist),
             tokenize_cache: Family::default(),
+            gc: GcMetrics::default(),
         };
+        m.gc.register(registry);
         registry.register(
             "kthena_router_kv_events",
             "KV events applied to the index, per endpoint and event type",
@@ -242,6 +307,44 @@ impl KvMetrics {
                 source: source.to_owned(),
             })
             .observe(secs);
+    }
+
+    /// Counts `n` fields of `hash` the Redis garbage collection deleted for `reason`.
+    pub fn gc_fields_removed(&self, hash: &str, reason: &str, n: u64) {
+        self.gc
+            .fields
+            .get_or_create(&GcFieldLabels {
+                hash: hash.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .inc_by(n);
+    }
+
+    /// Counts `n` hashes of kind `hash` the Redis garbage collection emptied.
+    pub fn gc_keys_removed(&self, hash: &str, n: u64) {
+        self.gc
+            .keys
+            .get_or_create(&GcHashLabel {
+                hash: hash.to_owned(),
+            })
+            .inc_by(n);
+    }
+
+    /// Counts `keys` block keys read and `passes` full passes of the garbage collection.
+    pub fn gc_scanned(&self, keys: u64, passes: u64) {
+        self.gc.scanned.inc_by(keys);
+        self.gc.passes.inc_by(passes);
+    }
+
+    /// Counts one failed Redis call of the garbage collection.
+    pub fn gc_error(&self, hash: &str, stage: &str) {
+        self.gc
+            .errors
+            .get_or_create(&GcErrorLabels {
+                hash: hash.to_owned(),
+                stage: stage.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts one prompt-prefix cache lookup.

@@ -16,10 +16,13 @@
 //!
 //! Per request, one pipelined `HGETALL` per block is sent (one round trip). An endpoint with
 //! id `namespace/name` owns a block when the hash has the field `name.namespace`; its match is
-//! the number of leading blocks it owns without a gap. Differences from Go Kthena: owners are
-//! not compared with the pod's container start time (standalone endpoints have none), and this
-//! index never writes or deletes keys (the sidecar and its GC own them), so
-//! [`KvIndex::apply`] and [`KvIndex::remove_endpoint`] do nothing.
+//! the number of leading blocks it owns without a gap. An owner written at or before its
+//! pod's newest container start (Unix seconds, from the [`OwnerView`]) is ignored: its cache
+//! died with the restart ([`fresh_owners`], Go Kthena's `freshOwners` of
+//! `pkg/kthena-router/scheduler/plugins/kvcache_aware.go`, pull request #1463 on Go Kthena's
+//! main branch, after v1.0.0). The index never writes keys, so [`KvIndex::apply`] and
+//! [`KvIndex::remove_endpoint`] do nothing; the router's Redis garbage collection
+//! (`kv::redis_gc`) deletes stale fields.
 //!
 //! The index is remote ([`KvIndex::is_remote`]): before scheduling, the router answers the
 //! request's lookups ([`kthena_sched::Scheduler::prepare`]) on the blocking pool, with the
@@ -29,7 +32,7 @@
 //! next request.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use kthena_sched::{Candidate, EndpointId, KvEvent, KvIndex, KvQuery};
@@ -37,6 +40,7 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
+use crate::kv::owners::OwnerView;
 
 /// Key prefix of the block keys.
 pub const KEY_PREFIX: &str = "matrix:kv:block";
@@ -74,6 +78,33 @@ pub fn owner_of(id: &EndpointId) -> String {
     }
 }
 
+/// The owners of one block hash (`(field, value)` pairs) whose write is newer than their
+/// pod's container start (`started(owner)`, Unix seconds). Go Kthena's rule: an owner is
+/// dropped when its value parses as an integer `<=` the start; an owner with no known start,
+/// a start of 0 or an unparsable value is kept. Both sides are whole seconds, so a write in
+/// the start's second is dropped (it may precede the restart).
+#[must_use]
+pub fn fresh_owners(
+    fields: Vec<(String, String)>,
+    started: impl Fn(&str) -> Option<i64>,
+) -> Vec<String> {
+    fields
+        .into_iter()
+        .filter(|(owner, written)| !written_before_start(written, started(owner)))
+        .map(|(owner, _)| owner)
+        .collect()
+}
+
+/// Whether a field written at `written` (Unix seconds as text) predates a container start
+/// `started` (see [`fresh_owners`]).
+#[must_use]
+pub fn written_before_start(written: &str, started: Option<i64>) -> bool {
+    match (written.parse::<i64>(), started) {
+        (Ok(w), Some(s)) if s > 0 => w <= s,
+        _ => false,
+    }
+}
+
 /// The Redis-backed index (see the module docs).
 pub struct RedisKvIndex {
     client: redis::Client,
@@ -83,6 +114,7 @@ pub struct RedisKvIndex {
     errors: AtomicU64,
     len_cache: Mutex<Option<(Instant, usize)>>,
     metrics: Option<crate::telemetry::plugin_metrics::PluginMetrics>,
+    owners: Arc<OwnerView>,
 }
 
 impl std::fmt::Debug for RedisKvIndex {
@@ -113,7 +145,16 @@ impl RedisKvIndex {
             errors: AtomicU64::new(0),
             len_cache: Mutex::new(None),
             metrics: None,
+            owners: OwnerView::new(),
         })
+    }
+
+    /// Reads the owners' container starts from `owners` (a view of its own otherwise, which
+    /// knows no start: no owner is then ignored).
+    #[must_use]
+    pub fn with_owners(mut self, owners: Arc<OwnerView>) -> Self {
+        self.owners = owners;
+        self
     }
 
     /// Records every lookup in `kthena_router_kvcache_aware_redis_duration_seconds` and each
@@ -175,7 +216,8 @@ impl RedisKvIndex {
         }
     }
 
-    /// The owners of each block of `query`, in block order (one pipelined round trip).
+    /// The fresh owners of each block of `query`, in block order (one pipelined round trip;
+    /// see [`fresh_owners`]).
     ///
     /// # Errors
     /// [`Error::Redis`] when Redis cannot be reached or answers unexpectedly.
@@ -200,7 +242,7 @@ impl RedisKvIndex {
         let maps: Vec<Vec<(String, String)>> = self.with_conn(|c| pipe.query(c))?;
         Ok(maps
             .into_iter()
-            .map(|m| m.into_iter().map(|(k, _)| k).collect())
+            .map(|m| fresh_owners(m, |owner| self.owners.started(owner)))
             .collect())
     }
 
