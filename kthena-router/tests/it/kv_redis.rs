@@ -183,3 +183,73 @@ standalone:
     }
     r.router.shutdown().await;
 }
+
+/// A Pod of `namespace` whose only container started at `started` (RFC 3339).
+fn started_pod(
+    namespace: &str,
+    name: &str,
+    started: &str,
+) -> std::sync::Arc<k8s_openapi::api::core::v1::Pod> {
+    std::sync::Arc::new(
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": namespace},
+            "status": {"containerStatuses": [{"name": "engine", "image": "vllm", "ready": true,
+                "restartCount": 1, "state": {"running": {"startedAt": started}}}]},
+        }))
+        .unwrap(),
+    )
+}
+
+/// Go Kthena's fix of stale owners: an owner written at or before its pod's newest container
+/// start (the engine restarted and lost its cache) scores nothing; one written after does.
+#[test]
+fn owners_written_before_the_container_start_are_ignored() {
+    let mut conn = redis();
+    let model = unique("restart-model");
+    let tokens: Vec<u32> = (0..64).collect(); // 4 blocks
+    // 2026-01-01T00:00:00Z = 1767225600.
+    let started = 1_767_225_600;
+    let write = |conn: &mut redis::Connection, owner: &str, at: i64, blocks: usize| {
+        for block in tokens.chunks(16).take(blocks) {
+            let key = block_key(&model, kthena_block_hash(block));
+            let _: () = redis::cmd("HSET")
+                .arg(&key)
+                .arg(owner)
+                .arg(at)
+                .query(conn)
+                .unwrap();
+            let _: () = redis::cmd("EXPIRE").arg(&key).arg(600).query(conn).unwrap();
+        }
+    };
+    write(&mut conn, "stale.prod", started - 30, 4); // before the restart
+    write(&mut conn, "same.prod", started, 4); // in the restart's second
+    write(&mut conn, "fresh.prod", started + 1, 2); // after it
+    write(&mut conn, "unknown.prod", started - 30, 3); // no pod known: kept
+    let view = kthena_router::kv::OwnerView::new();
+    view.note_pods(&[
+        started_pod("prod", "stale", "2026-01-01T00:00:00Z"),
+        started_pod("prod", "same", "2026-01-01T00:00:00Z"),
+        started_pod("prod", "fresh", "2026-01-01T00:00:00Z"),
+    ]);
+    let index = RedisKvIndex::new(REDIS, Duration::from_secs(1))
+        .unwrap()
+        .with_owners(view);
+    let mut hashes = Vec::new();
+    token_block_hashes(&tokens, 16, 128, &mut hashes);
+    let cands =
+        ["prod/stale", "prod/same", "prod/fresh", "prod/unknown"].map(|id| Candidate::new(id, "m"));
+    let refs: Vec<&Candidate> = cands.iter().collect();
+    let mut out = [9u32; 4];
+    let q = KvQuery {
+        model: &model,
+        token_ids: &tokens,
+        block_size: 16,
+        block_hashes: &hashes,
+    };
+    index.match_prefix(&q, &refs, &mut out);
+    assert_eq!(out, [0, 0, 2, 3]);
+    // The same keys without container starts: every owner counts.
+    let blind = RedisKvIndex::new(REDIS, Duration::from_secs(1)).unwrap();
+    blind.match_prefix(&q, &refs, &mut out);
+    assert_eq!(out, [4, 4, 2, 3]);
+}

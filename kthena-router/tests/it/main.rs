@@ -44,6 +44,7 @@ mod providers;
 mod queue;
 mod ratelimit;
 mod ratelimit_accounting;
+mod redis_gc;
 mod router;
 mod scheduling;
 mod shutdown_signal;

@@ -73,6 +73,7 @@ pub(super) fn blocks(
                 .arg(at)
                 .arg("MATCH")
                 .arg(&pattern)
+                .arg("COUNT")
                 .arg(count)
                 .query::<(u64, Vec<String>)>(c)
         }) else {
