@@ -8,6 +8,7 @@ mod auth;
 mod binary;
 mod cluster;
 mod cluster_outage;
+mod cluster_redis;
 mod cluster_restart;
 mod cluster_support;
 mod common;
