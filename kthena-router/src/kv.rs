@@ -30,6 +30,6 @@ pub use redis::{
     written_before_start,
 };
 pub use redis_gc::{
-    DELETE_IF_UNCHANGED, FIELD_FRESH_SECS, GcReport, GcRules, GcVerdict, RedisGc, RedisGcSettings,
-    SCAN_BATCH,
+    DELETE_IF_UNCHANGED, FIELD_FRESH_SECS, GcReport, GcRules, GcVerdict, MAPPING_PREFIXES, RedisGc,
+    RedisGcSettings, SCAN_BATCH, mapping_owner,
 };

@@ -15,9 +15,9 @@
 //! | `kthena_router_kv_index_entries` | gauge | | (endpoint, block) entries held by the KV index |
 //! | `kthena_router_tokenize_duration_seconds` | histogram | `source` | prompt tokenization time, `local` (in-process) or `remote` (engine `/tokenize`) |
 //! | `kthena_router_tokenize_prefix_cache_total` | counter | `result` | prompt-prefix cache lookups (`hit`, `miss`) |
-//! | `kthena_router_redis_gc_fields_removed_total` | counter | `hash`, `reason` | Redis fields the garbage collection deleted: `hash` = `kv_block` (a `matrix:kv:block:*` owner) or `in_flight` (a `kthena:on-flight-requests` field); `reason` = `expired` (written over 24 h ago), `restarted` (written at or before the pod's container start), `deleted_pod` (the pod no longer exists) |
-//! | `kthena_router_redis_gc_keys_removed_total` | counter | `hash` | hashes the garbage collection emptied (Redis deletes an empty hash) |
-//! | `kthena_router_redis_gc_keys_scanned_total` | counter | | block keys the garbage collection read |
+//! | `kthena_router_redis_gc_fields_removed_total` | counter | `hash`, `reason` | Redis fields the garbage collection deleted: `hash` = `kv_block` (a `matrix:kv:block:*` owner), `kv_mapping` (a sidecar hash-mapping key `vllm:kv:block:*`, `sglang:kv:block:*`) or `in_flight` (a `kthena:on-flight-requests` field); `reason` = `expired` (written over 24 h ago), `restarted` (written at or before the pod's container start), `deleted_pod` (the pod no longer exists) |
+//! | `kthena_router_redis_gc_keys_removed_total` | counter | `hash` | keys the garbage collection removed: hashes it emptied (Redis deletes an empty hash), hash-mapping keys it deleted |
+//! | `kthena_router_redis_gc_keys_scanned_total` | counter | | block and hash-mapping keys the garbage collection's `SCAN` returned |
 //! | `kthena_router_redis_gc_passes_total` | counter | | full `SCAN` passes over the block keys completed |
 //! | `kthena_router_redis_gc_errors_total` | counter | `hash`, `stage` | failed Redis calls of the garbage collection (`stage` = `connect`, `scan`, `read`, `delete`) |
 //!
@@ -117,17 +117,17 @@ impl GcMetrics {
     fn register(&self, registry: &mut Registry) {
         registry.register(
             "kthena_router_redis_gc_fields_removed",
-            "Redis fields deleted by the garbage collection, by hash (kv_block, in_flight) and reason",
+            "Redis fields deleted by the garbage collection, by hash (kv_block, kv_mapping, in_flight) and reason",
             self.fields.clone(),
         );
         registry.register(
             "kthena_router_redis_gc_keys_removed",
-            "Redis hashes the garbage collection emptied, by hash (kv_block, in_flight)",
+            "Redis keys the garbage collection removed, by hash (kv_block, kv_mapping, in_flight)",
             self.keys.clone(),
         );
         registry.register(
             "kthena_router_redis_gc_keys_scanned",
-            "KV block keys read by the Redis garbage collection",
+            "KV block and hash-mapping keys returned by the Redis garbage collection's SCAN",
             self.scanned.clone(),
         );
         registry.register(

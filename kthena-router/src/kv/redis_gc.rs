@@ -7,13 +7,16 @@
 //! in-flight counts are shared through Redis (`REDIS_HOST`; the in-flight hash), every
 //! `kvCache.redis.gcInterval` (default 1 min; `0s` turns it off). One round:
 //!
-//! - continues a `SCAN MATCH matrix:kv:block:* COUNT n` walk where the previous round left
-//!   it, for at most `gcScanKeys` keys (the sum of the `COUNT`s; bounded work per round), reads
-//!   each key with `HGETALL` (pipelined) and deletes the owner fields that are
+//! - continues a `SCAN MATCH *:kv:block:* COUNT n` walk where the previous round left it,
+//!   for at most `gcScanKeys` keys (the sum of the `COUNT`s; bounded work per round), reads
+//!   each block key with `HGETALL` (pipelined) and deletes the owner fields that are
 //!   [`GcVerdict::Expired`] (written over 24 h ago: Go Kthena's `gcStaleFields`, hourly over
 //!   100 keys in `pkg/kthena-router/scheduler/plugins/kvcache_aware.go`),
 //!   [`GcVerdict::Restarted`] (written at or before the owner's container start: the fields
-//!   the Redis index already ignores) or [`GcVerdict::DeletedPod`];
+//!   the Redis index already ignores) or [`GcVerdict::DeletedPod`]; the same walk deletes the
+//!   sidecar's hash-mapping keys `vllm:kv:block:{pod}.{namespace}@{engine hash}` and
+//!   `sglang:kv:block:...` (a string per pod and block, 24 h TTL) of deleted pods, which Go
+//!   Kthena leaves to their TTL;
 //! - reads the in-flight hash and deletes the fields of deleted pods (Go Kthena deletes them
 //!   when its Pod informer reports the deletion, `pkg/kthena-router/datastore/store.go`).
 //!
@@ -70,6 +73,22 @@ return out
 const BLOCKS: &str = "kv_block";
 /// The `hash` label of in-flight fields.
 const IN_FLIGHT: &str = "in_flight";
+/// The `hash` label of the sidecar's hash-mapping keys.
+const MAPPING: &str = "kv_mapping";
+
+/// Key prefixes of the sidecar's hash-mapping keys (`python/kthena/runtime/kv_cache_manager.py`
+/// `get_vllm_mapping_key_prefix`, `get_sglang_mapping_key_prefix`), each followed by
+/// `:{pod}.{namespace}@{engine hash}`.
+pub const MAPPING_PREFIXES: [&str; 2] = ["vllm:kv:block", "sglang:kv:block"];
+
+/// The owner (`{pod}.{namespace}`) of a hash-mapping key; `None` for any other key.
+#[must_use]
+pub fn mapping_owner(key: &str) -> Option<&str> {
+    let rest = MAPPING_PREFIXES
+        .iter()
+        .find_map(|p| key.strip_prefix(p)?.strip_prefix(':'))?;
+    Some(rest.rsplit_once('@')?.0)
+}
 
 /// What the garbage collection does with one field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -149,6 +168,16 @@ impl GcRules {
         self.gone(owner, listed)
     }
 
+    /// The verdict on a hash-mapping key of `owner` (`name.namespace`): only a deleted pod's
+    /// goes (the sidecar's 24 h TTL ends the others).
+    pub fn mapping_key(&mut self, owner: &str) -> GcVerdict {
+        let listed = self
+            .pods
+            .as_ref()
+            .map(|p| p.by_block_owner.contains_key(owner));
+        self.gone(owner, listed)
+    }
+
     /// The verdict on in-flight field `owner` (`namespace/name`).
     pub fn in_flight_field(&mut self, owner: &str) -> GcVerdict {
         let listed = self
@@ -210,13 +239,14 @@ pub struct RedisGcSettings {
 /// What one round did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GcReport {
-    /// Block keys read.
+    /// Keys the `SCAN` walk returned (block and hash-mapping keys).
     pub scanned: u64,
     /// Whether the `SCAN` walk completed a full pass (and starts over next round).
     pub pass_done: bool,
-    /// Fields deleted by `(hash, reason)` (`hash` = `kv_block` or `in_flight`).
+    /// Fields deleted by `(hash, reason)` (`hash` = `kv_block` or `in_flight`; a deleted
+    /// hash-mapping key counts as one `kv_mapping` field).
     pub removed: HashMap<(&'static str, &'static str), u64>,
-    /// Hashes emptied by `hash`.
+    /// Keys removed by `hash`: hashes emptied, and hash-mapping keys deleted (`kv_mapping`).
     pub keys_removed: HashMap<&'static str, u64>,
     /// Failed calls by `(hash, stage)`.
     pub errors: HashMap<(&'static str, &'static str), u64>,

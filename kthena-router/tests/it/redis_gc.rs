@@ -87,6 +87,14 @@ fn a_pass_deletes_stale_fields_in_bounded_rounds() {
     hset(&mut c, &k(300), "live.prod", &t(-200)); // before the restart: key emptied
     hset(&mut c, &k(301), "dead.prod", &t(-5)); // key emptied
     hset(&mut c, "unrelated", "dead.prod", &t(-5)); // not a block key
+    // The sidecar's hash-mapping keys: a deleted pod's go, a live pod's stay.
+    for key in [
+        "vllm:kv:block:dead.prod@11",
+        "sglang:kv:block:dead.prod@12",
+        "vllm:kv:block:live.prod@13",
+    ] {
+        let _: () = redis::cmd("SET").arg(key).arg("42").query(&mut c).unwrap();
+    }
     hset(&mut c, ON_FLIGHT_KEY, "prod/live", "2");
     hset(&mut c, ON_FLIGHT_KEY, "prod/dead", "3");
 
@@ -109,11 +117,11 @@ fn a_pass_deletes_stale_fields_in_bounded_rounds() {
         "keys scanned per round: {:?}",
         rounds.iter().map(|r| r.scanned).collect::<Vec<_>>()
     );
-    // 252 block keys, at most ~100 (SCAN's COUNT, whole buckets) per round.
+    // 252 block keys and 3 mapping keys, at most ~100 (SCAN's COUNT, whole buckets) per round.
     assert!(rounds.len() >= 3, "{} rounds", rounds.len());
     assert!(rounds.iter().all(|r| r.scanned <= 150));
     // SCAN may return a key twice while Redis resizes its table, never skips one.
-    assert!(rounds.iter().map(|r| r.scanned).sum::<u64>() >= 252);
+    assert!(rounds.iter().map(|r| r.scanned).sum::<u64>() >= 255);
     let mut removed = HashMap::new();
     let mut keys_removed = 0;
     for r in &rounds {
@@ -127,6 +135,7 @@ fn a_pass_deletes_stale_fields_in_bounded_rounds() {
         (("kv_block", "restarted"), 2),
         (("kv_block", "expired"), 1),
         (("in_flight", "deleted_pod"), 1),
+        (("kv_mapping", "deleted_pod"), 2),
     ]
     .into_iter()
     .collect();
@@ -145,6 +154,11 @@ fn a_pass_deletes_stale_fields_in_bounded_rounds() {
         .unwrap();
     assert_eq!(exists, (false, false));
     assert_eq!(fields(&mut c, "unrelated").len(), 1);
+    let mappings: Vec<String> = redis::cmd("KEYS")
+        .arg("*:kv:block:*.prod@*")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(mappings, ["vllm:kv:block:live.prod@13"]);
     let flight = fields(&mut c, ON_FLIGHT_KEY);
     assert_eq!(flight, [("prod/live".to_owned(), "2".to_owned())].into());
 
@@ -155,7 +169,7 @@ fn a_pass_deletes_stale_fields_in_bounded_rounds() {
         r.pass_done && r.removed.is_empty() && r.errors.is_empty(),
         "{r:?}"
     );
-    assert!(r.scanned >= 249, "{r:?}");
+    assert!(r.scanned >= 250, "{r:?}");
 }
 
 /// The delete script removes a field only while it holds the value read: a field the

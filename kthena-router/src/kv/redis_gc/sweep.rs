@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use super::{
-    BLOCKS, DELETE_IF_UNCHANGED, GcReport, GcRules, GcVerdict, IN_FLIGHT, Link, SCAN_BATCH,
+    BLOCKS, DELETE_IF_UNCHANGED, GcReport, GcRules, GcVerdict, IN_FLIGHT, Link, MAPPING,
+    SCAN_BATCH, mapping_owner,
 };
 use crate::kv::redis::KEY_PREFIX;
 use crate::upstream::inflight::ON_FLIGHT_KEY;
@@ -53,7 +54,8 @@ fn call<T>(
 }
 
 /// Continues the `SCAN` walk at `cursor` for at most `budget` keys (the sum of the `COUNT`s)
-/// and deletes the stale owner fields of the keys it returns.
+/// and deletes the stale owner fields of the block keys it returns and the hash-mapping
+/// keys of deleted pods.
 pub(super) fn blocks(
     link: &mut Link,
     timeout: Duration,
@@ -62,7 +64,8 @@ pub(super) fn blocks(
     rules: &mut GcRules,
     report: &mut GcReport,
 ) {
-    let pattern = format!("{KEY_PREFIX}:*");
+    let pattern = "*:kv:block:*";
+    let block_prefix = format!("{KEY_PREFIX}:");
     let mut left = budget;
     while left > 0 {
         let count = left.min(SCAN_BATCH);
@@ -72,7 +75,7 @@ pub(super) fn blocks(
             redis::cmd("SCAN")
                 .arg(at)
                 .arg("MATCH")
-                .arg(&pattern)
+                .arg(pattern)
                 .arg("COUNT")
                 .arg(count)
                 .query::<(u64, Vec<String>)>(c)
@@ -81,9 +84,12 @@ pub(super) fn blocks(
         };
         *cursor = next;
         report.scanned += keys.len() as u64;
-        if !keys.is_empty() {
-            collect_keys(link, timeout, &keys, rules, report);
+        let (blocks, others): (Vec<String>, Vec<String>) =
+            keys.into_iter().partition(|k| k.starts_with(&block_prefix));
+        if !blocks.is_empty() {
+            collect_keys(link, timeout, &blocks, rules, report);
         }
+        collect_mappings(link, timeout, &others, rules, report);
         if next == 0 {
             report.pass_done = true;
             return;
@@ -125,6 +131,37 @@ fn collect_keys(
         .filter(|(_, s)| !s.is_empty())
         .collect();
     delete(link, timeout, BLOCKS, &doomed, report);
+}
+
+/// Deletes the hash-mapping keys among `keys` whose pod is gone (`DEL`, pipelined).
+fn collect_mappings(
+    link: &mut Link,
+    timeout: Duration,
+    keys: &[String],
+    rules: &mut GcRules,
+    report: &mut GcReport,
+) {
+    let doomed: Vec<&String> = keys
+        .iter()
+        .filter(|k| mapping_owner(k).is_some_and(|o| rules.mapping_key(o) != GcVerdict::Keep))
+        .collect();
+    if doomed.is_empty() {
+        return;
+    }
+    let mut pipe = redis::pipe();
+    for k in &doomed {
+        pipe.cmd("DEL").arg(*k);
+    }
+    let Some(gone) = call(link, timeout, report, MAPPING, "delete", |c| {
+        pipe.query::<Vec<u64>>(c)
+    }) else {
+        return;
+    };
+    let n: u64 = gone.iter().sum();
+    if n > 0 {
+        *report.removed.entry((MAPPING, "deleted_pod")).or_default() += n;
+        *report.keys_removed.entry(MAPPING).or_default() += n;
+    }
 }
 
 /// Deletes the fields of the in-flight hash whose pod is gone.

@@ -114,3 +114,19 @@ fn reasons_are_metric_labels() {
     assert_eq!(GcVerdict::Restarted.reason(), Some("restarted"));
     assert_eq!(GcVerdict::DeletedPod.reason(), Some("deleted_pod"));
 }
+
+#[test]
+fn mapping_keys_name_their_pod() {
+    assert_eq!(
+        mapping_owner("vllm:kv:block:vllm-0.prod@123"),
+        Some("vllm-0.prod")
+    );
+    assert_eq!(mapping_owner("sglang:kv:block:a.b.ns@-5"), Some("a.b.ns"));
+    assert_eq!(mapping_owner("matrix:kv:block:m@1"), None);
+    assert_eq!(mapping_owner("vllm:kv:block:no-hash"), None);
+    let view = OwnerView::new();
+    view.note_pods(&[pod("prod", "vllm-0", None)]);
+    let mut r = GcRules::new(view, T0, Instant::now(), Duration::ZERO, HashMap::new());
+    assert_eq!(r.mapping_key("vllm-0.prod"), GcVerdict::Keep);
+    assert_eq!(r.mapping_key("vllm-1.prod"), GcVerdict::DeletedPod);
+}
