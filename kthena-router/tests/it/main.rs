@@ -46,6 +46,7 @@ mod queue;
 mod ratelimit;
 mod ratelimit_accounting;
 mod redis_gc;
+mod redis_memory;
 mod router;
 mod scheduling;
 mod shutdown_signal;
