@@ -3,7 +3,7 @@
 //! 10 000 distinct blocks held by 1, 3 and 10 pods each, written as the runtime sidecar
 //! writes them (`python/kthena/runtime/kv_cache_manager.py`): per block and pod one field of
 //! the block hash `matrix:kv:block:{model}@{hash}` and one hash-mapping string
-//! `vllm:kv:block:{pod}.{namespace}@{engine hash}` with a 24 h TTL. Prints the table of
+//! `vllm:kv:block:{pod}.{namespace}@{engine hash}` with a 24 h TTL. Prints (to stderr) the table of
 //! `docs/kv-cache-routing.md` and checks generous upper bounds:
 //!
 //! ```sh
@@ -100,10 +100,10 @@ fn write(c: &mut redis::Connection, owners: u32) -> (Vec<String>, Vec<String>) {
 #[test]
 fn memory_per_block_and_pod() {
     let mut c = redis();
-    println!(
+    eprintln!(
         "| owners per block | block keys (bytes/block) | mapping keys (bytes/block/pod) | INFO used_memory delta (bytes/block) |"
     );
-    println!("|---|---|---|---|");
+    eprintln!("|---|---|---|---|");
     let mut per_block = Vec::new();
     for owners in [1u32, 3, 10] {
         let () = redis::cmd("FLUSHDB").arg("SYNC").query(&mut c).unwrap();
@@ -113,7 +113,7 @@ fn memory_per_block_and_pod() {
         let b = usage(&mut c, &blocks) as f64 / f64::from(BLOCKS);
         let m = usage(&mut c, &mappings) as f64 / f64::from(BLOCKS * owners);
         let delta = (after - before) as f64 / f64::from(BLOCKS);
-        println!("| {owners} | {b:.0} | {m:.0} | {delta:.0} |");
+        eprintln!("| {owners} | {b:.0} | {m:.0} | {delta:.0} |");
         per_block.push((owners, b, m, delta));
         // Generous bounds: a block key under 120 + 64 bytes per owner, a mapping key under
         // 200 bytes, everything under 120 + 300 bytes per owner and block.
@@ -124,7 +124,7 @@ fn memory_per_block_and_pod() {
     let () = redis::cmd("FLUSHDB").arg("SYNC").query(&mut c).unwrap();
     // Per owner field in a block key: the slope between 1 and 10 owners.
     let field = (per_block[2].1 - per_block[0].1) / 9.0;
-    println!(
+    eprintln!(
         "block key: {:.0} + {field:.1} x owners bytes",
         per_block[0].1 - field
     );
