@@ -24,7 +24,7 @@ pub use cache::{KvLoader, KvState};
 pub use config::{IndexBackend, KvCacheConfig, RedisConfig, TokenizerConfig};
 pub use events::{Ingest, KvSource, REPLAY_TIMEOUT, replay, subscribe};
 pub use metrics::{KvMetrics, TOKENIZE_BUCKETS};
-pub use owners::{OwnerView, PodList, block_owner, in_flight_owner, pod_container_started};
+pub use owners::{OwnerView, PodList, Starts, block_owner, in_flight_owner, pod_container_started};
 pub use redis::{
     KEY_PREFIX, RedisKvIndex, block_key, fresh_owners, kthena_block_hash, owner_of,
     written_before_start,

@@ -56,7 +56,8 @@ pub struct RedisConfig {
     pub timeout: Duration,
     /// Time between two rounds of the Redis garbage collection (`kv::redis_gc`; default
     /// `1m`, Go Kthena's is 1 h; `0s` turns it off). It runs when `index: redis` is used or
-    /// in-flight counts are shared through Redis (`REDIS_HOST`).
+    /// in-flight counts are shared through Redis (`REDIS_HOST`). The `gc*` keys are read at
+    /// start (a reload does not change them).
     #[serde(deserialize_with = "go_duration")]
     pub gc_interval: Duration,
     /// Most block keys one round examines (the sum of its `SCAN ... COUNT` arguments;

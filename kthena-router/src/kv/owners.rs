@@ -14,7 +14,7 @@
 //! container statuses, in Unix seconds; none while no container runs.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -114,6 +114,19 @@ impl OwnerView {
         from_endpoint.or_else(|| self.pod_list()?.by_block_owner.get(owner).copied()?)
     }
 
+    /// The starts as they are now, for many lookups in a row (holds a read lock on the
+    /// endpoints' starts until dropped: use it between Redis calls, not across them).
+    #[must_use]
+    pub fn starts(&self) -> Starts<'_> {
+        Starts {
+            endpoints: self
+                .endpoints
+                .read()
+                .unwrap_or_else(PoisonError::into_inner),
+            pods: self.pod_list(),
+        }
+    }
+
     /// The last pod list (`None` before the Pod store synced and in standalone mode).
     #[must_use]
     pub fn pod_list(&self) -> Option<Arc<PodList>> {
@@ -121,6 +134,24 @@ impl OwnerView {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+}
+
+/// The container starts at one moment, see [`OwnerView::starts`].
+#[derive(Debug)]
+pub struct Starts<'a> {
+    endpoints: RwLockReadGuard<'a, HashMap<String, i64>>,
+    pods: Option<Arc<PodList>>,
+}
+
+impl Starts<'_> {
+    /// As [`OwnerView::started`].
+    #[must_use]
+    pub fn get(&self, owner: &str) -> Option<i64> {
+        self.endpoints
+            .get(owner)
+            .copied()
+            .or_else(|| self.pods.as_ref()?.by_block_owner.get(owner).copied()?)
     }
 }
 

@@ -240,9 +240,10 @@ impl RedisKvIndex {
             return Ok(Vec::new());
         }
         let maps: Vec<Vec<(String, String)>> = self.with_conn(|c| pipe.query(c))?;
+        let starts = self.owners.starts();
         Ok(maps
             .into_iter()
-            .map(|m| fresh_owners(m, |owner| self.owners.started(owner)))
+            .map(|m| fresh_owners(m, |owner| starts.get(owner)))
             .collect())
     }
 

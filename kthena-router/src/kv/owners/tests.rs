@@ -47,6 +47,17 @@ fn starts_come_from_endpoints_then_pods() {
     ]);
     assert_eq!(view.started("a.ns"), Some(1_767_225_610));
     assert_eq!(view.started("b.ns"), None);
+    assert_eq!(view.starts().get("a.ns"), Some(1_767_225_610));
+    // An endpoint's own start wins over its pod's.
+    let mut cfg: crate::config::EndpointConfig = serde_json::from_value(
+        serde_json::json!({"name": "a", "namespace": "ns", "address": "127.0.0.1:8000"}),
+    )
+    .unwrap();
+    cfg.container_started = Some(42);
+    let ep = crate::upstream::endpoint::Endpoint::from_config(&cfg).unwrap();
+    view.note_endpoints(&[Arc::new(ep)]);
+    assert_eq!(view.started("a.ns"), Some(42));
+    assert_eq!(view.starts().get("a.ns"), Some(42));
     let list = view.pod_list().unwrap_or_default();
     assert!(list.by_in_flight_owner.contains("ns/b"));
     assert!(!list.by_in_flight_owner.contains("ns/c"));
