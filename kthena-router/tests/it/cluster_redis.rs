@@ -173,18 +173,19 @@ async fn wait_for(what: &str, limit: Duration, mut pred: impl FnMut() -> bool) -
     t0.elapsed()
 }
 
-/// Pod A holds every block of the prompt in Redis, written before its container started;
-/// pod B all but the last, written after: every request goes to B, the match ratio is B's, and
-/// the garbage collection deletes A's stale fields. Once B is deleted, its block fields and
-/// its in-flight field are gone within one GC interval, emptied keys with them, and the
-/// next request goes to A without error.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stale_owners_are_ignored_and_a_deleted_pods_fields_go_within_one_gc_interval() {
+/// Two pods of one ModelServer on a simulated node and a ready router in front of them.
+struct Scene {
+    ns: TestNamespace,
+    n: String,
+    model: String,
+    node: Node,
+    r: ClusterRouter,
+}
+
+async fn scene() -> Scene {
     let ns = kthena_testenv::namespace("cluster-redis-gc").await.unwrap();
     let n = ns.name().to_owned();
     let model = format!("{n}-model");
-    let mut c = redis();
-    let _: () = redis::cmd("FLUSHDB").query(&mut c).unwrap();
     let node = Node::start(&ns);
     node.pod("pod-a", "sim", &model).await;
     node.pod("pod-b", "sim", &model).await;
@@ -198,66 +199,123 @@ async fn stale_owners_are_ignored_and_a_deleted_pods_fields_go_within_one_gc_int
     r.wait_ready().await;
     r.wait_endpoints(&n, "ms", &["pod-a", "pod-b"], Duration::from_secs(10))
         .await;
+    Scene {
+        ns,
+        n,
+        model,
+        node,
+        r,
+    }
+}
 
+/// The prompt's keys in Redis: A's (every block, written 5 s before its container started)
+/// and B's (all but the last block, written now); a ghost pod's in-flight count.
+struct Seeded {
+    body: serde_json::Value,
+    total: usize,
+    keys_a: usize,
+    keys_b: usize,
+    owner_a: String,
+    owner_b: String,
+}
+
+async fn seed(s: &Scene, c: &mut redis::Connection) -> Seeded {
     let (mut body, tokens) = prompt();
-    body["model"] = model.clone().into();
+    body["model"] = s.model.clone().into();
     let total = tokens.len().div_ceil(16);
     let (keys_a, keys_b) = (
-        distinct_keys(&model, &tokens, total),
-        distinct_keys(&model, &tokens, total - 1),
+        distinct_keys(&s.model, &tokens, total),
+        distinct_keys(&s.model, &tokens, total - 1),
     );
     assert_eq!(keys_a, keys_b + 1, "the last block is the user's question");
-    let (owner_a, owner_b) = (format!("pod-a.{n}"), format!("pod-b.{n}"));
-    let started_a = container_started(&ns, "pod-a").await;
+    let (owner_a, owner_b) = (format!("pod-a.{}", s.n), format!("pod-b.{}", s.n));
+    let started_a = container_started(&s.ns, "pod-a").await;
     let now = jiff::Timestamp::now().as_second();
-    write_owner(&mut c, &model, &tokens, total, &owner_a, started_a - 5);
-    write_owner(&mut c, &model, &tokens, total - 1, &owner_b, now);
+    write_owner(c, &s.model, &tokens, total, &owner_a, started_a - 5);
+    write_owner(c, &s.model, &tokens, total - 1, &owner_b, now);
     // A pod that never existed has an in-flight count (a router elsewhere, long ago).
     let _: () = redis::cmd("HSET")
         .arg(ON_FLIGHT_KEY)
-        .arg(format!("{n}/ghost"))
+        .arg(format!("{}/ghost", s.n))
         .arg(1)
-        .query(&mut c)
+        .query(c)
         .unwrap();
+    Seeded {
+        body,
+        total,
+        keys_a,
+        keys_b,
+        owner_a,
+        owner_b,
+    }
+}
 
-    let url = format!("{}/v1/chat/completions", r.url());
+/// `/metrics` of the router.
+async fn metrics(r: &ClusterRouter) -> String {
+    crate::common::get(&format!("http://{}/metrics", r.router.metrics_addr))
+        .await
+        .1
+}
+
+/// Pod A holds every block of the prompt in Redis, written before its container started;
+/// pod B all but the last, written after: every request goes to B, the match ratio is B's, and
+/// the garbage collection deletes A's stale fields. Once B is deleted, its block fields and
+/// its in-flight field are gone within one GC interval, emptied keys with them, and the
+/// next request goes to A without error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_owners_are_ignored_and_a_deleted_pods_fields_go_within_one_gc_interval() {
+    let mut c = redis();
+    let _: () = redis::cmd("FLUSHDB").query(&mut c).unwrap();
+    let s = scene().await;
+    let seeded = seed(&s, &mut c).await;
+    let url = format!("{}/v1/chat/completions", s.r.url());
     for _ in 0..4 {
-        let (status, v) = post_json(&url, &body).await;
+        let (status, v) = post_json(&url, &seeded.body).await;
         assert_eq!(status, http::StatusCode::OK, "{v}");
     }
-    let served: Vec<String> = r.served_by().into_iter().map(|(p, _)| p).collect();
+    let served: Vec<String> = s.r.served_by().into_iter().map(|(p, _)| p).collect();
     assert_eq!(served, vec!["pod-b"; 4]);
-    let metrics = crate::common::get(&format!("http://{}/metrics", r.router.metrics_addr))
-        .await
-        .1;
     let ratio = metric_in(
-        &metrics,
-        &format!("kthena_router_kvcache_aware_match_ratio_sum{{model=\"{model}\"}}"),
+        &metrics(&s.r).await,
+        &format!(
+            "kthena_router_kvcache_aware_match_ratio_sum{{model=\"{}\"}}",
+            s.model
+        ),
     );
-    let want = 4.0 * (total - 1) as f64 / total as f64;
+    let total = seeded.total as f64;
+    let want = 4.0 * (total - 1.0) / total;
     assert!((ratio - want).abs() < 1e-9, "{ratio} != {want}");
 
     // A's stale fields and the ghost's count go; B's count of the requests stays.
+    let Seeded {
+        owner_a, owner_b, ..
+    } = &seeded;
     wait_for("A's stale fields deleted", Duration::from_secs(10), || {
-        owned_keys(&mut c, &owner_a).0 == 0
+        owned_keys(&mut c, owner_a).0 == 0
     })
     .await;
+    let ghost = format!("{}/ghost", s.n);
     wait_for(
         "the ghost's in-flight field deleted",
         Duration::from_secs(10),
-        || !in_flight_has(&mut c, &format!("{n}/ghost")),
+        || !in_flight_has(&mut c, &ghost),
     )
     .await;
     // The last block's key held only A: it went with A's field.
-    assert_eq!(owned_keys(&mut c, &owner_b), (keys_b, keys_b));
-    assert!(in_flight_has(&mut c, &format!("{n}/pod-b")));
+    assert_eq!(owned_keys(&mut c, owner_b), (seeded.keys_b, seeded.keys_b));
+    assert!(in_flight_has(&mut c, &format!("{}/pod-b", s.n)));
+    deleted_pods_fields_go(&s, &seeded, &mut c).await;
+    s.r.router.shutdown().await;
+}
 
-    node.delete("pod-b").await;
-    let pods: Api<Pod> = ns.api();
+/// Deletes pod B: its fields go within one GC interval and requests go to A.
+async fn deleted_pods_fields_go(s: &Scene, seeded: &Seeded, c: &mut redis::Connection) {
+    s.node.delete("pod-b").await;
+    let pods: Api<Pod> = s.ns.api();
     wait_for_pod_gone(&pods, "pod-b").await;
-    let b_flight = format!("{n}/pod-b");
+    let b_flight = format!("{}/pod-b", s.n);
     let took = wait_for("B's fields deleted", GC_INTERVAL * 3, || {
-        owned_keys(&mut c, &owner_b).0 == 0 && !in_flight_has(&mut c, &b_flight)
+        owned_keys(c, &seeded.owner_b).0 == 0 && !in_flight_has(c, &b_flight)
     })
     .await;
     eprintln!("a deleted pod's Redis fields were gone {took:?} after the pod");
@@ -265,29 +323,28 @@ async fn stale_owners_are_ignored_and_a_deleted_pods_fields_go_within_one_gc_int
         took <= GC_INTERVAL + Duration::from_millis(500),
         "{took:?}: more than one GC interval ({GC_INTERVAL:?}) and the watch's delay"
     );
-    assert_eq!(owned_keys(&mut c, &owner_b), (0, 0));
+    assert_eq!(owned_keys(c, &seeded.owner_b), (0, 0));
 
-    let (status, v) = post_json(&url, &body).await;
+    let url = format!("{}/v1/chat/completions", s.r.url());
+    let (status, v) = post_json(&url, &seeded.body).await;
     assert_eq!(status, http::StatusCode::OK, "{v}");
-    assert_eq!(r.served_by().last().unwrap().0, "pod-a");
-    let metrics = crate::common::get(&format!("http://{}/metrics", r.router.metrics_addr))
-        .await
-        .1;
-    let m = |s: &str| metric_in(&metrics, &format!("kthena_router_redis_gc_{s}"));
+    assert_eq!(s.r.served_by().last().unwrap().0, "pod-a");
+    let text = metrics(&s.r).await;
+    let m = |x: &str| metric_in(&text, &format!("kthena_router_redis_gc_{x}"));
+    let (keys_a, keys_b) = (seeded.keys_a as f64, seeded.keys_b as f64);
     assert_eq!(
         m("fields_removed_total{hash=\"kv_block\",reason=\"restarted\"}"),
-        keys_a as f64
+        keys_a
     );
     assert_eq!(
         m("fields_removed_total{hash=\"kv_block\",reason=\"deleted_pod\"}"),
-        keys_b as f64
+        keys_b
     );
     assert_eq!(
         m("fields_removed_total{hash=\"in_flight\",reason=\"deleted_pod\"}"),
         2.0
     );
-    assert_eq!(m("keys_removed_total{hash=\"kv_block\"}"), keys_a as f64);
-    r.router.shutdown().await;
+    assert_eq!(m("keys_removed_total{hash=\"kv_block\"}"), keys_a);
 }
 
 /// Waits until Pod `name` is gone from the API server (the node finished its deletion).

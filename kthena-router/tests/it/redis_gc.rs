@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kthena_router::kv::{DELETE_IF_UNCHANGED, OwnerView, RedisGc, RedisGcSettings};
+use kthena_router::kv::{DELETE_IF_UNCHANGED, GcReport, OwnerView, RedisGc, RedisGcSettings};
 use kthena_router::upstream::ON_FLIGHT_KEY;
 use tokio::time::Instant;
 
@@ -66,70 +66,85 @@ fn gc(view: &Arc<OwnerView>, scan_keys: usize) -> RedisGc {
     RedisGc::new(settings, Arc::clone(view), None).unwrap()
 }
 
-/// One full pass deletes exactly the expired, restarted and deleted-pod fields, and the
-/// in-flight fields of deleted pods; emptied hashes disappear; rounds are bounded by
-/// `gcScanKeys`; a second collector (another router) then finds nothing to delete.
-#[test]
-fn a_pass_deletes_stale_fields_in_bounded_rounds() {
-    let mut c = redis();
-    let _: () = redis::cmd("FLUSHDB").query(&mut c).unwrap();
-    // 2026-01-01T00:00:00Z; pod "live" started 100 s before.
-    let now: i64 = 1_767_225_600;
-    let t = |d: i64| (now + d).to_string();
-    let k = |i: u32| format!("matrix:kv:block:m@{i}");
+/// 2026-01-01T00:00:00Z, the time of the rounds; pod "live" started 100 s before.
+const NOW: i64 = 1_767_225_600;
+
+fn block(i: u32) -> String {
+    format!("matrix:kv:block:m@{i}")
+}
+
+/// Writes 252 block keys, 3 hash-mapping keys, an unrelated hash and 2 in-flight fields.
+fn seed(c: &mut redis::Connection) {
+    let _: () = redis::cmd("FLUSHDB").query(c).unwrap();
+    let t = |d: i64| (NOW + d).to_string();
     for i in 0..250 {
-        hset(&mut c, &k(i), "live.prod", &t(-10));
+        hset(c, &block(i), "live.prod", &t(-10));
     }
-    hset(&mut c, &k(0), "dead.prod", &t(-10)); // pod gone
-    hset(&mut c, &k(1), "live.prod", &t(-100)); // written in the start's second
-    hset(&mut c, &k(1), "idle.prod", &t(-86_401)); // over 24 h old
-    hset(&mut c, &k(2), "idle.prod", "not-a-time"); // kept, as Go
-    hset(&mut c, &k(300), "live.prod", &t(-200)); // before the restart: key emptied
-    hset(&mut c, &k(301), "dead.prod", &t(-5)); // key emptied
-    hset(&mut c, "unrelated", "dead.prod", &t(-5)); // not a block key
+    hset(c, &block(0), "dead.prod", &t(-10)); // pod gone
+    hset(c, &block(1), "live.prod", &t(-100)); // written in the start's second
+    hset(c, &block(1), "idle.prod", &t(-86_401)); // over 24 h old
+    hset(c, &block(2), "idle.prod", "not-a-time"); // kept, as Go
+    hset(c, &block(300), "live.prod", &t(-200)); // before the restart: key emptied
+    hset(c, &block(301), "dead.prod", &t(-5)); // key emptied
+    hset(c, "unrelated", "dead.prod", &t(-5)); // not a block key
     // The sidecar's hash-mapping keys: a deleted pod's go, a live pod's stay.
     for key in [
         "vllm:kv:block:dead.prod@11",
         "sglang:kv:block:dead.prod@12",
         "vllm:kv:block:live.prod@13",
     ] {
-        let _: () = redis::cmd("SET").arg(key).arg("42").query(&mut c).unwrap();
+        let _: () = redis::cmd("SET").arg(key).arg("42").query(c).unwrap();
     }
-    hset(&mut c, ON_FLIGHT_KEY, "prod/live", "2");
-    hset(&mut c, ON_FLIGHT_KEY, "prod/dead", "3");
+    hset(c, ON_FLIGHT_KEY, "prod/live", "2");
+    hset(c, ON_FLIGHT_KEY, "prod/dead", "3");
+}
 
-    let view = OwnerView::new();
-    view.note_pods(&[pod("live", Some("2025-12-31T23:58:20Z")), pod("idle", None)]);
-    let collector = gc(&view, 100);
-    let mut rounds = Vec::new();
+/// Rounds of `collector` a second apart until one completes a pass.
+fn full_pass(collector: &RedisGc) -> Vec<GcReport> {
+    let mut rounds: Vec<GcReport> = Vec::new();
     let mut at = Instant::now();
     loop {
-        let r = collector.run_round(now, at);
+        let r = collector.run_round(NOW, at);
         assert!(r.errors.is_empty(), "{r:?}");
         rounds.push(r.clone());
         if r.pass_done {
-            break;
+            return rounds;
         }
         assert!(rounds.len() < 10, "no full pass after 10 rounds");
         at += Duration::from_secs(1);
     }
-    eprintln!(
-        "keys scanned per round: {:?}",
-        rounds.iter().map(|r| r.scanned).collect::<Vec<_>>()
-    );
-    // 252 block keys and 3 mapping keys, at most ~100 (SCAN's COUNT, whole buckets) per round.
-    assert!(rounds.len() >= 3, "{} rounds", rounds.len());
-    assert!(rounds.iter().all(|r| r.scanned <= 150));
-    // SCAN may return a key twice while Redis resizes its table, never skips one.
-    assert!(rounds.iter().map(|r| r.scanned).sum::<u64>() >= 255);
+}
+
+/// The fields removed by `(hash, reason)` and the block keys emptied, over `rounds`.
+fn totals(rounds: &[GcReport]) -> (HashMap<(&'static str, &'static str), u64>, u64) {
     let mut removed = HashMap::new();
     let mut keys_removed = 0;
-    for r in &rounds {
+    for r in rounds {
         for (what, n) in &r.removed {
             *removed.entry(*what).or_insert(0) += n;
         }
         keys_removed += r.keys_removed.get("kv_block").copied().unwrap_or(0);
     }
+    (removed, keys_removed)
+}
+
+/// One full pass deletes exactly the expired, restarted and deleted-pod fields, the
+/// hash-mapping keys and in-flight fields of deleted pods; emptied hashes disappear; rounds
+/// are bounded by `gcScanKeys`; a second collector (another router) then finds nothing to
+/// delete.
+#[test]
+fn a_pass_deletes_stale_fields_in_bounded_rounds() {
+    let mut c = redis();
+    seed(&mut c);
+    let view = OwnerView::new();
+    view.note_pods(&[pod("live", Some("2025-12-31T23:58:20Z")), pod("idle", None)]);
+    let rounds = full_pass(&gc(&view, 100));
+    let scanned: Vec<u64> = rounds.iter().map(|r| r.scanned).collect();
+    eprintln!("keys scanned per round: {scanned:?}");
+    // 252 block keys and 3 mapping keys, at most ~100 (SCAN's COUNT, whole buckets) per round;
+    // SCAN may return a key twice while Redis resizes its table, never skips one.
+    assert!(scanned.len() >= 3 && scanned.iter().all(|n| *n <= 150));
+    assert!(scanned.iter().sum::<u64>() >= 255);
     let want: HashMap<(&str, &str), u64> = [
         (("kv_block", "deleted_pod"), 2),
         (("kv_block", "restarted"), 2),
@@ -139,17 +154,16 @@ fn a_pass_deletes_stale_fields_in_bounded_rounds() {
     ]
     .into_iter()
     .collect();
-    assert_eq!(removed, want);
-    assert_eq!(keys_removed, 3); // blocks 1, 300 and 301
+    assert_eq!(totals(&rounds), (want, 3)); // blocks 1, 300 and 301 emptied
 
-    assert_eq!(fields(&mut c, &k(0)).len(), 1);
-    assert!(fields(&mut c, &k(1)).is_empty());
-    assert_eq!(fields(&mut c, &k(2)).len(), 2);
+    assert_eq!(fields(&mut c, &block(0)).len(), 1);
+    assert!(fields(&mut c, &block(1)).is_empty());
+    assert_eq!(fields(&mut c, &block(2)).len(), 2);
     let exists: (bool, bool) = redis::pipe()
         .cmd("EXISTS")
-        .arg(k(300))
+        .arg(block(300))
         .cmd("EXISTS")
-        .arg(k(301))
+        .arg(block(301))
         .query(&mut c)
         .unwrap();
     assert_eq!(exists, (false, false));
@@ -163,8 +177,7 @@ fn a_pass_deletes_stale_fields_in_bounded_rounds() {
     assert_eq!(flight, [("prod/live".to_owned(), "2".to_owned())].into());
 
     // Another router's collector, a full pass later: nothing left to delete.
-    let other = gc(&view, 1000);
-    let r = other.run_round(now, Instant::now());
+    let r = gc(&view, 1000).run_round(NOW, Instant::now());
     assert!(
         r.pass_done && r.removed.is_empty() && r.errors.is_empty(),
         "{r:?}"
