@@ -119,8 +119,26 @@ build_controller_manager() {
     log "kube-controller-manager built in $((SECONDS - start))s"
 }
 
+# A free port below the kernel's ephemeral range (32768..), where the many `bind(0)` sockets
+# and outgoing connections of a test run do not land: a port picked here is much less likely to
+# be taken before etcd or kube-apiserver binds it (`up` retries with new ports if it is).
 free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    python3 -c '
+import random, socket
+for _ in range(200):
+    p = random.randint(20000, 32000)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(p)
+    break
+else:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])
+'
 }
 
 # A CA and a serving certificate for 127.0.0.1/localhost, and the service-account key.
@@ -167,6 +185,39 @@ start_apiserver() {
     wait_ready "$dir"
 }
 
+# Waits up to 10 s for etcd's /health; returns 1 when etcd exited.
+etcd_up() {
+    local dir="$1"
+    for _ in $(seq 100); do
+        curl -fsS "http://127.0.0.1:$ETCD_PORT/health" >/dev/null 2>&1 && return 0
+        kill -0 "$(cat "$dir/etcd.pid")" 2>/dev/null || { tail -5 "$dir/etcd.log" >&2; return 1; }
+        sleep 0.1
+    done
+    return 0
+}
+
+# etcd and kube-apiserver on fresh ports; when a port was taken between the pick and the bind
+# (another process bound it), both are stopped and started again on new ports (5 attempts).
+start_control_plane() {
+    local dir="$1" attempt
+    for attempt in 1 2 3 4 5; do
+        printf 'ETCD_PORT=%s\nETCD_PEER_PORT=%s\nAPISERVER_PORT=%s\n' "$(free_port)" "$(free_port)" "$(free_port)" >"$dir/ports"
+        source "$dir/ports"
+        : >"$dir/apiserver.log"
+        start_etcd "$dir" "$ETCD_PORT" "$ETCD_PEER_PORT"
+        etcd_up "$dir" && start_apiserver "$dir" && return 0
+        grep -qiE "address already in use|bind: " "$dir/apiserver.log" "$dir/etcd.log" 2>/dev/null \
+            || die "kube-apiserver exited"
+        log "a port was taken (attempt $attempt); starting again on new ports"
+        stop_pid "$dir/apiserver.pid" 30
+        stop_pid "$dir/etcd.pid"
+        rm -rf "$dir/etcd"
+    done
+    die "kube-apiserver could not bind its ports after 5 attempts"
+}
+
+# Waits for /readyz. Returns 0 when ready, 1 when kube-apiserver exited (its log is shown),
+# and dies after 60 s.
 wait_ready() {
     local dir="$1" token
     token="$(cut -d, -f1 "$dir/tokens.csv")"
@@ -176,7 +227,7 @@ wait_ready() {
             "https://127.0.0.1:$APISERVER_PORT/readyz" >/dev/null 2>&1; then
             return 0
         fi
-        kill -0 "$(cat "$dir/apiserver.pid")" 2>/dev/null || { tail -20 "$dir/apiserver.log" >&2; die "kube-apiserver exited"; }
+        kill -0 "$(cat "$dir/apiserver.pid")" 2>/dev/null || { tail -20 "$dir/apiserver.log" >&2; return 1; }
         sleep 0.1
     done
     tail -20 "$dir/apiserver.log" >&2
@@ -242,10 +293,7 @@ cmd_up() {
     local start=$SECONDS
     make_certs "$dir"
     echo "$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n'),admin,admin-uid,system:masters" >"$dir/tokens.csv"
-    printf 'ETCD_PORT=%s\nETCD_PEER_PORT=%s\nAPISERVER_PORT=%s\n' "$(free_port)" "$(free_port)" "$(free_port)" >"$dir/ports"
-    source "$dir/ports"
-    start_etcd "$dir" "$ETCD_PORT" "$ETCD_PEER_PORT"
-    start_apiserver "$dir"
+    start_control_plane "$dir"
     write_kubeconfig "$dir"
     [[ -n "$kcm" ]] && cmd_controller_manager "$dir"
     log "ready in $((SECONDS - start))s at https://127.0.0.1:$APISERVER_PORT (source $dir/env)"
@@ -306,7 +354,7 @@ cmd_start_apiserver() {
         echo "kube-apiserver of $dir is already running (PID $(cat "$dir/apiserver.pid"))" >&2
         return 0
     fi
-    start_apiserver "$dir"
+    start_apiserver "$dir" || die "kube-apiserver exited"
     write_kubeconfig "$dir"
 }
 

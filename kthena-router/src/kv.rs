@@ -9,6 +9,7 @@
 //! | [`owners`] | the owners' container starts and, in cluster mode, the pod list |
 //! | [`redis`] | the Redis index in Go Kthena's sidecar layout |
 //! | [`redis_gc`] | the garbage collection of Redis fields (KV blocks, in-flight counts) |
+//! | [`status`] | each KV-event subscription's state, for the debug dump |
 //! | [`supervise`] | the supervisor that starts and stops one subscription per publishing endpoint |
 
 pub(crate) mod cache;
@@ -18,6 +19,7 @@ pub(crate) mod metrics;
 pub(crate) mod owners;
 pub(crate) mod redis;
 pub(crate) mod redis_gc;
+pub(crate) mod status;
 pub(crate) mod supervise;
 
 pub use cache::{KvLoader, KvState};
@@ -33,3 +35,4 @@ pub use redis_gc::{
     DELETE_IF_UNCHANGED, FIELD_FRESH_SECS, GcReport, GcRules, GcVerdict, MAPPING_PREFIXES, RedisGc,
     RedisGcSettings, SCAN_BATCH, mapping_owner,
 };
+pub use status::SubscriptionStatus;

@@ -214,6 +214,15 @@ pub struct Config {
     /// ZMQ topic of KV-event messages; unset uses `kv@<host>@<model>`.
     #[arg(long)]
     pub kv_events_topic: Option<String>,
+    /// Serve vLLM's KV-event replay on a ZMQ ROUTER socket at this port (bound on `--host`;
+    /// 0 picks a free port): a request `[identity, "", start_seq]` is answered with every
+    /// buffered batch from `start_seq` on, then the end marker (`vllm-project/vllm`
+    /// `vllm/distributed/kv_events.py`, `ZmqEventPublisher`). Needs `--kv-events-port`.
+    #[arg(long)]
+    pub kv_events_replay_port: Option<u16>,
+    /// Batches the replay buffer keeps (the newest; vLLM's `buffer_steps`, default 10,000).
+    #[arg(long, default_value_t = 10_000)]
+    pub kv_events_buffer_steps: usize,
     /// Block-hash algorithm of the prefix cache and KV events (vLLM's
     /// `--prefix-caching-hash-algo`; vLLM's default is `sha256`).
     #[arg(long, value_enum, default_value_t = HashAlgo::Sha256)]
@@ -266,6 +275,8 @@ impl Default for Config {
             kv_events_port: None,
             kv_events_format: KvEventsFormat::Map,
             kv_events_topic: None,
+            kv_events_replay_port: None,
+            kv_events_buffer_steps: 10_000,
             prefix_caching_hash_algo: HashAlgo::Sha256,
             hash_seed: None,
             kv_events_use_int_block_hashes: true,
@@ -315,6 +326,7 @@ impl Config {
                 "is larger than the KV cache (num_gpu_blocks x block_size tokens)",
             );
         }
+        self.validate_kv_events()?;
         if self.max_body_bytes == 0 {
             return bad("max_body_bytes", "must be at least 1");
         }
@@ -360,6 +372,23 @@ impl Config {
             );
         }
         Ok(self)
+    }
+
+    /// The KV-event settings: a replay socket needs a publisher, its buffer a batch at least.
+    fn validate_kv_events(&self) -> Result<()> {
+        let bad = |field: &str, why: &str| {
+            Err(Error::Config {
+                field: field.to_owned(),
+                reason: why.to_owned(),
+            })
+        };
+        if self.kv_events_buffer_steps == 0 {
+            return bad("kv_events_buffer_steps", "must be at least 1");
+        }
+        if self.kv_events_replay_port.is_some() && self.kv_events_port.is_none() {
+            return bad("kv_events_replay_port", "needs --kv-events-port");
+        }
+        Ok(())
     }
 
     /// The adapters of `lora_modules` as `(name, path)` pairs.

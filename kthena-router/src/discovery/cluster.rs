@@ -18,13 +18,11 @@
 //! all the reflectors have listed and the first snapshot's endpoints were scraped.
 
 use std::collections::HashSet;
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kthena_api::networking::InferenceEngine;
 use kthena_api::{ExternalModelProvider, ModelRoute, ModelServer};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
@@ -33,14 +31,17 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Config, EndpointConfig};
+use crate::config::Config;
 use crate::discovery::{ClusterObjects, Loader};
 use crate::error::Result;
 use crate::provider::{CREDENTIAL_LABEL, Secrets};
 use crate::scrape::scrape_all;
 use crate::shared::Shared;
 
+mod pods;
 mod reflect;
+
+pub(crate) use pods::{PodEndpoints, pod_endpoints};
 
 pub(crate) use reflect::{reflect, reflect_with};
 
@@ -200,7 +201,15 @@ impl Rebuilder {
         let providers = valid_objects(&provider_objects, &mut self.warned);
         let pods = self.stores.pods.state();
         self.shared.snapshot.load().kv.owners.note_pods(&pods);
-        let endpoints = pod_endpoints(&pods, &servers);
+        let PodEndpoints {
+            endpoints,
+            kv_warnings,
+        } = pod_endpoints(&pods, &servers);
+        for (pod, reason) in kv_warnings {
+            if self.warned.insert(format!("kv-events {pod}")) {
+                tracing::warn!(%pod, %reason, "Not subscribing to the pod's KV events");
+            }
+        }
         let objects = ClusterObjects {
             routes,
             servers,
@@ -344,72 +353,3 @@ macro_rules! validated {
 validated!(ModelRoute, "ModelRoute");
 validated!(ModelServer, "ModelServer");
 validated!(ExternalModelProvider, "ExternalModelProvider");
-
-/// Whether a pod serves traffic: phase `Running`, condition `Ready=True`, no
-/// `deletionTimestamp`, and a pod IP.
-#[must_use]
-pub(crate) fn pod_is_ready(pod: &Pod) -> bool {
-    if pod.metadata.deletion_timestamp.is_some() {
-        return false;
-    }
-    let Some(st) = &pod.status else { return false };
-    st.phase.as_deref() == Some("Running")
-        && st.pod_ip.as_deref().is_some_and(|ip| !ip.is_empty())
-        && st
-            .conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
-}
-
-/// The endpoints of the ready pods some ModelServer selects, sorted by `namespace/name`.
-/// The port is the `workloadPort` of the first selecting ModelServer by `namespace/name`
-/// (8000 for vLLM, 30000 for SGLang when 0, as Go Kthena).
-#[must_use]
-pub(crate) fn pod_endpoints(pods: &[Arc<Pod>], servers: &[ModelServer]) -> Vec<EndpointConfig> {
-    let mut servers: Vec<&ModelServer> = servers.iter().collect();
-    servers.sort_by_key(|s| (s.metadata.namespace.clone(), s.metadata.name.clone()));
-    let mut out: Vec<EndpointConfig> = pods
-        .iter()
-        .filter(|p| pod_is_ready(p))
-        .filter_map(|p| pod_endpoint(p, &servers))
-        .collect();
-    out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    out
-}
-
-fn pod_endpoint(pod: &Pod, servers: &[&ModelServer]) -> Option<EndpointConfig> {
-    let namespace = pod
-        .metadata
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".into());
-    let labels = pod.metadata.labels.clone().unwrap_or_default();
-    let first = servers.iter().find(|s| {
-        s.metadata.namespace.as_deref().unwrap_or("default") == namespace
-            && s.spec
-                .workload_selector
-                .match_labels
-                .iter()
-                .all(|(k, v)| labels.get(k) == Some(v))
-    })?;
-    let ip: IpAddr = pod.status.as_ref()?.pod_ip.as_deref()?.parse().ok()?;
-    let port = match (first.spec.workload_port.port, first.spec.inference_engine) {
-        (0, InferenceEngine::SgLang) => 30000,
-        (0, _) => 8000,
-        (p, _) => u16::try_from(p).ok()?,
-    };
-    Some(EndpointConfig {
-        name: pod.metadata.name.clone()?,
-        address: SocketAddr::new(ip, port).to_string(),
-        namespace,
-        labels,
-        kv_events: None,
-        kv_events_replay: None,
-        incarnation: None,
-        container_started: None,
-    })
-}
-
-#[cfg(test)]
-mod tests;

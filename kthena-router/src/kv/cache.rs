@@ -7,7 +7,6 @@
 //! fed by the endpoints' KV events; it is kept across reloads while those two arguments do not
 //! change. With `index: redis` it is a [`RedisKvIndex`] and no events are subscribed to.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,8 +42,6 @@ pub struct KvState {
     pub args: KvCacheAwareArgs,
     /// Tokenizers and the remote fallback.
     pub tokenizers: Arc<Tokenizers>,
-    /// KV-event sources by endpoint name.
-    pub sources: HashMap<String, (String, Option<String>)>,
     /// The owners' container starts and the pod list the Redis index and the Redis garbage
     /// collection read (one per [`KvLoader`], shared by all its states).
     pub owners: Arc<crate::kv::owners::OwnerView>,
@@ -191,7 +188,6 @@ impl KvLoader {
             index,
             args,
             tokenizers,
-            sources: kv_sources(cfg),
             owners: Arc::clone(&self.owners),
         })
     }
@@ -306,18 +302,6 @@ fn tokenizers_key(cfg: &Config) -> TokenizersKey {
         kc.remote_tokenize_timeout,
         cfg.base_dir.clone(),
     )
-}
-
-/// The KV-event addresses (events, replay) of the standalone endpoints, by name.
-fn kv_sources(cfg: &Config) -> HashMap<String, (String, Option<String>)> {
-    cfg.endpoints()
-        .iter()
-        .filter_map(|e| {
-            e.kv_events
-                .clone()
-                .map(|a| (e.name.clone(), (a, e.kv_events_replay.clone())))
-        })
-        .collect()
 }
 
 /// [`Error::KvCacheConfig`] for `field`.

@@ -61,6 +61,11 @@ impl Ingest {
     /// A fresh subscription state for `source`, writing into `index`.
     #[must_use]
     pub fn new(source: KvSource, index: Arc<dyn KvIndex>, metrics: KvMetrics) -> Self {
+        metrics.subscription_started(
+            source.endpoint.as_str(),
+            &source.events,
+            source.replay.as_deref(),
+        );
         metrics.set_uncertain(source.endpoint.as_str(), false);
         Self {
             source,
@@ -95,6 +100,7 @@ impl Ingest {
                 return;
             }
         };
+        self.metrics.batch(&ep, seq);
         match self.seq.observe(seq) {
             SeqStep::Duplicate => return,
             SeqStep::Rollback => {

@@ -101,6 +101,7 @@ pub struct KvMetrics {
     tokenize: Family<SourceLabel, Histogram, fn() -> Histogram>,
     tokenize_cache: Family<CacheLabel, Counter>,
     gc: GcMetrics,
+    subscriptions: crate::kv::status::Subscriptions,
 }
 
 /// The `kthena_router_redis_gc_*` families.
@@ -160,6 +161,7 @@ impl KvMetrics {
             tokenize: Family::new_with_constructor(tokenize_hist),
             tokenize_cache: Family::default(),
             gc: GcMetrics::default(),
+            subscriptions: crate::kv::status::Subscriptions::default(),
         };
         m.gc.register(registry);
         registry.register(
@@ -275,8 +277,32 @@ impl KvMetrics {
         self.rollbacks.get_or_create(&Self::ep(endpoint)).inc();
     }
 
+    /// A subscription of `endpoint` to `address` (and `replay`) starts: its state is shown by
+    /// [`subscriptions`](Self::subscriptions) until [`remove_endpoint`](Self::remove_endpoint).
+    pub fn subscription_started(&self, endpoint: &str, address: &str, replay: Option<&str>) {
+        self.subscriptions.start(endpoint, address, replay);
+    }
+
+    /// Records the batch numbered `seq` received from `endpoint`.
+    pub fn batch(&self, endpoint: &str, seq: u64) {
+        self.subscriptions.batch(endpoint, seq);
+    }
+
+    /// The state of every running subscription, by endpoint id.
+    #[must_use]
+    pub fn subscriptions(&self) -> Vec<crate::kv::status::SubscriptionStatus> {
+        self.subscriptions.list()
+    }
+
+    /// The state of `endpoint`'s subscription, if one runs.
+    #[must_use]
+    pub fn subscription(&self, endpoint: &str) -> Option<crate::kv::status::SubscriptionStatus> {
+        self.subscriptions.get(endpoint)
+    }
+
     /// Sets the uncertain flag of an endpoint.
     pub fn set_uncertain(&self, endpoint: &str, on: bool) {
+        self.subscriptions.uncertain(endpoint, on);
         self.uncertain
             .get_or_create(&Self::ep(endpoint))
             .set(i64::from(on));
@@ -284,13 +310,16 @@ impl KvMetrics {
 
     /// Sets the subscribed flag of an endpoint.
     pub fn set_subscribed(&self, endpoint: &str, on: bool) {
+        self.subscriptions.connected(endpoint, on);
         self.subscribed
             .get_or_create(&Self::ep(endpoint))
             .set(i64::from(on));
     }
 
-    /// Forgets the per-endpoint gauges of a removed endpoint (counters are kept).
+    /// Forgets the per-endpoint gauges and the subscription state of a removed endpoint
+    /// (counters are kept).
     pub fn remove_endpoint(&self, endpoint: &str) {
+        self.subscriptions.remove(endpoint);
         self.uncertain.remove(&Self::ep(endpoint));
         self.subscribed.remove(&Self::ep(endpoint));
     }

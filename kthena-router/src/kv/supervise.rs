@@ -11,24 +11,29 @@ use tokio_util::task::TaskTracker;
 
 use crate::kv::events::KvSource;
 use crate::shared::Shared;
+use crate::upstream::endpoint::Endpoint;
 
 /// How often the supervisor compares the snapshot's endpoints with its subscriptions.
 pub(crate) const SUPERVISE_INTERVAL: Duration = Duration::from_millis(200);
 
 struct Running {
-    source: KvSource,
+    /// The endpoint the subscription was started for: a rebuilt endpoint (new address, new
+    /// KV-event addresses, a restarted pod) is another one.
+    endpoint: Arc<Endpoint>,
     index: Arc<dyn KvIndex>,
     cancel: CancellationToken,
     done: tokio::task::JoinHandle<()>,
 }
 
 /// Keeps one KV-event subscription per endpoint of the current snapshot that has a
-/// `kvEvents` address (and while the index is fed by events), until `cancel` fires.
+/// KV-event address (standalone: `kvEvents`; cluster mode: read from the pod) while the index
+/// is fed by events, until `cancel` fires.
 ///
 /// Every [`SUPERVISE_INTERVAL`] it starts subscriptions for new endpoints and stops those of
-/// endpoints that left (or whose address or index changed); a stopped subscription's
-/// endpoint is then removed from the index, so no entry of a removed engine survives, even
-/// one applied after the scheduler's own removal hook. It also refreshes the index-size gauge.
+/// endpoints that left or were rebuilt (a new address or KV-event address, a restarted pod, a
+/// new index); a stopped subscription's endpoint is then removed from the index, so no entry of
+/// a removed or restarted engine survives, even one applied after the scheduler's own removal
+/// hook. It also refreshes the index-size gauge.
 pub(crate) async fn supervise(shared: Arc<Shared>, cancel: CancellationToken, tasks: TaskTracker) {
     let mut running: BTreeMap<EndpointId, Running> = BTreeMap::new();
     let metrics = shared.metrics.kv.clone();
@@ -41,25 +46,18 @@ pub(crate) async fn supervise(shared: Arc<Shared>, cancel: CancellationToken, ta
             _ = tick.tick() => {}
         }
         let snap = shared.snapshot.load_full();
-        let mut desired: BTreeMap<EndpointId, (KvSource, Arc<dyn KvIndex>)> = BTreeMap::new();
+        let mut desired: BTreeMap<EndpointId, (Arc<Endpoint>, Arc<dyn KvIndex>)> = BTreeMap::new();
         if let Some(index) = snap.kv.index.as_ref().filter(|_| snap.kv.feeds_events) {
-            for ep in &snap.endpoints {
-                if let Some((events, replay)) = snap.kv.sources.get(&ep.name) {
-                    let source = KvSource {
-                        endpoint: ep.id.clone(),
-                        events: events.clone(),
-                        replay: replay.clone(),
-                    };
-                    desired.insert(ep.id.clone(), (source, Arc::clone(index)));
-                }
+            for ep in snap.endpoints.iter().filter(|e| e.kv_events.is_some()) {
+                desired.insert(ep.id.clone(), (Arc::clone(ep), Arc::clone(index)));
             }
         }
         let stale: Vec<EndpointId> = running
             .iter()
             .filter(|(id, r)| {
-                desired
-                    .get(*id)
-                    .is_none_or(|(s, idx)| *s != r.source || !Arc::ptr_eq(idx, &r.index))
+                desired.get(*id).is_none_or(|(ep, idx)| {
+                    !Arc::ptr_eq(ep, &r.endpoint) || !Arc::ptr_eq(idx, &r.index)
+                })
             })
             .map(|(id, _)| id.clone())
             .collect();
@@ -72,16 +70,24 @@ pub(crate) async fn supervise(shared: Arc<Shared>, cancel: CancellationToken, ta
                 tracing::info!(endpoint = %id, "Stopped KV-event subscription and cleared its entries");
             }
         }
-        for (id, (source, index)) in desired {
+        for (id, (endpoint, index)) in desired {
             if running.contains_key(&id) {
                 continue;
             }
+            let Some(events) = endpoint.kv_events.clone() else {
+                continue;
+            };
+            let source = KvSource {
+                endpoint: id.clone(),
+                events,
+                replay: endpoint.kv_events_replay.clone(),
+            };
             let token = cancel.child_token();
             let done = spawn_subscription(&shared, &source, &index, &token, &tasks);
             running.insert(
                 id,
                 Running {
-                    source,
+                    endpoint,
                     index,
                     cancel: token,
                     done,

@@ -4,6 +4,9 @@
 //! * `GET /debug/config_dump/{modelroutes|modelservers|pods}` → `{"<plural>": [...]}`;
 //! * `GET /debug/config_dump/warnings` → `{"warnings": [{"kind", "message"}]}`, what the
 //!   loaded configuration leaves unserved (see `warnings`);
+//! * `GET /debug/config_dump/kvevents` → `{"kvevents": [{"endpoint", "address", "replay",
+//!   "state", "lastSeq", "batches", "uncertain"}]}`, each KV-event subscription (`state` is
+//!   `connecting` or `subscribed`; not in Go Kthena);
 //! * `GET /debug/config_dump/namespaces/{ns}/{modelroutes|modelservers|pods}/{name}` → one
 //!   object, or 404 `{"error":"ModelRoute not found"}`.
 //!
@@ -47,7 +50,7 @@ fn server_json(s: &crate::discovery::Server) -> Value {
     })
 }
 
-fn pod_json(snap: &Snapshot, e: &Endpoint, detail: bool) -> Value {
+fn pod_json(shared: &Shared, snap: &Snapshot, e: &Endpoint, detail: bool) -> Value {
     let st = e.state().clone();
     let servers: Vec<String> = {
         let mut v: Vec<String> = snap
@@ -79,7 +82,13 @@ fn pod_json(snap: &Snapshot, e: &Endpoint, detail: bool) -> Value {
         "modelServers": servers,
     });
     if detail {
-        v["podInfo"] = json!({"address": e.address, "labels": e.labels, "kvEvents": e.kv_events});
+        v["podInfo"] = json!({
+            "address": e.address,
+            "labels": e.labels,
+            "kvEvents": e.kv_events,
+            "kvEventsReplay": e.kv_events_replay,
+            "kvEventsSubscription": shared.metrics.kv.subscription(e.id.as_str()),
+        });
     }
     v
 }
@@ -113,11 +122,15 @@ pub(crate) fn config_dump(shared: &Shared, path: &str) -> Response<RespBody> {
             let list: Vec<Value> = snap
                 .endpoints
                 .iter()
-                .map(|e| pod_json(&snap, e, false))
+                .map(|e| pod_json(shared, &snap, e, false))
                 .collect();
             answer(StatusCode::OK, &json!({ "pods": list }))
         }
         ["warnings"] => answer(StatusCode::OK, &json!({ "warnings": snap.warnings })),
+        ["kvevents"] => answer(
+            StatusCode::OK,
+            &json!({ "kvevents": shared.metrics.kv.subscriptions() }),
+        ),
         [kind @ ("gateways" | "httproutes" | "inferencepools")] => {
             answer(StatusCode::OK, &json!({ *kind: null }))
         }
@@ -139,7 +152,7 @@ pub(crate) fn config_dump(shared: &Shared, path: &str) -> Response<RespBody> {
                     .endpoints
                     .iter()
                     .find(|e| e.namespace == *ns && e.name == *name)
-                    .map(|e| pod_json(&snap, e, true)),
+                    .map(|e| pod_json(shared, &snap, e, true)),
                 _ => None,
             };
             let kind_name = match *kind {

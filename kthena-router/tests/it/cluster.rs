@@ -293,14 +293,25 @@ async fn cluster_example_is_accepted() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(stdout.matches("(server dry run)").count(), 4, "{stdout}");
-    let path = dir.join("router.yaml");
-    let cfg = kthena_router::load_config(
-        &path,
-        &std::collections::HashMap::<String, String>::new(),
-        kthena_router::Overrides::default(),
-    )
-    .unwrap();
-    assert!(cfg.is_cluster_mode());
+    let out = env
+        .kubectl()
+        .args(["apply", "--dry-run=server", "-f"])
+        .arg(dir.join("kv-events.yaml"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert_eq!(stdout.matches("(server dry run)").count(), 4, "{stdout}");
+    for file in ["router.yaml", "router-kv.yaml"] {
+        let path = dir.join(file);
+        let cfg = kthena_router::load_config(
+            &path,
+            &std::collections::HashMap::<String, String>::new(),
+            kthena_router::Overrides::default(),
+        )
+        .unwrap();
+        assert!(cfg.is_cluster_mode(), "{file}");
+    }
 }
 
 /// The ConfigMap's `routerConfiguration` is a valid config in cluster mode.

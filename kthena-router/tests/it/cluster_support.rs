@@ -44,12 +44,23 @@ impl ClusterRouter {
     }
 
     async fn start_inner(client: kube::Client, extra: &str) -> Self {
+        Self::start_raw(
+            client,
+            &format!(
+                "{extra}\nscheduler:\n  plugins:\n    Filter: {{enabled: []}}\n    Score:\n      enabled:\n      - {{name: least-request, weight: 1}}\n"
+            ),
+        )
+        .await
+    }
+
+    /// A router in cluster mode with `body` as its configuration (scheduler included),
+    /// besides the ephemeral ports and the JSON access log.
+    pub(crate) async fn start_raw(client: kube::Client, body: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("access.log");
         let text = format!(
-            "port: 0\nmetricsPort: 0\ndebugPort: 0\nbindAddress: 127.0.0.1\n{extra}\n\
-             accessLog: {{format: json, output: \"{}\"}}\n\
-             scheduler:\n  plugins:\n    Filter: {{enabled: []}}\n    Score:\n      enabled:\n      - {{name: least-request, weight: 1}}\n",
+            "port: 0\nmetricsPort: 0\ndebugPort: 0\nbindAddress: 127.0.0.1\n\
+             accessLog: {{format: json, output: \"{}\"}}\n{body}\n",
             log.display()
         );
         let path = dir.path().join("router.yaml");
@@ -258,10 +269,15 @@ pub(crate) struct Node {
 
 impl Node {
     pub(crate) fn start(ns: &TestNamespace) -> Self {
+        Self::start_with(ns, kthena_sim::Config::default().with_time_scale(100.0))
+    }
+
+    /// As [`Node::start`] with `engine` as the engines' base configuration.
+    pub(crate) fn start_with(ns: &TestNamespace, engine: kthena_sim::Config) -> Self {
         let name = format!("sim-{}", ns.name());
         let config = NodeConfig {
             node_name: Some(name.clone()),
-            engine: kthena_sim::Config::default().with_time_scale(100.0),
+            engine,
             health_interval: Duration::from_millis(100),
             ..NodeConfig::default()
         };
@@ -281,6 +297,18 @@ impl Node {
 
     /// Creates Pod `name` labelled `app=<app>` on this node, serving `model`.
     pub(crate) async fn pod(&self, name: &str, app: &str, model: &str) {
+        self.pod_with_args(name, app, model, &[]).await;
+    }
+
+    /// As [`Node::pod`], with `extra` engine arguments after `--model` and `--port`.
+    pub(crate) async fn pod_with_args(&self, name: &str, app: &str, model: &str, extra: &[&str]) {
+        let mut args = vec![
+            "--model".to_owned(),
+            model.to_owned(),
+            "--port".to_owned(),
+            self.port.to_string(),
+        ];
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
         let pod: Pod = serde_json::from_value(json!({
             "metadata": {"name": name, "labels": {"app": app}},
             "spec": {
@@ -288,7 +316,7 @@ impl Node {
                 "containers": [{
                     "name": "engine",
                     "image": "vllm/vllm-openai",
-                    "args": ["--model", model, "--port", self.port.to_string()],
+                    "args": args,
                     "ports": [{"containerPort": self.port}],
                 }],
             },

@@ -7,6 +7,7 @@ mod access_log_escape;
 mod auth;
 mod binary;
 mod cluster;
+mod cluster_kv;
 mod cluster_outage;
 mod cluster_redis;
 mod cluster_restart;

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::{ARGS_ANNOTATION, EXIT_ANNOTATION, READY_ANNOTATION};
-use crate::config::{Config, Flavor};
+use crate::config::{Config, Flavor, KvEventsFormat};
 
 /// Port an engine listens on when the pod declares none (vLLM's default).
 const DEFAULT_PORT: u16 = 8000;
@@ -32,7 +32,10 @@ struct EngineArgs {
 ///    args; for any other container, the model (`--served-model-name`, `--model`,
 ///    `--model-path`, `vllm serve <model>`, env `MODEL_NAME` or `MODEL`, in that order of
 ///    preference) and the SGLang flavor (a command or argument mentioning `sglang`); for
-///    both, the port (the first `containerPort`, else `--port`, else 8000);
+///    both, the port (the first `containerPort`, else `--port`, else 8000); for any other
+///    container, the KV-event publisher of `--kv-events-config` (see [`apply_kv_events`]).
+///    A `sh -c SCRIPT` command line is read with its script split as the shell would
+///    (Kthena's examples start their engines that way);
 /// 3. kthena-sim's own defaults when the pod has the annotation or runs `kthena-sim`,
 ///    else `base` (the node's defaults).
 ///
@@ -41,7 +44,8 @@ struct EngineArgs {
 /// container then fails).
 pub(super) fn engine_config(pod: &Pod, base: &Config) -> Result<Config, String> {
     let container = engine_container(pod).ok_or("the pod has no container")?;
-    let words = words(container);
+    let script_words = shell_words(container);
+    let words: Vec<&str> = script_words.iter().map(String::as_str).collect();
     let annotation = annotation(pod, ARGS_ANNOTATION);
     let runs_sim = runs_sim(container);
     // The layers from the bottom up, each writing over the one below.
@@ -59,6 +63,7 @@ pub(super) fn engine_config(pod: &Pod, base: &Config) -> Result<Config, String> 
         if words.iter().any(|w| w.contains("sglang")) {
             config.flavor = Flavor::Sglang;
         }
+        apply_kv_events(&mut config, &words)?;
     }
     config.port = container_port(container)
         .or_else(|| flag_value(&words, "--port").and_then(|p| p.parse().ok()))
@@ -110,6 +115,63 @@ fn words(c: &Container) -> Vec<&str> {
         .flatten()
         .map(String::as_str)
         .collect()
+}
+
+/// [`words`], with the script of `sh -c SCRIPT` (or bash, dash, ash, zsh) split as the
+/// shell would (`shlex`); a script that cannot be split stays one word.
+fn shell_words(c: &Container) -> Vec<String> {
+    let words = words(c);
+    let is_shell = words.first().is_some_and(|w| {
+        let base = w.rsplit('/').next().unwrap_or(w);
+        matches!(base, "sh" | "bash" | "dash" | "ash" | "zsh")
+    });
+    let mut out = Vec::with_capacity(words.len());
+    let mut script_next = false;
+    for w in words {
+        match script_next.then(|| shlex::split(w)).flatten() {
+            Some(split) => out.extend(split),
+            None => out.push(w.to_owned()),
+        }
+        script_next = is_shell && w.starts_with('-') && !w.starts_with("--") && w.contains('c');
+    }
+    out
+}
+
+/// Makes the engine publish KV events as the container's `--kv-events-config` asks (vLLM's
+/// `vllm/config/kv_events.py` `KVEventsConfig`, SGLang's same flag; read by
+/// [`kthena_kvevents::PublisherConfig::from_command`]): with a `zmq` publisher whose
+/// endpoint the engine binds (`tcp://*:PORT`), events go out on that port at the pod's
+/// address with the configured topic (vLLM's default `""`), the replay socket listens on
+/// the `replay_endpoint`'s port when one is set, and an SGLang engine encodes them in the
+/// array form. Without the flag, with publisher `null`, or with an endpoint the engine
+/// would connect to or that is not TCP (logged), nothing changes. `buffer_steps` is not
+/// read: the buffer keeps kthena-sim's default (10,000 batches, vLLM's default too).
+///
+/// # Errors
+/// A message when the flag's value is not a JSON object of the expected shape.
+fn apply_kv_events(config: &mut Config, words: &[&str]) -> Result<(), String> {
+    let publisher = kthena_kvevents::PublisherConfig::from_command(words)
+        .map_err(|e| format!("{}: {e}", kthena_kvevents::KV_EVENTS_FLAG))?;
+    let Some(publisher) = publisher else {
+        return Ok(());
+    };
+    let ports = publisher
+        .port()
+        .and_then(|p| Ok((p, publisher.replay_port()?)));
+    let (port, replay) = match ports {
+        Ok(ports) if publisher.binds() => ports,
+        Ok(_) | Err(_) => {
+            tracing::warn!(endpoint = %publisher.endpoint, "The KV-event endpoint is not a bound TCP port; the simulated engine publishes no KV events.");
+            return Ok(());
+        }
+    };
+    config.kv_events_port = Some(port);
+    config.kv_events_replay_port = replay;
+    config.kv_events_topic = Some(publisher.topic);
+    if config.flavor == Flavor::Sglang {
+        config.kv_events_format = KvEventsFormat::Array;
+    }
+    Ok(())
 }
 
 /// Whether `c`'s command is the `kthena-sim` binary.

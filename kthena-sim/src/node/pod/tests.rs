@@ -216,3 +216,102 @@ fn statuses() {
         "Error"
     );
 }
+
+/// The entry pod of the first role of a ModelServing in Kthena's examples
+/// (`examples/model-serving/NAME` of the chart repository).
+fn example_pod(name: &str) -> Pod {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/kthena-manifests/examples/model-serving")
+        .join(name);
+    let docs = kthena_api::load_file(&path).unwrap();
+    let Some(kthena_api::Object::ModelServing(ms)) = docs.into_iter().next().map(|d| d.object)
+    else {
+        panic!("{name} is not a ModelServing");
+    };
+    let template = ms.spec.template.roles[0].entry_template.clone();
+    Pod {
+        metadata: template.metadata.unwrap_or_default(),
+        spec: template.spec,
+        status: None,
+    }
+}
+
+#[test]
+fn kthena_vllm_kvcache_example_publishes_kv_events() {
+    // `sh -c` with `--kv-events-config '{"enable_kv_cache_events":true,"topic":"kv-events"}'`:
+    // vLLM's default endpoint tcp://*:5557, no replay endpoint.
+    let c = engine_config(&example_pod("gpu-kvcache-aware.yaml"), &Config::default()).unwrap();
+    assert_eq!((c.model.as_str(), c.port), ("Qwen/Qwen3-0.6B", 8000));
+    assert_eq!(c.flavor, Flavor::Vllm);
+    assert_eq!(c.kv_events_port, Some(5557));
+    assert_eq!(c.kv_events_topic.as_deref(), Some("kv-events"));
+    assert_eq!(c.kv_events_replay_port, None);
+    assert_eq!(c.kv_events_format, KvEventsFormat::Map);
+}
+
+#[test]
+fn kthena_sglang_kvcache_example_publishes_kv_events_as_arrays() {
+    let c = engine_config(
+        &example_pod("gpu-kvcache-aware-sglang.yaml"),
+        &Config::default(),
+    )
+    .unwrap();
+    assert_eq!((c.model.as_str(), c.port), ("Qwen/Qwen3-0.6B", 30000));
+    assert_eq!(c.flavor, Flavor::Sglang);
+    assert_eq!(c.kv_events_port, Some(5557));
+    assert_eq!(c.kv_events_topic.as_deref(), Some(""));
+    assert_eq!(c.kv_events_format, KvEventsFormat::Array);
+}
+
+#[test]
+fn kv_events_config_replay_port_and_the_annotation_wins() {
+    let cfg = r#"{"enable_kv_cache_events":true,"endpoint":"tcp://*:6001","replay_endpoint":"tcp://*:6002","topic":"t"}"#;
+    let p = pod(
+        json!({"spec": {"containers": [{"name": "e", "image": "vllm/vllm-openai",
+        "args": ["--model", "m", "--kv-events-config", cfg]}]}}),
+    );
+    let c = engine_config(&p, &Config::default()).unwrap();
+    assert_eq!(
+        (c.kv_events_port, c.kv_events_replay_port),
+        (Some(6001), Some(6002))
+    );
+    assert_eq!(c.kv_events_topic.as_deref(), Some("t"));
+
+    let p = pod(json!({
+        "metadata": {"annotations": {ARGS_ANNOTATION: "--kv-events-port 7001 --kv-events-topic a"}},
+        "spec": {"containers": [{"name": "e", "image": "vllm/vllm-openai",
+            "args": ["--model", "m", "--kv-events-config", cfg]}]}}));
+    let c = engine_config(&p, &Config::default()).unwrap();
+    assert_eq!(
+        (c.kv_events_port, c.kv_events_replay_port),
+        (Some(7001), Some(6002))
+    );
+    assert_eq!(c.kv_events_topic.as_deref(), Some("a"));
+}
+
+#[test]
+fn kv_events_config_without_a_bound_publisher_publishes_nothing() {
+    for cfg in [
+        r#"{"enable_kv_cache_events":false}"#,
+        r#"{"publisher":"null"}"#,
+        r#"{"enable_kv_cache_events":true,"endpoint":"tcp://collector:5557"}"#,
+        r#"{"enable_kv_cache_events":true,"endpoint":"ipc:///tmp/kv"}"#,
+    ] {
+        let p = pod(
+            json!({"spec": {"containers": [{"name": "e", "image": "vllm/vllm-openai",
+            "args": ["--model", "m", format!("--kv-events-config={cfg}")]}]}}),
+        );
+        let c = engine_config(&p, &Config::default()).unwrap();
+        assert_eq!(
+            (c.kv_events_port, c.kv_events_replay_port),
+            (None, None),
+            "{cfg}"
+        );
+    }
+    let p = pod(
+        json!({"spec": {"containers": [{"name": "e", "image": "vllm/vllm-openai",
+        "args": ["--model", "m", "--kv-events-config", "{not json"]}]}}),
+    );
+    let err = engine_config(&p, &Config::default()).unwrap_err();
+    assert!(err.starts_with("--kv-events-config: "), "{err}");
+}
