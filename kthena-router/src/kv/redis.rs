@@ -302,7 +302,8 @@ impl KvIndex for RedisKvIndex {
         }
     }
 
-    /// Does nothing: the sidecar's garbage collection removes stale owners.
+    /// Does nothing: the router's Redis garbage collection (`kv::redis_gc`) removes the
+    /// fields of a removed pod.
     fn remove_endpoint(&self, _endpoint: &EndpointId) {}
 
     /// Every lookup is a Redis round trip: the router fetches them before scheduling.
