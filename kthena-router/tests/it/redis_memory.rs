@@ -116,10 +116,11 @@ fn memory_per_block_and_pod() {
         eprintln!("| {owners} | {b:.0} | {m:.0} | {delta:.0} |");
         per_block.push((owners, b, m, delta));
         // Generous bounds: a block key under 120 + 64 bytes per owner, a mapping key under
-        // 200 bytes, everything under 120 + 300 bytes per owner and block.
+        // 200 bytes, everything under 200 + 300 bytes per owner and block
+        // (`used_memory` is the whole server's: other tests may write meanwhile).
         assert!(b < 120.0 + 64.0 * f64::from(owners), "{b}");
         assert!(m < 200.0, "{m}");
-        assert!(delta < 120.0 + 300.0 * f64::from(owners), "{delta}");
+        assert!(delta < 200.0 + 300.0 * f64::from(owners), "{delta}");
     }
     let () = redis::cmd("FLUSHDB").arg("SYNC").query(&mut c).unwrap();
     // Per owner field in a block key: the slope between 1 and 10 owners.
