@@ -55,7 +55,7 @@ fn call<T>(
 
 /// Continues the `SCAN` walk at `cursor` for at most `budget` keys (the sum of the `COUNT`s)
 /// and deletes the stale owner fields of the block keys it returns and the hash-mapping
-/// keys of deleted pods.
+/// keys of deleted pods; stops at the first failed call.
 pub(super) fn blocks(
     link: &mut Link,
     timeout: Duration,
@@ -82,7 +82,6 @@ pub(super) fn blocks(
         }) else {
             return;
         };
-        *cursor = next;
         report.scanned += keys.len() as u64;
         let (blocks, others): (Vec<String>, Vec<String>) =
             keys.into_iter().partition(|k| k.starts_with(&block_prefix));
@@ -90,6 +89,11 @@ pub(super) fn blocks(
             collect_keys(link, timeout, &blocks, rules, report);
         }
         collect_mappings(link, timeout, &others, rules, report);
+        if !report.errors.is_empty() {
+            // Redis failed: the next round reads these keys again.
+            return;
+        }
+        *cursor = next;
         if next == 0 {
             report.pass_done = true;
             return;
