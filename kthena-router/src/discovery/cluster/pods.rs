@@ -111,7 +111,7 @@ fn pod_endpoint(
         kv_events,
         kv_events_replay,
         incarnation: Some(incarnation),
-        container_started: container_started(pod),
+        container_started: crate::kv::owners::pod_container_started(pod),
     })
 }
 
@@ -170,16 +170,6 @@ fn incarnation(pod: &Pod) -> String {
         "{}/{restarts}",
         pod.metadata.uid.as_deref().unwrap_or_default()
     )
-}
-
-/// Unix seconds of the newest `state.running.startedAt` among the pod's containers.
-fn container_started(pod: &Pod) -> Option<i64> {
-    pod.status
-        .iter()
-        .flat_map(|s| s.container_statuses.iter().flatten())
-        .filter_map(|c| c.state.as_ref()?.running.as_ref()?.started_at.as_ref())
-        .map(|t| t.0.as_second())
-        .max()
 }
 
 #[cfg(test)]
