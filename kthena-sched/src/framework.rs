@@ -428,7 +428,9 @@ impl Scheduler {
     }
 
     /// Writes into `s.order` the best `limit` candidates by `s.totals` (highest first, ties by
-    /// id), then rotates those tied for the best total by the model's turn.
+    /// id), then rotates those tied for the best total by the model's turn. When more
+    /// candidates are tied for the best total than `limit`, the turn rotates over all of
+    /// them (in id order) before the list is cut, so every tied candidate gets its turn.
     fn order(
         &self,
         s: &mut Scratch,
@@ -447,6 +449,17 @@ impl Scheduler {
                 .then_with(|| refs[*a].id.cmp(&refs[*b].id))
         };
         let limit = limit.min(n);
+        let best = totals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let tied_all = totals.iter().filter(|t| **t == best).count();
+        if tied_all > limit {
+            s.order.retain(|&k| totals[k] == best);
+            s.order.sort_unstable_by(|a, b| refs[*a].id.cmp(&refs[*b].id));
+            let turn = self.ties.next(req.model, lane);
+            let shift = usize::try_from(turn % tied_all as u64).unwrap_or(0);
+            s.order.rotate_left(shift);
+            s.order.truncate(limit);
+            return;
+        }
         if limit < n {
             s.order.select_nth_unstable_by(limit - 1, cmp);
             s.order.truncate(limit);

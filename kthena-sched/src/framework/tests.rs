@@ -248,6 +248,28 @@ fn prefix_affinity_learns_from_on_scheduled() {
 }
 
 #[test]
+fn more_tied_candidates_than_top_n_all_take_turns() {
+    // Seven endpoints the scores cannot tell apart and the default top 5: every one of the
+    // seven gets its turn, not only the five smallest ids.
+    let s = section("plugins: {Score: {enabled: [{name: least-latency}]}}").unwrap();
+    let cands: Vec<Candidate> = ["g", "f", "e", "d", "c", "b", "a"]
+        .iter()
+        .map(|id| Candidate::new(*id, "m"))
+        .collect();
+    let best: Vec<String> = (0..14)
+        .map(|_| {
+            let d = s.schedule(&Request::new("m"), &cands).unwrap();
+            assert_eq!(d.ranked.len(), 5);
+            d.best().id.to_string()
+        })
+        .collect();
+    assert_eq!(
+        best,
+        ["a", "b", "c", "d", "e", "f", "g", "a", "b", "c", "d", "e", "f", "g"]
+    );
+}
+
+#[test]
 fn candidates_tied_for_best_take_turns() {
     // least-latency without any latency data scores every endpoint 50: a tie.
     let s = section("plugins: {Score: {enabled: [{name: least-latency}]}}").unwrap();
