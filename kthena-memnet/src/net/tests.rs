@@ -75,24 +75,21 @@ async fn a_request_gets_every_reply_message_of_its_responder() {
     ));
     let mut r = net.respond(ep).unwrap();
     assert!(matches!(net.respond(ep), Err(Error::EndpointInUse(_))));
-    let server = tokio::spawn(async move {
+    let server = async move {
         let req = r.recv().await.unwrap();
         let n = req.frames()[0].clone();
         req.reply(vec![vec![n.clone(), Bytes::from_static(b"a")], vec![n]]);
         r
-    });
-    let replies = net
-        .request(ep, vec![Bytes::from_static(b"7")])
-        .await
-        .unwrap();
+    };
+    let (r, replies) = tokio::join!(server, net.request(ep, vec![Bytes::from_static(b"7")]));
     assert_eq!(
-        replies,
+        replies.unwrap(),
         vec![
             vec![Bytes::from_static(b"7"), Bytes::from_static(b"a")],
             vec![Bytes::from_static(b"7")]
         ]
     );
-    drop(server.await.unwrap());
+    drop(r);
     assert!(matches!(
         net.request(ep, vec![]).await,
         Err(Error::NoResponder(_))

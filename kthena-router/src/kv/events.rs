@@ -280,9 +280,7 @@ pub async fn replay(addr: &str, from: u64, until: u64) -> Result<Vec<(u64, Bytes
     let zerr = |e: zeromq::ZmqError| bad(format!("replay socket {addr}: {e}"));
     let mut sock = zeromq::DealerSocket::new();
     sock.connect(addr).await.map_err(zerr)?;
-    sock.send(ZmqMessage::from(replay_request(from)))
-        .await
-        .map_err(zerr)?;
+    sock.send(replay_request(from)).await.map_err(zerr)?;
     let mut replies = Replies::new(from, until);
     loop {
         let msg = sock.recv().await.map_err(zerr)?.into_vec();
