@@ -2,6 +2,7 @@
 //! measures the router's overhead. See `docs/benchmarks.md`.
 
 mod harness;
+mod late_router;
 mod loadgen;
 mod overhead;
 mod peer_policy;
@@ -134,6 +135,12 @@ struct Args {
     /// Override the request rate (requests per model second; `inf` sends all at once).
     #[arg(long)]
     request_rate: Option<f64>,
+    /// Virtual clock only: instead of the policy table, the `long` scenario's second half
+    /// served by the router that served the first half, by a router started after it
+    /// without replay, and by one with the engines' KV-event replay; prints the
+    /// prefix-cache hit rates (first 10% of the second half, all of it) of each.
+    #[arg(long)]
+    late_router: bool,
     /// Hugging Face `tokenizer.json` for the engines and the workload (default: the
     /// simulator's built-in tokenizer).
     #[arg(long)]
@@ -227,6 +234,9 @@ async fn run(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
     if args.scenario == Which::Soak {
         return run_soak(args, rt).await;
     }
+    if args.late_router {
+        return run_late_router(args).await;
+    }
     let scenarios = match args.scenario {
         Which::Long => vec![Scenario::long(args.quick, args.seed)],
         Which::Short => vec![Scenario::short(args.quick, args.seed)],
@@ -279,6 +289,40 @@ async fn run(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
         std::fs::write(path, serde_json::to_string_pretty(&rows)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    Ok(())
+}
+
+/// `--late-router`: the long scenario (with the size overrides) in [`late_router`]'s three
+/// variants, one run per seed each; prints the table.
+async fn run_late_router(args: &Args) -> anyhow::Result<()> {
+    let mut sc = Scenario::long(args.quick, args.seed);
+    if let Some(v) = args.num_groups {
+        sc.workload.num_groups = v;
+    }
+    if let Some(v) = args.prompts_per_group {
+        sc.workload.prompts_per_group = v;
+    }
+    if let Some(v) = args.max_concurrency {
+        sc.max_concurrency = v;
+    }
+    if let Some(v) = args.request_rate {
+        sc.request_rate = v;
+    }
+    let tokenizer = match &args.tokenizer {
+        Some(p) => kthena_sim::Tokenizer::from_file(p)?,
+        None => kthena_sim::Tokenizer::fallback(),
+    };
+    let seeds: Vec<u64> = (0..args.seeds.max(1)).map(|i| args.seed + i).collect();
+    let threads = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+    let sim = sim_config(args, true);
+    let engines = args.engines;
+    let table = tokio::task::spawn_blocking(move || {
+        late_router::run(&sc, &sim, engines, &seeds, &tokenizer, threads)
+    })
+    .await??;
+    writeln!(std::io::stdout().lock(), "{table}")?;
     Ok(())
 }
 

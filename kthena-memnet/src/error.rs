@@ -12,6 +12,12 @@ pub enum Error {
     /// No listener is registered at this address (or it was dropped).
     #[error("connection refused: nothing listens at {0} on the in-memory network")]
     ConnectionRefused(SocketAddr),
+    /// A responder is already registered at this request/reply endpoint.
+    #[error("endpoint {0} already has a responder on the in-memory network")]
+    EndpointInUse(String),
+    /// No responder answers at this request/reply endpoint (or it was dropped).
+    #[error("nothing answers at {0} on the in-memory network")]
+    NoResponder(String),
     /// A client URI that is not `http://` with an IP address (and a port, 80 by default).
     #[error("the in-memory network needs an http:// URI with an IP address and port, got `{0}`")]
     NoSocketAddr(http::Uri),
@@ -24,7 +30,10 @@ impl From<Error> for std::io::Error {
     fn from(e: Error) -> Self {
         let kind = match &e {
             Error::AddrInUse(_) => std::io::ErrorKind::AddrInUse,
-            Error::ConnectionRefused(_) => std::io::ErrorKind::ConnectionRefused,
+            Error::ConnectionRefused(_) | Error::NoResponder(_) => {
+                std::io::ErrorKind::ConnectionRefused
+            }
+            Error::EndpointInUse(_) => std::io::ErrorKind::AddrInUse,
             Error::NoSocketAddr(_) => std::io::ErrorKind::InvalidInput,
             Error::Tcp(_) => std::io::ErrorKind::Other,
         };

@@ -1,8 +1,10 @@
 //! `kthena-memnet`: an in-memory network for running engines, a router and a load generator
 //! in one process on one clock.
 //!
-//! A [`MemNet`] is a registry of listeners keyed by [`SocketAddr`] and of publish/subscribe
-//! topics keyed by endpoint text (`tcp://10.0.0.1:5557`). Connections are
+//! A [`MemNet`] is a registry of listeners keyed by [`SocketAddr`], of publish/subscribe
+//! topics keyed by endpoint text (`tcp://10.0.0.1:5557`) and of request/reply endpoints keyed
+//! the same way ([`MemNet::respond`], [`MemNet::request`]: one request, every reply message
+//! back at once, as a KV-event replay socket answers). Connections are
 //! [`tokio::io::DuplexStream`] pairs and messages are `Vec<Bytes>` frames on unbounded
 //! channels, so every wake-up is a tokio waker and nothing waits on the operating system.
 //! On a current-thread runtime with paused time (`tokio::time::pause`), the clock then
@@ -38,4 +40,4 @@ mod net;
 
 pub use connector::{Conn, Connector};
 pub use error::Error;
-pub use net::{BUFFER_BYTES, MemListener, MemNet, Publisher, Subscriber};
+pub use net::{BUFFER_BYTES, MemListener, MemNet, Publisher, Request, Responder, Subscriber};

@@ -1,4 +1,5 @@
-//! The in-memory network: listeners, connections and publish/subscribe topics.
+//! The in-memory network: listeners, connections, publish/subscribe topics and
+//! request/reply endpoints.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -6,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use tokio::io::DuplexStream;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::Error;
 
@@ -25,6 +26,7 @@ pub struct MemNet {
 struct Inner {
     listeners: BTreeMap<SocketAddr, mpsc::UnboundedSender<DuplexStream>>,
     topics: BTreeMap<String, Vec<mpsc::UnboundedSender<Vec<Bytes>>>>,
+    responders: BTreeMap<String, mpsc::UnboundedSender<Request>>,
 }
 
 impl std::fmt::Debug for MemNet {
@@ -33,6 +35,7 @@ impl std::fmt::Debug for MemNet {
         f.debug_struct("MemNet")
             .field("listeners", &g.listeners.keys().collect::<Vec<_>>())
             .field("topics", &g.topics.keys().collect::<Vec<_>>())
+            .field("responders", &g.responders.keys().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -115,6 +118,117 @@ impl MemNet {
             .or_default()
             .push(tx);
         Subscriber { rx }
+    }
+}
+
+impl MemNet {
+    /// Answers requests sent to `endpoint` (any text, such as `tcp://10.0.0.1:5558`) until
+    /// the returned responder is dropped: the in-memory form of a ZMQ ROUTER socket whose
+    /// clients send one request and read every reply message.
+    ///
+    /// # Errors
+    /// [`Error::EndpointInUse`] while another responder holds `endpoint`.
+    pub fn respond(&self, endpoint: impl Into<String>) -> Result<Responder, Error> {
+        let endpoint = endpoint.into();
+        let mut g = self.lock();
+        if g.responders
+            .get(&endpoint)
+            .is_some_and(|tx| !tx.is_closed())
+        {
+            return Err(Error::EndpointInUse(endpoint));
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        g.responders.insert(endpoint.clone(), tx);
+        Ok(Responder {
+            endpoint,
+            rx,
+            net: self.clone(),
+        })
+    }
+
+    /// Sends one request (its frames) to the responder at `endpoint` and returns its reply
+    /// messages, in order, once it has answered.
+    ///
+    /// # Errors
+    /// [`Error::NoResponder`] when nothing answers at `endpoint`, or the responder was
+    /// dropped before answering.
+    pub async fn request(
+        &self,
+        endpoint: &str,
+        frames: Vec<Bytes>,
+    ) -> Result<Vec<Vec<Bytes>>, Error> {
+        let none = || Error::NoResponder(endpoint.to_owned());
+        let (reply, rx) = oneshot::channel();
+        {
+            let g = self.lock();
+            let tx = g.responders.get(endpoint).ok_or_else(none)?;
+            tx.send(Request { frames, reply }).map_err(|_| none())?;
+        }
+        rx.await.map_err(|_| none())
+    }
+}
+
+/// The answering side of a request/reply endpoint (see [`MemNet::respond`]); dropping it
+/// frees the endpoint.
+pub struct Responder {
+    endpoint: String,
+    rx: mpsc::UnboundedReceiver<Request>,
+    net: MemNet,
+}
+
+impl std::fmt::Debug for Responder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Responder")
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Responder {
+    /// The endpoint text it answers at.
+    #[must_use]
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The next request, in the order they were sent. It waits for ever when none comes;
+    /// select it against a cancellation.
+    pub async fn recv(&mut self) -> Option<Request> {
+        self.rx.recv().await
+    }
+}
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        self.rx.close();
+        let mut g = self.net.lock();
+        if g.responders
+            .get(&self.endpoint)
+            .is_some_and(|tx| tx.is_closed())
+        {
+            g.responders.remove(&self.endpoint);
+        }
+    }
+}
+
+/// One request received by a [`Responder`].
+#[derive(Debug)]
+pub struct Request {
+    frames: Vec<Bytes>,
+    reply: oneshot::Sender<Vec<Vec<Bytes>>>,
+}
+
+impl Request {
+    /// The request's frames.
+    #[must_use]
+    pub fn frames(&self) -> &[Bytes] {
+        &self.frames
+    }
+
+    /// Answers with `messages` (each its frames), all delivered together; a requester that
+    /// gave up receives nothing.
+    pub fn reply(self, messages: Vec<Vec<Bytes>>) {
+        let _ = self.reply.send(messages);
     }
 }
 

@@ -13,6 +13,9 @@
 //! | BlockRemoved | type, block_hashes, medium, group_idx | `["BlockRemoved", hashes, medium]` |
 //! | AllBlocksCleared | type | `["AllBlocksCleared"]` |
 //!
+//! With a replay socket ([`replay`]), the last `buffer_steps` batches are kept and resent on
+//! request, as vLLM's `ZmqEventPublisher` does.
+//!
 //! The encoding itself is the `kthena-kvevents` crate's ([`EventBatch::encode`]); this module
 //! maps the cache's events to it and publishes them.
 //!
@@ -31,6 +34,11 @@ use crate::config::KvEventsFormat;
 use crate::hash::{BlockHash, ExtraKey};
 use crate::kv::KvEvent;
 use crate::{Error, Result};
+
+mod replay;
+
+pub(crate) use replay::ReplaySocket;
+use replay::{ReplayBuffer, ReplayRequest};
 
 fn hash(h: &BlockHash, int_hashes: bool) -> kthena_kvevents::BlockHash {
     if int_hashes {
@@ -133,13 +141,15 @@ enum Sink {
     Memory(kthena_memnet::Publisher),
 }
 
-/// A KV-event publisher: a bound PUB socket or an in-memory topic.
+/// A KV-event publisher: a bound PUB socket or an in-memory topic, and optionally a replay
+/// socket with its buffer.
 pub(crate) struct Publisher {
     socket: Sink,
     topic: Bytes,
     format: KvEventsFormat,
     int_hashes: bool,
     seq: u64,
+    replay: Option<(ReplaySocket, ReplayBuffer)>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -180,6 +190,7 @@ impl Publisher {
                 format,
                 int_hashes,
                 seq: 0,
+                replay: None,
             },
             port,
         ))
@@ -198,38 +209,75 @@ impl Publisher {
             format,
             int_hashes,
             seq: 0,
+            replay: None,
         }
     }
 
-    /// Publishes batches until the channel closes.
+    /// Serves replay requests on `socket` from a buffer of the last `buffer_steps` batches.
+    pub(crate) fn with_replay(mut self, socket: ReplaySocket, buffer_steps: usize) -> Self {
+        self.replay = Some((socket, ReplayBuffer::new(buffer_steps)));
+        self
+    }
+
+    /// Publishes batches until the channel closes, answering replay requests in between.
     pub(crate) async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Vec<KvEvent>>) {
-        while let Some(events) = rx.recv().await {
-            let ts = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs_f64())
-                .unwrap_or(0.0);
-            let payload = encode_batch(ts, &events, self.format, self.int_hashes);
-            let frames = [
-                self.topic.clone(),
-                Bytes::copy_from_slice(&self.seq.to_be_bytes()),
-                Bytes::from(payload),
-            ];
-            self.seq += 1;
-            match &mut self.socket {
-                Sink::Memory(p) => {
-                    p.send(&frames);
-                }
-                Sink::Zmq(socket) => {
-                    let [topic, seq, payload] = frames;
-                    let mut msg = ZmqMessage::from(topic);
-                    msg.push_back(seq);
-                    msg.push_back(payload);
-                    if let Err(e) = socket.send(msg).await {
-                        tracing::warn!(error = %e, "Dropping a KV-event batch.");
+        loop {
+            tokio::select! {
+                events = rx.recv() => match events {
+                    Some(events) => self.publish(&events).await,
+                    None => return,
+                },
+                request = next_request(self.replay.as_mut().map(|(s, _)| s)) => {
+                    match (request, self.replay.as_mut()) {
+                        (Some(request), Some((socket, buffer))) => {
+                            socket.answer(request, buffer).await;
+                        }
+                        // The replay socket closed: publish on without it.
+                        _ => self.replay = None,
                     }
                 }
             }
         }
+    }
+
+    /// Publishes one batch (and keeps it for replay).
+    async fn publish(&mut self, events: &[KvEvent]) {
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        let payload = Bytes::from(encode_batch(ts, events, self.format, self.int_hashes));
+        if let Some((_, buffer)) = &mut self.replay {
+            buffer.push(self.seq, payload.clone());
+        }
+        let frames = [
+            self.topic.clone(),
+            Bytes::copy_from_slice(&self.seq.to_be_bytes()),
+            payload,
+        ];
+        self.seq += 1;
+        match &mut self.socket {
+            Sink::Memory(p) => {
+                p.send(&frames);
+            }
+            Sink::Zmq(socket) => {
+                let [topic, seq, payload] = frames;
+                let mut msg = ZmqMessage::from(topic);
+                msg.push_back(seq);
+                msg.push_back(payload);
+                if let Err(e) = socket.send(msg).await {
+                    tracing::warn!(error = %e, "Dropping a KV-event batch.");
+                }
+            }
+        }
+    }
+}
+
+/// The next request of `socket`; pending for ever without one.
+async fn next_request(socket: Option<&mut ReplaySocket>) -> Option<ReplayRequest> {
+    match socket {
+        Some(s) => s.recv().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -18,7 +18,7 @@ use crate::config::{Config, Faults};
 use crate::engine::{self, Command, Scheduler};
 use crate::hash::BlockHasher;
 use crate::kv::KvEvent;
-use crate::kv_events::Publisher;
+use crate::kv_events::{Publisher, ReplaySocket};
 use crate::metrics::Metrics;
 use crate::tokenize::Tokenizer;
 use crate::{Error, Result};
@@ -29,6 +29,7 @@ use crate::{Error, Result};
 pub struct SimHandle {
     addr: SocketAddr,
     kv_events_port: Option<u16>,
+    kv_events_replay_port: Option<u16>,
     shared: Arc<Shared>,
     tracker: TaskTracker,
     /// Stops accepting connections.
@@ -61,6 +62,13 @@ impl SimHandle {
     #[must_use]
     pub fn kv_events_port(&self) -> Option<u16> {
         self.kv_events_port
+    }
+
+    /// The bound ZMQ ROUTER port of the KV-event replay socket, when enabled
+    /// (`--kv-events-replay-port`).
+    #[must_use]
+    pub fn kv_events_replay_port(&self) -> Option<u16> {
+        self.kv_events_replay_port
     }
 
     /// The served model name.
@@ -163,7 +171,9 @@ pub async fn spawn(config: Config) -> Result<SimHandle> {
 
 /// Starts one simulator, as [`spawn`], on the in-memory network `net` instead of TCP and ZMQ:
 /// it serves HTTP on `net` at the address [`SimHandle::addr`] names and publishes KV events
-/// on `net`'s topic `tcp://<host>:<kv_events_port>` (the text a router's `kvEvents` holds).
+/// on `net`'s topic `tcp://<host>:<kv_events_port>` (the text a router's `kvEvents` holds),
+/// and answers replay requests at `net`'s request/reply endpoint
+/// `tcp://<host>:<kv_events_replay_port>` when one is configured.
 /// The TCP ports stay bound without being served, so that the addresses stay unique in the
 /// process. With a current-thread runtime on paused time, engines, router and client then
 /// share one virtual clock (`kthena-bench`'s policy scenarios).
@@ -190,7 +200,7 @@ async fn start(config: Config, net: Option<&kthena_memnet::MemNet>) -> Result<Si
     let tracker = TaskTracker::new();
     let kill = CancellationToken::new();
     let mut reserved = Vec::new();
-    let (events_tx, kv_events_port) =
+    let (events_tx, kv_ports) =
         start_kv_events(&config, &tracker, &kill, net, &mut reserved).await?;
     let shared = shared_state(config, addr, tokenizer, events_tx, &tracker, &kill);
     let acceptor = Acceptor {
@@ -219,7 +229,8 @@ async fn start(config: Config, net: Option<&kthena_memnet::MemNet>) -> Result<Si
     };
     Ok(SimHandle {
         addr,
-        kv_events_port,
+        kv_events_port: kv_ports.map(|p| p.events),
+        kv_events_replay_port: kv_ports.and_then(|p| p.replay),
         shared,
         tracker,
         stop_accept,
@@ -282,15 +293,22 @@ fn shared_state(
     })
 }
 
-/// The sender of KV events and the publisher's bound port when `config.kv_events_port` is
-/// set (the ZMQ publisher runs on `tracker` until `kill`); `(None, None)` otherwise.
+/// The bound ports of a KV-event publisher.
+#[derive(Debug, Clone, Copy)]
+struct KvPorts {
+    events: u16,
+    replay: Option<u16>,
+}
+
+/// The sender of KV events and the publisher's bound ports when `config.kv_events_port` is
+/// set (the publisher runs on `tracker` until `kill`); `(None, None)` otherwise.
 async fn start_kv_events(
     config: &Config,
     tracker: &TaskTracker,
     kill: &CancellationToken,
     net: Option<&kthena_memnet::MemNet>,
     reserved: &mut Vec<TcpListener>,
-) -> Result<(Option<mpsc::UnboundedSender<Vec<KvEvent>>>, Option<u16>)> {
+) -> Result<(Option<mpsc::UnboundedSender<Vec<KvEvent>>>, Option<KvPorts>)> {
     let Some(port) = config.kv_events_port else {
         return Ok((None, None));
     };
@@ -302,20 +320,36 @@ async fn start_kv_events(
         config.kv_events_format,
         config.kv_events_use_int_block_hashes,
     );
-    let (publisher, bound) = match net {
+    let (mut publisher, bound) = match net {
         None => Publisher::bind(config.host, port, topic, format, ints).await?,
         Some(net) => {
-            let addr = SocketAddr::new(config.host, port);
-            let socket = bind(addr).map_err(|source| Error::Bind { addr, source })?;
-            let bound = socket
-                .local_addr()
-                .map_err(|source| Error::Bind { addr, source })?;
-            reserved.push(socket);
-            let endpoint = crate::kv_events::endpoint(bound.ip(), bound.port());
-            let p = Publisher::memory(net.publisher(endpoint), topic, format, ints);
-            (p, bound.port())
+            let endpoint = reserve(config.host, port, reserved)?;
+            let p = Publisher::memory(net.publisher(&endpoint.0), topic, format, ints);
+            (p, endpoint.1)
         }
     };
+    let mut ports = KvPorts {
+        events: bound,
+        replay: None,
+    };
+    if let Some(port) = config.kv_events_replay_port {
+        let (socket, bound) = match net {
+            None => {
+                let endpoint = crate::kv_events::endpoint(config.host, port);
+                ReplaySocket::bind(&endpoint, port).await?
+            }
+            Some(net) => {
+                let (endpoint, bound) = reserve(config.host, port, reserved)?;
+                let responder = net.respond(endpoint.as_str()).map_err(|e| Error::Bind {
+                    addr: SocketAddr::new(config.host, bound),
+                    source: e.into(),
+                })?;
+                (ReplaySocket::Memory(responder), bound)
+            }
+        };
+        publisher = publisher.with_replay(socket, config.kv_events_buffer_steps);
+        ports.replay = Some(bound);
+    }
     let (tx, rx) = mpsc::unbounded_channel();
     let k = kill.clone();
     tracker.spawn(async move {
@@ -325,7 +359,27 @@ async fn start_kv_events(
             () = publisher.run(rx) => {}
         }
     });
-    Ok((Some(tx), Some(bound)))
+    Ok((Some(tx), Some(ports)))
+}
+
+/// Holds the TCP port `host:port` (0 picks a free one) in `reserved`, so that an in-memory
+/// endpoint stays unique in the process; returns its endpoint text `tcp://host:port` and
+/// the port.
+fn reserve(
+    host: std::net::IpAddr,
+    port: u16,
+    reserved: &mut Vec<TcpListener>,
+) -> Result<(String, u16)> {
+    let addr = SocketAddr::new(host, port);
+    let socket = bind(addr).map_err(|source| Error::Bind { addr, source })?;
+    let bound = socket
+        .local_addr()
+        .map_err(|source| Error::Bind { addr, source })?;
+    reserved.push(socket);
+    Ok((
+        crate::kv_events::endpoint(bound.ip(), bound.port()),
+        bound.port(),
+    ))
 }
 
 /// What serves the accepted connections of one engine.

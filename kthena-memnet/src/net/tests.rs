@@ -64,3 +64,35 @@ async fn subscribers_get_what_was_published_after_they_subscribed() {
     assert_eq!(s1.recv().await.unwrap(), vec![Bytes::from_static(b"2")]);
     assert!(other.rx.try_recv().is_err());
 }
+
+#[tokio::test]
+async fn a_request_gets_every_reply_message_of_its_responder() {
+    let net = MemNet::new();
+    let ep = "tcp://10.0.0.1:5558";
+    assert!(matches!(
+        net.request(ep, vec![]).await,
+        Err(Error::NoResponder(e)) if e == ep
+    ));
+    let mut r = net.respond(ep).unwrap();
+    assert!(matches!(net.respond(ep), Err(Error::EndpointInUse(_))));
+    let server = async move {
+        let req = r.recv().await.unwrap();
+        let n = req.frames()[0].clone();
+        req.reply(vec![vec![n.clone(), Bytes::from_static(b"a")], vec![n]]);
+        r
+    };
+    let (r, replies) = tokio::join!(server, net.request(ep, vec![Bytes::from_static(b"7")]));
+    assert_eq!(
+        replies.unwrap(),
+        vec![
+            vec![Bytes::from_static(b"7"), Bytes::from_static(b"a")],
+            vec![Bytes::from_static(b"7")]
+        ]
+    );
+    drop(r);
+    assert!(matches!(
+        net.request(ep, vec![]).await,
+        Err(Error::NoResponder(_))
+    ));
+    assert!(net.respond(ep).is_ok());
+}

@@ -17,10 +17,10 @@ use kthena_router::tokenize::ModelTokenizer;
 use kthena_sched::{Candidate, EndpointId, KvQuery, token_block_hashes};
 use kthena_sim::KvEventsFormat;
 
-const MODEL: &str = "qwen3";
+pub(crate) const MODEL: &str = "qwen3";
 const RATIO: &str = r#"kthena_router_kvcache_aware_match_ratio"#;
 
-fn sim_config(format: KvEventsFormat) -> kthena_sim::Config {
+pub(crate) fn sim_config(format: KvEventsFormat) -> kthena_sim::Config {
     let mut c = kthena_sim::Config::default()
         .with_ephemeral_port()
         .with_model(MODEL)
@@ -34,7 +34,7 @@ fn sim_config(format: KvEventsFormat) -> kthena_sim::Config {
 }
 
 /// A long system prompt (about 500 Qwen3 tokens) that differs per `topic`.
-fn system_prompt(topic: &str) -> String {
+pub(crate) fn system_prompt(topic: &str) -> String {
     let mut s = format!("You are an assistant for {topic}. Follow these rules carefully.\n");
     for i in 0..60 {
         s.push_str(&format!(
@@ -72,7 +72,7 @@ fn endpoints(sims: &[(&str, SocketAddr, u16)]) -> String {
     s
 }
 
-fn config(sims: &[(&str, SocketAddr, u16)]) -> String {
+pub(crate) fn config(sims: &[(&str, SocketAddr, u16)]) -> String {
     let dir = qwen3_dir();
     format!(
         "metricsScrapeInterval: 100ms
@@ -99,14 +99,14 @@ standalone:
     )
 }
 
-struct Ctx {
-    r: KvRouter,
-    tok: ModelTokenizer,
+pub(crate) struct Ctx {
+    pub(crate) r: KvRouter,
+    pub(crate) tok: ModelTokenizer,
 }
 
 impl Ctx {
     /// Leading blocks of `tokens` the router's index holds for `endpoint`.
-    fn matched(&self, endpoint: &str, tokens: &[u32]) -> u32 {
+    pub(crate) fn matched(&self, endpoint: &str, tokens: &[u32]) -> u32 {
         let snap = self.r.router.snapshot();
         let index = snap.scheduler.kv_index().unwrap();
         let mut hashes = Vec::new();
@@ -126,7 +126,7 @@ impl Ctx {
         out[0]
     }
 
-    fn chat_tokens(&self, system: &str, question: &str) -> Vec<u32> {
+    pub(crate) fn chat_tokens(&self, system: &str, question: &str) -> Vec<u32> {
         let msgs = [
             Message {
                 role: "system".into(),
@@ -142,7 +142,7 @@ impl Ctx {
             .unwrap()
     }
 
-    async fn wait_matched(
+    pub(crate) async fn wait_matched(
         &self,
         endpoint: &str,
         tokens: &[u32],
@@ -159,7 +159,7 @@ impl Ctx {
     }
 
     /// Sends a chat through the router; returns (selected endpoint, match ratio observed).
-    async fn route(&self, system: &str, question: &str) -> (String, f64) {
+    pub(crate) async fn route(&self, system: &str, question: &str) -> (String, f64) {
         let text = self.r.metrics().await;
         let sum0 = metric_in(&text, &format!("{RATIO}_sum{{model=\"public\"}}"));
         let count0 = metric_in(&text, &format!("{RATIO}_count{{model=\"public\"}}"));
@@ -186,7 +186,7 @@ impl Ctx {
     }
 }
 
-async fn direct_chat(sim: SocketAddr, system: &str, question: &str) {
+pub(crate) async fn direct_chat(sim: SocketAddr, system: &str, question: &str) {
     let mut body = chat(system, question);
     body["model"] = MODEL.into();
     let (status, v) = post_json(&format!("http://{sim}/v1/chat/completions"), &body).await;

@@ -31,6 +31,7 @@ mod http_hardening;
 mod inflight_redis;
 mod kv_events;
 mod kv_redis;
+mod kv_replay;
 mod kv_routing;
 mod kv_support;
 mod llama_cpp;

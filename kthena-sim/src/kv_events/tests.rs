@@ -48,3 +48,27 @@ fn map_encoding_matches_the_vllm_sample_layout() {
     assert_eq!(bytes[10], 0x91);
     assert_eq!(bytes[11], 0x8b);
 }
+
+#[test]
+fn replay_buffer_answers_from_a_sequence_number_and_keeps_the_newest() {
+    let mut b = replay::ReplayBuffer::new(3);
+    for seq in 0..5u64 {
+        b.push(seq, Bytes::from(vec![seq as u8]));
+    }
+    let seq = |n: u64| Bytes::copy_from_slice(&n.to_be_bytes());
+    let end = [Bytes::from_static(&kthena_kvevents::END_SEQ), Bytes::new()];
+    assert_eq!(
+        b.answer(0),
+        vec![
+            [seq(2), Bytes::from_static(&[2])],
+            [seq(3), Bytes::from_static(&[3])],
+            [seq(4), Bytes::from_static(&[4])],
+            end.clone(),
+        ]
+    );
+    assert_eq!(
+        b.answer(4),
+        vec![[seq(4), Bytes::from_static(&[4])], end.clone()]
+    );
+    assert_eq!(b.answer(9), vec![end]);
+}

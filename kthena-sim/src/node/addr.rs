@@ -60,7 +60,8 @@ pub(super) fn take_ip() -> Option<Lease> {
     take(u32::from(FIRST))
 }
 
-/// Starts an engine with `config` (its `port`) on the lowest free loopback address.
+/// Starts an engine with `config` (its `port`, and its KV-event ports) on the lowest free
+/// loopback address.
 ///
 /// # Errors
 /// [`Error::NoAddress`] if no address has the port free, or [`spawn`]'s error.
@@ -72,6 +73,11 @@ pub(super) async fn spawn_on_free_ip(mut config: Config) -> Result<(SimHandle, L
         match spawn(config.clone()).await {
             Ok(handle) => return Ok((handle, lease)),
             Err(Error::Bind { source, .. }) if source.kind() == ErrorKind::AddrInUse => {}
+            // The KV-event (or replay) port is taken there by another process.
+            Err(Error::KvEvents {
+                source: zeromq::ZmqError::Network(source),
+                ..
+            }) if source.kind() == ErrorKind::AddrInUse => {}
             Err(e) => return Err(e),
         }
     }

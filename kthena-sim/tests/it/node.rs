@@ -446,3 +446,53 @@ async fn node_resumes_after_an_api_server_restart() -> Result<()> {
     node.stop().await;
     Ok(())
 }
+
+/// An engine pod started as Kthena's examples start vLLM (`sh -c` with
+/// `--kv-events-config`) publishes its KV events at `podIP:5557` with the configured topic
+/// and replays them at `podIP:5558`.
+#[tokio::test]
+async fn kv_events_config_publishes_at_the_pod_ip_and_replays() -> Result<()> {
+    use bytes::Bytes;
+    use zeromq::{Socket as _, SocketRecv as _, SocketSend as _};
+
+    let (ns, node, node_name) = setup("node-kv").await?;
+    let api = ns.api::<Pod>();
+    let script = r#"python3 -m vllm.entrypoints.openai.api_server --port "8000" \
+        --served-model-name Qwen/Qwen3-0.6B \
+        --kv-events-config '{"enable_kv_cache_events":true,"topic":"kv-events","replay_endpoint":"tcp://*:5558"}'"#;
+    let p: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "kv"},
+        "spec": {"nodeName": node_name, "containers": [{
+            "name": "server", "image": "vllm/vllm-openai",
+            "command": ["sh", "-c"], "args": [script]}]}
+    }))?;
+    api.create(&PostParams::default(), &p).await?;
+    let p = wait_for(&api, "kv", "Ready", is_ready(true)).await?;
+    let ip = pod_ip(&p)?;
+
+    let mut sub = zeromq::SubSocket::new();
+    sub.connect(&format!("tcp://{ip}:5557")).await?;
+    sub.subscribe("kv-events").await?;
+    // ZMQ's slow joiner: let the publisher register the subscription.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (code, body) = common::post_json(
+        &format!("http://{ip}:8000/v1/completions"),
+        &json!({"model": "Qwen/Qwen3-0.6B", "prompt": "hello ".repeat(50), "max_tokens": 2}),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let live = tokio::time::timeout(WAIT, sub.recv()).await??.into_vec();
+    assert_eq!(live[0], Bytes::from_static(b"kv-events"));
+    assert_eq!(live[1], Bytes::copy_from_slice(&0u64.to_be_bytes()));
+
+    let mut dealer = zeromq::DealerSocket::new();
+    dealer.connect(&format!("tcp://{ip}:5558")).await?;
+    let mut req = zeromq::ZmqMessage::from(Bytes::new());
+    req.push_back(Bytes::copy_from_slice(&0u64.to_be_bytes()));
+    dealer.send(req).await?;
+    let first = tokio::time::timeout(WAIT, dealer.recv()).await??.into_vec();
+    assert_eq!(first, vec![Bytes::new(), live[1].clone(), live[2].clone()]);
+    node.stop().await;
+    Ok(())
+}
