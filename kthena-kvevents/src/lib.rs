@@ -88,6 +88,7 @@ pub use frames::{END_SEQ, SeqStep, SeqTracker, split_frames};
 pub use index::{IndexBatch, decode_batch, event_type};
 pub use publisher::{
     DEFAULT_ENDPOINT, ENDPOINT_ANNOTATION, KV_EVENTS_FLAG, PublisherConfig, REPLAY_ANNOTATION,
+    shell_words,
 };
 #[cfg(feature = "subscribe")]
 pub use subscribe::{FIRST_BACKOFF, MAX_BACKOFF, Subscriber, subscribe};

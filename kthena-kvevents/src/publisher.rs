@@ -81,11 +81,15 @@ impl PublisherConfig {
     /// [`Error::KvEventsConfig`] when the flag's value is not a JSON object of the expected
     /// shape or a `sh -c` script cannot be split.
     pub fn from_command<S: AsRef<str>>(words: &[S]) -> Result<Option<Self>> {
-        let words = expand_shell(words)?;
+        let words = shell_words(words)?;
         let mut json: Option<serde_json::Map<String, serde_json::Value>> = None;
         let mut it = words.iter().map(String::as_str);
         while let Some(w) = it.next() {
-            let Some(rest) = w.strip_prefix(KV_EVENTS_FLAG) else {
+            // vLLM's argument parser also takes the underscore spelling.
+            let Some(rest) = w
+                .strip_prefix(KV_EVENTS_FLAG)
+                .or_else(|| w.strip_prefix("--kv_events_config"))
+            else {
                 continue;
             };
             if rest.is_empty() || rest.starts_with('=') {
@@ -99,8 +103,12 @@ impl PublisherConfig {
                     Some((k, v)) => (k, v),
                     None => (dotted, it.next().unwrap_or_default()),
                 };
-                let value = serde_json::from_str(value)
-                    .unwrap_or_else(|_| serde_json::Value::String(value.to_owned()));
+                let value = match value.to_ascii_lowercase().as_str() {
+                    "true" => serde_json::Value::Bool(true),
+                    "false" => serde_json::Value::Bool(false),
+                    _ => serde_json::from_str(value)
+                        .unwrap_or_else(|_| serde_json::Value::String(value.to_owned())),
+                };
                 json.get_or_insert_with(Default::default)
                     .insert(key.to_owned(), value);
             }
@@ -141,7 +149,9 @@ impl PublisherConfig {
     }
 
     /// The configuration the annotations give: `endpoint` and `replay` are a port
-    /// (`"5557"`, meaning `tcp://*:5557`) or an endpoint; the topic is empty.
+    /// (`"5557"`, meaning `tcp://*:5557`) or an endpoint; the topic is empty. An annotation
+    /// states where the engine listens, so `tcp://0.0.0.0:PORT` and `tcp://[::]:PORT` mean
+    /// every address (vLLM's connect-or-bind rule applies to its own flag only).
     ///
     /// # Errors
     /// [`Error::KvEventsEndpoint`] when a value is neither a port nor a `tcp://`, `ipc://` or
@@ -150,6 +160,9 @@ impl PublisherConfig {
         let norm = |v: &str| -> Result<String> {
             let v = v.trim();
             if let Ok(port) = v.parse::<u16>() {
+                return Ok(format!("tcp://*:{port}"));
+            }
+            if let Some(port) = v.strip_prefix("tcp://0.0.0.0:") {
                 return Ok(format!("tcp://*:{port}"));
             }
             if ["tcp://", "ipc://", "inproc://"]
@@ -279,9 +292,13 @@ fn parse_object(value: &str) -> Result<serde_json::Map<String, serde_json::Value
     }
 }
 
-/// The words of a command line, with the script of `sh -c SCRIPT` (or another POSIX shell's)
-/// split as the shell would.
-fn expand_shell<S: AsRef<str>>(words: &[S]) -> Result<Vec<String>> {
+/// The words of a command line (`command` then `args`), with the script of `sh -c SCRIPT`
+/// (or bash, dash, ash, zsh) split as the shell would (`shlex`), as engines started by a
+/// script see their flags.
+///
+/// # Errors
+/// [`Error::KvEventsConfig`] when the script cannot be split (unbalanced quotes).
+pub fn shell_words<S: AsRef<str>>(words: &[S]) -> Result<Vec<String>> {
     let words: Vec<&str> = words.iter().map(AsRef::as_ref).collect();
     let is_shell = words.first().is_some_and(|w| {
         let base = w.rsplit('/').next().unwrap_or(w);

@@ -137,3 +137,33 @@ fn annotations_take_a_port_or_an_endpoint() {
     );
     assert!(PublisherConfig::from_annotations("five", None).is_err());
 }
+
+#[test]
+fn vllm_spellings_underscores_and_capitalised_booleans_are_read() {
+    let cfg = PublisherConfig::from_command(&[
+        "vllm",
+        "serve",
+        "m",
+        "--kv_events_config",
+        r#"{"enable_kv_cache_events":true,"endpoint":"tcp://*:7100"}"#,
+    ])
+    .unwrap()
+    .unwrap();
+    assert_eq!(cfg.port().unwrap(), 7100);
+    let cfg = PublisherConfig::from_command(&[
+        "vllm",
+        "serve",
+        "m",
+        "--kv-events-config.enable_kv_cache_events=True",
+    ])
+    .unwrap()
+    .unwrap();
+    assert_eq!(cfg.endpoint, DEFAULT_ENDPOINT);
+}
+
+#[test]
+fn an_annotation_on_0_0_0_0_means_every_address() {
+    let cfg = PublisherConfig::from_annotations("tcp://0.0.0.0:5557", None).unwrap();
+    assert!(cfg.binds());
+    assert_eq!(cfg.address_at(ip()).unwrap(), "tcp://10.1.2.3:5557");
+}

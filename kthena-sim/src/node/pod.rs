@@ -63,7 +63,7 @@ pub(super) fn engine_config(pod: &Pod, base: &Config) -> Result<Config, String> 
         if words.iter().any(|w| w.contains("sglang")) {
             config.flavor = Flavor::Sglang;
         }
-        apply_kv_events(&mut config, &words)?;
+        apply_kv_events(&mut config, &words, pod)?;
     }
     config.port = container_port(container)
         .or_else(|| flag_value(&words, "--port").and_then(|p| p.parse().ok()))
@@ -118,23 +118,12 @@ fn words(c: &Container) -> Vec<&str> {
 }
 
 /// [`words`], with the script of `sh -c SCRIPT` (or bash, dash, ash, zsh) split as the
-/// shell would (`shlex`); a script that cannot be split stays one word.
+/// shell would ([`kthena_kvevents::shell_words`]); a script that cannot be split stays one
+/// word.
 fn shell_words(c: &Container) -> Vec<String> {
     let words = words(c);
-    let is_shell = words.first().is_some_and(|w| {
-        let base = w.rsplit('/').next().unwrap_or(w);
-        matches!(base, "sh" | "bash" | "dash" | "ash" | "zsh")
-    });
-    let mut out = Vec::with_capacity(words.len());
-    let mut script_next = false;
-    for w in words {
-        match script_next.then(|| shlex::split(w)).flatten() {
-            Some(split) => out.extend(split),
-            None => out.push(w.to_owned()),
-        }
-        script_next = is_shell && w.starts_with('-') && !w.starts_with("--") && w.contains('c');
-    }
-    out
+    kthena_kvevents::shell_words(&words)
+        .unwrap_or_else(|_| words.iter().map(|w| (*w).to_owned()).collect())
 }
 
 /// Makes the engine publish KV events as the container's `--kv-events-config` asks (vLLM's
@@ -143,17 +132,27 @@ fn shell_words(c: &Container) -> Vec<String> {
 /// endpoint the engine binds (`tcp://*:PORT`), events go out on that port at the pod's
 /// address with the configured topic (vLLM's default `""`), the replay socket listens on
 /// the `replay_endpoint`'s port when one is set, and an SGLang engine encodes them in the
-/// array form. Without the flag, with publisher `null`, or with an endpoint the engine
-/// would connect to or that is not TCP (logged), nothing changes. `buffer_steps` is not
+/// array form. Without the flag, the annotations the router reads
+/// (`kthena.io/kv-events-endpoint`, `kthena.io/kv-events-replay-endpoint`) do the same.
+/// With publisher `null`, or with an endpoint the engine would connect to or that is not TCP
+/// (logged), nothing changes. `buffer_steps` is not
 /// read: the buffer keeps kthena-sim's default (10,000 batches, vLLM's default too).
 ///
 /// # Errors
 /// A message when the flag's value is not a JSON object of the expected shape.
-fn apply_kv_events(config: &mut Config, words: &[&str]) -> Result<(), String> {
+fn apply_kv_events(config: &mut Config, words: &[&str], pod: &Pod) -> Result<(), String> {
     let publisher = kthena_kvevents::PublisherConfig::from_command(words)
         .map_err(|e| format!("{}: {e}", kthena_kvevents::KV_EVENTS_FLAG))?;
-    let Some(publisher) = publisher else {
-        return Ok(());
+    let publisher = match publisher {
+        Some(p) => p,
+        None => match annotation(pod, kthena_kvevents::ENDPOINT_ANNOTATION) {
+            Some(endpoint) => kthena_kvevents::PublisherConfig::from_annotations(
+                endpoint,
+                annotation(pod, kthena_kvevents::REPLAY_ANNOTATION),
+            )
+            .map_err(|e| format!("{}: {e}", kthena_kvevents::ENDPOINT_ANNOTATION))?,
+            None => return Ok(()),
+        },
     };
     let ports = publisher
         .port()

@@ -96,13 +96,9 @@ fn pod_endpoint(
     };
     let name = pod.metadata.name.clone()?;
     let incarnation = incarnation(pod);
-    let (kv_events, kv_events_replay) = match kv_addresses(pod, ip) {
-        Ok(a) => a,
-        Err(e) => {
-            warnings.push((format!("{namespace}/{name}@{incarnation}"), e.to_string()));
-            (None, None)
-        }
-    };
+    let (kv_events, kv_events_replay) = kv_addresses(pod, ip, &mut |e| {
+        warnings.push((format!("{namespace}/{name}@{incarnation}"), e.to_string()));
+    });
     Some(EndpointConfig {
         name,
         address: SocketAddr::new(ip, port).to_string(),
@@ -147,15 +143,34 @@ pub(crate) fn kv_publisher(pod: &Pod) -> Result<Option<PublisherConfig>, kthena_
     first_error.map_or(Ok(None), Err)
 }
 
-/// The addresses a subscriber dials for the pod's publisher at `ip`: (events, replay).
+/// The addresses a subscriber dials for the pod's publisher at `ip`: (events, replay). What
+/// cannot be used is told to `warn`: without a usable events address there is no
+/// subscription; an unusable replay address only costs the replay.
 fn kv_addresses(
     pod: &Pod,
     ip: IpAddr,
-) -> Result<(Option<String>, Option<String>), kthena_kvevents::Error> {
-    let Some(cfg) = kv_publisher(pod)? else {
-        return Ok((None, None));
+    warn: &mut dyn FnMut(kthena_kvevents::Error),
+) -> (Option<String>, Option<String>) {
+    let cfg = match kv_publisher(pod) {
+        Ok(Some(cfg)) => cfg,
+        Ok(None) => return (None, None),
+        Err(e) => {
+            warn(e);
+            return (None, None);
+        }
     };
-    Ok((Some(cfg.address_at(ip)?), cfg.replay_address_at(ip)?))
+    let events = match cfg.address_at(ip) {
+        Ok(a) => a,
+        Err(e) => {
+            warn(e);
+            return (None, None);
+        }
+    };
+    let replay = cfg.replay_address_at(ip).unwrap_or_else(|e| {
+        warn(e);
+        None
+    });
+    (Some(events), replay)
 }
 
 /// `{uid}/{restarts}`: the pod's UID and the restart count summed over its containers.

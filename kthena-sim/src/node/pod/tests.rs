@@ -315,3 +315,20 @@ fn kv_events_config_without_a_bound_publisher_publishes_nothing() {
     let err = engine_config(&p, &Config::default()).unwrap_err();
     assert!(err.starts_with("--kv-events-config: "), "{err}");
 }
+
+#[test]
+fn the_routers_kv_event_annotations_make_the_engine_publish() {
+    let p = pod(json!({
+        "metadata": {"annotations": {
+            "kthena.io/kv-events-endpoint": "6000",
+            "kthena.io/kv-events-replay-endpoint": "tcp://*:6001",
+        }},
+        "spec": {"containers": [{"name": "e", "image": "vllm/vllm-openai",
+            "args": ["--model", "m", "--port", "8000"]}]},
+    }));
+    let c = engine_config(&p, &Config::default()).unwrap();
+    assert_eq!(
+        (c.kv_events_port, c.kv_events_replay_port),
+        (Some(6000), Some(6001))
+    );
+}

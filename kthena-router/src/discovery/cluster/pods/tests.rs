@@ -214,3 +214,17 @@ fn a_pod_without_kv_events_has_none() {
     assert_eq!(got.endpoints[0].kv_events, None);
     assert_eq!(got.endpoints[0].kv_events_replay, None);
 }
+
+#[test]
+fn a_replay_socket_on_loopback_costs_only_the_replay() {
+    let pod = engine_pod(
+        &serde_json::json!([{"name": "e", "image": "i", "args": [
+            "--kv-events-config", r#"{"enable_kv_cache_events":true,"replay_endpoint":"tcp://127.0.0.1:5558"}"#]}]),
+        serde_json::json!({}),
+    );
+    let got = pod_endpoints(&[pod], &[server("s", "ns", "m", 8000)]);
+    assert_eq!(got.endpoints[0].kv_events.as_deref(), Some("tcp://10.0.0.9:5557"));
+    assert_eq!(got.endpoints[0].kv_events_replay, None);
+    assert_eq!(got.kv_warnings.len(), 1);
+    assert!(got.kv_warnings[0].1.contains("loopback"), "{:?}", got.kv_warnings);
+}
