@@ -83,9 +83,11 @@ pub async fn subscribe(
 }
 
 /// Connects a SUB socket to `address` and subscribes to every topic, retrying with backoff;
-/// `None` when cancelled.
+/// `None` when cancelled. The first failure once the backoff has reached [`MAX_BACKOFF`] is
+/// logged as a warning (earlier ones at debug: an engine that is starting up).
 async fn connect(endpoint: &str, address: &str, cancel: &CancellationToken) -> Option<SubSocket> {
     let mut backoff = FIRST_BACKOFF;
+    let mut warned = false;
     loop {
         let mut s = SubSocket::new();
         let attempt = async {
@@ -96,6 +98,10 @@ async fn connect(endpoint: &str, address: &str, cancel: &CancellationToken) -> O
             () = cancel.cancelled() => return None,
             r = attempt => match r {
                 Ok(()) => return Some(s),
+                Err(e) if backoff == MAX_BACKOFF && !warned => {
+                    warned = true;
+                    tracing::warn!(endpoint = %endpoint, address = %address, error = %e, "KV-event publisher unreachable; retrying every 2 s");
+                }
                 Err(e) => tracing::debug!(endpoint = %endpoint, address = %address, error = %e, "KV-event connect failed; retrying"),
             },
         }

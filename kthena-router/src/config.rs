@@ -552,6 +552,7 @@ impl Config {
             return Err(err(reason));
         }
         self.listener.validate().map_err(err)?;
+        self.kv_cache.validate().map_err(err)?;
         if self.endpoint_picker.max_endpoints == 0 {
             return Err(err("endpointPicker.maxEndpoints: must be at least 1".into()));
         }

@@ -453,7 +453,8 @@ impl Scheduler {
         let tied_all = totals.iter().filter(|t| **t == best).count();
         if tied_all > limit {
             s.order.retain(|&k| totals[k] == best);
-            s.order.sort_unstable_by(|a, b| refs[*a].id.cmp(&refs[*b].id));
+            s.order
+                .sort_unstable_by(|a, b| refs[*a].id.cmp(&refs[*b].id));
             let turn = self.ties.next(req.model, lane);
             let shift = usize::try_from(turn % tied_all as u64).unwrap_or(0);
             s.order.rotate_left(shift);

@@ -307,3 +307,35 @@ fn start_only_changes_are_named() {
         ["drainTimeout", "endpointPicker.address"]
     );
 }
+
+/// Values that parse but could never work are refused at load, naming the key.
+#[test]
+fn unusable_kv_cache_values_are_refused() {
+    let path = Path::new("r.yaml");
+    for (yaml, want) in [
+        (
+            "kvCache: {redis: {timeout: 0s}}",
+            "kvCache.redis.timeout: must be greater than 0",
+        ),
+        (
+            "kvCache: {redis: {gcInterval: 1ns}}",
+            "kvCache.redis.gcInterval: must be 0s (off) or at least 100ms",
+        ),
+        (
+            "kvCache: {redis: {gcScanKeys: 0}}",
+            "kvCache.redis.gcScanKeys: must be at least 1",
+        ),
+        (
+            "kvCache: {remoteTokenizeTimeout: 0s}",
+            "kvCache.remoteTokenizeTimeout: must be greater than 0",
+        ),
+    ] {
+        let e = Config::from_yaml(path, yaml)
+            .unwrap()
+            .validate(path)
+            .unwrap_err();
+        assert!(e.to_string().contains(want), "{yaml}: {e}");
+    }
+    let off = Config::from_yaml(path, "kvCache: {redis: {gcInterval: 0s}}").unwrap();
+    assert!(off.validate(path).is_ok());
+}

@@ -132,6 +132,37 @@ impl Default for KvCacheConfig {
     }
 }
 
+/// The shortest `gcInterval` other than `0s` (off): a garbage-collection round walks Redis,
+/// and a shorter interval turns it into a busy loop against it.
+pub(crate) const MIN_GC_INTERVAL: Duration = Duration::from_millis(100);
+
+impl KvCacheConfig {
+    /// Checks the values serde cannot: a zero Redis or remote-tokenize timeout (every call
+    /// would fail), a `gcInterval` between 0 and [`MIN_GC_INTERVAL`], a `gcScanKeys` of 0.
+    ///
+    /// # Errors
+    /// The offending key and what it must be, as `kvCache.redis.timeout: must be greater
+    /// than 0`.
+    pub fn validate(&self) -> Result<(), String> {
+        let r = &self.redis;
+        if r.timeout.is_zero() {
+            return Err("kvCache.redis.timeout: must be greater than 0".into());
+        }
+        if !r.gc_interval.is_zero() && r.gc_interval < MIN_GC_INTERVAL {
+            return Err(format!(
+                "kvCache.redis.gcInterval: must be 0s (off) or at least {MIN_GC_INTERVAL:?}"
+            ));
+        }
+        if r.gc_scan_keys == 0 {
+            return Err("kvCache.redis.gcScanKeys: must be at least 1".into());
+        }
+        if self.remote_tokenize_timeout.is_zero() {
+            return Err("kvCache.remoteTokenizeTimeout: must be greater than 0".into());
+        }
+        Ok(())
+    }
+}
+
 fn go_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     crate::config::duration::go_duration::deserialize(d)
 }

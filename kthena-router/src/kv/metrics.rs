@@ -316,10 +316,32 @@ impl KvMetrics {
             .set(i64::from(on));
     }
 
-    /// Forgets the per-endpoint gauges and the subscription state of a removed endpoint
-    /// (counters are kept).
+    /// Forgets every series and the subscription state of a removed endpoint, so that pod
+    /// churn does not grow the exposition (a pod name is not reused by the next pod).
     pub fn remove_endpoint(&self, endpoint: &str) {
         self.subscriptions.remove(endpoint);
+        let ep = Self::ep(endpoint);
+        for family in [
+            &self.decode_errors,
+            &self.rejected,
+            &self.gaps,
+            &self.missed,
+            &self.rollbacks,
+        ] {
+            family.remove(&ep);
+        }
+        for kind in ["BlockStored", "BlockRemoved", "AllBlocksCleared"] {
+            self.events.remove(&EventLabels {
+                endpoint: endpoint.to_owned(),
+                r#type: kind.to_owned(),
+            });
+        }
+        for result in ["ok", "failed"] {
+            self.replays.remove(&ResultLabels {
+                endpoint: endpoint.to_owned(),
+                result: result.to_owned(),
+            });
+        }
         self.uncertain.remove(&Self::ep(endpoint));
         self.subscribed.remove(&Self::ep(endpoint));
     }

@@ -31,7 +31,7 @@
 //! error the request scores 0 everywhere, the connection is dropped and re-opened on the
 //! next request.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -112,6 +112,8 @@ pub struct RedisKvIndex {
     timeout: Duration,
     conn: Mutex<Option<redis::Connection>>,
     errors: AtomicU64,
+    /// The last call failed (its warning was logged).
+    failing: AtomicBool,
     len_cache: Mutex<Option<(Instant, usize)>>,
     metrics: Option<crate::telemetry::plugin_metrics::PluginMetrics>,
     owners: Arc<OwnerView>,
@@ -143,6 +145,7 @@ impl RedisKvIndex {
             timeout,
             conn: Mutex::new(None),
             errors: AtomicU64::new(0),
+            failing: AtomicBool::new(false),
             len_cache: Mutex::new(None),
             metrics: None,
             owners: OwnerView::new(),
@@ -174,7 +177,28 @@ impl RedisKvIndex {
         self.errors.load(Ordering::Relaxed)
     }
 
+    /// Runs `f` on the connection (opened first if needed); logs when Redis stops answering
+    /// (a warning, once) and when it answers again.
     fn with_conn<T>(
+        &self,
+        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        let r = self.call(f);
+        match &r {
+            Err(e) if !self.failing.swap(true, Ordering::Relaxed) => tracing::warn!(
+                url = %self.url,
+                error = %e,
+                "Redis KV index unreachable: kvcache-aware scores 0 until it answers"
+            ),
+            Ok(_) if self.failing.swap(false, Ordering::Relaxed) => {
+                tracing::info!(url = %self.url, "Redis KV index answers again");
+            }
+            _ => {}
+        }
+        r
+    }
+
+    fn call<T>(
         &self,
         f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
     ) -> Result<T> {

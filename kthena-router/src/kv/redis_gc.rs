@@ -362,6 +362,7 @@ impl RedisGc {
         let mut tick = tokio::time::interval(self.settings.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
+        let mut failing = false;
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
@@ -372,6 +373,16 @@ impl RedisGc {
             let at = Instant::now();
             let report = shared.blocking(move || gc.run_round(now, at)).await;
             tracing::debug!(?report, "Redis garbage collection round");
+            let Some(report) = report else { continue };
+            match (report.errors.is_empty(), failing) {
+                (false, false) => tracing::warn!(
+                    errors = ?report.errors,
+                    "Redis garbage collection failed (Redis unreachable?); retrying every gcInterval"
+                ),
+                (true, true) => tracing::info!("Redis garbage collection succeeds again"),
+                _ => {}
+            }
+            failing = !report.errors.is_empty();
         }
     }
 }

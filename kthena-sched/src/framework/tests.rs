@@ -265,7 +265,9 @@ fn more_tied_candidates_than_top_n_all_take_turns() {
         .collect();
     assert_eq!(
         best,
-        ["a", "b", "c", "d", "e", "f", "g", "a", "b", "c", "d", "e", "f", "g"]
+        [
+            "a", "b", "c", "d", "e", "f", "g", "a", "b", "c", "d", "e", "f", "g"
+        ]
     );
 }
 

@@ -223,8 +223,15 @@ fn a_replay_socket_on_loopback_costs_only_the_replay() {
         serde_json::json!({}),
     );
     let got = pod_endpoints(&[pod], &[server("s", "ns", "m", 8000)]);
-    assert_eq!(got.endpoints[0].kv_events.as_deref(), Some("tcp://10.0.0.9:5557"));
+    assert_eq!(
+        got.endpoints[0].kv_events.as_deref(),
+        Some("tcp://10.0.0.9:5557")
+    );
     assert_eq!(got.endpoints[0].kv_events_replay, None);
     assert_eq!(got.kv_warnings.len(), 1);
-    assert!(got.kv_warnings[0].1.contains("loopback"), "{:?}", got.kv_warnings);
+    assert!(
+        got.kv_warnings[0].1.contains("loopback"),
+        "{:?}",
+        got.kv_warnings
+    );
 }
