@@ -22,7 +22,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use kthena_sched::LoadGuard;
+use kthena_sched::{EndpointId, LoadGuard, Request};
+
+use crate::kv::cache::KvState;
 
 use crate::upstream::endpoint::Endpoint;
 
@@ -58,11 +60,20 @@ impl InFlightShare {
         }
     }
 
-    /// Refreshes the shared counts of `endpoints`, at most once per refresh interval.
-    pub(crate) async fn sync(&self, endpoints: &[Arc<Endpoint>]) {
+    /// Refreshes the shared counts of `endpoints`, at most once per refresh interval; a
+    /// board also brings the other routers' routing decisions into `kv`'s index.
+    pub(crate) async fn sync(&self, endpoints: &[Arc<Endpoint>], kv: &KvState) {
         match self {
             Self::Redis(r) => r.sync(endpoints).await,
-            Self::Board(b) => b.sync(endpoints),
+            Self::Board(b) => b.sync(endpoints, kv),
+        }
+    }
+
+    /// The router sent `req` to `endpoint`: a board passes the decision on to the other
+    /// routers' KV indexes (Redis shares only the counts).
+    pub(crate) fn routed(&self, kv: &KvState, endpoint: &EndpointId, req: &Request<'_>) {
+        if let Self::Board(b) = self {
+            b.routed(kv, endpoint, req);
         }
     }
 }

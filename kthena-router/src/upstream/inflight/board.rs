@@ -13,15 +13,20 @@
 //! router then sees every other router's bookings the moment they are made, as if they were
 //! one router (only possible in one process; over Redis each read is a round trip).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use kthena_sched::LoadGuard;
+use kthena_sched::{EndpointId, KvQuery, LoadGuard, Request};
 
+use crate::kv::cache::KvState;
 use crate::upstream::endpoint::Endpoint;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Per-endpoint in-flight counts shared by every router of one process that was started
 /// with (a clone of) the same board, see [`crate::Router::start_in_memory_with`]. Cheap to
@@ -30,7 +35,27 @@ use crate::upstream::endpoint::Endpoint;
 #[derive(Clone)]
 pub struct InFlightBoard {
     counts: Arc<Mutex<HashMap<String, i64>>>,
+    routed: Arc<Mutex<RoutedLog>>,
     refresh: Duration,
+}
+
+/// One routing decision a router published: `blocks` (chained token-block hashes of
+/// `block_size` tokens, the prompt's full blocks) were sent to `endpoint`.
+struct Routed {
+    from: usize,
+    endpoint: EndpointId,
+    model: String,
+    block_size: usize,
+    blocks: Vec<u64>,
+}
+
+/// The decisions not yet read by every router: `entries[0]` has sequence number `base`;
+/// `cursors[i]` is the next sequence number router `i` reads.
+#[derive(Default)]
+struct RoutedLog {
+    base: u64,
+    entries: VecDeque<Routed>,
+    cursors: Vec<u64>,
 }
 
 impl std::fmt::Debug for InFlightBoard {
@@ -56,6 +81,7 @@ impl InFlightBoard {
     pub fn new(refresh: Duration) -> Self {
         Self {
             counts: Arc::new(Mutex::new(HashMap::new())),
+            routed: Arc::new(Mutex::new(RoutedLog::default())),
             refresh,
         }
     }
@@ -91,19 +117,82 @@ impl InFlightBoard {
     }
 }
 
-/// One router's handle on a board: the board and when this router last refreshed.
+/// One router's handle on a board: the board, this router's number on it and when it last
+/// refreshed.
 #[derive(Debug)]
 pub(crate) struct BoardClient {
     board: InFlightBoard,
+    id: usize,
     last_sync: Mutex<Option<Instant>>,
 }
 
 impl BoardClient {
-    /// A router's handle on `board`, never refreshed yet.
+    /// A router's handle on `board`, never refreshed yet; it reads the routing decisions
+    /// published from now on.
     pub(crate) fn new(board: InFlightBoard) -> Self {
+        let id = {
+            let mut log = lock(&board.routed);
+            let next = log.base + log.entries.len() as u64;
+            log.cursors.push(next);
+            log.cursors.len() - 1
+        };
         Self {
             board,
+            id,
             last_sync: Mutex::new(None),
+        }
+    }
+
+    /// Publishes that `req`'s prompt was sent to `endpoint`, as this router's
+    /// `kvcache-aware` index recorded it (its full blocks, provisionally held there), for
+    /// the other routers to record at their next refresh. Nothing without a KV index or
+    /// token ids.
+    pub(crate) fn routed(&self, kv: &KvState, endpoint: &EndpointId, req: &Request<'_>) {
+        let (Some(_), Some(tokens)) = (&kv.index, req.token_ids) else {
+            return;
+        };
+        let (block_size, max_blocks) = (kv.args.block_size_to_hash, kv.args.max_blocks_to_match);
+        let mut blocks = Vec::new();
+        kthena_sched::token_block_hashes(tokens, block_size, max_blocks, &mut blocks);
+        blocks.truncate(tokens.len() / block_size.max(1));
+        if blocks.is_empty() {
+            return;
+        }
+        lock(&self.board.routed).entries.push_back(Routed {
+            from: self.id,
+            endpoint: endpoint.clone(),
+            model: req.model.to_owned(),
+            block_size,
+            blocks,
+        });
+    }
+
+    /// Records the other routers' decisions published since the last call in `kv`'s index
+    /// (as provisional entries, [`kthena_sched::KvIndex::record_routed`]) and drops the
+    /// decisions every router has read.
+    fn apply_routed(&self, kv: &KvState) {
+        let mut log = lock(&self.board.routed);
+        let start = usize::try_from(log.cursors[self.id] - log.base).unwrap_or(usize::MAX);
+        if let Some(index) = &kv.index {
+            let mut zeros: Vec<u32> = Vec::new();
+            for r in log.entries.iter().skip(start).filter(|r| r.from != self.id) {
+                zeros.resize(r.blocks.len() * r.block_size, 0);
+                index.record_routed(
+                    &r.endpoint,
+                    &KvQuery {
+                        model: &r.model,
+                        token_ids: &zeros,
+                        block_size: r.block_size,
+                        block_hashes: &r.blocks,
+                    },
+                );
+            }
+        }
+        let end = log.base + log.entries.len() as u64;
+        log.cursors[self.id] = end;
+        let oldest = log.cursors.iter().copied().min().unwrap_or(end);
+        while log.base < oldest && log.entries.pop_front().is_some() {
+            log.base += 1;
         }
     }
 
@@ -118,9 +207,10 @@ impl BoardClient {
         });
     }
 
-    /// Refreshes every count of `endpoints` from the board, at most once per the board's
-    /// refresh interval (the other calls return at once).
-    pub(crate) fn sync(&self, endpoints: &[Arc<Endpoint>]) {
+    /// Refreshes every count of `endpoints` from the board and records the other routers'
+    /// routing decisions in `kv`'s index, at most once per the board's refresh interval (the
+    /// other calls return at once).
+    pub(crate) fn sync(&self, endpoints: &[Arc<Endpoint>], kv: &KvState) {
         if endpoints.is_empty() {
             return;
         }
@@ -135,6 +225,7 @@ impl BoardClient {
             }
             *last = Some(now);
         }
+        self.apply_routed(kv);
         let values = self.board.read(endpoints.iter().map(|e| super::field(e)));
         for (ep, v) in endpoints.iter().zip(values) {
             ep.set_shared_in_flight(Some(v));
