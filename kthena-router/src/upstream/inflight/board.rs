@@ -9,6 +9,13 @@
 //!   reads every count of the route's endpoints at most once per refresh interval per
 //!   router (Redis: one `HMGET` at most once per [`super::SYNC_INTERVAL`]).
 //!
+//! The board also carries routing decisions, which Redis does not: when a router sends a
+//! request, it publishes the endpoint and the prompt's full block hashes, and every other
+//! router records them in its KV index as provisional entries at its next refresh (what
+//! `kvcache-aware` records for its own decisions, `KvIndex::record_routed`), so that a
+//! prefix's next request follows the first wherever it arrives. A decision stays on the
+//! board until every live router has read it.
+//!
 //! A refresh interval of zero reads the board before every scheduling decision: every
 //! router then sees every other router's bookings the moment they are made, as if they were
 //! one router (only possible in one process; over Redis each read is a round trip).
@@ -28,9 +35,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Per-endpoint in-flight counts shared by every router of one process that was started
-/// with (a clone of) the same board, see [`crate::Router::start_in_memory_with`]. Cheap to
-/// clone: clones share the counts. Counts are keyed `<namespace>/<name>`, as the fields of
+/// Per-endpoint in-flight counts and routing decisions shared by every router of one
+/// process that was started with (a clone of) the same board, see
+/// [`crate::Router::start_in_memory_with`] and the module docs. Cheap to clone: clones share
+/// the state. Counts are keyed `<namespace>/<name>`, as the fields of
 /// Go Kthena's Redis hash (`pkg/kthena-router/datastore/on_flight_counter.go`).
 #[derive(Clone)]
 pub struct InFlightBoard {
@@ -230,6 +238,13 @@ impl BoardClient {
         for (ep, v) in endpoints.iter().zip(values) {
             ep.set_shared_in_flight(Some(v));
         }
+    }
+}
+
+impl Drop for BoardClient {
+    /// A stopped router no longer holds back the decisions it has not read.
+    fn drop(&mut self) {
+        lock(&self.board.routed).cursors[self.id] = u64::MAX;
     }
 }
 

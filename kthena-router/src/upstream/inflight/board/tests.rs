@@ -81,10 +81,7 @@ async fn own_bookings_at_once_others_at_the_next_refresh() {
 #[tokio::test(start_paused = true)]
 async fn a_zero_refresh_reads_the_board_every_time() {
     let board = InFlightBoard::new(Duration::ZERO);
-    let (a, b) = (
-        BoardClient::new(board.clone()),
-        BoardClient::new(board.clone()),
-    );
+    let (a, b) = (BoardClient::new(board.clone()), BoardClient::new(board));
     let (ea, eb) = (endpoints(), endpoints());
     let mut guards = Vec::new();
     for expected in 1..=3 {
@@ -168,4 +165,12 @@ async fn routing_decisions_reach_the_other_routers_indexes_at_their_refresh() {
     assert_eq!(lock(&board.routed).entries.len(), 0);
     // A's own decisions are not replayed into its index (its plugin records them).
     assert_eq!(held(&kva, &ea, &tokens), [0, 0]);
+    // A stopped router does not hold decisions back.
+    drop(c);
+    a.routed(&kva, &ea[0].id, &Request::new("m").with_token_ids(&tokens));
+    tokio::time::advance(Duration::from_millis(50)).await;
+    b.sync(&eb, &kvb);
+    a.sync(&ea, &kva);
+    assert_eq!(held(&kvb, &eb, &tokens), [4, 4]);
+    assert_eq!(lock(&board.routed).entries.len(), 0);
 }
