@@ -220,8 +220,9 @@ pub(crate) async fn engine_counters(
 /// Load settings of one run.
 #[derive(Debug, Clone)]
 pub(crate) struct Load {
-    /// Base URL requests go to.
-    pub(crate) target: String,
+    /// Base URLs requests go to: session `i` to `targets[i % len]` (a round-robin front
+    /// over several routers; usually one).
+    pub(crate) targets: Vec<String>,
     /// Arrival times of the sessions, wall seconds from the start.
     pub(crate) arrivals: Vec<f64>,
     /// Most requests in flight.
@@ -336,7 +337,7 @@ pub(crate) async fn drive(
         let client = client.clone();
         let workload = Arc::clone(workload);
         let slots = Arc::clone(&slots);
-        let target = load.target.clone();
+        let target = load.targets[i % load.targets.len().max(1)].clone();
         let pb = pb.clone();
         let at = start + Duration::from_secs_f64(*at);
         tasks.spawn(async move {

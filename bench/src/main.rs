@@ -7,6 +7,7 @@ mod loadgen;
 mod overhead;
 mod peer_policy;
 mod peers;
+mod replicas;
 mod soak_run;
 mod vtime;
 
@@ -163,6 +164,19 @@ struct Args {
     /// direct/proxy pair; every cell is the median over the rounds.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     repeats: u16,
+    /// Virtual clock only: router instances behind a round-robin front (session i goes to
+    /// router i mod N), each subscribed to every engine's KV events; comma separated for
+    /// several rows per policy (`1,3`) [default: 1].
+    #[arg(long, value_delimiter = ',')]
+    routers: Vec<usize>,
+    /// With `--routers` above 1: whether the routers share their per-endpoint in-flight
+    /// counts (an in-process board with Redis' semantics), or both rows.
+    #[arg(long, value_enum, default_value_t = replicas::SharedInflight::On)]
+    shared_inflight: replicas::SharedInflight,
+    /// With `--shared-inflight`: the shortest time between two reads of the other routers'
+    /// counts (Go duration; Go Kthena's Redis sync interval is 50ms; 0s: every decision).
+    #[arg(long, default_value = "50ms", value_parser = kthena_router::parse_go_duration)]
+    inflight_refresh: Duration,
     /// Soak mode: how long the load runs (Go duration: `30m`, `90s`).
     #[arg(long, default_value = "30m", value_parser = kthena_router::parse_go_duration)]
     duration: Duration,
@@ -206,6 +220,7 @@ fn main() -> anyhow::Result<()> {
     if args.engines == 0 {
         bail!("--engines must be at least 1");
     }
+    replicas::check(&args.routers, args.clock == Clock::Virtual, args.peers)?;
     let build = |name: &str, threads: usize| {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
@@ -400,7 +415,13 @@ fn run_scenario_virtual(
     tokenizer: &kthena_sim::Tokenizer,
 ) -> anyhow::Result<Vec<PolicyResult>> {
     let seeds: Vec<u64> = (0..args.seeds.max(1)).map(|i| args.seed + i).collect();
-    let mut names: Vec<String> = policies.iter().map(|p| p.name.clone()).collect();
+    let variants = replicas::expand(
+        policies,
+        &args.routers,
+        args.shared_inflight,
+        args.inflight_refresh,
+    );
+    let mut names: Vec<String> = variants.iter().map(|(p, _)| p.name.clone()).collect();
     let n = args.engines;
     if wanted(args, "direct") {
         names.push(format!("direct (1 engine, 1/{n} of the load)"));
@@ -410,7 +431,7 @@ fn run_scenario_virtual(
         let mut spec = sc.workload;
         spec.seed = seed;
         let workload = Arc::new(Workload::generate(spec, tokenizer));
-        for policy in policies {
+        for (policy, replicas) in &variants {
             let run = vtime::Run {
                 engines: n,
                 sim: sim_config(args, kv_events(args, policy)),
@@ -418,10 +439,11 @@ fn run_scenario_virtual(
                 seed,
                 arrivals: poisson_arrivals(workload.sessions.len(), sc.request_rate, seed),
                 max_concurrency: sc.max_concurrency,
+                replicas: *replicas,
             };
             jobs.push((run, Arc::clone(&workload)));
         }
-        if names.len() > policies.len() {
+        if names.len() > variants.len() {
             let share = Arc::new(
                 Workload::clone(&workload).with_groups(sc.workload.num_groups.div_ceil(n)),
             );
@@ -432,6 +454,7 @@ fn run_scenario_virtual(
                 seed,
                 arrivals: poisson_arrivals(share.sessions.len(), sc.request_rate / n as f64, seed),
                 max_concurrency: sc.max_concurrency.div_ceil(n),
+                replicas: replicas::Replicas::ONE,
             };
             jobs.push((run, share));
         }
@@ -612,7 +635,7 @@ async fn run_policy_real(
     let result = async {
         harness::wait_ready(&client, &target).await?;
         let load = Load {
-            target: target.clone(),
+            targets: vec![target.clone()],
             arrivals: arrivals(args, sc, workload.sessions.len()),
             max_concurrency: sc.max_concurrency,
             time_scale: args.time_scale,
@@ -657,7 +680,7 @@ async fn run_direct(
     let client = harness::http_client();
     let result = async {
         let load = Load {
-            target: sims[0].base_url(),
+            targets: vec![sims[0].base_url()],
             arrivals: poisson_arrivals(
                 share.sessions.len(),
                 sc.request_rate * args.time_scale / n as f64,

@@ -105,7 +105,7 @@ pub(crate) async fn run(
         // The readiness probe went through the engines: count from here.
         let before = counters(&client, &sims).await?;
         let load = Load {
-            target: running.url.clone(),
+            targets: vec![running.url.clone()],
             arrivals: setup.arrivals.clone(),
             max_concurrency: setup.max_concurrency,
             time_scale: setup.time_scale,

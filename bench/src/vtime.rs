@@ -16,6 +16,7 @@ use indicatif::ProgressBar;
 use kthena_bench::report::{EngineCounters, PolicyResult};
 use kthena_bench::workload::Workload;
 use kthena_memnet::MemNet;
+use kthena_router::upstream::InFlightBoard;
 use kthena_router::{Overrides, ProcessEnv, Router};
 use kthena_sim::SimHandle;
 
@@ -45,6 +46,8 @@ pub(crate) struct Run {
     pub(crate) arrivals: Vec<f64>,
     /// Most requests in flight.
     pub(crate) max_concurrency: usize,
+    /// Router instances behind a round-robin front and whether they share in-flight counts.
+    pub(crate) replicas: crate::replicas::Replicas,
 }
 
 /// The samples of a run and the engines' counters, as a report row.
@@ -107,17 +110,26 @@ async fn run_on_clock(run: Run, workload: Arc<Workload>) -> anyhow::Result<Outco
         sims.push(kthena_sim::spawn_in_memory(cfg, &net).await?);
     }
     let client = harness::memory_client(&net);
-    let (target, router) = match &run.router {
+    let mut routers = Vec::new();
+    let mut targets = Vec::new();
+    match &run.router {
         Some((yaml, kv)) => {
-            let (router, dir) = start_router(&net, &sims, yaml, *kv, run.seed).await?;
-            let target = format!("http://{}", router.addr);
-            harness::wait_ready(&client, &target).await?;
-            (target, Some((router, dir)))
+            let board = run.replicas.board();
+            for i in 0..run.replicas.routers.max(1) {
+                // Router i draws from seed + i: one router keeps the usual rows' seed.
+                let seed = run.seed.wrapping_add(i as u64);
+                let (router, dir) =
+                    start_router(&net, &sims, yaml, *kv, seed, board.clone()).await?;
+                let target = format!("http://{}", router.addr);
+                harness::wait_ready(&client, &target).await?;
+                targets.push(target);
+                routers.push((router, dir));
+            }
         }
-        None => (sims[0].base_url(), None),
-    };
+        None => targets.push(sims[0].base_url()),
+    }
     let load = Load {
-        target,
+        targets,
         arrivals: run.arrivals,
         max_concurrency: run.max_concurrency,
         time_scale: 1.0,
@@ -127,7 +139,7 @@ async fn run_on_clock(run: Run, workload: Arc<Workload>) -> anyhow::Result<Outco
     for s in &sims {
         counters.push(harness::engine_counters(&client, &s.base_url()).await?);
     }
-    if let Some((router, _dir)) = router {
+    for (router, _dir) in routers {
         router.shutdown().await;
     }
     for s in sims {
@@ -140,13 +152,15 @@ async fn run_on_clock(run: Run, workload: Arc<Workload>) -> anyhow::Result<Outco
     })
 }
 
-/// A router on `net` in front of `sims`, with its config folder (kept until the run ends).
+/// A router on `net` in front of `sims`, with its config folder (kept until the run ends),
+/// sharing its in-flight counts on `in_flight` when given.
 async fn start_router(
     net: &MemNet,
     sims: &[SimHandle],
     scheduler_yaml: &str,
     kv_events: bool,
     seed: u64,
+    in_flight: Option<InFlightBoard>,
 ) -> anyhow::Result<(Router, tempfile::TempDir)> {
     let dir = tempfile::tempdir().context("creating a temporary folder")?;
     let path =
@@ -160,7 +174,7 @@ async fn start_router(
     let mut cfg = kthena_router::load_config(&path, &ProcessEnv, overrides)
         .with_context(|| format!("router config {}", path.display()))?;
     cfg.random_seed = Some(seed);
-    let router = Router::start_in_memory(cfg, net.clone()).await?;
+    let router = Router::start_in_memory_with(cfg, net.clone(), in_flight).await?;
     Ok((router, dir))
 }
 

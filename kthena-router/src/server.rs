@@ -37,6 +37,7 @@ use crate::server::service::RouterService;
 use crate::shared::Shared;
 use crate::telemetry::accesslog::AccessLog;
 use crate::telemetry::metrics::Metrics;
+use crate::upstream::InFlightBoard;
 
 /// A started router. Dropping it does not stop it; call [`Router::shutdown`].
 #[derive(Debug)]
@@ -177,6 +178,22 @@ impl Router {
     /// As [`Router::start`]; [`Error::Config`] without a `standalone` section, or with a
     /// setting that needs real sockets (see [`memory_unsupported`]).
     pub async fn start_in_memory(cfg: Config, net: MemNet) -> Result<Self> {
+        Self::start_in_memory_with(cfg, net, None).await
+    }
+
+    /// [`Router::start_in_memory`], sharing its per-endpoint in-flight counts with every
+    /// other router started with a clone of `in_flight` (`None`: only its own counts), as
+    /// routers share them through Redis (`REDIS_HOST`, which the in-memory network cannot
+    /// reach): several replicas in front of the same engines in one process, each seeing
+    /// the others' requests at its next refresh ([`InFlightBoard::new`]).
+    ///
+    /// # Errors
+    /// As [`Router::start_in_memory`].
+    pub async fn start_in_memory_with(
+        cfg: Config,
+        net: MemNet,
+        in_flight: Option<InFlightBoard>,
+    ) -> Result<Self> {
         if let Some(what) = memory_unsupported(&cfg) {
             return Err(Error::Config {
                 path: PathBuf::new(),
@@ -186,7 +203,15 @@ impl Router {
         let metrics = Arc::new(Metrics::new());
         let mut loader = Loader::with_metrics(&metrics);
         let snapshot = loader.load(&cfg, None)?;
-        Self::serve_snapshot(&cfg, snapshot, true, metrics, Some(net)).await
+        let router = Self::serve_snapshot(&cfg, snapshot, true, metrics, Some(net)).await?;
+        if let Some(board) = in_flight {
+            // No request has arrived yet: the router's address is known to no one else.
+            let share = crate::upstream::inflight::InFlightShare::Board(
+                crate::upstream::inflight::BoardClient::new(board),
+            );
+            let _ = router.shared.in_flight_share.set(share);
+        }
+        Ok(router)
     }
 
     /// Serves the inference service on a Gateway listener socket (Gateway API mode), each
@@ -246,7 +271,9 @@ impl Router {
         if let Some(url) = &cfg.on_flight_redis
             && let Some(s) = crate::upstream::inflight::SharedInFlight::connect(url).await
         {
-            let _ = shared.in_flight_share.set(s);
+            let _ = shared
+                .in_flight_share
+                .set(crate::upstream::inflight::InFlightShare::Redis(s));
         }
 
         let tls = cfg

@@ -58,8 +58,9 @@ pub struct Shared {
     pub(crate) gateway: crate::gateway::StateSlot,
     /// The fairness or session-boost queues (unset when both are off).
     pub(crate) queues: std::sync::OnceLock<Arc<crate::queue::Queues>>,
-    /// Per-endpoint in-flight counts shared through Redis (unset without `REDIS_HOST`).
-    pub(crate) in_flight_share: std::sync::OnceLock<Arc<crate::upstream::inflight::SharedInFlight>>,
+    /// Per-endpoint in-flight counts shared through Redis or an in-process board (unset
+    /// without either).
+    pub(crate) in_flight_share: std::sync::OnceLock<crate::upstream::inflight::InFlightShare>,
     /// Cancelled when a listener's `drainTimeout` ran out at shutdown and its remaining
     /// connections are being closed: a response cut then is the router's doing.
     pub(crate) drain_cut: tokio_util::sync::CancellationToken,

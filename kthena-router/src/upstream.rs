@@ -11,7 +11,7 @@
 //! circuit-breaker bookkeeping of one result ([`record_breaker`]) and the answer streamed
 //! back to the client ([`stream_response`] over [`body::ProxyBody`]). Submodules: endpoints
 //! and their live state ([`endpoint`]), circuit breakers and in-flight caps ([`overload`]),
-//! the in-flight counts shared through Redis ([`inflight`]).
+//! the in-flight counts shared through Redis or an in-process board ([`inflight`]).
 
 pub(crate) mod body;
 pub(crate) mod conn;
@@ -20,7 +20,7 @@ pub(crate) mod inflight;
 pub(crate) mod overload;
 pub(crate) mod tls;
 
-pub use inflight::{ON_FLIGHT_KEY, SYNC_INTERVAL};
+pub use inflight::{InFlightBoard, ON_FLIGHT_KEY, SYNC_INTERVAL};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};

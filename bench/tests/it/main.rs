@@ -2,5 +2,6 @@
 //! with `cargo test -p kthena-bench --test it virtual_time::`).
 
 mod late_router;
+mod replicas;
 mod virtual_time;
 mod workload_report;

@@ -461,6 +461,7 @@ async fn take_slot(
     let mut guard = ep.begin_request(done.prefill_tokens);
     if let Some(s) = picker.shared.in_flight_share.get() {
         s.track(ep, &mut guard).await;
+        s.routed(&picked.parsed.snap.kv, &ep.id, &sreq);
     }
     let done = SchedDone {
         scheduler: Arc::clone(scheduler),

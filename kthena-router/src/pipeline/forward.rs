@@ -214,6 +214,7 @@ impl Plan {
         let mut guard = ep.begin_request(done.prefill_tokens);
         if let Some(s) = self.shared.in_flight_share.get() {
             s.track(ep, &mut guard).await;
+            s.routed(&snap.kv, &ep.id, &sreq);
         }
         let done = SchedDone {
             scheduler: Arc::clone(&snap.scheduler),

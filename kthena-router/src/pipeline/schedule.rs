@@ -31,7 +31,8 @@ where
 {
     let ctx = req.body();
     if let Some(s) = shared.in_flight_share.get() {
-        s.sync(&ctx.parsed.snap.endpoints).await;
+        s.sync(&ctx.parsed.snap.endpoints, &ctx.parsed.snap.kv)
+            .await;
     }
     let prefetched = prefetch(&shared, &ctx.parsed, &ctx.at).await;
     let decision = match crate::pd::pairs::schedule(&ctx.parsed, &ctx.at, &prefetched)? {

@@ -11,6 +11,10 @@
 //! a few pooled connections); a failed call leaves the
 //! endpoint on the router's own count until the next good answer. Without Redis (or when
 //! the start-up `PING` fails) only the router's own count is used.
+//!
+//! Routers in one process can share the counts without Redis, through an [`InFlightBoard`]
+//! (the [`board`] module, same semantics; `Router::start_in_memory_with`). A router uses
+//! one backend or the other: [`InFlightShare`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,9 +22,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use kthena_sched::LoadGuard;
+use kthena_sched::{EndpointId, LoadGuard, Request};
+
+use crate::kv::cache::KvState;
 
 use crate::upstream::endpoint::Endpoint;
+
+mod board;
+pub(crate) use board::BoardClient;
+pub use board::InFlightBoard;
 
 /// Go Kthena's hash of per-pod in-flight counts.
 pub const ON_FLIGHT_KEY: &str = "kthena:on-flight-requests";
@@ -30,6 +40,43 @@ pub const SYNC_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Time given to each Redis call.
 const CALL_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Where a router shares its in-flight counts with the other routers.
+#[derive(Debug)]
+pub(crate) enum InFlightShare {
+    /// Go Kthena's Redis hash [`ON_FLIGHT_KEY`] (`REDIS_HOST`).
+    Redis(Arc<SharedInFlight>),
+    /// A board shared by routers of the same process.
+    Board(board::BoardClient),
+}
+
+impl InFlightShare {
+    /// Counts one more request to `ep` with every router, and gives it back when `guard`
+    /// drops; the endpoint then schedules with the shared count.
+    pub(crate) async fn track(&self, ep: &Arc<Endpoint>, guard: &mut LoadGuard) {
+        match self {
+            Self::Redis(r) => r.track(ep, guard).await,
+            Self::Board(b) => b.track(ep, guard),
+        }
+    }
+
+    /// Refreshes the shared counts of `endpoints`, at most once per refresh interval; a
+    /// board also brings the other routers' routing decisions into `kv`'s index.
+    pub(crate) async fn sync(&self, endpoints: &[Arc<Endpoint>], kv: &KvState) {
+        match self {
+            Self::Redis(r) => r.sync(endpoints).await,
+            Self::Board(b) => b.sync(endpoints, kv),
+        }
+    }
+
+    /// The router sent `req` to `endpoint`: a board passes the decision on to the other
+    /// routers' KV indexes (Redis shares only the counts).
+    pub(crate) fn routed(&self, kv: &KvState, endpoint: &EndpointId, req: &Request<'_>) {
+        if let Self::Board(b) = self {
+            b.routed(kv, endpoint, req);
+        }
+    }
+}
 
 /// The shared counts (see the module docs). Calls run on the blocking pool over a small
 /// pool of connections, each with [`CALL_TIMEOUT`].

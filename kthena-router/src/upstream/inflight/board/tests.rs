@@ -1,0 +1,176 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{BoardClient, InFlightBoard, lock};
+use crate::config::EndpointConfig;
+use crate::kv::cache::KvState;
+use crate::upstream::endpoint::Endpoint;
+use kthena_sched::Request;
+
+/// One router's endpoints `ns/e0` and `ns/e1` (each router has its own objects).
+fn endpoints() -> Vec<Arc<Endpoint>> {
+    (0..2)
+        .map(|i| {
+            let cfg = EndpointConfig {
+                name: format!("e{i}"),
+                address: format!("127.0.0.1:{}", 8000 + i),
+                namespace: "ns".to_owned(),
+                labels: Default::default(),
+                kv_events: None,
+                kv_events_replay: None,
+                incarnation: None,
+                container_started: None,
+            };
+            Arc::new(Endpoint::from_config(&cfg).unwrap())
+        })
+        .collect()
+}
+
+/// A snapshot's KV state without an index (no `kvcache-aware`).
+fn none() -> KvState {
+    KvState::default()
+}
+
+fn seen(eps: &[Arc<Endpoint>]) -> Vec<Option<u32>> {
+    eps.iter().map(|e| e.shared_in_flight()).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn own_bookings_at_once_others_at_the_next_refresh() {
+    let board = InFlightBoard::default();
+    assert_eq!(board.refresh(), Duration::from_millis(50));
+    let (a, b) = (
+        BoardClient::new(board.clone()),
+        BoardClient::new(board.clone()),
+    );
+    let (ea, eb) = (endpoints(), endpoints());
+    assert_eq!(seen(&eb), [None, None]);
+
+    let mut g1 = ea[0].begin_request(0);
+    a.track(&ea[0], &mut g1);
+    assert_eq!(seen(&ea), [Some(1), None]);
+    b.sync(&eb, &none());
+    assert_eq!(seen(&eb), [Some(1), Some(0)]);
+
+    // A second booking by A: B's next refresh is not due before 50 ms.
+    let mut g2 = ea[0].begin_request(0);
+    a.track(&ea[0], &mut g2);
+    tokio::time::advance(Duration::from_millis(49)).await;
+    b.sync(&eb, &none());
+    assert_eq!(seen(&eb), [Some(1), Some(0)]);
+    tokio::time::advance(Duration::from_millis(1)).await;
+    b.sync(&eb, &none());
+    assert_eq!(seen(&eb), [Some(2), Some(0)]);
+
+    // B's own booking answers with every router's count, as HINCRBY does.
+    let mut g3 = eb[0].begin_request(0);
+    b.track(&eb[0], &mut g3);
+    assert_eq!(seen(&eb), [Some(3), Some(0)]);
+    assert_eq!(board.count("ns", "e0"), 3);
+
+    drop(g1);
+    assert_eq!(seen(&ea), [Some(2), None]);
+    drop(g3);
+    assert_eq!(seen(&eb), [Some(1), Some(0)]);
+    drop(g2);
+    assert_eq!(board.count("ns", "e0"), 0);
+    assert_eq!(board.count("ns", "e1"), 0);
+    assert_eq!(seen(&ea), [Some(0), None]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_zero_refresh_reads_the_board_every_time() {
+    let board = InFlightBoard::new(Duration::ZERO);
+    let (a, b) = (BoardClient::new(board.clone()), BoardClient::new(board));
+    let (ea, eb) = (endpoints(), endpoints());
+    let mut guards = Vec::new();
+    for expected in 1..=3 {
+        let mut g = ea[1].begin_request(0);
+        a.track(&ea[1], &mut g);
+        guards.push(g);
+        b.sync(&eb, &none());
+        assert_eq!(seen(&eb), [Some(0), Some(expected)]);
+    }
+    guards.clear();
+    b.sync(&eb, &none());
+    assert_eq!(seen(&eb), [Some(0), Some(0)]);
+}
+
+#[test]
+fn an_empty_board_counts_nothing() {
+    let board = InFlightBoard::new(Duration::from_millis(5));
+    assert_eq!(board.count("ns", "e0"), 0);
+    assert_eq!(format!("{board:?}"), "InFlightBoard { refresh: 5ms, .. }");
+}
+
+/// Each router's KV state with its own in-memory index (blocks of 16 tokens).
+fn kv_state() -> KvState {
+    let index = kthena_sched::InMemoryKvIndex::new(16, 1024).unwrap();
+    KvState {
+        index: Some(Arc::new(index)),
+        ..KvState::default()
+    }
+}
+
+/// Blocks of `tokens` that each endpoint of `eps` holds in `kv`'s index.
+fn held(kv: &KvState, eps: &[Arc<Endpoint>], tokens: &[u32]) -> Vec<u32> {
+    let mut hashes = Vec::new();
+    kthena_sched::token_block_hashes(tokens, 16, 128, &mut hashes);
+    let query = kthena_sched::KvQuery {
+        model: "m",
+        token_ids: tokens,
+        block_size: 16,
+        block_hashes: &hashes,
+    };
+    let cands: Vec<kthena_sched::Candidate> = eps
+        .iter()
+        .map(|e| kthena_sched::Candidate::new(e.id.clone(), "m"))
+        .collect();
+    let refs: Vec<&kthena_sched::Candidate> = cands.iter().collect();
+    let mut out = vec![0; refs.len()];
+    kv.index
+        .as_ref()
+        .unwrap()
+        .match_prefix(&query, &refs, &mut out);
+    out
+}
+
+#[tokio::test(start_paused = true)]
+async fn routing_decisions_reach_the_other_routers_indexes_at_their_refresh() {
+    let board = InFlightBoard::default();
+    let (a, b, c) = (
+        BoardClient::new(board.clone()),
+        BoardClient::new(board.clone()),
+        BoardClient::new(board.clone()),
+    );
+    let (kva, kvb, kvc) = (kv_state(), kv_state(), kv_state());
+    let (ea, eb) = (endpoints(), endpoints());
+    // 70 tokens: 4 full blocks of 16, the rest is not a block.
+    let tokens: Vec<u32> = (0..70).collect();
+    b.sync(&eb, &kvb);
+    a.routed(&kva, &ea[1].id, &Request::new("m").with_token_ids(&tokens));
+    // A request without token ids publishes nothing.
+    a.routed(&kva, &ea[0].id, &Request::new("m"));
+    assert_eq!(held(&kvb, &eb, &tokens), [0, 0]);
+    b.sync(&eb, &kvb);
+    assert_eq!(held(&kvb, &eb, &tokens), [0, 0], "before B's next refresh");
+    tokio::time::advance(Duration::from_millis(50)).await;
+    b.sync(&eb, &kvb);
+    assert_eq!(held(&kvb, &eb, &tokens), [0, 4]);
+    // The decision stays on the board until C, which has not refreshed yet, reads it.
+    assert_eq!(lock(&board.routed).entries.len(), 1);
+    c.sync(&eb, &kvc);
+    assert_eq!(held(&kvc, &eb, &tokens), [0, 4]);
+    a.sync(&ea, &kva);
+    assert_eq!(lock(&board.routed).entries.len(), 0);
+    // A's own decisions are not replayed into its index (its plugin records them).
+    assert_eq!(held(&kva, &ea, &tokens), [0, 0]);
+    // A stopped router does not hold decisions back.
+    drop(c);
+    a.routed(&kva, &ea[0].id, &Request::new("m").with_token_ids(&tokens));
+    tokio::time::advance(Duration::from_millis(50)).await;
+    b.sync(&eb, &kvb);
+    a.sync(&ea, &kva);
+    assert_eq!(held(&kvb, &eb, &tokens), [4, 4]);
+    assert_eq!(lock(&board.routed).entries.len(), 0);
+}
