@@ -273,7 +273,7 @@ impl Segment {
     /// Sends the segment through `router` and waits for its last answer.
     async fn drive(self, client: &HttpClient, router: &(Router, tempfile::TempDir)) {
         let load = Load {
-            target: format!("http://{}", router.0.addr),
+            targets: vec![format!("http://{}", router.0.addr)],
             arrivals: self.arrivals,
             max_concurrency: self.max_concurrency,
             time_scale: 1.0,

@@ -213,8 +213,8 @@ impl Plan {
         let done = snap.scheduler.on_scheduled(&sreq, cand);
         let mut guard = ep.begin_request(done.prefill_tokens);
         if let Some(s) = self.shared.in_flight_share.get() {
-            s.track(ep, &mut guard).await;
             s.routed(&snap.kv, &ep.id, &sreq);
+            s.track(ep, &mut guard).await;
         }
         let done = SchedDone {
             scheduler: Arc::clone(&snap.scheduler),

@@ -29,6 +29,7 @@ use crate::kv::cache::KvState;
 use crate::upstream::endpoint::Endpoint;
 
 mod board;
+pub(crate) mod routed;
 pub(crate) use board::BoardClient;
 pub use board::InFlightBoard;
 
@@ -64,16 +65,21 @@ impl InFlightShare {
     /// board also brings the other routers' routing decisions into `kv`'s index.
     pub(crate) async fn sync(&self, endpoints: &[Arc<Endpoint>], kv: &KvState) {
         match self {
-            Self::Redis(r) => r.sync(endpoints).await,
+            Self::Redis(r) => r.sync(endpoints, kv).await,
             Self::Board(b) => b.sync(endpoints, kv),
         }
     }
 
-    /// The router sent `req` to `endpoint`: a board passes the decision on to the other
-    /// routers' KV indexes (Redis shares only the counts).
+    /// The router is sending `req` to `endpoint`: the decision is passed on to the other
+    /// routers' KV indexes (`routed`), on the board at once, through Redis with the next
+    /// round trip (call it before [`track`](Self::track), which makes that round trip).
     pub(crate) fn routed(&self, kv: &KvState, endpoint: &EndpointId, req: &Request<'_>) {
-        if let Self::Board(b) = self {
-            b.routed(kv, endpoint, req);
+        let Some(d) = routed::Decision::of(kv, endpoint, req) else {
+            return;
+        };
+        match self {
+            Self::Redis(r) => r.routed.push(d),
+            Self::Board(b) => b.routed(d),
         }
     }
 }
@@ -86,6 +92,8 @@ pub(crate) struct SharedInFlight {
     start: Instant,
     /// Milliseconds after `start` of the last refresh (+1; 0 = never).
     last_sync: AtomicU64,
+    /// This router's side of the routing-decision stream.
+    routed: routed::RedisRouted,
 }
 
 impl std::fmt::Debug for SharedInFlight {
@@ -110,21 +118,36 @@ impl SharedInFlight {
             }
         };
         let c2 = client.clone();
-        let ping = tokio::task::spawn_blocking(move || -> redis::RedisResult<redis::Connection> {
-            let mut conn = c2.get_connection_with_timeout(Duration::from_secs(2))?;
-            conn.set_read_timeout(Some(Duration::from_secs(2)))?;
-            redis::cmd("PING").query::<String>(&mut conn)?;
-            Ok(conn)
-        })
+        let ping = tokio::task::spawn_blocking(
+            move || -> redis::RedisResult<(redis::Connection, String)> {
+                let mut conn = c2.get_connection_with_timeout(Duration::from_secs(2))?;
+                conn.set_read_timeout(Some(Duration::from_secs(2)))?;
+                redis::cmd("PING").query::<String>(&mut conn)?;
+                // Decisions are read from the newest entry on: older ones are history.
+                let newest: redis::streams::StreamRangeReply = redis::cmd("XREVRANGE")
+                    .arg(routed::ROUTED_STREAM)
+                    .arg("+")
+                    .arg("-")
+                    .arg("COUNT")
+                    .arg(1)
+                    .query(&mut conn)?;
+                let last = newest
+                    .ids
+                    .first()
+                    .map_or_else(|| "0-0".to_owned(), |e| e.id.clone());
+                Ok((conn, last))
+            },
+        )
         .await;
         match ping {
-            Ok(Ok(conn)) => {
+            Ok(Ok((conn, last))) => {
                 tracing::info!("In-flight counts are shared through Redis ({ON_FLIGHT_KEY})");
                 Some(Arc::new(Self {
                     client,
                     idle: Mutex::new(vec![conn]),
                     start: Instant::now(),
                     last_sync: AtomicU64::new(0),
+                    routed: routed::RedisRouted::new(last),
                 }))
             }
             Ok(Err(e)) => {
@@ -180,14 +203,16 @@ impl SharedInFlight {
         }
     }
 
+    /// `HINCRBY` of `ep`'s field by `by`, in one round trip with the routing decisions
+    /// queued since the last one (`XADD`).
     async fn hincrby(self: &Arc<Self>, ep: &Endpoint, by: i64) -> Option<i64> {
         let f = field(ep);
+        let this = Arc::clone(self);
         self.call(move |c| {
-            let v: i64 = redis::cmd("HINCRBY")
-                .arg(ON_FLIGHT_KEY)
-                .arg(&f)
-                .arg(by)
-                .query(c)?;
+            let mut pipe = redis::pipe();
+            this.routed.append_to(&mut pipe);
+            pipe.cmd("HINCRBY").arg(ON_FLIGHT_KEY).arg(&f).arg(by);
+            let (v,): (i64,) = pipe.query(c)?;
             if v < 0 {
                 // A stale negative value (a router restarted mid-request): reset it.
                 let _: i64 = redis::cmd("HSET")
@@ -214,9 +239,10 @@ impl SharedInFlight {
         }
     }
 
-    /// Refreshes every count of `endpoints` with one `HMGET`, at most once per
-    /// [`SYNC_INTERVAL`] over all callers (the others return at once).
-    pub(crate) async fn sync(self: &Arc<Self>, endpoints: &[Arc<Endpoint>]) {
+    /// Refreshes every count of `endpoints` with one `HMGET`, and records the other routers'
+    /// routing decisions since the last refresh in `kv`'s index (`XREAD`, same round trip),
+    /// at most once per [`SYNC_INTERVAL`] over all callers (the others return at once).
+    pub(crate) async fn sync(self: &Arc<Self>, endpoints: &[Arc<Endpoint>], kv: &KvState) {
         if endpoints.is_empty() {
             return;
         }
@@ -234,19 +260,25 @@ impl SharedInFlight {
             return;
         }
         let fields: Vec<String> = endpoints.iter().map(|e| field(e)).collect();
+        let this = Arc::clone(self);
         let got = self
             .call(move |c| {
-                let mut cmd = redis::cmd("HMGET");
-                cmd.arg(ON_FLIGHT_KEY);
+                let mut pipe = redis::pipe();
+                this.routed.append_to(&mut pipe);
+                let hmget = pipe.cmd("HMGET").arg(ON_FLIGHT_KEY);
                 for f in &fields {
-                    cmd.arg(f);
+                    hmget.arg(f);
                 }
-                cmd.query::<Vec<Option<i64>>>(c)
+                this.routed.read_to(&mut pipe);
+                pipe.query::<(Vec<Option<i64>>, Option<redis::streams::StreamReadReply>)>(c)
             })
             .await;
-        if let Some(values) = got {
+        if let Some((values, decisions)) = got {
             for (ep, v) in endpoints.iter().zip(values) {
                 ep.set_shared_in_flight(Some(v.unwrap_or(0).max(0)));
+            }
+            if let Some(reply) = decisions {
+                self.routed.apply(&reply, kv);
             }
         }
     }

@@ -26,7 +26,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use kthena_sched::{EndpointId, KvQuery, LoadGuard, Request};
+use kthena_sched::LoadGuard;
+
+use super::routed::Decision;
 
 use crate::kv::cache::KvState;
 use crate::upstream::endpoint::Endpoint;
@@ -51,10 +53,7 @@ pub struct InFlightBoard {
 /// `block_size` tokens, the prompt's full blocks) were sent to `endpoint`.
 struct Routed {
     from: usize,
-    endpoint: EndpointId,
-    model: String,
-    block_size: usize,
-    blocks: Vec<u64>,
+    decision: Decision,
 }
 
 /// The decisions not yet read by every router: `entries[0]` has sequence number `base`;
@@ -151,27 +150,12 @@ impl BoardClient {
         }
     }
 
-    /// Publishes that `req`'s prompt was sent to `endpoint`, as this router's
-    /// `kvcache-aware` index recorded it (its full blocks, provisionally held there), for
-    /// the other routers to record at their next refresh. Nothing without a KV index or
-    /// token ids.
-    pub(crate) fn routed(&self, kv: &KvState, endpoint: &EndpointId, req: &Request<'_>) {
-        let (Some(_), Some(tokens)) = (&kv.index, req.token_ids) else {
-            return;
-        };
-        let (block_size, max_blocks) = (kv.args.block_size_to_hash, kv.args.max_blocks_to_match);
-        let mut blocks = Vec::new();
-        kthena_sched::token_block_hashes(tokens, block_size, max_blocks, &mut blocks);
-        blocks.truncate(tokens.len() / block_size.max(1));
-        if blocks.is_empty() {
-            return;
-        }
+    /// Publishes a routing decision of this router (`super::routed`) for the other routers
+    /// to record at their next refresh.
+    pub(crate) fn routed(&self, decision: Decision) {
         lock(&self.board.routed).entries.push_back(Routed {
             from: self.id,
-            endpoint: endpoint.clone(),
-            model: req.model.to_owned(),
-            block_size,
-            blocks,
+            decision,
         });
     }
 
@@ -181,20 +165,8 @@ impl BoardClient {
     fn apply_routed(&self, kv: &KvState) {
         let mut log = lock(&self.board.routed);
         let start = usize::try_from(log.cursors[self.id] - log.base).unwrap_or(usize::MAX);
-        if let Some(index) = &kv.index {
-            let mut zeros: Vec<u32> = Vec::new();
-            for r in log.entries.iter().skip(start).filter(|r| r.from != self.id) {
-                zeros.resize(r.blocks.len() * r.block_size, 0);
-                index.record_routed(
-                    &r.endpoint,
-                    &KvQuery {
-                        model: &r.model,
-                        token_ids: &zeros,
-                        block_size: r.block_size,
-                        block_hashes: &r.blocks,
-                    },
-                );
-            }
+        for r in log.entries.iter().skip(start).filter(|r| r.from != self.id) {
+            r.decision.record(kv);
         }
         let end = log.base + log.entries.len() as u64;
         log.cursors[self.id] = end;

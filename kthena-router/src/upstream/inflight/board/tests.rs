@@ -2,29 +2,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{BoardClient, InFlightBoard, lock};
-use crate::config::EndpointConfig;
 use crate::kv::cache::KvState;
 use crate::upstream::endpoint::Endpoint;
-use kthena_sched::Request;
+use crate::upstream::inflight::tests::{endpoints, held, kv_state};
+use kthena_sched::{EndpointId, Request};
+
+use crate::upstream::inflight::routed::Decision;
 
 /// One router's endpoints `ns/e0` and `ns/e1` (each router has its own objects).
-fn endpoints() -> Vec<Arc<Endpoint>> {
-    (0..2)
-        .map(|i| {
-            let cfg = EndpointConfig {
-                name: format!("e{i}"),
-                address: format!("127.0.0.1:{}", 8000 + i),
-                namespace: "ns".to_owned(),
-                labels: Default::default(),
-                kv_events: None,
-                kv_events_replay: None,
-                incarnation: None,
-                container_started: None,
-            };
-            Arc::new(Endpoint::from_config(&cfg).unwrap())
-        })
-        .collect()
-}
 
 /// A snapshot's KV state without an index (no `kvcache-aware`).
 fn none() -> KvState {
@@ -104,36 +89,6 @@ fn an_empty_board_counts_nothing() {
 }
 
 /// Each router's KV state with its own in-memory index (blocks of 16 tokens).
-fn kv_state() -> KvState {
-    let index = kthena_sched::InMemoryKvIndex::new(16, 1024).unwrap();
-    KvState {
-        index: Some(Arc::new(index)),
-        ..KvState::default()
-    }
-}
-
-/// Blocks of `tokens` that each endpoint of `eps` holds in `kv`'s index.
-fn held(kv: &KvState, eps: &[Arc<Endpoint>], tokens: &[u32]) -> Vec<u32> {
-    let mut hashes = Vec::new();
-    kthena_sched::token_block_hashes(tokens, 16, 128, &mut hashes);
-    let query = kthena_sched::KvQuery {
-        model: "m",
-        token_ids: tokens,
-        block_size: 16,
-        block_hashes: &hashes,
-    };
-    let cands: Vec<kthena_sched::Candidate> = eps
-        .iter()
-        .map(|e| kthena_sched::Candidate::new(e.id.clone(), "m"))
-        .collect();
-    let refs: Vec<&kthena_sched::Candidate> = cands.iter().collect();
-    let mut out = vec![0; refs.len()];
-    kv.index
-        .as_ref()
-        .unwrap()
-        .match_prefix(&query, &refs, &mut out);
-    out
-}
 
 #[tokio::test(start_paused = true)]
 async fn routing_decisions_reach_the_other_routers_indexes_at_their_refresh() {
@@ -148,9 +103,14 @@ async fn routing_decisions_reach_the_other_routers_indexes_at_their_refresh() {
     // 70 tokens: 4 full blocks of 16, the rest is not a block.
     let tokens: Vec<u32> = (0..70).collect();
     b.sync(&eb, &kvb);
-    a.routed(&kva, &ea[1].id, &Request::new("m").with_token_ids(&tokens));
+    publish(
+        &a,
+        &kva,
+        &ea[1].id,
+        &Request::new("m").with_token_ids(&tokens),
+    );
     // A request without token ids publishes nothing.
-    a.routed(&kva, &ea[0].id, &Request::new("m"));
+    publish(&a, &kva, &ea[0].id, &Request::new("m"));
     assert_eq!(held(&kvb, &eb, &tokens), [0, 0]);
     b.sync(&eb, &kvb);
     assert_eq!(held(&kvb, &eb, &tokens), [0, 0], "before B's next refresh");
@@ -167,10 +127,22 @@ async fn routing_decisions_reach_the_other_routers_indexes_at_their_refresh() {
     assert_eq!(held(&kva, &ea, &tokens), [0, 0]);
     // A stopped router does not hold decisions back.
     drop(c);
-    a.routed(&kva, &ea[0].id, &Request::new("m").with_token_ids(&tokens));
+    publish(
+        &a,
+        &kva,
+        &ea[0].id,
+        &Request::new("m").with_token_ids(&tokens),
+    );
     tokio::time::advance(Duration::from_millis(50)).await;
     b.sync(&eb, &kvb);
     a.sync(&ea, &kva);
     assert_eq!(held(&kvb, &eb, &tokens), [4, 4]);
     assert_eq!(lock(&board.routed).entries.len(), 0);
+}
+
+/// What `InFlightShare::routed` does for a board.
+fn publish(client: &BoardClient, kv: &KvState, endpoint: &EndpointId, req: &Request<'_>) {
+    if let Some(d) = Decision::of(kv, endpoint, req) {
+        client.routed(d);
+    }
 }
