@@ -145,10 +145,10 @@ impl RedisRouted {
     pub(crate) fn apply(&self, reply: &redis::streams::StreamReadReply, kv: &KvState) {
         for key in &reply.keys {
             for entry in &key.ids {
-                if entry.get::<String>("from").as_deref() != Some(self.me.as_str()) {
-                    if let Some(d) = decode(entry) {
-                        d.record(kv);
-                    }
+                if entry.get::<String>("from").as_deref() != Some(self.me.as_str())
+                    && let Some(d) = decode(entry)
+                {
+                    d.record(kv);
                 }
                 *self.last_id.lock().unwrap_or_else(PoisonError::into_inner) = entry.id.clone();
             }
@@ -159,7 +159,7 @@ impl RedisRouted {
 /// A decision from a stream entry; `None` when a field is missing or malformed.
 fn decode(entry: &redis::streams::StreamId) -> Option<Decision> {
     let blocks: Vec<u8> = entry.get("blocks")?;
-    if blocks.len() % 8 != 0 {
+    if !blocks.len().is_multiple_of(8) {
         return None;
     }
     Some(Decision {

@@ -31,7 +31,7 @@ fn go_kthenas_variables_name_the_redis_server() {
     );
 }
 
-/// Two endpoints `ns/e0` and `ns/e1`.
+/// One router's endpoints `ns/e0` and `ns/e1` (each router has its own objects).
 pub(crate) fn endpoints() -> Vec<Arc<Endpoint>> {
     (0..2)
         .map(|i| {

@@ -9,8 +9,6 @@ use kthena_sched::{EndpointId, Request};
 
 use crate::upstream::inflight::routed::Decision;
 
-/// One router's endpoints `ns/e0` and `ns/e1` (each router has its own objects).
-
 /// A snapshot's KV state without an index (no `kvcache-aware`).
 fn none() -> KvState {
     KvState::default()
