@@ -24,7 +24,7 @@ use kube::api::{Api, ListParams};
 use kube::runtime::events::{Recorder, Reporter};
 
 use crate::error::{Result, kube_err};
-use collect::HttpClient;
+use collect::Clients;
 use outcome::Outcome;
 use state::{States, key};
 
@@ -59,9 +59,12 @@ pub async fn run_autoscaler(
     config: AutoscalerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
-    let http: HttpClient =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .build_http();
+    let http = Clients {
+        http: hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http(),
+        tls: prometheus::access::TlsClients::default(),
+        kube: client.clone(),
+    };
     let reporter = Reporter {
         controller: config.field_manager.clone(),
         instance: None,
@@ -90,7 +93,7 @@ async fn round(
     client: &Client,
     recorder: &Recorder,
     config: &AutoscalerConfig,
-    http: &HttpClient,
+    http: &Clients,
     states: &mut States,
     now: Duration,
 ) -> Result<()> {

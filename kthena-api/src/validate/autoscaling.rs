@@ -4,14 +4,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::MAX_REPLICAS;
 use crate::common::{Errors, FieldError, GoDuration, idx, key};
 use crate::quantity;
 use crate::workload::{
-    AutoscalingPolicy, AutoscalingPolicyBehavior, AutoscalingPolicyMetric, MetricSource,
-    PanicPolicy, RoleRatioConstraint, RoleScalingParam, ScaleUpBehavior, SelectPolicy,
-    StablePolicy, Target,
+    AutoscalingPolicy, AutoscalingPolicyBehavior, AutoscalingPolicyMetric, KeySelector,
+    MetricSource, PanicPolicy, PrometheusMetricSource, RoleRatioConstraint, RoleScalingParam,
+    ScaleUpBehavior, SelectPolicy, StablePolicy, Target,
 };
 
 /// Longest duration accepted in an AutoscalingPolicy `behavior` (30 minutes).
@@ -312,6 +313,114 @@ fn sources(e: &mut Errors, path: &str, map: &BTreeMap<String, MetricSource>) {
             if prom.query.is_empty() {
                 e.push(format!("{p}.prometheus.query"), "must not be empty");
             }
+            prometheus_access(e, &format!("{p}.prometheus"), prom);
+        }
+        if let Some(sel) = src.pod.as_ref().and_then(|p| p.label_selector.as_ref()) {
+            label_selector(e, &format!("{p}.pod.labelSelector"), sel);
+        }
+    }
+}
+
+/// `auth` and `tlsConfig` of a Prometheus source: one kind of credentials, every key
+/// selector complete, one CA source, TLS settings only for an `https://` server.
+fn prometheus_access(e: &mut Errors, path: &str, prom: &PrometheusMetricSource) {
+    if let Some(auth) = &prom.auth {
+        let path = format!("{path}.auth");
+        if let (Some(_), Some(_)) = (&auth.authorization, &auth.basic_auth) {
+            e.push(&path, "authorization and basicAuth are mutually exclusive");
+        }
+        if let Some(a) = &auth.authorization {
+            let p = format!("{path}.authorization");
+            if a.type_
+                .as_deref()
+                .is_some_and(|t| t.eq_ignore_ascii_case("basic"))
+            {
+                e.push(
+                    format!("{p}.type"),
+                    "Basic is not allowed here: use basicAuth",
+                );
+            } else if a.type_.as_deref().is_some_and(|t| !is_token(t)) {
+                e.push(format!("{p}.type"), "must be a single word such as Bearer");
+            }
+            key_selector(e, &format!("{p}.credentials"), a.credentials.as_ref());
+        }
+        if let Some(b) = &auth.basic_auth {
+            let p = format!("{path}.basicAuth");
+            key_selector(e, &format!("{p}.username"), b.username.as_ref());
+            key_selector(e, &format!("{p}.password"), b.password.as_ref());
+        }
+    }
+    if let Some(tls) = &prom.tls_config {
+        let p = format!("{path}.tlsConfig");
+        if !prom.server_url.starts_with("https://") {
+            e.push(&p, "only allowed with an https:// serverURL");
+        }
+        if let Some(ca) = &tls.ca {
+            match (&ca.secret, &ca.config_map) {
+                (Some(_), Some(_)) => {
+                    e.push(
+                        format!("{p}.ca"),
+                        "secret and configMap are mutually exclusive",
+                    );
+                }
+                (None, None) => {
+                    e.push(format!("{p}.ca"), "one of secret and configMap is required")
+                }
+                (Some(s), None) => key_selector(e, &format!("{p}.ca.secret"), Some(s)),
+                (None, Some(c)) => key_selector(e, &format!("{p}.ca.configMap"), Some(c)),
+            }
+        }
+        if tls.server_name.as_deref() == Some("") {
+            e.push(format!("{p}.serverName"), "must not be empty");
+        }
+    }
+}
+
+/// An HTTP auth-scheme token (RFC 9110 `token`).
+fn is_token(t: &str) -> bool {
+    !t.is_empty()
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// A Secret or ConfigMap key selector: present, with a name and a key.
+fn key_selector(e: &mut Errors, path: &str, sel: Option<&KeySelector>) {
+    let Some(sel) = sel else {
+        e.push(path, "is required");
+        return;
+    };
+    if sel.name.is_empty() {
+        e.push(format!("{path}.name"), "must not be empty");
+    }
+    if sel.key.is_empty() {
+        e.push(format!("{path}.key"), "must not be empty");
+    }
+}
+
+/// A label selector's `matchExpressions` as apimachinery's `ValidateLabelSelector` checks
+/// them (`staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/validation/validation.go`):
+/// a known operator, values for `In`/`NotIn` and none for `Exists`/`DoesNotExist`.
+fn label_selector(e: &mut Errors, path: &str, sel: &LabelSelector) {
+    for (i, r) in sel.match_expressions.iter().flatten().enumerate() {
+        let p = idx(&format!("{path}.matchExpressions"), i);
+        if r.key.is_empty() {
+            e.push(format!("{p}.key"), "must not be empty");
+        }
+        let values = r.values.as_ref().map_or(0, Vec::len);
+        match r.operator.as_str() {
+            "In" | "NotIn" if values == 0 => e.push(
+                format!("{p}.values"),
+                "must be specified when `operator` is 'In' or 'NotIn'",
+            ),
+            "Exists" | "DoesNotExist" if values > 0 => e.push(
+                format!("{p}.values"),
+                "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+            ),
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            other => e.push(
+                format!("{p}.operator"),
+                format!("Unsupported value: \"{other}\": supported values: \"In\", \"NotIn\", \"Exists\", \"DoesNotExist\""),
+            ),
         }
     }
 }
@@ -544,3 +653,6 @@ fn stable(e: &mut Errors, path: &str, p: &StablePolicy) {
         1000,
     );
 }
+
+#[cfg(test)]
+mod tests;

@@ -188,21 +188,104 @@ pub struct PodMetricSource {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PrometheusMetricSource {
-    /// Prometheus server URL (non-empty URI).
+    /// Prometheus server URL (non-empty URI): `http://` or `https://`.
     #[serde(rename = "serverURL")]
     #[schemars(length(min = 1), url)]
     pub server_url: String,
     /// Instant query returning a scalar or a one-element vector (non-empty).
     #[schemars(length(min = 1))]
     pub query: String,
-    /// Reserved (empty).
+    /// Credentials sent with every query. Go Kthena v1.0.0 has `auth` as an empty struct
+    /// reserved for later (`pkg/apis/workload/v1alpha1/autoscalingpolicy_types.go`); its
+    /// fields here are the Prometheus Operator's (`SafeAuthorization`, `BasicAuth`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<PrometheusAuth>,
+    /// How an `https://` server is verified (the Prometheus Operator's `SafeTLSConfig`
+    /// fields); without it, against the system's root certificates. Not in Go Kthena.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_config: Option<PrometheusTlsConfig>,
 }
 
-/// Reserved Prometheus authentication settings (empty).
+/// Prometheus authentication: at most one of `authorization` and `basicAuth`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct PrometheusAuth {}
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusAuth {
+    /// An `Authorization: <type> <credentials>` header (the Prometheus Operator's
+    /// `SafeAuthorization`), e.g. a bearer token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authorization: Option<PrometheusAuthorization>,
+    /// HTTP basic authentication (the Prometheus Operator's `BasicAuth`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basic_auth: Option<PrometheusBasicAuth>,
+}
+
+/// An `Authorization` header from a Secret.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusAuthorization {
+    /// The scheme, `Bearer` when unset; `Basic` is refused (use `basicAuth`).
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+    /// The Secret key (in the policy's namespace) holding the credentials, e.g. the token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<KeySelector>,
+}
+
+/// A user name and a password, each from a Secret key in the policy's namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusBasicAuth {
+    /// The Secret key holding the user name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<KeySelector>,
+    /// The Secret key holding the password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<KeySelector>,
+}
+
+/// TLS settings of an `https://` Prometheus server.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusTlsConfig {
+    /// The CA certificates (PEM) the server's certificate must chain to, instead of the
+    /// system's roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<SecretOrConfigMap>,
+    /// The name the server's certificate must be valid for (and the SNI sent), instead of
+    /// the URL's host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_name: Option<String>,
+    /// Accept any server certificate (handshake signatures are still checked). For tests
+    /// only: anyone on the path can read the credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub insecure_skip_verify: Option<bool>,
+}
+
+/// A key of a Secret or of a ConfigMap in the policy's namespace: exactly one of the two.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretOrConfigMap {
+    /// A Secret's key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<KeySelector>,
+    /// A ConfigMap's key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<KeySelector>,
+}
+
+/// One key of a Secret or ConfigMap in the policy's namespace (the fields of Kubernetes'
+/// `SecretKeySelector`); both non-empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct KeySelector {
+    /// The object's name.
+    #[serde(default)]
+    #[schemars(transform = crate::common::no_default)]
+    pub name: String,
+    /// The key in its `data`.
+    #[serde(default)]
+    #[schemars(transform = crate::common::no_default)]
+    pub key: String,
+}
 
 /// A single scaled target.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

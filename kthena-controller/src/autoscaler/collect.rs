@@ -9,15 +9,34 @@ use http_body_util::{BodyExt as _, Full, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kthena_api::workload::MetricSource;
 use kthena_autoscale::{InvalidSample, Metrics, PodHistograms};
 
 use super::metrics::{FamilyValue, family};
 use super::prometheus::QueryError;
+use super::prometheus::access::{TlsClients, resolve};
 use crate::serving::running_and_ready;
 
 /// The HTTP client of the scrapes.
 pub(crate) type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// What a round reads metrics with: pods and `http://` Prometheus servers over `http`,
+/// `https://` ones over `tls`, the sources' Secrets and ConfigMaps with `kube`.
+pub(crate) struct Clients {
+    /// Plain HTTP.
+    pub(crate) http: HttpClient,
+    /// HTTPS clients by TLS settings.
+    pub(crate) tls: TlsClients,
+    /// The API client.
+    pub(crate) kube: kube::Client,
+}
+
+impl std::fmt::Debug for Clients {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Clients").finish_non_exhaustive()
+    }
+}
 
 /// Per-scrape timeout (Go: 3 s).
 pub(crate) const SCRAPE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -119,16 +138,41 @@ fn unusable(pod: &Pod) -> bool {
     failed || restarted || pod.metadata.deletion_timestamp.is_some()
 }
 
-/// Whether `pod` carries every label of the source's `labelSelector.matchLabels`.
+/// Whether `pod` matches the source's `labelSelector` (`matchLabels` and
+/// `matchExpressions`, [`matches`]); every pod without one.
 fn selected(pod: &Pod, source: &MetricSource) -> bool {
     let Some(sel) = source.pod.as_ref().and_then(|p| p.label_selector.as_ref()) else {
         return true;
     };
-    let labels = pod.metadata.labels.clone().unwrap_or_default();
-    sel.match_labels
+    matches(
+        sel,
+        pod.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
+    )
+}
+
+/// Whether `labels` match `sel` as Kubernetes label selectors define it
+/// (apimachinery `LabelSelectorAsSelector`): every `matchLabels` pair, and every
+/// requirement of `matchExpressions`: `In` (the label is set to one of `values`), `NotIn`
+/// (unset or set to none of them), `Exists`, `DoesNotExist`. An unknown operator matches
+/// nothing (validation refuses it).
+pub(crate) fn matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    let pairs = sel
+        .match_labels
         .iter()
         .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v))
+        .all(|(k, v)| labels.get(k) == Some(v));
+    pairs
+        && sel.match_expressions.iter().flatten().all(|r| {
+            let value = labels.get(&r.key);
+            let listed = value.is_some_and(|v| r.values.iter().flatten().any(|x| x == v));
+            match r.operator.as_str() {
+                "In" => listed,
+                "NotIn" => !listed,
+                "Exists" => value.is_some(),
+                "DoesNotExist" => value.is_none(),
+                _ => false,
+            }
+        })
 }
 
 /// GET `http://<ip>:<port><uri>`: the body of a 200 answer, else `None`.
@@ -234,9 +278,11 @@ impl PodScrape<'_> {
 /// A non-200 answer, a timeout, unparsable text or a missing family on any ready pod makes
 /// the metric unavailable (never a zero); so does a value that is no sample
 /// (`kthena_autoscale::check_sample`: NaN, ±Inf, negative, above 1e15), which is also added
-/// to `problems`, as is every failed Prometheus query.
+/// to `problems`, as is every failed Prometheus query (its Secrets and ConfigMaps are read
+/// from `namespace`, the policy's).
 pub(crate) async fn collect(
-    client: &HttpClient,
+    clients: &Clients,
+    namespace: &str,
     histograms: &mut PodHistograms,
     now: Duration,
     pods: &[Pod],
@@ -246,7 +292,13 @@ pub(crate) async fn collect(
     let mut out = Collected::default();
     for (metric, source) in sources {
         if let Some(prom) = &source.prometheus {
-            match super::prometheus::query(client, prom).await {
+            let answer = match resolve(&clients.kube, namespace, prom).await {
+                Ok(access) => {
+                    super::prometheus::query(&clients.http, &clients.tls, prom, &access).await
+                }
+                Err(e) => Err(e.into()),
+            };
+            match answer {
                 Ok(v) => {
                     out.external.insert(metric.clone(), v);
                 }
@@ -271,7 +323,7 @@ pub(crate) async fn collect(
             continue;
         }
         let scrape = PodScrape {
-            client,
+            client: &clients.http,
             metric,
             fam: pod_source.name.as_deref().unwrap_or(metric),
             port: pod_source.port.unwrap_or(8100),

@@ -11,7 +11,7 @@ use kube::ResourceExt as _;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-use super::collect::{HttpClient, Problem, collect};
+use super::collect::{Clients, Problem, collect};
 use super::outcome::{Outcome, entry_pods, target};
 use super::state::{Kept, kept, key};
 use crate::error::{Result, kube_err};
@@ -24,7 +24,7 @@ use crate::error::{Result, kube_err};
 /// ([`crate::Error::Autoscale`]), a failed API call ([`crate::Error::Kube`]).
 pub(super) async fn homogeneous(
     client: &kube::Client,
-    http: &HttpClient,
+    http: &Clients,
     states: &mut HashMap<String, Kept<Scaler>>,
     policy: &AutoscalingPolicy,
     h: &HomogeneousTarget,
@@ -41,6 +41,7 @@ pub(super) async fn homogeneous(
     let pods = entry_pods(client, &ms).await?;
     let collected = collect(
         http,
+        &policy.namespace().unwrap_or_default(),
         &mut state.histograms,
         now,
         &pods,

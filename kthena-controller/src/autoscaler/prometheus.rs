@@ -1,5 +1,9 @@
 //! The `prometheus` metric source: one PromQL instant query (Go `metric_collector.go`
-//! `prometheus` branch, `pkg/autoscaler/autoscaler/`).
+//! `prometheus` branch, `pkg/autoscaler/autoscaler/`), over `http://` or `https://`, with
+//! the credentials and CA of [`access`] (not in Go Kthena v1.0.0, which sends plain
+//! unauthenticated requests).
+
+pub(crate) mod access;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Limited};
@@ -8,6 +12,7 @@ use kthena_autoscale::{InvalidSample, check_sample};
 use serde::Deserialize;
 
 use super::collect::{HttpClient, SCRAPE_TIMEOUT};
+use access::{Access, AccessError, TlsClients, TlsError};
 
 const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 
@@ -46,9 +51,15 @@ fn form_encode(v: &str) -> String {
 /// Why a Prometheus query gave no usable value this round.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum QueryError {
-    /// The server URL is not `http://` (`https` is not supported yet).
-    #[error("only http:// Prometheus servers are supported")]
+    /// The server URL is neither `http://` nor `https://`.
+    #[error("only http:// and https:// Prometheus servers are supported")]
     Scheme,
+    /// The credentials or the CA could not be read.
+    #[error(transparent)]
+    Access(#[from] AccessError),
+    /// No TLS client for the source's TLS settings.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     /// The request could not be sent or answered (connection refused, reset, DNS, ...);
     /// the message carries the whole cause chain.
     #[error("{}", kthena_api::error_chain(.0))]
@@ -56,9 +67,13 @@ pub(crate) enum QueryError {
     /// No complete answer within [`SCRAPE_TIMEOUT`].
     #[error("no answer within {}s", SCRAPE_TIMEOUT.as_secs())]
     Timeout,
-    /// The server answered with a status other than 200.
-    #[error("HTTP status {0}")]
-    Status(http::StatusCode),
+    /// The server answered with a status other than 200 (401 and 403 say the credentials
+    /// were refused).
+    #[error("HTTP status {status}{}", refused(*status))]
+    Status {
+        /// The answer's status.
+        status: http::StatusCode,
+    },
     /// The body could not be read (or exceeds 1 MiB).
     #[error("reading the answer: {0}")]
     Body(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -69,6 +84,16 @@ pub(crate) enum QueryError {
     /// The value parses but is no sample (`kthena_autoscale::check_sample`).
     #[error("value {} is {}; sample skipped", super::collect::shown(*.0), .1)]
     Invalid(f64, #[source] InvalidSample),
+}
+
+/// The hint after a 401 or 403 status.
+fn refused(status: http::StatusCode) -> &'static str {
+    match status {
+        http::StatusCode::UNAUTHORIZED | http::StatusCode::FORBIDDEN => {
+            ": the server refused the credentials (auth)"
+        }
+        _ => "",
+    }
 }
 
 /// The value of a `scalar` or one-sample `vector` answer, if usable.
@@ -102,29 +127,48 @@ fn value(body: &[u8]) -> Result<f64, QueryError> {
     check_sample(v).map_err(|why| QueryError::Invalid(v, why))
 }
 
-/// Runs the source's query at the server's "now" (`POST /api/v1/query`, 3 s timeout).
+/// Runs the source's query at the server's "now" (`POST /api/v1/query`, 3 s timeout), with
+/// `access`'s `Authorization` header; an `https://` server through `tls`'s client for
+/// `access.tls`, an `http://` one through `http`.
 ///
 /// # Errors
-/// A [`QueryError`]: an `https` server, an unreachable one (with its cause), a timeout, a
-/// non-200 answer, an answer that is not a scalar or a one-element vector, or a value that
-/// is no sample.
+/// A [`QueryError`]: a server neither `http` nor `https`, no TLS client, an unreachable
+/// server (with its cause: refused connection, TLS handshake), a timeout, a non-200
+/// answer, an answer that is not a scalar or a one-element vector, or a value that is no
+/// sample.
 pub(super) async fn query(
-    client: &HttpClient,
+    http: &HttpClient,
+    tls: &TlsClients,
     source: &PrometheusMetricSource,
+    access: &Access,
 ) -> Result<f64, QueryError> {
     let base = source.server_url.trim_end_matches('/');
-    if !base.starts_with("http://") {
+    let https = if base.starts_with("https://") {
+        Some(tls.client(&access.tls)?)
+    } else if base.starts_with("http://") {
+        None
+    } else {
         return Err(QueryError::Scheme);
-    }
+    };
     let body = format!("query={}", form_encode(&source.query));
     let fut = async {
-        let req = http::Request::post(format!("{base}/api/v1/query"))
-            .header("content-type", "application/x-www-form-urlencoded")
+        let mut req = http::Request::post(format!("{base}/api/v1/query"))
+            .header("content-type", "application/x-www-form-urlencoded");
+        if let Some(auth) = &access.authorization {
+            req = req.header(http::header::AUTHORIZATION, auth.clone());
+        }
+        let req = req
             .body(http_body_util::Full::new(Bytes::from(body)))
             .map_err(|_| QueryError::Scheme)?;
-        let resp = client.request(req).await.map_err(QueryError::Unreachable)?;
+        let resp = match &https {
+            Some(client) => client.request(req).await,
+            None => http.request(req).await,
+        };
+        let resp = resp.map_err(QueryError::Unreachable)?;
         if resp.status() != http::StatusCode::OK {
-            return Err(QueryError::Status(resp.status()));
+            return Err(QueryError::Status {
+                status: resp.status(),
+            });
         }
         let body = Limited::new(resp.into_body(), MAX_ANSWER_BYTES)
             .collect()

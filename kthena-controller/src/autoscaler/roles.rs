@@ -14,7 +14,7 @@ use kube::ResourceExt as _;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-use super::collect::{HttpClient, Problem, collect};
+use super::collect::{Clients, Problem, collect};
 use super::outcome::{Outcome, entry_pods, target};
 use super::state::{Kept, kept, key};
 use crate::error::{Error, Result, kube_err};
@@ -29,7 +29,7 @@ use crate::names::ROLE_LABEL;
 /// ([`crate::Error::Autoscale`]), a failed API call ([`crate::Error::Kube`]).
 pub(super) async fn disaggregated(
     client: &kube::Client,
-    http: &HttpClient,
+    http: &Clients,
     states: &mut HashMap<String, Kept<RolesScaler>>,
     policy: &AutoscalingPolicy,
     d: &DisaggregatedTarget,
@@ -72,6 +72,7 @@ pub(super) async fn disaggregated(
                 .collect();
             let c = collect(
                 http,
+                &policy.namespace().unwrap_or_default(),
                 &mut state.histograms,
                 now,
                 &role_pods,

@@ -143,9 +143,10 @@ pub(crate) fn cache_entry(
 /// (Go's `emitRoleStatusEvent`, type Normal).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RoleEvent {
-    /// `RoleRunning` or `RoleCreating`.
+    /// `RoleRunning`, `RoleCreating` or `RoleDeleting`.
     pub reason: &'static str,
-    /// `Role <role>/<roleId> in ServingGroup <group> is now Running` (or `Creating`).
+    /// `Role <role>/<roleId> in ServingGroup <group> is now Running` (or `Creating`,
+    /// `Deleting`).
     pub message: String,
     /// The role replica's entry pod (`<group>-<roleId>-0`), the event's related object, so
     /// that the events of different role replicas are not merged into one series.
@@ -154,8 +155,12 @@ pub struct RoleEvent {
 
 /// The role events between two records of one ModelServing: `RoleRunning` for a role
 /// replica that is now Running and was not, `RoleCreating` for one that is now Creating and
-/// was not (absent: created; Deleting: recreated by recovery; Running: a pod failed).
-/// Groups by name, role replicas by role and id, in that order.
+/// was not (absent: created; Deleting: recreated by recovery; Running: a pod failed),
+/// `RoleDeleting` for one that is now Deleting and was not while its group is not Deleting
+/// (a role scale-down or a role recreated by recovery: Go's `DeleteRole` in
+/// `pkg/model-serving-controller/controller/model_serving_controller.go`; a whole group's
+/// deletion emits no role event there). Groups by name, role replicas by role and id, in
+/// that order.
 #[must_use]
 pub(crate) fn role_events(
     previous: Option<&BTreeMap<String, CachedGroup>>,
@@ -174,6 +179,7 @@ pub(crate) fn role_events(
                     (Some(b), now) if b == now => continue,
                     (_, "Running") => "RoleRunning",
                     (_, "Creating") => "RoleCreating",
+                    (_, "Deleting") if g.status != "Deleting" => "RoleDeleting",
                     _ => continue,
                 };
                 let state = reason.strip_prefix("Role").unwrap_or(reason);

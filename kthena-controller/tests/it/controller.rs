@@ -10,6 +10,7 @@ use anyhow::{Context as _, Result, bail};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::events::v1::Event as K8sEvent;
 use kthena_api::ModelServing;
 use kthena_controller::manager::{Controllers, LEASE_NAME, LeaderElection, run_leader_elected};
 use kthena_controller::serving::Config;
@@ -716,5 +717,28 @@ async fn a_role_replica_change_converges_deleting_in_gos_order() -> Result<()> {
     })
     .await?;
     available(ns, name, 1).await?;
+    // Go's RoleDeleting event for each deleted role replica, on the ModelServing.
+    let deleting =
+        |r: u32| format!("Role llama-405b/llama-405b-{r} in ServingGroup {name}-0 is now Deleting");
+    eventually("RoleDeleting events of replicas 1 and 0", || async {
+        let list = ns.api::<K8sEvent>().list(&ListParams::default()).await?;
+        let notes: BTreeSet<(String, String, String)> = list
+            .items
+            .iter()
+            .filter(|e| {
+                e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("ModelServing")
+                    && e.reason.as_deref() == Some("RoleDeleting")
+            })
+            .map(|e| {
+                let s = |v: &Option<String>| v.clone().unwrap_or_default();
+                (s(&e.type_), s(&e.reason), s(&e.note))
+            })
+            .collect();
+        let want: BTreeSet<_> = [1, 0]
+            .map(|r| ("Normal".to_owned(), "RoleDeleting".to_owned(), deleting(r)))
+            .into();
+        Ok((notes == want).then_some(()))
+    })
+    .await?;
     Ok(())
 }

@@ -55,3 +55,53 @@ fn pod_sources_select_by_match_labels() {
     assert!(!selected(&p, &source(&[("tier", "cpu")])));
     assert!(!selected(&p, &source(&[("tier", "gpu"), ("zone", "a")])));
 }
+
+#[test]
+fn match_expressions_select_as_kubernetes_label_selectors() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+    let sel = |exprs: &[(&str, &str, &[&str])], pairs: &[(&str, &str)]| LabelSelector {
+        match_labels: (!pairs.is_empty()).then(|| {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        }),
+        match_expressions: Some(
+            exprs
+                .iter()
+                .map(|(key, op, values)| LabelSelectorRequirement {
+                    key: (*key).to_owned(),
+                    operator: (*op).to_owned(),
+                    values: (!values.is_empty())
+                        .then(|| values.iter().map(|v| (*v).to_owned()).collect()),
+                })
+                .collect(),
+        ),
+    };
+    let labels: BTreeMap<String, String> = [("tier", "gpu"), ("zone", "a")]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .into();
+    let cases: [(&[(&str, &str, &[&str])], &[(&str, &str)], bool); 12] = [
+        (&[("tier", "In", &["gpu", "tpu"])], &[], true),
+        (&[("tier", "In", &["cpu"])], &[], false),
+        (&[("absent", "In", &["x"])], &[], false),
+        (&[("tier", "NotIn", &["cpu"])], &[], true),
+        (&[("tier", "NotIn", &["gpu"])], &[], false),
+        // NotIn matches a pod without the label.
+        (&[("absent", "NotIn", &["x"])], &[], true),
+        (&[("zone", "Exists", &[])], &[], true),
+        (&[("absent", "Exists", &[])], &[], false),
+        (&[("absent", "DoesNotExist", &[])], &[], true),
+        (&[("zone", "DoesNotExist", &[])], &[], false),
+        // Every requirement and every pair must hold.
+        (&[("zone", "Exists", &[])], &[("tier", "cpu")], false),
+        (&[("tier", "Gt", &["1"])], &[], false),
+    ];
+    for (exprs, pairs, want) in cases {
+        assert_eq!(
+            matches(&sel(exprs, pairs), &labels),
+            want,
+            "{exprs:?} {pairs:?}"
+        );
+    }
+}

@@ -89,19 +89,37 @@ mod http {
     #[tokio::test]
     async fn a_nan_answer_is_refused_and_a_number_is_used() -> std::io::Result<()> {
         let (url, _server) = fake("NaN").await?;
-        let e = query(&client(), &source(url)).await;
+        let e = query(
+            &client(),
+            &TlsClients::default(),
+            &source(url),
+            &Access::default(),
+        )
+        .await;
         assert!(
             matches!(e, Err(QueryError::Invalid(v, InvalidSample::NotANumber)) if v.is_nan()),
             "{e:?}"
         );
         let (url, _server) = fake("-3").await?;
-        let e = query(&client(), &source(url)).await;
+        let e = query(
+            &client(),
+            &TlsClients::default(),
+            &source(url),
+            &Access::default(),
+        )
+        .await;
         assert_eq!(
             e.map_err(|e| e.to_string()),
             Err("value -3 is negative; sample skipped".to_owned())
         );
         let (url, _server) = fake("12.5").await?;
-        let ok = query(&client(), &source(url)).await;
+        let ok = query(
+            &client(),
+            &TlsClients::default(),
+            &source(url),
+            &Access::default(),
+        )
+        .await;
         assert_eq!(ok.ok(), Some(12.5));
         Ok(())
     }
@@ -113,11 +131,16 @@ mod http {
             .await?
             .local_addr()?
             .port();
-        let e = query(&client(), &source(format!("http://127.0.0.1:{port}")))
-            .await
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        let e = query(
+            &client(),
+            &TlsClients::default(),
+            &source(format!("http://127.0.0.1:{port}")),
+            &Access::default(),
+        )
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
         assert!(e.contains("Connection refused"), "{e}");
         Ok(())
     }

@@ -24,6 +24,11 @@ fn dump_shows_observed_and_planned_replicas_as_gos_json() -> TestResult {
     assert_eq!(
         reasons,
         [
+            // decode-0 lost 3 of its 4 pods: recovery deletes the role replica.
+            (
+                "RoleDeleting",
+                "Role decode/decode-0 in ServingGroup sample-0 is now Deleting"
+            ),
             (
                 "RoleRunning",
                 "Role prefill/prefill-0 in ServingGroup sample-0 is now Running"
@@ -38,7 +43,8 @@ fn dump_shows_observed_and_planned_replicas_as_gos_json() -> TestResult {
             ),
         ]
     );
-    assert_eq!(events[0].entry_pod, "sample-0-prefill-0-0");
+    assert_eq!(events[0].entry_pod, "sample-0-decode-0-0");
+    assert_eq!(events[1].entry_pod, "sample-0-prefill-0-0");
     // The same view again: nothing changed, no event.
     assert_eq!(cache.record(&ms, &seen, &plan), []);
     let json = serde_json::to_value(cache.dump())?;
