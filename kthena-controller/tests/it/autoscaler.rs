@@ -24,6 +24,7 @@ const WAIT: Duration = Duration::from_secs(60);
 const WAITING: &str = "vllm:num_requests_waiting";
 
 mod prometheus;
+mod prometheus_tls;
 use prometheus::{prom_value, start_prometheus};
 
 struct Env {
