@@ -9,6 +9,7 @@
 //! [`run_booster`] is the `modelbooster` controller that applies them (see
 //! `docs/model-booster.md`).
 
+mod config;
 mod controller;
 mod engine;
 mod reconcile;
@@ -23,6 +24,7 @@ use kthena_api::ModelBooster;
 use kthena_api::workload::API_VERSION;
 use kube::ResourceExt as _;
 
+pub use config::{CONFIG_MAP_NAME, DOWNLOADER_IMAGE_KEY, RUNTIME_IMAGE_KEY, load_images};
 pub use controller::{BoosterConfig, run_booster};
 pub use engine::{cache_path, engine_args, engine_command, model_dir};
 pub use reconcile::{

@@ -80,8 +80,13 @@ async fn or_pending(fut: Option<impl Future<Output = ()>>) {
 
 /// The controllers' configurations from the flags: what runs under leader election (the
 /// ModelServing controller, and the autoscaler and the ModelBooster controller while the
-/// Lease is held), the autoscaler's and the ModelBooster controller's.
-fn configs(args: &Flags, set: &ControllerSet) -> (Controllers, AutoscalerConfig, BoosterConfig) {
+/// Lease is held), the autoscaler's and the ModelBooster controller's (with `images`, from
+/// its ConfigMap).
+fn configs(
+    args: &Flags,
+    set: &ControllerSet,
+    images: booster::Images,
+) -> (Controllers, AutoscalerConfig, BoosterConfig) {
     let autoscaling = AutoscalerConfig {
         namespace: args.namespace.clone(),
         sync_period: args.autoscaling_sync_period(),
@@ -90,6 +95,7 @@ fn configs(args: &Flags, set: &ControllerSet) -> (Controllers, AutoscalerConfig,
     let boosting = BoosterConfig {
         namespace: args.namespace.clone(),
         workers: args.workers,
+        images,
         ..BoosterConfig::default()
     };
     let config = Controllers {
@@ -186,7 +192,16 @@ async fn main() -> anyhow::Result<()> {
         let ns = args.leader_elect_namespace.clone();
         LeaderElection::go_defaults(ns.unwrap_or_else(|| client.default_namespace().to_owned()))
     });
-    let (config, autoscaling, boosting) = configs(&args, &set);
+    // Go reads the ModelBooster ConfigMap in its own namespace once, at start.
+    let images = match set.modelbooster {
+        true => {
+            let pod_namespace = std::env::var("POD_NAMESPACE").ok();
+            let ns = Flags::webhook_namespace(pod_namespace.as_deref(), client.default_namespace());
+            booster::load_images(&client, ns).await
+        }
+        false => booster::Images::default(),
+    };
+    let (config, autoscaling, boosting) = configs(&args, &set, images);
     let debug = debug_server(args.debug_port, config.serving.cache.clone()).await?;
     // Without leader election the autoscaler and the ModelBooster controller run on their own.
     let alone = !args.leader_elect;

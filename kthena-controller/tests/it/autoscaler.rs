@@ -298,7 +298,15 @@ async fn queues_scale_up_within_two_sync_periods_then_down_after_the_window() ->
     let env = setup("as-up").await?;
     let ns = &env.ns;
     create_serving(ns, "llm").await?;
-    create_policy(ns, "llm", json!({"pod": {"port": 8100}})).await?;
+    // The entry pods, chosen by matchExpressions on the labels the controller writes.
+    let selector = json!({"matchExpressions": [
+        {"key": "modelserving.volcano.sh/role", "operator": "In", "values": ["engine"]},
+        {"key": "modelserving.volcano.sh/entry", "operator": "Exists"},
+        {"key": "modelserving.volcano.sh/name", "operator": "NotIn", "values": ["other"]},
+        {"key": "kthena.test/excluded", "operator": "DoesNotExist"},
+    ]});
+    let source = json!({"pod": {"port": 8100, "labelSelector": selector}});
+    create_policy(ns, "llm", source).await?;
     let ip = entry_ip(ns, "llm").await?;
     // Idle: 0 waiting ⇒ the minimum, 1 replica.
     let idle = sample(ns, "llm", SYNC * 2).await?;

@@ -6,10 +6,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kthena_api::networking::Protocol;
 use kthena_api::{ModelBooster, ModelRoute, ModelServer, ModelServing, Object, load_file};
 use kthena_controller::booster::{
-    BoosterConfig, REVISION_LABEL, model_route, model_server, run_booster, serving_revision,
+    BoosterConfig, CONFIG_MAP_NAME, Images, REVISION_LABEL, load_images, model_route, model_server,
+    run_booster, serving_revision,
 };
 use kthena_testenv::TestNamespace;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -435,5 +437,75 @@ async fn a_renamed_backend_leaves_no_old_children() -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    Ok(())
+}
+
+/// The images of the entry pods of `ms`'s first role: `(init containers, containers)`.
+fn entry_images(ms: &ModelServing) -> Result<(Vec<String>, Vec<String>)> {
+    let v = serde_json::to_value(&ms.spec.template.roles[0].entry_template)?;
+    let images = |list: &str| {
+        v["spec"][list]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["image"].as_str().map(str::to_owned))
+            .collect()
+    };
+    Ok((images("initContainers"), images("containers")))
+}
+
+#[tokio::test]
+async fn the_config_map_sets_the_downloader_and_runtime_images() -> Result<()> {
+    let ns = kthena_testenv::namespace("booster-images").await?;
+    let client = ns.client();
+    // No ConfigMap: Go's defaults.
+    let images = load_images(client, ns.name()).await;
+    assert_eq!(images, Images::default());
+    assert_eq!(
+        (images.downloader.as_str(), images.runtime.as_str()),
+        ("kthena/downloader:latest", "kthena/runtime:latest")
+    );
+    // The chart's ConfigMap with an empty runtime image: that one stays the default.
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": CONFIG_MAP_NAME, "namespace": ns.name()},
+        "data": {"model_serving_downloader_image": "registry.local/downloader:v9",
+                 "model_serving_runtime_image": ""},
+    }))?;
+    let cms = ns.api::<ConfigMap>();
+    cms.create(&PostParams::default(), &cm).await?;
+    let images = load_images(client, ns.name()).await;
+    assert_eq!(
+        (images.downloader.as_str(), images.runtime.as_str()),
+        ("registry.local/downloader:v9", "kthena/runtime:latest")
+    );
+    let runtime = json!({"data": {"model_serving_runtime_image": "registry.local/runtime:v9"}});
+    cms.patch(
+        CONFIG_MAP_NAME,
+        &PatchParams::default(),
+        &Patch::Merge(&runtime),
+    )
+    .await?;
+    let images = load_images(client, ns.name()).await;
+    assert_eq!(images.runtime, "registry.local/runtime:v9");
+    // The controller started with them writes them into the generated ModelServing.
+    let config = BoosterConfig {
+        namespace: Some(ns.name().to_owned()),
+        images,
+        ..BoosterConfig::default()
+    };
+    let mut task = tokio::task::JoinSet::new();
+    task.spawn(run_booster(client.clone(), config, std::future::pending()));
+    demo(&ns).await?;
+    let ms = ns.api::<ModelServing>().get("demo-backend1").await?;
+    let (init, containers) = entry_images(&ms)?;
+    assert_eq!(init, ["registry.local/downloader:v9"]);
+    assert!(
+        containers.iter().any(|i| i == "registry.local/runtime:v9"),
+        "{containers:?}"
+    );
+    assert!(
+        !containers.iter().any(|i| i.starts_with("kthena/")),
+        "{containers:?}"
+    );
     Ok(())
 }
