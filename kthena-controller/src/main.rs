@@ -10,12 +10,40 @@ use kthena_controller::manager::flags::Flags;
 use kthena_controller::manager::{ControllerSet, Controllers, LeaderElection};
 use kthena_controller::{autoscaler, booster, manager, serving, webhook};
 
-/// Starts the webhook server: the certificate from the files when both exist, else the
-/// shared Secret's (or generated), patched as the caBundle of Go's webhook configurations.
+/// How long the webhook waits for its mounted certificate files in cert-manager mode (Go's
+/// `waitForCertsReady`).
+const CERT_FILES_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Starts the webhook server. In cert-manager mode (a webhook configuration carries
+/// `cert-manager.io/inject-ca-from`, as Go's chart renders it with `certManagementMode:
+/// cert-manager`): the mounted files (waited for up to 30 s), read again every
+/// `CERT_RELOAD_PERIOD`, and no `caBundle` write (cert-manager's CA injector writes it).
+/// Otherwise: the certificate from the files when both exist, else the shared Secret's (or
+/// generated), patched as the caBundle of Go's webhook configurations.
 async fn webhook(
     args: &Flags,
     client: &kube::Client,
-) -> anyhow::Result<impl Future<Output = ()> + use<>> {
+) -> anyhow::Result<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>> {
+    let addr = SocketAddr::new(args.webhook_bind_address, args.port);
+    let (validating, mutating) = (webhook::VALIDATING_WEBHOOK, webhook::MUTATING_WEBHOOK);
+    if webhook::cert_manager_injects(client, validating, Some(mutating)).await? {
+        let files = (
+            args.tls_cert_file.as_path(),
+            args.tls_private_key_file.as_path(),
+        );
+        webhook::wait_for_files(files.0, files.1, CERT_FILES_WAIT).await?;
+        let (addr, server) = webhook::serve_webhook_files(
+            addr,
+            files,
+            webhook::CERT_RELOAD_PERIOD,
+            args.webhook_timeout,
+            webhook::PATHS,
+            webhook::review,
+        )
+        .await?;
+        tracing::info!(%addr, cert = %files.0.display(), "serving admission webhooks; cert-manager injects the caBundle");
+        return Ok(Box::pin(server));
+    }
     let pod_namespace = std::env::var("POD_NAMESPACE").ok();
     let ns = Flags::webhook_namespace(pod_namespace.as_deref(), client.default_namespace());
     let hosts = webhook::service_hosts(&args.service_name, ns);
@@ -26,7 +54,6 @@ async fn webhook(
         hosts: &hosts,
     };
     let cert = webhook::certificate(client, source).await?;
-    let addr = SocketAddr::new(args.webhook_bind_address, args.port);
     let (addr, server) = webhook::serve_webhook(
         addr,
         &cert,
@@ -36,14 +63,8 @@ async fn webhook(
     )
     .await?;
     tracing::info!(%addr, "serving admission webhooks");
-    webhook::patch_ca_bundle(
-        client,
-        &cert.ca_pem,
-        webhook::VALIDATING_WEBHOOK,
-        Some(webhook::MUTATING_WEBHOOK),
-    )
-    .await?;
-    Ok(server)
+    webhook::patch_ca_bundle(client, &cert.ca_pem, validating, Some(mutating)).await?;
+    Ok(Box::pin(server))
 }
 
 async fn client(args: &Flags) -> anyhow::Result<kube::Client> {

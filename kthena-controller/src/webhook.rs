@@ -5,9 +5,10 @@
 use kthena_api::{FieldError, Object};
 
 pub use kthena_webhook::{
-    Action, Certificate, CertificateSource, PATHS, WEBHOOK_TIMEOUT, certificate,
-    generate_certificate, load_certificate, patch_ca_bundle, secret_certificate, serve_webhook,
-    service_hosts,
+    Action, CERT_RELOAD_PERIOD, Certificate, CertificateSource, INJECT_CA_ANNOTATIONS, PATHS,
+    WEBHOOK_TIMEOUT, cert_manager_injects, certificate, generate_certificate, load_certificate,
+    patch_ca_bundle, secret_certificate, serve_webhook, serve_webhook_files, service_hosts,
+    wait_for_files,
 };
 
 /// Go's ValidatingWebhookConfiguration name (`kthena-controller-manager-validating-webhook`).

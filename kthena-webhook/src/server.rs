@@ -23,6 +23,7 @@ use tokio_rustls::rustls::{self, ServerConfig};
 use crate::admission::{Action, Review};
 use crate::cert::Certificate;
 use crate::error::{Error, Result, kube_err};
+use crate::reload::FileCertificate;
 
 fn tls_config(cert: &Certificate) -> Result<ServerConfig> {
     let chain = CertificateDer::pem_slice_iter(cert.cert_pem.as_bytes())
@@ -102,7 +103,62 @@ pub async fn serve_webhook(
     paths: &'static [(&'static str, Action)],
     review: Review,
 ) -> Result<(SocketAddr, impl Future<Output = ()> + use<>)> {
-    let acceptor = TlsAcceptor::from(Arc::new(tls_config(cert)?));
+    serve(addr, tls_config(cert)?, timeout, paths, review).await
+}
+
+/// [`serve_webhook`] with the certificate and key of two PEM files, read again every
+/// `reload` (cert-manager mode: cert-manager renews the Secret and the kubelet rewrites the
+/// mounted files): a renewed pair is served from the next TLS handshake on, without a
+/// restart; an unusable pair (half-written) keeps the previous one, with a warning.
+///
+/// # Errors
+/// As [`serve_webhook`]; [`Error::CertFile`] if a file cannot be read at start.
+pub async fn serve_webhook_files(
+    addr: SocketAddr,
+    files: (&std::path::Path, &std::path::Path),
+    reload: Duration,
+    timeout: Duration,
+    paths: &'static [(&'static str, Action)],
+    review: Review,
+) -> Result<(SocketAddr, impl Future<Output = ()> + use<>)> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs = Arc::new(FileCertificate::load(
+        files.0,
+        files.1,
+        Arc::clone(&provider),
+    )?);
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(Error::Tls)?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::clone(&certs) as Arc<dyn rustls::server::ResolvesServerCert>);
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let (local, server) = serve(addr, config, timeout, paths, review).await?;
+    let reloading = async move {
+        let mut tick = tokio::time::interval(reload);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            certs.reload();
+        }
+    };
+    Ok((local, async move {
+        tokio::select! {
+            () = server => {}
+            () = reloading => {}
+        }
+    }))
+}
+
+/// The server of [`serve_webhook`] with TLS `config`.
+async fn serve(
+    addr: SocketAddr,
+    config: ServerConfig,
+    timeout: Duration,
+    paths: &'static [(&'static str, Action)],
+    review: Review,
+) -> Result<(SocketAddr, impl Future<Output = ()> + use<>)> {
+    let acceptor = TlsAcceptor::from(Arc::new(config));
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| Error::Listen { addr, source })?;

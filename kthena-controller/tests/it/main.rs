@@ -13,6 +13,7 @@ mod autoscaler_invalid;
 mod binary_shutdown;
 mod bind_address;
 mod booster;
+mod cert_manager;
 mod chart_install;
 mod chart_pods;
 mod chart_render;
