@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use kthena_api::{ModelBooster, ModelRoute, ModelServing, Object, load_file};
 use kthena_controller::booster::BoosterConfig;
 use kthena_controller::manager::{Controllers, LEASE_NAME, LeaderElection, run_leader_elected};
@@ -110,6 +110,26 @@ async fn deploy_rbac_is_enough_for_a_leader_elected_controller() -> Result<()> {
         matches!(&denied, Err(kube::Error::Api(e)) if e.code == 403),
         "{denied:?}"
     );
+    // The autoscaler reads the Secret and ConfigMap keys a Prometheus source names: by name.
+    let named: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "prom-token"}, "stringData": {"token": "t"},
+    }))?;
+    ns.api::<Secret>()
+        .create(&Default::default(), &named)
+        .await?;
+    let got = Api::<Secret>::namespaced(sa.clone(), ns.name())
+        .get("prom-token")
+        .await?;
+    assert!(got.data.unwrap_or_default().contains_key("token"));
+    let named: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "prom-ca"}, "data": {"ca.crt": "pem"},
+    }))?;
+    ns.api::<ConfigMap>()
+        .create(&Default::default(), &named)
+        .await?;
+    Api::<ConfigMap>::namespaced(sa.clone(), ns.name())
+        .get("prom-ca")
+        .await?;
     // Two replicas starting at once share one generated webhook certificate through Go's
     // Secret, with only the ServiceAccount's rights.
     let hosts = service_hosts(SERVICE_NAME, "kthena-system");

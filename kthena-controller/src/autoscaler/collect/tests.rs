@@ -58,8 +58,10 @@ fn pod_sources_select_by_match_labels() {
 
 #[test]
 fn match_expressions_select_as_kubernetes_label_selectors() {
+    type Exprs<'a> = &'a [(&'a str, &'a str, &'a [&'a str])];
+    type Pairs<'a> = &'a [(&'a str, &'a str)];
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
-    let sel = |exprs: &[(&str, &str, &[&str])], pairs: &[(&str, &str)]| LabelSelector {
+    let sel = |exprs: Exprs<'_>, pairs: Pairs<'_>| LabelSelector {
         match_labels: (!pairs.is_empty()).then(|| {
             pairs
                 .iter()
@@ -81,7 +83,7 @@ fn match_expressions_select_as_kubernetes_label_selectors() {
     let labels: BTreeMap<String, String> = [("tier", "gpu"), ("zone", "a")]
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .into();
-    let cases: [(&[(&str, &str, &[&str])], &[(&str, &str)], bool); 12] = [
+    let cases: [(Exprs<'_>, Pairs<'_>, bool); 12] = [
         (&[("tier", "In", &["gpu", "tpu"])], &[], true),
         (&[("tier", "In", &["cpu"])], &[], false),
         (&[("absent", "In", &["x"])], &[], false),
