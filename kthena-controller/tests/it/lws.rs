@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kthena_api::ModelServing;
-use kthena_controller::serving::lws::{LeaderWorkerSet, served};
+use kthena_controller::serving::lws::{LeaderWorkerSet, model_serving, served, spec_differs};
 use kthena_controller::serving::{Config, run};
 use kthena_sim::node::{NodeConfig, SimNode};
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
@@ -155,6 +155,9 @@ fn check_model_serving(ms: &ModelServing, lws: &LeaderWorkerSet) -> Result<()> {
     assert_eq!(roles[0]["workerReplicas"], 2);
     assert_eq!(roles[0]["entryTemplate"], lws_spec["leaderTemplate"]);
     assert_eq!(roles[0]["workerTemplate"], lws_spec["workerTemplate"]);
+    // What the API server stored (CRD defaults applied) is what the controller builds: it
+    // does not write the spec again at each reconcile.
+    assert!(!spec_differs(ms, &model_serving(lws)));
     Ok(())
 }
 
@@ -265,11 +268,12 @@ async fn a_leaderworkerset_is_served_by_an_owned_modelserving() -> Result<()> {
         &["scale", "lws", NAME, "-n", NS, "--replicas=1"],
         None,
     )?;
-    eventually("the ModelServing scaled to 1", || async {
+    let ms = eventually("the ModelServing scaled to 1", || async {
         let ms = servings.get(NAME).await?;
-        Ok((ms.spec.replicas == Some(1)).then_some(()))
+        Ok((ms.spec.replicas == Some(1)).then_some(ms))
     })
     .await?;
+    assert_eq!(ms.metadata.generation, Some(2));
     eventually("LWS status 1/1 and group 1 gone", || async {
         let pods = labelled_pods(&pods).await?;
         let done = lws_status(&sets).await? == (Some(1), Some(1)) && pods.len() == 3;

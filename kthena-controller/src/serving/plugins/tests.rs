@@ -183,7 +183,7 @@ fn a_failing_hook_drops_its_whole_role_replica_only() -> TestResult {
             "plugin lws-standard-labels OnPodCreate for pod llama-multinode-0-llama-405b-0-x: cannot derive worker-index from pod name \"llama-multinode-0-llama-405b-0-x\""
         )
     );
-    let names: Vec<_> = list.iter().map(ResourceExt::name_any).collect();
+    let names: Vec<_> = list.iter().map(kube::ResourceExt::name_any).collect();
     assert_eq!(
         names,
         [
