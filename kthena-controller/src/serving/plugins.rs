@@ -100,7 +100,7 @@ pub enum PluginError {
         pod: String,
         /// What the plugin reported.
         #[source]
-        source: Box<PluginError>,
+        source: Box<Self>,
     },
     /// The ServingGroup name has no ordinal (Go `invalid servingGroup %q for pod %s`).
     #[error("invalid servingGroup {group:?} for pod {pod}")]

@@ -3,7 +3,7 @@ use serde_json::{Value, json};
 use super::*;
 use kthena_api::workload::ModelServingStatus;
 
-fn lws(spec: Value) -> LeaderWorkerSet {
+fn lws(spec: &Value) -> LeaderWorkerSet {
     let obj = json!({
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
@@ -21,7 +21,7 @@ fn container(name: &str, image: &str) -> Value {
 #[test]
 fn basic_translation_with_defaults() {
     let ms = model_serving(&lws(
-        json!({"leaderWorkerTemplate": {"workerTemplate": container("worker", "nginx")}}),
+        &json!({"leaderWorkerTemplate": {"workerTemplate": container("worker", "nginx")}}),
     ));
     let template =
         json!({"metadata": {}, "spec": {"containers": [{"name": "worker", "image": "nginx"}]}});
@@ -61,13 +61,13 @@ fn basic_translation_with_defaults() {
 /// and annotations, size 1.
 #[test]
 fn replicas_size_leader_template_and_metadata() {
-    let ms = model_serving(&lws(json!({"replicas": 3, "leaderWorkerTemplate": {
+    let ms = model_serving(&lws(&json!({"replicas": 3, "leaderWorkerTemplate": {
         "size": 4, "workerTemplate": container("worker", "nginx"),
     }})));
     assert_eq!(ms.spec.replicas, Some(3));
     assert_eq!(ms.spec.template.roles[0].worker_replicas, 3);
 
-    let ms = model_serving(&lws(json!({"leaderWorkerTemplate": {
+    let ms = model_serving(&lws(&json!({"leaderWorkerTemplate": {
         "size": 2,
         "leaderTemplate": container("leader", "leader-image"),
         "workerTemplate": container("worker", "worker-image"),
@@ -87,7 +87,7 @@ fn replicas_size_leader_template_and_metadata() {
     worker["metadata"] =
         json!({"labels": {"app": "test"}, "annotations": {"note": "test"}, "name": "dropped"});
     let ms = model_serving(&lws(
-        json!({"leaderWorkerTemplate": {"workerTemplate": worker}}),
+        &json!({"leaderWorkerTemplate": {"workerTemplate": worker}}),
     ));
     let role = &ms.spec.template.roles[0];
     let meta = serde_json::to_value(&role.entry_template.metadata).unwrap_or_default();
@@ -101,7 +101,7 @@ fn replicas_size_leader_template_and_metadata() {
     );
 
     for size in [1, 0, -2] {
-        let ms = model_serving(&lws(json!({"leaderWorkerTemplate": {
+        let ms = model_serving(&lws(&json!({"leaderWorkerTemplate": {
             "size": size, "workerTemplate": container("worker", "nginx"),
         }})));
         assert_eq!(ms.spec.template.roles[0].worker_replicas, 0, "size {size}");
@@ -110,23 +110,23 @@ fn replicas_size_leader_template_and_metadata() {
 
 #[test]
 fn owned_and_unchanged_after_defaulting() {
-    let set = lws(json!({"leaderWorkerTemplate": {"workerTemplate": container("w", "i")}}));
+    let set = lws(&json!({"leaderWorkerTemplate": {"workerTemplate": container("w", "i")}}));
     let desired = model_serving(&set);
     assert!(controlled_by(&desired, &set));
-    let mut other = set.clone();
+    let mut other = set;
     other.metadata.uid = Some("other".to_owned());
     assert!(!controlled_by(&desired, &other));
     // What the API server stores is the defaulted object: no update.
     let stored = desired.clone().with_defaults();
     assert!(!spec_differs(&stored, &desired));
-    let mut scaled = stored.clone();
+    let mut scaled = stored;
     scaled.spec.replicas = Some(5);
     assert!(spec_differs(&scaled, &desired));
 }
 
 #[test]
 fn status_counts_from_the_modelserving() {
-    let mut set = lws(json!({}));
+    let mut set = lws(&json!({}));
     let mut ms = model_serving(&set);
     // Nothing yet on either side: nothing to write (0 is absent, Go's omitempty).
     assert_eq!(status_patch(&set, &ms), None);
