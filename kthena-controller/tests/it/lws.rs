@@ -4,7 +4,8 @@
 //! with the LWS labels of the `lws-standard-labels` plugin, the LWS status written back,
 //! `kubectl scale lws` followed, and deleting the LWS deletes the ModelServing. On the shared
 //! control plane, a ModelServing with `demo-pod-tweaks` gets the plugin's effect on exactly
-//! the pods its scope selects.
+//! the pods its scope selects, and one naming an unknown plugin gets no pod and a
+//! `PluginFailed` event.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -385,5 +386,48 @@ async fn a_builtin_plugin_changes_exactly_the_pods_of_its_scope() -> Result<()> 
         assert_eq!(env, want, "{name}");
         assert!(lws_labels(&pod).is_empty(), "{name}: {:?}", pod.labels());
     }
+    Ok(())
+}
+
+/// A ModelServing that names an unknown plugin (it got in without the webhook) gets no pod,
+/// a Warning `PluginFailed` with the error, and its status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_plugin_creates_no_pod_and_is_reported() -> Result<()> {
+    use k8s_openapi::api::events::v1::Event as K8sEvent;
+    let env = crate::ms_support::setup("plugin-failed").await?;
+    let ns = &env.ns;
+    let mut ms = tweaked()?;
+    ms.spec.plugins[2].name = "foo".to_owned();
+    ns.api::<ModelServing>()
+        .create(&PostParams::default(), &ms)
+        .await?;
+    let event = eventually("a PluginFailed event", || async {
+        let events = ns.api::<K8sEvent>().list(&ListParams::default()).await?;
+        Ok(events
+            .items
+            .iter()
+            .find(|e| e.reason.as_deref() == Some("PluginFailed"))
+            .map(|e| (e.type_.clone(), e.note.clone().unwrap_or_default())))
+    })
+    .await?;
+    assert_eq!(
+        event,
+        (
+            Some("Warning".to_owned()),
+            "plugin foo not registered (built-in plugins: demo-pod-tweaks, lws-standard-labels)"
+                .to_owned()
+        )
+    );
+    eventually("the status written", || async {
+        let ms = ns.api::<ModelServing>().get("tweaked").await?;
+        Ok(ms.status.filter(|s| s.replicas == 1).map(drop))
+    })
+    .await?;
+    let pods = ns.api::<Pod>().list(&ListParams::default()).await?;
+    assert!(
+        pods.items.is_empty(),
+        "{:?}",
+        pods.items.iter().map(|p| p.name_any()).collect::<Vec<_>>()
+    );
     Ok(())
 }
