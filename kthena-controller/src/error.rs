@@ -35,6 +35,9 @@ pub enum Error {
     /// This replica stopped holding the leader-election Lease.
     #[error("lost the leader-election lease")]
     LostLease,
+    /// A plugin of `spec.plugins` could not be built or one of its hooks failed.
+    #[error(transparent)]
+    Plugin(#[from] crate::serving::plugins::PluginError),
     /// Children owned by another ModelServing of the same name exist; retried later.
     #[error("{0} is owned by another ModelServing with the same name")]
     Foreign(String),

@@ -1,6 +1,7 @@
 //! The admission webhooks of every Kthena kind (Go's `kthena-controller-manager` webhooks),
-//! served by [`kthena_webhook`] with one more rule: a ModelBooster is refused when the
-//! ModelServing it generates would be ([`review`]).
+//! served by [`kthena_webhook`] with two more rules ([`review`]): a ModelServing's
+//! `spec.plugins` must name built-in plugins with configs they can decode, and a ModelBooster
+//! is refused when the ModelServing it generates would be.
 
 use kthena_api::{FieldError, Object};
 
@@ -21,9 +22,30 @@ pub const SERVICE_NAME: &str = "kthena-controller-manager-webhook";
 pub const CERT_SECRET_NAME: &str = "kthena-controller-manager-webhook-certs";
 
 /// Answers one admission review as [`kthena_webhook::review`] does, and also refuses a
-/// ModelBooster whose generated ModelServing would be refused.
+/// ModelServing whose `spec.plugins` the controller cannot run
+/// ([`crate::serving::plugins::validate`]: `spec.plugins[1].name: unknown plugin "foo";
+/// built-in plugins: demo-pod-tweaks, lws-standard-labels`) and a ModelBooster whose
+/// generated ModelServing would be refused.
 pub fn review(action: Action, body: &[u8]) -> Vec<u8> {
-    kthena_webhook::review_with(action, body, booster_rules)
+    kthena_webhook::review_with(action, body, controller_rules)
+}
+
+/// The rules of this controller on top of `kthena-api`'s: [`plugin_rules`] and
+/// [`booster_rules`].
+fn controller_rules(object: &Object) -> Vec<FieldError> {
+    let mut errors = plugin_rules(object);
+    errors.extend(booster_rules(object));
+    errors
+}
+
+/// A ModelServing's `spec.plugins` checked against the built-in registry. Go admits any
+/// plugin name and config; the controller then fails to create every pod of the
+/// ModelServing.
+fn plugin_rules(object: &Object) -> Vec<FieldError> {
+    let Object::ModelServing(ms) = object else {
+        return Vec::new();
+    };
+    crate::serving::plugins::validate(crate::serving::plugins::Registry::builtin(), ms)
 }
 
 /// The ModelServing a valid ModelBooster generates, validated as the ModelServing webhook

@@ -25,6 +25,7 @@ use crate::serving::cache::{RoleEvent, ServingCache};
 use crate::serving::caches::ChildCaches;
 use crate::serving::observed::{Observed, RecordedRevision};
 use crate::serving::plan::{Plan, plan};
+use crate::serving::plugins;
 use crate::serving::revision::{controller_revision, model_serving_revision, recorded_roles};
 use crate::serving::status::status;
 use crate::serving::view::group_partition;
@@ -73,6 +74,9 @@ struct Ctx {
     children: ChildCaches,
     /// The generation of each ModelServing (by uid) already reported `InvalidSpec`.
     invalid_reported: std::sync::Mutex<std::collections::HashMap<String, Option<i64>>>,
+    /// The generation and plugin error of each ModelServing (by uid) already reported
+    /// `PluginFailed`.
+    plugin_reported: std::sync::Mutex<std::collections::HashMap<String, (Option<i64>, String)>>,
 }
 
 impl Ctx {
@@ -86,6 +90,18 @@ impl Ctx {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         seen.insert(uid, generation) != Some(generation)
+    }
+
+    /// Whether this plugin error of this generation of `ms` has not been reported yet (it
+    /// is now): the reconcile is retried every 5 s, the event is written once.
+    fn plugin_failure_once(&self, ms: &ModelServing, e: &plugins::PluginError) -> bool {
+        let uid = ms.uid().unwrap_or_default();
+        let now = (ms.metadata.generation, e.to_string());
+        let mut seen = self
+            .plugin_reported
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        seen.insert(uid, now.clone()) != Some(now)
     }
 }
 
@@ -183,10 +199,8 @@ async fn publish_name_taken(recorder: &Recorder, ms: &ModelServing, other: Objec
     .await;
 }
 
-/// Runs the ModelServing controller until `shutdown` completes: watches ModelServings and
-/// the pods and services carrying `modelserving.volcano.sh/group-name`, and reconciles
-/// each changed ModelServing (errors are logged and retried after 5 s).
-pub async fn run(
+/// The ModelServing controller of [`crate::serving::run`].
+pub(crate) async fn run(
     client: Client,
     config: Config,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
@@ -218,6 +232,7 @@ pub async fn run(
         cache: config.cache.clone(),
         recorder,
         invalid_reported: std::sync::Mutex::default(),
+        plugin_reported: std::sync::Mutex::default(),
         children: ChildCaches::new(pod_store, svc_store),
     });
     let mut controller = Controller::new(ms, watcher::Config::default())
@@ -351,6 +366,7 @@ async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
         tracing::info!(modelserving = %name, child = %other, "{}", Error::Foreign(other.clone()));
         return Ok(Action::requeue(FOREIGN_REQUEUE));
     }
+    let hooks = plugins::on_pod_create(&defaulted, &mut plan.create_pods);
     let taken = apply(&ctx, &defaulted, &plan).await?;
     for other in &taken {
         publish_name_taken(&ctx.recorder, &ms, other.clone()).await;
@@ -377,6 +393,22 @@ async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
         )
         .await
         .map_err(kube_err(format!("updating status of {ns}/{name}")))?;
+    }
+    let hooks = hooks.and_then(|()| plugins::on_pod_ready(&defaulted, &pod_list));
+    if let Err(e) = hooks {
+        if ctx.plugin_failure_once(&ms, &e) {
+            let note = e.to_string();
+            emit(
+                &ctx.recorder,
+                &ms,
+                EventType::Warning,
+                "PluginFailed",
+                note,
+                None,
+            )
+            .await;
+        }
+        return Err(e.into());
     }
     let resync = if taken.is_empty() {
         RESYNC

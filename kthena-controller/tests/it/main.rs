@@ -24,6 +24,7 @@ mod examples;
 mod gang;
 mod go_chart;
 mod laptop;
+mod lws;
 mod ms_support;
 mod rollout;
 mod sim_node_release;

@@ -1,8 +1,8 @@
 //! The admission webhooks on a real API server: the chart's webhook configurations
 //! (`deploy/controller/webhooks.yaml`, with Go's webhook names) registered with
 //! `clientConfig.url` pointing at the webhook server on 127.0.0.1 and the generated CA
-//! patched in, then `kubectl apply` of invalid manifests fails with Go's messages and valid
-//! ones come back defaulted.
+//! patched in, then `kubectl apply` of invalid manifests fails with Go's messages (and, for
+//! `spec.plugins` Go does not check, this controller's) and valid ones come back defaulted.
 
 use std::io::Write as _;
 use std::path::Path;
@@ -240,6 +240,22 @@ fn rejections() -> Vec<(Value, &'static str, String)> {
             "validation failed:\n  - spec.template.gangPolicy.minRoleReplicas[decode]: role \"decode\" does not exist".into(),
         ),
         (
+            with(serving("bad", 0), &[(
+                "/spec/plugins",
+                json!([{"name": "lws-standard-labels"}, {"name": "foo"}]),
+            )]),
+            ms,
+            "validation failed:\n  - spec.plugins[1].name: unknown plugin \"foo\"; built-in plugins: demo-pod-tweaks, lws-standard-labels".into(),
+        ),
+        (
+            with(serving("bad", 0), &[(
+                "/spec/plugins",
+                json!([{"name": "demo-pod-tweaks", "config": {"env": "X=1"}}]),
+            )]),
+            ms,
+            "validation failed:\n  - spec.plugins[0].config: plugin \"demo-pod-tweaks\" cannot decode its config: invalid type: string \"X=1\", expected a sequence".into(),
+        ),
+        (
             model_server("bad", "-5s"),
             "validate-modelserver",
             "validation failed: spec.trafficPolicy.timeout: invalid duration \"-5s\": must not be negative".into(),
@@ -321,6 +337,16 @@ async fn kubectl_apply_is_validated_and_defaulted_by_the_webhooks() -> Result<()
         (
             "modelserving.workload.serving.volcano.sh/good",
             serving("good", 0),
+        ),
+        (
+            "modelserving.workload.serving.volcano.sh/tweaked",
+            with(
+                serving("tweaked", 0),
+                &[(
+                    "/spec/plugins",
+                    json!([{"name": "demo-pod-tweaks", "scope": {"target": "Worker"}, "config": {"annotations": {"a": "b"}}}]),
+                )],
+            ),
         ),
         (
             "modelserver.networking.serving.volcano.sh/s",
