@@ -26,5 +26,6 @@ mod laptop;
 mod ms_support;
 mod rollout;
 mod sim_node_release;
+mod takeover;
 mod warning_events;
 mod webhook;

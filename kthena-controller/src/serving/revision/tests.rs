@@ -78,8 +78,8 @@ fn revisions_are_go_kthenas() -> crate::testutil::TestResult {
         (
             "takeover",
             include_str!("testdata/takeover.yaml"),
-            "58b89bdc7d",
-            &["756bc487c6", "7949d9c874"],
+            "59fd9d9fb8",
+            &["56f4b456c7", "85f9f7c947"],
         ),
     ];
     for (name, text, revision, roles) in cases {
