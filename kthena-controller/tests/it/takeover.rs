@@ -69,7 +69,7 @@ fn go_pod(
     };
     let template = template.context("worker template")?;
     let mut labels = BTreeMap::from([
-        ("modelserving.volcano.sh/name".to_owned(), name.clone()),
+        ("modelserving.volcano.sh/name".to_owned(), name),
         (
             "modelserving.volcano.sh/group-name".to_owned(),
             group_name.clone(),

@@ -127,7 +127,7 @@ static SCHEMA: LazyLock<Result<Schema, serde_json::Error>> =
     LazyLock::new(|| serde_json::from_str(include_str!("gohash/go_types.json")));
 
 impl Schema {
-    fn get() -> Result<&'static Schema, GoHashError> {
+    fn get() -> Result<&'static Self, GoHashError> {
         SCHEMA.as_ref().map_err(GoHashError::Schema)
     }
 
@@ -153,11 +153,11 @@ enum GoValue {
     Str(String),
     /// A nil pointer, slice or map.
     Nil,
-    Ptr(Box<GoValue>),
-    List(Vec<GoValue>),
+    Ptr(Box<Self>),
+    List(Vec<Self>),
     /// Map entries (keys are strings in every map reachable from a Role).
-    Map(Vec<(String, GoValue)>),
-    Struct(Vec<GoValue>),
+    Map(Vec<(String, Self)>),
+    Struct(Vec<Self>),
 }
 
 /// The text `dump.ForHash` writes for the Go value of type `go_type` (a type string of the

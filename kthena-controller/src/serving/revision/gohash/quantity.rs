@@ -236,7 +236,7 @@ fn slow_path(
         } else {
             let down = u32::try_from(scale - 9).map_err(|_| SlowError::TooLarge)?;
             unscaled = match pow10(down) {
-                Ok(d) => unscaled / d + u128::from(unscaled % d != 0),
+                Ok(d) => unscaled / d + u128::from(!unscaled.is_multiple_of(d)),
                 Err(_) => 1,
             };
         }

@@ -95,7 +95,7 @@ fn nil_empty_and_null_as_go_decodes_them() -> Result<(), GoHashError> {
 }
 
 /// The dump of one quantity (a `v1.ResourceList` value, printed without its type).
-fn quantity_dump(q: serde_json::Value) -> Result<String, GoHashError> {
+fn quantity_dump(q: &serde_json::Value) -> Result<String, GoHashError> {
     let d = dump_for_hash("v1.ResourceList", &json!({"q": q}))?;
     Ok(d.trim_start_matches("(v1.ResourceList)map[q:")
         .trim_end_matches(']')
@@ -145,7 +145,7 @@ fn quantities_as_go_parses_them() -> Result<(), GoHashError> {
         ),
     ];
     for (q, want) in cases {
-        assert_eq!(quantity_dump(q.clone())?, want, "{q}");
+        assert_eq!(quantity_dump(&q)?, want, "{q}");
     }
     Ok(())
 }
