@@ -37,12 +37,12 @@ type typ struct {
 
 // customJSON names the types with their own UnmarshalJSON that can appear under a Role.
 var customJSON = map[string]string{
-	"k8s.io/apimachinery/pkg/api/resource.Quantity":     "quantity",
-	"k8s.io/apimachinery/pkg/util/intstr.IntOrString":   "intorstring",
-	"k8s.io/apimachinery/pkg/apis/meta/v1.Time":         "time",
-	"k8s.io/apimachinery/pkg/apis/meta/v1.FieldsV1":     "fieldsv1",
-	"k8s.io/apimachinery/pkg/apis/meta/v1.MicroTime":    "time",
-	"k8s.io/apimachinery/pkg/apis/meta/v1.Duration":     "duration",
+	"k8s.io/apimachinery/pkg/api/resource.Quantity":   "quantity",
+	"k8s.io/apimachinery/pkg/util/intstr.IntOrString": "intorstring",
+	"k8s.io/apimachinery/pkg/apis/meta/v1.Time":       "time",
+	"k8s.io/apimachinery/pkg/apis/meta/v1.FieldsV1":   "fieldsv1",
+	"k8s.io/apimachinery/pkg/apis/meta/v1.MicroTime":  "time",
+	"k8s.io/apimachinery/pkg/apis/meta/v1.Duration":   "duration",
 }
 
 var unmarshaler = reflect.TypeOf((*json.Unmarshaler)(nil)).Elem()
