@@ -15,6 +15,9 @@ pub enum Error {
     /// Roles could not be serialized for hashing.
     #[error("encoding the roles: {0}")]
     Encode(#[source] serde_json::Error),
+    /// Roles hold a value that has no Go-identical revision hash.
+    #[error("hashing the roles as Go Kthena does: {0}")]
+    GoHash(#[from] crate::serving::revision::gohash::GoHashError),
     /// A `--controllers` entry names no controller.
     #[error(
         "unknown controller {0:?} in --controllers (known: modelserving, modelbooster, autoscaler)"

@@ -29,3 +29,4 @@ mod testutil;
 pub mod webhook;
 
 pub use error::{Error, Result};
+pub use serving::revision::gohash::GoHashError;

@@ -1,9 +1,11 @@
 //! Revision hashes and ControllerRevisions (Go Kthena `utils/revision_util.go`).
 //!
-//! Go hashes a `spew` dump of the Go structs; this crate hashes their JSON (serde field order,
-//! empty fields omitted) with the same FNV-1 32-bit function and the same encoding. The
-//! hashes are therefore stable and short like Go's but not byte-equal to them: pods made by
-//! Go Kthena carry a different revision label and are rolled once (see `docs/controller.md`).
+//! The template revision and the role-template hash are Go Kthena's, byte for byte
+//! ([`gohash`]: the go-spew dump of the Go structs the roles decode into, FNV-1 32,
+//! `rand.SafeEncodeString`), so pods and groups that Go Kthena created carry the revision
+//! this controller computes and are not rolled when it takes over (`docs/controller.md`).
+//! Other objects (ModelBooster-owned ones) are hashed over their JSON by [`hash_json`], with
+//! the same FNV-1 32 and encoding.
 
 use std::collections::BTreeMap;
 
@@ -37,39 +39,63 @@ pub(crate) fn safe_encode(s: &str) -> String {
         .collect()
 }
 
-/// A role without the fields that do not change its pods: `replicas`, `maxUnavailable`,
-/// `partition` (Go clears them before hashing, so scaling is not an update).
-fn hashed_role(role: &Role) -> Role {
-    Role {
+pub(crate) mod gohash;
+
+/// Go's type string of the roles a ModelServing revision hashes.
+const ROLES_TYPE: &str = "[]v1alpha1.Role";
+/// Go's type string of one role.
+const ROLE_TYPE: &str = "v1alpha1.Role";
+
+/// The JSON of a role without the fields Go clears before hashing (`replicas`,
+/// `maxUnavailable`: `removeRoleReplicasForRevision`, so scaling is not an update). Fields
+/// Go's `Role` does not have (`partition`) are ignored by the Go-type decoder.
+fn hashed_role(role: &Role) -> Result<serde_json::Value> {
+    let role = Role {
         replicas: None,
         max_unavailable: None,
-        partition: None,
         ..role.clone()
-    }
+    };
+    serde_json::to_value(role).map_err(Error::Encode)
 }
 
+/// FNV-1 32 of the JSON of `value`, encoded as Go's revisions are (for objects that have no
+/// Go-identical hash to match).
+///
+/// # Errors
+/// [`Error::Encode`] if `value` does not serialize.
 pub(crate) fn hash_json(value: &impl serde::Serialize) -> Result<String> {
     let bytes = serde_json::to_vec(value).map_err(Error::Encode)?;
     Ok(safe_encode(&fnv1_32(&bytes).to_string()))
 }
 
-/// The template revision of `ms`: the hash of its roles without replicas and rolling-update
-/// fields. Written to every pod's `modelserving.volcano.sh/revision` label and to
-/// `status.updateRevision`.
+/// The template revision of `ms`, Go Kthena's `utils.ModelServingRevision`: the Go-identical
+/// hash of its roles without `replicas` and `maxUnavailable`. Written to every pod's
+/// `modelserving.volcano.sh/revision` label and to `status.updateRevision`.
 ///
 /// # Errors
-/// [`Error::Encode`] if the roles do not serialize (never for decoded objects).
+/// [`Error::Encode`] if the roles do not serialize, [`Error::GoHash`] if they hold a value
+/// Go's decoder would refuse (the API server's schema keeps those out).
 pub(crate) fn model_serving_revision(ms: &ModelServing) -> Result<String> {
-    let roles: Vec<Role> = ms.spec.template.roles.iter().map(hashed_role).collect();
-    hash_json(&roles)
+    let roles = ms
+        .spec
+        .template
+        .roles
+        .iter()
+        .map(hashed_role)
+        .collect::<Result<Vec<_>>>()?;
+    Ok(gohash::revision(
+        ROLES_TYPE,
+        &serde_json::Value::Array(roles),
+    )?)
 }
 
-/// The hash of one role template (label `modelserving.volcano.sh/role-template-hash`).
+/// The hash of one role template (label `modelserving.volcano.sh/role-template-hash`), Go
+/// Kthena's `utils.CalRoleTemplateHash`.
 ///
 /// # Errors
 /// As [`model_serving_revision`].
 pub(crate) fn role_template_hash(role: &Role) -> Result<String> {
-    hash_json(&hashed_role(role))
+    Ok(gohash::revision(ROLE_TYPE, &hashed_role(role)?)?)
 }
 
 /// The ControllerRevision recording the roles of `revision`: name `<ms>-<revision>`, labels

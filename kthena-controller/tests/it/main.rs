@@ -28,5 +28,6 @@ mod lws;
 mod ms_support;
 mod rollout;
 mod sim_node_release;
+mod takeover;
 mod warning_events;
 mod webhook;
