@@ -5,8 +5,7 @@
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, bail};
-use tokio::io::{AsyncBufReadExt as _, BufReader};
+use anyhow::Result;
 
 /// A free TCP port on `ip`.
 fn free_port(ip: &str) -> Result<u16> {
@@ -23,34 +22,17 @@ async fn listeners_bind_the_given_addresses() -> Result<()> {
     let ns = kthena_testenv::namespace("bind-address").await?;
     let (hook_ip, health_ip) = ("127.39.1.2", "127.39.1.3");
     let (hook_port, health_port) = (free_port(hook_ip)?, free_port(health_ip)?);
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kthena-controller"))
-        .arg("--kubeconfig")
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_kthena-controller"));
+    cmd.arg("--kubeconfig")
         .arg(ns.env().kubeconfig())
         .args(["--namespace", ns.name(), "--cert-secret-name", ""])
         .arg("--controllers=-modelserving,-modelbooster,-autoscaler")
         .args(["--webhook-bind-address", hook_ip])
         .args(["--port", &hook_port.to_string()])
         .arg("--health-probe-bind-address")
-        .arg(format!("{health_ip}:{health_port}"))
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()?;
-    let stdout = child.stdout.take().context("stdout")?;
-    let mut lines = BufReader::new(stdout).lines();
-    let serving = async {
-        while let Some(line) = lines.next_line().await? {
-            if line.contains("serving admission webhooks") {
-                return anyhow::Ok(line);
-            }
-        }
-        bail!("the controller ended before serving its webhooks")
-    };
-    let line = tokio::time::timeout(Duration::from_secs(30), serving)
-        .await
-        .context("webhooks not served within 30 s")??;
+        .arg(format!("{health_ip}:{health_port}"));
+    let (_child, _lines, line) =
+        crate::proc_support::spawn_until_logged(&mut cmd, "serving admission webhooks").await?;
     assert!(line.contains(&format!("{hook_ip}:{hook_port}")), "{line}");
     assert!(connects(&format!("{hook_ip}:{hook_port}"))?);
     assert!(connects(&format!("{health_ip}:{health_port}"))?);

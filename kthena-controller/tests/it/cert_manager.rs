@@ -22,7 +22,6 @@ use kube::api::{ListParams, PostParams};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt as _, BufReader};
 
 /// The two webhook configurations as the chart renders them in cert-manager mode (the
 /// annotation, no `caBundle`), with one webhook each that admits nothing of this test.
@@ -138,8 +137,8 @@ async fn cert_manager_mode_serves_and_reloads_the_mounted_files_and_writes_no_ca
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kthena-controller"))
-        .arg("--kubeconfig")
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_kthena-controller"));
+    cmd.arg("--kubeconfig")
         .arg(plane.kubeconfig())
         .arg("--controllers=-modelserving,-modelbooster,-autoscaler")
         .args([
@@ -153,26 +152,9 @@ async fn cert_manager_mode_serves_and_reloads_the_mounted_files_and_writes_no_ca
         .arg(dir.path().join("tls.crt"))
         .arg("--tls-private-key-file")
         .arg(dir.path().join("tls.key"))
-        .env("POD_NAMESPACE", "default")
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()?;
-    let stdout = child.stdout.take().context("stdout")?;
-    let mut lines = BufReader::new(stdout).lines();
-    let serving = async {
-        while let Some(line) = lines.next_line().await? {
-            if line.contains("serving admission webhooks") {
-                return anyhow::Ok(line);
-            }
-        }
-        bail!("the controller ended before serving its webhooks")
-    };
-    let line = tokio::time::timeout(Duration::from_secs(30), serving)
-        .await
-        .context("webhooks not served within 30 s")??;
+        .env("POD_NAMESPACE", "default");
+    let (mut child, mut lines, line) =
+        crate::proc_support::spawn_until_logged(&mut cmd, "serving admission webhooks").await?;
     assert!(line.contains("cert-manager injects the caBundle"), "{line}");
     // Keep reading the log so the child never blocks on a full pipe.
     let mut drain = tokio::task::JoinSet::new();

@@ -26,6 +26,7 @@ mod go_chart;
 mod laptop;
 mod lws;
 mod ms_support;
+mod proc_support;
 mod rollout;
 mod sim_node_release;
 mod takeover;
