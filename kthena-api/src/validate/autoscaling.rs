@@ -322,12 +322,20 @@ fn sources(e: &mut Errors, path: &str, map: &BTreeMap<String, MetricSource>) {
 }
 
 /// `auth` and `tlsConfig` of a Prometheus source: one kind of credentials, every key
-/// selector complete, one CA source, TLS settings only for an `https://` server.
+/// selector complete, one CA source, credentials and TLS settings only for an `https://`
+/// server (a Secret's value is never sent in clear text).
 fn prometheus_access(e: &mut Errors, path: &str, prom: &PrometheusMetricSource) {
     if let Some(auth) = &prom.auth {
         let path = format!("{path}.auth");
         if let (Some(_), Some(_)) = (&auth.authorization, &auth.basic_auth) {
             e.push(&path, "authorization and basicAuth are mutually exclusive");
+        }
+        let credentials = auth.authorization.is_some() || auth.basic_auth.is_some();
+        if credentials && !prom.server_url.starts_with("https://") {
+            e.push(
+                &path,
+                "credentials are only sent over TLS: use an https:// serverURL",
+            );
         }
         if let Some(a) = &auth.authorization {
             let p = format!("{path}.authorization");

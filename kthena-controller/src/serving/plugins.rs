@@ -327,14 +327,27 @@ pub fn on_pod_ready(ms: &ModelServing, pods: &[Pod]) -> Result<(), PluginError> 
 /// The webhook's check of `spec.plugins` against `registry`: an unknown name
 /// (`spec.plugins[1].name: unknown plugin "foo"; built-in plugins: demo-pod-tweaks,
 /// lws-standard-labels`), a `config` the plugin cannot decode
-/// (`spec.plugins[0].config: ...`) and a `scope.target` other than `All`, `Entry`, `Worker`
-/// (Go admits all three; the first two then fail every pod creation, the third silently
-/// never runs).
+/// (`spec.plugins[0].config: ...`, also a config that is not a JSON object), a `scope.target`
+/// other than `All`, `Entry`, `Worker` and a name given twice (Go admits all four; the first
+/// two then fail every pod creation, the third silently never runs, the fourth applies the
+/// plugin twice although Go's API documents the name as unique).
 #[must_use]
 pub fn validate(registry: &Registry, ms: &ModelServing) -> Vec<FieldError> {
     let mut errors = Vec::new();
     for (i, spec) in ms.spec.plugins.iter().enumerate() {
         let at = format!("spec.plugins[{i}]");
+        if let Some(first) = ms.spec.plugins[..i]
+            .iter()
+            .position(|p| p.name == spec.name)
+        {
+            errors.push(FieldError::new(
+                format!("{at}.name"),
+                format!(
+                    "duplicate plugin {:?} (also spec.plugins[{first}]); a name identifies one plugin",
+                    spec.name
+                ),
+            ));
+        }
         match registry.build(spec) {
             Err(PluginError::NotRegistered { name, known }) => errors.push(FieldError::new(
                 format!("{at}.name"),

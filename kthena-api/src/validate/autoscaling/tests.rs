@@ -50,6 +50,7 @@ fn prometheus_auth_and_tls_are_checked_with_their_paths() {
         errors(&bad),
         [
             format!("{p}.auth: authorization and basicAuth are mutually exclusive"),
+            format!("{p}.auth: credentials are only sent over TLS: use an https:// serverURL"),
             format!("{p}.auth.authorization.type: Basic is not allowed here: use basicAuth"),
             format!("{p}.auth.authorization.credentials.key: must not be empty"),
             format!("{p}.auth.basicAuth.username: is required"),

@@ -37,14 +37,19 @@ struct Demo {
     config: DemoConfig,
 }
 
-/// Go `NewDemoPlugin`: decodes the config (none, or `null`, is the empty config).
+/// Go `NewDemoPlugin`: decodes the config, a JSON object (none, or `null`, is the empty
+/// config).
 pub(super) fn new(spec: &PluginSpec) -> Result<Box<dyn Plugin>, PluginError> {
     let config = match &spec.config {
         None | Some(serde_json::Value::Null) => DemoConfig::default(),
-        Some(v) => DemoConfig::deserialize(v).map_err(|source| PluginError::Config {
-            name: spec.name.clone(),
-            source,
-        })?,
+        // Only an object: serde would also fill a struct from an array, by position, where
+        // Go's `json.Unmarshal` refuses one.
+        Some(v) => serde_json::Map::deserialize(v)
+            .and_then(|_| DemoConfig::deserialize(v))
+            .map_err(|source| PluginError::Config {
+                name: spec.name.clone(),
+                source,
+            })?,
     };
     Ok(Box::new(Demo {
         name: spec.name.clone(),

@@ -424,6 +424,23 @@ fn the_webhook_rules_name_the_field_and_the_known_plugins() -> TestResult {
         None,
     )];
     assert!(validate(Registry::builtin(), &ms).is_empty());
+    // A config given as an array is refused, not read by position; a name given twice too.
+    ms.spec.plugins = vec![
+        plugin(DEMO, json!(["nvidia", {"k": "v"}]), None),
+        plugin(LWS_LABELS, json!(null), None),
+        plugin(DEMO, json!(null), None),
+    ];
+    let errors: Vec<String> = validate(Registry::builtin(), &ms)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        errors,
+        [
+            "spec.plugins[0].config: plugin \"demo-pod-tweaks\" cannot decode its config: invalid type: sequence, expected a map",
+            "spec.plugins[2].name: duplicate plugin \"demo-pod-tweaks\" (also spec.plugins[0]); a name identifies one plugin",
+        ]
+    );
     Ok(())
 }
 
