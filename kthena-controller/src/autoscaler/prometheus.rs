@@ -90,7 +90,7 @@ pub(crate) enum QueryError {
 fn refused(status: http::StatusCode) -> &'static str {
     match status {
         http::StatusCode::UNAUTHORIZED | http::StatusCode::FORBIDDEN => {
-            ": the server refused the credentials (auth)"
+            ": the server refused access (check the source's auth)"
         }
         _ => "",
     }

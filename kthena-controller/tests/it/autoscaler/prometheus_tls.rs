@@ -243,7 +243,7 @@ async fn a_bearer_token_behind_a_tls_proxy_scales_and_a_wrong_one_is_reported() 
     }});
     create_policy(ns, "bq", source).await?;
     let refused = format!(
-        "metric {WAITING} from Prometheus {url}: HTTP status 401 Unauthorized: the server refused the credentials (auth)"
+        "metric {WAITING} from Prometheus {url}: HTTP status 401 Unauthorized: the server refused access (check the source's auth)"
     );
     let (_, reason, _) = ready_where(ns, "bq-policy", |s, _, m| {
         s == "False" && m.starts_with(&refused)
