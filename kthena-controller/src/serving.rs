@@ -27,6 +27,7 @@ mod controller;
 mod desired;
 mod gang;
 pub mod lws;
+mod memo;
 mod observed;
 mod plan;
 pub mod plugins;
