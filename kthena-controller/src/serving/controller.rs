@@ -375,7 +375,8 @@ async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
 }
 
 /// Writes the status of `plan` (`defaulted` is `ms` with defaults) when it changed, after
-/// pruning the ControllerRevisions when its revisions changed.
+/// pruning the ControllerRevisions when its revisions changed. A 404 (the ModelServing
+/// was deleted meanwhile) is not an error.
 async fn write_status(
     ctx: &Ctx,
     ms: &ModelServing,
@@ -395,17 +396,22 @@ async fn write_status(
     }
     let (ns, name) = (ms.namespace().unwrap_or_default(), ms.name_any());
     let api: Api<ModelServing> = Api::namespaced(ctx.client.clone(), &ns);
-    api.patch_status(
-        &name,
-        &PatchParams {
-            field_manager: Some(ctx.field_manager.clone()),
-            ..PatchParams::default()
-        },
-        &Patch::Merge(json!({ "status": st })),
-    )
-    .await
-    .map_err(kube_err(format!("updating status of {ns}/{name}")))?;
-    Ok(())
+    let params = PatchParams {
+        field_manager: Some(ctx.field_manager.clone()),
+        ..PatchParams::default()
+    };
+    match api
+        .patch_status(&name, &params, &Patch::Merge(json!({ "status": st })))
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Deleted while it was reconciled: nothing failed.
+        Err(kube::Error::Api(e)) if e.code == 404 => {
+            tracing::debug!(modelserving = %name, "deleted; its status is not written");
+            Ok(())
+        }
+        Err(e) => Err(kube_err(format!("updating status of {ns}/{name}"))(e)),
+    }
 }
 
 /// Publishes the Warning events of what failed after the plan was applied and the status

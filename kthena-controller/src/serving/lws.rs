@@ -5,7 +5,9 @@
 //! sync with it, and its status gets the ModelServing's group counts ([`status_patch`]).
 //! Deleting the LeaderWorkerSet deletes the ModelServing through the garbage collector (the
 //! owner reference), as in Go. No LeaderWorkerSet controller is needed, nor wanted: both
-//! would make pods for it.
+//! would make pods for it. A ModelServing the API server refuses to create gives the
+//! LeaderWorkerSet a Warning event `FailedCreate` (once per message and generation; Go only
+//! logs it).
 
 mod convert;
 mod types;
