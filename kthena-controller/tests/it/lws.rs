@@ -520,7 +520,7 @@ async fn a_refused_modelserving_is_reported_on_its_leaderworkerset() -> Result<(
         Some(note),
         None,
     );
-    assert_eq!(got, [want.clone()]);
+    assert_eq!(got, std::slice::from_ref(&want));
     // Retried every 5 s, published once.
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(failed().await?, [want]);

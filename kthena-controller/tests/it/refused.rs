@@ -19,6 +19,7 @@ use kube::ResourceExt as _;
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::json;
+use tokio::task::JoinSet;
 
 use crate::ms_support::*;
 
@@ -44,12 +45,16 @@ fn serving(ns: &str, name: &str, policy: &str, runtime_class: &str) -> Result<Mo
     }))?)
 }
 
-/// The UIDs every pod of the namespace had so far, by name (from a watch started now).
-fn record_pod_uids(ns: &TestNamespace) -> Arc<Mutex<BTreeMap<String, BTreeSet<String>>>> {
+/// The UIDs every pod of the namespace had so far, by name (from a watch started now, a
+/// task of `tasks`).
+fn record_pod_uids(
+    ns: &TestNamespace,
+    tasks: &mut JoinSet<()>,
+) -> Arc<Mutex<BTreeMap<String, BTreeSet<String>>>> {
     let seen = Arc::new(Mutex::new(BTreeMap::<String, BTreeSet<String>>::new()));
     let record = Arc::clone(&seen);
     let pods = watcher(ns.api::<Pod>(), watcher::Config::default()).applied_objects();
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         let mut pods = std::pin::pin!(pods);
         while let Some(pod) = pods.next().await {
             let Ok(pod) = pod else { continue };
@@ -98,7 +103,8 @@ async fn a_refused_worker_pod_is_retried_without_recreating_its_entry_pod() -> R
     let env_ = setup("refused").await?;
     let ns = &env_.ns;
     let runtime_class = format!("rc-{}", ns.name());
-    let uids = record_pod_uids(ns);
+    let mut tasks = JoinSet::new();
+    let uids = record_pod_uids(ns, &mut tasks);
     let api = ns.api::<ModelServing>();
     for (name, policy) in [("rr", "RoleRecreate"), ("sg", "ServingGroupRecreate")] {
         let ms = serving(ns.name(), name, policy, &runtime_class)?;
