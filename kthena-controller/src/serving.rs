@@ -8,7 +8,10 @@
 //! create (in Go's reconcile order: ServingGroup replicas, role replicas, headless services)
 //! with the pods of `desired`, the deletions of `rolling` and `recovery` and the revisions
 //! of `revision`, and `status` the new status (with the counts of `view`). [`run`]
-//! (`controller`) is the kube-runtime `Controller` that watches, plans and applies.
+//! (`controller`) is the kube-runtime `Controller` that watches, plans and applies; `memo`
+//! is what it remembers between reconciles (the pods whose create the API server refused,
+//! which the plan creates again rather than recovering their role replica, and the Warning
+//! events already published).
 //!
 //! With the Volcano PodGroup CRD and `schedulerName: volcano`, `podgroup` gives each
 //! ServingGroup its PodGroup, created before the group's pods (`gang` discovers the CRD and
@@ -27,6 +30,7 @@ mod controller;
 mod desired;
 mod gang;
 pub mod lws;
+mod memo;
 mod observed;
 mod plan;
 pub mod plugins;

@@ -23,6 +23,7 @@ use crate::error::{Error, Result, kube_err};
 use crate::names::{GROUP_NAME_LABEL, NAME_LABEL, ROLE_ID_LABEL, ROLE_LABEL};
 use crate::serving::cache::{RoleEvent, ServingCache};
 use crate::serving::caches::ChildCaches;
+use crate::serving::memo::{Memo, NotCreated, Warnings};
 use crate::serving::observed::{Observed, RecordedRevision};
 use crate::serving::plan::{Plan, plan};
 use crate::serving::plugins;
@@ -72,37 +73,12 @@ struct Ctx {
     recorder: Recorder,
     /// The watch caches of the pods and services carrying `modelserving.volcano.sh/group-name`.
     children: ChildCaches,
-    /// The generation of each ModelServing (by uid) already reported `InvalidSpec`.
-    invalid_reported: std::sync::Mutex<std::collections::HashMap<String, Option<i64>>>,
-    /// The generation and plugin error of each ModelServing (by uid) already reported
-    /// `PluginFailed`.
-    plugin_reported: std::sync::Mutex<std::collections::HashMap<String, (Option<i64>, String)>>,
-}
-
-impl Ctx {
-    /// Whether this generation of `ms` has not been reported invalid yet (it is now): one
-    /// event per change of the spec, not one API write per reconcile.
-    fn invalid_once(&self, ms: &ModelServing) -> bool {
-        let uid = ms.uid().unwrap_or_default();
-        let generation = ms.metadata.generation;
-        let mut seen = self
-            .invalid_reported
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        seen.insert(uid, generation) != Some(generation)
-    }
-
-    /// Whether this plugin error of this generation of `ms` has not been reported yet (it
-    /// is now): the reconcile is retried every 5 s, the event is written once.
-    fn plugin_failure_once(&self, ms: &ModelServing, e: &plugins::PluginError) -> bool {
-        let uid = ms.uid().unwrap_or_default();
-        let now = (ms.metadata.generation, e.to_string());
-        let mut seen = self
-            .plugin_reported
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        seen.insert(uid, now.clone()) != Some(now)
-    }
+    /// The Warning events published for each ModelServing's generation (`InvalidSpec`,
+    /// `PluginFailed`, `FailedCreate`): each once, not once per retry.
+    warned: Memo<Warnings>,
+    /// The pods of each ModelServing's generation whose create the API server refused, until
+    /// they exist: missing, not lost ([`Observed::not_created`]).
+    refused: Memo<NotCreated>,
 }
 
 /// Publishes an event on the ModelServing, related to `secondary`; a failure is logged,
@@ -147,14 +123,11 @@ async fn publish(recorder: &Recorder, ms: &ModelServing, event: RoleEvent) {
     emit(recorder, ms, EventType::Normal, reason, note, Some(pod)).await;
 }
 
-/// Logs and records (Warning event `InvalidSpec`) that the ModelServing breaks the webhook's
-/// rules: it got in without the webhook (not installed, or created before it was), and is
-/// reconciled anyway, as Go does, but whatever goes wrong next has its reason on the object.
-async fn publish_invalid(
-    recorder: &Recorder,
-    ms: &ModelServing,
-    errors: &[kthena_api::FieldError],
-) {
+/// Logs and records (Warning event `InvalidSpec`, once per generation) that the ModelServing
+/// breaks the webhook's rules: it got in without the webhook (not installed, or created
+/// before it was), and is reconciled anyway, as Go does, but whatever goes wrong next has its
+/// reason on the object.
+async fn publish_invalid(ctx: &Ctx, ms: &ModelServing, errors: &[kthena_api::FieldError]) {
     let mut message = crate::error::rejection("ModelServing", errors);
     // An event's note holds at most 1 KiB.
     if message.len() > 1000 {
@@ -165,8 +138,12 @@ async fn publish_invalid(
         message.truncate(end);
         message.push_str(" ...");
     }
+    if !ctx.warned.first_warning(ms, "InvalidSpec", &message) {
+        return;
+    }
     let key = format!("{}/{}", ms.namespace().unwrap_or_default(), ms.name_any());
     tracing::warn!(modelserving = %key, %message, "The ModelServing breaks the webhook's rules");
+    let recorder = &ctx.recorder;
     emit(
         recorder,
         ms,
@@ -231,8 +208,8 @@ pub(crate) async fn run(
         podgroups: crate::serving::gang::Discovery::default(),
         cache: config.cache.clone(),
         recorder,
-        invalid_reported: std::sync::Mutex::default(),
-        plugin_reported: std::sync::Mutex::default(),
+        warned: Memo::default(),
+        refused: Memo::default(),
         children: ChildCaches::new(pod_store, svc_store),
     });
     let mut controller = Controller::new(ms, watcher::Config::default())
@@ -243,20 +220,30 @@ pub(crate) async fn run(
     if let Some(pgs) = crate::serving::gang::watched_api(&ctx.podgroups, &ctx.client, ns).await {
         controller = controller.owns(pgs, children);
     }
+    let memo = Arc::clone(&ctx);
     controller
         .trigger_backoff(trigger_backoff())
         .with_config(controller::Config::default().concurrency(config.workers))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
-        .for_each(|res| async move {
-            match res {
-                Ok((obj, _)) => tracing::debug!(modelserving = %obj, "reconciled"),
-                // A failed reconcile is logged by `error_policy`.
-                Err(controller::Error::ReconcilerFailed(..)) => {}
-                Err(controller::Error::QueueError(e)) => {
-                    tracing::warn!(error = %crate::error::watch_message(&e), "watch failed; retrying");
+        .for_each(|res| {
+            let ctx = Arc::clone(&memo);
+            async move {
+                match res {
+                    Ok((obj, _)) => tracing::debug!(modelserving = %obj, "reconciled"),
+                    // A failed reconcile is logged by `error_policy`.
+                    Err(controller::Error::ReconcilerFailed(..)) => {}
+                    Err(controller::Error::QueueError(e)) => {
+                        tracing::warn!(error = %crate::error::watch_message(&e), "watch failed; retrying");
+                    }
+                    // Deleted before its reconcile (or a child's event after its deletion).
+                    Err(controller::Error::ObjectNotFound(obj)) => {
+                        tracing::debug!(modelserving = %obj, "deleted; nothing to reconcile");
+                        ctx.warned.forget(obj.namespace.as_deref(), &obj.name);
+                        ctx.refused.forget(obj.namespace.as_deref(), &obj.name);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "reconcile failed"),
                 }
-                Err(e) => tracing::warn!(error = %e, "reconcile failed"),
             }
         })
         .await;
@@ -341,10 +328,8 @@ async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
     let ns = ms.namespace().unwrap_or_default();
     let name = ms.name_any();
     let defaulted = (*ms).clone().with_defaults();
-    if let Err(errors) = defaulted.validate()
-        && ctx.invalid_once(&ms)
-    {
-        publish_invalid(&ctx.recorder, &ms, &errors).await;
+    if let Err(errors) = defaulted.validate() {
+        publish_invalid(&ctx, &ms, &errors).await;
     }
     let Some((pod_list, svc_list)) = children(&ctx, &ns, &name).await else {
         return Ok(Action::await_change());
@@ -355,6 +340,8 @@ async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
         tracing::info!(modelserving = %name, child = %other, "{}", Error::Foreign(other.clone()));
         return Ok(Action::requeue(FOREIGN_REQUEUE));
     }
+    let existing = pod_list.iter().filter_map(|p| p.metadata.name.as_deref());
+    seen.not_created = ctx.refused.still_missing(&*ms, existing);
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let mut plan = plan(&defaulted, &seen, now.0)?;
     let pp = PostParams {
@@ -367,50 +354,17 @@ async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
         return Ok(Action::requeue(FOREIGN_REQUEUE));
     }
     let hooks = plugins::on_pod_create(&defaulted, &mut plan.create_pods);
-    let taken = apply(&ctx, &defaulted, &plan).await?;
-    for other in &taken {
+    let applied = apply(&ctx, &defaulted, &plan).await?;
+    for other in &applied.taken {
         publish_name_taken(&ctx.recorder, &ms, other.clone()).await;
     }
     for event in ctx.cache.record(&defaulted, &seen, &plan) {
         publish(&ctx.recorder, &ms, event).await;
     }
-    let st = status(&defaulted, &plan.groups, &plan.revision, &now);
-    let revisions = |s: Option<&ModelServingStatus>| {
-        s.map(|s| (s.current_revision.clone(), s.update_revision.clone()))
-    };
-    if revisions(ms.status.as_ref()) != revisions(Some(&st)) {
-        prune_revisions(&ctx.client, &defaulted, &st).await?;
-    }
-    if ms.status.as_ref() != Some(&st) {
-        let api: Api<ModelServing> = Api::namespaced(ctx.client.clone(), &ns);
-        api.patch_status(
-            &name,
-            &PatchParams {
-                field_manager: Some(ctx.field_manager.clone()),
-                ..PatchParams::default()
-            },
-            &Patch::Merge(json!({ "status": st })),
-        )
-        .await
-        .map_err(kube_err(format!("updating status of {ns}/{name}")))?;
-    }
+    write_status(&ctx, &ms, &defaulted, &plan, &now).await?;
     let hooks = hooks.and_then(|()| plugins::on_pod_ready(&defaulted, &pod_list));
-    if let Err(e) = hooks {
-        if ctx.plugin_failure_once(&ms, &e) {
-            let note = e.to_string();
-            emit(
-                &ctx.recorder,
-                &ms,
-                EventType::Warning,
-                "PluginFailed",
-                note,
-                None,
-            )
-            .await;
-        }
-        return Err(e.into());
-    }
-    let resync = if taken.is_empty() {
+    report_failures(&ctx, &ms, hooks, applied.refused).await?;
+    let resync = if applied.taken.is_empty() {
         RESYNC
     } else {
         NAME_TAKEN_REQUEUE
@@ -420,11 +374,105 @@ async fn reconcile(ms: Arc<ModelServing>, ctx: Arc<Ctx>) -> Result<Action> {
     ))
 }
 
+/// Writes the status of `plan` (`defaulted` is `ms` with defaults) when it changed, after
+/// pruning the ControllerRevisions when its revisions changed. A 404 (the ModelServing
+/// was deleted meanwhile) is not an error.
+async fn write_status(
+    ctx: &Ctx,
+    ms: &ModelServing,
+    defaulted: &ModelServing,
+    plan: &Plan,
+    now: &Time,
+) -> Result<()> {
+    let st = status(defaulted, &plan.groups, &plan.revision, now);
+    let revisions = |s: Option<&ModelServingStatus>| {
+        s.map(|s| (s.current_revision.clone(), s.update_revision.clone()))
+    };
+    if revisions(ms.status.as_ref()) != revisions(Some(&st)) {
+        prune_revisions(&ctx.client, defaulted, &st).await?;
+    }
+    if ms.status.as_ref() == Some(&st) {
+        return Ok(());
+    }
+    let (ns, name) = (ms.namespace().unwrap_or_default(), ms.name_any());
+    let api: Api<ModelServing> = Api::namespaced(ctx.client.clone(), &ns);
+    let params = PatchParams {
+        field_manager: Some(ctx.field_manager.clone()),
+        ..PatchParams::default()
+    };
+    match api
+        .patch_status(&name, &params, &Patch::Merge(json!({ "status": st })))
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Deleted while it was reconciled: nothing failed.
+        Err(kube::Error::Api(e)) if e.code == 404 => {
+            tracing::debug!(modelserving = %name, "deleted; its status is not written");
+            Ok(())
+        }
+        Err(e) => Err(kube_err(format!("updating status of {ns}/{name}"))(e)),
+    }
+}
+
+/// Publishes the Warning events of what failed after the plan was applied and the status
+/// written: the plugin error (`PluginFailed`) and each pod the API server refused to
+/// create (`FailedCreate`, as Kubernetes' workload controllers name it, related to the
+/// pod, with the API server's message), each once per generation, then returns the plugin
+/// error or else the first refusal, so that the reconcile is retried (after 5 s).
+async fn report_failures(
+    ctx: &Ctx,
+    ms: &ModelServing,
+    hooks: std::result::Result<(), plugins::PluginError>,
+    refused: Vec<(String, Error)>,
+) -> Result<()> {
+    let mut first: Option<Error> = None;
+    if let Err(e) = hooks {
+        let note = e.to_string();
+        if ctx.warned.first_warning(ms, "PluginFailed", &note) {
+            emit(
+                &ctx.recorder,
+                ms,
+                EventType::Warning,
+                "PluginFailed",
+                note,
+                None,
+            )
+            .await;
+        }
+        first = Some(e.into());
+    }
+    for (pod, e) in refused {
+        let note = e.to_string();
+        if ctx.warned.first_warning(ms, "FailedCreate", &note) {
+            let related = Some(child_ref(ms, "Pod", pod));
+            emit(
+                &ctx.recorder,
+                ms,
+                EventType::Warning,
+                "FailedCreate",
+                note,
+                related,
+            )
+            .await;
+        }
+        first.get_or_insert(e);
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// What [`apply`] could not do without failing the reconcile at once.
+struct Applied {
+    /// The pods and services whose names are taken by objects that are not this
+    /// ModelServing's.
+    taken: Vec<ObjectReference>,
+    /// The pods whose create failed (refused by the API server), with the error.
+    refused: Vec<(String, Error)>,
+}
+
 /// Applies `plan` in order: ControllerRevision (when creating pods), group deletions,
-/// role-replica deletions, errored-pod deletions, pod creations, service creations.
-/// Returns the pods and services whose names are taken by objects that are not this
-/// ModelServing's; an AlreadyExists of its own child (a list that lagged) is ignored.
-async fn apply(ctx: &Ctx, ms: &ModelServing, plan: &Plan) -> Result<Vec<ObjectReference>> {
+/// role-replica deletions, errored-pod deletions, pod creations ([`create_pods`]), service
+/// creations. An AlreadyExists of its own child (a list that lagged) is ignored.
+async fn apply(ctx: &Ctx, ms: &ModelServing, plan: &Plan) -> Result<Applied> {
     let client = &ctx.client;
     let pp = PostParams {
         field_manager: Some(ctx.field_manager.clone()),
@@ -457,18 +505,55 @@ async fn apply(ctx: &Ctx, ms: &ModelServing, plan: &Plan) -> Result<Vec<ObjectRe
             Err(e) => return Err(kube_err(format!("deleting pod {name}"))(e)),
         }
     }
-    let mut taken = Vec::new();
-    for pod in &plan.create_pods {
-        if !create(&pods, &pp, pod, "pod").await? {
-            taken.push(child_ref(ms, "Pod", pod.name_any()));
-        }
-    }
+    let mut applied = create_pods(ctx, ms, &pods, &pp, &plan.create_pods).await;
     for svc in &plan.create_services {
         if !create(&svcs, &pp, svc, "service").await? {
-            taken.push(child_ref(ms, "Service", svc.name_any()));
+            applied.taken.push(child_ref(ms, "Service", svc.name_any()));
         }
     }
-    Ok(taken)
+    Ok(applied)
+}
+
+/// Creates `to_create` in order. When the API server refuses a pod, the later pods of its
+/// role replica are not tried (as Go returns at the failing pod; a worker without its entry
+/// pod would only fail), the other role replicas are; the refused and untried pods are
+/// recorded in `ctx.refused`, so the next reconciles create them again instead of
+/// recovering their role replica as one that lost a pod.
+async fn create_pods(
+    ctx: &Ctx,
+    ms: &ModelServing,
+    pods: &Api<Pod>,
+    pp: &PostParams,
+    to_create: &[Pod],
+) -> Applied {
+    let mut applied = Applied {
+        taken: Vec::new(),
+        refused: Vec::new(),
+    };
+    let mut blocked: std::collections::BTreeSet<(String, String)> = Default::default();
+    let mut not_created = Vec::new();
+    for pod in to_create {
+        let label = |key: &str| pod.labels().get(key).cloned().unwrap_or_default();
+        let replica = (label(GROUP_NAME_LABEL), label(ROLE_ID_LABEL));
+        if blocked.contains(&replica) {
+            not_created.push(pod.name_any());
+            continue;
+        }
+        match create(pods, pp, pod, "pod").await {
+            Ok(true) => {}
+            Ok(false) => applied.taken.push(child_ref(ms, "Pod", pod.name_any())),
+            Err(e) => {
+                tracing::debug!(pod = %pod.name_any(), error = %e, "pod not created");
+                not_created.push(pod.name_any());
+                applied.refused.push((pod.name_any(), e));
+                blocked.insert(replica);
+            }
+        }
+    }
+    if !not_created.is_empty() {
+        ctx.refused.not_created(ms, not_created);
+    }
+    applied
 }
 
 /// The roles of `status.currentRevision` from its ControllerRevision, while a partition

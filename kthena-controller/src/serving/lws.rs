@@ -5,7 +5,9 @@
 //! sync with it, and its status gets the ModelServing's group counts ([`status_patch`]).
 //! Deleting the LeaderWorkerSet deletes the ModelServing through the garbage collector (the
 //! owner reference), as in Go. No LeaderWorkerSet controller is needed, nor wanted: both
-//! would make pods for it.
+//! would make pods for it. A ModelServing the API server refuses to create gives the
+//! LeaderWorkerSet a Warning event `FailedCreate` (once per message and generation; Go only
+//! logs it).
 
 mod convert;
 mod types;
@@ -22,6 +24,7 @@ use kube::runtime::watcher;
 use kube::{Client, Resource as _, ResourceExt as _};
 
 use crate::error::{Error, Result, kube_err};
+use crate::serving::memo::{Memo, Warnings};
 
 pub use convert::{ROLE, controlled_by, model_serving, owner_ref, spec_differs, status_patch};
 pub use types::{
@@ -51,6 +54,9 @@ struct Ctx {
     client: Client,
     field_manager: String,
     recorder: Recorder,
+    /// The Warning events published for each LeaderWorkerSet's generation (`FailedCreate`):
+    /// each once, not once per retry.
+    warned: Memo<Warnings>,
 }
 
 /// Runs the LeaderWorkerSet controller until `shutdown` completes, when the CRD is served
@@ -89,20 +95,30 @@ pub async fn run(
         recorder: Recorder::new(client.clone(), reporter),
         client,
         field_manager,
+        warned: Memo::default(),
     });
     tracing::info!("ModelServing lws controller started");
+    let memo = Arc::clone(&ctx);
     Controller::new(sets, watcher::Config::default())
         .owns(servings, watcher::Config::default())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
-        .for_each(|res| async move {
-            match res {
-                Ok((obj, _)) => tracing::debug!(leaderworkerset = %obj, "reconciled"),
-                Err(controller::Error::ReconcilerFailed(..)) => {}
-                Err(controller::Error::QueueError(e)) => {
-                    tracing::warn!(error = %crate::error::watch_message(&e), "watch failed; retrying");
+        .for_each(|res| {
+            let ctx = Arc::clone(&memo);
+            async move {
+                match res {
+                    Ok((obj, _)) => tracing::debug!(leaderworkerset = %obj, "reconciled"),
+                    Err(controller::Error::ReconcilerFailed(..)) => {}
+                    Err(controller::Error::QueueError(e)) => {
+                        tracing::warn!(error = %crate::error::watch_message(&e), "watch failed; retrying");
+                    }
+                    // Deleted before its reconcile (or its ModelServing's event after that).
+                    Err(controller::Error::ObjectNotFound(obj)) => {
+                        tracing::debug!(leaderworkerset = %obj, "deleted; nothing to reconcile");
+                        ctx.warned.forget(obj.namespace.as_deref(), &obj.name);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "reconcile failed"),
                 }
-                Err(e) => tracing::warn!(error = %e, "reconcile failed"),
             }
         })
         .await;
@@ -133,9 +149,19 @@ async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Ctx>) -> Result<Action> {
     let ms = match stored {
         None => {
             tracing::info!(leaderworkerset = %name, "creating its ModelServing");
-            api.create(&pp, &desired)
-                .await
-                .map_err(kube_err(format!("creating modelserving {ns}/{name}")))?
+            match api.create(&pp, &desired).await {
+                Ok(ms) => ms,
+                Err(e) => {
+                    let e = kube_err(format!("creating modelserving {ns}/{name}"))(e);
+                    if ctx
+                        .warned
+                        .first_warning(&*lws, "FailedCreate", &e.to_string())
+                    {
+                        warn(&ctx.recorder, &lws, "FailedCreate", e.to_string()).await;
+                    }
+                    return Err(e);
+                }
+            }
         }
         Some(ms) if !controlled_by(&ms, &lws) => {
             taken(&ctx.recorder, &lws).await;
@@ -174,9 +200,16 @@ async fn taken(recorder: &Recorder, lws: &LeaderWorkerSet) {
         "ModelServing {name} exists and is not owned by this LeaderWorkerSet; it is left unchanged"
     );
     tracing::warn!(leaderworkerset = %name, "{note}");
+    warn(recorder, lws, "ModelServingExists", note).await;
+}
+
+/// Publishes a Warning event `reason` on the LeaderWorkerSet; a failure is logged, never
+/// fails the reconcile. (A `FailedCreate`: the API server refused its ModelServing, e.g. the
+/// webhook; the note is the error, with the API server's message.)
+async fn warn(recorder: &Recorder, lws: &LeaderWorkerSet, reason: &str, note: String) {
     let ev = Event {
         type_: EventType::Warning,
-        reason: "ModelServingExists".to_owned(),
+        reason: reason.to_owned(),
         note: Some(note),
         action: "Reconcile".to_owned(),
         secondary: None,

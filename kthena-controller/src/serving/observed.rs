@@ -110,6 +110,11 @@ pub struct Observed {
     /// template's revision (set by the caller; `None` from [`Observed::new`]): missing
     /// partition-protected groups are recreated from them (Go `scaleUpServingGroups`).
     pub current: Option<RecordedRevision>,
+    /// Pods of the ModelServing's generation whose create the API server refused (or that
+    /// were not tried after the refusal of an earlier pod of their role replica), not seen
+    /// since (set by the caller from its record; empty from [`Observed::new`]): missing,
+    /// but not lost.
+    pub not_created: BTreeSet<String>,
 }
 
 impl Observed {

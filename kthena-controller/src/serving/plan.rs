@@ -129,6 +129,8 @@ impl Template {
 /// Everything [`plan`] needs besides the ModelServing and the observed children.
 struct Ctx<'a> {
     ms: &'a ModelServing,
+    /// Pods whose create the API server refused ([`Observed::not_created`]).
+    not_created: &'a BTreeSet<String>,
     /// The spec's template.
     new: Template,
     /// `status.currentRevision`'s recorded template, when it is another revision.
@@ -170,8 +172,8 @@ impl Ctx<'_> {
         ReplicaCheck::new(
             role_replica_pods(self.ms, &at),
             seen,
-            self.grace_s,
-            self.now,
+            self.not_created,
+            (self.grace_s, self.now),
         )
     }
 
@@ -218,10 +220,12 @@ fn old_template(ms: &ModelServing, seen: &Observed, revision: &str) -> Result<Op
 /// headless services.
 ///
 /// Groups and role replicas still terminating keep their ordinal: they are neither counted
-/// as surplus nor replaced until they are gone. A broken role replica (a pod missing, or an
+/// as surplus nor replaced until they are gone. A broken role replica (a pod lost, or an
 /// errored pod past its grace period) is handled by `recoveryPolicy`: `RoleRecreate`
 /// deletes the role replica, `ServingGroupRecreate` the whole group (both are recreated
-/// once gone), `None` deletes the errored pods and recreates the missing ones.
+/// once gone), `None` deletes the errored pods and recreates the missing ones. A missing
+/// pod of [`Observed::not_created`] (its create was refused) is not lost: it is created
+/// again and the pods that exist are kept, whatever the policy.
 ///
 /// # Errors
 /// [`crate::Error::Encode`] if the roles cannot be hashed.
@@ -229,6 +233,7 @@ pub(crate) fn plan(ms: &ModelServing, seen: &Observed, now: Timestamp) -> Result
     let revision = model_serving_revision(ms)?;
     let ctx = Ctx {
         ms,
+        not_created: &seen.not_created,
         new: Template::new(revision.clone(), ms.spec.template.roles.clone())?,
         old: old_template(ms, seen, &revision)?,
         partition: group_partition(ms),

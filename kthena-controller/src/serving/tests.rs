@@ -400,6 +400,61 @@ fn a_lost_pod_is_recovered_by_the_recovery_policy() -> crate::testutil::TestResu
     Ok(())
 }
 
+/// A pod whose create the API server refused is created again, whatever the recovery
+/// policy, and the pods of its role replica that exist are kept: before, a refused worker
+/// counted as lost and its entry pod was deleted and recreated about 10 times a second.
+#[test]
+fn a_refused_pod_is_created_again_and_its_replica_kept() -> crate::testutil::TestResult {
+    let mut ms = sample()?;
+    let mut pods = sample_group(0, 1, &[], &[]);
+    pods.retain(|p| {
+        !p.name_any().starts_with("sample-0-decode-0-") || p.name_any().ends_with("-0")
+    });
+    let mut seen = Observed::new("sample", "uid-1", &pods, &[]);
+    seen.not_created = [
+        "sample-0-decode-0-1",
+        "sample-0-decode-0-2",
+        "sample-0-decode-0-3",
+    ]
+    .map(str::to_owned)
+    .into();
+    for policy in [
+        RecoveryPolicy::RoleRecreate,
+        RecoveryPolicy::ServingGroupRecreate,
+        RecoveryPolicy::None,
+    ] {
+        ms.spec.recovery_policy = Some(policy);
+        let p = plan(&ms, &seen, now())?;
+        assert_eq!(
+            names(&p.create_pods),
+            [
+                "sample-0-decode-0-1",
+                "sample-0-decode-0-2",
+                "sample-0-decode-0-3"
+            ],
+            "{policy:?}"
+        );
+        assert!(
+            p.delete_roles.is_empty(),
+            "{policy:?}: {:?}",
+            p.delete_roles
+        );
+        assert!(
+            p.delete_groups.is_empty() && p.delete_pods.is_empty(),
+            "{policy:?}"
+        );
+        assert_eq!(p.groups[0].status, ReplicaStatus::Creating, "{policy:?}");
+    }
+    // A pod of the record that is lost again after it existed: recovered as any lost pod.
+    seen.not_created.remove("sample-0-decode-0-3");
+    ms.spec.recovery_policy = Some(RecoveryPolicy::RoleRecreate);
+    let p = plan(&ms, &seen, now())?;
+    let deleted: Vec<_> = p.delete_roles.iter().map(|r| r.role_id.as_str()).collect();
+    assert_eq!(deleted, ["decode-0"]);
+    assert!(p.create_pods.is_empty());
+    Ok(())
+}
+
 #[test]
 fn terminating_replicas_keep_their_ordinal_until_gone() -> crate::testutil::TestResult {
     let ms = sample()?;

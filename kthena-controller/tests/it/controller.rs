@@ -510,6 +510,44 @@ async fn a_template_change_rolls_every_group_within_max_unavailable() -> Result<
     Ok(())
 }
 
+/// Deletes the ModelServing `sample` and its pods, then reads the binary's log up to the
+/// debug line of the deletion: no `reconcile failed` WARN.
+///
+/// Regression: every deletion logged a WARN `reconcile failed error=tried to reconcile
+/// object ModelServing.../sample that was not found in local store` (the deletions of its
+/// pods, here made as the garbage collector makes them, trigger their owner's reconcile).
+async fn deleting_logs_no_failure(
+    ns: &TestNamespace,
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+) -> Result<()> {
+    ns.api::<ModelServing>()
+        .delete("sample", &Default::default())
+        .await?;
+    let lp = ListParams::default().labels("modelserving.volcano.sh/name=sample");
+    ns.api::<Pod>()
+        .delete_collection(&Default::default(), &lp)
+        .await?;
+    let logged = tokio::time::timeout(WAIT, async {
+        let mut before = Vec::new();
+        while let Some(line) = lines.next_line().await? {
+            if line.contains("deleted; nothing to reconcile") {
+                return Ok::<_, anyhow::Error>((line, before));
+            }
+            before.push(line);
+        }
+        bail!("the binary exited before noticing the deletion")
+    })
+    .await??;
+    assert!(logged.0.contains("DEBUG"), "{}", logged.0);
+    let failed: Vec<_> = logged
+        .1
+        .iter()
+        .filter(|l| l.contains("WARN") && l.contains("reconcile failed"))
+        .collect();
+    assert!(failed.is_empty(), "{failed:?}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn the_binary_serves_healthz_and_reconciles() -> Result<()> {
     use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
@@ -557,7 +595,7 @@ async fn the_binary_serves_healthz_and_reconciles() -> Result<()> {
             "--leader-elect-namespace",
             ns.name(),
         ])
-        .env("RUST_LOG", "info")
+        .env("RUST_LOG", "info,kthena_controller::serving=debug")
         .env("NO_COLOR", "1")
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -597,6 +635,7 @@ async fn the_binary_serves_healthz_and_reconciles() -> Result<()> {
         Ok((pod_names(&ns, "sample").await? == want).then_some(()))
     })
     .await?;
+    deleting_logs_no_failure(&ns, &mut lines).await?;
     // Kubernetes stops a pod with SIGTERM: the binary exits 0 and releases the Lease at
     // once, so a standby need not wait for it to expire.
     let pid = child.id().context("no pid")?.to_string();

@@ -5,7 +5,8 @@
 //! `kubectl scale lws` followed, and deleting the LWS deletes the ModelServing. On the shared
 //! control plane, a ModelServing with `demo-pod-tweaks` gets the plugin's effect on exactly
 //! the pods its scope selects, and one naming an unknown plugin gets no pod and a
-//! `PluginFailed` event.
+//! `PluginFailed` event. A LeaderWorkerSet whose ModelServing the API server refuses gets a
+//! `FailedCreate` Warning (on a control plane of its own with the LWS CRD).
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -13,6 +14,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -429,5 +433,107 @@ async fn an_unknown_plugin_creates_no_pod_and_is_reported() -> Result<()> {
         "{:?}",
         pods.items.iter().map(|p| p.name_any()).collect::<Vec<_>>()
     );
+    Ok(())
+}
+
+/// A ValidatingAdmissionPolicy, bound in every namespace, that refuses a ModelServing whose
+/// name is longer than 40 characters (its pods' names would be over 63).
+fn name_length_policy() -> Result<(ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding)> {
+    let policy = serde_json::from_value(json!({
+        "metadata": {"name": "modelserving-name-length"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": ["workload.serving.volcano.sh"],
+                "apiVersions": ["*"],
+                "operations": ["CREATE"],
+                "resources": ["modelservings"],
+            }]},
+            "validations": [{
+                "expression": "size(object.metadata.name) <= 40",
+                "message": "pod names would be longer than 63 characters",
+            }],
+        },
+    }))?;
+    let binding = serde_json::from_value(json!({
+        "metadata": {"name": "modelserving-name-length"},
+        "spec": {"policyName": "modelserving-name-length", "validationActions": ["Deny"]},
+    }))?;
+    Ok((policy, binding))
+}
+
+/// Regression: a LeaderWorkerSet whose ModelServing the API server refused (the webhook, for
+/// a name too long for its pods) showed nothing: only the controller's log said why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_modelserving_is_reported_on_its_leaderworkerset() -> Result<()> {
+    use k8s_openapi::api::events::v1::Event as K8sEvent;
+    let plane = kthena_testenv::ControlPlane::start().await?;
+    let client = plane.client().await?;
+    install_lws_crd(&client).await?;
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    let (policy, binding) = name_length_policy()?;
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    Api::<ValidatingAdmissionPolicy>::all(client.clone())
+        .create(&PostParams::default(), &policy)
+        .await?;
+    bindings.create(&PostParams::default(), &binding).await?;
+    let config = Config {
+        namespace: Some(NS.to_owned()),
+        ..Config::default()
+    };
+    let mut tasks = JoinSet::new();
+    tasks.spawn(run(client.clone(), config, std::future::pending()));
+
+    let name = "lws-a-very-long-name-for-testing-the-pod-name-limits-x";
+    let mut lws = leader_worker_set();
+    lws["metadata"]["name"] = json!(name);
+    lws["spec"]["leaderWorkerTemplate"]["size"] = json!(2);
+    kubectl(&plane, &["create", "-f", "-"], Some(&lws))?;
+    let events: Api<K8sEvent> = Api::namespaced(client.clone(), NS);
+    let failed = || async {
+        let list = events.list(&ListParams::default()).await?;
+        anyhow::Ok(
+            list.items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("FailedCreate"))
+                .map(|e| {
+                    let on = e.regarding.and_then(|r| r.kind.zip(r.name));
+                    (e.type_, on, e.note, e.series.map(|s| s.count))
+                })
+                .collect::<Vec<_>>(),
+        )
+    };
+    let got = eventually("a FailedCreate event", || async {
+        let got = failed().await?;
+        Ok((!got.is_empty()).then_some(got))
+    })
+    .await?;
+    let note = format!(
+        "creating modelserving {NS}/{name}: modelservings.workload.serving.volcano.sh \"{name}\" is forbidden: ValidatingAdmissionPolicy 'modelserving-name-length' with binding 'modelserving-name-length' denied request: pod names would be longer than 63 characters (HTTP 422)"
+    );
+    let want = (
+        Some("Warning".to_owned()),
+        Some(("LeaderWorkerSet".to_owned(), name.to_owned())),
+        Some(note),
+        None,
+    );
+    assert_eq!(got, std::slice::from_ref(&want));
+    // Retried every 5 s, published once.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(failed().await?, [want]);
+
+    // The cause removed: the ModelServing is created at the next retry.
+    bindings
+        .delete("modelserving-name-length", &Default::default())
+        .await?;
+    let servings: Api<ModelServing> = Api::namespaced(client.clone(), NS);
+    let ms = eventually("the ModelServing", || async {
+        Ok(servings.get_opt(name).await?)
+    })
+    .await?;
+    assert_eq!(ms.spec.template.roles[0].worker_replicas, 1);
     Ok(())
 }

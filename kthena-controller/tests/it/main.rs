@@ -27,6 +27,7 @@ mod laptop;
 mod lws;
 mod ms_support;
 mod proc_support;
+mod refused;
 mod rollout;
 mod sim_node_release;
 mod takeover;
