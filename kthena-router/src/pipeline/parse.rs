@@ -86,7 +86,11 @@ where
     B: Body<Data = Bytes> + Unpin,
     B::Error: Into<BoxError>,
 {
-    let path = req.uri().path();
+    // An HTTPRoute's rewrite decides the path the body is parsed as.
+    let path = req
+        .extensions()
+        .get::<crate::gateway::EffectivePath>()
+        .map_or(req.uri().path(), |p| p.0.as_str());
     if !is_inference_path(path) {
         return Err(Error::UnknownPath {
             path: path.to_owned(),

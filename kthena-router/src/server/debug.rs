@@ -10,7 +10,11 @@
 //! * `GET /debug/config_dump/namespaces/{ns}/{modelroutes|modelservers|pods}/{name}` → one
 //!   object, or 404 `{"error":"ModelRoute not found"}`.
 //!
-//! Gateway API kinds are not served in standalone mode: their lists are `null`.
+//! * `GET /debug/config_dump/{gateways|httproutes|inferencepools}` and their
+//!   `namespaces/{ns}/{plural}/{name}` forms: the Gateway API objects
+//!   (`crate::gateway::config_dump`; lists are `null` when empty, as Go's, and always outside
+//!   Gateway API mode);
+//! * `GET /debug/pprof/profile?seconds=N`, `GET /debug/pprof/heap`: see `pprof`.
 
 use http::{Response, StatusCode};
 use serde_json::{Value, json};
@@ -100,6 +104,15 @@ pub(crate) fn config_dump(shared: &Shared, path: &str) -> Response<RespBody> {
         return answer(StatusCode::NOT_FOUND, &json!({"error": "not found"}));
     };
     let parts: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
+    let gateway = shared.gateway.load_full();
+    if let Some((found, v)) = crate::gateway::config_dump(gateway.as_deref(), &parts) {
+        let status = if found {
+            StatusCode::OK
+        } else {
+            StatusCode::NOT_FOUND
+        };
+        return answer(status, &v);
+    }
     match parts.as_slice() {
         ["modelroutes"] => {
             let list: Vec<Value> = snap
@@ -131,9 +144,6 @@ pub(crate) fn config_dump(shared: &Shared, path: &str) -> Response<RespBody> {
             StatusCode::OK,
             &json!({ "kvevents": shared.metrics.kv.subscriptions() }),
         ),
-        [kind @ ("gateways" | "httproutes" | "inferencepools")] => {
-            answer(StatusCode::OK, &json!({ *kind: null }))
-        }
         ["namespaces", ns, kind, name] => {
             let found = match *kind {
                 "modelroutes" => snap
