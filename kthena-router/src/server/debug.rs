@@ -14,10 +14,15 @@
 //!   `namespaces/{ns}/{plural}/{name}` forms: the Gateway API objects
 //!   (`crate::gateway::config_dump`; lists are `null` when empty, as Go's, and always outside
 //!   Gateway API mode);
-//! * `GET /debug/pprof/profile?seconds=N`, `GET /debug/pprof/heap`: see `pprof`.
+//! * `GET /debug/pprof/profile?seconds=N` (a CPU profile), `GET /debug/pprof/heap` (501):
+//!   see `profile`.
+
+mod profile;
 
 use http::{Response, StatusCode};
 use serde_json::{Value, json};
+
+use std::sync::Arc;
 
 use crate::body::{RespBody, full};
 use crate::discovery::Snapshot;
@@ -95,6 +100,16 @@ fn pod_json(shared: &Shared, snap: &Snapshot, e: &Endpoint, detail: bool) -> Val
         });
     }
     v
+}
+
+/// Answers a `GET` on the debug listener: profiles (`/debug/pprof/...`), else
+/// [`config_dump`].
+pub(crate) async fn answer_get(shared: Arc<Shared>, uri: http::Uri) -> Response<RespBody> {
+    match uri.path() {
+        "/debug/pprof/profile" => profile::cpu(uri.query().map(str::to_owned)).await,
+        "/debug/pprof/heap" => profile::heap(),
+        path => config_dump(&shared, path),
+    }
 }
 
 /// Answers a debug path.
