@@ -146,10 +146,12 @@ async fn start_router(dir: &std::path::Path, sim: SocketAddrOf) -> (Killed, u16,
 type SocketAddrOf = std::net::SocketAddr;
 
 /// The profile parses, covers the requested time, and router functions lead it: among the
-/// ten functions with the most cumulative samples outside the thread and async runtime
-/// (`std`, `core`, `alloc`, `tokio`, `hyper`, the C library), at least one is
-/// `kthena_router::...`, and at least half of all samples have a router frame on their
-/// stack.
+/// ten functions with the most cumulative samples (samples with the function anywhere on
+/// the stack) outside the thread and async runtime (`std`, `core`, `alloc`, `tokio`,
+/// `hyper`, the C library, generic instances named without their path), at least one is
+/// `kthena_router::...`; among the fifteen router functions with the most, one is a
+/// pipeline stage (`kthena_router::pipeline::...`); and at least half of all samples have a
+/// router frame on their stack.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cpu_profile_under_load_names_router_code() {
     let sim = kthena_sim::spawn(sim_config("real-model")).await.unwrap();
@@ -223,6 +225,19 @@ async fn a_cpu_profile_under_load_names_router_code() {
         .collect();
     by_cum.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
     let top: Vec<_> = by_cum.iter().take(10).collect();
+    let router_fns: Vec<_> = by_cum
+        .iter()
+        .filter(|(f, _)| f.starts_with("kthena_router::"))
+        .take(15)
+        .collect();
+    eprintln!("router functions by cumulative samples: {router_fns:#?}");
+    // The request path itself shows: some pipeline stage has samples.
+    assert!(
+        router_fns
+            .iter()
+            .any(|(f, _)| f.starts_with("kthena_router::pipeline::")),
+        "{router_fns:#?}"
+    );
     eprintln!("{total} samples; top by cumulative samples: {top:#?}");
     assert!(
         top.iter().any(|(f, _)| f.starts_with("kthena_router::")),
