@@ -297,6 +297,49 @@ fn as_go<T: serde::Serialize>(name: &str, ns: &str, spec: &T, status: Value) -> 
     json!({"name": name, "namespace": ns, "spec": serde_json::to_value(spec).unwrap(), "status": status})
 }
 
+/// The objects of namespace `n` as the dump should show them, read from the API server;
+/// `None` until the router has created the `default` Gateway and written its status and
+/// the HTTPRoute's.
+async fn api_view(ns: &TestNamespace) -> Option<[(&'static str, Value); 3]> {
+    let n = ns.name();
+    let st = |s: Option<Value>| s.unwrap_or_else(|| json!({}));
+    let gw = ns.api::<Gateway>().get_opt("default").await.unwrap()?;
+    let hr = ns.api::<HTTPRoute>().get("llm").await.unwrap();
+    let ip = ns.api::<InferencePool>().get("rec").await.unwrap();
+    let gw_status = st(gw.status.map(|s| serde_json::to_value(s).unwrap()));
+    let hr_status = st(hr.status.map(|s| serde_json::to_value(s).unwrap()));
+    let ip_status = st(ip.status.map(|s| serde_json::to_value(s).unwrap()));
+    if gw_status == json!({}) || hr_status == json!({}) {
+        return None;
+    }
+    Some([
+        ("gateways", as_go("default", n, &gw.spec, gw_status)),
+        ("httproutes", as_go("llm", n, &hr.spec, hr_status)),
+        ("inferencepools", as_go("rec", n, &ip.spec, ip_status)),
+    ])
+}
+
+/// Whether the dump lists exactly `want` for namespace `n` (other tests' objects are
+/// listed too: the router watches every namespace) and answers each by name.
+async fn dump_shows(r: &ClusterRouter, n: &str, want: &[(&'static str, Value); 3]) -> bool {
+    let mut same = true;
+    for (plural, one) in want {
+        let (status, list) = dump(r, plural).await;
+        assert_eq!(status, 200);
+        let ours: Vec<&Value> = list[*plural]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|o| o["namespace"] == n)
+            .collect();
+        same &= ours == [one];
+        let name = one["name"].as_str().unwrap();
+        let (status, got) = dump(r, &format!("namespaces/{n}/{plural}/{name}")).await;
+        same &= status == 200 && got == *one;
+    }
+    same
+}
+
 /// The debug dump lists the served Gateway, its HTTPRoute and the InferencePool with the
 /// spec and status the API server holds, and one of each by name (404 for a missing one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -304,89 +347,31 @@ async fn the_debug_dump_lists_gateway_api_objects() {
     let ns = kthena_testenv::namespace("gw-dump").await.unwrap();
     let n = ns.name().to_owned();
     let (r, _, _) = setup(&ns, &format!("{n}-m")).await;
-    let gws: Api<Gateway> = ns.api();
-    let routes: Api<HTTPRoute> = ns.api();
-    let pools: Api<InferencePool> = ns.api();
     // The router writes statuses: wait until its view and the API server's agree.
     let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        // The router creates the `default` Gateway after it starts.
-        let Some(gw) = gws.get_opt("default").await.unwrap() else {
-            assert!(Instant::now() < deadline, "no default Gateway");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        };
-        let hr = routes.get("llm").await.unwrap();
-        let ip = pools.get("rec").await.unwrap();
-        let st = |s: Option<Value>| s.unwrap_or_else(|| json!({}));
-        let want = [
-            (
-                "gateways",
-                as_go(
-                    "default",
-                    &n,
-                    &gw.spec,
-                    st(gw.status.map(|s| serde_json::to_value(s).unwrap())),
-                ),
-            ),
-            (
-                "httproutes",
-                as_go(
-                    "llm",
-                    &n,
-                    &hr.spec,
-                    st(hr.status.map(|s| serde_json::to_value(s).unwrap())),
-                ),
-            ),
-            (
-                "inferencepools",
-                as_go(
-                    "rec",
-                    &n,
-                    &ip.spec,
-                    st(ip.status.map(|s| serde_json::to_value(s).unwrap())),
-                ),
-            ),
-        ];
-        // Once the router has written both statuses.
-        let mut same = want[0].1["status"] != json!({}) && want[1].1["status"] != json!({});
-        for (plural, one) in &want {
-            let (status, list) = dump(&r, plural).await;
-            assert_eq!(status, 200);
-            // Other tests' objects are listed too (the router watches every namespace).
-            let ours: Vec<&Value> = list[*plural]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|o| o["namespace"] == n.as_str())
-                .collect();
-            same &= ours == [one];
-            let (status, got) = dump(
-                &r,
-                &format!("namespaces/{n}/{plural}/{}", one["name"].as_str().unwrap()),
-            )
-            .await;
-            same &= status == 200 && got == *one;
-        }
-        if same {
-            break;
+    let want = loop {
+        let want = api_view(&ns).await;
+        if let Some(w) = want.as_ref()
+            && dump_shows(&r, &n, w).await
+        {
+            break want.unwrap();
         }
         if Instant::now() >= deadline {
-            for (plural, _) in &want {
+            for plural in ["gateways", "httproutes", "inferencepools"] {
                 eprintln!("dump {plural}: {}", dump(&r, plural).await.1);
             }
             panic!("the dump never matched the API server: {want:?}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let (_, hr) = dump(&r, "httproutes").await;
-    let rule = &hr["httproutes"][0]["spec"]["rules"][0];
+    };
+    let hr = &want[1].1;
+    let rule = &hr["spec"]["rules"][0];
     assert_eq!(
         rule["filters"][0]["urlRewrite"]["hostname"], "engine.internal",
         "{hr}"
     );
     assert_eq!(
-        hr["httproutes"][0]["status"]["parents"][0]["controllerName"], "volcano.sh/kthena-router",
+        hr["status"]["parents"][0]["controllerName"], "volcano.sh/kthena-router",
         "{hr}"
     );
     for (plural, kind) in [

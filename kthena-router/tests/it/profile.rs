@@ -149,9 +149,8 @@ type SocketAddrOf = std::net::SocketAddr;
 /// ten functions with the most cumulative samples (samples with the function anywhere on
 /// the stack) outside the thread and async runtime (`std`, `core`, `alloc`, `tokio`,
 /// `hyper`, the C library, generic instances named without their path), at least one is
-/// `kthena_router::...`; among the fifteen router functions with the most, one is a
-/// pipeline stage (`kthena_router::pipeline::...`); and at least half of all samples have a
-/// router frame on their stack.
+/// `kthena_router::...`; some pipeline stage (`kthena_router::pipeline::...`) has samples;
+/// and at least half of all samples have a router frame on their stack.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cpu_profile_under_load_names_router_code() {
     let sim = kthena_sim::spawn(sim_config("real-model")).await.unwrap();
@@ -204,7 +203,12 @@ async fn a_cpu_profile_under_load_names_router_code() {
         .unwrap();
     let p = pprof::protos::Profile::decode(&raw[..]).unwrap();
     assert!(p.duration_nanos >= 3_000_000_000, "{}", p.duration_nanos);
-    let counts = function_counts(&p);
+    assert_router_leads(&p);
+}
+
+/// The criteria of [`a_cpu_profile_under_load_names_router_code`] on a decoded profile.
+fn assert_router_leads(p: &pprof::protos::Profile) {
+    let counts = function_counts(p);
     let total: i64 = p.sample.iter().map(|s| s.value[0]).sum();
     let runtime = [
         "std::",
@@ -220,7 +224,11 @@ async fn a_cpu_profile_under_load_names_router_code() {
     ];
     let mut by_cum: Vec<(&String, i64)> = counts
         .iter()
-        .filter(|(f, _)| !runtime.iter().any(|r| f.starts_with(r)))
+        .filter(|(f, _)| {
+            // Inlined generic instances are named without their path (`block_on<...>`).
+            let pathed = f.split('<').next().is_some_and(|h| h.contains("::"));
+            pathed && !runtime.iter().any(|r| f.starts_with(r))
+        })
         .map(|(f, (_, cum))| (f, *cum))
         .collect();
     by_cum.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
@@ -233,9 +241,9 @@ async fn a_cpu_profile_under_load_names_router_code() {
     eprintln!("router functions by cumulative samples: {router_fns:#?}");
     // The request path itself shows: some pipeline stage has samples.
     assert!(
-        router_fns
-            .iter()
-            .any(|(f, _)| f.starts_with("kthena_router::pipeline::")),
+        counts
+            .keys()
+            .any(|f| f.starts_with("kthena_router::pipeline::")),
         "{router_fns:#?}"
     );
     eprintln!("{total} samples; top by cumulative samples: {top:#?}");
