@@ -88,3 +88,6 @@ pub(crate) fn config_dump(state: Option<&GatewayState>, parts: &[&str]) -> Optio
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests;
