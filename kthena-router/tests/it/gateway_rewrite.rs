@@ -24,6 +24,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 
 use crate::cluster_support::{ClusterRouter, apply, model_server};
 use crate::common::{chat, get, post};
@@ -38,10 +39,13 @@ async fn recording_engine(at: SocketAddr, fail: bool) -> (SocketAddr, Seen) {
     let addr = listener.local_addr().unwrap();
     let seen: Seen = Arc::default();
     let s2 = Arc::clone(&seen);
-    tokio::spawn(async move {
+    // Runs until the test process ends (the tracker only names the tasks).
+    let tasks = TaskTracker::new();
+    let t2 = tasks.clone();
+    tasks.spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             let seen = Arc::clone(&s2);
-            tokio::spawn(async move {
+            t2.spawn(async move {
                 let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
                     let seen = Arc::clone(&seen);
                     async move { Ok::<_, Infallible>(engine_answer(&req, &seen, fail)) }
@@ -293,7 +297,7 @@ async fn dump(r: &ClusterRouter, path: &str) -> (u16, Value) {
 }
 
 /// `{"name", "namespace", "spec", "status"}` of an object as the API server holds it.
-fn as_go<T: serde::Serialize>(name: &str, ns: &str, spec: &T, status: Value) -> Value {
+fn as_go<T: serde::Serialize>(name: &str, ns: &str, spec: &T, status: &Value) -> Value {
     json!({"name": name, "namespace": ns, "spec": serde_json::to_value(spec).unwrap(), "status": status})
 }
 
@@ -313,9 +317,9 @@ async fn api_view(ns: &TestNamespace) -> Option<[(&'static str, Value); 3]> {
         return None;
     }
     Some([
-        ("gateways", as_go("default", n, &gw.spec, gw_status)),
-        ("httproutes", as_go("llm", n, &hr.spec, hr_status)),
-        ("inferencepools", as_go("rec", n, &ip.spec, ip_status)),
+        ("gateways", as_go("default", n, &gw.spec, &gw_status)),
+        ("httproutes", as_go("llm", n, &hr.spec, &hr_status)),
+        ("inferencepools", as_go("rec", n, &ip.spec, &ip_status)),
     ])
 }
 

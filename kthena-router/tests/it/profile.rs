@@ -76,10 +76,16 @@ fn function_counts(p: &pprof::protos::Profile) -> HashMap<String, (i64, i64)> {
 }
 
 /// Chat requests from `clients` tasks in a loop until `stop`; counts the 200s.
-fn load(url: String, clients: usize, stop: Arc<AtomicBool>, ok: Arc<AtomicU64>) {
+fn load(
+    url: &str,
+    clients: usize,
+    stop: &Arc<AtomicBool>,
+    ok: &Arc<AtomicU64>,
+) -> tokio::task::JoinSet<()> {
+    let mut set = tokio::task::JoinSet::new();
     for c in 0..clients {
-        let (url, stop, ok) = (url.clone(), Arc::clone(&stop), Arc::clone(&ok));
-        tokio::spawn(async move {
+        let (url, stop, ok) = (url.to_owned(), Arc::clone(stop), Arc::clone(ok));
+        set.spawn(async move {
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 i += 1;
@@ -94,6 +100,7 @@ fn load(url: String, clients: usize, stop: Arc<AtomicBool>, ok: Arc<AtomicU64>) 
             }
         });
     }
+    set
 }
 
 /// Starts the router binary in front of one kthena-sim engine; returns it with its
@@ -179,21 +186,24 @@ async fn a_cpu_profile_under_load_names_router_code() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let ok = Arc::new(AtomicU64::new(0));
-    load(
-        format!("http://127.0.0.1:{port}/v1/chat/completions"),
+    let clients = load(
+        &format!("http://127.0.0.1:{port}/v1/chat/completions"),
         16,
-        Arc::clone(&stop),
-        Arc::clone(&ok),
+        &stop,
+        &ok,
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
     let url = format!("{dbg}/profile?seconds=3");
-    let taking = tokio::spawn(async move { get_bytes(&url).await });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let taking = get_bytes(&url);
+    let second = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        get_bytes(&format!("{dbg}/profile?seconds=1")).await
+    };
+    let ((status, gz), (second, body)) = tokio::join!(taking, second);
     // One profile at a time.
-    let (status, body) = get_bytes(&format!("{dbg}/profile?seconds=1")).await;
-    assert_eq!(status, StatusCode::CONFLICT, "{body:?}");
-    let (status, gz) = taking.await.unwrap();
+    assert_eq!(second, StatusCode::CONFLICT, "{body:?}");
     stop.store(true, Ordering::Relaxed);
+    clients.join_all().await;
     assert_eq!(status, StatusCode::OK, "{gz:?}");
     assert!(ok.load(Ordering::Relaxed) > 100, "too little load: {ok:?}");
 
