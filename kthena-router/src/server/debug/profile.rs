@@ -5,8 +5,11 @@
 //!   seconds (default 30 as Go's, 1 to [`MAX_SECONDS`]) at [`FREQUENCY_HZ`] and answers a
 //!   gzipped `perftools.profiles.Profile` protobuf (`application/octet-stream`), what
 //!   `go tool pprof` and `pprof` read. The sampler is the `pprof` crate's (`SIGPROF` timer,
-//!   stacks unwound and symbolized in the process). One profile at a time: a second
-//!   request meanwhile gets 409; a bad `seconds` gets 400.
+//!   stacks unwound and symbolized in the process; its own frames are dropped from each
+//!   stack). Samples taken while a thread runs inside the C library, the unwinder or the vDSO
+//!   are skipped, as the crate advises (unwinding from there can deadlock), so system-call
+//!   time is undercounted. One profile at a time: a second request meanwhile gets 409; a bad
+//!   `seconds` gets 400.
 //! * `GET /debug/pprof/heap` answers 501: the router allocates through mimalloc, which keeps
 //!   no allocation-site samples to report.
 
@@ -106,7 +109,10 @@ async fn take(seconds: u64) -> Result<Vec<u8>, ProfileError> {
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     // Symbolization takes a while (CPU): off the serving threads.
     let built = tokio::task::spawn_blocking(move || {
-        let report = guard.report().build()?;
+        let report = guard
+            .report()
+            .frames_post_processor(drop_sampler_frames)
+            .build()?;
         drop(guard);
         let profile = report.pprof()?;
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
@@ -118,6 +124,25 @@ async fn take(seconds: u64) -> Result<Vec<u8>, ProfileError> {
         Ok(r) => r,
         Err(e) => Err(ProfileError::Gzip(std::io::Error::other(e))),
     }
+}
+
+/// Drops the sampler's own frames from the leaf end of a stack: the unwinder
+/// (`backtrace::...`), the `pprof` crate's tracing and signal handler (`pprof::...`,
+/// `perf_signal_handler`) and the signal return trampoline (`__restore_rt`), so that a
+/// sample's leaf is the function that was running (what `pprof -top` calls flat time).
+fn drop_sampler_frames(frames: &mut ::pprof::Frames) {
+    let own = |f: &Vec<::pprof::Symbol>| {
+        !f.is_empty()
+            && f.iter().all(|s| {
+                let n = s.name();
+                n.starts_with("backtrace::")
+                    || n.contains("pprof::")
+                    || n.contains("perf_signal_handler")
+                    || n == "__restore_rt"
+            })
+    };
+    let n = frames.frames.iter().take_while(|f| own(f)).count();
+    frames.frames.drain(..n);
 }
 
 fn error_answer(e: &ProfileError) -> Response<RespBody> {

@@ -29,3 +29,45 @@ fn one_profile_at_a_time() {
     drop(first);
     drop(Slot::take().unwrap());
 }
+
+fn symbol(name: &str) -> ::pprof::Symbol {
+    ::pprof::Symbol {
+        name: Some(name.as_bytes().to_vec()),
+        addr: None,
+        lineno: None,
+        filename: None,
+    }
+}
+
+fn names(f: &::pprof::Frames) -> Vec<String> {
+    f.frames.iter().map(|s| s[0].name()).collect()
+}
+
+#[test]
+fn the_sampler_frames_are_dropped() {
+    let stack = |names: &[&str]| ::pprof::Frames {
+        frames: names.iter().map(|n| vec![symbol(n)]).collect(),
+        thread_name: String::new(),
+        thread_id: 0,
+        sample_timestamp: std::time::SystemTime::UNIX_EPOCH,
+    };
+    let mut f = stack(&[
+        "backtrace::backtrace::trace_unsynchronized",
+        "<pprof::backtrace::backtrace_rs::Trace as pprof::backtrace::Trace>::trace",
+        "pprof::profiler::perf_signal_handler",
+        "__restore_rt",
+        "kthena_router::pipeline::schedule::schedule",
+        "start_thread",
+    ]);
+    drop_sampler_frames(&mut f);
+    assert_eq!(
+        names(&f),
+        [
+            "kthena_router::pipeline::schedule::schedule",
+            "start_thread"
+        ]
+    );
+    let mut f = stack(&["kthena_router::a", "start_thread"]);
+    drop_sampler_frames(&mut f);
+    assert_eq!(names(&f), ["kthena_router::a", "start_thread"]);
+}
