@@ -1,5 +1,5 @@
 //! CPU profiles on the debug port of the `kthena-router` binary: under load from
-//! kthena-sim engines, `GET /debug/pprof/profile?seconds=3` answers a gzipped pprof
+//! kthena-sim engines, `GET /debug/pprof/profile?seconds=5` answers a gzipped pprof
 //! protobuf whose hottest functions are the router's; one profile at a time, a bad
 //! `seconds` is refused, heap profiles are 501, and the inference port serves none of it.
 #![allow(
@@ -193,7 +193,7 @@ async fn a_cpu_profile_under_load_names_router_code() {
         &ok,
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let url = format!("{dbg}/profile?seconds=3");
+    let url = format!("{dbg}/profile?seconds=5");
     let taking = get_bytes(&url);
     let second = async {
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -205,14 +205,14 @@ async fn a_cpu_profile_under_load_names_router_code() {
     stop.store(true, Ordering::Relaxed);
     clients.join_all().await;
     assert_eq!(status, StatusCode::OK, "{gz:?}");
-    assert!(ok.load(Ordering::Relaxed) > 100, "too little load: {ok:?}");
+    assert!(ok.load(Ordering::Relaxed) > 50, "too little load: {ok:?}");
 
     let mut raw = Vec::new();
     flate2::read::GzDecoder::new(&gz[..])
         .read_to_end(&mut raw)
         .unwrap();
     let p = pprof::protos::Profile::decode(&raw[..]).unwrap();
-    assert!(p.duration_nanos >= 3_000_000_000, "{}", p.duration_nanos);
+    assert!(p.duration_nanos >= 5_000_000_000, "{}", p.duration_nanos);
     assert_router_leads(&p);
 }
 
