@@ -202,17 +202,63 @@ async fn stack() -> Stack {
     }
 }
 
-/// Workload rounds until `secs` passed (at least one round).
-async fn workload(s: &Stack, secs: u64) {
+/// Workload rounds until `secs` passed (at least one round); the number of rounds.
+async fn workload(s: &Stack, secs: u64) -> u32 {
     let end = tokio::time::Instant::now() + Duration::from_secs(secs);
     let mut round = 0;
     loop {
-        tokio::join!(round_go_layout(&s.go, round), round_kv_events(&s.kv, round));
+        tokio::join!(
+            round_go_layout(&s.go, round as usize),
+            round_kv_events(&s.kv, round as usize)
+        );
         round += 1;
         if tokio::time::Instant::now() >= end {
-            return;
+            return round;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The value of `expr` (one series) once Prometheus' last scrape gives `want`, else the last
+/// value seen within [`SETTLE`].
+async fn settled(prom: &Prometheus, expr: &str, want: f64) -> f64 {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        let series = prom.query(expr).await;
+        let got = series
+            .first()
+            .and_then(|s| s["value"][1].as_str()?.parse().ok())
+            .unwrap_or(f64::NAN);
+        if got == want || tokio::time::Instant::now() > deadline {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// What Prometheus holds after `rounds` rounds: every request counted once (11 a round on
+/// router A: 8 chats, a completion, a 404 and a 429; 3 on router B), one 404 of model
+/// `unknown` and one rate-limited request a round, every chat of router A through the
+/// fairness queue.
+async fn check_counts(prom: &Prometheus, rounds: u32) {
+    let n = f64::from(rounds);
+    let cases = [
+        ("sum(kthena_router_requests_total)", 14.0 * n),
+        (
+            r#"sum(kthena_router_requests_total{model="unknown", status_code="404"})"#,
+            n,
+        ),
+        (
+            r#"sum(kthena_router_rate_limit_exceeded_total{model="limited", limit_type="input_tokens"})"#,
+            n,
+        ),
+        (
+            r#"sum(kthena_router_requests_total{error_type="successful_request"})"#,
+            12.0 * n,
+        ),
+    ];
+    for (expr, want) in cases {
+        assert_eq!(settled(prom, expr, want).await, want, "{expr}");
     }
 }
 
@@ -236,7 +282,8 @@ async fn every_dashboard_expression_returns_series() {
         None => 3,
     };
     let start = std::time::SystemTime::now();
-    workload(&s, secs).await;
+    let rounds = workload(&s, secs).await;
+    check_counts(&s.prom, rounds).await;
     // Rates need two samples of each series after the workload's first requests.
     let deadline = tokio::time::Instant::now() + SETTLE;
     let mut missing = empty(&s.prom, &all).await;

@@ -149,7 +149,7 @@ impl RouterProcess {
         );
         let path = dir.path().join("router.yaml");
         std::fs::write(&path, cfg).unwrap();
-        let (port, metrics, debug) = (free_port(), free_port(), free_port());
+        let [port, metrics, debug] = distinct_ports();
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kthena-router"))
             .arg("--config")
             .arg(&path)
@@ -179,6 +179,16 @@ impl RouterProcess {
     pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
+}
+
+/// Three ports on 127.0.0.1 that were free a moment ago, all different (bound together,
+/// then released).
+fn distinct_ports() -> [u16; 3] {
+    let listeners: Vec<std::net::TcpListener> = (0..3)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let port = |i: usize| listeners[i].local_addr().unwrap().port();
+    [port(0), port(1), port(2)]
 }
 
 /// A path's `display()` for a YAML string.
