@@ -15,6 +15,8 @@ mod cluster_support;
 mod common;
 mod config_warnings;
 mod configmap_reload;
+mod dashboards;
+mod dashboards_support;
 mod epp;
 mod fairness_labels;
 mod faults_client;
