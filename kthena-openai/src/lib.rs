@@ -22,7 +22,7 @@
 //! | `/v1/responses` | Responses | `input` | [`Prompt::Messages`]: a string as one `user` message, or the `message` items; `instructions` first as a `developer` message |
 //!
 //! Without a path ([`parse_request`]) the first present of `prompt`, `messages`, `input` is
-//! the prompt, Go Kthena's order (`pkg/kthena-router/utils/utils.go` `ParsePrompt`). 
+//! the prompt, Go Kthena's order (`pkg/kthena-router/utils/utils.go` `ParsePrompt`).
 //!
 //! [`parse_request_for`] parses the body of any inference path by its [`Api`]
 //! ([`Api::of_path`]: every `/v1/*` path but `/v1/models`). Besides the four above:

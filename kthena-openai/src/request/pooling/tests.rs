@@ -37,7 +37,11 @@ fn rerank_and_score_read_the_query_then_the_documents() {
     .unwrap();
     assert_eq!(p.prompt, Prompt::Text("q\nd1\nd2".into()));
     assert_eq!(p.prompt_text, "q\nd1\nd2");
-    let p = parse(Api::Score, r#"{"model":"r","text_1":"a","text_2":["b","c"]}"#).unwrap();
+    let p = parse(
+        Api::Score,
+        r#"{"model":"r","text_1":"a","text_2":["b","c"]}"#,
+    )
+    .unwrap();
     assert_eq!(p.prompt_text, "a\nb\nc");
     let p = parse(Api::Score, r#"{"model":"r"}"#).unwrap();
     assert_eq!(p.prompt_text, "");
