@@ -1,10 +1,11 @@
 //! Which OpenAI-compatible API a request path is served by ([`Api::of_path`]): the one
 //! decision of where a request's model and prompt are read from.
 //!
-//! Go Kthena proxies every `/v1/*` request whose JSON body names a model
-//! (`cmd/kthena-router/app/router.go`: `v1Group.Any("/*path", ...)`,
-//! `pkg/kthena-router/router/router.go`); the paths below are vLLM's OpenAI-compatible
-//! server's (`vllm/entrypoints/openai/api_server.py`). vLLM's paths outside `/v1/`
+//! Go Kthena hands every `/v1/*` request to its router (`cmd/kthena-router/app/router.go`:
+//! `v1Group.Any("/*path", ...)`), which routes a JSON body with a `model` and a `prompt` or
+//! `messages` (`pkg/kthena-router/utils/utils.go` `ParsePrompt`); here every `/v1/*` path
+//! whose body names a model is an inference path. The paths below are vLLM's
+//! OpenAI-compatible server's (`vllm/entrypoints/openai/api_server.py`). vLLM's paths outside `/v1/`
 //! (`/tokenize`, `/detokenize`, `/pooling`, `/classify`, `/rerank`, `/v2/rerank`, `/score`)
 //! are not inference paths, as in Go Kthena.
 

@@ -124,7 +124,8 @@ pub fn parse_request_at(raw: Bytes, primary: Option<&str>) -> Result<ParsedReque
 /// and `documents`, score `text_1` and `text_2`, any other path the first of `prompt`,
 /// `messages`, `input` that reads as a prompt. A body without a prompt there gets an
 /// empty [`Prompt::Text`] and an empty [`ParsedRequest::prompt_text`]: it is scheduled on
-/// load alone and estimated at 0 input tokens.
+/// load alone and estimated at 0 input tokens. Embeddings, rerank and score produce no
+/// output tokens: their [`ParsedRequest::max_output_tokens`] is `Some(0)`.
 ///
 /// # Errors
 /// As [`parse_request`] (but [`Error::PromptNotFound`] only for the generation APIs);
@@ -134,14 +135,19 @@ pub fn parse_request_for(raw: Bytes, api: Api) -> Result<ParsedRequest> {
     if api.requires_prompt() {
         return parse_request_at(raw, api.prompt_member());
     }
-    parse_with(raw, |body| {
+    let mut parsed = parse_with(raw, |body| {
         let found = match api {
             Api::Embeddings => pooling::embeddings_prompt(body)?,
             Api::Rerank | Api::Score => pooling::pair_prompt(body),
             _ => parse_prompt(body, None).ok().flatten(),
         };
         Ok(found.unwrap_or_else(|| (Prompt::Text(String::new()), String::new())))
-    })
+    })?;
+    if matches!(api, Api::Embeddings | Api::Rerank | Api::Score) {
+        // Pooling models produce no output tokens.
+        parsed.max_output_tokens = Some(0);
+    }
+    Ok(parsed)
 }
 
 /// Parses the members every API shares (`model`, `stream`, `stream_options`, `user`), the

@@ -23,6 +23,7 @@ fn embeddings_read_input_in_every_shape() {
         let p = parse(Api::Embeddings, body).unwrap();
         assert_eq!(p.model, "e");
         assert_eq!(p.prompt_text, text, "{body}");
+        assert_eq!(p.max_output_tokens, Some(0));
     }
     let e = parse(Api::Embeddings, r#"{"model":"e","input":5}"#).unwrap_err();
     assert!(matches!(e, Error::InvalidField { param: "input", .. }));
