@@ -262,13 +262,13 @@ impl Provider {
     }
 
     /// Whether the provider serves `path`: OpenAI every inference path
-    /// (`crate::pipeline::is_inference_path`: chat, completions, responses, embeddings,
+    /// (`kthena_openai::Api::of_path`: chat, completions, responses, embeddings,
     /// audio, ...) but `/v1/messages`; Anthropic `/v1/messages` only.
     #[must_use]
     pub fn serves(&self, path: &str) -> bool {
         match self.kind {
             ProviderType::OpenAI => {
-                path != "/v1/messages" && crate::pipeline::is_inference_path(path)
+                path != "/v1/messages" && kthena_openai::Api::of_path(path).is_some()
             }
             ProviderType::Anthropic => path == "/v1/messages",
         }

@@ -28,12 +28,12 @@ pub(crate) async fn model_field(body: Bytes, boundary: &str) -> Result<String, E
     let stream = futures_util::stream::once(async move { Ok::<_, Infallible>(body) });
     let mut form = multer::Multipart::new(stream, boundary);
     loop {
-        let field = form.next_field().await.map_err(malformed)?;
+        let field = form.next_field().await.map_err(|e| malformed(&e))?;
         let Some(field) = field else {
             return Err(Error::MissingModel);
         };
         if field.name() == Some("model") {
-            let model = field.text().await.map_err(malformed)?;
+            let model = field.text().await.map_err(|e| malformed(&e))?;
             let model = model.trim();
             if model.is_empty() {
                 return Err(Error::MissingModel);
@@ -43,7 +43,7 @@ pub(crate) async fn model_field(body: Bytes, boundary: &str) -> Result<String, E
     }
 }
 
-fn malformed(e: multer::Error) -> Error {
+fn malformed(e: &multer::Error) -> Error {
     Error::InvalidField {
         param: "body",
         reason: format!("malformed multipart/form-data body: {e}"),

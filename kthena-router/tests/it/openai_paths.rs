@@ -2,6 +2,11 @@
 //! rerank, score and multipart audio uploads through raw HTTP, each routed by its model to
 //! its own kthena-sim engines and scheduled like chat.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers fail the test on any error"
+)]
+
 use http::StatusCode;
 use serde_json::{Value, json};
 
