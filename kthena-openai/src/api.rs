@@ -42,7 +42,8 @@ pub enum Api {
 
 impl Api {
     /// The API of `path`, `None` for a path that is not an inference path: outside
-    /// `/v1/`, or `/v1/models` (the model list the router answers itself).
+    /// `/v1/`, `/v1/models` (the model list the router answers itself), vLLM's LoRA admin
+    /// calls `/v1/load_lora_adapter` and `/v1/unload_lora_adapter`.
     #[must_use]
     pub fn of_path(path: &str) -> Option<Self> {
         let api = match path {
@@ -54,7 +55,7 @@ impl Api {
             "/v1/rerank" => Self::Rerank,
             "/v1/score" => Self::Score,
             "/v1/audio/transcriptions" | "/v1/audio/translations" => Self::Audio,
-            "/v1/models" => return None,
+            "/v1/models" | "/v1/load_lora_adapter" | "/v1/unload_lora_adapter" => return None,
             p if p.starts_with("/v1/") && !p.starts_with("/v1/models/") => Self::Other,
             _ => return None,
         };

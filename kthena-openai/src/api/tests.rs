@@ -15,6 +15,8 @@ fn every_v1_path_but_the_model_list_is_an_inference_path() {
         ("/v1/classify", Some(Api::Other)),
         ("/v1/models", None),
         ("/v1/models/m", None),
+        ("/v1/load_lora_adapter", None),
+        ("/v1/unload_lora_adapter", None),
         ("/tokenize", None),
         ("/rerank", None),
         ("/v2/rerank", None),
