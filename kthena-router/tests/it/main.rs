@@ -41,6 +41,7 @@ mod lora;
 mod memory;
 mod openai_body;
 mod openai_client;
+mod openai_paths;
 mod overload;
 mod overload_10k;
 mod pd;
