@@ -18,7 +18,7 @@
 //!
 //! | target | reads | parser |
 //! |---|---|---|
-//! | `openai_request` | client request bodies | `parse_request`, `upstream_body`, `upstream_responses_body`, `remote_body` |
+//! | `openai_request` | client request bodies | `parse_request`, `parse_request_for`, `upstream_body`, `upstream_responses_body`, `remote_body` |
 //! | `sse_filter` | engine streaming and JSON responses | `SseFilter`, `ResponseProbe`, `usage_of` |
 //! | `engine_metrics` | engine `/metrics` (vLLM, SGLang, llama.cpp) and `/v1/models` | `kthena_engine_metrics`: `parse_metrics`, `family`, `parse_models` |
 //! | `kv_events` | ZMQ KV-event messages (vLLM array and map encodings, SGLang) | `split_frames`, `decode_batch`, `InMemoryKvIndex::apply` |

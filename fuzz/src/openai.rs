@@ -1,16 +1,26 @@
 //! Client request bodies: parsing and the upstream body the router builds from them.
 
 use bytes::Bytes;
-use kthena_openai::{ParsedRequest, estimate_tokens, parse_request, remote_body};
+use kthena_openai::{
+    Api, ParsedRequest, estimate_tokens, parse_request, parse_request_for, remote_body,
+};
 use serde_json::Value;
 
 const REWRITTEN: &str = "fuzz-rewritten-model";
 
-/// Parses `data` as an OpenAI request; when it parses, every upstream body the router could
+/// Parses `data` as an OpenAI request of every API ([`parse_request_for`]: its prompt text
+/// starts with the rendered prompt); when it parses without a path, every upstream body the router could
 /// send must be a JSON object that parses again as the same request (same stream flag and
 /// prompt), carry the rewritten `model`, and ask for usage exactly when it says it injected
 /// that. Without a change the original bytes go upstream.
 pub fn openai_request(data: &[u8]) {
+    // The pooling APIs and any other `/v1/` path: the same prompt invariant, no panic.
+    for api in [Api::Embeddings, Api::Rerank, Api::Score, Api::Other] {
+        if let Ok(r) = parse_request_for(Bytes::copy_from_slice(data), api) {
+            assert!(r.prompt_text.starts_with(&r.prompt.render()));
+            let _ = estimate_tokens(&r.prompt_text);
+        }
+    }
     let Ok(req) = parse_request(Bytes::copy_from_slice(data)) else {
         return;
     };

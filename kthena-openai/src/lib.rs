@@ -22,8 +22,21 @@
 //! | `/v1/responses` | Responses | `input` | [`Prompt::Messages`]: a string as one `user` message, or the `message` items; `instructions` first as a `developer` message |
 //!
 //! Without a path ([`parse_request`]) the first present of `prompt`, `messages`, `input` is
-//! the prompt, Go Kthena's order (`pkg/kthena-router/utils/utils.go` `ParsePrompt`). Other
-//! APIs (embeddings, rerank, audio) are not parsed here: the router does not serve them.
+//! the prompt, Go Kthena's order (`pkg/kthena-router/utils/utils.go` `ParsePrompt`).
+//!
+//! [`parse_request_for`] parses the body of any inference path by its [`Api`]
+//! ([`Api::of_path`]: every `/v1/*` path but `/v1/models`). Besides the four above:
+//!
+//! | path | prompt | read as |
+//! |---|---|---|
+//! | `/v1/embeddings` | `input`, else `messages` | [`Prompt::Text`]: a string, or the items of an array (strings, token ids and arrays of token ids as their JSON text) joined with `\n`; messages as chat |
+//! | `/v1/rerank` | `query`, `documents` | [`Prompt::Text`]: the query, then the documents one per line (an object document by its `text`) |
+//! | `/v1/score` | `text_1`, `text_2` | as rerank |
+//! | `/v1/audio/transcriptions`, `/v1/audio/translations` | none | a `multipart/form-data` body: the host reads the `model` form field and builds [`ParsedRequest::form`] |
+//! | any other `/v1/*` | first of `prompt`, `messages`, `input` that reads, else none | as above |
+//!
+//! Without a prompt the request is scheduled on load alone: [`ParsedRequest::prompt_text`]
+//! is empty.
 //!
 //! [`ParsedRequest::prompt_text`] is the text a token estimate and prefix hashing read: the
 //! prompt rendered in ChatML ([`Prompt::render`]), then every other prompt-bearing member
@@ -54,16 +67,18 @@
 //! [`remote_body`] builds the body of an engine's `POST /tokenize` for a [`Prompt`], for a
 //! router that has no local tokenizer for the model.
 
+mod api;
 mod error;
 mod request;
 mod response;
 mod sse;
 mod tokenize;
 
+pub use api::Api;
 pub use error::{Error, Result};
 pub use request::{
     Message, ParsedRequest, Prompt, UpstreamBody, estimate_tokens, parse_request, parse_request_at,
-    prompt_member,
+    parse_request_for, prompt_member,
 };
 pub use response::{ResponseProbe, Usage, usage_from, usage_of};
 pub use sse::SseFilter;

@@ -13,12 +13,13 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 mod limits;
+mod pooling;
 
 #[cfg(test)]
 use limits::MAX_CHOICES;
 use limits::max_output_tokens;
 
-use crate::{Error, Result};
+use crate::{Api, Error, Result};
 
 /// One chat message as the router sees it (role and flattened text content).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,7 +112,50 @@ pub fn parse_request(raw: Bytes) -> Result<ParsedRequest> {
 ///
 /// # Errors
 /// As [`parse_request`].
-pub fn parse_request_at(mut raw: Bytes, primary: Option<&str>) -> Result<ParsedRequest> {
+pub fn parse_request_at(raw: Bytes, primary: Option<&str>) -> Result<ParsedRequest> {
+    parse_with(raw, |body| {
+        parse_prompt(body, primary)?.ok_or(Error::PromptNotFound)
+    })
+}
+
+/// Parses the JSON body of a request to an inference path of API `api`
+/// ([`Api::of_path`]). The generation APIs read their prompt as [`parse_request_at`] does
+/// (and refuse a body without one); embeddings read `input` (or `messages`), rerank `query`
+/// and `documents`, score `text_1` and `text_2`, any other path the first of `prompt`,
+/// `messages`, `input` that reads as a prompt. A body without a prompt there gets an
+/// empty [`Prompt::Text`] and an empty [`ParsedRequest::prompt_text`]: it is scheduled on
+/// load alone and estimated at 0 input tokens. Embeddings, rerank and score produce no
+/// output tokens: their [`ParsedRequest::max_output_tokens`] is `Some(0)`.
+///
+/// # Errors
+/// As [`parse_request`] (but [`Error::PromptNotFound`] only for the generation APIs);
+/// [`Error::InvalidField`] for an embeddings `input` or a rerank `query` of a shape no API
+/// accepts. A multipart API ([`Api::Audio`]) is not JSON: see [`ParsedRequest::form`].
+pub fn parse_request_for(raw: Bytes, api: Api) -> Result<ParsedRequest> {
+    if api.requires_prompt() {
+        return parse_request_at(raw, api.prompt_member());
+    }
+    let mut parsed = parse_with(raw, |body| {
+        let found = match api {
+            Api::Embeddings => pooling::embeddings_prompt(body)?,
+            Api::Rerank | Api::Score => pooling::pair_prompt(body),
+            _ => parse_prompt(body, None).ok().flatten(),
+        };
+        Ok(found.unwrap_or_else(|| (Prompt::Text(String::new()), String::new())))
+    })?;
+    if matches!(api, Api::Embeddings | Api::Rerank | Api::Score) {
+        // Pooling models produce no output tokens.
+        parsed.max_output_tokens = Some(0);
+    }
+    Ok(parsed)
+}
+
+/// Parses the members every API shares (`model`, `stream`, `stream_options`, `user`), the
+/// prompt with `prompt`, and the output token bound.
+fn parse_with(
+    mut raw: Bytes,
+    prompt: impl FnOnce(&Map<String, Value>) -> Result<(Prompt, String)>,
+) -> Result<ParsedRequest> {
     // A UTF-8 byte order mark before the JSON (as Python's `json.loads` and so vLLM accept).
     if raw.starts_with(b"\xEF\xBB\xBF") {
         raw = raw.slice(3..);
@@ -145,7 +189,7 @@ pub fn parse_request_at(mut raw: Bytes, primary: Option<&str>) -> Result<ParsedR
         Some(_) => return Err(invalid("stream_options", "must be an object or null")),
     };
     let user = body.get("user").and_then(Value::as_str).map(str::to_owned);
-    let (prompt, prompt_text) = parse_prompt(&body, primary)?.ok_or(Error::PromptNotFound)?;
+    let (prompt, prompt_text) = prompt(&body)?;
     let max_output_tokens = max_output_tokens(&body);
     Ok(ParsedRequest {
         raw,
@@ -395,6 +439,25 @@ pub struct UpstreamBody {
 }
 
 impl ParsedRequest {
+    /// A request whose body is not JSON (a `multipart/form-data` upload, [`Api::Audio`]):
+    /// `raw` as received, its `model` form field, no prompt (empty [`Prompt::Text`] and
+    /// [`ParsedRequest::prompt_text`]), no stream. [`ParsedRequest::upstream_body`] forwards
+    /// `raw` unchanged: the model of a form is never rewritten.
+    #[must_use]
+    pub fn form(raw: Bytes, model: String) -> Self {
+        Self {
+            raw,
+            body: Map::new(),
+            model,
+            stream: false,
+            client_wants_usage: false,
+            user: None,
+            prompt: Prompt::Text(String::new()),
+            max_output_tokens: None,
+            prompt_text: String::new(),
+        }
+    }
+
     /// Builds the upstream body: `model` rewritten to `rewrite_model` when given, and for
     /// streaming requests `stream_options.include_usage = true` added when the client did not
     /// ask for it (other `stream_options` keys are kept). Without any change the original
@@ -413,7 +476,7 @@ impl ParsedRequest {
     }
 
     fn build_upstream_body(&self, rewrite_model: Option<&str>, may_inject: bool) -> UpstreamBody {
-        let rewrite = rewrite_model.filter(|m| *m != self.model);
+        let rewrite = rewrite_model.filter(|m| *m != self.model && !self.body.is_empty());
         let inject = may_inject && self.stream && !self.client_wants_usage;
         if rewrite.is_none() && !inject {
             return UpstreamBody {

@@ -23,7 +23,8 @@ pub fn usage_of(v: &Value) -> Option<Usage> {
 }
 
 /// The [`Usage`] of a `usage` object (`prompt_tokens`/`input_tokens`,
-/// `completion_tokens`/`output_tokens`); `None` when all zero.
+/// `completion_tokens`/`output_tokens`; a `usage` with only `total_tokens`, as vLLM's rerank
+/// answers, is all prompt tokens); `None` when all zero.
 #[must_use]
 pub fn usage_from(u: &Value) -> Option<Usage> {
     let get = |a: &str, b: &str| {
@@ -32,10 +33,13 @@ pub fn usage_from(u: &Value) -> Option<Usage> {
             .and_then(Value::as_u64)
             .unwrap_or(0)
     };
-    let usage = Usage {
+    let mut usage = Usage {
         prompt_tokens: get("prompt_tokens", "input_tokens"),
         completion_tokens: get("completion_tokens", "output_tokens"),
     };
+    if usage == Usage::default() {
+        usage.prompt_tokens = get("total_tokens", "total_tokens");
+    }
     (usage != Usage::default()).then_some(usage)
 }
 

@@ -3,6 +3,7 @@
 //! budget of bytes all buffered client bodies may hold together ([`BodyBudget`]), which
 //! [`read`] reads them under.
 
+pub(crate) mod form;
 pub(crate) mod read;
 
 mod parse_cost;

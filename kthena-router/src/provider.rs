@@ -261,15 +261,15 @@ impl Provider {
         format!("{base}{rest}")
     }
 
-    /// Whether the provider serves `path`: OpenAI chat, completions and responses;
-    /// Anthropic messages.
+    /// Whether the provider serves `path`: OpenAI every inference path
+    /// (`kthena_openai::Api::of_path`: chat, completions, responses, embeddings,
+    /// audio, ...) but `/v1/messages`; Anthropic `/v1/messages` only.
     #[must_use]
     pub fn serves(&self, path: &str) -> bool {
         match self.kind {
-            ProviderType::OpenAI => matches!(
-                path,
-                "/v1/chat/completions" | "/v1/completions" | "/v1/responses"
-            ),
+            ProviderType::OpenAI => {
+                path != "/v1/messages" && kthena_openai::Api::of_path(path).is_some()
+            }
             ProviderType::Anthropic => path == "/v1/messages",
         }
     }

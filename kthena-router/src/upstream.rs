@@ -239,7 +239,8 @@ pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
 }
 
 /// The headers an engine gets: the client's, without hop-by-hop ones, `Host`,
-/// `Content-Length` and `Expect`; JSON, no content coding, and the request id.
+/// `Content-Length` and `Expect`; JSON (a multipart form keeps its `Content-Type`), no
+/// content coding, and the request id.
 pub(crate) fn upstream_headers(client: &HeaderMap, request_id: &str) -> HeaderMap {
     let mut h = client.clone();
     strip_hop_by_hop(&mut h);
@@ -248,10 +249,14 @@ pub(crate) fn upstream_headers(client: &HeaderMap, request_id: &str) -> HeaderMa
     // The router has read the whole body already; the engine must not wait for a
     // `100 Continue` exchange.
     h.remove(header::EXPECT);
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    // A multipart form (audio uploads) keeps its type and boundary; any other body is the
+    // JSON the router parsed.
+    if crate::body::form::boundary(&h).is_none() {
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+    }
     // The router reads every answer (usage, error events) and hides the usage chunk it
     // asked for: a compressed one it could do neither with. Without the header any coding
     // would be acceptable (RFC 9110 section 12.5.3), so ask for none.

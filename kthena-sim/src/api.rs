@@ -4,7 +4,8 @@
 //! The modules, leaves first: `shared` (the handlers' state), `body` (error shape and body
 //! helpers), `wire` (request and response shapes), `request` (validation into a generation),
 //! `pd` (prefill/decode disaggregation), `generate` (completions and chat completions),
-//! `responses` (the Responses API), `serving` (render, tokenize and the small vLLM endpoints)
+//! `responses` (the Responses API), `pooling` (embeddings, rerank, score), `audio`
+//! (transcriptions and translations), `serving` (render, tokenize and the small vLLM endpoints)
 //! and `admin` (health, metrics, models, LoRA). Each imports only the ones before it.
 
 use std::sync::Arc;
@@ -13,9 +14,11 @@ use axum::Router;
 use axum::routing::{get, post};
 
 mod admin;
+mod audio;
 mod body;
 mod generate;
 mod pd;
+mod pooling;
 mod request;
 mod responses;
 mod serving;
@@ -33,6 +36,8 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .merge(admin::routes())
         .route("/bootstrap/{room}", get(pd::bootstrap_wait))
         .merge(serving::routes())
+        .merge(pooling::routes())
+        .merge(audio::routes())
         .fallback(admin::not_found)
         .layer(axum::extract::DefaultBodyLimit::max(
             shared.cfg.max_body_bytes,

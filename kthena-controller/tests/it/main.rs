@@ -15,6 +15,7 @@ mod bind_address;
 mod booster;
 mod cert_manager;
 mod chart_install;
+mod chart_monitoring;
 mod chart_pods;
 mod chart_render;
 mod chart_support;

@@ -23,6 +23,15 @@ fn usage_parsing() {
         })
     );
     assert_eq!(usage_of(&serde_json::json!({"usage":null})), None);
+    // vLLM's rerank answer counts only `total_tokens`: all of them input.
+    let v: Value = serde_json::json!({"usage":{"total_tokens":9}});
+    assert_eq!(
+        usage_of(&v),
+        Some(Usage {
+            prompt_tokens: 9,
+            completion_tokens: 0
+        })
+    );
     for body in [
         r#"{"usage":{"completion_tokens":7},"choices":[]}"#,
         r#"{"usage":null,"choices":[],"response":{"usage":{"output_tokens":3}}}"#,

@@ -1,5 +1,6 @@
 //! Parse: the inference paths and method, the bounded body read ([`read_body`]: size, read
-//! timeouts, the shared body budget) and the OpenAI body parse. Passes on a
+//! timeouts, the shared body budget) and the OpenAI body parse (JSON by the path's
+//! [`Api`], or a multipart form's `model` field). Passes on a
 //! [`Ctx`] with [`Parsed`] (body and routing snapshot) and the body's budget reservation
 //! ([`HeldBody`]) in place of the body.
 
@@ -10,18 +11,18 @@ use std::task::{Context, Poll};
 
 use http::{Method, Request, Response};
 use http_body::Body;
-use kthena_openai::{parse_request_at, prompt_member};
+use kthena_openai::{Api, ParsedRequest, parse_request_for};
 use tower::{Layer, Service};
 
 use super::BoxFut;
 use super::ctx::{Ctx, Inbound, Parsed};
 use crate::body::read::{ReadBody, ReadLimits, read_body};
-use crate::body::{BoxError, HeldBody, RespBody, parse_cost};
+use crate::body::{BoxError, HeldBody, Reservation, RespBody, form, parse_cost};
 use crate::error::Error;
 use crate::shared::Shared;
 
-/// Reads and parses the body of the inference paths (`POST /v1/chat/completions`,
-/// `/v1/completions`, `/v1/responses`).
+/// Reads and parses the body of the inference paths (every `POST /v1/*` but `/v1/models`):
+/// a JSON body by its path's API, a `multipart/form-data` body for its `model` field.
 #[derive(Debug, Clone)]
 pub(crate) struct ParseLayer {
     shared: Arc<Shared>,
@@ -91,18 +92,18 @@ where
         .extensions()
         .get::<crate::gateway::EffectivePath>()
         .map_or(req.uri().path(), |p| p.0.as_str());
-    if !is_inference_path(path) {
+    let Some(api) = inference_api(path) else {
         return Err(Error::UnknownPath {
             path: path.to_owned(),
         });
-    }
+    };
     if req.method() != Method::POST {
         return Err(Error::MethodNotAllowed {
             method: req.method().to_string(),
             path: path.to_owned(),
         });
     }
-    let member = prompt_member(path);
+    let boundary = form::boundary(req.headers());
     let lim = ReadLimits {
         max_bytes: shared.max_body_bytes,
         idle_timeout: shared.listener.body_read_idle_timeout,
@@ -115,15 +116,14 @@ where
         bytes,
         mut held,
     } = read_body(Request::from_parts(parts, body), lim).await?;
-    // The parsed tree of a large body can cost many times its bytes: reserve that too.
-    let cost = parse_cost(&bytes);
-    if cost > 0 && !shared.body_budget.grow(&mut held, cost) {
-        return Err(Error::BodyBudgetExhausted {
-            budget: shared.body_budget.limit(),
-        });
-    }
+    let parsed = match boundary {
+        Some(b) => {
+            let model = form::model_field(bytes.clone(), &b).await?;
+            ParsedRequest::form(bytes, model)
+        }
+        None => parse_json(&shared, bytes, api, &mut held)?,
+    };
     let held = HeldBody(Arc::new(held));
-    let parsed = parse_request_at(bytes, member)?;
     let snap = shared.snapshot.load_full();
     meta.acct.parsed(&parsed, snap.routes.knows(&parsed.model));
     let parsed = Parsed {
@@ -139,12 +139,34 @@ where
     inner.call(Request::from_parts(parts, ctx)).await
 }
 
-/// Whether `path` is one of the inference paths this stage parses.
+/// Parses a JSON body of API `api`, its parsed tree's cost reserved on the body budget
+/// first.
+fn parse_json(
+    shared: &Shared,
+    bytes: Bytes,
+    api: Api,
+    held: &mut Reservation,
+) -> Result<ParsedRequest, Error> {
+    // The parsed tree of a large body can cost many times its bytes: reserve that too.
+    let cost = parse_cost(&bytes);
+    if cost > 0 && !shared.body_budget.grow(held, cost) {
+        return Err(Error::BodyBudgetExhausted {
+            budget: shared.body_budget.limit(),
+        });
+    }
+    Ok(parse_request_for(bytes, api)?)
+}
+
+/// The API of an inference path ([`Api::of_path`]: every `/v1/*` path but `/v1/models`),
+/// `None` for any other path: the one place the router decides which paths it parses and
+/// where their model and prompt are.
+pub(crate) fn inference_api(path: &str) -> Option<Api> {
+    Api::of_path(path)
+}
+
+/// Whether `path` is an inference path this stage parses ([`inference_api`]).
 pub(crate) fn is_inference_path(path: &str) -> bool {
-    matches!(
-        path,
-        "/v1/chat/completions" | "/v1/completions" | "/v1/responses" | "/v1/messages"
-    )
+    inference_api(path).is_some()
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use http::{Method, Request, Response};
 use http_body_util::Full;
-use kthena_openai::{parse_request_at, prompt_member};
+use kthena_openai::{Api, parse_request_for};
 use tower::{Layer, ServiceExt};
 
 use super::RouteLayer;
@@ -151,7 +151,9 @@ pub(crate) fn parsed_with(
     acct: Accounting,
 ) -> Request<Ctx<()>> {
     let parsed = Parsed {
-        req: Arc::new(parse_request_at(Bytes::from(body.to_owned()), prompt_member(path)).unwrap()),
+        req: Arc::new(
+            parse_request_for(Bytes::from(body.to_owned()), Api::of_path(path).unwrap()).unwrap(),
+        ),
         snap: shared.snapshot.load_full(),
     };
     let ctx = Ctx {

@@ -30,7 +30,11 @@ async fn access_log_covers_v1_requests_only_with_origins() {
         ("/v1/chat/completions", chat("orphan", "hi", false, 2), 503),
         ("/v1/chat/completions", chat("ghost", "hi", false, 2), 404),
         ("/v1/chat/completions", "{not json".into(), 400),
-        ("/v1/embeddings", "{}".into(), 404),
+        (
+            "/v1/embeddings",
+            r#"{"model":"ghost-embed","input":"x"}"#.into(),
+            404,
+        ),
         // Not under /v1/: answered, never logged.
         ("/chat/completions", chat("m", "hi", false, 2), 404),
     ];

@@ -36,7 +36,8 @@ struct Engine {
     _child: tokio::process::Child,
 }
 
-async fn start_engine(bin: &PathBuf, model: &PathBuf) -> Engine {
+/// A `llama-server` on a free port, with `extra` arguments (`--embeddings` ...).
+async fn start_engine(bin: &PathBuf, model: &PathBuf, extra: &[&str]) -> Engine {
     let port = free_port();
     let child = tokio::process::Command::new(bin)
         .args(["-m"])
@@ -58,6 +59,7 @@ async fn start_engine(bin: &PathBuf, model: &PathBuf) -> Engine {
             "--no-repack",
         ])
         .args(["-a", ALIAS, "--log-disable"])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -88,8 +90,8 @@ async fn llama_metric(port: u16, name: &str) -> f64 {
     metric_in(&text, name)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn openai_client_through_router_to_llama_cpp() {
+/// The cached `llama-server` binary and model (asserted present).
+fn bin_and_model() -> (PathBuf, PathBuf) {
     let bin = path_from(
         "LLAMA_SERVER_BIN",
         "/var/cache/kthena/llama.cpp-11434/bin/llama-server",
@@ -108,9 +110,15 @@ async fn openai_client_through_router_to_llama_cpp() {
         "{} is missing: run scripts/llama-server.sh (scripts/services.sh does)",
         model.display()
     );
+    (bin, model)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_client_through_router_to_llama_cpp() {
+    let (bin, model) = bin_and_model();
     let engines = [
-        start_engine(&bin, &model).await,
-        start_engine(&bin, &model).await,
+        start_engine(&bin, &model, &[]).await,
+        start_engine(&bin, &model, &[]).await,
     ];
 
     // The scraper maps llama.cpp's metrics (the ModelServer says vLLM; the names decide).
@@ -193,5 +201,44 @@ standalone:
         on_other < cached as f64,
         "the other engine cached {on_other} tokens"
     );
+    r.router.shutdown().await;
+}
+
+/// `/v1/embeddings` through the router to a llama.cpp server started with `--embeddings`:
+/// routed by model (the route's name rewritten to the engine's alias), a 576-dimension
+/// vector (SmolLM2-135M's hidden size), the prompt tokens counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embeddings_through_router_to_llama_cpp() {
+    let (bin, model) = bin_and_model();
+    let engine = start_engine(&bin, &model, &["--embeddings", "--pooling", "mean"]).await;
+    let config = format!(
+        "metricsScrapeInterval: 100ms
+standalone:
+  manifests: [manifests.yaml]
+  endpoints:
+  - {{name: llama-emb, address: \"127.0.0.1:{}\", labels: {{app: llama}}}}
+",
+        engine.port
+    );
+    let r = KvRouter::start(&config, &manifests(ALIAS, "llama")).await;
+    r.wait_ready().await;
+    let body = r#"{"model":"public","input":["hello world","the quick brown fox"]}"#;
+    let (status, _, b) =
+        kv_support::common::post(&format!("{}/v1/embeddings", r.url()), body, &[]).await;
+    assert_eq!(status, StatusCode::OK, "{b:?}");
+    let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+    let data = v["data"].as_array().unwrap();
+    assert_eq!(data.len(), 2, "{v}");
+    for (i, d) in data.iter().enumerate() {
+        assert_eq!(d["index"], i, "{v}");
+        assert_eq!(d["embedding"].as_array().unwrap().len(), 576, "{v}");
+    }
+    assert!(v["usage"]["prompt_tokens"].as_u64().unwrap() > 0, "{v}");
+    let log = r.access_log();
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0]["path"], "/v1/embeddings");
+    assert_eq!(log[0]["model_name"], "public");
+    assert_eq!(log[0]["selected_pod"], "llama-emb");
+    assert_eq!(log[0]["status_code"], 200);
     r.router.shutdown().await;
 }

@@ -607,7 +607,11 @@ async fn error_cases_status_and_shape() {
         assert!(e.as_object().unwrap().contains_key("param"), "{v}");
     }
     assert_eq!(r.metric(unknown).await, 1.0);
+    // Any /v1/ path is parsed as an inference path (a body without a model is refused as
+    // chat's is); vLLM's paths outside /v1/ are not routed.
     let (s, _, _) = post(&format!("{}/v1/embeddings", r.url()), "{}", &[]).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    let (s, _, _) = post(&format!("{}/tokenize", r.url()), "{}", &[]).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     r.router.shutdown().await;
 }

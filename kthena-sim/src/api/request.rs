@@ -98,7 +98,7 @@ pub(super) fn prepare(s: &Shared, api: Api, c: Common, prompt: Vec<u32>) -> Resu
 
 /// The LoRA adapter a request's `model` names: `None` for the base model, 404 for a name
 /// that is neither the base model nor a loaded adapter.
-fn resolve_lora(s: &Shared, model: &str) -> Result<Option<String>, ApiError> {
+pub(super) fn resolve_lora(s: &Shared, model: &str) -> Result<Option<String>, ApiError> {
     if model == s.cfg.model {
         Ok(None)
     } else if s

@@ -26,7 +26,8 @@ async fn rejects_paths_methods_and_bad_bodies_before_the_next_stage() {
     let (seen, inner) = test_util::recorder::<Ctx<()>>();
     let svc = ParseLayer::new(Arc::clone(&shared)).layer(inner);
     let cases = [
-        ("/v1/embeddings", "{}", "unknown_url"),
+        ("/tokenize", "{}", "unknown_url"),
+        ("/v1/embeddings", r#"{"input":"x"}"#, "missing_model"),
         ("/v1/completions", "{", "invalid_json"),
         ("/v1/completions", r#"{"prompt":"x"}"#, "missing_model"),
         ("/v1/completions", r#"{"model":"m"}"#, "missing_prompt"),
@@ -43,4 +44,32 @@ async fn rejects_paths_methods_and_bad_bodies_before_the_next_stage() {
     let e = svc.clone().oneshot(get).await.unwrap_err();
     assert_eq!(e.code(), "method_not_allowed");
     assert!(seen.lock().unwrap().is_none());
+}
+
+#[tokio::test]
+async fn any_v1_path_with_a_model_is_parsed_by_its_api() {
+    let (shared, _) = test_util::shared(&[]);
+    let svc = |inner| ParseLayer::new(Arc::clone(&shared)).layer(inner);
+    let (seen, inner) = test_util::recorder::<Ctx<()>>();
+    let body = r#"{"model":"e","input":["alpha","beta"]}"#;
+    let req = test_util::request(&shared, "/v1/embeddings", body);
+    svc(inner).oneshot(req).await.unwrap();
+    let p = seen.lock().unwrap().take().unwrap().parsed;
+    assert_eq!(
+        (p.req.model.as_str(), p.req.prompt_text.as_str()),
+        ("e", "alpha\nbeta")
+    );
+
+    let (seen, inner) = test_util::recorder::<Ctx<()>>();
+    let form = "--b1\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\nRIFF\r\n--b1\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper\r\n--b1--\r\n";
+    let mut req = test_util::request(&shared, "/v1/audio/transcriptions", form);
+    req.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        "multipart/form-data; boundary=b1".parse().unwrap(),
+    );
+    svc(inner).oneshot(req).await.unwrap();
+    let p = seen.lock().unwrap().take().unwrap().parsed;
+    assert_eq!(p.req.model, "whisper");
+    assert_eq!(p.req.raw, form.as_bytes());
+    assert_eq!(p.req.prompt_text, "");
 }
