@@ -208,7 +208,8 @@ fn last_log(r: &ClusterRouter) -> Value {
 /// `POST /llm/v1/chat/completions` reaches the engine as `/v1/chat/completions` with
 /// `Host: engine.internal` (also the attempt retried after the other pod's 503), the query
 /// kept; `ReplaceFullPath` and a `ReplacePrefixMatch` to `/v1` give `/v1/chat/completions`
-/// with the pod's own `Host`; the access log shows the path the client sent (as Go logs
+/// with the pod's own `Host`; `/llm/v1/embeddings` reaches the engine as `/v1/embeddings`;
+/// the access log shows the path the client sent (as Go logs
 /// it); a path no HTTPRoute matches outside `/v1/` is 404 `unknown_url`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn url_rewrites_reach_the_engine() {
@@ -273,6 +274,16 @@ async fn url_rewrites_reach_the_engine() {
             ("/v1/chat/completions".to_owned(), a_addr.clone()),
             ("/v1/chat/completions".to_owned(), a_addr)
         ]
+    );
+
+    // Any OpenAI path goes through the rewrite: embeddings.
+    seen_a.lock().unwrap().clear();
+    let body = json!({"model": model, "input": "hello"}).to_string();
+    let (status, _, text) = post(&format!("{}/llm/v1/embeddings", r.url()), body, &[]).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&text));
+    assert_eq!(
+        a_host(&seen_a),
+        [("/v1/embeddings".to_owned(), "engine.internal".to_owned())]
     );
 
     // Outside `/v1/`, a path no HTTPRoute matches is still unknown.
