@@ -230,10 +230,11 @@ fn retry_after(need: f64, left: f64, rate: f64) -> Duration {
 struct ExceededLabels {
     model: String,
     limit_type: &'static str,
-    path: String,
+    path: &'static str,
 }
 
-/// `kthena_router_rate_limit_exceeded_total{model, limit_type, path}` (Go's family).
+/// `kthena_router_rate_limit_exceeded_total{model, limit_type, path}` (Go's family; `path`
+/// bounded as the request metrics': `telemetry::metrics::path_label`).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RateLimitMetrics {
     exceeded: Family<ExceededLabels, Counter>,
@@ -262,7 +263,7 @@ impl RateLimitMetrics {
             .get_or_create(&ExceededLabels {
                 model: model.to_owned(),
                 limit_type,
-                path: path.to_owned(),
+                path: crate::telemetry::metrics::path_label(path),
             })
             .inc();
     }

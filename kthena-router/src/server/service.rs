@@ -109,7 +109,10 @@ async fn handle(
             // The same answer as `/v1/models`, behind the same authentication.
             return match authenticate(&shared, req.headers()).await {
                 Ok(_) => list_models(&shared),
-                Err(e) => error_response(&e),
+                Err(e) => {
+                    count_auth_failure(&shared, &e);
+                    error_response(&e)
+                }
             };
         }
         _ => {}
@@ -194,7 +197,9 @@ async fn dispatch(
     acct: &Accounting,
     request_id: &Arc<str>,
 ) -> Result<Response<RespBody>, Error> {
-    let caller = authenticate(shared, req.headers()).await?;
+    let caller = authenticate(shared, req.headers())
+        .await
+        .inspect_err(|e| count_auth_failure(shared, e))?;
     if let Some(who) = &caller {
         acct.user(&who.sub);
     }
@@ -216,7 +221,8 @@ async fn dispatch(
         return Ok(list_models(shared));
     }
     if let Some(load) = crate::lora::admin_path(path) {
-        crate::lora::may_administer(&shared.auth_cfg, shared.auth.is_some(), caller.as_ref())?;
+        crate::lora::may_administer(&shared.auth_cfg, shared.auth.is_some(), caller.as_ref())
+            .inspect_err(|e| count_auth_failure(shared, e))?;
         return crate::lora::admin(shared, req, load, acct).await;
     }
     let meta = Meta {
@@ -226,6 +232,20 @@ async fn dispatch(
         pick_only: false,
     };
     stack.oneshot(req.map(|body| Inbound { body, meta })).await
+}
+
+/// Counts a request refused by authentication or authorization
+/// (`kthena_router_auth_failures_total{reason}`); other errors are not counted here.
+fn count_auth_failure(shared: &Shared, e: &Error) {
+    let reason = match e {
+        Error::AuthHeaderInvalid => "missing_token",
+        Error::Unauthorized { .. } => "invalid_token",
+        Error::AuthUnavailable { .. } => "keys_unavailable",
+        Error::AdminForbidden { .. } => "forbidden",
+        Error::InvalidHeader { .. } => "bad_header",
+        _ => return,
+    };
+    shared.metrics.auth_failed(reason);
 }
 
 /// The caller of a request when authentication is on (`None` when off).

@@ -1,7 +1,6 @@
 //! The router's Prometheus metrics: the `kthena_router_*` families of Go Kthena
 //! (`pkg/kthena-router/metrics/metrics.go`), encoded with `prometheus-client`.
 
-use std::borrow::Cow;
 use std::sync::{Arc, LazyLock};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -41,10 +40,12 @@ pub(crate) fn unknown_label() -> LabelValue {
     Arc::clone(&UNKNOWN)
 }
 
-/// The `path` label: the request path, borrowed for the paths the router serves (so no
-/// copy per request), owned for any other.
-fn path_label(path: &str) -> Cow<'static, str> {
-    const SERVED: [&str; 9] = [
+/// The `path` label: the request path for the OpenAI and vLLM paths the router knows, else
+/// `other`. Every `POST /v1/*` naming a model is routed (and, in Gateway API mode, any path an
+/// HTTPRoute matches), so a client choosing its path must not be able to mint one series per
+/// path: the label set stays bounded; the access log keeps the exact path.
+pub(crate) fn path_label(path: &str) -> &'static str {
+    const KNOWN: [&str; 21] = [
         "/v1/chat/completions",
         "/v1/completions",
         "/v1/embeddings",
@@ -54,11 +55,24 @@ fn path_label(path: &str) -> Cow<'static, str> {
         "/v1/load_lora_adapter",
         "/v1/unload_lora_adapter",
         "/v1/rerank",
+        "/v1/score",
+        "/v1/audio/transcriptions",
+        "/v1/audio/translations",
+        "/v1/audio/speech",
+        "/v1/images/generations",
+        "/v1/images/edits",
+        "/v1/moderations",
+        "/v1/pooling",
+        "/v1/classify",
+        "/v1/tokenize",
+        "/v1/detokenize",
+        "/v1/messages/count_tokens",
     ];
-    match SERVED.iter().find(|p| **p == path) {
-        Some(p) => Cow::Borrowed(p),
-        None => Cow::Owned(path.to_owned()),
-    }
+    KNOWN
+        .iter()
+        .find(|p| **p == path)
+        .copied()
+        .unwrap_or("other")
 }
 
 /// Destination labels shared by several families; placeholders `none`/`unresolved` until
@@ -90,7 +104,7 @@ impl Default for Destination {
 #[derive(Debug, Clone, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     model: LabelValue,
-    path: Cow<'static, str>,
+    path: &'static str,
     status_code: u16,
     error_type: &'static str,
     model_route: LabelValue,
@@ -102,7 +116,7 @@ struct RequestLabels {
 #[derive(Debug, Clone, PartialEq, Eq, EncodeLabelSet)]
 struct DurationLabels {
     model: LabelValue,
-    path: Cow<'static, str>,
+    path: &'static str,
     status_code: u16,
     model_route: LabelValue,
     backend_type: &'static str,
@@ -113,7 +127,7 @@ struct DurationLabels {
 #[derive(Debug, Clone, PartialEq, Eq, EncodeLabelSet)]
 struct TokenLabels {
     model: LabelValue,
-    path: Cow<'static, str>,
+    path: &'static str,
     token_type: &'static str,
     model_route: LabelValue,
     backend_type: &'static str,
@@ -161,6 +175,7 @@ pub struct Metrics {
     kv_match: HistFamily<ModelLabel>,
     reloads: Family<ResultLabel, Counter>,
     config_warnings: Family<KindLabel, Gauge>,
+    auth_failures: Family<ReasonLabel, Counter>,
     /// Access-log entries dropped because the output fell behind (`accesslog`).
     pub(crate) access_log_dropped: Counter,
     /// KV-event, KV-index and tokenization families (`kv::metrics`).
@@ -182,6 +197,11 @@ pub struct Metrics {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct KindLabel {
     kind: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -251,6 +271,7 @@ impl Metrics {
             kv_match: HistFamily::<ModelLabel>::new_with_constructor(ratio_hist),
             reloads: Family::<ResultLabel, Counter>::default(),
             config_warnings: Family::<KindLabel, Gauge>::default(),
+            auth_failures: Family::<ReasonLabel, Counter>::default(),
             access_log_dropped: Counter::default(),
             kv,
             listener,
@@ -270,6 +291,11 @@ impl Metrics {
             "kthena_router_config_warnings",
             "Problems of the loaded configuration by kind (see docs/router.md)",
             self.config_warnings.clone(),
+        );
+        registry.register(
+            "kthena_router_auth_failures",
+            "Requests refused by authentication or authorization, by reason (not in Go Kthena)",
+            self.auth_failures.clone(),
         );
         registry.register(
             "kthena_router_config_reloads",
@@ -335,7 +361,7 @@ impl Metrics {
         self.requests
             .get_or_create(&RequestLabels {
                 model: Arc::clone(r.model),
-                path: path.clone(),
+                path,
                 status_code: r.status,
                 error_type,
                 model_route: Arc::clone(&d.model_route),
@@ -347,7 +373,7 @@ impl Metrics {
         self.duration
             .get_or_create(&DurationLabels {
                 model: Arc::clone(r.model),
-                path: path.clone(),
+                path,
                 status_code: r.status,
                 model_route: Arc::clone(&d.model_route),
                 backend_type: d.backend_type,
@@ -362,7 +388,7 @@ impl Metrics {
             self.tokens
                 .get_or_create(&TokenLabels {
                     model: Arc::clone(r.model),
-                    path: path.clone(),
+                    path,
                     token_type: kind,
                     model_route: Arc::clone(&d.model_route),
                     backend_type: d.backend_type,
@@ -424,6 +450,17 @@ impl Metrics {
                 .get_or_create(&KindLabel { kind: kind.into() })
                 .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
+    }
+
+    /// One more request refused by authentication: `kthena_router_auth_failures_total{reason}`
+    /// with `reason` one of `missing_token` (no `Authorization: Bearer` header),
+    /// `invalid_token` (signature or claims refused), `keys_unavailable` (the JWKS not fetched
+    /// yet, 503), `forbidden` (a LoRA admin call the caller may not make), `bad_header` (more
+    /// than one `Authorization` header).
+    pub fn auth_failed(&self, reason: &'static str) {
+        self.auth_failures
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
     }
 
     /// Observes a scheduler plugin's match ratio (`prefix-cache` or `kvcache-aware`).

@@ -203,6 +203,18 @@ async fn tokens_are_checked_with_go_messages_and_sub_is_logged() {
         StatusCode::UNAUTHORIZED
     );
     assert_eq!(get(&format!("{}/healthz", r.url())).await.0, StatusCode::OK);
+    // Refusals are counted by reason: four without a bearer token plus `/v1/models`, five
+    // tokens refused.
+    assert_eq!(
+        r.metric(r#"kthena_router_auth_failures_total{reason="missing_token"}"#)
+            .await,
+        5.0
+    );
+    assert_eq!(
+        r.metric(r#"kthena_router_auth_failures_total{reason="invalid_token"}"#)
+            .await,
+        5.0
+    );
 
     let log = r.access_log();
     let ok: Vec<&serde_json::Value> = log.iter().filter(|l| l["status_code"] == 200).collect();

@@ -296,8 +296,8 @@ fn with_system(text: &str, stream: bool, max_tokens: u32) -> serde_json::Value {
 }
 
 /// One round of the mixed workload on router A: concurrent chats (half streamed) of four
-/// users sharing a long prompt prefix, a completion, an unknown model (404) and a
-/// rate-limited route (429).
+/// users sharing a long prompt prefix, a completion, an unknown model (404), a
+/// rate-limited route (429) and a request with two `Authorization` headers (400).
 pub(crate) async fn round_go_layout(r: &RouterProcess, round: usize) {
     let url = format!("{}/v1/chat/completions", r.url());
     let mut calls = tokio::task::JoinSet::new();
@@ -323,6 +323,11 @@ pub(crate) async fn round_go_layout(r: &RouterProcess, round: usize) {
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, _, _) = post(&url, chat("limited", "hello there", false, 2), &[]).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    // Two `Authorization` headers: refused before the body is read (400), counted by
+    // `kthena_router_auth_failures_total{reason="bad_header"}` (authentication is off here).
+    let two = [("authorization", "Bearer a"), ("authorization", "Bearer b")];
+    let (status, _, _) = post(&url, chat("public", "hi", false, 2), &two).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
 }
 
 /// One round on router B: three chats sharing a prompt prefix (the engine's KV events fill

@@ -89,3 +89,35 @@ fn equal_labels_from_separate_strings_are_one_series() {
         ["ns/a  3", "ns/b  1"].map(String::from)
     );
 }
+
+/// A client choosing its path (every `POST /v1/*` naming a model is routed) mints no new
+/// series: an unknown path is labelled `other`, a known one keeps its path.
+#[test]
+fn unknown_paths_share_one_series() {
+    let m = Metrics::new();
+    let dest = Destination::default();
+    for path in [
+        "/v1/x1",
+        "/v1/x2",
+        "/llm/v1/chat/completions",
+        "/v1/embeddings",
+    ] {
+        m.record_request(&RequestRecord {
+            model: &unknown_label(),
+            path,
+            status: 404,
+            error_type: Some("route_not_found"),
+            dest: &dest,
+            duration_secs: 0.001,
+            input_tokens: 0,
+            output_tokens: 0,
+        });
+    }
+    let text = m.encode();
+    assert!(text.contains(r#"kthena_router_requests_total{model="unknown",path="other",status_code="404",error_type="route_not_found",model_route="none",backend_type="unresolved",backend_name="none",upstream_model="none"} 3"#), "{text}");
+    assert!(
+        text.contains(r#"path="/v1/embeddings",status_code="404""#),
+        "{text}"
+    );
+    assert!(!text.contains("/v1/x1"), "{text}");
+}
