@@ -1,10 +1,11 @@
 //! The body types of every router answer: [`RespBody`] (boxed, unsync) and its error type,
 //! shared by the proxy, the pipeline's layers, the listeners and the error answers; and the
 //! budget of bytes all buffered client bodies may hold together ([`BodyBudget`]), which
-//! [`read`] reads them under.
+//! [`read`] reads them under; the unread rest of a streamed multipart upload ([`tail`]).
 
 pub(crate) mod form;
 pub(crate) mod read;
+pub(crate) mod tail;
 
 mod parse_cost;
 
