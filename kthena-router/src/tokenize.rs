@@ -260,7 +260,7 @@ pub async fn remote_tokenize(
     let body = remote_body(model, prompt).to_string();
     let req = http::Request::post(format!("{base_url}/tokenize"))
         .header(http::header::CONTENT_TYPE, "application/json")
-        .body(crate::upstream::ReqBody::from(Bytes::from(body)))
+        .body(crate::body::ReqBody::from(Bytes::from(body)))
         .map_err(|e| e.to_string())?;
     let fut = async {
         let resp = client.request(req).await.map_err(|e| format!("{e:?}"))?;

@@ -18,7 +18,6 @@ pub(crate) mod conn;
 pub(crate) mod endpoint;
 pub(crate) mod inflight;
 pub(crate) mod overload;
-mod req_body;
 pub(crate) mod tls;
 
 pub use inflight::{InFlightBoard, ON_FLIGHT_KEY, SYNC_INTERVAL};
@@ -28,8 +27,8 @@ use http::{Method, Request, Response};
 use http_body_util::BodyExt;
 use tokio::time::Instant;
 
+pub(crate) use crate::body::ReqBody;
 pub(crate) use conn::{SendError, UpBody};
-pub use req_body::ReqBody;
 
 use crate::body::RespBody;
 use crate::shared::Shared;

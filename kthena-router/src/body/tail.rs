@@ -135,7 +135,7 @@ impl Tail {
 
     /// The size of the tail as the client declared it (`Content-Length` less the prefix).
     pub(crate) fn size_hint(&self) -> SizeHint {
-        self.size.clone()
+        self.size
     }
 }
 

@@ -76,7 +76,7 @@ async fn a_silent_client_fails_with_the_idle_timeout() {
 async fn a_trickle_fails_with_the_total_timeout() {
     let (t, tx) = tail(100, Duration::from_secs(2), Duration::from_secs(5));
     let mut r = t.take().unwrap();
-    let feed = tokio::spawn(async move {
+    let feed = async move {
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
             if tx
@@ -87,14 +87,22 @@ async fn a_trickle_fails_with_the_total_timeout() {
                 break;
             }
         }
-    });
-    let e = loop {
-        match r.frame().await.unwrap() {
-            Ok(_) => {}
-            Err(e) => break e,
+    };
+    let read = async {
+        let mut n = 0;
+        loop {
+            match r.frame().await.unwrap() {
+                Ok(_) => n += 1,
+                Err(_) => break n,
+            }
         }
     };
-    drop(e);
+    let frames = tokio::select! {
+        n = read => n,
+        () = feed => panic!("the feed never stops"),
+    };
+    // One byte a second: four in before the total of five seconds ends the read.
+    assert_eq!(frames, 4);
     match t.failure().unwrap() {
         Error::BodyTimeout { idle, timeout } => {
             assert!(!idle);
@@ -102,6 +110,4 @@ async fn a_trickle_fails_with_the_total_timeout() {
         }
         other => panic!("{other:?}"),
     }
-    drop(r);
-    feed.await.unwrap();
 }

@@ -92,7 +92,7 @@ async fn engine(keep_alive: bool) -> (SocketAddr, Arc<Seen>) {
     .await
 }
 
-fn post(addr: SocketAddr, path: &str) -> Request<crate::upstream::ReqBody> {
+fn post(addr: SocketAddr, path: &str) -> Request<crate::body::ReqBody> {
     Request::post(path)
         .header(header::HOST, addr.to_string())
         .body(Bytes::from_static(b"{}").into())

@@ -8,8 +8,8 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
-use crate::body::BoxError;
-use crate::body::tail::{Tail, TailError, TailReader};
+use super::BoxError;
+use super::tail::{Tail, TailError, TailReader};
 
 /// An upstream request body: `head` (held bytes, sent again by each attempt) and an
 /// optional client tail after it (sent once).
