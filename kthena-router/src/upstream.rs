@@ -244,8 +244,8 @@ pub(crate) fn upstream_headers(client: &HeaderMap, request_id: &str) -> HeaderMa
     strip_hop_by_hop(&mut h);
     h.remove(header::HOST);
     h.remove(header::CONTENT_LENGTH);
-    // The router has read the whole body already; the engine must not wait for a
-    // `100 Continue` exchange.
+    // The router has read the body (or a streamed upload's first part) already, and
+    // answered the client's `100 Continue` itself; the engine must not wait for one.
     h.remove(header::EXPECT);
     // A multipart form (audio uploads) keeps its type and boundary; any other body is the
     // JSON the router parsed.
