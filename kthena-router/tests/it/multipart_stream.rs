@@ -298,3 +298,29 @@ async fn a_model_after_the_file_is_read_whole_and_held() {
         r.router.shutdown().await;
     }
 }
+
+/// A client that stops sending mid-upload for longer than `listener.bodyReadIdleTimeout`:
+/// 408 `request_timeout`, the engine's request is cut off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_upload_times_out_408_and_the_engine_request_aborted() {
+    let sim = kthena_sim::spawn(sim_config("m")).await.unwrap();
+    let r = router(
+        "listener:\n  bodyReadIdleTimeout: 300ms\n",
+        &[("a-0", sim.addr())],
+    )
+    .await;
+    let head = form_head("m");
+    let mut s = TcpStream::connect(r.router.addr).await.unwrap();
+    s.write_all(&request_head(Some(head.len() + (1 << 20) + FORM_END.len())))
+        .await
+        .unwrap();
+    s.write_all(&head).await.unwrap();
+    s.write_all(&[3u8; 100_000]).await.unwrap();
+    let (status, body) = answer(&mut s).await;
+    assert_eq!(status, 408, "{body}");
+    assert_eq!(body["error"]["code"], "request_timeout");
+    wait_aborted(sim.addr(), 1.0).await;
+    assert_eq!(r.metric(HELD).await, 0.0);
+    assert_counters_zero(&r).await;
+    r.router.shutdown().await;
+}
