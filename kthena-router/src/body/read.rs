@@ -157,8 +157,8 @@ pub(crate) struct FormHead {
 
 /// Reads the multipart body of `req` (boundary `boundary`) under `lim` until its `model`
 /// field is complete, then leaves the rest unread ([`FormHead::tail`]). The prefix is
-/// scanned each time it doubled, up to [`MODEL_FIELD_WITHIN`] bytes; a `model` field not
-/// within that, or a body that ends before the rest would begin, is read whole as
+/// scanned each time it doubled, until it passed [`MODEL_FIELD_WITHIN`] bytes; a `model`
+/// field not within that, or a body that ends before the rest would begin, is read whole as
 /// [`read_body`] does (held, `tail` `None`).
 ///
 /// # Errors
@@ -181,9 +181,10 @@ where
     while more {
         more = read.next().await? && !read.body.is_end_stream();
         let len = read.buf.len();
-        if more && len >= scan_at && len <= MODEL_FIELD_WITHIN {
+        // The last scan may see somewhat more than `MODEL_FIELD_WITHIN`: one read past it.
+        if more && len >= scan_at && scan_at <= MODEL_FIELD_WITHIN {
             scan_at = len * 2;
-            // A copy of at most twice `MODEL_FIELD_WITHIN` bytes over the whole scan.
+            // Copies of at most twice the last prefix scanned, all scans together.
             let prefix = Bytes::copy_from_slice(&read.buf);
             model = form::model_in_prefix(prefix, boundary).await?;
             if model.is_some() {
