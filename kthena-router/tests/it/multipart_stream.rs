@@ -4,10 +4,7 @@
 //! was taken is retried, an engine error after it is not; a `model` after the file is held
 //! whole as before.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "test helpers fail the test on any error"
-)]
+#![allow(clippy::unwrap_used, reason = "a test fails on any error")]
 
 use std::net::SocketAddr;
 use std::time::Duration;
