@@ -15,6 +15,7 @@
 //! This module depends on no routing-state module (discovery, service, config): they
 //! depend on it.
 
+mod dump;
 mod ports;
 mod status;
 pub(crate) mod table;
@@ -29,6 +30,7 @@ use crate::error::Error;
 pub(crate) use crate::routing::http_route::{
     CompiledListener, model_route_serves, why_not_attached,
 };
+pub(crate) use dump::config_dump;
 pub(crate) use ports::{ServePort, Serving};
 pub(crate) use table::{GatewayTable, Pool};
 pub(crate) use watch::{StateSlot, spawn};
@@ -68,11 +70,48 @@ pub struct GatewayApiConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ListenerPort(pub(crate) u16);
 
+/// Request extension set by the front service when an HTTPRoute of the request's listener
+/// matches its host and path: the path after the matched rule's `URLRewrite` (the request
+/// path when the rule has none). The body is parsed as a request to this path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EffectivePath(pub(crate) String);
+
+/// Request extension set by the route stage when an HTTPRoute's `URLRewrite.hostname`
+/// applies: the `Host` every attempt sends to the engine (retries and prefill-decode
+/// included) in place of the engine's address (Go Kthena `applyURLRewrite` in
+/// `pkg/kthena-router/router/router.go` sets `Request.Host`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct UpstreamHost(pub(crate) http::HeaderValue);
+
+impl UpstreamHost {
+    /// Sets `Host` in `headers` when `ext` carries an [`UpstreamHost`].
+    pub(crate) fn apply(ext: &http::Extensions, headers: &mut http::HeaderMap) {
+        if let Some(h) = ext.get::<Self>() {
+            headers.insert(http::header::HOST, h.0.clone());
+        }
+    }
+}
+
+/// The watched objects as the debug dump shows them (Go Kthena's store,
+/// `pkg/kthena-router/debug/handlers.go`): the served Gateways, the HTTPRoutes with a
+/// parentRef naming one of them, and the InferencePools, each sorted by `namespace/name`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct GatewayObjects {
+    /// Gateways of class `kthena-router` this router serves.
+    pub(crate) gateways: Vec<std::sync::Arc<kthena_api::gateway::Gateway>>,
+    /// HTTPRoutes attached (by parentRef) to one of `gateways`.
+    pub(crate) routes: Vec<std::sync::Arc<kthena_api::gateway::HTTPRoute>>,
+    /// InferencePools (empty without the inference extension).
+    pub(crate) pools: Vec<std::sync::Arc<kthena_api::thirdparty::InferencePool>>,
+}
+
 /// What the request side reads: the table and the ports the router serves.
 #[derive(Debug, Clone)]
 pub(crate) struct GatewayState {
     /// The compiled objects.
     pub(crate) table: GatewayTable,
+    /// The objects themselves, for the debug dump.
+    pub(crate) objects: GatewayObjects,
     /// The router's main inference port.
     pub(crate) port: u16,
     /// Whether HTTPRoute/InferencePool routing is on.
@@ -131,6 +170,31 @@ pub(crate) struct PoolChoice {
     pub(crate) pool: Pool,
     /// The path sent upstream (after `URLRewrite`).
     pub(crate) path: String,
+    /// `URLRewrite.hostname`: the `Host` sent upstream.
+    pub(crate) hostname: Option<String>,
+}
+
+/// The path a request to `path` on `host` (on listener port `port`) is parsed and sent
+/// as when an HTTPRoute of its listener matches it: the path after the matched rule's
+/// `URLRewrite`. `None` when the inference extension is off, no listener serves the host,
+/// or no HTTPRoute matches (the request then needs a `/v1/` path, as outside Gateway API
+/// mode).
+pub(crate) fn effective_path(
+    state: &GatewayState,
+    port: Option<ListenerPort>,
+    host: &str,
+    path: &str,
+) -> Option<String> {
+    if !state.inference_extension {
+        return None;
+    }
+    let listener = listener_for(state, port, host).ok()?;
+    let m = crate::routing::http_route::best_match(&state.table.routes, listener, host, path)?;
+    let rule = &m.route.rules[m.rule];
+    Some(rule.rewrite.as_ref().map_or_else(
+        || path.to_owned(),
+        |rw| crate::routing::http_route::rewrite_path(path, rw, &m.prefix),
+    ))
 }
 
 /// Routes `path` on `host` through the HTTPRoutes attached to `listener` to one of the
@@ -169,5 +233,6 @@ pub(crate) fn choose_pool(
         pool_key: picked.to_owned(),
         pool: pool.clone(),
         path,
+        hostname: rule.rewrite.as_ref().and_then(|rw| rw.hostname.clone()),
     }))
 }

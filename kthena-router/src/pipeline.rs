@@ -36,6 +36,7 @@ use tower::util::BoxCloneSyncService;
 pub(crate) use admit::AdmitLayer;
 pub(crate) use ctx::{Ctx, Inbound, Meta};
 pub(crate) use forward::Forward;
+pub(crate) use gateway::effective_path;
 pub(crate) use parse::{ParseLayer, is_inference_path};
 pub(crate) use queue::{QueueLayer, install as install_queues};
 pub(crate) use ratelimit::RateLimitLayer;

@@ -533,7 +533,12 @@ struct MiniService {
 impl tower::Service<Request<Incoming>> for MiniService {
     type Response = Response<RespBody>;
     type Error = Infallible;
-    type Future = std::future::Ready<std::result::Result<Response<RespBody>, Infallible>>;
+    type Future = std::pin::Pin<
+        Box<
+            dyn std::future::Future<Output = std::result::Result<Response<RespBody>, Infallible>>
+                + Send,
+        >,
+    >;
 
     fn poll_ready(
         &mut self,
@@ -545,8 +550,9 @@ impl tower::Service<Request<Incoming>> for MiniService {
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
         let resp = match (self.kind, req.method(), req.uri().path()) {
             (Mini::Metrics, &Method::GET, "/metrics") => metrics_response(&self.shared),
-            (Mini::Debug, &Method::GET, path) => {
-                crate::server::debug::config_dump(&self.shared, path)
+            (Mini::Debug, &Method::GET, _) => {
+                let answer = debug::answer_get(Arc::clone(&self.shared), req.uri().clone());
+                return Box::pin(async move { Ok(answer.await) });
             }
             _ => {
                 let mut r = Response::new(full(r#"{"error":"not found"}"#));
@@ -558,7 +564,7 @@ impl tower::Service<Request<Incoming>> for MiniService {
                 r
             }
         };
-        std::future::ready(Ok(resp))
+        Box::pin(std::future::ready(Ok(resp)))
     }
 }
 

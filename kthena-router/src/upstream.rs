@@ -118,7 +118,11 @@ async fn send_engine(
     let mut up = Request::builder().method(Method::POST).uri(path_and_query);
     if let Some(h) = up.headers_mut() {
         h.clone_from(headers);
-        if let Ok(v) = HeaderValue::from_str(&host_header(addr)) {
+        // An HTTPRoute's hostname rewrite set `Host` already (the pooled client keeps a
+        // `Host` it is given too).
+        if !h.contains_key(header::HOST)
+            && let Ok(v) = HeaderValue::from_str(&host_header(addr))
+        {
             h.insert(header::HOST, v);
         }
     }

@@ -21,7 +21,9 @@ use tokio_util::task::TaskTracker;
 
 use super::ports::{Ports, Serving};
 use super::status;
-use super::{DEFAULT_GATEWAY, GATEWAY_CLASS, GatewayApiConfig, GatewayState, GatewayTable};
+use super::{
+    DEFAULT_GATEWAY, GATEWAY_CLASS, GatewayApiConfig, GatewayObjects, GatewayState, GatewayTable,
+};
 use crate::discovery::cluster::{REBUILD_DEBOUNCE, reflect};
 
 /// Where the request side reads the compiled state.
@@ -70,10 +72,12 @@ pub(crate) fn spawn(
                 .filter(|g| served(g, &scope))
                 .collect();
             let table = compile(&stores, &served);
+            let objects = objects(&stores, &served);
             let wanted: BTreeSet<u16> = table.listeners.iter().map(|l| l.port).collect();
             let bind_errors = ports.reconcile(&wanted, &serving, &cancel);
             let state = Arc::new(GatewayState {
                 table,
+                objects,
                 port: serving.port,
                 inference_extension,
                 bind_errors,
@@ -112,6 +116,39 @@ fn served(gw: &Gateway, scope: &[String]) -> bool {
 fn compile(s: &Stores, gateways: &[Arc<Gateway>]) -> GatewayTable {
     let pools = s.pools.as_ref().map(Store::state).unwrap_or_default();
     GatewayTable::compile(gateways, &s.routes.state(), &pools, &s.namespaces.state())
+}
+
+/// The objects of the debug dump: `served` Gateways, the HTTPRoutes naming one of them in a
+/// parentRef (Go Kthena's HTTPRoute controller keeps only those,
+/// `pkg/kthena-router/controller/httproute_controller.go`) and the InferencePools.
+fn objects(s: &Stores, served: &[Arc<Gateway>]) -> GatewayObjects {
+    let gateways: BTreeSet<String> = served.iter().map(|g| key(&g.metadata)).collect();
+    let mut routes: Vec<Arc<HTTPRoute>> = s
+        .routes
+        .state()
+        .into_iter()
+        .filter(|r| {
+            let ns = r.metadata.namespace.as_deref().unwrap_or("default");
+            r.spec.parent_refs.iter().any(|p| {
+                p.kind.as_deref().unwrap_or("Gateway") == "Gateway"
+                    && gateways.contains(&format!(
+                        "{}/{}",
+                        p.namespace.as_deref().unwrap_or(ns),
+                        p.name
+                    ))
+            })
+        })
+        .collect();
+    routes.sort_by_key(|r| key(&r.metadata));
+    let mut gateways = served.to_vec();
+    gateways.sort_by_key(|g| key(&g.metadata));
+    let mut pools = s.pools.as_ref().map(Store::state).unwrap_or_default();
+    pools.sort_by_key(|p| key(&p.metadata));
+    GatewayObjects {
+        gateways,
+        routes,
+        pools,
+    }
 }
 
 /// Creates the GatewayClass `kthena-router` and the Gateway `default` (one HTTP listener

@@ -128,9 +128,11 @@ impl Plan {
             .pd
             .as_ref()
             .map_or(Connector::Http, |l| l.connector);
+        let mut headers = upstream_headers(&head.headers, &meta.id.0);
+        crate::gateway::UpstreamHost::apply(&head.extensions, &mut headers);
         Self {
             acct: meta.acct.clone(),
-            headers: upstream_headers(&head.headers, &meta.id.0),
+            headers,
             path_and_query: head
                 .uri
                 .path_and_query()

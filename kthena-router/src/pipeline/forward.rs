@@ -102,8 +102,10 @@ impl tower::Service<Request<Ctx<Decided>>> for Forward {
                     return r;
                 }
             };
+            let mut headers = upstream_headers(&parts.headers, &meta.id.0);
+            crate::gateway::UpstreamHost::apply(&parts.extensions, &mut headers);
             let plan = Plan {
-                headers: upstream_headers(&parts.headers, &meta.id.0),
+                headers,
                 body: routed.upstream_body(&parsed.req, parts.uri.path()),
                 path_and_query: parts
                     .uri

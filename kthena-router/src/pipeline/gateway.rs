@@ -10,7 +10,7 @@ use kthena_api::ModelServer;
 use super::ctx::{Ctx, Parsed, Routed};
 use crate::discovery::{Server, Snapshot};
 use crate::error::Error;
-use crate::gateway::{Pool, PoolChoice};
+use crate::gateway::{EffectivePath, ListenerPort, Pool, PoolChoice, UpstreamHost};
 use crate::shared::Shared;
 use crate::upstream::endpoint::Endpoint;
 
@@ -31,6 +31,26 @@ pub(super) fn host_of<B>(req: &Request<B>) -> &str {
         .unwrap_or("")
 }
 
+/// In Gateway API mode with the inference extension, when an HTTPRoute of the request's
+/// listener matches its host and path: the path its body is parsed as (after the rule's
+/// `URLRewrite`, [`crate::gateway::effective_path`]).
+pub(crate) fn effective_path<B>(shared: &Shared, req: &Request<B>) -> Option<EffectivePath> {
+    let gw = shared.gateway.load();
+    let port = req.extensions().get::<ListenerPort>().copied();
+    crate::gateway::effective_path(gw.as_deref()?, port, host_of(req), req.uri().path())
+        .map(EffectivePath)
+}
+
+/// What an HTTPRoute's `URLRewrite` changes for the engine: the path (when it differs
+/// from the request's) and the `Host`.
+#[derive(Debug, Default)]
+pub(super) struct Rewritten {
+    /// The new path.
+    pub(super) path: Option<String>,
+    /// The new `Host`.
+    pub(super) host: Option<UpstreamHost>,
+}
+
 /// In Gateway API mode with the inference extension: the HTTPRoute → InferencePool route
 /// of a request no ModelRoute served, else `fallback`.
 pub(super) fn via_gateway(
@@ -38,15 +58,12 @@ pub(super) fn via_gateway(
     req: &Request<Ctx<()>>,
     parsed: &Parsed,
     fallback: Error,
-) -> Result<(Routed, Option<String>), Error> {
+) -> Result<(Routed, Rewritten), Error> {
     let Some(gw) = shared.gateway.load_full().filter(|g| g.inference_extension) else {
         return Err(fallback);
     };
     let host = host_of(req);
-    let port = req
-        .extensions()
-        .get::<crate::gateway::ListenerPort>()
-        .copied();
+    let port = req.extensions().get::<ListenerPort>().copied();
     let listener = crate::gateway::listener_for(&gw, port, host)?;
     let choice = {
         let mut rng = shared.rng();
@@ -68,7 +85,14 @@ pub(super) fn via_gateway(
     tracing::debug!(gateway = %listener.gateway_key(), http_route = %c.route, inference_pool = %c.pool_key, "Routed by HTTPRoute");
     let server = Arc::new(pool_server(&c, endpoints));
     let pool = crate::lora::candidates(&server, None)?;
-    let rewritten = (c.path != req.uri().path()).then(|| c.path.clone());
+    let rewritten = Rewritten {
+        path: (c.path != req.uri().path()).then(|| c.path.clone()),
+        host: c
+            .hostname
+            .as_deref()
+            .and_then(|h| http::HeaderValue::from_str(h).ok())
+            .map(UpstreamHost),
+    };
     Ok((
         Routed {
             server,

@@ -88,7 +88,11 @@ where
     B: Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<BoxError>,
 {
-    let path = req.uri().path();
+    // An HTTPRoute's rewrite decides the path the body is parsed as.
+    let path = req
+        .extensions()
+        .get::<crate::gateway::EffectivePath>()
+        .map_or(req.uri().path(), |p| p.0.as_str());
     let Some(api) = inference_api(path) else {
         return Err(Error::UnknownPath {
             path: path.to_owned(),

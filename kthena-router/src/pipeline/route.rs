@@ -31,8 +31,11 @@ where
     S: Service<Request<Ctx<Routed>>, Response = Response<RespBody>, Error = Error>,
 {
     let (target, rewritten) = resolve(&shared, &req)?;
-    if let Some(path) = rewritten {
+    if let Some(path) = rewritten.path {
         set_path(&mut req, &path);
+    }
+    if let Some(host) = rewritten.host {
+        req.extensions_mut().insert(host);
     }
     match target {
         Target::Server(routed) => inner.call(req.map(|c| c.with(routed))).await,
@@ -71,10 +74,13 @@ fn set_path<B>(req: &mut Request<B>, path: &str) {
     }
 }
 
-/// The target, and the upstream path when an HTTPRoute rewrote it. In Gateway API mode
+/// The target, and the upstream path and `Host` when an HTTPRoute rewrote them. In Gateway API mode
 /// the request's listener must exist; a request no ModelRoute serves may go through an
 /// HTTPRoute to an InferencePool.
-fn resolve(shared: &Shared, req: &Request<Ctx<()>>) -> Result<(Target, Option<String>), Error> {
+fn resolve(
+    shared: &Shared,
+    req: &Request<Ctx<()>>,
+) -> Result<(Target, super::gateway::Rewritten), Error> {
     let p = &req.body().parsed;
     let gw = shared.gateway.load_full();
     let listener = match &gw {
@@ -86,7 +92,7 @@ fn resolve(shared: &Shared, req: &Request<Ctx<()>>) -> Result<(Target, Option<St
         None => None,
     };
     match resolve_model_route(shared, req, p, listener) {
-        Ok(t) => Ok((t, None)),
+        Ok(t) => Ok((t, super::gateway::Rewritten::default())),
         Err(
             e @ (Error::ModelNotFound { .. }
             | Error::NoRuleMatched { .. }

@@ -10,10 +10,19 @@
 //! * `GET /debug/config_dump/namespaces/{ns}/{modelroutes|modelservers|pods}/{name}` → one
 //!   object, or 404 `{"error":"ModelRoute not found"}`.
 //!
-//! Gateway API kinds are not served in standalone mode: their lists are `null`.
+//! * `GET /debug/config_dump/{gateways|httproutes|inferencepools}` and their
+//!   `namespaces/{ns}/{plural}/{name}` forms: the Gateway API objects
+//!   (`crate::gateway::config_dump`; lists are `null` when empty, as Go's, and always outside
+//!   Gateway API mode);
+//! * `GET /debug/pprof/profile?seconds=N` (a CPU profile), `GET /debug/pprof/heap` (501):
+//!   see `profile`.
+
+mod profile;
 
 use http::{Response, StatusCode};
 use serde_json::{Value, json};
+
+use std::sync::Arc;
 
 use crate::body::{RespBody, full};
 use crate::discovery::Snapshot;
@@ -93,6 +102,16 @@ fn pod_json(shared: &Shared, snap: &Snapshot, e: &Endpoint, detail: bool) -> Val
     v
 }
 
+/// Answers a `GET` on the debug listener: profiles (`/debug/pprof/...`), else
+/// [`config_dump`].
+pub(crate) async fn answer_get(shared: Arc<Shared>, uri: http::Uri) -> Response<RespBody> {
+    match uri.path() {
+        "/debug/pprof/profile" => profile::cpu(uri.query().map(str::to_owned)).await,
+        "/debug/pprof/heap" => profile::heap(),
+        path => config_dump(&shared, path),
+    }
+}
+
 /// Answers a debug path.
 pub(crate) fn config_dump(shared: &Shared, path: &str) -> Response<RespBody> {
     let snap = shared.snapshot.load();
@@ -100,6 +119,15 @@ pub(crate) fn config_dump(shared: &Shared, path: &str) -> Response<RespBody> {
         return answer(StatusCode::NOT_FOUND, &json!({"error": "not found"}));
     };
     let parts: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
+    let gateway = shared.gateway.load_full();
+    if let Some((found, v)) = crate::gateway::config_dump(gateway.as_deref(), &parts) {
+        let status = if found {
+            StatusCode::OK
+        } else {
+            StatusCode::NOT_FOUND
+        };
+        return answer(status, &v);
+    }
     match parts.as_slice() {
         ["modelroutes"] => {
             let list: Vec<Value> = snap
@@ -131,9 +159,6 @@ pub(crate) fn config_dump(shared: &Shared, path: &str) -> Response<RespBody> {
             StatusCode::OK,
             &json!({ "kvevents": shared.metrics.kv.subscriptions() }),
         ),
-        [kind @ ("gateways" | "httproutes" | "inferencepools")] => {
-            answer(StatusCode::OK, &json!({ *kind: null }))
-        }
         ["namespaces", ns, kind, name] => {
             let found = match *kind {
                 "modelroutes" => snap

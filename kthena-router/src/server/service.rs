@@ -86,7 +86,7 @@ impl tower::Service<Request<Incoming>> for RouterService {
 async fn handle(
     shared: Arc<Shared>,
     stack: BoxHttp<Inbound<Incoming>>,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> Response<RespBody> {
     if let Err(e) = check_host(&req) {
         return error_response(&e);
@@ -114,12 +114,19 @@ async fn handle(
         }
         _ => {}
     }
-    if !path.starts_with("/v1/") {
+    // In Gateway API mode an HTTPRoute of the request's listener may serve any path (its
+    // `URLRewrite` gives the path the body is parsed as); otherwise only `/v1/*`.
+    let effective = crate::pipeline::effective_path(&shared, &req);
+    if !path.starts_with("/v1/") && effective.is_none() {
         // Only `/v1/*` requests are access-logged (as Go Kthena's middleware does).
         return error_response(&Error::UnknownPath {
             path: path.to_owned(),
         });
     }
+    if let Some(p) = effective {
+        req.extensions_mut().insert(p);
+    }
+    let path = req.uri().path();
     let request_id = RequestId::from_headers(req.headers());
     let entry = shared.access_log.request_entry(
         path.to_owned(),

@@ -329,6 +329,47 @@ fn url_rewrite() {
     assert_eq!(rewrite_path("/a", &Rewrite::default(), "/"), "/a");
 }
 
+/// The table of the Gateway API's `HTTPPathModifier` reference
+/// (<https://gateway-api.sigs.k8s.io/reference/spec/#httppathmodifier>): the matched prefix
+/// (compiled without its trailing slash), the request path, the replacement, the result.
+#[test]
+fn replace_prefix_match_follows_the_specification_table() {
+    let cases = [
+        ("/foo", "/foo/bar", "/xyz", "/xyz/bar"),
+        ("/foo", "/foo/bar", "/xyz/", "/xyz/bar"),
+        ("/foo/", "/foo/bar", "/xyz", "/xyz/bar"),
+        ("/foo/", "/foo/bar", "/xyz/", "/xyz/bar"),
+        ("/foo", "/foo", "/xyz", "/xyz"),
+        ("/foo/", "/foo", "/xyz", "/xyz"),
+        ("/foo", "/foo/", "/xyz", "/xyz/"),
+        ("/foo", "/foo/", "/xyz/", "/xyz/"),
+        ("/foo/", "/foo/", "/xyz", "/xyz/"),
+        ("/foo/", "/foo/", "/xyz/", "/xyz/"),
+        ("/foo", "/foo", "/", "/"),
+        ("/foo", "/foo/", "/", "/"),
+        ("/foo/", "/foo/bar", "/", "/bar"),
+        (
+            "/llm",
+            "/llm/v1/chat/completions",
+            "/",
+            "/v1/chat/completions",
+        ),
+    ];
+    for (prefix, path, repl, want) in cases {
+        let m = PathMatch::compile(Some("PathPrefix"), Some(prefix)).unwrap();
+        let (_, matched) = m.matches(path).unwrap();
+        let rw = Rewrite {
+            prefix: Some(repl.into()),
+            ..Rewrite::default()
+        };
+        assert_eq!(
+            rewrite_path(path, &rw, &matched),
+            want,
+            "{prefix} {path} {repl}"
+        );
+    }
+}
+
 #[test]
 fn weighted_pick_walks_the_weights() {
     let b = vec![("a".to_owned(), 1), ("b".to_owned(), 3)];
