@@ -74,7 +74,7 @@ async fn a_silent_client_fails_with_the_idle_timeout() {
 
 #[tokio::test(start_paused = true)]
 async fn a_trickle_fails_with_the_total_timeout() {
-    let (t, tx) = tail(100, Duration::from_secs(2), Duration::from_secs(5));
+    let (t, tx) = tail(100, Duration::from_secs(2), Duration::from_millis(4500));
     let mut r = t.take().unwrap();
     let feed = async move {
         loop {
@@ -101,12 +101,12 @@ async fn a_trickle_fails_with_the_total_timeout() {
         n = read => n,
         () = feed => panic!("the feed never stops"),
     };
-    // One byte a second: four in before the total of five seconds ends the read.
+    // One byte a second: four in before the total of 4.5 seconds ends the read.
     assert_eq!(frames, 4);
     match t.failure().unwrap() {
         Error::BodyTimeout { idle, timeout } => {
             assert!(!idle);
-            assert_eq!(timeout, Duration::from_secs(5));
+            assert_eq!(timeout, Duration::from_millis(4500));
         }
         other => panic!("{other:?}"),
     }
