@@ -1,14 +1,18 @@
 //! The body types of every router answer: [`RespBody`] (boxed, unsync) and its error type,
 //! shared by the proxy, the pipeline's layers, the listeners and the error answers; and the
 //! budget of bytes all buffered client bodies may hold together ([`BodyBudget`]), which
-//! [`read`] reads them under.
+//! [`read`] reads them under; the unread rest of a streamed multipart upload ([`tail`]) and
+//! the body of every upstream request ([`ReqBody`]).
 
 pub(crate) mod form;
 pub(crate) mod read;
+pub(crate) mod tail;
+mod upstream_req;
 
 mod parse_cost;
 
 pub(crate) use parse_cost::parse_cost;
+pub use upstream_req::ReqBody;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -64,6 +64,7 @@ mod telemetry;
 pub mod tokenize;
 pub mod upstream;
 
+pub use body::ReqBody;
 pub use config::{Config, Env, Overrides, ProcessEnv, load_config, parse_go_duration};
 pub use error::{DurationProblem, Error, Result};
 pub use server::service::RouterService;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper_util::client::legacy::Client;
 use kthena_api::networking::InferenceEngine;
 use kthena_engine_metrics::{
@@ -22,7 +22,7 @@ use crate::error::Error;
 use crate::upstream::endpoint::{Endpoint, EngineState};
 
 /// The HTTP client used for engines (upstream requests and scrapes).
-pub(crate) type HttpClient = Client<kthena_memnet::Connector, Full<Bytes>>;
+pub(crate) type HttpClient = Client<kthena_memnet::Connector, crate::body::ReqBody>;
 
 /// Largest scrape answer read, in bytes.
 const MAX_SCRAPE_BYTES: usize = 16 * 1024 * 1024;
@@ -98,7 +98,7 @@ pub(crate) async fn http_get(
     timeout: Duration,
 ) -> Result<(http::StatusCode, Bytes), Error> {
     let req = http::Request::get(url)
-        .body(Full::new(Bytes::new()))
+        .body(crate::body::ReqBody::default())
         .map_err(|source| Error::ScrapeUri {
             url: url.to_owned(),
             source,

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 pub use kthena_openai::remote_body;
 use kthena_openai::{Message, Prompt};
 pub use kthena_tokenize::{CacheOutcome, MIN_CACHED_PREFIX_BYTES};
@@ -260,7 +260,7 @@ pub async fn remote_tokenize(
     let body = remote_body(model, prompt).to_string();
     let req = http::Request::post(format!("{base_url}/tokenize"))
         .header(http::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(body)))
+        .body(crate::body::ReqBody::from(Bytes::from(body)))
         .map_err(|e| e.to_string())?;
     let fut = async {
         let resp = client.request(req).await.map_err(|e| format!("{e:?}"))?;

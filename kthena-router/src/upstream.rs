@@ -22,12 +22,12 @@ pub(crate) mod tls;
 
 pub use inflight::{InFlightBoard, ON_FLIGHT_KEY, SYNC_INTERVAL};
 
-use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use tokio::time::Instant;
 
+pub(crate) use crate::body::ReqBody;
 pub(crate) use conn::{SendError, UpBody};
 
 use crate::body::RespBody;
@@ -57,7 +57,8 @@ pub(crate) enum Dest<'a> {
     },
 }
 
-/// POSTs `body` with `headers` to `dest` and returns the answer once its head arrived.
+/// POSTs `body` (held bytes, or held bytes and a streamed client tail) with `headers` to
+/// `dest` and returns the answer once its head arrived.
 ///
 /// # Errors
 /// [`SendError`]: no connection (or no TLS client), or it failed before the answer head.
@@ -65,8 +66,9 @@ pub(crate) async fn send(
     shared: &Shared,
     dest: Dest<'_>,
     headers: &HeaderMap,
-    body: Bytes,
+    body: impl Into<ReqBody>,
 ) -> Result<Response<UpBody>, SendError> {
+    let body = body.into();
     match dest {
         Dest::Engine { ep, path_and_query } => {
             send_engine(shared, ep, path_and_query, headers, body).await
@@ -81,12 +83,12 @@ pub(crate) async fn send(
 }
 
 /// A POST of `body` to `uri` with `headers`.
-fn post(uri: &str, headers: &HeaderMap, body: Bytes) -> Result<Request<Full<Bytes>>, http::Error> {
+fn post(uri: &str, headers: &HeaderMap, body: ReqBody) -> Result<Request<ReqBody>, http::Error> {
     let mut up = Request::builder().method(Method::POST).uri(uri);
     if let Some(h) = up.headers_mut() {
         h.clone_from(headers);
     }
-    up.body(Full::new(body))
+    up.body(body)
 }
 
 /// An engine call: on a serving thread over an engine connection the request itself drives
@@ -97,7 +99,7 @@ async fn send_engine(
     ep: &Endpoint,
     path_and_query: &str,
     headers: &HeaderMap,
-    body: Bytes,
+    body: ReqBody,
 ) -> Result<Response<UpBody>, SendError> {
     let direct = if conn::enabled() {
         ep.address.parse::<std::net::SocketAddr>().ok()
@@ -124,7 +126,7 @@ async fn send_engine(
             h.insert(header::HOST, v);
         }
     }
-    let up = up.body(Full::new(body)).map_err(SendError::Request)?;
+    let up = up.body(body).map_err(SendError::Request)?;
     // Boxed: the future holds the connection (a few KiB) while it waits for the answer head.
     Box::pin(conn::send(addr, up)).await
 }
@@ -246,8 +248,8 @@ pub(crate) fn upstream_headers(client: &HeaderMap, request_id: &str) -> HeaderMa
     strip_hop_by_hop(&mut h);
     h.remove(header::HOST);
     h.remove(header::CONTENT_LENGTH);
-    // The router has read the whole body already; the engine must not wait for a
-    // `100 Continue` exchange.
+    // The router has read the body (or a streamed upload's first part) already, and
+    // answered the client's `100 Continue` itself; the engine must not wait for one.
     h.remove(header::EXPECT);
     // A multipart form (audio uploads) keeps its type and boundary; any other body is the
     // JSON the router parsed.

@@ -4,12 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{Request, header};
 use http_body::Body;
 use http_body_util::{BodyExt, Limited};
 use tokio::time::Instant;
 
+use super::form;
+use super::tail::{Tail, TailLimits};
 use crate::body::{BodyBudget, BoxError, Reservation};
 use crate::error::Error;
 
@@ -53,51 +55,172 @@ where
     B::Error: Into<BoxError>,
 {
     let (parts, body) = req.into_parts();
-    if let Some(enc) = parts.headers.get(header::CONTENT_ENCODING)
+    check_head(&parts.headers, lim.max_bytes)?;
+    let mut read = Reading::new(body, lim);
+    while read.next().await? {}
+    let Reading { buf, held, .. } = read;
+    Ok(ReadBody {
+        parts,
+        bytes: buf.freeze(),
+        held,
+    })
+}
+
+/// Refuses a body the router cannot read: a content coding other than `identity`
+/// ([`Error::UnsupportedEncoding`]), a declared length over `limit` ([`Error::BodyTooLarge`]).
+fn check_head(headers: &http::HeaderMap, limit: usize) -> Result<(), Error> {
+    if let Some(enc) = headers.get(header::CONTENT_ENCODING)
         && !enc.as_bytes().eq_ignore_ascii_case(b"identity")
     {
         return Err(Error::UnsupportedEncoding {
             encoding: String::from_utf8_lossy(enc.as_bytes()).into_owned(),
         });
     }
-    let limit = lim.max_bytes;
-    let declared = parts
-        .headers
+    let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > limit as u64) {
         return Err(Error::BodyTooLarge { limit });
     }
-    let mut held = lim.budget.reservation();
-    let mut body = Limited::new(body, limit);
-    let mut buf = bytes::BytesMut::new();
-    let mut clock = ReadClock::new(lim.idle_timeout, lim.total_timeout);
-    loop {
-        let frame = clock.next(body.frame()).await?;
-        match frame {
-            None => {
-                return Ok(ReadBody {
-                    parts,
-                    bytes: buf.freeze(),
-                    held,
-                });
-            }
+    Ok(())
+}
+
+/// A body being read into memory under [`ReadLimits`].
+struct Reading<'a, B> {
+    body: Limited<B>,
+    buf: BytesMut,
+    held: Reservation,
+    clock: ReadClock,
+    lim: ReadLimits<'a>,
+}
+
+impl<'a, B> Reading<'a, B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    fn new(body: B, lim: ReadLimits<'a>) -> Self {
+        Self {
+            body: Limited::new(body, lim.max_bytes),
+            buf: BytesMut::new(),
+            held: lim.budget.reservation(),
+            clock: ReadClock::new(lim.idle_timeout, lim.total_timeout),
+            lim,
+        }
+    }
+
+    /// Reads the next frame into the buffer, its bytes reserved on the budget first;
+    /// `false` at the end of the body.
+    async fn next(&mut self) -> Result<bool, Error> {
+        match self.clock.next(self.body.frame()).await? {
+            None => Ok(false),
             Some(Ok(f)) => {
                 if let Ok(data) = f.into_data() {
-                    if !lim.budget.grow(&mut held, data.len()) {
+                    if !self.lim.budget.grow(&mut self.held, data.len()) {
                         return Err(Error::BodyBudgetExhausted {
-                            budget: lim.budget.limit(),
+                            budget: self.lim.budget.limit(),
                         });
                     }
                     // Grown as data arrives, not to the declared length: a client that
                     // declares 10 MiB and sends one byte holds one byte.
-                    buf.extend_from_slice(&data);
+                    self.buf.extend_from_slice(&data);
                 }
+                Ok(true)
             }
-            Some(Err(e)) => return Err(read_error(&*e, limit)),
+            Some(Err(e)) => Err(read_error(&*e, self.lim.max_bytes)),
         }
     }
+}
+
+/// The bytes of a multipart body within which the router looks for the `model` field to
+/// stream the rest ([`read_form`]): the common clients (the OpenAI SDKs, curl `-F` in the
+/// documented order) send `model` before the file, a few hundred bytes in.
+pub(crate) const MODEL_FIELD_WITHIN: usize = 1024 * 1024;
+
+/// A multipart body read up to the end of its `model` field: the prefix (held on the
+/// budget) and the rest, if any, to stream ([`Tail`]).
+#[derive(Debug)]
+pub(crate) struct FormHead {
+    /// The request without its body.
+    pub(crate) parts: http::request::Parts,
+    /// The bytes read: up to and past the end of the `model` part (whole reads), or the
+    /// whole body.
+    pub(crate) prefix: Bytes,
+    /// The prefix's bytes on the shared budget.
+    pub(crate) held: Reservation,
+    /// The `model` field, trimmed.
+    pub(crate) model: String,
+    /// The rest of the body, not read yet; `None` when the prefix is the whole body.
+    pub(crate) tail: Option<Tail>,
+}
+
+/// Reads the multipart body of `req` (boundary `boundary`) under `lim` until its `model`
+/// field is complete, then leaves the rest unread ([`FormHead::tail`]). The prefix is
+/// scanned each time it doubled, until it passed [`MODEL_FIELD_WITHIN`] bytes; a `model`
+/// field not within that, or a body that ends before the rest would begin, is read whole as
+/// [`read_body`] does (held, `tail` `None`).
+///
+/// # Errors
+/// As [`read_body`], and as `form::model_in_prefix` for the form itself.
+pub(crate) async fn read_form<B>(
+    req: Request<B>,
+    lim: ReadLimits<'_>,
+    boundary: &str,
+) -> Result<FormHead, Error>
+where
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<BoxError>,
+{
+    let (parts, body) = req.into_parts();
+    check_head(&parts.headers, lim.max_bytes)?;
+    let mut read = Reading::new(body, lim);
+    let mut scan_at = 1;
+    let mut more = true;
+    let mut model = None;
+    while more {
+        more = read.next().await? && !read.body.is_end_stream();
+        let len = read.buf.len();
+        // The last scan may see somewhat more than `MODEL_FIELD_WITHIN`: one read past it.
+        if more && len >= scan_at && scan_at <= MODEL_FIELD_WITHIN {
+            scan_at = len * 2;
+            // Copies of at most twice the last prefix scanned, all scans together.
+            let prefix = Bytes::copy_from_slice(&read.buf);
+            model = form::model_in_prefix(prefix, boundary).await?;
+            if model.is_some() {
+                break;
+            }
+        }
+    }
+    let Reading {
+        body,
+        buf,
+        held,
+        clock,
+        ..
+    } = read;
+    let prefix = buf.freeze();
+    let (model, tail) = match model {
+        Some(m) if !body.is_end_stream() => {
+            let tail_lim = TailLimits {
+                max_bytes: lim.max_bytes,
+                idle: lim.idle_timeout,
+                total: lim.total_timeout,
+                deadline: clock.deadline,
+            };
+            let rest = body.map_err(Into::into).boxed_unsync();
+            (m, Some(Tail::new(rest, tail_lim)))
+        }
+        Some(m) => (m, None),
+        None => (form::model_field(prefix.clone(), boundary).await?, None),
+    };
+    Ok(FormHead {
+        parts,
+        prefix,
+        held,
+        model,
+        tail,
+    })
 }
 
 /// The idle and total deadlines of one body read.
@@ -134,7 +257,10 @@ impl ReadClock {
 
 /// The error of a failed body read: too large, the client went away, or another transport
 /// failure.
-fn read_error(e: &(dyn std::error::Error + Send + Sync + 'static), limit: usize) -> Error {
+pub(super) fn read_error(
+    e: &(dyn std::error::Error + Send + Sync + 'static),
+    limit: usize,
+) -> Error {
     if e.downcast_ref::<http_body_util::LengthLimitError>()
         .is_some()
     {

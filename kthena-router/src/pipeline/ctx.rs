@@ -21,6 +21,7 @@ use kthena_sched::{Candidate, Request as SchedRequest};
 
 use crate::auth::UserId;
 use crate::body::HeldBody;
+use crate::body::tail::Tail;
 use crate::discovery::{Server, Snapshot};
 use crate::telemetry::accounting::Accounting;
 use crate::upstream::endpoint::Endpoint;
@@ -94,6 +95,10 @@ pub(crate) struct Ctx<S> {
     pub(crate) parsed: Parsed,
     /// The body's reservation on the shared body budget, held until the request is done.
     pub(crate) held: HeldBody,
+    /// The rest of a multipart upload after its `model` field, not read yet: the forward
+    /// stage streams it to the engine after [`Parsed::req`]'s bytes (the prefix); `None`
+    /// when the whole body is held.
+    pub(crate) tail: Option<Tail>,
     /// The state of the stages after parse.
     pub(crate) at: S,
 }
@@ -105,6 +110,7 @@ impl<S> Ctx<S> {
             meta: self.meta,
             parsed: self.parsed,
             held: self.held,
+            tail: self.tail,
             at,
         }
     }

@@ -2,7 +2,9 @@
 //! endpoints in turn, retrying on connect errors, 429 and 5xx before the first response
 //! byte (and on an adapter 404 from a stale adapter list), feeds each endpoint's circuit
 //! breaker, and streams the chosen answer through a
-//! [`ProxyBody`](crate::upstream::body::ProxyBody).
+//! [`ProxyBody`](crate::upstream::body::ProxyBody). A multipart upload whose rest streams
+//! ([`Tail`]) is retried only while no attempt took that rest from the client; a failure
+//! of the client's body while it streams is answered as that failure (413, 408, 499).
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -19,14 +21,15 @@ use super::BoxFut;
 use super::ctx::{
     Ctx, Decided, Decision, Parsed, Prefetched, Routed, Scheduled, Tokens, sched_request,
 };
-use crate::body::{HeldBody, RespBody, full};
+use crate::body::tail::Tail;
+use crate::body::{HeldBody, RespBody, form, full};
 use crate::config::DEFAULT_ATTEMPTS;
 use crate::error::{Error, error_chain};
 use crate::shared::Shared;
 use crate::telemetry::accounting::{Accounting, SchedDone};
 use crate::upstream::endpoint::Endpoint;
 use crate::upstream::{
-    self, Dest, SendError, UpBody, record_breaker, stream_response, strip_hop_by_hop,
+    self, Dest, ReqBody, SendError, UpBody, record_breaker, stream_response, strip_hop_by_hop,
     upstream_headers,
 };
 use kthena_openai::UpstreamBody;
@@ -64,6 +67,7 @@ impl tower::Service<Request<Ctx<Decided>>> for Forward {
                 meta,
                 parsed,
                 held,
+                tail,
                 at,
             } = ctx;
             let Decided {
@@ -74,6 +78,14 @@ impl tower::Service<Request<Ctx<Decided>>> for Forward {
             } = at;
             let sched = match decision {
                 Decision::Ranked(s) => s,
+                Decision::Pd(_) if tail.is_some() || form::boundary(&parts.headers).is_some() => {
+                    // Prefill/decode sends JSON bodies built from the parsed request.
+                    return Err(Error::PdUnavailable {
+                        server: routed.server.key.clone(),
+                        reason: "a multipart/form-data body is not served by prefill/decode"
+                            .to_owned(),
+                    });
+                }
                 Decision::Pd(pd) => {
                     let at = crate::pd::flow::PdRequest {
                         parsed,
@@ -107,6 +119,7 @@ impl tower::Service<Request<Ctx<Decided>>> for Forward {
                 tokens,
                 prefetched,
                 sched,
+                tail,
                 _held: held,
             };
             plan.run().await
@@ -126,6 +139,9 @@ struct Plan {
     body: UpstreamBody,
     headers: HeaderMap,
     path_and_query: String,
+    /// The rest of a multipart upload, sent after `body` by the first attempt whose
+    /// connection asks for it; no attempt follows one that took it.
+    tail: Option<Tail>,
     /// The body's budget reservation, held until the answer head.
     _held: HeldBody,
 }
@@ -157,6 +173,10 @@ impl Plan {
         let mut last_fail: Option<String> = None;
         let mut last_resp = None;
         for attempt in 0..attempts {
+            if attempt > 0 && self.tail.as_ref().is_some_and(Tail::taken) {
+                // The client's bytes went to the last endpoint: none is left to send again.
+                break;
+            }
             if attempt > 0 && !pause.is_zero() {
                 tokio::time::sleep(pause).await;
             }
@@ -227,6 +247,11 @@ impl Plan {
                 self.acct.attempt_failed();
                 drop(guard);
                 done.scheduler.on_completed(&done.done, false);
+                if let Some(client) = self.tail.as_ref().and_then(Tail::failure) {
+                    // The client's body failed (too large, too slow, gone), not the engine.
+                    self.acct.upstream_end();
+                    return Err(client);
+                }
                 self.breaker_result(ep, false);
                 tracing::debug!(endpoint = %ep.name, attempt, error = ?e, "Upstream attempt failed; trying the next endpoint");
                 Ok(Step::Failed {
@@ -245,7 +270,8 @@ impl Plan {
             ep,
             path_and_query: &self.path_and_query,
         };
-        let fut = upstream::send(&self.shared, dest, &self.headers, self.body.bytes.clone());
+        let body = ReqBody::new(self.body.bytes.clone(), self.tail.clone());
+        let fut = upstream::send(&self.shared, dest, &self.headers, body);
         let Some(t) = self.routed.server.timeout else {
             return Ok(fut.await);
         };

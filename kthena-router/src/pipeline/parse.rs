@@ -1,8 +1,9 @@
 //! Parse: the inference paths and method, the bounded body read ([`read_body`]: size, read
 //! timeouts, the shared body budget) and the OpenAI body parse (JSON by the path's
-//! [`Api`], or a multipart form's `model` field). Passes on a
-//! [`Ctx`] with [`Parsed`] (body and routing snapshot) and the body's budget reservation
-//! ([`HeldBody`]) in place of the body.
+//! [`Api`], or a multipart form's `model` field, read up to that field only:
+//! [`read_form`]). Passes on a [`Ctx`] with [`Parsed`] (body, or a form's prefix, and
+//! routing snapshot), the body's budget reservation ([`HeldBody`]) and a form's unread
+//! rest ([`Ctx::tail`]) in place of the body.
 
 use std::sync::Arc;
 
@@ -16,7 +17,7 @@ use tower::{Layer, Service};
 
 use super::BoxFut;
 use super::ctx::{Ctx, Inbound, Parsed};
-use crate::body::read::{ReadBody, ReadLimits, read_body};
+use crate::body::read::{ReadBody, ReadLimits, read_body, read_form};
 use crate::body::{BoxError, HeldBody, Reservation, RespBody, form, parse_cost};
 use crate::error::Error;
 use crate::shared::Shared;
@@ -84,7 +85,7 @@ async fn run<S, B>(
 ) -> Result<Response<RespBody>, Error>
 where
     S: Service<Request<Ctx<()>>, Response = Response<RespBody>, Error = Error>,
-    B: Body<Data = Bytes> + Unpin,
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<BoxError>,
 {
     // An HTTPRoute's rewrite decides the path the body is parsed as.
@@ -111,17 +112,22 @@ where
         budget: &shared.body_budget,
     };
     let (parts, Inbound { body, meta }) = req.into_parts();
-    let ReadBody {
-        parts,
-        bytes,
-        mut held,
-    } = read_body(Request::from_parts(parts, body), lim).await?;
-    let parsed = match boundary {
+    let req = Request::from_parts(parts, body);
+    let (parts, parsed, held, tail) = match boundary {
         Some(b) => {
-            let model = form::model_field(bytes.clone(), &b).await?;
-            ParsedRequest::form(bytes, model)
+            let f = read_form(req, lim, &b).await?;
+            let parsed = ParsedRequest::form(f.prefix, f.model);
+            (f.parts, parsed, f.held, f.tail)
         }
-        None => parse_json(&shared, bytes, api, &mut held)?,
+        None => {
+            let ReadBody {
+                parts,
+                bytes,
+                mut held,
+            } = read_body(req, lim).await?;
+            let parsed = parse_json(&shared, bytes, api, &mut held)?;
+            (parts, parsed, held, None)
+        }
     };
     let held = HeldBody(Arc::new(held));
     let snap = shared.snapshot.load_full();
@@ -134,6 +140,7 @@ where
         meta,
         parsed,
         held,
+        tail,
         at: (),
     };
     inner.call(Request::from_parts(parts, ctx)).await

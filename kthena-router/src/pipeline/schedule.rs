@@ -44,6 +44,7 @@ where
         meta: c.meta,
         parsed: c.parsed,
         held: c.held,
+        tail: c.tail,
         at: Decided {
             routed: c.at.routed,
             tokens: c.at.tokens,

@@ -160,6 +160,7 @@ pub(crate) fn parsed_with(
         meta: meta(acct),
         parsed,
         held: HeldBody(Arc::new(shared.body_budget.reservation())),
+        tail: None,
         at: (),
     };
     Request::builder().uri(path).body(ctx).unwrap()

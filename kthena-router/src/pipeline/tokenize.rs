@@ -56,6 +56,7 @@ where
         meta: c.meta,
         parsed: c.parsed,
         held: c.held,
+        tail: c.tail,
         at: Tokenized {
             routed: c.at,
             tokens,

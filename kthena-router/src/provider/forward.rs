@@ -1,6 +1,7 @@
 //! The request path to an external provider: checks, URL, allow-listed headers, body
 //! (`model` from `spec.model`; OpenAI streams get `stream_options.include_usage`), one
-//! HTTPS call without retries, and the answer streamed back through the router's
+//! HTTPS call without retries (a multipart upload's unread rest streams after its
+//! prefix), and the answer streamed back through the router's
 //! [`ProxyBody`](crate::upstream::body::ProxyBody) (usage read for the access log and metrics,
 //! an injected usage chunk hidden, non-2xx answers passed through).
 
@@ -16,7 +17,7 @@ use crate::error::Error;
 use crate::error::error_chain;
 use crate::pipeline::Ctx;
 use crate::shared::Shared;
-use crate::upstream::{self, Dest, SendError, stream_response};
+use crate::upstream::{self, Dest, ReqBody, SendError, stream_response};
 
 /// Sends the request to `provider` and streams its answer.
 ///
@@ -65,9 +66,15 @@ pub(crate) async fn forward(
         url: &url,
         insecure: provider.insecure_skip_verify,
     };
-    let sent = upstream::send(&shared, dest, &headers, body.bytes.clone()).await;
+    let tail = ctx.tail.clone();
+    let up_body = ReqBody::new(body.bytes.clone(), tail.clone());
+    let sent = upstream::send(&shared, dest, &headers, up_body).await;
     let resp = sent.map_err(|e| {
         acct.upstream_end();
+        if let Some(client) = tail.as_ref().and_then(|t| t.failure()) {
+            // A streamed upload's client body failed (too large, too slow, gone).
+            return client;
+        }
         let provider = provider.key.clone();
         match e {
             SendError::Tls(e) => Error::ProviderNotReady {

@@ -22,10 +22,8 @@ use tokio_util::sync::CancellationToken;
 
 /// The router's upstream client (`scrape::HttpClient`, spelled out here so that this module,
 /// which the listener uses, depends on no router module but `upstream`).
-type HttpClient = hyper_util::client::legacy::Client<
-    kthena_memnet::Connector,
-    http_body_util::Full<bytes::Bytes>,
->;
+type HttpClient =
+    hyper_util::client::legacy::Client<kthena_memnet::Connector, crate::body::ReqBody>;
 
 thread_local! {
     /// The upstream client of the serving thread this code runs on, if any.

@@ -31,10 +31,10 @@ use std::pin::{Pin, pin};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use super::ReqBody;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
@@ -55,10 +55,10 @@ pub(crate) const MAX_IDLE_PER_ENDPOINT: usize = 1024;
 /// How often each serving thread drops the idle connections that expired or were closed.
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
-type Sender = http1::SendRequest<Full<Bytes>>;
+type Sender = http1::SendRequest<ReqBody>;
 /// Boxed once when opened: the connection's state is some hundred bytes, and the request
 /// future, the answer's body and the pool move it by pointer.
-type Connection = Box<http1::Connection<TokioIo<TcpStream>, Full<Bytes>>>;
+type Connection = Box<http1::Connection<TokioIo<TcpStream>, ReqBody>>;
 
 /// Why a request could not be sent on an engine connection, or no answer head came.
 /// Messages read as those of hyper's pooled client (`tcp connect error: Connection refused
@@ -206,7 +206,7 @@ fn checkin(addr: SocketAddr, sender: Sender, conn: Connection) {
 /// anything was written is replaced once, transparently).
 pub(crate) async fn send(
     addr: SocketAddr,
-    mut req: Request<Full<Bytes>>,
+    mut req: Request<ReqBody>,
 ) -> Result<Response<UpBody>, SendError> {
     let mut kept = checkout(addr);
     loop {
@@ -254,8 +254,8 @@ async fn exchange(
     addr: SocketAddr,
     mut sender: Sender,
     conn: Connection,
-    req: Request<Full<Bytes>>,
-) -> Result<Response<UpBody>, (hyper::Error, Option<Request<Full<Bytes>>>)> {
+    req: Request<ReqBody>,
+) -> Result<Response<UpBody>, (hyper::Error, Option<Request<ReqBody>>)> {
     let mut answer = pin!(sender.try_send_request(req));
     let mut conn = Some(conn);
     let res = poll_fn(|cx| {

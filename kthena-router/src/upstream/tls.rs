@@ -6,15 +6,13 @@
 
 use std::sync::{Arc, OnceLock};
 
-use bytes::Bytes;
-use http_body_util::Full;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 /// An HTTPS (and, for [`Scheme::HttpsOrHttp`], plain HTTP) client with pooled connections.
-pub(crate) type HttpsClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub(crate) type HttpsClient = Client<HttpsConnector<HttpConnector>, super::ReqBody>;
 
 /// Which URL schemes a client accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

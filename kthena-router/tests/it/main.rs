@@ -40,6 +40,7 @@ mod kv_support;
 mod llama_cpp;
 mod lora;
 mod memory;
+mod multipart_stream;
 mod openai_body;
 mod openai_client;
 mod openai_paths;

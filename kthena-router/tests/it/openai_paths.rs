@@ -259,8 +259,8 @@ async fn a_20_mb_upload_goes_through_and_its_bytes_are_given_back() {
     assert_eq!(s, StatusCode::OK, "{b:?}");
     let v: Value = serde_json::from_slice(&b).unwrap();
     assert_eq!(v["text"], format!("{} bytes of audio", 20 << 20));
-    // The body was held on the shared budget while it was read and forwarded, and is
-    // given back once answered.
+    // The prefix read up to the model field was held on the shared budget while the file
+    // streamed, and is given back once answered.
     assert_eq!(
         r.metric("kthena_router_buffered_request_body_bytes").await,
         0.0

@@ -413,3 +413,33 @@ async fn traffic_policy_timeout_bounds_both_phases() {
     assert_eq!(json_of(&pre).get("kv_transfer_params"), None);
     assert_eq!(json_of(&pre)["max_tokens"], 1);
 }
+
+/// Prefill/decode forwards JSON bodies only: an audio upload (`multipart/form-data`) to a
+/// `pdGroup` ModelServer is refused 503 `no_prefill_decode_pair`, and no engine sees it.
+#[tokio::test]
+async fn a_multipart_upload_is_refused_by_prefill_decode() {
+    let (router, engines) = nixl_groups(Faults::default(), Faults::default()).await;
+    let form = "--B\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nm\r\n--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\nRIFF\r\n--B--\r\n";
+    let url = format!("{}/v1/audio/transcriptions", router.url());
+    let req = http::Request::post(url)
+        .header("content-type", "multipart/form-data; boundary=B")
+        .body(http_body_util::Full::new(bytes::Bytes::from_static(
+            form.as_bytes(),
+        )))
+        .unwrap();
+    let resp = common::client().request(req).await.unwrap();
+    let status = resp.status();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(status, 503, "{}", String::from_utf8_lossy(&body));
+    let v = json_of(&body);
+    assert_eq!(v["error"]["code"], "no_prefill_decode_pair");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("a multipart/form-data body is not served by prefill/decode"),
+        "{v}"
+    );
+    let counts: Vec<usize> = engines.iter().map(|e| e.tap.seen().len()).collect();
+    assert_eq!(counts, [0, 0, 0, 0]);
+}

@@ -28,6 +28,8 @@ struct Got {
     path: String,
     headers: HeaderMap,
     body: Value,
+    /// The body's length, bytes.
+    len: usize,
 }
 
 /// An HTTPS server answering like OpenAI (`/v1/chat/completions`, `/v1/responses`) and
@@ -95,12 +97,13 @@ async fn answer(req: Request<Incoming>, got: &Mutex<Vec<Got>>) -> Response<Full<
     let path = req.uri().path_and_query().unwrap().as_str().to_owned();
     let bare = req.uri().path().to_owned();
     let headers = req.headers().clone();
-    let body: Value = serde_json::from_slice(&req.into_body().collect().await.unwrap().to_bytes())
-        .unwrap_or(Value::Null);
+    let raw = req.into_body().collect().await.unwrap().to_bytes();
+    let body: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
     got.lock().unwrap().push(Got {
         path: path.clone(),
         headers,
         body: body.clone(),
+        len: raw.len(),
     });
     let stream = body["stream"] == true;
     let (ctype, text) = match (bare.as_str(), stream) {
@@ -119,6 +122,10 @@ async fn answer(req: Request<Incoming>, got: &Mutex<Vec<Got>>) -> Response<Full<
             t.push_str("data: [DONE]\n\n");
             ("text/event-stream", t)
         }
+        (p, _) if p.ends_with("/audio/transcriptions") => (
+            "application/json",
+            json!({"text": format!("{} bytes of form", raw.len())}).to_string(),
+        ),
         (p, _) if p.ends_with("/responses") => ("application/json", json!({
             "id": "resp_1", "object": "response", "status": "completed", "model": body["model"],
             "output": [{"type": "message", "content": [{"type": "output_text", "text": "hi"}]}],
@@ -163,6 +170,11 @@ spec:
 /// Routes `gpt` → OpenAI provider `oa`, `claude` → Anthropic provider `an`, `nokey` → a
 /// provider whose Secret does not exist.
 async fn router(up: &FakeProvider) -> TestRouter {
+    router_with(up, "").await
+}
+
+/// [`router`] with `head` before its config.
+async fn router_with(up: &FakeProvider, head: &str) -> TestRouter {
     let base = format!("https://{}", up.addr);
     let manifests = [
         (
@@ -218,7 +230,7 @@ async fn router(up: &FakeProvider) -> TestRouter {
     }
     std::fs::write(dir.path().join("openai-key"), "sk-openai-1\n").unwrap();
     let cfg = format!(
-        "accessLog: {{format: json, output: \"{}\"}}\nstandalone:\n  manifests: [manifests]\n  endpoints: []\n  secrets:\n  - {{name: openai, key: api-key, file: openai-key}}\n  - {{name: anthropic, key: api-key, env: KTHENA_TEST_ANTHROPIC_KEY}}\n",
+        "{head}accessLog: {{format: json, output: \"{}\"}}\nstandalone:\n  manifests: [manifests]\n  endpoints: []\n  secrets:\n  - {{name: openai, key: api-key, file: openai-key}}\n  - {{name: anthropic, key: api-key, env: KTHENA_TEST_ANTHROPIC_KEY}}\n",
         dir.path().join("access.log").display()
     );
     let path = dir.path().join("router.yaml");
@@ -711,5 +723,53 @@ async fn cluster_mode_watches_providers_and_their_secrets() {
         c.len() == 2 && c[1].2 == "CredentialNotFound"
     })
     .await;
+    r.router.shutdown().await;
+}
+
+/// An audio upload to an OpenAI provider streams as to an engine: under a 256 KiB body
+/// budget, a 2 MiB form reaches the provider whole (its `Content-Type` and boundary kept)
+/// while the router holds only the bytes up to the `model` field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_audio_upload_streams_to_a_provider() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let up = FakeProvider::start().await;
+    let r = router_with(
+        &up,
+        "maxBodyBytes: 8388608\nlistener:\n  maxBufferedBodyBytes: 262144\n",
+    )
+    .await;
+    let head = "--B\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\ngpt\r\n--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\n";
+    let end = "\r\n--B--\r\n";
+    let audio = vec![7u8; 2 << 20];
+    let len = head.len() + audio.len() + end.len();
+    let mut s = tokio::net::TcpStream::connect(r.router.addr).await.unwrap();
+    let req = format!(
+        "POST /v1/audio/transcriptions HTTP/1.1\r\nhost: x\r\ncontent-type: multipart/form-data; boundary=B\r\ncontent-length: {len}\r\nconnection: close\r\n\r\n{head}"
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let held = "kthena_router_buffered_request_body_bytes";
+    crate::faults_support::wait_metric(&r, held, head.len() as f64).await;
+    s.write_all(&audio).await.unwrap();
+    s.write_all(end.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
+    assert!(
+        text.ends_with(&format!("{{\"text\":\"{len} bytes of form\"}}")),
+        "{text}"
+    );
+    let got = up.got();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].len, len);
+    assert_eq!(got[0].path, "/v1/audio/transcriptions");
+    assert_eq!(
+        got[0].headers["content-type"],
+        "multipart/form-data; boundary=B"
+    );
+    assert_eq!(r.metric(held).await, 0.0);
     r.router.shutdown().await;
 }

@@ -5,7 +5,9 @@
 //! The audio is read chunk by chunk and never held whole; the answer is vLLM's JSON
 //! response shape, `{"text": "..."}`, whose text says how many bytes of audio arrived (a
 //! test checks a large upload went through whole). Each request counts as one finished
-//! request in the engine's metrics, as generation requests do.
+//! request in the engine's metrics, as generation requests do; an upload whose form is not
+//! read to its end (the client or a proxy closed the connection mid-body, or the handler
+//! was dropped with it) counts as `finished_reason="abort"`.
 
 use std::sync::Arc;
 
@@ -34,11 +36,30 @@ fn bad_form(e: &axum::extract::multipart::MultipartError) -> ApiError {
     )
 }
 
+/// Counts an upload whose form was not read to its end (its body broke off, or the
+/// handler was dropped) as aborted (vLLM's `finished_reason="abort"`), when dropped.
+struct Upload<'a> {
+    s: &'a Shared,
+    whole: bool,
+}
+
+impl Drop for Upload<'_> {
+    fn drop(&mut self) {
+        if !self.whole {
+            self.s.metrics.inc_aborted();
+        }
+    }
+}
+
 async fn transcribe(
     State(s): State<Arc<Shared>>,
     mut form: Multipart,
 ) -> Result<Response, ApiError> {
     let _guard = InFlight::new(&s);
+    let mut upload = Upload {
+        s: &s,
+        whole: false,
+    };
     let mut model = None;
     let mut audio: Option<usize> = None;
     while let Some(mut field) = form.next_field().await.map_err(|e| bad_form(&e))? {
@@ -54,6 +75,7 @@ async fn transcribe(
             _ => {}
         }
     }
+    upload.whole = true;
     let model =
         model.ok_or_else(|| ApiError::bad_request("Field required: model").with_param("model"))?;
     resolve_lora(&s, &model)?;

@@ -92,10 +92,10 @@ async fn engine(keep_alive: bool) -> (SocketAddr, Arc<Seen>) {
     .await
 }
 
-fn post(addr: SocketAddr, path: &str) -> Request<Full<Bytes>> {
+fn post(addr: SocketAddr, path: &str) -> Request<crate::body::ReqBody> {
     Request::post(path)
         .header(header::HOST, addr.to_string())
-        .body(Full::new(Bytes::from_static(b"{}")))
+        .body(Bytes::from_static(b"{}").into())
         .expect("request")
 }
 
