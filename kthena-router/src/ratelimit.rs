@@ -234,7 +234,7 @@ struct ExceededLabels {
 }
 
 /// `kthena_router_rate_limit_exceeded_total{model, limit_type, path}` (Go's family; `path`
-/// bounded as the request metrics': `telemetry::metrics::path_label`).
+/// bounded as the request metrics': `telemetry::path_label`).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RateLimitMetrics {
     exceeded: Family<ExceededLabels, Counter>,
@@ -263,7 +263,7 @@ impl RateLimitMetrics {
             .get_or_create(&ExceededLabels {
                 model: model.to_owned(),
                 limit_type,
-                path: crate::telemetry::metrics::path_label(path),
+                path: crate::telemetry::path_label::path_label(path),
             })
             .inc();
     }

@@ -7,4 +7,5 @@ pub(crate) mod accesslog;
 pub(crate) mod accounting;
 pub(crate) mod label_hash;
 pub(crate) mod metrics;
+pub(crate) mod path_label;
 pub(crate) mod plugin_metrics;
