@@ -209,9 +209,11 @@ where
                 deadline: clock.deadline,
             };
             let rest = body.map_err(Into::into).boxed_unsync();
-            (m, Some(Tail::new(rest, tail_lim)))
+            let watch = form::FormWatch::new(prefix.clone(), boundary);
+            (m, Some(Tail::new(rest, tail_lim).watching(watch)))
         }
-        Some(m) => (m, None),
+        // The whole form is held: read it all (a second `model` part is refused).
+        Some(_) => (form::model_field(prefix.clone(), boundary).await?, None),
         None => (form::model_field(prefix.clone(), boundary).await?, None),
     };
     Ok(FormHead {

@@ -87,11 +87,21 @@ impl Tail {
             idle_timer: false,
             report: Weak::new(),
             done: false,
+            watch: None,
         };
         Self {
             slot: Arc::new(Mutex::new(Slot::Waiting(reader))),
             size,
         }
+    }
+
+    /// Reads the tail's form with `watch` as it passes: a second `model` part fails the
+    /// tail with the watch's error (the engine request is aborted, the client gets 400).
+    pub(crate) fn watching(self, watch: super::form::FormWatch) -> Self {
+        if let Slot::Waiting(r) = &mut *self.lock() {
+            r.watch = Some(watch);
+        }
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Slot> {
@@ -150,6 +160,8 @@ pub(crate) struct TailReader {
     /// The slot a failure is recorded in.
     report: Weak<Mutex<Slot>>,
     done: bool,
+    /// The form watch the data passes through, if any.
+    watch: Option<super::form::FormWatch>,
 }
 
 impl TailReader {
@@ -197,7 +209,10 @@ impl Body for TailReader {
                     this.rearm();
                     // Only data goes on: the engine gets a sized or chunked body without
                     // the client's trailers.
-                    if f.is_data() {
+                    if let Some(data) = f.data_ref() {
+                        if let Some(Err(e)) = this.watch.as_mut().map(|w| w.read(Some(data), cx)) {
+                            return this.fail(e);
+                        }
                         return Poll::Ready(Some(Ok(f)));
                     }
                 }
@@ -206,6 +221,9 @@ impl Body for TailReader {
                     return this.fail(e);
                 }
                 Poll::Ready(None) => {
+                    if let Some(Err(e)) = this.watch.as_mut().map(|w| w.read(None, cx)) {
+                        return this.fail(e);
+                    }
                     this.done = true;
                     return Poll::Ready(None);
                 }

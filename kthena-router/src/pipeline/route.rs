@@ -31,9 +31,16 @@ where
     S: Service<Request<Ctx<Routed>>, Response = Response<RespBody>, Error = Error>,
 {
     let (target, rewritten) = resolve(&shared, &req)?;
-    if let Some(path) = rewritten.path {
+    // A path an HTTPRoute rewrote goes upstream rewritten also when a ModelRoute serves the
+    // model: the body was parsed as a request to that path.
+    let effective = req
+        .extensions()
+        .get::<crate::gateway::EffectivePath>()
+        .map(|p| p.0.clone());
+    if let Some(path) = rewritten.path.or(effective) {
         set_path(&mut req, &path);
     }
+
     if let Some(host) = rewritten.host {
         req.extensions_mut().insert(host);
     }
@@ -166,7 +173,8 @@ fn resolve_model_route(
     let Some(server) = snap.servers.get(&server_key).cloned() else {
         return Err(Error::ServerNotFound { server: server_key });
     };
-    let upstream_model = if m.is_lora {
+    // A form's `model` goes to the engine as the client wrote it (never rewritten).
+    let upstream_model = if m.is_lora || crate::body::form::boundary(req.headers()).is_some() {
         parsed.model.clone()
     } else {
         server.model.clone().unwrap_or_else(|| parsed.model.clone())

@@ -26,7 +26,7 @@ use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use crate::cluster_support::{ClusterRouter, apply, model_server};
+use crate::cluster_support::{ClusterRouter, apply, model_route, model_server};
 use crate::common::{chat, get, post};
 
 /// `(path and query, Host)` of every inference request an engine got.
@@ -294,6 +294,32 @@ async fn url_rewrites_reach_the_engine() {
     let (status, body) = ask(&r, "/llm/v2/chat", &model).await;
     assert_eq!(status, 404, "{body}");
     assert_eq!(body["error"]["code"], "unknown_url", "{body}");
+
+    // A ModelRoute for the model takes the request (as in Go), and the path still goes
+    // upstream rewritten: the body was read as a request to it.
+    apply(&ns, &[], &[model_route(&n, "mr", &model, "ms-rec")]).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        seen_a.lock().unwrap().clear();
+        seen_b.lock().unwrap().clear();
+        let (status, body) = ask(&r, "/gen/chat/completions", &model).await;
+        let log = last_log(&r);
+        if status == 200 && log["model_route"] == format!("{n}/mr") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{status} {body} {log}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let paths: Vec<String> = a_host(&seen_a)
+        .into_iter()
+        .chain(a_host(&seen_b))
+        .map(|(p, _)| p)
+        .collect();
+    assert!(!paths.is_empty());
+    assert!(
+        paths.iter().all(|p| p == "/v1/chat/completions"),
+        "{paths:?}"
+    );
     r.router.shutdown().await;
 }
 

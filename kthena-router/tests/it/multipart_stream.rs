@@ -321,3 +321,40 @@ async fn a_stalled_upload_times_out_408_and_the_engine_request_aborted() {
     assert_counters_zero(&r).await;
     r.router.shutdown().await;
 }
+
+/// A streamed form with a second `model` part after its file (the router routes by the
+/// first, an engine may read the last): 400 `invalid_value` on `model` to the client, the
+/// engine's request cut off before the form ends, nothing held or in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_model_part_in_a_streamed_form_is_refused_and_the_engine_request_aborted() {
+    let sim = kthena_sim::spawn(sim_config("m")).await.unwrap();
+    let r = router(
+        "listener:\n  maxBufferedBodyBytes: 1048576\n",
+        &[("a-0", sim.addr())],
+    )
+    .await;
+    let mut s = TcpStream::connect(r.router.addr).await.unwrap();
+    s.write_all(&request_head(None)).await.unwrap();
+    s.write_all(&chunk(&form_head("m"))).await.unwrap();
+    wait_metric(&r, HELD, form_head("m").len() as f64).await;
+    let mut req = Vec::new();
+    for _ in 0..16 {
+        req.extend_from_slice(&chunk(&[1u8; 64 << 10]));
+    }
+    req.extend_from_slice(&chunk(
+        b"\r\n--B\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nother\r\n--B--\r\n",
+    ));
+    req.extend_from_slice(b"0\r\n\r\n");
+    s.write_all(&req).await.unwrap();
+    let (status, body) = answer(&mut s).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["param"], "model", "{body}");
+    assert_eq!(
+        body["error"]["message"], "invalid field `model`: more than one `model` form field",
+        "{body}"
+    );
+    wait_aborted(sim.addr(), 1.0).await;
+    assert_eq!(r.metric(HELD).await, 0.0);
+    assert_counters_zero(&r).await;
+    r.router.shutdown().await;
+}

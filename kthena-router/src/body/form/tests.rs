@@ -18,7 +18,36 @@ async fn reads_the_model_field_wherever_it_is() {
         ("model", " whisper-1 "),
         ("language", "en"),
     ]);
-    assert_eq!(model_field(body, "XyZ").await.unwrap(), "whisper-1");
+    // Verbatim: the engine reads the same text.
+    assert_eq!(model_field(body, "XyZ").await.unwrap(), " whisper-1 ");
+}
+
+/// Two `model` parts: refused, held or streamed (the router would route by the first, an
+/// engine may serve the last).
+#[tokio::test]
+async fn a_second_model_part_is_refused() {
+    let two = form(&[("model", "a"), ("file", "x"), ("model", "b")]);
+    let e = model_field(two.clone(), "XyZ").await.unwrap_err();
+    assert_eq!(e.status(), 400);
+    assert!(
+        e.to_string().contains("more than one `model` form field"),
+        "{e}"
+    );
+    // The streamed form: the prefix ends inside the file, the second part comes later.
+    let cut = two.windows(4).position(|w| w == b"file").unwrap();
+    let mut watch = FormWatch::new(two.slice(..cut), "XyZ");
+    let waker = futures_util::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    watch.read(Some(&two.slice(cut..cut + 3)), &mut cx).unwrap();
+    let e = watch
+        .read(Some(&two.slice(cut + 3..)), &mut cx)
+        .unwrap_err();
+    assert_eq!(e.status(), 400);
+    // One `model` part streamed to its end passes.
+    let one = form(&[("model", "a"), ("file", "x"), ("language", "en")]);
+    let mut watch = FormWatch::new(one.slice(..10), "XyZ");
+    watch.read(Some(&one.slice(10..)), &mut cx).unwrap();
+    watch.read(None, &mut cx).unwrap();
 }
 
 #[tokio::test]
