@@ -484,3 +484,21 @@ pub(crate) fn in_own_process(module: &str, name: &str) -> bool {
     );
     false
 }
+
+/// A child process (the `kthena-router` binary), killed on drop.
+pub(crate) struct Killed(pub(crate) std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The router binary: `KTHENA_ROUTER_BIN` when set (a target directory shared by several
+/// checkouts may hold another checkout's `kthena-router` by the time the test runs; or a
+/// release build to try), else the one Cargo built for this test.
+pub(crate) fn router_binary() -> PathBuf {
+    std::env::var_os("KTHENA_ROUTER_BIN")
+        .map_or_else(|| env!("CARGO_BIN_EXE_kthena-router").into(), Into::into)
+}

@@ -8,32 +8,14 @@
     reason = "helpers of a test fail the test on any error"
 )]
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::common::*;
 use http::StatusCode;
 use tokio::net::TcpStream;
 
-/// The router process, killed on drop.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 const NOFILE: usize = 256;
-
-/// The router binary: `KTHENA_ROUTER_BIN` when set (a target directory shared by several
-/// checkouts may hold another checkout's `kthena-router` by the time the test runs), else
-/// the one Cargo built for this test.
-fn router_binary() -> std::path::PathBuf {
-    std::env::var_os("KTHENA_ROUTER_BIN")
-        .map_or_else(|| env!("CARGO_BIN_EXE_kthena-router").into(), Into::into)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_metrics_connections_do_not_starve_the_inference_port() {

@@ -398,10 +398,11 @@ async fn the_debug_dump_lists_gateway_api_objects() {
             break want.unwrap();
         }
         if Instant::now() >= deadline {
+            let mut seen = Vec::new();
             for plural in ["gateways", "httproutes", "inferencepools"] {
-                eprintln!("dump {plural}: {}", dump(&r, plural).await.1);
+                seen.push((plural, dump(&r, plural).await.1));
             }
-            panic!("the dump never matched the API server: {want:?}");
+            panic!("the dump never matched the API server: {want:?}; dump: {seen:?}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };

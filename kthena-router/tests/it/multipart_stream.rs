@@ -81,6 +81,40 @@ async fn router(head: &str, eps: &[(&str, SocketAddr)]) -> TestRouter {
     r
 }
 
+/// Sends a sized upload of model `m` with `audio` bytes of file to `r` (waiting until the
+/// router holds the form's head) and returns the connection to read the answer from.
+async fn send_sized(r: &TestRouter, audio: usize) -> TcpStream {
+    let head = form_head("m");
+    let mut s = TcpStream::connect(r.router.addr).await.unwrap();
+    s.write_all(&request_head(Some(head.len() + audio + FORM_END.len())))
+        .await
+        .unwrap();
+    s.write_all(&head).await.unwrap();
+    wait_metric(r, HELD, head.len() as f64).await;
+    s.write_all(&vec![9u8; audio]).await.unwrap();
+    s.write_all(FORM_END).await.unwrap();
+    s
+}
+
+/// Sends a chunked upload of model `m` to `r`: the form's head (waiting until the router
+/// holds it), `blocks` chunks of 64 KiB of file, then `end` as the last chunk.
+async fn send_chunked(r: &TestRouter, blocks: usize, end: &[u8]) -> TcpStream {
+    let mut s = TcpStream::connect(r.router.addr).await.unwrap();
+    s.write_all(&request_head(None)).await.unwrap();
+    s.write_all(&chunk(&form_head("m"))).await.unwrap();
+    wait_metric(r, HELD, form_head("m").len() as f64).await;
+    let mut req = Vec::new();
+    for _ in 0..blocks {
+        req.extend_from_slice(&chunk(&[1u8; 64 << 10]));
+    }
+    if !end.is_empty() {
+        req.extend_from_slice(&chunk(end));
+    }
+    req.extend_from_slice(b"0\r\n\r\n");
+    s.write_all(&req).await.unwrap();
+    s
+}
+
 /// `vllm:request_success_total{finished_reason="abort",...}` of the sim at `addr`.
 async fn aborted(addr: SocketAddr) -> f64 {
     let (_, text) = get(&format!("http://{addr}/metrics")).await;
@@ -152,16 +186,7 @@ async fn a_streamed_upload_over_max_body_bytes_is_413_and_the_engine_request_abo
         &[("a-0", sim.addr())],
     )
     .await;
-    let mut s = TcpStream::connect(r.router.addr).await.unwrap();
-    s.write_all(&request_head(None)).await.unwrap();
-    s.write_all(&chunk(&form_head("m"))).await.unwrap();
-    wait_metric(&r, HELD, form_head("m").len() as f64).await;
-    let mut req = Vec::new();
-    for _ in 0..33 {
-        req.extend_from_slice(&chunk(&[1u8; 64 << 10]));
-    }
-    req.extend_from_slice(b"0\r\n\r\n");
-    s.write_all(&req).await.unwrap();
+    let mut s = send_chunked(&r, 33, &[]).await;
     let (status, body) = answer(&mut s).await;
     assert_eq!(status, 413, "{body}");
     assert_eq!(body["error"]["code"], "request_too_large");
@@ -213,16 +238,8 @@ async fn a_client_leaving_mid_upload_is_499_and_cancels_the_engine_request() {
 async fn a_refused_connection_before_the_rest_was_taken_is_retried() {
     let sim = kthena_sim::spawn(sim_config("m")).await.unwrap();
     let r = router("", &[("a-0", closed_port()), ("a-1", sim.addr())]).await;
-    let head = form_head("m");
     let audio = 3usize << 20;
-    let mut s = TcpStream::connect(r.router.addr).await.unwrap();
-    s.write_all(&request_head(Some(head.len() + audio + FORM_END.len())))
-        .await
-        .unwrap();
-    s.write_all(&head).await.unwrap();
-    wait_metric(&r, HELD, head.len() as f64).await;
-    s.write_all(&vec![9u8; audio]).await.unwrap();
-    s.write_all(FORM_END).await.unwrap();
+    let mut s = send_sized(&r, audio).await;
     let (status, body) = answer(&mut s).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["text"], format!("{audio} bytes of audio"));
@@ -242,14 +259,7 @@ async fn an_engine_error_after_the_rest_was_sent_is_not_retried() {
     let r = router("", &[("a-0", failing.addr), ("a-1", sim.addr())]).await;
     let head = form_head("m");
     let audio = 1usize << 20;
-    let mut s = TcpStream::connect(r.router.addr).await.unwrap();
-    s.write_all(&request_head(Some(head.len() + audio + FORM_END.len())))
-        .await
-        .unwrap();
-    s.write_all(&head).await.unwrap();
-    wait_metric(&r, HELD, head.len() as f64).await;
-    s.write_all(&vec![9u8; audio]).await.unwrap();
-    s.write_all(FORM_END).await.unwrap();
+    let mut s = send_sized(&r, audio).await;
     let (status, body) = answer(&mut s).await;
     assert_eq!(status, 500, "{body}");
     assert_eq!(body["error"]["message"], "boom");
@@ -333,19 +343,9 @@ async fn a_second_model_part_in_a_streamed_form_is_refused_and_the_engine_reques
         &[("a-0", sim.addr())],
     )
     .await;
-    let mut s = TcpStream::connect(r.router.addr).await.unwrap();
-    s.write_all(&request_head(None)).await.unwrap();
-    s.write_all(&chunk(&form_head("m"))).await.unwrap();
-    wait_metric(&r, HELD, form_head("m").len() as f64).await;
-    let mut req = Vec::new();
-    for _ in 0..16 {
-        req.extend_from_slice(&chunk(&[1u8; 64 << 10]));
-    }
-    req.extend_from_slice(&chunk(
-        b"\r\n--B\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nother\r\n--B--\r\n",
-    ));
-    req.extend_from_slice(b"0\r\n\r\n");
-    s.write_all(&req).await.unwrap();
+    let second =
+        b"\r\n--B\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nother\r\n--B--\r\n";
+    let mut s = send_chunked(&r, 16, second).await;
     let (status, body) = answer(&mut s).await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"]["param"], "model", "{body}");

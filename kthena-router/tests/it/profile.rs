@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io::Read as _;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -20,22 +20,6 @@ use http_body_util::{BodyExt as _, Full};
 use pprof::protos::Message as _;
 
 use crate::common::*;
-
-/// The router process, killed on drop.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The router binary: `KTHENA_ROUTER_BIN` when set, else the one Cargo built for this test.
-fn router_binary() -> std::path::PathBuf {
-    std::env::var_os("KTHENA_ROUTER_BIN")
-        .map_or_else(|| env!("CARGO_BIN_EXE_kthena-router").into(), Into::into)
-}
 
 /// `GET url` → (status, body bytes).
 async fn get_bytes(url: &str) -> (StatusCode, Bytes) {
@@ -248,7 +232,6 @@ fn assert_router_leads(p: &pprof::protos::Profile) {
         .filter(|(f, _)| f.starts_with("kthena_router::"))
         .take(15)
         .collect();
-    eprintln!("router functions by cumulative samples: {router_fns:#?}");
     // The request path itself shows: some pipeline stage has samples.
     assert!(
         counts
@@ -256,7 +239,6 @@ fn assert_router_leads(p: &pprof::protos::Profile) {
             .any(|f| f.starts_with("kthena_router::pipeline::")),
         "{router_fns:#?}"
     );
-    eprintln!("{total} samples; top by cumulative samples: {top:#?}");
     assert!(
         top.iter().any(|(f, _)| f.starts_with("kthena_router::")),
         "{top:#?}"
@@ -275,7 +257,6 @@ fn assert_router_leads(p: &pprof::protos::Profile) {
         })
         .map(|s| s.value[0])
         .sum::<i64>();
-    eprintln!("{with_router} of {total} samples have a router frame");
     assert!(
         total > 0 && with_router * 2 >= total,
         "{with_router} of {total}"
