@@ -42,5 +42,9 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .layer(axum::extract::DefaultBodyLimit::max(
             shared.cfg.max_body_bytes,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&shared),
+            admin::while_loading,
+        ))
         .with_state(shared)
 }

@@ -252,6 +252,13 @@ pub struct Config {
     /// no limit.
     #[arg(long, default_value_t = 64 * 1024 * 1024)]
     pub max_body_bytes: usize,
+    /// Model loading time in ms of wall time (not scaled by `--time-scale`): the server
+    /// listens at once but, until the delay has passed, `/health` answers 503 and every
+    /// other path except `/metrics` answers 503 `The model is still loading` (each such
+    /// request is counted, [`crate::SimHandle::requests_while_loading`]). Stands for an
+    /// engine that takes minutes to load its weights; default 0 (ready at once).
+    #[arg(long, default_value_t = 0)]
+    pub startup_delay_ms: u64,
     /// Cost-model profile.
     #[command(flatten)]
     pub profile: Profile,
@@ -282,6 +289,7 @@ impl Default for Config {
             kv_events_use_int_block_hashes: true,
             lora_modules: Vec::new(),
             max_body_bytes: 64 * 1024 * 1024,
+            startup_delay_ms: 0,
             profile: Profile::default(),
             faults: Faults::default(),
         }

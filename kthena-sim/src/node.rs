@@ -133,6 +133,14 @@ impl SimNode {
         self.engine(namespace, name).map(|e| e.addr())
     }
 
+    /// Requests the engine of pod `namespace/name` refused because its model was still
+    /// loading (`--startup-delay-ms`), while its engine runs.
+    #[must_use]
+    pub fn requests_while_loading(&self, namespace: &str, name: &str) -> Option<u64> {
+        self.engine(namespace, name)
+            .map(|e| e.requests_while_loading())
+    }
+
     /// Replaces the fault-injection settings of the engine of pod `namespace/name`; false if
     /// it has no running engine.
     pub fn set_faults(&self, namespace: &str, name: &str, faults: Faults) -> bool {

@@ -95,6 +95,19 @@ impl SimHandle {
         self.tracker.wait().await;
     }
 
+    /// Whether the model has loaded (`--startup-delay-ms` has passed since start).
+    #[must_use]
+    pub fn is_loaded(&self) -> bool {
+        self.shared.is_loaded()
+    }
+
+    /// Requests answered 503 because the model was still loading (`--startup-delay-ms`): a
+    /// router that sends nothing before the engine is ready leaves this at 0.
+    #[must_use]
+    pub fn requests_while_loading(&self) -> u64 {
+        self.shared.refused_loading.load(Ordering::SeqCst)
+    }
+
     /// Generation requests in flight (admitted and not finished), as the engine's own
     /// `vllm:num_requests_running` plus `vllm:num_requests_waiting`.
     #[must_use]
@@ -269,6 +282,7 @@ fn shared_state(
         }
     });
     let loras = config.lora_module_pairs().collect();
+    let config_delay = config.startup_delay_ms;
     let created = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -288,6 +302,8 @@ fn shared_state(
         in_flight: AtomicUsize::new(0),
         idle: Notify::new(),
         draining: AtomicBool::new(false),
+        loaded_at: tokio::time::Instant::now() + Duration::from_millis(config_delay),
+        refused_loading: AtomicU64::new(0),
         rooms_done: Mutex::new(Vec::new()),
         room_notify: Notify::new(),
     })

@@ -32,6 +32,28 @@ pub(super) async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "Not Found")
 }
 
+/// Until the model has loaded (`--startup-delay-ms`): 503 for every path but `/metrics`
+/// (`/health` included, so a readiness probe fails), each refusal counted.
+pub(super) async fn while_loading(
+    State(s): State<Arc<Shared>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if s.is_loaded() || req.uri().path() == "/metrics" {
+        return next.run(req).await;
+    }
+    if req.uri().path() != "/health" {
+        s.refused_loading
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        tracing::warn!(path = %req.uri().path(), "Request refused: the model is still loading");
+    }
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "The model is still loading",
+    )
+    .into_response()
+}
+
 async fn health() -> StatusCode {
     StatusCode::OK
 }

@@ -41,6 +41,11 @@ pub(crate) struct Shared {
     pub(crate) idle: Notify,
     /// Set by [`crate::SimHandle::drain`]: new generation requests are refused with 503.
     pub(crate) draining: AtomicBool,
+    /// When the model has loaded (`--startup-delay-ms` after start); before it every path but
+    /// `/metrics` answers 503.
+    pub(crate) loaded_at: tokio::time::Instant,
+    /// Requests answered 503 because the model was still loading.
+    pub(crate) refused_loading: AtomicU64,
     /// SGLang prefill side: bootstrap rooms whose prefill finished.
     pub(crate) rooms_done: Mutex<Vec<u64>>,
     pub(crate) room_notify: Notify,
@@ -49,6 +54,11 @@ pub(crate) struct Shared {
 impl Shared {
     /// `<prefix>-` and 32 hex digits, like vLLM's `cmpl-<uuid4 hex>`: the engine's random
     /// nonce, then a counter scrambled into a distinct value per request.
+    /// Whether the model has loaded (`--startup-delay-ms` has passed).
+    pub(crate) fn is_loaded(&self) -> bool {
+        tokio::time::Instant::now() >= self.loaded_at
+    }
+
     pub(super) fn request_id(&self, prefix: &str) -> String {
         self.request_id_sep(prefix, '-')
     }

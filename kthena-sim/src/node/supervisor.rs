@@ -141,8 +141,8 @@ struct PodRun {
     name: String,
     started: Time,
     engine: Option<Workload>,
-    /// The readiness probes' last result (always true for an engine, whose `/health` is
-    /// checked instead).
+    /// The readiness probes' last result (for an engine: whether it has loaded; its
+    /// `/health` is checked instead).
     probed_ready: bool,
     /// The `Ready` value last written while the engine runs.
     ready_written: Option<bool>,
@@ -171,7 +171,9 @@ impl PodRun {
             start_processes(&run.ctx, pod).await
         } else {
             start(&run.ctx, pod, &key, cancel).await.map(|e| {
-                run.probed_ready = true;
+                // An engine still loading (`--startup-delay-ms`) turns Ready once `/health`
+                // answers.
+                run.probed_ready = e.handle.is_loaded();
                 Workload::Engine(e)
             })
         };
@@ -209,7 +211,8 @@ impl PodRun {
     }
 
     /// An engine that fails [`FAILURE_THRESHOLD`] `/health` probes in a row has exited
-    /// (code 1).
+    /// (code 1); one still loading its model (`--startup-delay-ms`) is not Ready yet, as a
+    /// pod whose startup probe has not passed.
     async fn check_health(&mut self, pod: &Pod) {
         if let Some(Workload::Processes(procs)) = &mut self.engine {
             if let Some((code, message)) = procs.follow(pod) {
@@ -223,8 +226,13 @@ impl PodRun {
         let Some(Workload::Engine(engine)) = &self.engine else {
             return;
         };
+        if !engine.handle.is_loaded() {
+            self.probed_ready = false;
+            return;
+        }
         if healthy(engine.addr()).await {
             self.failures = 0;
+            self.probed_ready = true;
             return;
         }
         self.failures += 1;
@@ -313,7 +321,8 @@ async fn start_processes(ctx: &Ctx, pod: &Pod) -> Result<Workload, String> {
         .map(Workload::Processes)
 }
 
-/// Starts the engine and waits until it answers `/health`.
+/// Starts the engine and waits until it answers `/health` (200, or 503 while its model
+/// loads).
 async fn start(
     ctx: &Ctx,
     pod: &Pod,
@@ -331,7 +340,7 @@ async fn start(
         key: key.to_owned(),
     };
     let deadline = tokio::time::Instant::now() + HEALTH_TIMEOUT;
-    while !healthy(engine.addr()).await {
+    while health(engine.addr()).await.is_none() {
         if tokio::time::Instant::now() >= deadline || cancel.is_cancelled() {
             engine.stop(&ctx.engines).await;
             return Err(format!(
@@ -347,14 +356,17 @@ async fn start(
 
 /// `GET /health` answers 200.
 async fn healthy(addr: SocketAddr) -> bool {
+    health(addr).await == Some(http::StatusCode::OK)
+}
+
+/// The status of `GET /health`, `None` when nothing answers within the probe timeout.
+async fn health(addr: SocketAddr) -> Option<http::StatusCode> {
     let client = HttpClient::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let Ok(uri) = format!("http://{addr}/health").parse::<http::Uri>() else {
-        return false;
-    };
-    matches!(
-        tokio::time::timeout(PROBE_TIMEOUT, client.get(uri)).await,
-        Ok(Ok(resp)) if resp.status() == http::StatusCode::OK
-    )
+    let uri = format!("http://{addr}/health").parse::<http::Uri>().ok()?;
+    match tokio::time::timeout(PROBE_TIMEOUT, client.get(uri)).await {
+        Ok(Ok(resp)) => Some(resp.status()),
+        _ => None,
+    }
 }
 
 /// Merge-patches the status subresource; false (logged) on failure, to retry later.

@@ -224,6 +224,65 @@ async fn ready_annotation_turns_a_pod_not_ready_and_back() -> Result<()> {
     Ok(())
 }
 
+/// `--startup-delay-ms`: the pod runs with its podIP at once but turns Ready only once the
+/// model has loaded; what arrives before is refused 503 and counted, `/metrics` answers.
+#[tokio::test]
+async fn an_engine_loading_its_model_turns_ready_after_the_delay() -> Result<()> {
+    let (ns, node, node_name) = setup("node-load").await?;
+    let api = ns.api::<Pod>();
+    let mut p = pod("p", &node_name, "m", 8121)?;
+    let args = [
+        "--model",
+        "m",
+        "--port",
+        "8121",
+        "--startup-delay-ms",
+        "2000",
+    ];
+    let c = &mut p.spec.as_mut().context("spec")?.containers[0];
+    c.command = Some(vec!["kthena-sim".to_owned()]);
+    c.args = Some(args.iter().map(|a| (*a).to_owned()).collect());
+    let created = tokio::time::Instant::now();
+    api.create(&PostParams::default(), &p).await?;
+    let running = |p: Option<&Pod>| p.and_then(|p| p.status.as_ref()?.pod_ip.clone()).is_some();
+    let p = wait_for(&api, "p", "a podIP", running).await?;
+    assert_eq!(
+        condition(&p, "Ready").as_deref(),
+        Some("False"),
+        "loading after {:?}",
+        created.elapsed()
+    );
+    let ip = pod_ip(&p)?;
+    let (status, _) = common::send("GET", &format!("http://{ip}:8121/health"), None).await;
+    assert_eq!(status, 503);
+    let (code, body) = common::post_json(
+        &format!("http://{ip}:8121/v1/completions"),
+        &json!({"model": "m", "prompt": "hi", "max_tokens": 3}),
+    )
+    .await;
+    assert_eq!(code, 503, "{body}");
+    assert_eq!(body["error"]["message"], "The model is still loading");
+    let (status, _) = common::send("GET", &format!("http://{ip}:8121/metrics"), None).await;
+    assert_eq!(status, 200);
+    assert_eq!(node.requests_while_loading(ns.name(), "p"), Some(1));
+
+    wait_for(&api, "p", "Ready after loading", is_ready(true)).await?;
+    assert!(
+        created.elapsed() >= Duration::from_secs(2),
+        "Ready only after the 2 s delay, got {:?}",
+        created.elapsed()
+    );
+    let (code, body) = common::post_json(
+        &format!("http://{ip}:8121/v1/completions"),
+        &json!({"model": "m", "prompt": "hi", "max_tokens": 3}),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(node.requests_while_loading(ns.name(), "p"), Some(1));
+    node.stop().await;
+    Ok(())
+}
+
 #[tokio::test]
 async fn exit_annotation_fails_the_container() -> Result<()> {
     let (ns, node, node_name) = setup("node-exit").await?;
