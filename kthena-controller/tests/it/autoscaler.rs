@@ -25,12 +25,13 @@ const WAITING: &str = "vllm:num_requests_waiting";
 
 mod prometheus;
 mod prometheus_tls;
+mod scale_to_zero;
 use prometheus::{prom_value, start_prometheus};
 
 struct Env {
     ns: TestNamespace,
     _tasks: JoinSet<()>,
-    _node: SimNode,
+    node: SimNode,
 }
 
 async fn setup(prefix: &str) -> Result<Env> {
@@ -88,7 +89,7 @@ async fn setup_with(prefix: &str, elected: bool) -> Result<Env> {
     Ok(Env {
         ns,
         _tasks: tasks,
-        _node: node,
+        node,
     })
 }
 
@@ -659,6 +660,22 @@ async fn cluster_router_with(
     target: &str,
     extra: serde_json::Value,
 ) -> Result<kthena_router::Router> {
+    model_server_and_route(ns, target, extra).await?;
+    let text = "port: 0\nmetricsPort: 0\ndebugPort: 0\nbindAddress: 127.0.0.1\naccessLog: {enabled: false}\n";
+    let path = std::path::Path::new("router.yaml");
+    let cfg = kthena_router::Config::from_yaml(path, text)?.validate(path)?;
+    let router = kthena_router::Router::start_in_cluster(cfg, ns.client().clone()).await?;
+    until_routed(&router.addr.to_string(), &routed_model(ns)).await?;
+    Ok(router)
+}
+
+/// The ModelServer `target` selecting the entry pods of the ModelServing `target` (port 8100,
+/// plus the members of `extra`) and a ModelRoute of [`routed_model`] to it.
+async fn model_server_and_route(
+    ns: &TestNamespace,
+    target: &str,
+    extra: serde_json::Value,
+) -> Result<()> {
     let mut spec = json!({
         "model": "m",
         "inferenceEngine": "vLLM",
@@ -684,12 +701,7 @@ async fn cluster_router_with(
     ns.api::<kthena_api::ModelRoute>()
         .create(&PostParams::default(), &route)
         .await?;
-    let text = "port: 0\nmetricsPort: 0\ndebugPort: 0\nbindAddress: 127.0.0.1\naccessLog: {enabled: false}\n";
-    let path = std::path::Path::new("router.yaml");
-    let cfg = kthena_router::Config::from_yaml(path, text)?.validate(path)?;
-    let router = kthena_router::Router::start_in_cluster(cfg, ns.client().clone()).await?;
-    until_routed(&router.addr.to_string(), &routed_model(ns)).await?;
-    Ok(router)
+    Ok(())
 }
 
 /// The client-facing model name of the ModelRoute of [`cluster_router`] in `ns`.
