@@ -17,6 +17,7 @@ mod admit;
 pub(crate) mod ctx;
 mod forward;
 mod gateway;
+mod hold;
 mod parse;
 mod queue;
 mod ratelimit;

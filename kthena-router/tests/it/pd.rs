@@ -289,7 +289,14 @@ async fn a_decode_failure_after_the_first_byte_ends_the_stream_with_an_error() {
 async fn zero_prefill_endpoints_answer_503_with_a_clear_message() {
     let d = engine(sim_cfg(Flavor::Vllm, Role::Decode)).await;
     let eps = pd_endpoint("d1", d.tap.addr, "g1", "decode");
-    let router = start_router(pd_server("vLLM", ""), &eps).await;
+    let route = common::simple_route("r", "m", "ms");
+    let router = TestRouter::start(
+        &format!("{SCHED}coldStart: {{enabled: false}}\n"),
+        &eps,
+        &[("ms.yaml", pd_server("vLLM", "")), ("route.yaml", route)],
+    )
+    .await;
+    router.wait_ready().await;
     let (status, _, body) = post(
         &format!("{}/v1/completions", router.url()),
         r#"{"model":"m","prompt":"hi"}"#,
