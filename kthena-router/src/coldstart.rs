@@ -10,17 +10,17 @@
 //! waits through a [`Stay`], which counts its outcome once, also when the client goes away
 //! and its future is dropped.
 
-mod config;
-mod metrics;
+pub(crate) mod config;
+pub(crate) mod metrics;
 mod queue;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::time::Instant;
 
-pub use config::ColdStartConfig;
+pub(crate) use config::ColdStartConfig;
 pub(crate) use metrics::ColdStartMetrics;
-pub(crate) use metrics::{ActiveGuard, Outcome};
+pub(crate) use metrics::Outcome;
 
 use crate::discovery::{Server, Snapshot};
 use crate::error::Error;

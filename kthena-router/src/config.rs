@@ -13,7 +13,7 @@ pub mod flags;
 pub(crate) mod overrides;
 
 pub use crate::auth::AuthConfig;
-pub use crate::coldstart::ColdStartConfig;
+pub use crate::coldstart::config::ColdStartConfig;
 pub use crate::gateway::GatewayApiConfig;
 pub use crate::kv::config::{IndexBackend, KvCacheConfig, RedisConfig, TokenizerConfig};
 pub use crate::provider::SecretSource;
@@ -96,7 +96,7 @@ pub struct Config {
     /// Overload protection: in-flight caps and per-endpoint circuit breakers.
     pub overload: crate::upstream::overload::OverloadConfig,
     /// Holding requests while their ModelServer has no ready endpoint (hot reloaded).
-    pub cold_start: crate::coldstart::ColdStartConfig,
+    pub cold_start: crate::coldstart::config::ColdStartConfig,
     /// Standalone discovery: manifests and endpoints. Absent (the default): cluster mode,
     /// where ModelRoutes, ModelServers and Pods come from the Kubernetes API server named
     /// by the usual kube config inference (`KUBECONFIG`, `~/.kube/config`, in-cluster
@@ -306,7 +306,7 @@ impl Default for Config {
             access_log: AccessLogConfig::default(),
             listener: crate::server::listener::ListenerConfig::default(),
             overload: crate::upstream::overload::OverloadConfig::default(),
-            cold_start: crate::coldstart::ColdStartConfig::default(),
+            cold_start: crate::coldstart::config::ColdStartConfig::default(),
             standalone: None,
             kv_cache: crate::kv::config::KvCacheConfig::default(),
             auth: crate::auth::AuthConfig::default(),

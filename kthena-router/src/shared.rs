@@ -186,7 +186,7 @@ impl Shared {
 
     /// Sets the `coldStart:` settings (the default otherwise).
     #[must_use]
-    pub fn with_cold_start(self, cfg: crate::coldstart::ColdStartConfig) -> Self {
+    pub fn with_cold_start(self, cfg: crate::coldstart::config::ColdStartConfig) -> Self {
         self.cold_start.set_config(cfg);
         self
     }

@@ -72,7 +72,7 @@ pub(crate) struct RequestCtx {
     queue_ticket: Option<crate::queue::Ticket>,
     /// The request counted as active for its ModelServer (the idle-seconds family) from
     /// the route match until it settles; held requests count.
-    server_active: Option<crate::coldstart::ActiveGuard>,
+    server_active: Option<crate::coldstart::metrics::ActiveGuard>,
 }
 
 /// A callback taking output tokens not told before (the increase of `completion_tokens`).

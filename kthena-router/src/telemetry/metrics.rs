@@ -159,7 +159,7 @@ pub struct Metrics {
     /// Token rate limit rejections (`ratelimit`).
     pub(crate) rate_limit: crate::ratelimit::RateLimitMetrics,
     /// Held requests and ModelServer idle time (`coldstart`).
-    pub(crate) cold_start: crate::coldstart::ColdStartMetrics,
+    pub(crate) cold_start: crate::coldstart::metrics::ColdStartMetrics,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -227,7 +227,7 @@ impl Metrics {
         let plugins = crate::telemetry::plugin_metrics::PluginMetrics::register(&mut registry);
         let pd = crate::pd::metrics::PdMetrics::register(&mut registry, &DURATION_BUCKETS);
         let rate_limit = crate::ratelimit::RateLimitMetrics::register(&mut registry);
-        let cold_start = crate::coldstart::ColdStartMetrics::register(&mut registry);
+        let cold_start = crate::coldstart::metrics::ColdStartMetrics::register(&mut registry);
         let m = Self {
             registry: Registry::default(),
             requests: Family::<RequestLabels, Counter>::default(),
