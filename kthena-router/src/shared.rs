@@ -135,9 +135,10 @@ impl Shared {
             .overload
             .retain_endpoints(|ns, name| names.contains(&(ns, name)));
         snap.kv.owners.note_endpoints(&snap.endpoints);
-        self.snapshot.store(Arc::clone(&snap));
+        let stored = Arc::clone(&snap);
+        self.snapshot.store(snap);
         // After the store: a request that checked the old snapshot is in the hold by now.
-        self.cold_start.on_snapshot(&snap);
+        self.cold_start.on_snapshot(&stored);
     }
 
     /// Seeds the random draws of route weights and P/D rooms (from the clock otherwise).

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use tokio::task::JoinSet;
 
 use super::*;
 use crate::config::{Config, EndpointConfig};
@@ -39,6 +40,16 @@ fn snapshot(n: usize) -> Arc<Snapshot> {
     Arc::new(snap)
 }
 
+/// One waiting task.
+struct Waiting(JoinSet<Result<Arc<Snapshot>, Error>>);
+
+impl Waiting {
+    /// The wait's result (`Err` when the task was aborted).
+    async fn result(mut self) -> Result<Result<Arc<Snapshot>, Error>, tokio::task::JoinError> {
+        self.0.join_next().await.unwrap()
+    }
+}
+
 struct Fixture {
     metrics: Arc<Metrics>,
     hold: Arc<Hold>,
@@ -57,13 +68,15 @@ impl Fixture {
         }
     }
 
-    /// Waits for `default/ms` as a request for `m` would.
-    fn spawn_wait(&self) -> tokio::task::JoinHandle<Result<Arc<Snapshot>, Error>> {
+    /// Waits for `default/ms` as a request for `m` would, in a task of its own.
+    fn spawn_wait(&self) -> Waiting {
         let (hold, snap) = (Arc::clone(&self.hold), Arc::clone(&self.snap));
-        tokio::spawn(async move {
+        let mut set = JoinSet::new();
+        set.spawn(async move {
             let mut stay = Stay::new(&hold, "m", None);
             stay.wait(|| snap.load_full(), SERVER).await
-        })
+        });
+        Waiting(set)
     }
 
     /// Publishes a snapshot with `n` endpoints, as `Shared::store_snapshot` does.
@@ -107,15 +120,15 @@ async fn settle() {
 async fn released_in_arrival_order_when_an_endpoint_appears() {
     let f = Fixture::new(cfg());
     let order = Arc::new(Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
+    let mut tasks = JoinSet::new();
     for i in 0..3 {
         let (hold, snap, order) = (Arc::clone(&f.hold), Arc::clone(&f.snap), Arc::clone(&order));
-        tasks.push(tokio::spawn(async move {
+        tasks.spawn(async move {
             let mut stay = Stay::new(&hold, "m", None);
             let s = stay.wait(|| snap.load_full(), SERVER).await.unwrap();
             order.lock().unwrap().push(i);
             s.servers[SERVER].endpoints.len()
-        }));
+        });
         settle().await;
     }
     assert_eq!(f.hold.held(SERVER), 3);
@@ -126,8 +139,8 @@ async fn released_in_arrival_order_when_an_endpoint_appears() {
     assert_eq!(f.hold.held(SERVER), 3);
     tokio::time::advance(Duration::from_millis(500)).await;
     f.publish(1);
-    for t in tasks {
-        assert_eq!(t.await.unwrap(), 1, "released with the fresh snapshot");
+    while let Some(t) = tasks.join_next().await {
+        assert_eq!(t.unwrap(), 1, "released with the fresh snapshot");
     }
     assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
     assert_eq!(f.hold.held(SERVER), 0);
@@ -147,7 +160,7 @@ async fn released_in_arrival_order_when_an_endpoint_appears() {
 async fn a_ready_server_does_not_wait() {
     let f = Fixture::new(cfg());
     f.publish(1);
-    let snap = f.spawn_wait().await.unwrap().unwrap();
+    let snap = f.spawn_wait().result().await.unwrap().unwrap();
     assert_eq!(snap.servers[SERVER].endpoints.len(), 1);
     // Never held: no outcome, no wait.
     assert_eq!(f.metric(&outcome("released")), 0.0);
@@ -159,7 +172,7 @@ async fn past_the_timeout_the_answer_is_503_with_retry_after() {
     let t = f.spawn_wait();
     settle().await;
     assert_eq!(f.metric(HELD), 1.0);
-    let e = t.await.unwrap().unwrap_err();
+    let e = t.result().await.unwrap().unwrap_err();
     assert!(
         matches!(
             &e,
@@ -186,7 +199,7 @@ async fn a_full_hold_refuses_at_once() {
     let f = Fixture::new(cfg());
     let held: Vec<_> = (0..3).map(|_| f.spawn_wait()).collect();
     settle().await;
-    let e = f.spawn_wait().await.unwrap().unwrap_err();
+    let e = f.spawn_wait().result().await.unwrap().unwrap_err();
     assert_eq!(e.code(), "cold_start_queue_full");
     assert_eq!(e.status(), http::StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(e.retry_after(), Some(Duration::from_secs(10)));
@@ -198,7 +211,7 @@ async fn a_full_hold_refuses_at_once() {
     assert_eq!(f.metric(HELD), 3.0);
     f.publish(1);
     for t in held {
-        t.await.unwrap().unwrap();
+        t.result().await.unwrap().unwrap();
     }
     assert_eq!(f.metric(HELD), 0.0);
 }
@@ -211,13 +224,14 @@ async fn a_client_that_leaves_is_dropped_from_the_hold() {
     let stays = f.spawn_wait();
     settle().await;
     assert_eq!(f.hold.held(SERVER), 2);
-    gone.abort();
-    assert!(gone.await.unwrap_err().is_cancelled());
+    let mut gone = gone;
+    gone.0.abort_all();
+    assert!(gone.result().await.unwrap_err().is_cancelled());
     assert_eq!(f.hold.held(SERVER), 1);
     assert_eq!(f.metric(HELD), 1.0);
     assert_eq!(f.metric(&outcome("client_disconnected")), 1.0);
     f.publish(1);
-    stays.await.unwrap().unwrap();
+    stays.result().await.unwrap().unwrap();
     assert_eq!(f.metric(HELD), 0.0);
     assert_eq!(f.metric(&outcome("released")), 1.0);
 }

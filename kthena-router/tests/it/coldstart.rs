@@ -2,8 +2,11 @@
 //! (`coldStart:`); an endpoint added to the config file on hot reload releases them in
 //! arrival order; past `coldStart.holdTimeout` they get 503 `cold_start_timeout` with
 //! `Retry-After`; a full hold refuses at once; a client that leaves is dropped from it.
+#![allow(clippy::unwrap_used, reason = "tests fail on any unexpected error")]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use http::StatusCode;
 use tokio::io::AsyncWriteExt;

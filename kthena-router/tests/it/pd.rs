@@ -329,7 +329,8 @@ async fn a_request_is_held_until_the_missing_prefill_endpoint_appears() {
     .await;
     router.wait_ready().await;
     let url = format!("{}/v1/completions", router.url());
-    let held = tokio::spawn(async move { post(&url, r#"{"model":"m","prompt":"hi"}"#, &[]).await });
+    let mut held = tokio::task::JoinSet::new();
+    held.spawn(async move { post(&url, r#"{"model":"m","prompt":"hi"}"#, &[]).await });
     let gauge = r#"kthena_router_cold_start_held_requests{model="m",model_server="default/ms"}"#;
     crate::faults_support::wait_metric(&router, gauge, 1.0).await;
     assert!(d.tap.seen().is_empty());
@@ -338,7 +339,7 @@ async fn a_request_is_held_until_the_missing_prefill_endpoint_appears() {
     text.push_str(&pd_endpoint("p1", p.tap.addr, "g1", "prefill"));
     let generation = router.router.generation();
     std::fs::write(&path, text).unwrap();
-    let (status, _, body) = held.await.unwrap();
+    let (status, _, body) = held.join_next().await.unwrap().unwrap();
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     assert!(router.router.generation() > generation);
     assert_eq!(p.tap.seen().len(), 1);
