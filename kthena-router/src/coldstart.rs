@@ -8,7 +8,7 @@
 //! [`Hold`] lives in the shared state: the `coldStart:` settings and the FIFO of held
 //! requests per ModelServer; the snapshot publisher calls [`Hold::on_snapshot`]. A request
 //! waits through a [`Stay`], which counts its outcome once, also when the client goes away
-//! and its future is dropped.
+//! and its future is dropped, or the drain timeout cuts it at shutdown.
 
 pub(crate) mod config;
 pub(crate) mod metrics;
@@ -17,6 +17,7 @@ mod queue;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 pub(crate) use config::ColdStartConfig;
 pub(crate) use metrics::ColdStartMetrics;
@@ -111,6 +112,8 @@ pub(crate) struct Stay<'a> {
     /// The ModelServer and waiter id while waiting.
     at: Option<(Arc<str>, u64)>,
     acct: Option<Accounting>,
+    /// Cancelled when the drain timeout cuts the requests left at shutdown.
+    drain_cut: Option<CancellationToken>,
     /// Waited at least once (a stay that never waited counts nothing).
     waited: bool,
     /// The outcome was counted.
@@ -127,9 +130,18 @@ impl<'a> Stay<'a> {
             start: Instant::now(),
             at: None,
             acct,
+            drain_cut: None,
             waited: false,
             counted: false,
         }
+    }
+
+    /// Tells the stay the router's drain-timeout cut: a stay dropped once it is cancelled
+    /// was cut by the router (503 `drain_timeout`, settled by the front service, outcome
+    /// `timeout`), not left by its client.
+    pub(crate) fn with_drain_cut(mut self, cut: CancellationToken) -> Self {
+        self.drain_cut = Some(cut);
+        self
     }
 
     fn count(&mut self, outcome: Outcome) {
@@ -206,6 +218,14 @@ impl Drop for Stay<'_> {
         };
         lock(&self.hold.waiters).remove(&server, id);
         self.hold.metrics.held(&self.model, &server, -1);
+        if self
+            .drain_cut
+            .as_ref()
+            .is_some_and(CancellationToken::is_cancelled)
+        {
+            self.count(Outcome::Timeout);
+            return;
+        }
         self.count(Outcome::ClientDisconnected);
         if let Some(a) = self.acct.take() {
             a.failed(&Error::QueueClientDisconnected);

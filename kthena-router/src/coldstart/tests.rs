@@ -237,6 +237,27 @@ async fn a_client_that_leaves_is_dropped_from_the_hold() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_stay_cut_at_the_drain_timeout_counts_as_timeout() {
+    let f = Fixture::new(cfg());
+    let cut = CancellationToken::new();
+    let (hold, snap, c2) = (Arc::clone(&f.hold), Arc::clone(&f.snap), cut.clone());
+    let mut set = JoinSet::new();
+    set.spawn(async move {
+        let mut stay = Stay::new(&hold, "m", None).with_drain_cut(c2);
+        stay.wait(|| snap.load_full(), SERVER).await
+    });
+    settle().await;
+    assert_eq!(f.metric(HELD), 1.0);
+    cut.cancel();
+    set.abort_all();
+    assert!(set.join_next().await.unwrap().unwrap_err().is_cancelled());
+    assert_eq!(f.hold.held(SERVER), 0);
+    assert_eq!(f.metric(HELD), 0.0);
+    assert_eq!(f.metric(&outcome("timeout")), 1.0);
+    assert_eq!(f.metric(&outcome("client_disconnected")), 0.0);
+}
+
+#[tokio::test(start_paused = true)]
 async fn idle_seconds_are_zero_while_active_and_grow_after() {
     let f = Fixture::new(cfg());
     let idle = r#"kthena_router_model_server_idle_seconds{model_server="default/ms"}"#;

@@ -59,6 +59,7 @@ pub(super) async fn resolve_or_hold(
                 &ctx.parsed.req.model,
                 Some(ctx.meta.acct.clone()),
             )
+            .with_drain_cut(shared.drain_cut.clone())
         });
         let snap = stay.wait(|| shared.snapshot.load_full(), &server).await?;
         if Arc::ptr_eq(&snap, &req.body().parsed.snap) {
