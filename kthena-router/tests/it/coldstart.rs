@@ -213,3 +213,38 @@ async fn with_cold_start_off_the_answer_is_503_at_once() {
     assert_eq!(v["error"]["code"], "no_ready_endpoint", "{v}");
     assert_eq!(r.metric(&outcome("rejected")).await, 0.0);
 }
+
+/// A request still held when `drainTimeout` runs out at shutdown gets 503 `drain_timeout`,
+/// logged as the router's doing (not as a client that left).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_held_at_the_drain_timeout_gets_503_drain_timeout() {
+    let r = TestRouter::start(
+        "drainTimeout: 300ms\ncoldStart: {holdTimeout: 60s}",
+        "    []\n",
+        &[
+            ("ms.yaml", model_server("ms", "m", "demo", "")),
+            ("route.yaml", simple_route("route", "m", "ms")),
+        ],
+    )
+    .await;
+    r.wait_ready().await;
+    let url = format!("{}/v1/chat/completions", r.url());
+    let mut answer = tokio::task::JoinSet::new();
+    answer.spawn(request(url, false));
+    wait_metric(&r, HELD, 1.0).await;
+    let TestRouter { dir, router } = r;
+    router.shutdown().await;
+    let (status, _, text) = tokio::time::timeout(Duration::from_secs(10), answer.join_next())
+        .await
+        .expect("the router never answered")
+        .unwrap()
+        .unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["error"]["code"], "drain_timeout", "{v}");
+    let log = std::fs::read_to_string(dir.path().join("access.log")).unwrap();
+    let line: serde_json::Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
+    assert_eq!(line["status_code"], 503, "{line}");
+    assert_eq!(line["error"]["type"], "drain_timeout", "{line}");
+    assert_eq!(line["error_origin"], "internal", "{line}");
+}
