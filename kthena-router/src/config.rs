@@ -13,6 +13,7 @@ pub mod flags;
 pub(crate) mod overrides;
 
 pub use crate::auth::AuthConfig;
+pub use crate::coldstart::config::ColdStartConfig;
 pub use crate::gateway::GatewayApiConfig;
 pub use crate::kv::config::{IndexBackend, KvCacheConfig, RedisConfig, TokenizerConfig};
 pub use crate::provider::SecretSource;
@@ -94,6 +95,8 @@ pub struct Config {
     pub listener: crate::server::listener::ListenerConfig,
     /// Overload protection: in-flight caps and per-endpoint circuit breakers.
     pub overload: crate::upstream::overload::OverloadConfig,
+    /// Holding requests while their ModelServer has no ready endpoint (hot reloaded).
+    pub cold_start: crate::coldstart::config::ColdStartConfig,
     /// Standalone discovery: manifests and endpoints. Absent (the default): cluster mode,
     /// where ModelRoutes, ModelServers and Pods come from the Kubernetes API server named
     /// by the usual kube config inference (`KUBECONFIG`, `~/.kube/config`, in-cluster
@@ -303,6 +306,7 @@ impl Default for Config {
             access_log: AccessLogConfig::default(),
             listener: crate::server::listener::ListenerConfig::default(),
             overload: crate::upstream::overload::OverloadConfig::default(),
+            cold_start: crate::coldstart::config::ColdStartConfig::default(),
             standalone: None,
             kv_cache: crate::kv::config::KvCacheConfig::default(),
             auth: crate::auth::AuthConfig::default(),
@@ -553,6 +557,7 @@ impl Config {
         }
         self.listener.validate().map_err(err)?;
         self.kv_cache.validate().map_err(err)?;
+        self.cold_start.validate().map_err(err)?;
         if self.endpoint_picker.max_endpoints == 0 {
             return Err(err("endpointPicker.maxEndpoints: must be at least 1".into()));
         }

@@ -353,6 +353,28 @@ pub enum Error {
     /// message; recorded in the access log, nobody reads the answer).
     #[error("Client disconnected while waiting in queue")]
     QueueClientDisconnected,
+    /// A request held while its ModelServer had no ready endpoint waited
+    /// `coldStart.holdTimeout` (503 with `Retry-After`, code `cold_start_timeout`).
+    #[error("model server {server} has no ready endpoint: the request was held {}s waiting for one to start; retry after {}s", waited.as_secs(), retry_after.as_secs())]
+    ColdStartTimeout {
+        /// `namespace/name` of the ModelServer.
+        server: String,
+        /// How long the request was held.
+        waited: Duration,
+        /// The `Retry-After` given (`coldStart.retryAfter`, whole seconds).
+        retry_after: Duration,
+    },
+    /// The ModelServer has no ready endpoint and `coldStart.maxHeldRequests` requests are
+    /// held for it already (503 with `Retry-After` at once, code `cold_start_queue_full`).
+    #[error("model server {server} has no ready endpoint and {limit} requests are already held for it; retry after {}s", retry_after.as_secs())]
+    ColdStartQueueFull {
+        /// `namespace/name` of the ModelServer.
+        server: String,
+        /// `coldStart.maxHeldRequests`.
+        limit: usize,
+        /// The `Retry-After` given (`coldStart.retryAfter`, whole seconds).
+        retry_after: Duration,
+    },
     /// The request could not be queued (500).
     #[error("failed to enqueue request: {reason}")]
     Enqueue {

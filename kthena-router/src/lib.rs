@@ -42,6 +42,7 @@
 
 mod auth;
 mod body;
+mod coldstart;
 mod conditions;
 pub mod config;
 pub mod discovery;

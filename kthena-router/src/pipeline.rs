@@ -1,8 +1,9 @@
 //! The inference request path as tower layers, composed with `ServiceBuilder` in
 //! [`stack`]:
 //!
-//! parse → match route → admit → rate limit → fairness queue → tokenize → schedule →
-//! forward (`upstream::send`, with retries).
+//! parse → match route (holding the request while its ModelServer has no ready endpoint,
+//! `hold`) → admit → rate limit → fairness queue → tokenize → schedule → forward
+//! (`upstream::send`, with retries).
 //!
 //! Authentication runs before the stack, in the front service (`server::service`), which
 //! also answers `/v1/models` and the LoRA admin calls. Each stage is a `FooLayer`/`Foo<S>`
@@ -17,6 +18,7 @@ mod admit;
 pub(crate) mod ctx;
 mod forward;
 mod gateway;
+mod hold;
 mod parse;
 mod queue;
 mod ratelimit;

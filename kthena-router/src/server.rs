@@ -422,6 +422,7 @@ fn shared_state(
     let mut shared = Shared::new(snapshot, client, metrics, access_log, cfg.max_body_bytes)
         .with_listener(cfg.listener)
         .with_overload(cfg.overload)
+        .with_cold_start(cfg.cold_start)
         .with_upstream_idle_timeout(cfg.upstream_idle_timeout)
         .with_auth(&cfg.auth);
     if let Some(seed) = cfg.random_seed {
@@ -571,8 +572,12 @@ impl tower::Service<Request<Incoming>> for MiniService {
 /// `GET /metrics`: the router's families in OpenMetrics text (the metrics listener, and
 /// the inference listener with `exposeMetricsOnRouterPort`).
 pub(crate) fn metrics_response(shared: &Shared) -> Response<RespBody> {
-    let sched = Arc::clone(&shared.snapshot.load().scheduler);
-    shared.metrics.plugins.sync(&sched);
+    let snap = shared.snapshot.load_full();
+    shared.metrics.plugins.sync(&snap.scheduler);
+    shared
+        .metrics
+        .cold_start
+        .refresh_idle(snap.servers.keys().map(String::as_str));
     let mut r = Response::new(full(Bytes::from(shared.metrics.encode())));
     r.headers_mut().insert(
         http::header::CONTENT_TYPE,

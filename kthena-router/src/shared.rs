@@ -72,6 +72,8 @@ pub struct Shared {
     /// The threads serving the inference listeners' connections (`None`: the runtime that
     /// started the router serves them), see [`crate::server::serving`].
     pub(crate) serving: Option<Arc<crate::server::serving::ServingThreads>>,
+    /// The requests held while their ModelServer has no ready endpoint (`coldStart:`).
+    pub(crate) cold_start: crate::coldstart::Hold,
     rng: Mutex<SmallRng>,
 }
 
@@ -90,6 +92,7 @@ impl Shared {
             crate::body::default_body_budget(max_body_bytes),
             metrics.listener.buffered_body_bytes(),
         );
+        let cold_start = crate::coldstart::Hold::new(metrics.cold_start.clone());
         Self {
             snapshot: ArcSwap::from_pointee(snapshot),
             client,
@@ -113,6 +116,7 @@ impl Shared {
             drain_cut: tokio_util::sync::CancellationToken::new(),
             memory: None,
             serving: None,
+            cold_start,
             rng: Mutex::new(SmallRng::seed_from_u64(seed)),
         }
     }
@@ -131,7 +135,10 @@ impl Shared {
             .overload
             .retain_endpoints(|ns, name| names.contains(&(ns, name)));
         snap.kv.owners.note_endpoints(&snap.endpoints);
+        let stored = Arc::clone(&snap);
         self.snapshot.store(snap);
+        // After the store: a request that checked the old snapshot is in the hold by now.
+        self.cold_start.on_snapshot(&stored);
     }
 
     /// Seeds the random draws of route weights and P/D rooms (from the clock otherwise).
@@ -175,6 +182,13 @@ impl Shared {
     #[must_use]
     pub fn with_upstream_idle_timeout(mut self, timeout: std::time::Duration) -> Self {
         self.upstream_idle_timeout = (!timeout.is_zero()).then_some(timeout);
+        self
+    }
+
+    /// Sets the `coldStart:` settings (the default otherwise).
+    #[must_use]
+    pub fn with_cold_start(self, cfg: crate::coldstart::config::ColdStartConfig) -> Self {
+        self.cold_start.set_config(cfg);
         self
     }
 

@@ -339,3 +339,39 @@ fn unusable_kv_cache_values_are_refused() {
     let off = Config::from_yaml(path, "kvCache: {redis: {gcInterval: 0s}}").unwrap();
     assert!(off.validate(path).is_ok());
 }
+
+#[test]
+fn cold_start_section_parses_checks_keys_and_validates() {
+    let path = Path::new("r.yaml");
+    let c = Config::from_yaml(
+        path,
+        "coldStart: {enabled: false, holdTimeout: 2s, maxHeldRequests: 2, retryAfter: 3s}\n",
+    )
+    .and_then(|c| c.validate(path))
+    .unwrap();
+    assert_eq!(
+        c.cold_start,
+        crate::config::ColdStartConfig {
+            enabled: false,
+            hold_timeout: std::time::Duration::from_secs(2),
+            max_held_requests: 2,
+            retry_after: std::time::Duration::from_secs(3),
+        }
+    );
+    assert_eq!(
+        Config::default().cold_start,
+        crate::config::ColdStartConfig::default()
+    );
+    assert_eq!(
+        load_error("coldStart: {holdTimout: 2s}\n"),
+        "unknown key `coldStart.holdTimout`: did you mean `holdTimeout`?"
+    );
+    assert_eq!(
+        load_error("coldStart: {maxHeldRequests: 0}\n"),
+        "coldStart.maxHeldRequests: must be at least 1 (there is no unbounded hold)"
+    );
+    assert_eq!(
+        load_error("coldStart: {retryAfter: 0s}\n"),
+        "coldStart.retryAfter: must be at least 1s"
+    );
+}

@@ -71,8 +71,10 @@ pub(crate) fn spawn_watcher(
                     },
                 }
             }
+            let mut cold_start = None;
             let result = load_config(&config_path, &ProcessEnv, overrides).and_then(|cfg| {
                 warn_start_only(&started, &cfg);
+                cold_start = Some(cfg.cold_start);
                 // Watched even when this load fails: a listed path that does not exist yet
                 // (a ConfigMap mounted later) reloads once it appears.
                 known.want(&cfg);
@@ -82,6 +84,9 @@ pub(crate) fn spawn_watcher(
                 Ok(snap) => {
                     let generation = snap.generation;
                     shared.metrics.config_warnings(&snap.warnings);
+                    if let Some(c) = cold_start {
+                        shared.cold_start.set_config(c);
+                    }
                     shared.store_snapshot(Arc::new(snap));
                     shared.metrics.reload(true);
                     tracing::info!(generation, "Routing snapshot reloaded");

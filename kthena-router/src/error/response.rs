@@ -59,6 +59,8 @@ impl Error {
             | Self::BodyBudgetExhausted { .. }
             | Self::RateLimitUnavailable { .. }
             | Self::QueueClientDisconnected
+            | Self::ColdStartTimeout { .. }
+            | Self::ColdStartQueueFull { .. }
             | Self::DrainCut
             | Self::CircuitOpen { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::UpstreamTimeout { .. }
@@ -119,6 +121,8 @@ impl Error {
             | Self::BodyBudgetExhausted { .. }
             | Self::RateLimitUnavailable { .. }
             | Self::QueueTimeout { .. }
+            | Self::ColdStartTimeout { .. }
+            | Self::ColdStartQueueFull { .. }
             | Self::CircuitOpen { .. } => Side::Internal,
             Self::QueueClientDisconnected => Side::Downstream,
             e if e.status().is_client_error() => Side::Downstream,
@@ -212,6 +216,8 @@ impl Error {
             Self::RateLimitUnavailable { .. } => "rate_limit_unavailable",
             Self::QueueTimeout { .. } => "queue_timeout",
             Self::QueueClientDisconnected => "client_disconnect",
+            Self::ColdStartTimeout { .. } => "cold_start_timeout",
+            Self::ColdStartQueueFull { .. } => "cold_start_queue_full",
             Self::DrainCut => "drain_timeout",
             _ => "internal_error",
         }
@@ -277,19 +283,24 @@ impl Error {
             Self::RateLimited { .. } | Self::RateLimitTooLarge { .. } => "output_rate_limit",
             Self::RateLimitUnavailable { .. } => "rate_limit",
             Self::QueueTimeout { .. } => "queue_timeout",
+            Self::ColdStartTimeout { .. } => "cold_start_timeout",
+            Self::ColdStartQueueFull { .. } => "cold_start_queue_full",
             Self::DrainCut => "drain_timeout",
             _ => "request_failed",
         }
     }
 
-    /// The `Retry-After` of the answer: overload and authentication 503s, rate limit 429s.
+    /// The `Retry-After` of the answer: overload, authentication and cold-start 503s, rate
+    /// limit 429s.
     #[must_use]
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             Self::Overloaded { retry_after, .. }
             | Self::CircuitOpen { retry_after, .. }
             | Self::AuthUnavailable { retry_after, .. }
-            | Self::RateLimited { retry_after, .. } => Some(*retry_after),
+            | Self::RateLimited { retry_after, .. }
+            | Self::ColdStartTimeout { retry_after, .. }
+            | Self::ColdStartQueueFull { retry_after, .. } => Some(*retry_after),
             Self::RateLimitUnavailable { .. } | Self::BodyBudgetExhausted { .. } => {
                 Some(Duration::from_secs(1))
             }

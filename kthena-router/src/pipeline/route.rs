@@ -30,7 +30,7 @@ async fn run<S>(
 where
     S: Service<Request<Ctx<Routed>>, Response = Response<RespBody>, Error = Error>,
 {
-    let (target, rewritten) = resolve(&shared, &req)?;
+    let (target, rewritten) = super::hold::resolve_or_hold(&shared, &mut req).await?;
     // A path an HTTPRoute rewrote goes upstream rewritten also when a ModelRoute serves the
     // model: the body was parsed as a request to that path.
     let effective = req
@@ -61,7 +61,7 @@ where
 }
 
 /// Where the route sends the request.
-enum Target {
+pub(super) enum Target {
     /// A ModelServer and its endpoints.
     Server(Routed),
     /// An ExternalModelProvider.
@@ -84,7 +84,7 @@ fn set_path<B>(req: &mut Request<B>, path: &str) {
 /// The target, and the upstream path and `Host` when an HTTPRoute rewrote them. In Gateway API mode
 /// the request's listener must exist; a request no ModelRoute serves may go through an
 /// HTTPRoute to an InferencePool.
-fn resolve(
+pub(super) fn resolve(
     shared: &Shared,
     req: &Request<Ctx<()>>,
 ) -> Result<(Target, super::gateway::Rewritten), Error> {

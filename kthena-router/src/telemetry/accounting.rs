@@ -70,6 +70,9 @@ pub(crate) struct RequestCtx {
     output_told: u64,
     /// The fairness or session-boost turn, given back (and charged) when the request settles.
     queue_ticket: Option<crate::queue::Ticket>,
+    /// The request counted as active for its ModelServer (the idle-seconds family) from
+    /// the route match until it settles; held requests count.
+    server_active: Option<crate::coldstart::metrics::ActiveGuard>,
 }
 
 /// A callback taking output tokens not told before (the increase of `completion_tokens`).
@@ -127,6 +130,7 @@ impl RequestCtx {
             output_hook: None,
             output_told: 0,
             queue_ticket: None,
+            server_active: None,
         }
     }
 
@@ -170,6 +174,7 @@ impl RequestCtx {
         self.settled = true;
         self.in_flight = None;
         self.permit = None;
+        self.server_active = None;
         // The last output count, then the hook goes (an output reservation settles).
         self.tell_output(output_tokens);
         self.output_hook = None;
@@ -287,6 +292,12 @@ impl Accounting {
         self.lock().entry.user_id = user.to_owned();
     }
 
+    /// The backend type resolved so far (`model_server`, `external_provider`,
+    /// `inference_pool`, or `unresolved`).
+    pub(crate) fn backend_type(&self) -> &'static str {
+        self.lock().dest.backend_type
+    }
+
     /// A ModelRoute matched (`namespace/name`).
     pub(crate) fn route_matched(&self, route: &str) {
         let mut c = self.lock();
@@ -297,6 +308,13 @@ impl Accounting {
     /// The route's ModelServer was found; requests go upstream as `upstream_model`.
     pub(crate) fn server_resolved(&self, route: &str, server: &str, upstream_model: &str) {
         let mut c = self.lock();
+        if !c.settled
+            && c.server_active
+                .as_ref()
+                .is_none_or(|g| g.server() != server)
+        {
+            c.server_active = Some(c.metrics.cold_start.enter(server));
+        }
         c.dest = Destination {
             model_route: reuse_label(&c.dest.model_route, route),
             backend_type: "model_server",

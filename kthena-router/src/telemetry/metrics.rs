@@ -158,6 +158,8 @@ pub struct Metrics {
     pub pd: crate::pd::metrics::PdMetrics,
     /// Token rate limit rejections (`ratelimit`).
     pub(crate) rate_limit: crate::ratelimit::RateLimitMetrics,
+    /// Held requests and ModelServer idle time (`coldstart`).
+    pub(crate) cold_start: crate::coldstart::metrics::ColdStartMetrics,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -225,6 +227,7 @@ impl Metrics {
         let plugins = crate::telemetry::plugin_metrics::PluginMetrics::register(&mut registry);
         let pd = crate::pd::metrics::PdMetrics::register(&mut registry, &DURATION_BUCKETS);
         let rate_limit = crate::ratelimit::RateLimitMetrics::register(&mut registry);
+        let cold_start = crate::coldstart::metrics::ColdStartMetrics::register(&mut registry);
         let m = Self {
             registry: Registry::default(),
             requests: Family::<RequestLabels, Counter>::default(),
@@ -246,6 +249,7 @@ impl Metrics {
             plugins,
             pd,
             rate_limit,
+            cold_start,
         };
         m.register_own(&mut registry);
         Self { registry, ..m }

@@ -9,7 +9,7 @@ use http::StatusCode;
 async fn access_log_covers_v1_requests_only_with_origins() {
     let sim = kthena_sim::spawn(sim_config("m")).await.unwrap();
     let r = TestRouter::start(
-        "metricsScrapeInterval: 100ms",
+        "metricsScrapeInterval: 100ms\ncoldStart: {enabled: false}",
         &endpoint("sim-a", sim.addr(), "demo"),
         &[
             ("s.yaml", model_server("srv", "m", "demo", "")),

@@ -12,6 +12,7 @@ mod cluster_outage;
 mod cluster_redis;
 mod cluster_restart;
 mod cluster_support;
+mod coldstart;
 mod common;
 mod config_warnings;
 mod configmap_reload;

@@ -289,7 +289,14 @@ async fn a_decode_failure_after_the_first_byte_ends_the_stream_with_an_error() {
 async fn zero_prefill_endpoints_answer_503_with_a_clear_message() {
     let d = engine(sim_cfg(Flavor::Vllm, Role::Decode)).await;
     let eps = pd_endpoint("d1", d.tap.addr, "g1", "decode");
-    let router = start_router(pd_server("vLLM", ""), &eps).await;
+    let route = common::simple_route("r", "m", "ms");
+    let router = TestRouter::start(
+        &format!("{SCHED}coldStart: {{enabled: false}}\n"),
+        &eps,
+        &[("ms.yaml", pd_server("vLLM", "")), ("route.yaml", route)],
+    )
+    .await;
+    router.wait_ready().await;
     let (status, _, body) = post(
         &format!("{}/v1/completions", router.url()),
         r#"{"model":"m","prompt":"hi"}"#,
@@ -304,6 +311,40 @@ async fn zero_prefill_endpoints_answer_503_with_a_clear_message() {
         "prefill/decode disaggregation can't serve model server default/ms: no ready prefill endpoint (pods matching pdGroup.prefillLabels); every request needs one prefill and one decode endpoint of the same group"
     );
     assert!(d.tap.seen().is_empty());
+}
+
+/// Without a prefill endpoint a request is held (`coldStart:`); a prefill endpoint added to
+/// the config file releases it, and it is served by one prefill and one decode engine.
+#[tokio::test]
+async fn a_request_is_held_until_the_missing_prefill_endpoint_appears() {
+    let d = engine(sim_cfg(Flavor::Vllm, Role::Decode)).await;
+    let p = engine(sim_cfg(Flavor::Vllm, Role::Prefill)).await;
+    let eps = pd_endpoint("d1", d.tap.addr, "g1", "decode");
+    let route = common::simple_route("r", "m", "ms");
+    let router = TestRouter::start(
+        &format!("{SCHED}coldStart: {{holdTimeout: 30s}}\n"),
+        &eps,
+        &[("ms.yaml", pd_server("vLLM", "")), ("route.yaml", route)],
+    )
+    .await;
+    router.wait_ready().await;
+    let url = format!("{}/v1/completions", router.url());
+    let mut held = tokio::task::JoinSet::new();
+    held.spawn(async move { post(&url, r#"{"model":"m","prompt":"hi"}"#, &[]).await });
+    let gauge = r#"kthena_router_cold_start_held_requests{model="m",model_server="default/ms"}"#;
+    crate::faults_support::wait_metric(&router, gauge, 1.0).await;
+    assert!(d.tap.seen().is_empty());
+    let path = router.dir.path().join("router.yaml");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push_str(&pd_endpoint("p1", p.tap.addr, "g1", "prefill"));
+    let generation = router.router.generation();
+    std::fs::write(&path, text).unwrap();
+    let (status, _, body) = held.join_next().await.unwrap().unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    assert!(router.router.generation() > generation);
+    assert_eq!(p.tap.seen().len(), 1);
+    assert_eq!(d.tap.seen().len(), 1);
+    assert_eq!(router.metric(gauge).await, 0.0);
 }
 
 /// An SGLang decode engine on 127.0.0.3:P and a tap for its prefill engine on 127.0.0.2:P:

@@ -571,7 +571,7 @@ async fn error_cases_status_and_shape() {
         ("r3.yaml", simple_route("route3", "ghost", "missing")),
     ];
     let r = TestRouter::start(
-        "metricsScrapeInterval: 1h\nmaxBodyBytes: 1000",
+        "metricsScrapeInterval: 1h\nmaxBodyBytes: 1000\ncoldStart: {enabled: false}",
         &endpoint("slow", slow.addr(), "demo"),
         &manifests,
     )
