@@ -182,7 +182,7 @@ pub enum ZeroStep {
 ///
 /// * `min > 0` (or no view): [`ZeroStep::Scale`] with floor 0, as without scale to zero;
 /// * `current ≤ 0`: [`ZeroStep::Wake`]`(max(min, 1))` on demand, else [`ZeroStep::Stay`];
-/// * [`Idleness::Idle`]: [`ZeroStep::ToZero`];
+/// * idle everywhere ([`Idleness::Idle`]): [`ZeroStep::ToZero`];
 /// * otherwise [`ZeroStep::Scale`] with floor 1.
 pub fn plan(current: i32, min: i32, view: Option<&ZeroView>) -> ZeroStep {
     let Some(view) = view.filter(|_| min <= 0) else {

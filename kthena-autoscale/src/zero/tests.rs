@@ -177,7 +177,7 @@ fn heterogeneous_total_wakes_to_one_on_the_cheapest_target_and_keeps_one_while_r
     let d = o
         .scale_with_floor(Duration::ZERO, 0.1, &q(10.0), &observed, 1)
         .expect("a metric value");
-    assert_eq!((d.total.corrected, d.replicas.clone()), (1, vec![0, 1]));
+    assert_eq!((d.total.corrected, d.replicas), (1, vec![0, 1]));
     let unfloored = o.scale(Duration::from_secs(1), 0.1, &q(10.0), &observed);
     assert_eq!(unfloored.expect("a value").total.recommended, 0);
 }
