@@ -108,7 +108,7 @@ fn match_expressions_follow_kubernetes_label_selector_rules() {
 }
 
 /// A policy from `spec` (JSON), defaulted.
-fn defaulted(spec: serde_json::Value) -> AutoscalingPolicy {
+fn defaulted(spec: &serde_json::Value) -> AutoscalingPolicy {
     let p: AutoscalingPolicy = serde_json::from_value(json!({
         "apiVersion": "workload.serving.volcano.sh/v1alpha1",
         "kind": "AutoscalingPolicy",
@@ -125,7 +125,7 @@ fn idle_window(p: &AutoscalingPolicy) -> Option<String> {
     Some(w.as_str().to_owned())
 }
 
-fn homogeneous(min: i32, behavior: serde_json::Value) -> serde_json::Value {
+fn homogeneous(min: i32, behavior: &serde_json::Value) -> serde_json::Value {
     json!({
         "metrics": [{"name": "m", "targetValue": 10}],
         "behavior": behavior,
@@ -136,14 +136,14 @@ fn homogeneous(min: i32, behavior: serde_json::Value) -> serde_json::Value {
 #[test]
 fn idle_window_defaults_to_five_minutes_only_when_a_target_may_reach_zero() {
     assert_eq!(
-        idle_window(&defaulted(homogeneous(0, json!({})))).as_deref(),
+        idle_window(&defaulted(&homogeneous(0, &json!({})))).as_deref(),
         Some("5m")
     );
-    assert_eq!(idle_window(&defaulted(homogeneous(1, json!({})))), None);
-    let kept = homogeneous(0, json!({"scaleToZero": {"idleWindow": "30s"}}));
-    assert_eq!(idle_window(&defaulted(kept)).as_deref(), Some("30s"));
-    let empty = homogeneous(0, json!({"scaleToZero": {}}));
-    assert_eq!(idle_window(&defaulted(empty)).as_deref(), Some("5m"));
+    assert_eq!(idle_window(&defaulted(&homogeneous(1, &json!({})))), None);
+    let kept = homogeneous(0, &json!({"scaleToZero": {"idleWindow": "30s"}}));
+    assert_eq!(idle_window(&defaulted(&kept)).as_deref(), Some("30s"));
+    let empty = homogeneous(0, &json!({"scaleToZero": {}}));
+    assert_eq!(idle_window(&defaulted(&empty)).as_deref(), Some("5m"));
     let hetero = json!({
         "metrics": [{"name": "m", "targetValue": 10}],
         "heterogeneousTarget": {"params": [
@@ -151,7 +151,7 @@ fn idle_window_defaults_to_five_minutes_only_when_a_target_may_reach_zero() {
             {"target": {"targetRef": {"name": "b"}}, "minReplicas": 0, "maxReplicas": 2},
         ]},
     });
-    assert_eq!(idle_window(&defaulted(hetero)).as_deref(), Some("5m"));
+    assert_eq!(idle_window(&defaulted(&hetero)).as_deref(), Some("5m"));
     let roles = json!({
         "metrics": [{"name": "m", "targetValue": 10}],
         "disaggregatedTarget": {"targetRef": {"name": "ms"}, "roles": {
@@ -159,13 +159,13 @@ fn idle_window_defaults_to_five_minutes_only_when_a_target_may_reach_zero() {
             "decode": {"minReplicas": 0, "maxReplicas": 2},
         }},
     });
-    assert_eq!(idle_window(&defaulted(roles)).as_deref(), Some("5m"));
+    assert_eq!(idle_window(&defaulted(&roles)).as_deref(), Some("5m"));
 }
 
 #[test]
 fn idle_window_is_checked_with_its_path() {
     let errs = |w: &str| -> Vec<String> {
-        let p = defaulted(homogeneous(0, json!({"scaleToZero": {"idleWindow": w}})));
+        let p = defaulted(&homogeneous(0, &json!({"scaleToZero": {"idleWindow": w}})));
         match p.validate() {
             Ok(()) => Vec::new(),
             Err(errs) => errs.iter().map(ToString::to_string).collect(),
