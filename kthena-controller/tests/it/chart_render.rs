@@ -198,6 +198,7 @@ fn default_controller_manager_container_is_gos() -> Result<()> {
             "--enable-webhook=true",
             "--cert-secret-name=kthena-controller-manager-webhook-certs",
             "--service-name=kthena-controller-manager-webhook",
+            "--router-metrics-service=kthena-system/kthena-router-metrics",
         ]
     );
     assert_eq!(
