@@ -41,29 +41,7 @@ pub(super) async fn disaggregated(
 ) -> Result<Option<Done>> {
     let (api, ms) = target(pass.client, policy, &d.target_ref).await?;
     let (ns, name) = (ms.namespace().unwrap_or_default(), ms.name_any());
-    let index: BTreeMap<&str, usize> = ms
-        .spec
-        .template
-        .roles
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (r.name.as_str(), i))
-        .collect();
-    if let Some(missing) = d.roles.keys().find(|r| !index.contains_key(r.as_str())) {
-        return Err(Error::TargetRoleMissing {
-            namespace: ns,
-            name,
-            role: missing.clone(),
-        });
-    }
-    let current: BTreeMap<String, i32> = d
-        .roles
-        .keys()
-        .map(|r| {
-            let replicas = ms.spec.template.roles[index[r.as_str()]].replicas;
-            (r.clone(), replicas.unwrap_or(1))
-        })
-        .collect();
+    let (index, current) = roles_of(&ms, d)?;
     let total = current.values().fold(0i32, |a, &c| a.saturating_add(c));
     let zero_capable = d.roles.values().all(|r| r.min_replicas == 0);
     if pass.wake_only && !(zero_capable && total <= 0) {
@@ -111,6 +89,45 @@ pub(super) async fn disaggregated(
         outcome: Outcome::Roles(decision),
         zero,
     }))
+}
+
+/// The index of every role of `ms` by name, and the replicas of each role of the policy
+/// (unset: 1).
+///
+/// # Errors
+/// [`Error::TargetRoleMissing`] for a role of the policy that `ms` lacks.
+#[expect(
+    clippy::type_complexity,
+    reason = "two maps by role name, read together"
+)]
+fn roles_of<'a>(
+    ms: &'a ModelServing,
+    d: &DisaggregatedTarget,
+) -> Result<(BTreeMap<&'a str, usize>, BTreeMap<String, i32>)> {
+    let index: BTreeMap<&str, usize> = ms
+        .spec
+        .template
+        .roles
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.name.as_str(), i))
+        .collect();
+    if let Some(missing) = d.roles.keys().find(|r| !index.contains_key(r.as_str())) {
+        return Err(Error::TargetRoleMissing {
+            namespace: ms.namespace().unwrap_or_default(),
+            name: ms.name_any(),
+            role: missing.clone(),
+        });
+    }
+    let current = d
+        .roles
+        .keys()
+        .map(|r| {
+            let replicas = ms.spec.template.roles[index[r.as_str()]].replicas;
+            (r.clone(), replicas.unwrap_or(1))
+        })
+        .collect();
+    Ok((index, current))
 }
 
 /// A decision that is not the metrics': every role from `current` to `replicas` (role-name
