@@ -83,8 +83,8 @@ impl fmt::Display for Blocked {
 /// Whether the ModelServers serving a target have been idle long enough.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Idleness {
-    /// Every router reports every serving ModelServer idle for at least the window, and
-    /// nothing is held.
+    /// Every router reports every serving ModelServer idle for at least the window (and
+    /// more than 0 s: 0 means a request is in flight), and nothing is held.
     Idle,
     /// A router holds a request for a serving ModelServer.
     Held,
@@ -150,7 +150,9 @@ fn idleness(servers: &[String], routers: Routers<'_>, window: Duration) -> Idlen
             shortest = shortest.min(idle);
         }
     }
-    if shortest >= window.as_secs_f64() {
+    // A router reports 0 while a request is in flight, so 0 is never idle (even with a
+    // 0s window).
+    if shortest >= window.as_secs_f64() && shortest > 0.0 {
         Idleness::Idle
     } else {
         Idleness::Busy(shortest)

@@ -64,6 +64,13 @@ fn never_to_zero_with_a_request_in_flight() {
     assert!(!v.demand);
     assert_eq!(v.idleness, Idleness::Busy(0.0));
     assert_eq!(plan(2, 0, Some(&v)), ZeroStep::Scale { floor: 1 });
+    // Even with a 0 s window: 0 is what a router reports while a request is in flight.
+    let answers = [answer("r1", 0.0, Some(0.0))];
+    let zero_window = ZeroView::new(&servers(), Routers::Answers(&answers), Duration::ZERO);
+    assert_eq!(zero_window.idleness, Idleness::Busy(0.0));
+    let answers = [answer("r1", 0.0, Some(0.5))];
+    let ended = ZeroView::new(&servers(), Routers::Answers(&answers), Duration::ZERO);
+    assert_eq!(ended.idleness, Idleness::Idle);
 }
 
 #[test]
