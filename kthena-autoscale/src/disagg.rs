@@ -134,6 +134,19 @@ impl RolesScaler {
         tolerance: f64,
         observed: &BTreeMap<String, RoleObservation>,
     ) -> Option<RolesDecision> {
+        self.scale_with_floor(now, tolerance, observed, 0)
+    }
+
+    /// [`scale`](Self::scale) with every role's lower bound raised to at least `floor`
+    /// (1 for a target that may scale to zero but is running: metrics alone never take a
+    /// role to 0, see [`crate::zero`]).
+    pub fn scale_with_floor(
+        &mut self,
+        now: Duration,
+        tolerance: f64,
+        observed: &BTreeMap<String, RoleObservation>,
+        floor: i32,
+    ) -> Option<RolesDecision> {
         let mut decisions: Vec<(RoleDecision, bool)> = Vec::with_capacity(self.roles.len());
         for (name, (param, scaler)) in &mut self.roles {
             let obs = observed.get(name);
@@ -144,9 +157,10 @@ impl RolesScaler {
                 continue;
             }
             let obs = obs?;
+            let bounds = raised(param.bounds, floor);
             let o = Observation {
-                min_replicas: param.bounds.min,
-                max_replicas: param.bounds.max,
+                min_replicas: bounds.min,
+                max_replicas: bounds.max,
                 current,
                 tolerance,
                 targets: &param.targets,
@@ -155,13 +169,8 @@ impl RolesScaler {
                 external: &obs.external,
             };
             let recommended = recommend(&o)?;
-            let Decision { corrected, .. } = scaler.decide(
-                now,
-                current,
-                recommended,
-                param.bounds.min,
-                param.bounds.max,
-            );
+            let Decision { corrected, .. } =
+                scaler.decide(now, current, recommended, bounds.min, bounds.max);
             decisions.push((
                 RoleDecision {
                     name: name.clone(),
@@ -181,11 +190,11 @@ impl RolesScaler {
             roles: Vec::with_capacity(decisions.len()),
         };
         for (d, _) in &mut decisions {
-            let b = self.roles[&d.name].0.bounds;
+            let b = raised(self.roles[&d.name].0.bounds, floor);
             d.replicas = crate::clamp(d.corrected, b.min, b.max);
         }
         if let Some(r) = &self.ratio {
-            self.apply_ratio(r, &mut decisions, &mut out);
+            self.apply_ratio(r, floor, &mut decisions, &mut out);
         }
         for (mut d, scaled) in decisions {
             let (_, scaler) = self
@@ -201,9 +210,33 @@ impl RolesScaler {
         Some(out)
     }
 
+    /// The replicas of every role when a target at zero wakes: each role at
+    /// `max(minReplicas, 1)` (a fixed role at its `minReplicas`), then the ratio constraint
+    /// ([`enforce_role_ratio`]) with every lower bound raised to 1. Role-name order.
+    pub fn wake_replicas(&self) -> BTreeMap<String, i32> {
+        let mut out: BTreeMap<String, i32> = self
+            .roles
+            .iter()
+            .map(|(name, (p, _))| (name.clone(), raised(p.bounds, 1).clamp_value(1)))
+            .collect();
+        if let Some(r) = &self.ratio {
+            let e = enforce_role_ratio(
+                out[&r.numerator],
+                out[&r.denominator],
+                raised(self.roles[&r.numerator].0.bounds, 1),
+                raised(self.roles[&r.denominator].0.bounds, 1),
+                &r.bounds,
+            );
+            out.insert(r.numerator.clone(), e.numerator);
+            out.insert(r.denominator.clone(), e.denominator);
+        }
+        out
+    }
+
     fn apply_ratio(
         &self,
         r: &RoleRatio,
+        floor: i32,
         decisions: &mut [(RoleDecision, bool)],
         out: &mut RolesDecision,
     ) {
@@ -214,8 +247,8 @@ impl RolesScaler {
         let e = enforce_role_ratio(
             decisions[ni].0.corrected,
             decisions[di].0.corrected,
-            self.roles[&r.numerator].0.bounds,
-            self.roles[&r.denominator].0.bounds,
+            raised(self.roles[&r.numerator].0.bounds, floor),
+            raised(self.roles[&r.denominator].0.bounds, floor),
             &r.bounds,
         );
         decisions[ni].0.replicas = e.numerator;
@@ -223,6 +256,15 @@ impl RolesScaler {
         out.ratio_adjusted = e.adjusted;
         out.ratio_satisfied = e.satisfied;
         out.current_ratio = e.current_ratio;
+    }
+}
+
+/// `b` with its lower bound raised to at least `floor` (the upper bound wins, as in
+/// [`crate::clamp`]).
+fn raised(b: Bounds, floor: i32) -> Bounds {
+    Bounds {
+        min: b.min.max(floor),
+        max: b.max,
     }
 }
 

@@ -211,6 +211,21 @@ impl Optimizer {
         targets: &Metrics,
         observed: &[TargetObservation],
     ) -> Option<Distribution> {
+        self.scale_with_floor(now, tolerance, targets, observed, 0)
+    }
+
+    /// [`scale`](Self::scale) with the total's lower bound raised to at least `floor` (1 for
+    /// a policy whose targets may all scale to zero but that is running: metrics alone never
+    /// take the total to 0, see [`crate::zero`]).
+    pub fn scale_with_floor(
+        &mut self,
+        now: Duration,
+        tolerance: f64,
+        targets: &Metrics,
+        observed: &[TargetObservation],
+        floor: i32,
+    ) -> Option<Distribution> {
+        let lo = self.min_total.max(floor).min(self.max_total);
         let current = observed
             .iter()
             .fold(0i32, |a, t| a.saturating_add(t.current));
@@ -221,7 +236,7 @@ impl Optimizer {
         let ready: Vec<Metrics> = observed.iter().filter_map(|t| t.ready.clone()).collect();
         let external = aggregate_external(observed);
         let o = Observation {
-            min_replicas: self.min_total,
+            min_replicas: lo,
             max_replicas: self.max_total,
             current,
             tolerance,
@@ -233,7 +248,7 @@ impl Optimizer {
         let recommended = recommend(&o)?;
         let total = self
             .scaler
-            .decide(now, current, recommended, self.min_total, self.max_total);
+            .decide(now, current, recommended, lo, self.max_total);
         self.scaler.record(now, recommended, total.corrected);
         Some(Distribution {
             replicas: self.distribute(total.corrected),

@@ -49,6 +49,7 @@ mod recommend;
 mod sample;
 mod scaler;
 mod window;
+pub mod zero;
 
 #[cfg(feature = "api")]
 pub use api::{
@@ -71,6 +72,7 @@ pub use recommend::{
 pub use sample::{InvalidSample, MAX_SAMPLE, check_sample, is_usable};
 pub use scaler::{Decision, Mode, Scaler};
 pub use window::{Best, LineChartWindow, RecordWindow, SnapshotWindow};
+pub use zero::{Blocked, Idleness, RouterAnswer, RouterSample, Routers, ZeroStep, ZeroView, plan};
 
 /// Errors of this crate.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]

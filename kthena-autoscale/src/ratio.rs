@@ -122,6 +122,11 @@ impl Bounds {
     fn clamp(self, v: i32) -> i32 {
         crate::clamp(v, self.min, self.max)
     }
+
+    /// `v` within the bounds (Go's `min(max(v, lo), hi)`: `max` wins when `min > max`).
+    pub fn clamp_value(self, v: i32) -> i32 {
+        self.clamp(v)
+    }
 }
 
 /// `minRatio ≤ replicas[numerator] / replicas[denominator] ≤ maxRatio` (whenever the

@@ -2,7 +2,9 @@
 //! every sync period, for each AutoscalingPolicy with a homogeneous, heterogeneous or
 //! disaggregated target, collect the target's entry-pod metrics, compute with `kthena-autoscale`, patch the
 //! ModelServing's `spec.replicas` (merge patch) or role replicas (JSON patch), then write the
-//! policy's status.
+//! policy's status. Targets that may go to zero replicas are also decided from the routers'
+//! metrics (`routers`, `servers`, `zero`), and every [`WAKE_PERIOD`] a wake tick in the same
+//! loop looks at the targets at zero only.
 
 mod claims;
 mod collect;
@@ -13,8 +15,11 @@ mod metrics;
 mod outcome;
 mod prometheus;
 mod roles;
+mod routers;
+mod servers;
 mod state;
 mod status;
+mod zero;
 
 use std::time::Duration;
 
@@ -25,11 +30,17 @@ use kube::runtime::events::{Recorder, Reporter};
 
 use crate::error::{Result, kube_err};
 use collect::Clients;
-use outcome::Outcome;
+use outcome::{Done, Outcome};
+pub use routers::{HELD_FAMILY, IDLE_FAMILY, RouterMetrics};
 use state::{States, key};
+use zero::Pass;
 
 /// Go's default `--autoscaling-sync-period-seconds`.
 pub const DEFAULT_SYNC_PERIOD: Duration = Duration::from_secs(15);
+
+/// Time between two wake ticks: checks of the targets at zero replicas against the routers'
+/// held requests, between the full rounds.
+pub const WAKE_PERIOD: Duration = Duration::from_secs(1);
 
 /// What [`run_autoscaler`] watches and how often it decides.
 #[derive(Debug, Clone)]
@@ -40,6 +51,9 @@ pub struct AutoscalerConfig {
     pub sync_period: Duration,
     /// Field manager of the writes.
     pub field_manager: String,
+    /// The routers' metrics Service (`--router-metrics-service`): without it no target goes
+    /// to zero replicas.
+    pub router_metrics: Option<RouterMetrics>,
 }
 
 impl Default for AutoscalerConfig {
@@ -48,6 +62,7 @@ impl Default for AutoscalerConfig {
             namespace: None,
             sync_period: DEFAULT_SYNC_PERIOD,
             field_manager: "kthena-controller".to_owned(),
+            router_metrics: None,
         }
     }
 }
@@ -74,29 +89,39 @@ pub async fn run_autoscaler(
     let mut states = States::default();
     let mut tick = tokio::time::interval(config.sync_period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut wake = tokio::time::interval(WAKE_PERIOD);
+    wake.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     tokio::pin!(shutdown);
     loop {
-        tokio::select! {
+        let wake_only = tokio::select! {
             () = &mut shutdown => return,
-            _ = tick.tick() => {}
-        }
+            _ = tick.tick() => false,
+            _ = wake.tick(), if states.zero_capable => true,
+        };
         let now = start.elapsed();
-        if let Err(e) = round(&client, &recorder, &config, &http, &mut states, now).await {
+        let pass = Pass::new(
+            &client,
+            &http,
+            now,
+            wake_only,
+            config.router_metrics.as_ref(),
+        );
+        if let Err(e) = round(&pass, &recorder, &config, &mut states).await {
             tracing::warn!(error = %e, "Autoscaling round failed");
         }
     }
 }
 
-/// One round over every policy: a decision per policy (by its kind of target), a Warning
-/// event per metric value that was no sample, then its status.
+/// One round over every policy (a wake tick: only those with a target at zero): a decision
+/// per policy (by its kind of target), a Warning event per metric value that was no sample,
+/// then its status.
 async fn round(
-    client: &Client,
+    pass: &Pass<'_>,
     recorder: &Recorder,
     config: &AutoscalerConfig,
-    http: &Clients,
     states: &mut States,
-    now: Duration,
 ) -> Result<()> {
+    let client = pass.client;
     let api: Api<AutoscalingPolicy> = match &config.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -105,29 +130,45 @@ async fn round(
         .list(&ListParams::default())
         .await
         .map_err(kube_err("listing AutoscalingPolicies"))?;
-    let live: Vec<String> = policies.items.iter().map(key).collect();
-    states.retain(&live);
+    if !pass.wake_only {
+        let live: Vec<String> = policies.items.iter().map(key).collect();
+        states.retain(&live);
+        states.zero_capable = policies.items.iter().any(|p| p.spec.allows_zero());
+    }
     let mut conflicts = claims::conflicts(&policies.items);
     for policy in &policies.items {
         let spec = &policy.spec;
         let mut problems = Vec::new();
         let p = &mut problems;
-        let outcome = if let Some(e) = conflicts.remove(&key(policy)) {
+        let done = if let Some(e) = conflicts.remove(&key(policy)) {
+            if pass.wake_only {
+                continue;
+            }
             tracing::warn!(policy = %key(policy), error = %e, "Policy not applied");
-            Ok(Outcome::Ambiguous(e))
+            Ok(Some(Done {
+                outcome: Outcome::Ambiguous(e),
+                zero: None,
+            }))
         } else if let Some(h) = &spec.homogeneous_target {
-            homogeneous::homogeneous(client, http, &mut states.single, policy, h, now, p).await
+            homogeneous::homogeneous(pass, &mut states.single, policy, h, p).await
         } else if let Some(d) = &spec.disaggregated_target {
-            roles::disaggregated(client, http, &mut states.roles, policy, d, now, p).await
+            roles::disaggregated(pass, &mut states.roles, policy, d, p).await
         } else if let Some(h) = &spec.heterogeneous_target {
-            hetero::heterogeneous(client, http, &mut states.hetero, policy, h, now, p).await
+            hetero::heterogeneous(pass, &mut states.hetero, policy, h, p).await
         } else {
             continue;
         };
-        let outcome = outcome.unwrap_or_else(Outcome::from_error);
+        let done = match done {
+            Ok(Some(done)) => done,
+            Ok(None) => continue,
+            Err(e) => Done {
+                outcome: Outcome::from_error(e),
+                zero: None,
+            },
+        };
         events::invalid_values(recorder, policy, &problems).await;
         let fm = &config.field_manager;
-        if let Err(e) = status::write_status(client, fm, policy, outcome, &problems).await {
+        if let Err(e) = status::write_status(client, fm, policy, done, &problems).await {
             tracing::warn!(policy = %key(policy), error = %e, "Writing the policy status failed");
         }
     }

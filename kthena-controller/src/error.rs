@@ -190,6 +190,9 @@ pub enum Error {
         /// `namespace/name` of the policy that scales it.
         by: String,
     },
+    /// `--router-metrics-service` is not `<namespace>/<name>`.
+    #[error("--router-metrics-service {0:?}: expected <namespace>/<name>")]
+    RouterMetricsService(String),
     /// A reconcile's API calls did not finish in time; retried.
     #[error("reconcile timed out after {0:?}")]
     Timeout(std::time::Duration),

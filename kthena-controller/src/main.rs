@@ -111,6 +111,7 @@ fn configs(
     let autoscaling = AutoscalerConfig {
         namespace: args.namespace.clone(),
         sync_period: args.autoscaling_sync_period(),
+        router_metrics: args.router_metrics_service.clone(),
         ..AutoscalerConfig::default()
     };
     let boosting = BoosterConfig {

@@ -25,9 +25,11 @@ mod engine;
 mod error;
 mod family;
 mod models;
+mod series;
 
 pub use engine::llamacpp::{LLAMACPP_PREFIX, llamacpp_sample};
 pub use engine::{EngineMetricNames, EngineSample, SGLANG, VLLM, interval_mean_ms, parse_metrics};
 pub use error::{Error, Result};
 pub use family::{Family, HistogramSamples, family};
 pub use models::{ModelList, parse_models};
+pub use series::{Series, series};

@@ -12,11 +12,36 @@ use crate::quantity;
 use crate::workload::{
     AutoscalingPolicy, AutoscalingPolicyBehavior, AutoscalingPolicyMetric, KeySelector,
     MetricSource, PanicPolicy, PrometheusMetricSource, RoleRatioConstraint, RoleScalingParam,
-    ScaleUpBehavior, SelectPolicy, StablePolicy, Target,
+    ScaleToZeroPolicy, ScaleUpBehavior, SelectPolicy, StablePolicy, Target,
 };
 
 /// Longest duration accepted in an AutoscalingPolicy `behavior` (30 minutes).
 const MAX_BEHAVIOR_DURATION: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+
+/// Longest `behavior.scaleToZero.idleWindow` accepted (24 hours).
+const MAX_IDLE_WINDOW: std::time::Duration = std::time::Duration::from_secs(24 * 60 * 60);
+
+/// `behavior.scaleToZero.idleWindow` written by the mutating webhook when some target has
+/// `minReplicas: 0` and the field is absent.
+const DEFAULT_IDLE_WINDOW: &str = "5m";
+
+impl crate::workload::AutoscalingPolicySpec {
+    /// Whether some target may go to zero replicas: the homogeneous target's `minReplicas`,
+    /// a heterogeneous `params[i].minReplicas` or a disaggregated role's `minReplicas` is 0.
+    pub fn allows_zero(&self) -> bool {
+        self.homogeneous_target
+            .as_ref()
+            .is_some_and(|h| h.min_replicas == 0)
+            || self
+                .heterogeneous_target
+                .as_ref()
+                .is_some_and(|h| h.params.iter().any(|p| p.min_replicas == 0))
+            || self
+                .disaggregated_target
+                .as_ref()
+                .is_some_and(|d| d.roles.values().any(|r| r.min_replicas == 0))
+    }
+}
 
 fn default_scale_down() -> StablePolicy {
     StablePolicy {
@@ -78,8 +103,12 @@ impl AutoscalingPolicy {
     ///   window 0s; panic: percent 0, period 0s, threshold 200, hold 0s); a present
     ///   `scaleDown` without `stabilizationWindow` gets `5m`, a present `stablePolicy`
     ///   without one gets `0s`.
+    /// * Scale to zero (not in Go): when some target has `minReplicas: 0` (the homogeneous
+    ///   target, a heterogeneous `params[i]`, a disaggregated role),
+    ///   `behavior.scaleToZero.idleWindow` gets `5m` when absent.
     #[must_use]
     pub fn with_defaults(mut self) -> Self {
+        let zero = self.spec.allows_zero();
         let s = &mut self.spec;
         s.tolerance_percent.get_or_insert(10);
         if let Some(h) = &mut s.homogeneous_target {
@@ -137,6 +166,13 @@ impl AutoscalingPolicy {
                 }
             }
             up.panic_policy.get_or_insert_with(default_panic);
+        }
+        if zero {
+            let z = b
+                .scale_to_zero
+                .get_or_insert_with(ScaleToZeroPolicy::default);
+            z.idle_window
+                .get_or_insert_with(|| GoDuration::new(DEFAULT_IDLE_WINDOW));
         }
         self
     }
@@ -619,6 +655,14 @@ fn behavior(e: &mut Errors, b: &AutoscalingPolicyBehavior) {
             "spec.behavior.scaleDown.stabilizationWindow",
             down.stabilization_window.as_ref(),
         );
+    }
+    if let Some(z) = &b.scale_to_zero {
+        let path = "spec.behavior.scaleToZero.idleWindow";
+        if let Some(v) = e.duration(path, z.idle_window.as_ref())
+            && v > MAX_IDLE_WINDOW
+        {
+            e.push(path, "must be between 0s and 24h");
+        }
     }
     if let Some(up) = &b.scale_up {
         if let Some(st) = &up.stable_policy {

@@ -71,6 +71,23 @@ pub struct AutoscalingPolicyBehavior {
     /// Scale-down behaviour.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale_down: Option<StablePolicy>,
+    /// Scale to zero of targets with `minReplicas: 0`. Not in Go Kthena v1.0.0, whose
+    /// autoscaler never goes below one replica (`pkg/apis/workload/v1alpha1/autoscalingpolicy_types.go`);
+    /// the one field added to Go's `behavior`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_to_zero: Option<ScaleToZeroPolicy>,
+}
+
+/// When a target whose `minReplicas` is 0 goes to zero replicas: after every router has
+/// reported its ModelServers idle for `idleWindow`, with no request held or in flight.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleToZeroPolicy {
+    /// How long every ModelServer serving the target must have been idle (no request held,
+    /// in flight or ended within it) before the target goes to 0, within [0, 24h]; the
+    /// mutating webhook writes `5m` when some target of the policy has `minReplicas: 0`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_window: Option<GoDuration>,
 }
 
 /// Scale-up behaviour: a stable policy and a panic policy.

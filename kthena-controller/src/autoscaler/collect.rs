@@ -176,7 +176,7 @@ pub(crate) fn matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) ->
 }
 
 /// GET `http://<ip>:<port><uri>`: the body of a 200 answer, else `None`.
-async fn scrape(client: &HttpClient, url: &str) -> Option<String> {
+pub(super) async fn scrape(client: &HttpClient, url: &str) -> Option<String> {
     let fut = async {
         let req = http::Request::get(url).body(Full::new(Bytes::new())).ok()?;
         let resp = client.request(req).await.ok()?;

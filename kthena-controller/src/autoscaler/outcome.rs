@@ -10,6 +10,15 @@ use kube::{Client, ResourceExt as _};
 use crate::error::{Error, kube_err};
 use crate::names::{ENTRY_LABEL, NAME_LABEL};
 
+/// What one policy's round produced and the `ScaleToZero` condition
+/// (`(status, reason, message)`, for a policy whose target may go to zero).
+pub(super) struct Done {
+    /// The round's outcome.
+    pub(super) outcome: Outcome,
+    /// The `ScaleToZero` condition.
+    pub(super) zero: Option<(bool, &'static str, String)>,
+}
+
 /// What one policy's round produced, for its status.
 pub(super) enum Outcome {
     /// The target was scaled (or kept) by this decision.

@@ -30,6 +30,9 @@ pub(super) struct States {
     pub(super) single: HashMap<String, Kept<Scaler>>,
     pub(super) roles: HashMap<String, Kept<RolesScaler>>,
     pub(super) hetero: HashMap<String, Kept<Optimizer>>,
+    /// Whether some policy of the last full round has a target that may go to zero (the
+    /// wake ticks run only then).
+    pub(super) zero_capable: bool,
 }
 
 impl States {

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use super::collect::Problem;
 use super::events::INVALID_METRIC_VALUE;
-use super::outcome::{Outcome, TargetPart};
+use super::outcome::{Done, Outcome, TargetPart};
 use super::state::key;
 use crate::error::{Result, kube_err};
 
@@ -39,8 +39,9 @@ const METRIC_UNAVAILABLE: &str = "MetricUnavailable";
 /// Problems named in a condition message; the rest are counted.
 const MAX_PROBLEMS_SHOWN: usize = 5;
 
-/// Writes the status `outcome` and the round's `problems` lead to, when it differs from the
-/// stored one, as `field_manager`.
+/// Writes the status the round's outcome and `problems` lead to, with the `ScaleToZero`
+/// condition of `done` when it has one, when it differs from the stored one, as
+/// `field_manager`.
 ///
 /// # Errors
 /// [`crate::Error::Kube`] when the status patch fails.
@@ -48,10 +49,17 @@ pub(super) async fn write_status(
     client: &Client,
     field_manager: &str,
     policy: &AutoscalingPolicy,
-    outcome: Outcome,
+    done: Done,
     problems: &[Problem],
 ) -> Result<()> {
-    let st = next_status(policy, outcome, problems);
+    let mut st = next_status(policy, done.outcome, problems);
+    if let Some((ok, reason, message)) = done.zero {
+        let g = policy.metadata.generation;
+        kthena_api::conditions::set_status_condition(
+            &mut st.conditions,
+            condition(super::zero::CONDITION, ok, reason, &message, g),
+        );
+    }
     if policy.status.as_ref() == Some(&st) {
         return Ok(());
     }

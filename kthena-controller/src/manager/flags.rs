@@ -90,6 +90,12 @@ pub struct Flags {
     /// Go's chart `autoscalingSyncPeriodSeconds`).
     #[arg(long, default_value_t = 15)]
     pub autoscaling_sync_period_seconds: u64,
+    /// `<namespace>/<name>` of the Service in front of the routers' metrics listeners (the
+    /// chart's `kthena-router-metrics`): the autoscaler scrapes every ready endpoint of it for
+    /// held requests and idle ModelServers, to scale targets with `minReplicas: 0` to zero and
+    /// back. Unset: no target goes to zero. Not a Go Kthena flag.
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    pub router_metrics_service: Option<crate::autoscaler::RouterMetrics>,
     /// Webhook Service name, for the generated certificate's DNS names.
     #[arg(long, default_value = webhook::SERVICE_NAME)]
     pub service_name: String,

@@ -198,6 +198,7 @@ fn default_controller_manager_container_is_gos() -> Result<()> {
             "--enable-webhook=true",
             "--cert-secret-name=kthena-controller-manager-webhook-certs",
             "--service-name=kthena-controller-manager-webhook",
+            "--router-metrics-service=kthena-system/kthena-router-metrics",
         ]
     );
     assert_eq!(
@@ -558,12 +559,19 @@ fn containers_match_go_chart_for_the_same_values() -> Result<()> {
             for key in ["args", "env", "livenessProbe", "readinessProbe"] {
                 let mut want = b[key].clone();
                 if name == "kthena-router" && key == "args" {
-                    // The one difference: the controller-manager validates the router's
+                    // One difference: the controller-manager validates the router's
                     // kinds in this chart, so the router serves no webhook.
                     for arg in want.as_array_mut().into_iter().flatten() {
                         if arg == "--enable-webhook=true" {
                             *arg = "--enable-webhook=false".into();
                         }
+                    }
+                }
+                if name == "kthena-controller-manager" && key == "args" {
+                    // The other: scale to zero reads the routers' metrics Service.
+                    if let Some(args) = want.as_array_mut() {
+                        let svc = "--router-metrics-service=kthena-system/kthena-router-metrics";
+                        args.push(svc.into());
                     }
                 }
                 assert_eq!(a[key], want, "{name} {key} with {sets:?}");

@@ -10,6 +10,7 @@ mod apiserver_restart;
 mod autoscaler;
 mod autoscaler_claims;
 mod autoscaler_invalid;
+mod autoscaler_zero;
 mod binary_shutdown;
 mod bind_address;
 mod booster;

@@ -322,3 +322,51 @@ fn min_replicas_above_max_replicas_is_refused_for_every_target() -> TestResult {
     }
     Ok(())
 }
+
+/// The JSON patch the mutating webhook answers for `object`.
+fn mutation(object: &Value) -> Result<Value, Box<dyn std::error::Error>> {
+    let r = answer(Action::Mutate, &request("CREATE", object, None))?;
+    assert_eq!(r["allowed"], true, "{r}");
+    let patch = base64_decode(r["patch"].as_str().unwrap_or_default());
+    Ok(serde_json::from_slice(&patch)?)
+}
+
+#[test]
+fn a_target_that_may_reach_zero_gets_a_five_minute_idle_window() -> TestResult {
+    for kind in [
+        "homogeneousTarget",
+        "heterogeneousTarget",
+        "disaggregatedTarget",
+    ] {
+        let patch = mutation(&policy_with_bounds(kind, 0, 2))?;
+        let behavior = patch
+            .as_array()
+            .and_then(|ops| ops.iter().find(|op| op["path"] == "/spec/behavior"))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            behavior["value"]["scaleToZero"],
+            json!({"idleWindow": "5m"}),
+            "{kind}"
+        );
+        let above = mutation(&policy_with_bounds(kind, 1, 2))?;
+        assert!(
+            !above.to_string().contains("scaleToZero"),
+            "{kind}: {above}"
+        );
+    }
+    let mut kept = policy_with_bounds("homogeneousTarget", 0, 2);
+    kept["spec"]["behavior"] = json!({"scaleToZero": {"idleWindow": "90s"}});
+    let patch = mutation(&kept)?;
+    assert!(!patch.to_string().contains("idleWindow"), "{patch}");
+    let mut long = policy_with_bounds("homogeneousTarget", 0, 2);
+    long["spec"]["behavior"] = json!({"scaleToZero": {"idleWindow": "25h"}});
+    let r = answer(Action::Validate, &request("CREATE", &long, None))?;
+    assert_eq!(r["allowed"], false);
+    let msg = r["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("spec.behavior.scaleToZero.idleWindow: must be between 0s and 24h"),
+        "{msg}"
+    );
+    Ok(())
+}

@@ -106,3 +106,79 @@ fn match_expressions_follow_kubernetes_label_selector_rules() {
         ]
     );
 }
+
+/// A policy from `spec` (JSON), defaulted.
+fn defaulted(spec: &serde_json::Value) -> AutoscalingPolicy {
+    let p: AutoscalingPolicy = serde_json::from_value(json!({
+        "apiVersion": "workload.serving.volcano.sh/v1alpha1",
+        "kind": "AutoscalingPolicy",
+        "metadata": {"name": "p"},
+        "spec": spec,
+    }))
+    .expect("a policy");
+    p.with_defaults()
+}
+
+fn idle_window(p: &AutoscalingPolicy) -> Option<String> {
+    let b = p.spec.behavior.as_ref()?;
+    let w = b.scale_to_zero.as_ref()?.idle_window.as_ref()?;
+    Some(w.as_str().to_owned())
+}
+
+fn homogeneous(min: i32, behavior: &serde_json::Value) -> serde_json::Value {
+    json!({
+        "metrics": [{"name": "m", "targetValue": 10}],
+        "behavior": behavior,
+        "homogeneousTarget": {"target": {"targetRef": {"name": "ms"}}, "minReplicas": min, "maxReplicas": 3},
+    })
+}
+
+#[test]
+fn idle_window_defaults_to_five_minutes_only_when_a_target_may_reach_zero() {
+    assert_eq!(
+        idle_window(&defaulted(&homogeneous(0, &json!({})))).as_deref(),
+        Some("5m")
+    );
+    assert_eq!(idle_window(&defaulted(&homogeneous(1, &json!({})))), None);
+    let kept = homogeneous(0, &json!({"scaleToZero": {"idleWindow": "30s"}}));
+    assert_eq!(idle_window(&defaulted(&kept)).as_deref(), Some("30s"));
+    let empty = homogeneous(0, &json!({"scaleToZero": {}}));
+    assert_eq!(idle_window(&defaulted(&empty)).as_deref(), Some("5m"));
+    let hetero = json!({
+        "metrics": [{"name": "m", "targetValue": 10}],
+        "heterogeneousTarget": {"params": [
+            {"target": {"targetRef": {"name": "a"}}, "minReplicas": 1, "maxReplicas": 2},
+            {"target": {"targetRef": {"name": "b"}}, "minReplicas": 0, "maxReplicas": 2},
+        ]},
+    });
+    assert_eq!(idle_window(&defaulted(&hetero)).as_deref(), Some("5m"));
+    let roles = json!({
+        "metrics": [{"name": "m", "targetValue": 10}],
+        "disaggregatedTarget": {"targetRef": {"name": "ms"}, "roles": {
+            "prefill": {"minReplicas": 0, "maxReplicas": 2},
+            "decode": {"minReplicas": 0, "maxReplicas": 2},
+        }},
+    });
+    assert_eq!(idle_window(&defaulted(&roles)).as_deref(), Some("5m"));
+}
+
+#[test]
+fn idle_window_is_checked_with_its_path() {
+    let errs = |w: &str| -> Vec<String> {
+        let p = defaulted(&homogeneous(0, &json!({"scaleToZero": {"idleWindow": w}})));
+        match p.validate() {
+            Ok(()) => Vec::new(),
+            Err(errs) => errs.iter().map(ToString::to_string).collect(),
+        }
+    };
+    assert_eq!(errs("0s"), Vec::<String>::new());
+    assert_eq!(errs("24h"), Vec::<String>::new());
+    let path = "spec.behavior.scaleToZero.idleWindow";
+    assert_eq!(
+        errs("24h1s"),
+        [format!("{path}: must be between 0s and 24h")]
+    );
+    let bad = errs("soon");
+    assert_eq!(bad.len(), 1);
+    assert!(bad[0].starts_with(&format!("{path}: ")), "{bad:?}");
+}

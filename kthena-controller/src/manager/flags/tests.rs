@@ -55,6 +55,7 @@ fn every_optional_flag_of_the_chart_parses() {
         "--kube-api-burst=100",
         "--debug-port=15001",
         "--autoscaling-sync-period-seconds=5",
+        "--router-metrics-service=kthena-system/kthena-router-metrics",
     ]);
     assert!(!f.enable_webhook);
     assert_eq!(f.log_filter(None), "debug");
@@ -77,6 +78,15 @@ fn every_optional_flag_of_the_chart_parses() {
     assert_eq!(
         parse(&["--autoscaling-sync-period-seconds=0"]).autoscaling_sync_period(),
         std::time::Duration::from_secs(15)
+    );
+    let svc = f.router_metrics_service.expect("set");
+    assert_eq!(svc.to_string(), "kthena-system/kthena-router-metrics");
+    assert_eq!(parse(&[]).router_metrics_service, None);
+    let bad = Flags::try_parse_from(["kthena-controller", "--router-metrics-service=x"]);
+    let e = bad.expect_err("no namespace").to_string();
+    assert!(
+        e.contains("--router-metrics-service \"x\": expected <namespace>/<name>"),
+        "{e}"
     );
 }
 
