@@ -43,9 +43,15 @@ async fn setup(prefix: &str) -> Result<Env> {
 async fn setup_with(prefix: &str, elected: bool) -> Result<Env> {
     let ns = kthena_testenv::namespace(prefix).await?;
     let mut tasks = JoinSet::new();
+    // The routers' metrics Service of the scale-to-zero tests (`scale_to_zero::router`);
+    // the others create none and set no `minReplicas: 0`, so it is never read.
     let autoscaler = AutoscalerConfig {
         namespace: Some(ns.name().to_owned()),
         sync_period: SYNC,
+        router_metrics: Some(kthena_controller::autoscaler::RouterMetrics {
+            namespace: ns.name().to_owned(),
+            name: "kthena-router-metrics".to_owned(),
+        }),
         ..AutoscalerConfig::default()
     };
     let config = Config {

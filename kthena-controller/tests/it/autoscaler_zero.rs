@@ -141,7 +141,7 @@ async fn setup(prefix: &str) -> Result<Env> {
 
 /// The machine's non-loopback IPv4 address: the source address of its route to a
 /// documentation address (a UDP connect sends nothing).
-fn host_ip() -> Result<String> {
+pub(crate) fn host_ip() -> Result<String> {
     let s = std::net::UdpSocket::bind("0.0.0.0:0")?;
     s.connect("203.0.113.1:9")
         .context("no route off the loopback interface: these tests need one")?;

@@ -88,11 +88,13 @@ async fn create_policy(ns: &TestNamespace, target: &str) -> Result<()> {
 /// The router in cluster mode (ModelServer `target` selecting the ModelServing's pods, a
 /// ModelRoute for [`routed_model`]) holding requests for `hold`, and the selector-less
 /// Service `kthena-router-metrics` with an EndpointSlice naming its metrics listener, which
-/// the autoscaler scrapes.
+/// the autoscaler scrapes. The router binds the machine's own non-loopback address: the API
+/// server refuses loopback addresses in an EndpointSlice.
 async fn router(ns: &TestNamespace, target: &str, hold: &str) -> Result<kthena_router::Router> {
     super::model_server_and_route(ns, target, json!({})).await?;
+    let ip = crate::autoscaler_zero::host_ip()?;
     let text = format!(
-        "port: 0\nmetricsPort: 0\ndebugPort: 0\nbindAddress: 127.0.0.1\naccessLog: {{enabled: false}}\ncoldStart: {{holdTimeout: {hold}, retryAfter: 7s}}\n"
+        "port: 0\nmetricsPort: 0\ndebugPort: 0\nbindAddress: {ip}\naccessLog: {{enabled: false}}\ncoldStart: {{holdTimeout: {hold}, retryAfter: 7s}}\n"
     );
     let path = std::path::Path::new("router.yaml");
     let cfg = kthena_router::Config::from_yaml(path, &text)?.validate(path)?;
@@ -231,6 +233,28 @@ async fn until_metric(
     }
 }
 
+/// Waits until the router's snapshot has the ModelRoute of `model` and the ModelServer
+/// `server` (its debug listener's config dump).
+async fn until_known(router: &kthena_router::Router, model: &str, server: &str) -> Result<()> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let mut known = true;
+        for (kind, name) in [("modelroutes", model), ("modelservers", server)] {
+            let url = format!("http://{}/debug/config_dump/{kind}", router.debug_addr);
+            let req = http::Request::get(url).body(Full::new(Bytes::new()))?;
+            let body = super::body_of(req).await?;
+            known &= String::from_utf8_lossy(&body).contains(name);
+        }
+        if known {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the router never knew model {model} and server {server}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn an_idle_model_goes_to_zero_and_twenty_held_requests_wake_it() -> Result<()> {
     let env = super::setup("as-zero").await?;
@@ -246,9 +270,15 @@ async fn an_idle_model_goes_to_zero_and_twenty_held_requests_wake_it() -> Result
     // Idle: no request for the window, so the ModelServing goes to 0 and its pod away.
     until_replicas(ns, "llm", 0, WAIT).await?;
 
+    let model_label = format!("model=\"{model}\"");
+    let released = "kthena_router_cold_start_requests_total";
+    let outcome = "outcome=\"released\"";
+    let waits = "kthena_router_cold_start_wait_seconds_count";
+    // The first request above waited for the first pod to load: counted already.
+    let released_before = router_metric(&router, released, &[&model_label, outcome]).await?;
+    let waits_before = router_metric(&router, waits, &[&model_label]).await?;
     let start = Instant::now();
     let mut clients = burst(&router.addr.to_string(), &model, 20, start);
-    let model_label = format!("model=\"{model}\"");
     let held = "kthena_router_cold_start_held_requests";
     until_metric(&router, held, &[&model_label, &server], 20.0).await?;
     let mut seen = Vec::new();
@@ -279,14 +309,14 @@ async fn an_idle_model_goes_to_zero_and_twenty_held_requests_wake_it() -> Result
     );
     assert_eq!(replicas(ns, "llm").await?, 1);
     assert_eq!(router_metric(&router, held, &[]).await?, 0.0);
-    let released = "kthena_router_cold_start_requests_total";
-    let outcome = "outcome=\"released\"";
     assert_eq!(
-        router_metric(&router, released, &[&model_label, outcome]).await?,
+        router_metric(&router, released, &[&model_label, outcome]).await? - released_before,
         20.0
     );
-    let waits = "kthena_router_cold_start_wait_seconds_count";
-    assert_eq!(router_metric(&router, waits, &[&model_label]).await?, 20.0);
+    assert_eq!(
+        router_metric(&router, waits, &[&model_label]).await? - waits_before,
+        20.0
+    );
     // Idle again: back to 0.
     until_replicas(ns, "llm", 0, IDLE + WAIT).await?;
     router.shutdown().await;
@@ -301,6 +331,7 @@ async fn held_requests_get_503_with_retry_after_when_the_engine_never_loads() ->
     let router = router(ns, "llm", "3s").await?;
     create_policy(ns, "llm").await?;
     let model = routed_model(ns);
+    until_known(&router, &model, "llm").await?;
     let start = Instant::now();
     let mut clients = burst(&router.addr.to_string(), &model, 6, start);
     let mut seen = Vec::new();
