@@ -109,12 +109,23 @@ async fn create_serving(ns: &TestNamespace, name: &str) -> Result<()> {
 async fn create_serving_with(ns: &TestNamespace, name: &str, flags: &[&str]) -> Result<()> {
     let mut args = vec!["--model", "m", "--max-num-seqs", "1"];
     args.extend_from_slice(flags);
+    create_serving_of(ns, name, 1, &args).await
+}
+
+/// A one-role ModelServing at `replicas` whose engines are kthena-sim with `args`, serving on
+/// port 8100.
+async fn create_serving_of(
+    ns: &TestNamespace,
+    name: &str,
+    replicas: i32,
+    args: &[&str],
+) -> Result<()> {
     let ms: ModelServing = serde_json::from_value(json!({
         "apiVersion": "workload.serving.volcano.sh/v1alpha1",
         "kind": "ModelServing",
         "metadata": {"name": name, "namespace": ns.name()},
         "spec": {
-            "replicas": 1,
+            "replicas": replicas,
             "template": {"roles": [{
                 "name": "engine",
                 "replicas": 1,

@@ -1,6 +1,5 @@
 #![allow(clippy::unwrap_used, reason = "tests")]
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -8,36 +7,16 @@ use arc_swap::ArcSwap;
 use tokio::task::JoinSet;
 
 use super::*;
-use crate::config::{Config, EndpointConfig};
+
 use crate::telemetry::metrics::Metrics;
 
 const SERVER: &str = "default/ms";
 
 /// A snapshot with route `m` → ModelServer `default/ms` and `n` endpoints.
 fn snapshot(n: usize) -> Arc<Snapshot> {
-    let route = "apiVersion: networking.serving.volcano.sh/v1alpha1\nkind: ModelRoute\nmetadata: {name: r, namespace: default}\nspec:\n  modelName: m\n  rules:\n  - targetModels: [{modelServerName: ms}]\n";
-    let server = "apiVersion: networking.serving.volcano.sh/v1alpha1\nkind: ModelServer\nmetadata: {name: ms, namespace: default}\nspec:\n  model: m\n  inferenceEngine: vLLM\n  workloadSelector: {matchLabels: {app: a}}\n  workloadPort: {port: 8000}\n";
-    let endpoints = (0..n)
-        .map(|i| EndpointConfig {
-            name: format!("e{i}"),
-            address: format!("127.0.0.1:{}", 9000 + i),
-            namespace: "default".into(),
-            labels: BTreeMap::from([("app".to_owned(), "a".to_owned())]),
-            kv_events: None,
-            kv_events_replay: None,
-            incarnation: None,
-            container_started: None,
-        })
-        .collect();
-    let snap = crate::discovery::Loader::new()
-        .load_cluster(
-            &Config::default(),
-            vec![serde_saphyr::from_str(route).unwrap()],
-            vec![serde_saphyr::from_str(server).unwrap()],
-            endpoints,
-        )
-        .unwrap();
-    Arc::new(snap)
+    let addrs: Vec<String> = (0..n).map(|i| format!("127.0.0.1:{}", 9000 + i)).collect();
+    let addrs: Vec<&str> = addrs.iter().map(String::as_str).collect();
+    Arc::new(crate::pipeline::test_util::snapshot(&addrs))
 }
 
 /// One waiting task.

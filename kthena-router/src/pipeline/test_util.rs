@@ -28,11 +28,9 @@ pub(crate) fn shared(addrs: &[&str]) -> (Arc<Shared>, Vec<Arc<Endpoint>>) {
     shared_with(addrs, OverloadConfig::default())
 }
 
-/// Shared state with `overload` settings and endpoints `e0..` at `addrs`.
-pub(crate) fn shared_with(
-    addrs: &[&str],
-    overload: OverloadConfig,
-) -> (Arc<Shared>, Vec<Arc<Endpoint>>) {
+/// A snapshot of route `m` → ModelServer `default/ms` (`spec.model: served-m`, selecting
+/// `app: a`) with endpoints `e0..` at `addrs`.
+pub(crate) fn snapshot(addrs: &[&str]) -> crate::discovery::Snapshot {
     let route = "apiVersion: networking.serving.volcano.sh/v1alpha1\nkind: ModelRoute\nmetadata: {name: r, namespace: default}\nspec:\n  modelName: m\n  rules:\n  - targetModels: [{modelServerName: ms}]\n";
     let server = "apiVersion: networking.serving.volcano.sh/v1alpha1\nkind: ModelServer\nmetadata: {name: ms, namespace: default}\nspec:\n  model: served-m\n  inferenceEngine: vLLM\n  workloadSelector: {matchLabels: {app: a}}\n  workloadPort: {port: 8000}\n";
     let endpoints = addrs
@@ -49,14 +47,22 @@ pub(crate) fn shared_with(
             container_started: None,
         })
         .collect();
-    let snap = crate::discovery::Loader::new()
+    crate::discovery::Loader::new()
         .load_cluster(
             &Config::default(),
             vec![serde_saphyr::from_str(route).unwrap()],
             vec![serde_saphyr::from_str(server).unwrap()],
             endpoints,
         )
-        .unwrap();
+        .unwrap()
+}
+
+/// Shared state with `overload` settings and endpoints `e0..` at `addrs`.
+pub(crate) fn shared_with(
+    addrs: &[&str],
+    overload: OverloadConfig,
+) -> (Arc<Shared>, Vec<Arc<Endpoint>>) {
+    let snap = snapshot(addrs);
     let eps = snap
         .servers
         .get("default/ms")

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kthena_api::{AutoscalingPolicy, ModelServing};
+use kthena_api::AutoscalingPolicy;
 use kthena_testenv::TestNamespace;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
@@ -32,30 +32,8 @@ async fn create_serving(
     loading: Duration,
 ) -> Result<()> {
     let delay = loading.as_millis().to_string();
-    let ms: ModelServing = serde_json::from_value(json!({
-        "apiVersion": "workload.serving.volcano.sh/v1alpha1",
-        "kind": "ModelServing",
-        "metadata": {"name": name, "namespace": ns.name()},
-        "spec": {
-            "replicas": replicas,
-            "template": {"roles": [{
-                "name": "engine",
-                "replicas": 1,
-                "workerReplicas": 0,
-                "entryTemplate": {"spec": {"containers": [{
-                    "name": "engine",
-                    "image": "kthena-sim",
-                    "command": ["kthena-sim"],
-                    "args": ["--model", "m", "--startup-delay-ms", delay],
-                    "ports": [{"containerPort": 8100}],
-                }]}},
-            }]},
-        },
-    }))?;
-    ns.api::<ModelServing>()
-        .create(&PostParams::default(), &ms)
-        .await?;
-    Ok(())
+    let args = ["--model", "m", "--startup-delay-ms", &delay];
+    super::create_serving_of(ns, name, replicas, &args).await
 }
 
 /// A homogeneous policy on `target`, 0..=2 replicas, scaling to zero after [`IDLE`].
