@@ -109,15 +109,16 @@ async fn create_serving(ns: &TestNamespace, name: &str) -> Result<()> {
 async fn create_serving_with(ns: &TestNamespace, name: &str, flags: &[&str]) -> Result<()> {
     let mut args = vec!["--model", "m", "--max-num-seqs", "1"];
     args.extend_from_slice(flags);
-    create_serving_of(ns, name, 1, &args).await
+    create_serving_of(ns, name, 1, 8100, &args).await
 }
 
 /// A one-role ModelServing at `replicas` whose engines are kthena-sim with `args`, serving on
-/// port 8100.
+/// `port`.
 async fn create_serving_of(
     ns: &TestNamespace,
     name: &str,
     replicas: i32,
+    port: u16,
     args: &[&str],
 ) -> Result<()> {
     let ms: ModelServing = serde_json::from_value(json!({
@@ -135,7 +136,7 @@ async fn create_serving_of(
                     "image": "kthena-sim",
                     "command": ["kthena-sim"],
                     "args": args,
-                    "ports": [{"containerPort": 8100}],
+                    "ports": [{"containerPort": port}],
                 }]}},
             }]},
         },

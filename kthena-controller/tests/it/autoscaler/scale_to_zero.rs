@@ -20,10 +20,14 @@ use super::{WAIT, WAITING, http, replicas, routed_model};
 
 /// The model's loading time in the engines of these tests.
 const LOADING: Duration = Duration::from_secs(5);
+/// The engines' port: not the 8100 of the other tests, whose routers may still hold a deleted
+/// pod's `address:8100` for a moment after the node gave that address to a pod of this test
+/// (a request of theirs would then reach this test's loading engine).
+const PORT: u16 = 8177;
 /// The policy's idle window.
 const IDLE: Duration = Duration::from_secs(3);
 
-/// A one-role ModelServing at `replicas` whose engines (model `m`, port 8100) load for
+/// A one-role ModelServing at `replicas` whose engines (model `m`, port [`PORT`]) load for
 /// `loading`.
 async fn create_serving(
     ns: &TestNamespace,
@@ -33,7 +37,7 @@ async fn create_serving(
 ) -> Result<()> {
     let delay = loading.as_millis().to_string();
     let args = ["--model", "m", "--startup-delay-ms", &delay];
-    super::create_serving_of(ns, name, replicas, &args).await
+    super::create_serving_of(ns, name, replicas, PORT, &args).await
 }
 
 /// A homogeneous policy on `target`, 0..=2 replicas, scaling to zero after [`IDLE`].
@@ -53,7 +57,7 @@ async fn create_policy(ns: &TestNamespace, target: &str) -> Result<()> {
                 "minReplicas": 0,
                 "maxReplicas": 2,
                 "target": {"targetRef": {"kind": "ModelServing", "name": target},
-                           "metricSources": {WAITING: {"pod": {"port": 8100}}}},
+                           "metricSources": {WAITING: {"pod": {"port": PORT}}}},
             },
         },
     }))?;
@@ -69,7 +73,7 @@ async fn create_policy(ns: &TestNamespace, target: &str) -> Result<()> {
 /// the autoscaler scrapes. The router binds the machine's own non-loopback address: the API
 /// server refuses loopback addresses in an EndpointSlice.
 async fn router(ns: &TestNamespace, target: &str, hold: &str) -> Result<kthena_router::Router> {
-    super::model_server_and_route(ns, target, json!({})).await?;
+    super::model_server_and_route(ns, target, json!({"workloadPort": {"port": PORT}})).await?;
     let ip = crate::autoscaler_zero::host_ip()?;
     let text = format!(
         "port: 0\nmetricsPort: 0\ndebugPort: 0\nbindAddress: {ip}\naccessLog: {{enabled: false}}\ncoldStart: {{holdTimeout: {hold}, retryAfter: 7s}}\n"
