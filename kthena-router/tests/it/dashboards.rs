@@ -236,20 +236,24 @@ async fn settled(prom: &Prometheus, expr: &str, want: f64) -> f64 {
     }
 }
 
-/// What Prometheus holds after `rounds` rounds: every request counted once (11 a round on
-/// router A: 8 chats, a completion, a 404 and a 429; 3 on router B), one 404 of model
-/// `unknown` and one rate-limited request a round, every chat of router A through the
-/// fairness queue.
+/// What Prometheus holds after `rounds` rounds: every request counted once (12 a round on
+/// router A: 8 chats, a completion, a 404, a 429 and a held request's 503; 3 on router B),
+/// one 404 of model `unknown`, one rate-limited request and one cold-start timeout a round,
+/// every chat of router A through the fairness queue.
 async fn check_counts(prom: &Prometheus, rounds: u32) {
     let n = f64::from(rounds);
     let cases = [
-        ("sum(kthena_router_requests_total)", 14.0 * n),
+        ("sum(kthena_router_requests_total)", 15.0 * n),
         (
             r#"sum(kthena_router_requests_total{model="unknown", status_code="404"})"#,
             n,
         ),
         (
             r#"sum(kthena_router_rate_limit_exceeded_total{model="limited", limit_type="input_tokens"})"#,
+            n,
+        ),
+        (
+            r#"sum(kthena_router_cold_start_requests_total{model="cold", outcome="timeout"})"#,
             n,
         ),
         (

@@ -208,10 +208,13 @@ fn tokenizer_entry() -> String {
 
 /// Router A, Go Kthena's layout: `prefix-cache` and `kvcache-aware` on a Redis index that
 /// cannot be reached (lookups timed and counted as errors), the fairness queue in slot mode,
-/// a route `public` and a route `limited` with a token rate limit of 1 input token an hour.
+/// a route `public`, a route `limited` with a token rate limit of 1 input token an hour, and a
+/// route `cold` to a ModelServer without endpoints whose requests are held 300 ms (a model at
+/// zero replicas that does not wake in time).
 pub(crate) async fn router_go_layout(sims: &[SocketAddr]) -> RouterProcess {
     let config = format!(
         "metricsScrapeInterval: 100ms
+coldStart: {{holdTimeout: 300ms, retryAfter: 5s}}
 kvCache:
   index: redis
   redis: {{url: \"redis://127.0.0.1:1\", timeout: 200ms, gcInterval: 0s}}
@@ -235,10 +238,12 @@ kvCache:
         .map(|(i, a)| endpoint(&format!("engine-{i}"), *a, "demo"))
         .collect();
     let manifests = format!(
-        "{}---\n{}---\n{}  rateLimit: {{inputTokensPerUnit: 1, unit: hour}}\n",
+        "{}---\n{}---\n{}  rateLimit: {{inputTokensPerUnit: 1, unit: hour}}\n---\n{}---\n{}",
         model_server("srv", "engine-model", "demo", ""),
         simple_route("route", "public", "srv"),
         simple_route("route-limited", "limited", "srv"),
+        model_server("srv-cold", "engine-model", "cold", ""),
+        simple_route("route-cold", "cold", "srv-cold"),
     );
     let env = [
         ("ENABLE_FAIRNESS_SCHEDULING", "true"),
@@ -297,7 +302,8 @@ fn with_system(text: &str, stream: bool, max_tokens: u32) -> serde_json::Value {
 
 /// One round of the mixed workload on router A: concurrent chats (half streamed) of four
 /// users sharing a long prompt prefix, a completion, an unknown model (404), a
-/// rate-limited route (429) and a request with two `Authorization` headers (400).
+/// rate-limited route (429), a model that stays at zero (held, then 503) and a request with
+/// two `Authorization` headers (400).
 pub(crate) async fn round_go_layout(r: &RouterProcess, round: usize) {
     let url = format!("{}/v1/chat/completions", r.url());
     let mut calls = tokio::task::JoinSet::new();
@@ -323,6 +329,8 @@ pub(crate) async fn round_go_layout(r: &RouterProcess, round: usize) {
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, _, _) = post(&url, chat("limited", "hello there", false, 2), &[]).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    let (status, _, _) = post(&url, chat("cold", "hello", false, 2), &[]).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     // Two `Authorization` headers: refused before the body is read (400), counted by
     // `kthena_router_auth_failures_total{reason="bad_header"}` (authentication is off here).
     let two = [("authorization", "Bearer a"), ("authorization", "Bearer b")];
