@@ -68,9 +68,9 @@ impl fmt::Display for Blocked {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::NoRouterService => f.write_str("no router metrics Service is configured"),
-            Self::NoRouterEndpoint => {
-                f.write_str("the router metrics Service has no ready endpoint")
-            }
+            Self::NoRouterEndpoint => f.write_str(
+                "the router metrics Service has no ready endpoint (no EndpointSlice of that name with a ready address: is the Service name of --router-metrics-service right?)",
+            ),
             Self::NoModelServer => f.write_str("no ModelServer selects the target's pods"),
             Self::RouterUnanswered(r) => write!(f, "router {r} did not answer"),
             Self::MissingSeries(r, s) => {

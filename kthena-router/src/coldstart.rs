@@ -56,6 +56,11 @@ pub(crate) struct Hold {
     cfg: Mutex<ColdStartConfig>,
     waiters: Mutex<Waiters>,
     metrics: ColdStartMetrics,
+    /// The generation of the newest snapshot: every held request resolves its route again
+    /// when it changes (a route removed or pointed at another ModelServer).
+    generation: tokio::sync::watch::Sender<u64>,
+    /// Cancelled when the router begins to shut down: held requests are answered at once.
+    closing: CancellationToken,
 }
 
 impl Hold {
@@ -65,7 +70,17 @@ impl Hold {
             cfg: Mutex::new(ColdStartConfig::default()),
             waiters: Mutex::default(),
             metrics,
+            generation: tokio::sync::watch::Sender::new(0),
+            closing: CancellationToken::new(),
         }
+    }
+
+    /// The router began to shut down: every held request is answered 503
+    /// `cold_start_shutting_down` with `Retry-After` at once (its client may retry another
+    /// replica; nothing releases it while the router drains), and so is any request that
+    /// would be held from now on.
+    pub(crate) fn shut(&self) {
+        self.closing.cancel();
     }
 
     /// The current settings.
@@ -79,15 +94,18 @@ impl Hold {
     }
 
     /// A new snapshot was stored: releases, in arrival order, the requests held for every
-    /// ModelServer that now has endpoints (or is gone).
+    /// ModelServer that now has endpoints (or is gone), and has every other held request
+    /// resolve its route again (it keeps its place when it still waits for the same
+    /// ModelServer).
     pub(crate) fn on_snapshot(&self, snap: &Snapshot) {
         self.metrics.know(snap.servers.keys().map(String::as_str));
         let n = lock(&self.waiters).release(|server| may_go(snap, server));
+        self.generation.send_replace(snap.generation);
         if n > 0 {
             tracing::info!(
                 released = n,
                 generation = snap.generation,
-                "Released held requests: their model server has endpoints"
+                "Released held requests: their model server has endpoints or is gone"
             );
         }
     }
@@ -109,8 +127,10 @@ pub(crate) struct Stay<'a> {
     model: Arc<str>,
     cfg: ColdStartConfig,
     start: Instant,
-    /// The ModelServer and waiter id while waiting.
+    /// The ModelServer and waiter id while held (kept while the route is resolved again).
     at: Option<(Arc<str>, u64)>,
+    /// The release of the waiter `at`.
+    rx: Option<tokio::sync::oneshot::Receiver<()>>,
     acct: Option<Accounting>,
     /// Cancelled when the drain timeout cuts the requests left at shutdown.
     drain_cut: Option<CancellationToken>,
@@ -129,6 +149,7 @@ impl<'a> Stay<'a> {
             cfg: hold.config(),
             start: Instant::now(),
             at: None,
+            rx: None,
             acct,
             drain_cut: None,
             waited: false,
@@ -152,58 +173,153 @@ impl<'a> Stay<'a> {
         }
     }
 
-    /// Waits until the snapshot `current` returns lets `server` go on, and returns that
-    /// snapshot (at once when the current one already does).
+    /// Leaves the hold without failing: the route no longer waits for the ModelServer held
+    /// for (it resolves elsewhere, or the ModelServer is gone). Counted `released`.
+    pub(crate) fn leave(&mut self) {
+        if let Some((server, id)) = self.at.take() {
+            lock(&self.hold.waiters).remove(&server, id);
+            self.hold.metrics.held(&self.model, &server, -1);
+        }
+        self.rx = None;
+    }
+
+    /// Holds the request for `server` (or keeps its place when it is held for `server`
+    /// already) until the ModelServer may go on, the route should be resolved again (a new
+    /// snapshot, or every `poll` when set), and returns the snapshot to resolve against (at
+    /// once when the current one lets `server` go on and no `poll` is asked).
     ///
     /// # Errors
     /// [`Error::ColdStartQueueFull`] when `coldStart.maxHeldRequests` requests are held for
     /// `server`; [`Error::ColdStartTimeout`] when `coldStart.holdTimeout` passed since the
-    /// stay began.
+    /// stay began; [`Error::ColdStartShuttingDown`] when the router shuts down.
     pub(crate) async fn wait(
         &mut self,
         current: impl Fn() -> Arc<Snapshot>,
         server: &str,
+        poll: Option<std::time::Duration>,
     ) -> Result<Arc<Snapshot>, Error> {
         let server: Arc<str> = Arc::from(server);
-        let retry_after = self.cfg.retry_after_secs();
-        let rx = {
-            let mut w = lock(&self.hold.waiters);
-            let snap = current();
-            if may_go(&snap, &server) {
-                return Ok(snap);
-            }
-            let Some((id, rx)) = w.push(&server, self.cfg.max_held_requests) else {
-                drop(w);
-                self.count(Outcome::Rejected);
-                return Err(Error::ColdStartQueueFull {
-                    server: server.to_string(),
-                    limit: self.cfg.max_held_requests,
-                    retry_after,
-                });
-            };
-            self.at = Some((Arc::clone(&server), id));
-            rx
-        };
+        if self.at.as_ref().is_some_and(|(s, _)| *s != server) {
+            self.leave();
+        }
+        let mut recheck = self.hold.generation.subscribe();
+        if let Some(snap) = self.enter(&current, &server, poll.is_some())? {
+            return Ok(snap);
+        }
         self.waited = true;
-        self.hold.metrics.held(&self.model, &server, 1);
         let deadline = self.start + self.cfg.hold_timeout;
-        let released = tokio::select! {
-            _ = rx => true,
-            () = tokio::time::sleep_until(deadline) => false,
+        let closing = self.hold.closing.clone();
+        let mut rx = self.rx.take();
+        let woke = tokio::select! {
+            // Sent by a release, which took the waiter out of the FIFO.
+            _ = released(rx.as_mut()) => Woke::Released,
+            _ = recheck.changed() => Woke::Recheck,
+            () = poll_sleep(poll) => Woke::Recheck,
+            () = tokio::time::sleep_until(deadline) => Woke::Timeout,
+            () = closing.cancelled() => Woke::Closing,
         };
-        self.hold.metrics.held(&self.model, &server, -1);
-        if let Some((s, id)) = self.at.take() {
-            lock(&self.hold.waiters).remove(&s, id);
+        match woke {
+            Woke::Released => {
+                // The release took the waiter out of the FIFO.
+                self.at = None;
+                self.hold.metrics.held(&self.model, &server, -1);
+                Ok(current())
+            }
+            Woke::Recheck => {
+                self.rx = rx;
+                Ok(current())
+            }
+            Woke::Timeout | Woke::Closing => {
+                self.leave();
+                self.count(Outcome::Timeout);
+                Err(self.failure(matches!(woke, Woke::Closing), &server))
+            }
         }
-        if released {
-            return Ok(current());
+    }
+
+    /// Takes a place in `server`'s FIFO unless the request holds one already: the current
+    /// snapshot when it lets `server` go on (unless `polling`), else `None`.
+    fn enter(
+        &mut self,
+        current: &impl Fn() -> Arc<Snapshot>,
+        server: &Arc<str>,
+        polling: bool,
+    ) -> Result<Option<Arc<Snapshot>>, Error> {
+        if self.hold.closing.is_cancelled() {
+            self.leave();
+            self.count(Outcome::Timeout);
+            return Err(self.failure(true, server));
         }
-        self.count(Outcome::Timeout);
-        Err(Error::ColdStartTimeout {
-            server: server.to_string(),
+        let mut w = lock(&self.hold.waiters);
+        let snap = current();
+        if !polling && may_go(&snap, server) {
+            drop(w);
+            self.leave();
+            return Ok(Some(snap));
+        }
+        if self.at.is_some() {
+            return Ok(None);
+        }
+        let Some((id, rx)) = w.push(server, self.cfg.max_held_requests) else {
+            drop(w);
+            self.count(Outcome::Rejected);
+            return Err(Error::ColdStartQueueFull {
+                server: server.to_string(),
+                limit: self.cfg.max_held_requests,
+                retry_after: self.cfg.retry_after_secs(),
+            });
+        };
+        drop(w);
+        self.at = Some((Arc::clone(server), id));
+        self.rx = Some(rx);
+        self.hold.metrics.held(&self.model, server, 1);
+        Ok(None)
+    }
+
+    /// The 503 of a stay that ends without an endpoint: timed out, or cut by shutdown.
+    fn failure(&self, closing: bool, server: &str) -> Error {
+        let retry_after = self.cfg.retry_after_secs();
+        if closing {
+            return Error::ColdStartShuttingDown {
+                server: server.to_owned(),
+                retry_after,
+            };
+        }
+        Error::ColdStartTimeout {
+            server: server.to_owned(),
             waited: self.start.elapsed(),
             retry_after,
-        })
+        }
+    }
+}
+
+/// What ended one wait.
+enum Woke {
+    /// The ModelServer has endpoints (or is gone).
+    Released,
+    /// A new snapshot or the poll period: resolve the route again.
+    Recheck,
+    /// `coldStart.holdTimeout` passed.
+    Timeout,
+    /// The router shuts down.
+    Closing,
+}
+
+/// Completes when the waiter's release is sent (or its sender is gone), never without one.
+async fn released(rx: Option<&mut tokio::sync::oneshot::Receiver<()>>) {
+    match rx {
+        Some(rx) => {
+            let _ = rx.await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Sleeps `poll`, or forever without one.
+async fn poll_sleep(poll: Option<std::time::Duration>) {
+    match poll {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
     }
 }
 

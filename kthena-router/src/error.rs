@@ -364,6 +364,16 @@ pub enum Error {
         /// The `Retry-After` given (`coldStart.retryAfter`, whole seconds).
         retry_after: Duration,
     },
+    /// The router began shutting down while the request was held: answered at once so that
+    /// the client retries another router replica (503 with `Retry-After`, code
+    /// `cold_start_shutting_down`).
+    #[error("model server {server} has no ready endpoint and this router is shutting down; retry after {}s", retry_after.as_secs())]
+    ColdStartShuttingDown {
+        /// `namespace/name` of the ModelServer.
+        server: String,
+        /// The `Retry-After` given (`coldStart.retryAfter`, whole seconds).
+        retry_after: Duration,
+    },
     /// The ModelServer has no ready endpoint and `coldStart.maxHeldRequests` requests are
     /// held for it already (503 with `Retry-After` at once, code `cold_start_queue_full`).
     #[error("model server {server} has no ready endpoint and {limit} requests are already held for it; retry after {}s", retry_after.as_secs())]

@@ -174,6 +174,7 @@ pub(crate) async fn scrape_endpoint(
         Ok(list) => {
             st.models = list.ids;
             st.lora_adapters = list.lora_adapters;
+            st.models_known = true;
         }
         Err(reason) => {
             st.stale = true;

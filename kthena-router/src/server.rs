@@ -371,6 +371,9 @@ impl Router {
     /// the drain timeout (an SSE error event or 503, both `drain_timeout`).
     pub async fn shutdown_or_cut(self, cut: impl std::future::Future<Output = ()>) {
         self.cancel.cancel();
+        // Held requests cannot be released while the router drains: answered now (503
+        // with `Retry-After`), their clients retry another replica.
+        self.shared.cold_start.shut();
         self.tasks.close();
         let wait = tokio::time::timeout(
             self.drain_timeout + Duration::from_secs(1),

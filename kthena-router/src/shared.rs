@@ -93,6 +93,11 @@ impl Shared {
             metrics.listener.buffered_body_bytes(),
         );
         let cold_start = crate::coldstart::Hold::new(metrics.cold_start.clone());
+        // The first snapshot's ModelServers are idle from now (later ones from when they
+        // appear).
+        metrics
+            .cold_start
+            .know(snapshot.servers.keys().map(String::as_str));
         Self {
             snapshot: ArcSwap::from_pointee(snapshot),
             client,

@@ -140,7 +140,7 @@ fn idle_window(policy: &AutoscalingPolicy) -> kthena_autoscale::Result<Duration>
 /// * running: `True`, `Enabled`.
 pub(super) fn condition(view: &ZeroView, current: i32) -> (bool, &'static str, String) {
     match &view.idleness {
-        Idleness::Blocked(b) => (false, "Blocked", blocked_message(b)),
+        Idleness::Blocked(b) => (false, "Blocked", blocked_message(b, current)),
         _ if current <= 0 => (
             true,
             "AtZero",
@@ -155,8 +155,14 @@ pub(super) fn condition(view: &ZeroView, current: i32) -> (bool, &'static str, S
     }
 }
 
-fn blocked_message(b: &Blocked) -> String {
-    format!("{b}; the target is not scaled to 0 replicas while this lasts")
+/// Why the routers cannot tell, and what it means: a running target is not scaled to zero;
+/// a target at zero cannot be woken by the requests the routers hold.
+fn blocked_message(b: &Blocked, current: i32) -> String {
+    if current <= 0 {
+        format!("{b}; requests held by the routers cannot wake the target while this lasts")
+    } else {
+        format!("{b}; the target is not scaled to 0 replicas while this lasts")
+    }
 }
 
 #[cfg(test)]

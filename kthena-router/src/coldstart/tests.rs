@@ -53,7 +53,7 @@ impl Fixture {
         let mut set = JoinSet::new();
         set.spawn(async move {
             let mut stay = Stay::new(&hold, "m", None);
-            stay.wait(|| snap.load_full(), SERVER).await
+            hold_on(&mut stay, &snap).await
         });
         Waiting(set)
     }
@@ -88,6 +88,18 @@ fn outcome(o: &str) -> String {
     format!(r#"kthena_router_cold_start_requests_total{{model="m",outcome="{o}"}}"#)
 }
 
+/// Waits as the route stage does: again after each snapshot that still leaves `default/ms`
+/// without endpoints (the stay keeps its place).
+async fn hold_on(stay: &mut Stay<'_>, snap: &ArcSwap<Snapshot>) -> Result<Arc<Snapshot>, Error> {
+    loop {
+        let s = stay.wait(|| snap.load_full(), SERVER, None).await?;
+        if may_go(&s, SERVER) {
+            stay.leave();
+            return Ok(s);
+        }
+    }
+}
+
 /// Lets spawned tasks run until they wait.
 async fn settle() {
     for _ in 0..10 {
@@ -104,7 +116,7 @@ async fn released_in_arrival_order_when_an_endpoint_appears() {
         let (hold, snap, order) = (Arc::clone(&f.hold), Arc::clone(&f.snap), Arc::clone(&order));
         tasks.spawn(async move {
             let mut stay = Stay::new(&hold, "m", None);
-            let s = stay.wait(|| snap.load_full(), SERVER).await.unwrap();
+            let s = hold_on(&mut stay, &snap).await.unwrap();
             order.lock().unwrap().push(i);
             s.servers[SERVER].endpoints.len()
         });
@@ -223,7 +235,7 @@ async fn a_stay_cut_at_the_drain_timeout_counts_as_timeout() {
     let mut set = JoinSet::new();
     set.spawn(async move {
         let mut stay = Stay::new(&hold, "m", None).with_drain_cut(c2);
-        stay.wait(|| snap.load_full(), SERVER).await
+        hold_on(&mut stay, &snap).await
     });
     settle().await;
     assert_eq!(f.metric(HELD), 1.0);
@@ -296,4 +308,28 @@ fn config_defaults_and_validation() {
         ..c
     };
     assert_eq!(frac.retry_after_secs(), Duration::from_secs(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutting_down_answers_held_requests_at_once() {
+    let f = Fixture::new(cfg());
+    let held = f.spawn_wait();
+    settle().await;
+    assert_eq!(f.hold.held(SERVER), 1);
+    f.hold.shut();
+    let err = held.result().await.unwrap().unwrap_err();
+    assert!(
+        matches!(err, Error::ColdStartShuttingDown { ref server, .. } if server == SERVER),
+        "{err:?}"
+    );
+    assert_eq!(f.hold.held(SERVER), 0);
+    assert_eq!(f.metric(HELD), 0.0);
+    assert_eq!(f.metric(&outcome("timeout")), 1.0);
+    // A request that would be held from now on is answered at once too.
+    let late = f.spawn_wait().result().await.unwrap().unwrap_err();
+    assert!(
+        matches!(late, Error::ColdStartShuttingDown { .. }),
+        "{late:?}"
+    );
+    assert_eq!(f.hold.held(SERVER), 0);
 }

@@ -37,7 +37,8 @@ pub(crate) fn check(
                 kind: "model_server_without_endpoints",
                 message: format!(
                     "ModelServer {}: spec.workloadSelector.matchLabels {} selects no endpoint in \
-                     namespace {}; requests routed to it get 503",
+                     namespace {}; requests routed to it are held until one appears \
+                     (coldStart), or get 503 with coldStart.enabled: false",
                     s.key,
                     labels_text(labels),
                     s.namespace

@@ -60,6 +60,7 @@ impl Error {
             | Self::RateLimitUnavailable { .. }
             | Self::QueueClientDisconnected
             | Self::ColdStartTimeout { .. }
+            | Self::ColdStartShuttingDown { .. }
             | Self::ColdStartQueueFull { .. }
             | Self::DrainCut
             | Self::CircuitOpen { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -122,6 +123,7 @@ impl Error {
             | Self::RateLimitUnavailable { .. }
             | Self::QueueTimeout { .. }
             | Self::ColdStartTimeout { .. }
+            | Self::ColdStartShuttingDown { .. }
             | Self::ColdStartQueueFull { .. }
             | Self::CircuitOpen { .. } => Side::Internal,
             Self::QueueClientDisconnected => Side::Downstream,
@@ -217,6 +219,7 @@ impl Error {
             Self::QueueTimeout { .. } => "queue_timeout",
             Self::QueueClientDisconnected => "client_disconnect",
             Self::ColdStartTimeout { .. } => "cold_start_timeout",
+            Self::ColdStartShuttingDown { .. } => "cold_start_shutting_down",
             Self::ColdStartQueueFull { .. } => "cold_start_queue_full",
             Self::DrainCut => "drain_timeout",
             _ => "internal_error",
@@ -284,6 +287,7 @@ impl Error {
             Self::RateLimitUnavailable { .. } => "rate_limit",
             Self::QueueTimeout { .. } => "queue_timeout",
             Self::ColdStartTimeout { .. } => "cold_start_timeout",
+            Self::ColdStartShuttingDown { .. } => "cold_start_shutting_down",
             Self::ColdStartQueueFull { .. } => "cold_start_queue_full",
             Self::DrainCut => "drain_timeout",
             _ => "request_failed",
@@ -300,6 +304,7 @@ impl Error {
             | Self::AuthUnavailable { retry_after, .. }
             | Self::RateLimited { retry_after, .. }
             | Self::ColdStartTimeout { retry_after, .. }
+            | Self::ColdStartShuttingDown { retry_after, .. }
             | Self::ColdStartQueueFull { retry_after, .. } => Some(*retry_after),
             Self::RateLimitUnavailable { .. } | Self::BodyBudgetExhausted { .. } => {
                 Some(Duration::from_secs(1))

@@ -8,6 +8,7 @@
 //! with `coldStart.enabled: false` (the 503 `no_ready_endpoint` of Go Kthena).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::Request;
 
@@ -18,29 +19,41 @@ use crate::coldstart::Stay;
 use crate::error::Error;
 use crate::shared::Shared;
 
-/// The ModelServer (`namespace/name`) a resolution result must wait for, if any: its
-/// ModelServer is in the request's snapshot and has no ready endpoint (an InferencePool's
-/// `NoReadyEndpoint` never waits).
-fn must_wait(req: &Request<Ctx<()>>, r: &Result<(Target, Rewritten), Error>) -> Option<String> {
+/// How often a held LoRA request looks again for its adapter on fresh endpoints.
+const LORA_POLL: Duration = Duration::from_millis(100);
+
+/// The ModelServer (`namespace/name`) a resolution result must wait for, if any, and how
+/// often to look again besides new snapshots: its ModelServer is in the request's snapshot
+/// and has no ready endpoint (an InferencePool's `NoReadyEndpoint` never waits); or the
+/// request names a LoRA adapter no endpoint lists while an endpoint has not reported its
+/// model list yet (an engine just woken: its `/v1/models` is read by the next scrape).
+fn must_wait(
+    req: &Request<Ctx<()>>,
+    r: &Result<(Target, Rewritten), Error>,
+) -> Option<(String, Option<Duration>)> {
     let snap = &req.body().parsed.snap;
+    let backend_is_server = req.body().meta.acct.backend_type() == "model_server";
     let key = match r {
-        Err(Error::NoReadyEndpoint { server })
-            if req.body().meta.acct.backend_type() == "model_server" =>
-        {
-            server
+        Err(Error::NoReadyEndpoint { server }) if backend_is_server => server,
+        Err(Error::LoraAdapterNotLoaded { server, .. }) if backend_is_server => {
+            let s = snap.servers.get(server)?;
+            let fresh = s.endpoints.iter().any(|e| !e.state().models_known);
+            return fresh.then(|| (server.clone(), Some(LORA_POLL)));
         }
         Ok((Target::Server(routed), _)) => &routed.server.key,
         _ => return None,
     };
     let server = snap.servers.get(key)?;
-    crate::coldstart::waiting(server).then(|| key.clone())
+    crate::coldstart::waiting(server).then(|| (key.clone(), None))
 }
 
 /// Resolves the request's route (`route::resolve`), holding it while its ModelServer has
-/// no ready endpoint.
+/// no ready endpoint; a held request resolves its route again on every new snapshot (it
+/// follows a route that changed) and goes on with the newest snapshot.
 ///
 /// # Errors
-/// The resolution's errors, [`Error::ColdStartQueueFull`] and [`Error::ColdStartTimeout`].
+/// The resolution's errors, [`Error::ColdStartQueueFull`], [`Error::ColdStartTimeout`] and
+/// [`Error::ColdStartShuttingDown`].
 pub(super) async fn resolve_or_hold(
     shared: &Arc<Shared>,
     req: &mut Request<Ctx<()>>,
@@ -49,7 +62,10 @@ pub(super) async fn resolve_or_hold(
     loop {
         let r = resolve(shared, req);
         let holds = !req.body().meta.pick_only && shared.cold_start.config().enabled;
-        let Some(server) = must_wait(req, &r).filter(|_| holds || stay.is_some()) else {
+        let Some((server, poll)) = must_wait(req, &r).filter(|_| holds || stay.is_some()) else {
+            if let Some(stay) = stay.as_mut() {
+                stay.leave();
+            }
             return r;
         };
         let stay = stay.get_or_insert_with(|| {
@@ -61,12 +77,8 @@ pub(super) async fn resolve_or_hold(
             )
             .with_drain_cut(shared.drain_cut.clone())
         });
-        let snap = stay.wait(|| shared.snapshot.load_full(), &server).await?;
-        if Arc::ptr_eq(&snap, &req.body().parsed.snap) {
-            // Nothing new to resolve against (cannot happen: a snapshot that lets the
-            // server go on is another one); answer what the resolution answered.
-            return r;
-        }
-        req.body_mut().parsed.snap = snap;
+        req.body_mut().parsed.snap = stay
+            .wait(|| shared.snapshot.load_full(), &server, poll)
+            .await?;
     }
 }

@@ -76,6 +76,9 @@ pub struct EngineState {
     pub stale: bool,
     /// At least one scrape succeeded.
     pub scraped: bool,
+    /// `GET /v1/models` answered at least once: `models` and `lora_adapters` are the
+    /// engine's, not empty because nothing was read yet.
+    pub models_known: bool,
     /// Scrapes failed in a row.
     pub consecutive_failures: u32,
     /// Time of the last good scrape.

@@ -55,6 +55,19 @@ async fn add_endpoint(r: &TestRouter, addr: std::net::SocketAddr) {
     panic!("the config was not reloaded");
 }
 
+/// Writes `text` as the route manifest; waits for the reload.
+async fn reload_route(r: &TestRouter, text: &str) {
+    let generation = r.router.generation();
+    std::fs::write(r.dir.path().join("manifests/route.yaml"), text).unwrap();
+    for _ in 0..250 {
+        if r.router.generation() > generation {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the manifests were not reloaded");
+}
+
 /// `(status, Retry-After, body)` of a chat completion for `m` (streamed when `stream`).
 async fn request(url: String, stream: bool) -> (StatusCode, Option<String>, String) {
     let resp = post_stream(&url, chat("m", "hello", stream, 4), &[]).await;
@@ -214,12 +227,14 @@ async fn with_cold_start_off_the_answer_is_503_at_once() {
     assert_eq!(r.metric(&outcome("rejected")).await, 0.0);
 }
 
-/// A request still held when `drainTimeout` runs out at shutdown gets 503 `drain_timeout`,
-/// logged as the router's doing (not as a client that left).
+/// A request held when the router begins to shut down is answered at once, 503
+/// `cold_start_shutting_down` with `Retry-After` (nothing can release it while the router
+/// drains; its client retries another replica), logged as the router's doing, and the drain
+/// does not wait for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_held_at_the_drain_timeout_gets_503_drain_timeout() {
+async fn a_request_held_at_shutdown_is_answered_at_once() {
     let r = TestRouter::start(
-        "drainTimeout: 300ms\ncoldStart: {holdTimeout: 60s}",
+        "drainTimeout: 60s\ncoldStart: {holdTimeout: 60s, retryAfter: 4s}",
         "    []\n",
         &[
             ("ms.yaml", model_server("ms", "m", "demo", "")),
@@ -233,18 +248,125 @@ async fn a_request_held_at_the_drain_timeout_gets_503_drain_timeout() {
     answer.spawn(request(url, false));
     wait_metric(&r, HELD, 1.0).await;
     let TestRouter { dir, router } = r;
-    router.shutdown().await;
-    let (status, _, text) = tokio::time::timeout(Duration::from_secs(10), answer.join_next())
+    let start = Instant::now();
+    tokio::time::timeout(Duration::from_secs(10), router.shutdown())
         .await
-        .expect("the router never answered")
-        .unwrap()
-        .unwrap();
+        .expect("the drain waited for the held request");
+    let (status, retry, text) = answer.join_next().await.unwrap().unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{text}");
+    assert_eq!(retry.as_deref(), Some("4"));
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(v["error"]["code"], "drain_timeout", "{v}");
+    assert_eq!(v["error"]["code"], "cold_start_shutting_down", "{v}");
+    assert_eq!(
+        v["error"]["message"],
+        "model server default/ms has no ready endpoint and this router is shutting down; retry after 4s"
+    );
     let log = std::fs::read_to_string(dir.path().join("access.log")).unwrap();
     let line: serde_json::Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
     assert_eq!(line["status_code"], 503, "{line}");
-    assert_eq!(line["error"]["type"], "drain_timeout", "{line}");
+    assert_eq!(line["error"]["type"], "cold_start_shutting_down", "{line}");
     assert_eq!(line["error_origin"], "internal", "{line}");
+}
+
+/// A held request follows its route: pointed at a ModelServer with an endpoint, it goes
+/// there at once; a request held when its ModelRoute is removed gets the 404 a new request
+/// gets, at once (not at the hold timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_request_follows_its_route() {
+    let sim = kthena_sim::spawn(sim_config("m")).await.unwrap();
+    let r = TestRouter::start(
+        "metricsScrapeInterval: 100ms\ncoldStart: {holdTimeout: 60s}",
+        &endpoint("warm-0", sim.addr(), "warm"),
+        &[
+            ("ms.yaml", model_server("ms", "m", "demo", "")),
+            ("ms2.yaml", model_server("ms2", "m", "warm", "")),
+            ("route.yaml", simple_route("route", "m", "ms")),
+        ],
+    )
+    .await;
+    r.wait_ready().await;
+    let url = format!("{}/v1/chat/completions", r.url());
+    let mut held = tokio::task::JoinSet::new();
+    held.spawn(request(url.clone(), true));
+    wait_metric(&r, HELD, 1.0).await;
+    let start = Instant::now();
+    reload_route(&r, &simple_route("route", "m", "ms2")).await;
+    let (status, _, text) = held.join_next().await.unwrap().unwrap();
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(r.metric(HELD).await, 0.0);
+    assert_eq!(r.metric(&outcome("released")).await, 1.0);
+
+    reload_route(&r, &simple_route("route", "m", "ms")).await;
+    held.spawn(request(url.clone(), false));
+    wait_metric(&r, HELD, 1.0).await;
+    let start = Instant::now();
+    let gone = r.dir.path().join("manifests/route.yaml");
+    let generation = r.router.generation();
+    std::fs::remove_file(&gone).unwrap();
+    let (status, _, text) = held.join_next().await.unwrap().unwrap();
+    assert!(r.router.generation() > generation);
+    assert_eq!(status, StatusCode::NOT_FOUND, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["error"]["code"], "model_not_found", "{v}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(r.metric(HELD).await, 0.0);
+    assert_eq!(r.metric(&outcome("released")).await, 2.0);
+}
+
+/// A held request for a LoRA adapter goes on once the woken engine has reported its
+/// adapters (its first `/v1/models` scrape), not with 503 `lora_adapter_not_loaded` the
+/// moment the endpoint appears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_lora_request_waits_for_the_adapters_of_the_woken_engine() {
+    let mut cfg = sim_config("m");
+    cfg.lora_modules = vec!["lora1".to_owned()];
+    let sim = kthena_sim::spawn(cfg).await.unwrap();
+    // A long scrape interval: the endpoint appears well before its adapters are known.
+    let r = TestRouter::start(
+        "metricsScrapeInterval: 2s\ncoldStart: {holdTimeout: 60s}",
+        "    []\n",
+        &[
+            ("ms.yaml", model_server("ms", "m", "demo", "")),
+            (
+                "route.yaml",
+                simple_route("route", "m", "ms") + "  loraAdapters: [lora1]\n",
+            ),
+        ],
+    )
+    .await;
+    r.wait_ready().await;
+    let url = format!("{}/v1/chat/completions", r.url());
+    let mut held = tokio::task::JoinSet::new();
+    for i in 0..3 {
+        let url = url.clone();
+        held.spawn(async move {
+            let resp = post_stream(&url, chat("lora1", "hello", i == 0, 4), &[]).await;
+            let status = resp.status();
+            (status, read_stream(resp.into_body()).await.0)
+        });
+    }
+    let held_lora =
+        r#"kthena_router_cold_start_held_requests{model="lora1",model_server="default/ms"}"#;
+    wait_metric(&r, held_lora, 3.0).await;
+    add_endpoint(&r, sim.addr()).await;
+    while let Some(res) = held.join_next().await {
+        let (status, text) = res.unwrap();
+        assert_eq!(status, StatusCode::OK, "{text}");
+    }
+    assert_eq!(r.metric(held_lora).await, 0.0);
 }

@@ -15,7 +15,8 @@ const NOT_FOUND: &str = "ModelRoute default/r2: spec.rules[0].targetModels[0].mo
 const NOT_SELECTED: &str = "endpoint orphan (namespace default, labels {app: nobody}) is \
     selected by no ModelServer; no request is sent to it";
 const NO_ENDPOINTS: &str = "ModelServer default/srv-b: spec.workloadSelector.matchLabels \
-    {app: b} selects no endpoint in namespace default; requests routed to it get 503";
+    {app: b} selects no endpoint in namespace default; requests routed to it are held until one \
+    appears (coldStart), or get 503 with coldStart.enabled: false";
 
 /// `(kind, message)` of every warning of the router's snapshot.
 fn kinds_and_messages(r: &TestRouter) -> Vec<(&'static str, String)> {

@@ -51,8 +51,13 @@ fn the_condition_says_why_the_target_cannot_go_to_zero() {
         idleness: Idleness::Blocked(Blocked::NoRouterService),
     };
     assert_eq!(
-        condition(&none, 0).2,
+        condition(&none, 1).2,
         "no router metrics Service is configured; the target is not scaled to 0 replicas while this lasts"
+    );
+    // At zero the same cause means nothing the routers hold can wake the target.
+    assert_eq!(
+        condition(&blocked, 0).2,
+        "router 127.0.0.9:9090 did not answer; requests held by the routers cannot wake the target while this lasts"
     );
     let busy = ZeroView {
         demand: false,
