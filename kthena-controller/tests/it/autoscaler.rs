@@ -10,8 +10,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kthena_api::{AutoscalingPolicy, ModelServing};
 use kthena_controller::autoscaler::{AutoscalerConfig, run_autoscaler};
 use kthena_controller::manager::{Controllers, LEASE_NAME, LeaderElection, run_leader_elected};
-use kthena_controller::serving::{Config, run};
-use kthena_sim::node::{NodeConfig, SimNode};
+use kthena_controller::serving::run;
+use kthena_sim::node::SimNode;
 use kthena_testenv::TestNamespace;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
@@ -45,20 +45,8 @@ async fn setup_with(prefix: &str, elected: bool) -> Result<Env> {
     let mut tasks = JoinSet::new();
     // The routers' metrics Service of the scale-to-zero tests (`scale_to_zero::router`);
     // the others create none and set no `minReplicas: 0`, so it is never read.
-    let autoscaler = AutoscalerConfig {
-        namespace: Some(ns.name().to_owned()),
-        sync_period: SYNC,
-        router_metrics: Some(kthena_controller::autoscaler::RouterMetrics {
-            namespace: ns.name().to_owned(),
-            name: "kthena-router-metrics".to_owned(),
-        }),
-        ..AutoscalerConfig::default()
-    };
-    let config = Config {
-        namespace: Some(ns.name().to_owned()),
-        workers: 2,
-        ..Config::default()
-    };
+    let autoscaler = autoscaler_config(&ns, SYNC, "kthena-router-metrics");
+    let config = crate::ms_support::serving_config(&ns);
     if elected {
         let config = Controllers {
             serving: config,
@@ -84,19 +72,30 @@ async fn setup_with(prefix: &str, elected: bool) -> Result<Env> {
             std::future::pending(),
         ));
     }
-    let node = SimNode::start(
-        ns.client().clone(),
-        NodeConfig {
-            namespace: Some(ns.name().to_owned()),
-            health_interval: Duration::from_millis(100),
-            ..NodeConfig::default()
-        },
-    );
+    let node = crate::ms_support::sim_node(&ns);
     Ok(Env {
         ns,
         _tasks: tasks,
         node,
     })
+}
+
+/// The autoscaler's settings in the tests: only `ns`, rounds every `sync`, the routers'
+/// metrics behind the Service `routers` of `ns`.
+pub(crate) fn autoscaler_config(
+    ns: &TestNamespace,
+    sync: Duration,
+    routers: &str,
+) -> AutoscalerConfig {
+    AutoscalerConfig {
+        namespace: Some(ns.name().to_owned()),
+        sync_period: sync,
+        router_metrics: Some(kthena_controller::autoscaler::RouterMetrics {
+            namespace: ns.name().to_owned(),
+            name: routers.to_owned(),
+        }),
+        ..AutoscalerConfig::default()
+    }
 }
 
 /// A one-role ModelServing whose engines run one sequence at a time, so concurrent requests

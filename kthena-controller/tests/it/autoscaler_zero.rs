@@ -16,11 +16,9 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kthena_api::workload::AutoscalingPolicyStatus;
 use kthena_api::{AutoscalingPolicy, ModelServer, ModelServing};
-use kthena_controller::autoscaler::{
-    AutoscalerConfig, HELD_FAMILY, IDLE_FAMILY, RouterMetrics, run_autoscaler,
-};
-use kthena_controller::serving::{Config, run};
-use kthena_sim::node::{NodeConfig, SimNode};
+use kthena_controller::autoscaler::{HELD_FAMILY, IDLE_FAMILY, run_autoscaler};
+use kthena_controller::serving::run;
+use kthena_sim::node::SimNode;
 use kthena_testenv::TestNamespace;
 use kube::api::{ListParams, PostParams};
 use serde_json::{Value, json};
@@ -104,33 +102,14 @@ async fn setup(prefix: &str) -> Result<Env> {
     let ns = kthena_testenv::namespace(prefix).await?;
     let ip = host_ip()?;
     let router = Router::start(&ip).await?;
-    router_service(&ns, &ip, router.port).await?;
+    router_service(&ns, ROUTERS, &ip, router.port).await?;
     let mut tasks = JoinSet::new();
-    let config = Config {
-        namespace: Some(ns.name().to_owned()),
-        workers: 2,
-        ..Config::default()
-    };
+    let config = crate::ms_support::serving_config(&ns);
     tasks.spawn(run(ns.client().clone(), config, std::future::pending()));
-    let autoscaler = AutoscalerConfig {
-        namespace: Some(ns.name().to_owned()),
-        sync_period: SYNC,
-        router_metrics: Some(RouterMetrics {
-            namespace: ns.name().to_owned(),
-            name: ROUTERS.to_owned(),
-        }),
-        ..AutoscalerConfig::default()
-    };
+    let autoscaler = crate::autoscaler::autoscaler_config(&ns, SYNC, ROUTERS);
     let client = ns.client().clone();
     tasks.spawn(run_autoscaler(client, autoscaler, std::future::pending()));
-    let node = SimNode::start(
-        ns.client().clone(),
-        NodeConfig {
-            namespace: Some(ns.name().to_owned()),
-            health_interval: Duration::from_millis(100),
-            ..NodeConfig::default()
-        },
-    );
+    let node = crate::ms_support::sim_node(&ns);
     Ok(Env {
         ns,
         router,
@@ -152,11 +131,17 @@ pub(crate) fn host_ip() -> Result<String> {
     Ok(ip.to_string())
 }
 
-/// A selector-less Service [`ROUTERS`] and its EndpointSlice: `ip`, port `metrics` `port`.
-async fn router_service(ns: &TestNamespace, ip: &str, port: u16) -> Result<()> {
+/// A selector-less Service `name` and its EndpointSlice: `ip`, port `metrics` `port` (the
+/// Service the autoscaler reads the routers' metrics through).
+pub(crate) async fn router_service(
+    ns: &TestNamespace,
+    name: &str,
+    ip: &str,
+    port: u16,
+) -> Result<()> {
     let svc: Service = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": ROUTERS},
+        "metadata": {"name": name},
         "spec": {"ports": [{"name": "metrics", "port": 9090}]},
     }))?;
     ns.api::<Service>()
@@ -164,8 +149,8 @@ async fn router_service(ns: &TestNamespace, ip: &str, port: u16) -> Result<()> {
         .await?;
     let slice: EndpointSlice = serde_json::from_value(json!({
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": format!("{ROUTERS}-1"),
-                     "labels": {"kubernetes.io/service-name": ROUTERS}},
+        "metadata": {"name": format!("{name}-1"),
+                     "labels": {"kubernetes.io/service-name": name}},
         "addressType": "IPv4",
         "ports": [{"name": "metrics", "port": port, "protocol": "TCP"}],
         "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}],

@@ -26,26 +26,39 @@ pub(crate) struct Env {
 /// A namespace with the controller and a simulated node watching only it.
 pub(crate) async fn setup(prefix: &str) -> Result<Env> {
     let ns = kthena_testenv::namespace(prefix).await?;
-    let config = Config {
+    let mut tasks = JoinSet::new();
+    tasks.spawn(run(
+        ns.client().clone(),
+        serving_config(&ns),
+        std::future::pending(),
+    ));
+    let node = sim_node(&ns);
+    Ok(Env {
+        ns,
+        _tasks: tasks,
+        _node: node,
+    })
+}
+
+/// The ModelServing controller's settings in the tests: only `ns`, two workers.
+pub(crate) fn serving_config(ns: &TestNamespace) -> Config {
+    Config {
         namespace: Some(ns.name().to_owned()),
         workers: 2,
         ..Config::default()
-    };
-    let mut tasks = JoinSet::new();
-    tasks.spawn(run(ns.client().clone(), config, std::future::pending()));
-    let node = SimNode::start(
+    }
+}
+
+/// A simulated node running the pods of `ns`, probing engines every 100 ms.
+pub(crate) fn sim_node(ns: &TestNamespace) -> SimNode {
+    SimNode::start(
         ns.client().clone(),
         NodeConfig {
             namespace: Some(ns.name().to_owned()),
             health_interval: Duration::from_millis(100),
             ..NodeConfig::default()
         },
-    );
-    Ok(Env {
-        ns,
-        _tasks: tasks,
-        _node: node,
-    })
+    )
 }
 
 /// Creates Kthena's example `examples/model-serving/<file>` in the test namespace.

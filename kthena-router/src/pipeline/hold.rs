@@ -40,7 +40,11 @@ fn must_wait(
             let fresh = s.endpoints.iter().any(|e| !e.state().models_known);
             return fresh.then(|| (server.clone(), Some(LORA_POLL)));
         }
-        Ok((Target::Server(routed), _)) => &routed.server.key,
+        // The resolved server itself: no lookup on the warm path.
+        Ok((Target::Server(routed), _)) => {
+            let s = &routed.server;
+            return crate::coldstart::waiting(s).then(|| (s.key.clone(), None));
+        }
         _ => return None,
     };
     let server = snap.servers.get(key)?;

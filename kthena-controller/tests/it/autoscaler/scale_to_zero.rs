@@ -7,8 +7,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail};
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
-use k8s_openapi::api::core::v1::{Pod, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::Pod;
 use kthena_api::AutoscalingPolicy;
 use kthena_testenv::TestNamespace;
 use kube::api::{ListParams, PostParams};
@@ -81,26 +80,9 @@ async fn router(ns: &TestNamespace, target: &str, hold: &str) -> Result<kthena_r
     let path = std::path::Path::new("router.yaml");
     let cfg = kthena_router::Config::from_yaml(path, &text)?.validate(path)?;
     let router = kthena_router::Router::start_in_cluster(cfg, ns.client().clone()).await?;
-    let svc: Service = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "kthena-router-metrics", "namespace": ns.name()},
-        "spec": {"ports": [{"name": "metrics", "port": 8080}]},
-    }))?;
-    ns.api::<Service>()
-        .create(&PostParams::default(), &svc)
-        .await?;
     let m = router.metrics_addr;
-    let slice: EndpointSlice = serde_json::from_value(json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": "kthena-router-metrics-1", "namespace": ns.name(),
-                     "labels": {"kubernetes.io/service-name": "kthena-router-metrics"}},
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": [m.ip().to_string()], "conditions": {"ready": true}}],
-        "ports": [{"name": "metrics", "port": m.port(), "protocol": "TCP"}],
-    }))?;
-    ns.api::<EndpointSlice>()
-        .create(&PostParams::default(), &slice)
-        .await?;
+    let service = "kthena-router-metrics";
+    crate::autoscaler_zero::router_service(ns, service, &m.ip().to_string(), m.port()).await?;
     Ok(router)
 }
 
