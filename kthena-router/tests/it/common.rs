@@ -502,3 +502,80 @@ pub(crate) fn router_binary() -> PathBuf {
     std::env::var_os("KTHENA_ROUTER_BIN")
         .map_or_else(|| env!("CARGO_BIN_EXE_kthena-router").into(), Into::into)
 }
+
+/// A `kthena-router` process started by [`spawn_router_process`], with its ports.
+pub(crate) struct RouterProcess {
+    /// The process; killed on drop.
+    pub(crate) child: Killed,
+    /// Inference port.
+    pub(crate) port: u16,
+    /// Metrics port.
+    pub(crate) metrics: u16,
+    /// Debug port.
+    pub(crate) debug: u16,
+}
+
+/// Starts the router binary (behind `wrapper`, e.g. `prlimit --nofile=256:256`, when not
+/// empty) with the configuration `config(port, metrics, debug)` written to
+/// `dir/router.yaml`, and waits up to 30 s for `/readyz`. Ports come from [`free_port`];
+/// another process may take one between the pick and the router's bind, so a router that
+/// exits saying an address is in use is started again on new ports (three tries). A router
+/// that exits otherwise, or never becomes ready, fails the test with its standard error.
+pub(crate) async fn spawn_router_process(
+    dir: &Path,
+    wrapper: &[String],
+    config: impl Fn(u16, u16, u16) -> String,
+) -> RouterProcess {
+    for attempt in 0..3 {
+        let (port, metrics, debug) = (free_port(), free_port(), free_port());
+        let cfg = dir.join("router.yaml");
+        std::fs::write(&cfg, config(port, metrics, debug)).unwrap();
+        let err_path = dir.join(format!("router-{attempt}.stderr"));
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = std::process::Command::new(program);
+                c.args(args).arg(router_binary());
+                c
+            }
+            None => std::process::Command::new(router_binary()),
+        };
+        let mut child = Killed(
+            cmd.arg("--config")
+                .arg(&cfg)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::fs::File::create(&err_path).unwrap())
+                .spawn()
+                .unwrap(),
+        );
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = client()
+                .get(format!("http://127.0.0.1:{port}/readyz").parse().unwrap())
+                .await
+                .is_ok_and(|r| r.status() == http::StatusCode::OK);
+            if ready {
+                return RouterProcess {
+                    child,
+                    port,
+                    metrics,
+                    debug,
+                };
+            }
+            let stderr = || std::fs::read_to_string(&err_path).unwrap_or_default();
+            if let Some(status) = child.0.try_wait().unwrap() {
+                let text = stderr();
+                if text.contains("in use") {
+                    break;
+                }
+                panic!("the router exited ({status}) before it was ready:\n{text}");
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the router never became ready within 30s:\n{}",
+                stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    panic!("the router found a port in use three times")
+}

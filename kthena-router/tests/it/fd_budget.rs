@@ -8,7 +8,6 @@
     reason = "helpers of a test fail the test on any error"
 )]
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::common::*;
@@ -29,43 +28,16 @@ async fn idle_metrics_connections_do_not_starve_the_inference_port() {
     )
     .unwrap();
     std::fs::write(mdir.join("r.yaml"), simple_route("route", "public", "srv")).unwrap();
-    let (port, metrics, debug) = (free_port(), free_port(), free_port());
-    let cfg = dir.path().join("router.yaml");
-    std::fs::write(
-        &cfg,
+    let sim_addr = sim.addr();
+    let router = spawn_router_process(dir.path(), &["prlimit".into(), format!("--nofile={NOFILE}:{NOFILE}")], |port, metrics, debug| {
         format!(
             "bindAddress: 127.0.0.1\nport: {port}\nmetricsPort: {metrics}\ndebugPort: {debug}\nmetricsScrapeInterval: 100ms\nlistener: {{headerReadTimeout: 60s}}\nstandalone:\n  manifests: [manifests]\n  endpoints:\n{}",
-            endpoint("sim-a", sim.addr(), "demo")
-        ),
-    )
-    .unwrap();
-    let _router = Killed(
-        Command::new("prlimit")
-            .arg(format!("--nofile={NOFILE}:{NOFILE}"))
-            .arg(router_binary())
-            .arg("--config")
-            .arg(&cfg)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+            endpoint("sim-a", sim_addr, "demo")
+        )
+    })
+    .await;
+    let (port, metrics) = (router.port, router.metrics);
     let base = format!("http://127.0.0.1:{port}");
-    let ready = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        if client()
-            .get(format!("{base}/readyz").parse().unwrap())
-            .await
-            .is_ok_and(|r| r.status() == StatusCode::OK)
-        {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < ready,
-            "the router never became ready"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 
     // More idle connections to the metrics port than the process has descriptors.
     let mut idle = Vec::new();

@@ -9,7 +9,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io::Read as _;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -98,40 +97,14 @@ async fn start_router(dir: &std::path::Path, sim: SocketAddrOf) -> (Killed, u16,
     )
     .unwrap();
     std::fs::write(mdir.join("r.yaml"), simple_route("route", "public", "srv")).unwrap();
-    let (port, metrics, debug) = (free_port(), free_port(), free_port());
-    let cfg = dir.join("router.yaml");
-    std::fs::write(
-        &cfg,
+    let router = spawn_router_process(dir, &[], |port, metrics, debug| {
         format!(
             "bindAddress: 127.0.0.1\nport: {port}\nmetricsPort: {metrics}\ndebugPort: {debug}\nmetricsScrapeInterval: 100ms\naccessLog: {{enabled: false}}\nstandalone:\n  manifests: [manifests]\n  endpoints:\n{}",
             endpoint("sim-a", sim, "demo")
-        ),
-    )
-    .unwrap();
-    let child = Killed(
-        Command::new(router_binary())
-            .arg("--config")
-            .arg(&cfg)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let ready = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let ready_now = client()
-            .get(format!("http://127.0.0.1:{port}/readyz").parse().unwrap())
-            .await
-            .is_ok_and(|r| r.status() == StatusCode::OK);
-        if ready_now {
-            return (child, port, debug);
-        }
-        assert!(
-            tokio::time::Instant::now() < ready,
-            "the router never became ready"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        )
+    })
+    .await;
+    (router.child, router.port, router.debug)
 }
 
 type SocketAddrOf = std::net::SocketAddr;
