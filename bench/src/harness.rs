@@ -229,6 +229,8 @@ pub(crate) struct Load {
     pub(crate) max_concurrency: usize,
     /// Model seconds per wall second.
     pub(crate) time_scale: f64,
+    /// A request not answered in full within this (wall time) is abandoned and fails.
+    pub(crate) timeout: Option<Duration>,
 }
 
 /// What one streamed completion returned.
@@ -238,6 +240,19 @@ struct Answer {
     e2e: Duration,
     tokens: usize,
     text: String,
+}
+
+impl Answer {
+    /// A request abandoned after `e2e`: failed, nothing received counted.
+    fn timed_out(e2e: Duration) -> Self {
+        Self {
+            ok: false,
+            ttft: Duration::ZERO,
+            e2e,
+            tokens: 0,
+            text: String::new(),
+        }
+    }
 }
 
 /// Sends one streaming `/v1/completions` request and reads the SSE answer to the end.
@@ -321,7 +336,9 @@ async fn complete(
 }
 
 /// Runs a workload open-loop: session `i` starts at `arrivals[i]`, each request waits for a
-/// concurrency slot, then is timed from its send to its last byte. Returns the samples
+/// concurrency slot, then is timed from its send to its last byte. A session's follow-up
+/// turns go after the previous answer and the session's think time (closed loop per
+/// session); a request over `load.timeout` is abandoned and fails. Returns the samples
 /// (model seconds) and the wall time from the start to the last completion.
 pub(crate) async fn drive(
     client: &HttpClient,
@@ -333,6 +350,7 @@ pub(crate) async fn drive(
     let start = Instant::now();
     let mut tasks = JoinSet::new();
     let scale = load.time_scale;
+    let timeout = load.timeout;
     for (i, at) in load.arrivals.iter().enumerate() {
         let client = client.clone();
         let workload = Arc::clone(workload);
@@ -357,11 +375,23 @@ pub(crate) async fn drive(
                         break;
                     }
                 }
+                if let Some(&ms) = session.think_ms.get(turn).filter(|_| turn > 0) {
+                    // Think time in model milliseconds: wall = model / scale.
+                    let wall = Duration::from_secs_f64(ms as f64 / 1000.0 / scale);
+                    tokio::time::sleep(wall).await;
+                }
                 let answer = {
                     let Ok(_permit) = slots.acquire().await else {
                         break;
                     };
-                    complete(&client, &target, &prompt, out_len, turn + 1 < turns).await
+                    let sent = Instant::now();
+                    let call = complete(&client, &target, &prompt, out_len, turn + 1 < turns);
+                    match timeout {
+                        Some(t) => tokio::time::timeout(t, call)
+                            .await
+                            .unwrap_or_else(|_| Answer::timed_out(sent.elapsed())),
+                        None => call.await,
+                    }
                 };
                 last = Instant::now();
                 pb.inc(1);

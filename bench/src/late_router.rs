@@ -277,6 +277,7 @@ impl Segment {
             arrivals: self.arrivals,
             max_concurrency: self.max_concurrency,
             time_scale: 1.0,
+            timeout: None,
         };
         harness::drive(client, &self.workload, &load, &ProgressBar::hidden()).await;
     }

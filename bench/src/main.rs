@@ -10,37 +10,24 @@ mod peers;
 mod replicas;
 mod soak_run;
 mod vtime;
+mod zoo;
 
 use std::io::Write as _;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use kthena_bench::report::{self, PolicyResult};
 use kthena_bench::scenario::{self, BENCH_GPU_BLOCKS, Policy, Scenario};
-use kthena_bench::workload::{Workload, poisson_arrivals};
 use tracing_subscriber::EnvFilter;
 
-use crate::harness::{Load, MODEL, Runtimes};
+use crate::harness::{MODEL, Runtimes};
 
-/// Which benchmark to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Which {
-    /// 4096-token shared system prompt, 256-token question.
-    Long,
-    /// 256-token shared system prompt, 4096-token question.
-    Short,
-    /// `long` then `short`.
-    Both,
-    /// Router latency overhead with zero-latency engines.
-    Overhead,
-    /// Long run of mixed traffic with client aborts and engine faults against the router
-    /// binary; fails on RSS growth, leaked counters or a panic (`docs/reliability.md`).
-    Soak,
-}
+/// The `--scenario` value of the overhead measurement.
+const OVERHEAD: &str = "overhead";
+/// The `--scenario` value of the soak.
+const SOAK: &str = "soak";
 
 /// The clock of the policy scenarios.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -57,9 +44,12 @@ enum Clock {
 #[derive(Debug, Clone, Parser)]
 #[command(name = "kthena-bench", version)]
 struct Args {
-    /// Scenario to run.
-    #[arg(long, value_enum, default_value_t = Which::Long)]
-    scenario: Which,
+    /// Scenario to run: a policy scenario of the zoo (`long`, `short`, `both`, `agent`,
+    /// `zipf`, `saturation`; `docs/benchmarks.md`), `overhead` (router latency overhead
+    /// with zero-latency engines) or `soak` (a long run of mixed traffic with client aborts
+    /// and engine faults against the router binary, `docs/reliability.md`).
+    #[arg(long, default_value = "long", value_parser = clap::builder::PossibleValuesParser::new(zoo::names()))]
+    scenario: String,
     /// Scaled-down run: 8 (long) or 4 (short) prompts per group instead of 32, and 2-second
     /// overhead points.
     #[arg(long)]
@@ -243,68 +233,15 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
-    if args.scenario == Which::Overhead {
-        return run_overhead(args, rt).await;
-    }
-    if args.scenario == Which::Soak {
-        return run_soak(args, rt).await;
+    match args.scenario.as_str() {
+        OVERHEAD => return run_overhead(args, rt).await,
+        SOAK => return run_soak(args, rt).await,
+        _ => {}
     }
     if args.late_router {
         return run_late_router(args).await;
     }
-    let scenarios = match args.scenario {
-        Which::Long => vec![Scenario::long(args.quick, args.seed)],
-        Which::Short => vec![Scenario::short(args.quick, args.seed)],
-        _ => vec![
-            Scenario::long(args.quick, args.seed),
-            Scenario::short(args.quick, args.seed),
-        ],
-    };
-    let tokenizer = match &args.tokenizer {
-        Some(p) => kthena_sim::Tokenizer::from_file(p)?,
-        None => kthena_sim::Tokenizer::fallback(),
-    };
-    let mut rows = Vec::new();
-    for mut sc in scenarios {
-        if let Some(v) = args.num_groups {
-            sc.workload.num_groups = v;
-        }
-        if let Some(v) = args.prompts_per_group {
-            sc.workload.prompts_per_group = v;
-        }
-        if let Some(v) = args.max_concurrency {
-            sc.max_concurrency = v;
-        }
-        if let Some(v) = args.request_rate {
-            sc.request_rate = v;
-        }
-        sc.workload.turns = args.turns.max(1);
-        let started = tokio::time::Instant::now();
-        let mut scenario_rows = run_scenario(args, rt, &sc, &tokenizer).await?;
-        report::fill_ratios(&mut scenario_rows);
-        tracing::info!(
-            scenario = sc.name,
-            wall_s = started.elapsed().as_secs_f64(),
-            "Scenario done"
-        );
-        if !args.no_chart {
-            std::fs::create_dir_all(&args.chart_dir)
-                .with_context(|| format!("creating {}", args.chart_dir.display()))?;
-            let path = args.chart_dir.join(format!("{}.png", sc.name));
-            match kthena_bench::chart::draw_scenario(&path, &sc.name, &scenario_rows) {
-                Ok(()) => eprintln!("chart: {}", path.display()),
-                Err(e) => eprintln!("chart {} not drawn: {e}", path.display()),
-            }
-        }
-        rows.extend(scenario_rows);
-    }
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{}", report::markdown_table(&rows))?;
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&rows)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
+    zoo::run(args, rt).await
 }
 
 /// `--late-router`: the long scenario (with the size overrides) in [`late_router`]'s three
@@ -347,181 +284,6 @@ fn wanted(args: &Args, name: &str) -> bool {
             .policies
             .iter()
             .any(|p| p == name || (p == "best" && name == scenario::BEST))
-}
-
-async fn run_scenario(
-    args: &Args,
-    rt: &Runtimes,
-    sc: &Scenario,
-    tokenizer: &kthena_sim::Tokenizer,
-) -> anyhow::Result<Vec<PolicyResult>> {
-    let mut all = scenario::policies();
-    for path in &args.policy_file {
-        all.push(policy_from_file(path)?);
-    }
-    all.retain(|p| wanted(args, &p.name));
-    let mut rows = Vec::new();
-    if args.clock == Clock::Virtual {
-        let tokenizer = tokenizer.clone();
-        let (args2, sc2, all2) = (args.clone(), sc.clone(), all.clone());
-        rows = tokio::task::spawn_blocking(move || {
-            run_scenario_virtual(&args2, &sc2, &all2, &tokenizer)
-        })
-        .await??;
-    }
-    if args.clock == Clock::Real || args.peers {
-        // The virtual runs generate a workload per seed; the real-time rows use `--seed`'s.
-        let workload = Arc::new(Workload::generate(sc.workload, tokenizer));
-        rows.extend(run_real_rows(args, rt, sc, &all, &workload).await?);
-    }
-    Ok(rows)
-}
-
-/// The real-time rows: every policy and the direct anchor with `--clock real`, and the
-/// peers (with, beside virtual rows, a real-time random row as their baseline).
-async fn run_real_rows(
-    args: &Args,
-    rt: &Runtimes,
-    sc: &Scenario,
-    policies: &[Policy],
-    workload: &Arc<Workload>,
-) -> anyhow::Result<Vec<PolicyResult>> {
-    let mut rows = Vec::new();
-    if args.clock == Clock::Real {
-        for policy in policies {
-            rows.push(run_policy_real(args, rt, sc, workload, policy).await?);
-        }
-        if wanted(args, "direct") {
-            rows.push(run_direct(args, rt, sc, workload).await?);
-        }
-    }
-    if args.peers {
-        if args.clock == Clock::Virtual {
-            // The peers' ratios are to a random row measured as they are: in real time.
-            let random = scenario::policies().swap_remove(0);
-            rows.push(run_policy_real(args, rt, sc, workload, &random).await?);
-        }
-        rows.extend(run_peers(args, rt, sc, workload).await?);
-    }
-    Ok(rows)
-}
-
-/// Every policy (and the direct anchor) of `sc` under each seed, in virtual time, on
-/// `--jobs` threads; one row per policy, the median over its seeds.
-fn run_scenario_virtual(
-    args: &Args,
-    sc: &Scenario,
-    policies: &[Policy],
-    tokenizer: &kthena_sim::Tokenizer,
-) -> anyhow::Result<Vec<PolicyResult>> {
-    let seeds: Vec<u64> = (0..args.seeds.max(1)).map(|i| args.seed + i).collect();
-    let variants = replicas::expand(
-        policies,
-        &args.routers,
-        args.shared_inflight,
-        args.inflight_refresh,
-    );
-    let mut names: Vec<String> = variants.iter().map(|(p, _)| p.name.clone()).collect();
-    let n = args.engines;
-    if wanted(args, "direct") {
-        names.push(format!("direct (1 engine, 1/{n} of the load)"));
-    }
-    let mut jobs = Vec::new();
-    for &seed in &seeds {
-        let mut spec = sc.workload;
-        spec.seed = seed;
-        let workload = Arc::new(Workload::generate(spec, tokenizer));
-        for (policy, replicas) in &variants {
-            let run = vtime::Run {
-                engines: n,
-                sim: sim_config(args, kv_events(args, policy)),
-                router: Some((policy.scheduler_yaml.clone(), kv_events(args, policy))),
-                seed,
-                arrivals: poisson_arrivals(workload.sessions.len(), sc.request_rate, seed),
-                max_concurrency: sc.max_concurrency,
-                replicas: *replicas,
-            };
-            jobs.push((run, Arc::clone(&workload)));
-        }
-        if names.len() > variants.len() {
-            let share = Arc::new(
-                Workload::clone(&workload).with_groups(sc.workload.num_groups.div_ceil(n)),
-            );
-            let run = vtime::Run {
-                engines: 1,
-                sim: sim_config(args, false),
-                router: None,
-                seed,
-                arrivals: poisson_arrivals(share.sessions.len(), sc.request_rate / n as f64, seed),
-                max_concurrency: sc.max_concurrency.div_ceil(n),
-                replicas: replicas::Replicas::ONE,
-            };
-            jobs.push((run, share));
-        }
-    }
-    let threads = args
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
-    let per_seed = names.len();
-    let started = tokio::time::Instant::now();
-    let done = |i: usize, out: &anyhow::Result<vtime::Outcome>| {
-        let (name, seed) = (&names[i % per_seed], seeds[i / per_seed]);
-        match out {
-            Ok(o) => eprintln!(
-                "{} {name} seed {seed}: {:.2} req/s ({:.0} s wall so far)",
-                sc.name,
-                o.row(&sc.name, name).throughput_rps,
-                started.elapsed().as_secs_f64()
-            ),
-            Err(e) => eprintln!("{} {name} seed {seed}: failed: {e:#}", sc.name),
-        }
-    };
-    let outcomes = vtime::run_many(jobs, threads, &done);
-    let mut runs: Vec<Vec<PolicyResult>> = vec![Vec::new(); per_seed];
-    for (i, out) in outcomes.into_iter().enumerate() {
-        let mut row = out?.row(&sc.name, &names[i % per_seed]);
-        row.clock = "virtual".to_owned();
-        runs[i % per_seed].push(row);
-    }
-    Ok(runs
-        .iter()
-        .filter_map(|r| PolicyResult::over_seeds(r, &seeds))
-        .collect())
-}
-
-/// The peer rows (`--peers`), on the same engines, workload and arrivals as our policies.
-async fn run_peers(
-    args: &Args,
-    rt: &Runtimes,
-    sc: &Scenario,
-    workload: &Arc<Workload>,
-) -> anyhow::Result<Vec<PolicyResult>> {
-    let mut args = args.clone();
-    args.time_scale = real_time_scale(&args);
-    let args = &args;
-    let all = peer_policy::PeerPolicy::ALL;
-    let named = args
-        .policies
-        .iter()
-        .any(|p| all.iter().any(|pp| pp.name() == *p));
-    let setup = peer_policy::Setup {
-        rt,
-        engines: args.engines,
-        sim: sim_config(args, false),
-        arrivals: arrivals(args, sc, workload.sessions.len()),
-        max_concurrency: sc.max_concurrency,
-        time_scale: args.time_scale,
-    };
-    let mut rows = Vec::new();
-    for pp in all {
-        if named && !wanted(args, &pp.name()) {
-            continue;
-        }
-        if let Some(row) = peer_policy::run(&setup, &sc.name, workload, pp).await? {
-            rows.push(row);
-        }
-    }
-    Ok(rows)
 }
 
 /// A policy from a file with a `scheduler:` section (or only its contents).
@@ -587,7 +349,7 @@ fn progress(len: usize, label: String) -> ProgressBar {
 
 /// Arrival times in wall seconds: the scenario's rate is per model second.
 fn arrivals(args: &Args, sc: &Scenario, n: usize) -> Vec<f64> {
-    poisson_arrivals(n, sc.request_rate * args.time_scale, args.seed)
+    sc.arrivals(n, sc.request_rate * args.time_scale, args.seed)
 }
 
 /// The time scale of real-time runs: `--time-scale`, or 1 beside virtual-time rows (the
@@ -598,115 +360,6 @@ fn real_time_scale(args: &Args) -> f64 {
     } else {
         args.time_scale
     }
-}
-
-/// One policy in real time over loopback TCP.
-async fn run_policy_real(
-    args: &Args,
-    rt: &Runtimes,
-    sc: &Scenario,
-    workload: &Arc<Workload>,
-    policy: &Policy,
-) -> anyhow::Result<PolicyResult> {
-    let mut args = args.clone();
-    args.time_scale = real_time_scale(&args);
-    let args = &args;
-    let sims =
-        harness::start_sims(rt, args.engines, sim_config(args, kv_events(args, policy))).await?;
-    // Scrape as often in model time as Go Kthena's default 1 s in real time.
-    let scrape = Duration::from_secs_f64((1.0 / args.time_scale).max(0.01));
-    let router = match harness::start_router(
-        rt,
-        &sims,
-        &policy.scheduler_yaml,
-        scrape,
-        kv_events(args, policy),
-    )
-    .await
-    {
-        Ok(r) => r,
-        Err(e) => {
-            harness::stop_sims(rt, sims).await;
-            return Err(e.context(format!("starting the router for {}", policy.name)));
-        }
-    };
-    let client = harness::http_client();
-    let target = format!("http://{}", router.router.addr);
-    let result = async {
-        harness::wait_ready(&client, &target).await?;
-        let load = Load {
-            targets: vec![target.clone()],
-            arrivals: arrivals(args, sc, workload.sessions.len()),
-            max_concurrency: sc.max_concurrency,
-            time_scale: args.time_scale,
-        };
-        let pb = progress(
-            workload.num_requests(),
-            format!("{} {}", sc.name, policy.name),
-        );
-        let (samples, wall) = harness::drive(&client, workload, &load, &pb).await;
-        pb.finish();
-        let mut counters = Vec::new();
-        for s in &sims {
-            counters.push(harness::engine_counters(&client, &s.base_url()).await?);
-        }
-        Ok::<_, anyhow::Error>(PolicyResult::from_samples(
-            &sc.name,
-            &policy.name,
-            &samples,
-            wall.as_secs_f64() * args.time_scale,
-            &counters,
-        ))
-    }
-    .await;
-    harness::stop_router(rt, router).await;
-    harness::stop_sims(rt, sims).await;
-    result
-}
-
-/// The anchor: one engine, no router, sent the share of one engine under perfect affinity
-/// (the first `groups / engines` groups, `1 / engines` of the concurrency and rate).
-async fn run_direct(
-    args: &Args,
-    rt: &Runtimes,
-    sc: &Scenario,
-    workload: &Arc<Workload>,
-) -> anyhow::Result<PolicyResult> {
-    let n = args.engines;
-    let groups = sc.workload.num_groups.div_ceil(n);
-    let share = Arc::new(Workload::clone(workload).with_groups(groups));
-    let name = format!("direct (1 engine, 1/{n} of the load)");
-    let sims = harness::start_sims(rt, 1, sim_config(args, false)).await?;
-    let client = harness::http_client();
-    let result = async {
-        let load = Load {
-            targets: vec![sims[0].base_url()],
-            arrivals: poisson_arrivals(
-                share.sessions.len(),
-                sc.request_rate * args.time_scale / n as f64,
-                args.seed,
-            ),
-            max_concurrency: sc.max_concurrency.div_ceil(n),
-            time_scale: args.time_scale,
-        };
-        let pb = progress(
-            share.num_requests(),
-            format!("{} direct (1 engine)", sc.name),
-        );
-        let (samples, wall) = harness::drive(&client, &share, &load, &pb).await;
-        pb.finish();
-        let counters = vec![harness::engine_counters(&client, &sims[0].base_url()).await?];
-        Ok::<_, anyhow::Error>(PolicyResult::from_samples(
-            &sc.name,
-            &name,
-            &samples,
-            wall.as_secs_f64() * args.time_scale,
-            &counters,
-        ))
-    }
-    .await;
-    harness::stop_sims(rt, sims).await;
-    result
 }
 
 async fn run_overhead(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {

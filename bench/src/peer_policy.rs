@@ -75,6 +75,10 @@ pub(crate) struct Setup<'a> {
     pub(crate) max_concurrency: usize,
     /// Model seconds per wall second.
     pub(crate) time_scale: f64,
+    /// The client's deadline per request, model seconds (`None`: none).
+    pub(crate) timeout_s: Option<f64>,
+    /// The scenario's TTFT objective, model seconds ([`PolicyResult::with_slo`]).
+    pub(crate) slo_ttft_s: Option<f64>,
 }
 
 /// Runs one peer row of `scenario`; `None` when the peer is not installed.
@@ -109,6 +113,9 @@ pub(crate) async fn run(
             arrivals: setup.arrivals.clone(),
             max_concurrency: setup.max_concurrency,
             time_scale: setup.time_scale,
+            timeout: setup
+                .timeout_s
+                .map(|t| Duration::from_secs_f64(t / setup.time_scale)),
         };
         let pb = crate::progress(workload.num_requests(), format!("{scenario} {}", pp.name()));
         let (samples, wall) = harness::drive(&client, workload, &load, &pb).await;
@@ -120,13 +127,17 @@ pub(crate) async fn run(
             .zip(&before)
             .map(|(a, b)| since(*a, *b))
             .collect();
-        Ok::<_, anyhow::Error>(PolicyResult::from_samples(
+        let row = PolicyResult::from_samples(
             scenario,
             &pp.name(),
             &samples,
             wall.as_secs_f64() * setup.time_scale,
             &engines,
-        ))
+        );
+        Ok::<_, anyhow::Error>(match setup.slo_ttft_s {
+            Some(slo) => row.with_slo(&samples, slo),
+            None => row,
+        })
     }
     .await;
     harness::stop_sims(setup.rt, sims).await;

@@ -111,6 +111,10 @@ pub struct PolicyResult {
     /// Whether the mean-TTFT spread is clear of random's.
     #[serde(default)]
     pub ttft_differs: Option<bool>,
+    /// Share (0..=1) of the requests sent that were answered in full with a TTFT at or
+    /// below the scenario's objective ([`PolicyResult::with_slo`]); `None`: no objective.
+    #[serde(default)]
+    pub within_slo: Option<f64>,
 }
 
 fn real_clock() -> String {
@@ -218,7 +222,24 @@ impl PolicyResult {
             spread: None,
             throughput_differs: None,
             ttft_differs: None,
+            within_slo: None,
         }
+    }
+
+    /// Sets [`PolicyResult::within_slo`] from the run's samples: successful requests with
+    /// a TTFT at or below `slo_ttft_s` model seconds, over all requests sent (0 for none).
+    #[must_use]
+    pub fn with_slo(mut self, samples: &[Sample], slo_ttft_s: f64) -> Self {
+        let good = samples
+            .iter()
+            .filter(|s| s.ok && s.ttft_s <= slo_ttft_s)
+            .count();
+        self.within_slo = Some(if samples.is_empty() {
+            0.0
+        } else {
+            good as f64 / samples.len() as f64
+        });
+        self
     }
 
     /// One row for the runs of a policy under several seeds (`runs[i]` ran with
@@ -255,6 +276,7 @@ impl PolicyResult {
             e2e_mean_s: m(|r| r.e2e_mean_s),
             e2e_p99_s: m(|r| r.e2e_p99_s),
             cache_hit_rate: m(|r| r.cache_hit_rate),
+            within_slo: first.within_slo.map(|_| m(|r| r.within_slo.unwrap_or(0.0))),
             requests_per_engine: mid.requests_per_engine.clone(),
             preemptions: mid.preemptions,
             spread: Some(Spread {
@@ -327,11 +349,14 @@ fn with_range(v: f64, range: Option<[f64; 2]>, digits: usize) -> String {
 #[must_use]
 pub fn markdown_table(rows: &[PolicyResult]) -> String {
     let mut s = String::new();
+    let slo = rows.iter().any(|r| r.within_slo.is_some());
     s.push_str(
         "| scenario | clock | policy | ok/sent | req/s | out tok/s | TTFT mean | TTFT p50 | TTFT p99 \
-         | E2E mean | E2E p99 | cache hit | req per engine | req/s vs random | TTFT vs random |\n",
+         | E2E mean | E2E p99 | cache hit | req per engine | req/s vs random | TTFT vs random |",
     );
-    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    s.push_str(if slo { " within SLO |\n" } else { "\n" });
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    s.push_str(if slo { "---|\n" } else { "\n" });
     for r in rows {
         let per_engine = r
             .requests_per_engine
@@ -339,7 +364,7 @@ pub fn markdown_table(rows: &[PolicyResult]) -> String {
             .map(u64::to_string)
             .collect::<Vec<_>>()
             .join("/");
-        let _ = writeln!(
+        let _ = write!(
             s,
             "| {} | {} | {} | {}/{} | {} | {:.0} | {} | {:.3} | {:.3} | {:.2} | {:.2} | {:.1}% | {} | {} | {} |",
             r.scenario,
@@ -363,6 +388,13 @@ pub fn markdown_table(rows: &[PolicyResult]) -> String {
             ratio(r.throughput_vs_random, r.throughput_differs),
             ratio(r.ttft_vs_random, r.ttft_differs),
         );
+        if slo {
+            let cell = r
+                .within_slo
+                .map_or_else(|| "-".to_owned(), |v| format!("{:.1}%", v * 100.0));
+            let _ = write!(s, " {cell} |");
+        }
+        s.push('\n');
     }
     s
 }

@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::workload::WorkloadSpec;
+use crate::shapes::{Shape, gamma_arrivals};
+use crate::workload::{TokenCounter, Workload, WorkloadSpec};
 
 /// One scenario: a workload shape and the client's load settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -15,6 +16,42 @@ pub struct Scenario {
     pub request_rate: f64,
     /// Most requests in flight at once (SGLang `--max-concurrency`).
     pub max_concurrency: usize,
+    /// What is sent: [`Shape::SharedPrefix`] generates [`Scenario::workload`]; the other
+    /// shapes carry their own spec (`workload` then only names the output length and is
+    /// filled from the generated workload).
+    #[serde(default)]
+    pub shape: Shape,
+    /// Gamma shape of the gaps between session arrivals ([`gamma_arrivals`]): 1 (the
+    /// default) is Poisson.
+    #[serde(default = "poisson")]
+    pub arrival_shape: f64,
+    /// A request not answered in full this many model seconds after it was sent is
+    /// abandoned by the client and counts as failed; `None`: no deadline.
+    #[serde(default)]
+    pub timeout_s: Option<f64>,
+    /// The TTFT objective, model seconds: the report adds the share of sent requests
+    /// answered in full with a TTFT at or below it; `None`: no such column.
+    #[serde(default)]
+    pub slo_ttft_s: Option<f64>,
+    /// How the single-engine anchor (`direct`) takes one engine's share of the load.
+    #[serde(default)]
+    pub direct: DirectShare,
+}
+
+fn poisson() -> f64 {
+    1.0
+}
+
+/// How the `direct` anchor takes the share of one of `n` engines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum DirectShare {
+    /// The first `groups / n` groups (perfect prefix affinity; `long`, `short`).
+    #[default]
+    Groups,
+    /// Every `n`th session (independent sessions: each engine serves a third of them).
+    Sessions,
+    /// No anchor: no split of the load gives one engine a fair share (skewed prefixes).
+    None,
 }
 
 /// Requests per group of the `long` scenario in `--quick` mode (the published runs use 32).
@@ -66,6 +103,39 @@ impl Scenario {
             },
             request_rate: 800.0,
             max_concurrency: 300,
+            shape: Shape::SharedPrefix,
+            arrival_shape: 1.0,
+            timeout_s: None,
+            slo_ttft_s: None,
+            direct: DirectShare::Groups,
+        }
+    }
+
+    /// The workload of `seed` ([`Shape::generate`] of [`Scenario::shape`]).
+    #[must_use]
+    pub fn generate(&self, seed: u64, counter: &dyn TokenCounter) -> Workload {
+        self.shape.generate(self.workload, seed, counter)
+    }
+
+    /// Arrival times of `n` sessions at `rate` per second with [`Scenario::arrival_shape`].
+    #[must_use]
+    pub fn arrivals(&self, n: usize, rate: f64, seed: u64) -> Vec<f64> {
+        gamma_arrivals(n, rate, self.arrival_shape, seed)
+    }
+
+    /// `workload` cut to one engine's share of `engines` ([`Scenario::direct`]); `None`
+    /// without an anchor.
+    #[must_use]
+    pub fn direct_share(&self, workload: &Workload, engines: usize) -> Option<Workload> {
+        let n = engines.max(1);
+        match self.direct {
+            DirectShare::Groups => Some(
+                workload
+                    .clone()
+                    .with_groups(workload.spec.num_groups.div_ceil(n)),
+            ),
+            DirectShare::Sessions => Some(workload.clone().every_nth(n)),
+            DirectShare::None => None,
         }
     }
 }

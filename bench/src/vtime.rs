@@ -48,6 +48,8 @@ pub(crate) struct Run {
     pub(crate) max_concurrency: usize,
     /// Router instances behind a round-robin front and whether they share in-flight counts.
     pub(crate) replicas: crate::replicas::Replicas,
+    /// The client's deadline per request, model seconds (`None`: none).
+    pub(crate) timeout_s: Option<f64>,
 }
 
 /// The samples of a run and the engines' counters, as a report row.
@@ -133,6 +135,7 @@ async fn run_on_clock(run: Run, workload: Arc<Workload>) -> anyhow::Result<Outco
         arrivals: run.arrivals,
         max_concurrency: run.max_concurrency,
         time_scale: 1.0,
+        timeout: run.timeout_s.map(Duration::from_secs_f64),
     };
     let (samples, took) = harness::drive(&client, &workload, &load, &ProgressBar::hidden()).await;
     let mut counters = Vec::with_capacity(sims.len());

@@ -54,6 +54,9 @@ pub struct Session {
     pub group: usize,
     /// The question of every turn, in order; never empty.
     pub questions: Vec<String>,
+    /// Think time before each turn, model milliseconds after the previous turn's answer
+    /// ended (entry 0, the first turn, is unused); empty: every follow-up goes at once.
+    pub think_ms: Vec<u64>,
 }
 
 /// A generated workload.
@@ -87,7 +90,11 @@ impl Workload {
                 let questions = (0..turns)
                     .map(|_| text.sized(spec.question_len, false, counter))
                     .collect();
-                sessions.push(Session { group, questions });
+                sessions.push(Session {
+                    group,
+                    questions,
+                    think_ms: Vec::new(),
+                });
             }
         }
         // Fisher-Yates with the workload's own RNG, as SGLang shuffles its request list.
@@ -107,6 +114,19 @@ impl Workload {
     #[must_use]
     pub fn num_requests(&self) -> usize {
         self.sessions.iter().map(|s| s.questions.len()).sum()
+    }
+
+    /// Keeps every `n`th session (sessions `0, n, 2n, ...`): the share of one engine of
+    /// `n` when sessions are independent (agent sessions).
+    #[must_use]
+    pub fn every_nth(mut self, n: usize) -> Self {
+        let n = n.max(1);
+        let mut i = 0;
+        self.sessions.retain(|_| {
+            i += 1;
+            (i - 1) % n == 0
+        });
+        self
     }
 
     /// The prompt of a session's first turn: its system prompt followed by its first question.
