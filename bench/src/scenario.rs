@@ -183,7 +183,7 @@ pub const BENCH_GPU_BLOCKS: usize = 28_000;
 
 /// The name of the recommended combination in the report
 /// ([`kthena_router::config::SchedulerConfig::recommended`], shipped in `deploy/router/configmap.yaml`).
-pub const BEST: &str = "best: least-request + kvcache-aware x3 + least-prefill";
+pub const BEST: &str = "best: least-request + kvcache-aware + least-prefill x3";
 
 /// The name of the Kthena Helm chart's default scheduler section in the report
 /// ([`kthena_router::config::SchedulerConfig::default`]: `least-request` filter; `least-request`,
@@ -195,11 +195,11 @@ pub const CHART_DEFAULT: &str = "Kthena chart default";
 ///
 /// The single-plugin policies and the `least-request + X` pairs use weight 1 each and no
 /// filter, as the published table names only score plugins. The best combination weighs
-/// `kvcache-aware` 3 against `least-request` 1 and `least-prefill` 1: an endpoint that holds
-/// the prompt's prefix wins whatever the load scores say (cache hits save the most work on
-/// long shared prefixes), and among endpoints that hold the same part of it (every endpoint
-/// on short prefixes) the router's in-flight count and its count of queued prefill tokens
-/// pick the one that starts the request soonest. `docs/benchmarks.md` lists the other
+/// `least-prefill` 3 against `least-request` 1 and `kvcache-aware` 1: the cost of
+/// `least-prefill` (queued prefill, requests decoding, and this request's tokens the
+/// endpoint does not hold) decides, so a long cached prefix keeps its endpoint while a
+/// short shared one spills to a less loaded endpoint; `kvcache-aware` breaks near-ties
+/// toward the endpoint holding more of the prompt. `docs/benchmarks.md` lists the other
 /// combinations measured.
 #[must_use]
 pub fn policies() -> Vec<Policy> {
@@ -244,8 +244,8 @@ pub fn policies() -> Vec<Policy> {
                 "{CACHE_ARGS}{}",
                 scores(&[
                     ("least-request", 1),
-                    ("kvcache-aware", 3),
-                    ("least-prefill", 1)
+                    ("kvcache-aware", 1),
+                    ("least-prefill", 3)
                 ])
             ),
             true,

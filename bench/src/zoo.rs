@@ -58,7 +58,7 @@ pub(crate) const REGISTRY: &[Entry] = &[
     },
     Entry {
         name: "zipf",
-        about: "system prompts drawn Zipf (s = 1.1) over 64 prompts",
+        about: "system prompts drawn Zipf (s = 1.1) over 256 prompts",
         build: zipf::build,
     },
     Entry {

@@ -219,13 +219,14 @@ impl Default for Config {
 }
 
 impl Config {
-    /// The combination `kthena-bench` measured best on the published workloads
+    /// The combination `kthena-bench` measured best across its scenarios
     /// (`docs/benchmarks.md`, virtual time, three seeds): no filter; scores `least-request`
-    /// (weight 1), `kvcache-aware` (3) and `least-prefill` (1), each plugin with its default
+    /// (weight 1), `kvcache-aware` (1) and `least-prefill` (3), each plugin with its default
     /// args (`kvcache-aware`: 16-token blocks, 128 blocks matched; `least-prefill`:
-    /// `uncachedWeight` 2). An endpoint holding the prompt's prefix wins whatever the load
-    /// scores say; among endpoints holding the same part of it, in-flight requests and queued
-    /// prefill tokens pick the one that starts the request soonest.
+    /// `uncachedWeight` 2, `decodingRequestTokens` 256). `least-prefill` weighs the prefill
+    /// an endpoint's cache saves against the prefill queued there and the requests decoding
+    /// there, so a long cached prefix (a conversation's history) keeps its endpoint while
+    /// a short shared one (a hot system prompt) spills to a less loaded endpoint.
     ///
     /// kthena-router's deploy ConfigMap ships it. [`Config::default`] stays Go Kthena's Helm
     /// chart default, and is what a router file without a `scheduler:` section means.
@@ -242,8 +243,8 @@ impl Config {
                 score: ScorePlugins {
                     enabled: vec![
                         w("least-request", 1.0),
-                        w("kvcache-aware", 3.0),
-                        w("least-prefill", 1.0),
+                        w("kvcache-aware", 1.0),
+                        w("least-prefill", 3.0),
                     ],
                     disabled: Vec::new(),
                 },

@@ -578,3 +578,51 @@ fn plugin_timings_with_a_clock_only() {
     timed.on_scheduled(&req, &cands[0]);
     assert_eq!(timed.plugin_stats()[3].1.cache_entries, Some(1));
 }
+
+/// A candidate with `decoding` requests past their first token, all running.
+fn busy(id: &str, decoding: u32) -> Candidate {
+    let mut c = Candidate::new(id, "m");
+    c.metrics.in_flight = decoding;
+    c.metrics.running_requests = decoding;
+    c
+}
+
+#[test]
+fn recommended_spills_a_hot_system_prompt_and_keeps_a_conversation() {
+    let old = section(
+        "plugins: {Score: {enabled: [{name: least-request, weight: 1}, \
+         {name: kvcache-aware, weight: 3}, {name: least-prefill, weight: 1}]}}\n\
+         pluginConfig: [{name: least-prefill, args: {decodingRequestTokens: 0}}]",
+    )
+    .unwrap();
+    let new = Scheduler::from_config(&Config::recommended()).unwrap();
+    // A hot 2,048-token system prompt that engine a holds, with 40 requests decoding there;
+    // b is idle. A new 256-token question: a saves 2,048 tokens of prefill (about 60 ms)
+    // but shares its engine with 40 sequences.
+    let system: Vec<u32> = (0..2048).collect();
+    let mut prompt = system.clone();
+    prompt.extend(10_000..10_256u32);
+    let cands = [busy("a", 40), busy("b", 0)];
+    for s in [&old, &new] {
+        s.on_scheduled(&Request::new("m").with_token_ids(&system), &cands[0]);
+    }
+    let req = Request::new("m").with_token_ids(&prompt);
+    // Before: affinity won whatever the load (a: 0 + 300 + 100, b: 100 + 0 + 11).
+    assert_eq!(old.schedule(&req, &cands).unwrap().best().id.as_str(), "a");
+    // Now: a = 0 + 100 + 3 × 100 × 4,609 / 10,753, b = 100 + 0 + 300.
+    let d = new.schedule(&req, &cands).unwrap();
+    assert_eq!(d.best().id.as_str(), "b");
+    assert_eq!(d.ranked[0].score, 400.0);
+    // A conversation whose first 12,000 tokens a holds, 10 requests decoding there: the
+    // 600 new tokens stay with their history (a: 0 + 100 + 300; b: 100 + 0 + 3 × 14.9).
+    let history: Vec<u32> = (20_000..32_000).collect();
+    let mut turn = history.clone();
+    turn.extend(40_000..40_600u32);
+    let cands = [busy("a", 10), busy("b", 0)];
+    new.on_scheduled(&Request::new("m").with_token_ids(&history), &cands[0]);
+    let d = new
+        .schedule(&Request::new("m").with_token_ids(&turn), &cands)
+        .unwrap();
+    assert_eq!(d.best().id.as_str(), "a");
+    assert_eq!(d.ranked[0].score, 400.0);
+}

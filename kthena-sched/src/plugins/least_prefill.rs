@@ -32,6 +32,14 @@ pub struct LeastPrefillArgs {
     /// when that one is busier, because tokens computed twice on two endpoints cost every
     /// later request of the prefix too. Default 2.
     pub uncached_weight: f64,
+    /// Prompt tokens of prefill one request that is decoding on the endpoint (sent, first
+    /// token received, not ended) counts as, a finite number `>= 0`. Without it the cost
+    /// sees no load at all when every prefill is short (follow-up turns of cached
+    /// conversations: the prefill queue is empty at nearly every decision), and cache
+    /// affinity alone piles sessions onto one endpoint. Default 256 (about the engine time
+    /// that a running sequence adds to every decode step over a typical answer, in prefill
+    /// tokens; `docs/scheduler.md`). 0 turns the term off (the plugin before it existed).
+    pub decoding_request_tokens: f64,
     /// Cap of the in-memory index when this plugin creates it (when `kvcache-aware` is not
     /// configured), in (endpoint, block) entries. Default 1,048,576.
     pub max_index_entries: usize,
@@ -39,12 +47,13 @@ pub struct LeastPrefillArgs {
 
 impl Default for LeastPrefillArgs {
     /// `blockSizeToHash: 16, maxBlocksToMatch: 1024, uncachedWeight: 2,
-    /// maxIndexEntries: 1048576`.
+    /// decodingRequestTokens: 256, maxIndexEntries: 1048576`.
     fn default() -> Self {
         Self {
             block_size_to_hash: 16,
             max_blocks_to_match: 1024,
             uncached_weight: 2.0,
+            decoding_request_tokens: 256.0,
             max_index_entries: 1 << 20,
         }
     }
@@ -55,7 +64,8 @@ impl LeastPrefillArgs {
     ///
     /// # Errors
     /// [`Error::InvalidArgs`](crate::Error::InvalidArgs) for a zero block size, block count
-    /// or index cap, or an `uncachedWeight` that is not a finite number `> 0`.
+    /// or index cap, an `uncachedWeight` that is not a finite number `> 0`, or a
+    /// `decodingRequestTokens` that is not a finite number `>= 0`.
     pub fn validate(self) -> Result<Self> {
         for (k, v) in [
             ("blockSizeToHash", self.block_size_to_hash),
@@ -75,6 +85,13 @@ impl LeastPrefillArgs {
                 ),
             ));
         }
+        let d = self.decoding_request_tokens;
+        if !(d.is_finite() && d >= 0.0) {
+            return Err(invalid(
+                "least-prefill",
+                format!("decodingRequestTokens must be a number >= 0, got {d}"),
+            ));
+        }
         Ok(self)
     }
 }
@@ -85,9 +102,14 @@ impl LeastPrefillArgs {
 /// in tokens:
 ///
 /// ```text
-/// cost_i = pending_prefill_tokens_i + uncachedWeight × (prompt_tokens − cached_tokens_i) + 1
+/// cost_i = pending_prefill_tokens_i + decodingRequestTokens × decoding_i
+///        + uncachedWeight × (prompt_tokens − cached_tokens_i) + 1
 /// score_i = 100 × min_j(cost_j) / cost_i
 /// ```
+///
+/// `decoding_i` is the endpoint's requests past their first token
+/// (`in_flight − awaiting_first_token`): the decode work the new request shares the engine
+/// with.
 ///
 /// `pending_prefill_tokens_i` is the host-tracked [`Metrics::pending_prefill_tokens`]
 /// (requests sent and not yet answered with a first byte); `cached_tokens_i` is the
@@ -99,9 +121,9 @@ impl LeastPrefillArgs {
 /// (Go Kthena's input-token estimate) and no cache.
 ///
 /// The cost follows the KV router of NVIDIA Dynamo (`kv_router/scheduler.rs`: overlap
-/// weight × prefill blocks + decode blocks) with the decode term left to other plugins
-/// (`least-request`) and the prefill queue counted by the router instead of scraped, so it
-/// reacts within one request instead of one scrape interval.
+/// weight × prefill blocks + decode blocks), with the decode term counted in requests
+/// instead of KV blocks and the prefill queue counted by the router instead of scraped, so
+/// it reacts within one request instead of one scrape interval.
 ///
 /// [`Metrics::pending_prefill_tokens`]: crate::Metrics::pending_prefill_tokens
 #[derive(Debug)]
@@ -146,6 +168,12 @@ impl ScorePlugin for LeastPrefill {
 
     fn score(&self, req: &Request<'_>, cands: &[&Candidate], out: &mut [f64]) -> ScoreNote {
         let w = self.args.uncached_weight;
+        let load = |c: &Candidate| {
+            let m = &c.metrics;
+            let decoding = m.in_flight.saturating_sub(m.awaiting_first_token);
+            m.pending_prefill_tokens as f64
+                + self.args.decoding_request_tokens * f64::from(decoding)
+        };
         let mut note = ScoreNote::default();
         let mut cost = vec![0.0f64; cands.len()];
         match req.token_ids.filter(|t| !t.is_empty()) {
@@ -162,9 +190,7 @@ impl ScorePlugin for LeastPrefill {
                 for ((c, m), cand) in cost.iter_mut().zip(&matched).zip(cands) {
                     let cached = (*m as usize * bs).min(tokens.len());
                     longest = longest.max(*m as usize);
-                    *c = cand.metrics.pending_prefill_tokens as f64
-                        + w * (tokens.len() - cached) as f64
-                        + 1.0;
+                    *c = load(cand) + w * (tokens.len() - cached) as f64 + 1.0;
                 }
                 if total > 0 {
                     note = ScoreNote::with_match_ratio(longest as f64 / total as f64);
@@ -173,7 +199,7 @@ impl ScorePlugin for LeastPrefill {
             None => {
                 let own = w * estimated_tokens(req.prompt.len()) as f64;
                 for (c, cand) in cost.iter_mut().zip(cands) {
-                    *c = cand.metrics.pending_prefill_tokens as f64 + own + 1.0;
+                    *c = load(cand) + own + 1.0;
                 }
             }
         }

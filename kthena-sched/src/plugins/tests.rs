@@ -426,3 +426,61 @@ fn least_prefill_rejects_bad_args() {
     };
     assert!(LeastPrefill::new(args, idx).is_err());
 }
+
+fn decoding(in_flight: u32, awaiting_first_token: u32, pending: u64) -> Metrics {
+    Metrics {
+        in_flight,
+        awaiting_first_token,
+        pending_prefill_tokens: pending,
+        ..Metrics::default()
+    }
+}
+
+#[test]
+fn least_prefill_counts_decoding_requests() {
+    let idx: std::sync::Arc<dyn crate::KvIndex> =
+        std::sync::Arc::new(crate::InMemoryKvIndex::new(4, 100).unwrap());
+    let p = LeastPrefill::new(
+        LeastPrefillArgs {
+            block_size_to_hash: 4,
+            ..LeastPrefillArgs::default()
+        },
+        std::sync::Arc::clone(&idx),
+    )
+    .unwrap();
+    let tokens: Vec<u32> = (0..10).collect();
+    let req = Request::new("m").with_token_ids(&tokens);
+    // a holds 8 of the 10 tokens and has 3 requests decoding (4 in flight, 1 before its
+    // first token, 6 tokens of it queued); b holds nothing and is idle.
+    let cands = [cand("a", decoding(4, 1, 6)), cand("b", decoding(0, 0, 0))];
+    p.on_scheduled(&req, &cands[0]);
+    // a = 6 + 256×3 + 2×2 + 1 = 779, b = 0 + 0 + 2×10 + 1 = 21: b, although a holds the
+    // prefix (the prefill queue alone, 6 tokens, would have kept a: 6 + 4 + 1 = 11).
+    assert_eq!(scores(&p, &req, &cands), vec![100.0 * 21.0 / 779.0, 100.0]);
+    // Turned off: the plugin as it was, affinity against the prefill queue only.
+    let off = LeastPrefill::new(
+        LeastPrefillArgs {
+            block_size_to_hash: 4,
+            decoding_request_tokens: 0.0,
+            ..LeastPrefillArgs::default()
+        },
+        idx,
+    )
+    .unwrap();
+    assert_eq!(scores(&off, &req, &cands), vec![100.0, 100.0 * 11.0 / 21.0]);
+}
+
+#[test]
+fn least_prefill_rejects_bad_decoding_request_tokens() {
+    let idx: std::sync::Arc<dyn crate::KvIndex> =
+        std::sync::Arc::new(crate::InMemoryKvIndex::new(16, 100).unwrap());
+    for d in [-1.0, f64::NAN, f64::INFINITY] {
+        let args = LeastPrefillArgs {
+            decoding_request_tokens: d,
+            ..LeastPrefillArgs::default()
+        };
+        let e = LeastPrefill::new(args, idx.clone()).unwrap_err();
+        assert!(e.to_string().contains("decodingRequestTokens"), "{e}");
+    }
+    assert_eq!(LeastPrefillArgs::default().decoding_request_tokens, 256.0);
+}
