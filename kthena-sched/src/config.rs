@@ -223,10 +223,10 @@ impl Config {
     /// (`docs/benchmarks.md`, virtual time, three seeds): no filter; scores `least-request`
     /// (weight 1), `kvcache-aware` (1) and `least-prefill` (3), each plugin with its default
     /// args (`kvcache-aware`: 16-token blocks, 128 blocks matched; `least-prefill`:
-    /// `uncachedWeight` 2, `decodingRequestTokens` 256). `least-prefill` weighs the prefill
-    /// an endpoint's cache saves against the prefill queued there and the requests decoding
-    /// there, so a long cached prefix (a conversation's history) keeps its endpoint while
-    /// a short shared one (a hot system prompt) spills to a less loaded endpoint.
+    /// `uncachedWeight` 2, 1,024 blocks matched). `least-prefill` weighs the prefill an
+    /// endpoint's cache saves against the prefill queued there, so a long cached prefix (a
+    /// conversation's history) keeps its endpoint while a short shared one (a hot system
+    /// prompt) spills to a less loaded endpoint.
     ///
     /// kthena-router's deploy ConfigMap ships it. [`Config::default`] stays Go Kthena's Helm
     /// chart default, and is what a router file without a `scheduler:` section means.

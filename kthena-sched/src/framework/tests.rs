@@ -579,11 +579,12 @@ fn plugin_timings_with_a_clock_only() {
     assert_eq!(timed.plugin_stats()[3].1.cache_entries, Some(1));
 }
 
-/// A candidate with `decoding` requests past their first token, all running.
-fn busy(id: &str, decoding: u32) -> Candidate {
+/// A candidate with `in_flight` requests, all running, and `pending` prefill tokens queued.
+fn busy(id: &str, in_flight: u32, pending: u64) -> Candidate {
     let mut c = Candidate::new(id, "m");
-    c.metrics.in_flight = decoding;
-    c.metrics.running_requests = decoding;
+    c.metrics.in_flight = in_flight;
+    c.metrics.running_requests = in_flight;
+    c.metrics.pending_prefill_tokens = pending;
     c
 }
 
@@ -591,34 +592,35 @@ fn busy(id: &str, decoding: u32) -> Candidate {
 fn recommended_spills_a_hot_system_prompt_and_keeps_a_conversation() {
     let old = section(
         "plugins: {Score: {enabled: [{name: least-request, weight: 1}, \
-         {name: kvcache-aware, weight: 3}, {name: least-prefill, weight: 1}]}}\n\
-         pluginConfig: [{name: least-prefill, args: {decodingRequestTokens: 0}}]",
+         {name: kvcache-aware, weight: 3}, {name: least-prefill, weight: 1}]}}",
     )
     .unwrap();
     let new = Scheduler::from_config(&Config::recommended()).unwrap();
-    // A hot 2,048-token system prompt that engine a holds, with 40 requests decoding there;
-    // b is idle. A new 256-token question: a saves 2,048 tokens of prefill (about 60 ms)
-    // but shares its engine with 40 sequences.
+    // A hot 2,048-token system prompt that engine a holds, with 20 requests in flight there
+    // and 5,120 prefill tokens queued; b is idle. A new 256-token question: a saves 2,048
+    // tokens of prefill but has more than that queued ahead of it.
     let system: Vec<u32> = (0..2048).collect();
     let mut prompt = system.clone();
     prompt.extend(10_000..10_256u32);
-    let cands = [busy("a", 40), busy("b", 0)];
+    let cands = [busy("a", 20, 5120), busy("b", 0, 0)];
     for s in [&old, &new] {
         s.on_scheduled(&Request::new("m").with_token_ids(&system), &cands[0]);
     }
     let req = Request::new("m").with_token_ids(&prompt);
-    // Before: affinity won whatever the load (a: 0 + 300 + 100, b: 100 + 0 + 11).
+    // Before: affinity won whatever the load (a: 0 + 300 + 100 × 4,609 / 5,633, b: 100 +
+    // 0 + 100).
     assert_eq!(old.schedule(&req, &cands).unwrap().best().id.as_str(), "a");
-    // Now: a = 0 + 100 + 3 × 100 × 4,609 / 10,753, b = 100 + 0 + 300.
+    // Now: a = 0 + 100 + 3 × 100 × 4,609 / 5,633 = 345.5, b = 100 + 0 + 300.
     let d = new.schedule(&req, &cands).unwrap();
     assert_eq!(d.best().id.as_str(), "b");
     assert_eq!(d.ranked[0].score, 400.0);
-    // A conversation whose first 12,000 tokens a holds, 10 requests decoding there: the
-    // 600 new tokens stay with their history (a: 0 + 100 + 300; b: 100 + 0 + 3 × 14.9).
+    // A conversation whose first 12,000 tokens a holds, 10 requests in flight and 2,560
+    // prefill tokens queued there: the 600 new tokens stay with their history (a: cost
+    // 2,560 + 1,200 + 1 = 3,761, 0 + 100 + 300; b: cost 25,201, 100 + 0 + 3 × 14.9).
     let history: Vec<u32> = (20_000..32_000).collect();
     let mut turn = history.clone();
     turn.extend(40_000..40_600u32);
-    let cands = [busy("a", 10), busy("b", 0)];
+    let cands = [busy("a", 10, 2560), busy("b", 0, 0)];
     new.on_scheduled(&Request::new("m").with_token_ids(&history), &cands[0]);
     let d = new
         .schedule(&Request::new("m").with_token_ids(&turn), &cands)

@@ -36,9 +36,10 @@ pub struct LeastPrefillArgs {
     /// token received, not ended) counts as, a finite number `>= 0`. Without it the cost
     /// sees no load at all when every prefill is short (follow-up turns of cached
     /// conversations: the prefill queue is empty at nearly every decision), and cache
-    /// affinity alone piles sessions onto one endpoint. Default 256 (about the engine time
-    /// that a running sequence adds to every decode step over a typical answer, in prefill
-    /// tokens; `docs/scheduler.md`). 0 turns the term off (the plugin before it existed).
+    /// affinity alone decides. Default 0 (off): 256 (about the engine time a running
+    /// sequence adds to the decode steps of a typical answer, in prefill tokens) evened
+    /// out agent sessions but cost 3% of throughput on the published `long` workload
+    /// (`docs/scheduler.md`).
     pub decoding_request_tokens: f64,
     /// Cap of the in-memory index when this plugin creates it (when `kvcache-aware` is not
     /// configured), in (endpoint, block) entries. Default 1,048,576.
@@ -47,13 +48,13 @@ pub struct LeastPrefillArgs {
 
 impl Default for LeastPrefillArgs {
     /// `blockSizeToHash: 16, maxBlocksToMatch: 1024, uncachedWeight: 2,
-    /// decodingRequestTokens: 256, maxIndexEntries: 1048576`.
+    /// decodingRequestTokens: 0, maxIndexEntries: 1048576`.
     fn default() -> Self {
         Self {
             block_size_to_hash: 16,
             max_blocks_to_match: 1024,
             uncached_weight: 2.0,
-            decoding_request_tokens: 256.0,
+            decoding_request_tokens: 0.0,
             max_index_entries: 1 << 20,
         }
     }

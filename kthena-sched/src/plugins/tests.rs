@@ -443,6 +443,7 @@ fn least_prefill_counts_decoding_requests() {
     let p = LeastPrefill::new(
         LeastPrefillArgs {
             block_size_to_hash: 4,
+            decoding_request_tokens: 256.0,
             ..LeastPrefillArgs::default()
         },
         std::sync::Arc::clone(&idx),
@@ -457,11 +458,10 @@ fn least_prefill_counts_decoding_requests() {
     // a = 6 + 256×3 + 2×2 + 1 = 779, b = 0 + 0 + 2×10 + 1 = 21: b, although a holds the
     // prefix (the prefill queue alone, 6 tokens, would have kept a: 6 + 4 + 1 = 11).
     assert_eq!(scores(&p, &req, &cands), vec![100.0 * 21.0 / 779.0, 100.0]);
-    // Turned off: the plugin as it was, affinity against the prefill queue only.
+    // Off (the default): affinity against the prefill queue only.
     let off = LeastPrefill::new(
         LeastPrefillArgs {
             block_size_to_hash: 4,
-            decoding_request_tokens: 0.0,
             ..LeastPrefillArgs::default()
         },
         idx,
@@ -482,5 +482,5 @@ fn least_prefill_rejects_bad_decoding_request_tokens() {
         let e = LeastPrefill::new(args, idx.clone()).unwrap_err();
         assert!(e.to_string().contains("decodingRequestTokens"), "{e}");
     }
-    assert_eq!(LeastPrefillArgs::default().decoding_request_tokens, 256.0);
+    assert_eq!(LeastPrefillArgs::default().decoding_request_tokens, 0.0);
 }
