@@ -59,7 +59,7 @@ no_kube_check kthena-fuzz
 
 # A package may hold a library and a binary; cargo has no binary-only dependencies, so
 # check the library's sources: any file under src/ that is not the binary's own (src/main.rs,
-# the modules it declares, src/bin/) must not use anyhow.
+# the modules it declares and their submodules, src/bin/) must not use anyhow.
 lib_anyhow=$(cargo metadata --no-deps --format-version 1 | python3 -c '
 import json, os, re, sys
 m = json.load(sys.stdin)
@@ -69,6 +69,7 @@ for p in m["packages"]:
         continue
     src = os.path.dirname(libs[0]["src_path"])
     bin_only = set()
+    bin_dirs = []
     for t in p["targets"]:
         if "bin" in t["kind"]:
             bin_only.add(os.path.abspath(t["src_path"]))
@@ -76,8 +77,12 @@ for p in m["packages"]:
                 for mod in re.findall(r"^\s*mod\s+(\w+)\s*;", f.read(), re.M):
                     d = os.path.dirname(t["src_path"])
                     bin_only.add(os.path.abspath(os.path.join(d, mod + ".rs")))
+                    bin_dirs.append(os.path.abspath(os.path.join(d, mod)))
     for root, _, files in os.walk(src):
         if os.path.join(src, "bin") in root:
+            continue
+        # Submodules of a binary module (src/foo/*.rs of a mod foo in main.rs).
+        if any(os.path.abspath(root) == d or os.path.abspath(root).startswith(d + os.sep) for d in bin_dirs):
             continue
         for name in files:
             path = os.path.abspath(os.path.join(root, name))
