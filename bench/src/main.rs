@@ -7,6 +7,7 @@ mod loadgen;
 mod overhead;
 mod peer_policy;
 mod peers;
+mod pools;
 mod replicas;
 mod soak_run;
 mod vtime;
@@ -35,6 +36,15 @@ enum Which {
     Short,
     /// `long` then `short`.
     Both,
+    /// `long` scaled to 8 engines (`docs/benchmarks.md`, "Engine pools").
+    Wide8,
+    /// `long` scaled to 16 engines.
+    Wide16,
+    /// `long` on 2 fast (H100) and 2 slow (L40S, half the KV cache) engines.
+    Hetero,
+    /// `long` scaled to 4 engines, 2 prefill + 2 decode behind the router's P/D support,
+    /// against the same engines aggregated.
+    Pd,
     /// Router latency overhead with zero-latency engines.
     Overhead,
     /// Long run of mixed traffic with client aborts and engine faults against the router
@@ -252,6 +262,9 @@ async fn run(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
     if args.late_router {
         return run_late_router(args).await;
     }
+    if let Some(ps) = pools::scenario_of(args) {
+        return pools::run(args, rt, ps).await;
+    }
     let scenarios = match args.scenario {
         Which::Long => vec![Scenario::long(args.quick, args.seed)],
         Which::Short => vec![Scenario::short(args.quick, args.seed)],
@@ -440,6 +453,7 @@ fn run_scenario_virtual(
                 arrivals: poisson_arrivals(workload.sessions.len(), sc.request_rate, seed),
                 max_concurrency: sc.max_concurrency,
                 replicas: *replicas,
+                pool: None,
             };
             jobs.push((run, Arc::clone(&workload)));
         }
@@ -455,6 +469,7 @@ fn run_scenario_virtual(
                 arrivals: poisson_arrivals(share.sessions.len(), sc.request_rate / n as f64, seed),
                 max_concurrency: sc.max_concurrency.div_ceil(n),
                 replicas: replicas::Replicas::ONE,
+                pool: None,
             };
             jobs.push((run, share));
         }
@@ -511,6 +526,7 @@ async fn run_peers(
         arrivals: arrivals(args, sc, workload.sessions.len()),
         max_concurrency: sc.max_concurrency,
         time_scale: args.time_scale,
+        pool: None,
     };
     let mut rows = Vec::new();
     for pp in all {
