@@ -213,7 +213,7 @@ fn virtual_rows(
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
     let per_seed = variants.len();
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let done = |i: usize, out: &anyhow::Result<vtime::Outcome>| {
         let (name, seed) = (&variants[i % per_seed].name, seeds[i / per_seed]);
         match out {
