@@ -24,6 +24,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use kthena_bench::pool::Pool;
+
 /// HTTP client of the load generator (over TCP or an in-memory network).
 pub(crate) type HttpClient = Client<kthena_memnet::Connector, Full<Bytes>>;
 
@@ -73,6 +75,35 @@ pub(crate) async fn start_sims(
     Ok(sims)
 }
 
+/// Starts the engines of `pool` on the engines' runtime: engine `i` with
+/// [`Pool::engine_config`] of `base`, on a free port (and a free KV-event port when `base`
+/// publishes events).
+pub(crate) async fn start_pool_sims(
+    rt: &Runtimes,
+    pool: &Pool,
+    base: &kthena_sim::Config,
+) -> anyhow::Result<Vec<SimHandle>> {
+    let cfgs: Vec<kthena_sim::Config> = (0..pool.engines.len())
+        .map(|i| {
+            let mut c = pool.engine_config(i, base).with_ephemeral_port();
+            if c.kv_events_port.is_some() {
+                c.kv_events_port = Some(0);
+            }
+            c
+        })
+        .collect();
+    rt.sims
+        .spawn(async move {
+            let mut sims = Vec::with_capacity(cfgs.len());
+            for c in cfgs {
+                sims.push(kthena_sim::spawn(c).await?);
+            }
+            Ok::<_, anyhow::Error>(sims)
+        })
+        .await
+        .context("engine start task failed")?
+}
+
 /// Kills engines on their runtime.
 pub(crate) async fn stop_sims(rt: &Runtimes, sims: Vec<SimHandle>) {
     let _ = rt
@@ -103,8 +134,22 @@ pub(crate) fn write_router_config(
     scrape_interval: Duration,
     kv_events: bool,
 ) -> anyhow::Result<PathBuf> {
+    write_pool_router_config(dir, sims, scheduler_yaml, scrape_interval, kv_events, None)
+}
+
+/// As [`write_router_config`], for the engines of `pool` when given: their P/D labels and,
+/// in a P/D pool, a `pdGroup` ModelServer with the `nixl` connector.
+pub(crate) fn write_pool_router_config(
+    dir: &std::path::Path,
+    sims: &[SimHandle],
+    scheduler_yaml: &str,
+    scrape_interval: Duration,
+    kv_events: bool,
+    pool: Option<&Pool>,
+) -> anyhow::Result<PathBuf> {
     let mdir = dir.join("manifests");
     std::fs::create_dir_all(&mdir)?;
+    let (pd_group, connector) = pool.map_or(("", ""), Pool::model_server_extra);
     std::fs::write(
         mdir.join("server.yaml"),
         format!(
@@ -114,9 +159,10 @@ metadata: {{name: bench, namespace: default}}
 spec:
   model: {MODEL}
   inferenceEngine: vLLM
-  workloadSelector: {{matchLabels: {{app: bench}}}}
+  workloadSelector:
+    matchLabels: {{app: bench}}{pd_group}
   workloadPort: {{port: 8000}}
-"
+{connector}"
         ),
     )?;
     std::fs::write(
@@ -134,8 +180,9 @@ spec:
     )?;
     let mut endpoints = String::new();
     for (i, s) in sims.iter().enumerate() {
+        let extra = pool.map(|p| p.endpoint_labels(i)).unwrap_or_default();
         endpoints.push_str(&format!(
-            "  - {{name: engine-{i}, address: \"{}\", labels: {{app: bench}}",
+            "  - {{name: engine-{i}, address: \"{}\", labels: {{app: bench{extra}}}",
             s.addr()
         ));
         if kv_events && let Some(port) = s.kv_events_port() {
@@ -163,8 +210,27 @@ pub(crate) async fn start_router(
     scrape_interval: Duration,
     kv_events: bool,
 ) -> anyhow::Result<RouterRun> {
+    start_pool_router(rt, sims, scheduler_yaml, (scrape_interval, kv_events), None).await
+}
+
+/// As [`start_router`], in front of the engines of `pool` when given (their labels, and a
+/// P/D ModelServer for a P/D pool); `(scrape_interval, kv_events)` as there.
+pub(crate) async fn start_pool_router(
+    rt: &Runtimes,
+    sims: &[SimHandle],
+    scheduler_yaml: &str,
+    (scrape_interval, kv_events): (Duration, bool),
+    pool: Option<&Pool>,
+) -> anyhow::Result<RouterRun> {
     let dir = tempfile::tempdir().context("creating a temporary folder")?;
-    let path = write_router_config(dir.path(), sims, scheduler_yaml, scrape_interval, kv_events)?;
+    let path = write_pool_router_config(
+        dir.path(),
+        sims,
+        scheduler_yaml,
+        scrape_interval,
+        kv_events,
+        pool,
+    )?;
     let overrides = Overrides {
         port: Some(0),
         metrics_port: Some(0),

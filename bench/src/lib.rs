@@ -7,12 +7,14 @@
 //! It also measures the router's own latency overhead with a zero-latency engine profile.
 //!
 //! This library holds the parts that are deterministic and tested: the workload generator
-//! ([`workload`]), the scenarios and policies ([`scenario`]), the zoo's workload shapes ([`shapes`]), the soak's records and verdict
+//! ([`workload`]), the scenarios and policies ([`scenario`]), the zoo's workload shapes
+//! ([`shapes`]), the engine pools of the pool scenarios ([`pool`]), the soak's records and verdict
 //! ([`soak`]), the aggregation and the
 //! markdown table ([`report`]) and the PNG chart ([`chart`]). It is not a load-testing
 //! framework: the runner lives in the binary.
 
 pub mod chart;
+pub mod pool;
 pub mod report;
 pub mod scenario;
 pub mod shapes;

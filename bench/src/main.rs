@@ -7,6 +7,7 @@ mod loadgen;
 mod overhead;
 mod peer_policy;
 mod peers;
+mod pools;
 mod replicas;
 mod soak_run;
 mod vtime;
@@ -45,7 +46,8 @@ enum Clock {
 #[command(name = "kthena-bench", version)]
 struct Args {
     /// Scenario to run: a policy scenario of the zoo (`long`, `short`, `both`, `agent`,
-    /// `zipf`, `saturation`; `docs/benchmarks.md`), `overhead` (router latency overhead
+    /// `zipf`, `saturation`; `docs/benchmarks.md`), an engine-pool scenario (`wide8`, `wide16`,
+    /// `hetero`, `pd`), `overhead` (router latency overhead
     /// with zero-latency engines) or `soak` (a long run of mixed traffic with client aborts
     /// and engine faults against the router binary, `docs/reliability.md`).
     #[arg(long, default_value = "long", value_parser = clap::builder::PossibleValuesParser::new(zoo::names()))]
@@ -240,6 +242,9 @@ async fn run(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
     }
     if args.late_router {
         return run_late_router(args).await;
+    }
+    if let Some(ps) = pools::scenario_of(args) {
+        return pools::run(args, rt, ps).await;
     }
     zoo::run(args, rt).await
 }

@@ -16,10 +16,11 @@ use std::time::Duration;
 
 use kthena_bench::report::{EngineCounters, PolicyResult};
 use kthena_bench::workload::Workload;
-use kthena_sim::SimHandle;
+use kthena_sim::{Role, SimHandle};
 
 use crate::harness::{self, HttpClient, Load, Runtimes};
 use crate::peers::{self, Peer};
+use kthena_bench::pool::Pool;
 
 /// One peer router with one of its policies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +29,8 @@ pub(crate) struct PeerPolicy {
     peer: Peer,
     /// Its `--policy` value.
     policy: &'static str,
+    /// vllm-router's vLLM P/D mode over the pool's prefill and decode engines.
+    pd: bool,
 }
 
 impl PeerPolicy {
@@ -41,8 +44,29 @@ impl PeerPolicy {
         Self::new(Peer::VllmRouter, "kv_aware"),
     ];
 
+    /// The rows of a P/D pool: vllm-router's vLLM P/D mode (`--vllm-pd-disaggregation`),
+    /// the same policy for the prefill and the decode pick.
+    pub(crate) const PD: [Self; 4] = [
+        Self::pd(Peer::VllmRouter, "random"),
+        Self::pd(Peer::VllmRouter, "round_robin"),
+        Self::pd(Peer::VllmRouter, "power_of_two"),
+        Self::pd(Peer::VllmRouter, "cache_aware"),
+    ];
+
     const fn new(peer: Peer, policy: &'static str) -> Self {
-        Self { peer, policy }
+        Self {
+            peer,
+            policy,
+            pd: false,
+        }
+    }
+
+    const fn pd(peer: Peer, policy: &'static str) -> Self {
+        Self {
+            peer,
+            policy,
+            pd: true,
+        }
     }
 
     /// The row name: program and policy, e.g. `smg cache_aware`.
@@ -51,7 +75,8 @@ impl PeerPolicy {
             Peer::Smg => "smg",
             _ => "vllm-router",
         };
-        format!("{program} {}", self.policy)
+        let mode = if self.pd { " P/D" } else { "" };
+        format!("{program}{mode} {}", self.policy)
     }
 
     /// Whether the engines must publish KV events (vllm-router's `kv_aware`).
@@ -79,6 +104,8 @@ pub(crate) struct Setup<'a> {
     pub(crate) timeout_s: Option<f64>,
     /// The scenario's TTFT objective, model seconds ([`PolicyResult::with_slo`]).
     pub(crate) slo_ttft_s: Option<f64>,
+    /// The engines' profiles and roles when they are not `engines` copies of `sim`.
+    pub(crate) pool: Option<Arc<Pool>>,
 }
 
 /// Runs one peer row of `scenario`; `None` when the peer is not installed.
@@ -101,11 +128,18 @@ pub(crate) async fn run(
         // vLLM's default topic; vllm-router's static sources see no other (`docs/benchmarks.md`).
         sim.kv_events_topic = Some(String::new());
     }
-    let sims = harness::start_sims(setup.rt, setup.engines, sim).await?;
+    let sims = match &setup.pool {
+        Some(pool) => harness::start_pool_sims(setup.rt, pool, &sim).await?,
+        None => harness::start_sims(setup.rt, setup.engines, sim).await?,
+    };
     let client = harness::http_client();
     let result = async {
-        let running =
-            peers::start_with_policy(pp.peer, &program, &sims, &client, Some(pp.policy)).await?;
+        let running = if pp.pd {
+            let (prefill, decode) = split_roles(setup.pool.as_deref(), &sims);
+            peers::start_vllm_pd(&program, (&prefill, &decode), &client, pp.policy).await?
+        } else {
+            peers::start_with_policy(pp.peer, &program, &sims, &client, Some(pp.policy)).await?
+        };
         // The readiness probe went through the engines: count from here.
         let before = counters(&client, &sims).await?;
         let load = Load {
@@ -144,6 +178,19 @@ pub(crate) async fn run(
     // Let the peer's sockets close before the next row binds new ones.
     tokio::time::sleep(Duration::from_millis(200)).await;
     result.map(Some)
+}
+
+/// The base URLs of the prefill and of the decode engines of a P/D pool.
+fn split_roles(pool: Option<&Pool>, sims: &[SimHandle]) -> (Vec<String>, Vec<String>) {
+    let role = |i: usize| pool.and_then(|p| p.engines.get(i)).map(|e| e.role);
+    let pick = |want: Role| {
+        sims.iter()
+            .enumerate()
+            .filter(|(i, _)| role(*i) == Some(want))
+            .map(|(_, s)| s.base_url())
+            .collect()
+    };
+    (pick(Role::Prefill), pick(Role::Decode))
 }
 
 async fn counters(client: &HttpClient, sims: &[SimHandle]) -> anyhow::Result<Vec<EngineCounters>> {

@@ -175,7 +175,49 @@ pub(crate) async fn start_with_policy(
 ) -> anyhow::Result<Running> {
     let dir = tempfile::tempdir()?;
     let port = free_port()?;
-    let mut cmd = command(peer, program, sims, dir.path(), port, policy)?;
+    let cmd = command(peer, program, sims, dir.path(), port, policy)?;
+    spawn_answering(cmd, program, dir, port, client).await
+}
+
+/// vllm-router in its vLLM P/D mode (`--vllm-pd-disaggregation`, `--kv-connector nixl`,
+/// the protocol kthena-sim's prefill and decode engines speak) in front of the `prefill`
+/// and `decode` engines (base URLs), with `policy` for both picks; waits until it answers
+/// a completion.
+///
+/// # Errors
+/// The program cannot be started or does not answer within 60 s.
+pub(crate) async fn start_vllm_pd(
+    program: &Path,
+    (prefill, decode): (&[String], &[String]),
+    client: &HttpClient,
+    policy: &str,
+) -> anyhow::Result<Running> {
+    let dir = tempfile::tempdir()?;
+    let port = free_port()?;
+    let mut cmd = Command::new(program);
+    cmd.args(["--host", "127.0.0.1", "--port", &port.to_string()]);
+    cmd.args(["--prometheus-port", &free_port()?.to_string()]);
+    cmd.args(["--prometheus-host", "127.0.0.1", "--log-level", "warning"]);
+    cmd.args(["--vllm-pd-disaggregation", "--kv-connector", "nixl"]);
+    cmd.args(["--policy", policy]);
+    for url in prefill {
+        cmd.arg("--prefill").arg(url);
+    }
+    for url in decode {
+        cmd.arg("--decode").arg(url);
+    }
+    spawn_answering(cmd, program, dir, port, client).await
+}
+
+/// Starts `cmd` (its output to `proxy.log` in `dir`) and waits until it answers a
+/// completion on `port`.
+async fn spawn_answering(
+    mut cmd: Command,
+    program: &Path,
+    dir: tempfile::TempDir,
+    port: u16,
+    client: &HttpClient,
+) -> anyhow::Result<Running> {
     let log = std::fs::File::create(dir.path().join("proxy.log"))?;
     cmd.stdin(Stdio::null())
         .stdout(log.try_clone()?)

@@ -21,6 +21,7 @@ use kthena_router::{Overrides, ProcessEnv, Router};
 use kthena_sim::SimHandle;
 
 use crate::harness::{self, Load};
+use kthena_bench::pool::Pool;
 
 /// The engine-metrics scrape interval in virtual time: Go Kthena's default, 1 s.
 const SCRAPE_INTERVAL: Duration = Duration::from_secs(1);
@@ -50,6 +51,9 @@ pub(crate) struct Run {
     pub(crate) replicas: crate::replicas::Replicas,
     /// The client's deadline per request, model seconds (`None`: none).
     pub(crate) timeout_s: Option<f64>,
+    /// Engines with their own profiles and roles (then `engines` is ignored); `None`:
+    /// `engines` copies of `sim`, aggregated.
+    pub(crate) pool: Option<Arc<Pool>>,
 }
 
 /// The samples of a run and the engines' counters, as a report row.
@@ -99,12 +103,15 @@ pub(crate) fn run_blocking(run: Run, workload: Arc<Workload>) -> anyhow::Result<
 /// The body of [`run_blocking`], on the paused clock.
 async fn run_on_clock(run: Run, workload: Arc<Workload>) -> anyhow::Result<Outcome> {
     let net = MemNet::new();
-    let mut sims = Vec::with_capacity(run.engines);
+    let pool = run
+        .pool
+        .clone()
+        .unwrap_or_else(|| Arc::new(Pool::uniform(run.engines)));
+    let mut sims = Vec::with_capacity(pool.engines.len());
     let kv = run.router.as_ref().is_some_and(|(_, kv)| *kv);
-    for _ in 0..run.engines {
-        let mut cfg = run
-            .sim
-            .clone()
+    for i in 0..pool.engines.len() {
+        let mut cfg = pool
+            .engine_config(i, &run.sim)
             .with_ephemeral_port()
             .with_time_scale(1.0)
             .with_hash_seed(HASH_SEED);
@@ -121,7 +128,7 @@ async fn run_on_clock(run: Run, workload: Arc<Workload>) -> anyhow::Result<Outco
                 // Router i draws from seed + i: one router keeps the usual rows' seed.
                 let seed = run.seed.wrapping_add(i as u64);
                 let (router, dir) =
-                    start_router(&net, &sims, yaml, *kv, seed, board.clone()).await?;
+                    start_router(&net, &sims, (yaml, &pool), *kv, seed, board.clone()).await?;
                 let target = format!("http://{}", router.addr);
                 harness::wait_ready(&client, &target).await?;
                 targets.push(target);
@@ -156,18 +163,25 @@ async fn run_on_clock(run: Run, workload: Arc<Workload>) -> anyhow::Result<Outco
 }
 
 /// A router on `net` in front of `sims`, with its config folder (kept until the run ends),
-/// sharing its in-flight counts on `in_flight` when given.
+/// sharing its in-flight counts on `in_flight` when given; `pool` gives the endpoints'
+/// labels and the ModelServer's P/D selector.
 async fn start_router(
     net: &MemNet,
     sims: &[SimHandle],
-    scheduler_yaml: &str,
+    (scheduler_yaml, pool): (&str, &Pool),
     kv_events: bool,
     seed: u64,
     in_flight: Option<InFlightBoard>,
 ) -> anyhow::Result<(Router, tempfile::TempDir)> {
     let dir = tempfile::tempdir().context("creating a temporary folder")?;
-    let path =
-        harness::write_router_config(dir.path(), sims, scheduler_yaml, SCRAPE_INTERVAL, kv_events)?;
+    let path = harness::write_pool_router_config(
+        dir.path(),
+        sims,
+        scheduler_yaml,
+        SCRAPE_INTERVAL,
+        kv_events,
+        Some(pool),
+    )?;
     let overrides = Overrides {
         port: Some(0),
         metrics_port: Some(0),

@@ -68,11 +68,13 @@ pub(crate) const REGISTRY: &[Entry] = &[
     },
 ];
 
-/// Every `--scenario` value: the registry's, then `overhead` and `soak`.
+/// Every `--scenario` value: the registry's, the engine pools' (`crate::pools`), then
+/// `overhead` and `soak`.
 pub(crate) fn names() -> Vec<&'static str> {
     REGISTRY
         .iter()
         .map(|e| e.name)
+        .chain(crate::pools::NAMES)
         .chain([OVERHEAD, SOAK])
         .collect()
 }

@@ -171,6 +171,39 @@ impl Default for Profile {
     }
 }
 
+impl Profile {
+    /// The same model (Qwen2.5-7B-Instruct, bf16) on one NVIDIA L40S 48 GB, a slower and
+    /// smaller GPU than the default H100 SXM, for heterogeneous pools. From the L40S
+    /// datasheet (362 TFLOP/s dense bf16, 864 GB/s GDDR6, 48 GB) with the default profile's
+    /// rules:
+    ///
+    /// * `prefill_per_token_ms` 0.084: 15.2 GFLOP per token at 50% of 362 TFLOP/s;
+    /// * `prefill_overhead_ms` 17.6: the 15.2 GB of weights read once at 864 GB/s;
+    /// * `decode_base_ms` 22.8: that roofline at 77% (the H100 profile's measured ratio);
+    /// * `decode_per_seq_ms` 0.15: 15.2 GFLOP at 50% of peak (0.084 ms) plus a 1k-token
+    ///   context's 59 MB of KV at 864 GB/s (0.068 ms);
+    /// * `num_gpu_blocks` 28,000: 0.9 × 48 GB − 15.2 GB of weights − ~2.5 GB of activations,
+    ///   at 57,344 B per token, in blocks of 16 tokens;
+    /// * `max_num_seqs` 256 and `max_num_batched_tokens` 2048: vLLM's OpenAI-server defaults
+    ///   on a GPU under 70 GiB (`EngineArgs.get_batch_defaults` in
+    ///   `vllm/engine/arg_utils.py`).
+    ///
+    /// Prefill is 2.8 times and a decode step 3.8 times slower than the default profile's.
+    #[must_use]
+    pub fn l40s() -> Self {
+        Self {
+            max_num_seqs: 256,
+            max_num_batched_tokens: 2048,
+            num_gpu_blocks: 28_000,
+            prefill_overhead_ms: 17.6,
+            prefill_per_token_ms: 0.084,
+            decode_base_ms: 22.8,
+            decode_per_seq_ms: 0.15,
+            ..Self::default()
+        }
+    }
+}
+
 /// The whole simulator configuration. `Config::default()` equals the flag defaults.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Args)]
 #[serde(default)]

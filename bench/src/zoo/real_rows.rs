@@ -109,6 +109,7 @@ async fn run_peers(
         time_scale: args.time_scale,
         timeout_s: sc.timeout_s,
         slo_ttft_s: sc.slo_ttft_s,
+        pool: None,
     };
     let mut rows = Vec::new();
     for pp in all {

@@ -41,6 +41,7 @@ pub(super) fn run_scenario_virtual(
                 max_concurrency: sc.max_concurrency,
                 replicas: *replicas,
                 timeout_s: sc.timeout_s,
+                pool: None,
             };
             jobs.push((run, Arc::clone(&workload)));
         }
@@ -57,6 +58,7 @@ pub(super) fn run_scenario_virtual(
                 max_concurrency: sc.max_concurrency.div_ceil(n),
                 replicas: replicas::Replicas::ONE,
                 timeout_s: sc.timeout_s,
+                pool: None,
             };
             jobs.push((run, share));
         }

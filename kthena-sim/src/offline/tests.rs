@@ -117,3 +117,17 @@ proptest::proptest! {
         proptest::prop_assert!(r.ttft.iter().all(|t| t.is_finite() && *t > 0.0));
     }
 }
+
+#[test]
+fn l40s_profile_prefills_in_2048_token_chunks_at_its_own_speed() {
+    let p = Profile::l40s();
+    let r = simulate(&p, 0, &[req(0.0, 1, 4352, 3)]).unwrap();
+    // 4352 tokens in chunks of the 2048-token budget: 2048, 2048, 256.
+    let prefill = (3.0 * 17.6 + 4352.0 * 0.084) / 1e3;
+    let decode = (22.8 + 0.15) / 1e3;
+    assert!((r.ttft[0] - prefill).abs() < 1e-12);
+    assert!((r.makespan - (prefill + 2.0 * decode)).abs() < 1e-12);
+    assert_eq!(r.steps, 5);
+    let fast = simulate(&Profile::default(), 0, &[req(0.0, 1, 4352, 3)]).unwrap();
+    assert!((fast.ttft[0] - (5.0 + 4352.0 * 0.03) / 1e3).abs() < 1e-12);
+}
