@@ -7,6 +7,7 @@ mod loadgen;
 mod overhead;
 mod peer_policy;
 mod peers;
+mod prompt_cost;
 mod replicas;
 mod soak_run;
 mod vtime;
@@ -40,6 +41,9 @@ enum Which {
     /// Long run of mixed traffic with client aborts and engine faults against the router
     /// binary; fails on RSS growth, leaked counters or a panic (`docs/reliability.md`).
     Soak,
+    /// Router CPU per request on ~100k-token chat prompts, unique and a growing conversation,
+    /// read from the router binary's process (`docs/benchmarks.md`).
+    PromptCost,
 }
 
 /// The clock of the policy scenarios.
@@ -195,6 +199,8 @@ struct Args {
     /// Soak mode: folder for the router's config and log and `soak.json`.
     #[arg(long, default_value = "bench/out/soak")]
     out_dir: PathBuf,
+    #[command(flatten)]
+    prompt_cost: prompt_cost::Opts,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -248,6 +254,9 @@ async fn run(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
     }
     if args.scenario == Which::Soak {
         return run_soak(args, rt).await;
+    }
+    if args.scenario == Which::PromptCost {
+        return run_prompt_cost(args, rt).await;
     }
     if args.late_router {
         return run_late_router(args).await;
@@ -721,6 +730,22 @@ async fn run_overhead(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
     writeln!(out, "{}", overhead::table(&rows))?;
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&rows)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+async fn run_prompt_cost(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
+    let setup = prompt_cost::Setup {
+        router_bin: (args.router_bin.clone()).unwrap_or_else(soak_run::default_router_bin),
+        baseline_bin: std::env::var_os("KTHENA_ROUTER_BASELINE_BIN").map(PathBuf::from),
+        tokenizer: (args.tokenizer.clone()).unwrap_or_else(prompt_cost::default_tokenizer),
+        seed: args.seed,
+    };
+    let report = prompt_cost::run(rt, &args.prompt_cost, &setup).await?;
+    writeln!(std::io::stdout().lock(), "{}", report.markdown())?;
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

@@ -40,9 +40,11 @@
 
 use std::path::PathBuf;
 
+mod fast;
 mod template;
 mod tokenizer;
 
+pub use fast::QWEN2_SPLIT_PATTERN;
 pub use template::{ChatMessage, render_chatml};
 pub use tokenizer::{CacheOutcome, MIN_CACHED_PREFIX_BYTES, Tokenizer};
 
