@@ -2,6 +2,7 @@
 //! with `cargo test -p kthena-bench --test it virtual_time::`).
 
 mod late_router;
+mod prompt_cost;
 mod replicas;
 mod virtual_time;
 mod workload_report;
