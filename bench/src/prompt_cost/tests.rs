@@ -9,7 +9,7 @@ fn prose_is_seeded_and_sized_in_words() {
     let a = Prose::new(7).text(1000);
     assert_eq!(a, Prose::new(7).text(1000));
     assert_ne!(a, Prose::new(8).text(1000));
-    assert_eq!(a.split_whitespace().count(), 1000);
+    assert_eq!(a.split_whitespace().count(), 775);
     assert!(a.chars().next().unwrap().is_uppercase());
 }
 
@@ -33,13 +33,13 @@ fn unique_prompts_differ_from_the_first_byte_and_the_conversation_grows_to_the_t
         assert!(a.starts_with("Ticket "));
         assert!(firsts[i + 1..].iter().all(|b| b != a), "{firsts:?}");
     }
-    // 2000 − 4 × 100 words of system prompt, 80-word questions.
-    assert_eq!(p.system.content.split_whitespace().count(), 1_600);
+    // 2000 − 4 × 100 tokens of system prompt (1,240 words), 80-token questions (62 words).
+    assert_eq!(p.system.content.split_whitespace().count(), 1_240);
     assert_eq!(p.questions.len(), 4);
     assert!(
         p.questions
             .iter()
-            .all(|q| q.split_whitespace().count() == 80)
+            .all(|q| q.split_whitespace().count() == 62)
     );
 }
 

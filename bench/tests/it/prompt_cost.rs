@@ -61,7 +61,7 @@ fn a_tiny_run_measures_every_request_and_writes_the_table_and_the_json() {
         .map(|t| t["prompt_tokens"].as_u64().unwrap())
         .collect();
     assert_eq!(turns.len(), 4);
-    // 3000 − 4 × 200 words of system prompt, then about 200 new tokens a turn.
+    // 3000 − 4 × 200 tokens of system prompt, then about 200 new tokens a turn.
     assert!((2_000..2_800).contains(&turns[0]), "{turns:?}");
     for w in turns.windows(2) {
         assert!((150..300).contains(&(w[1] - w[0])), "{turns:?}");
