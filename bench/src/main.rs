@@ -8,6 +8,7 @@ mod overhead;
 mod peer_policy;
 mod peers;
 mod pools;
+mod prompt_cost;
 mod replicas;
 mod soak_run;
 mod vtime;
@@ -29,6 +30,8 @@ use crate::harness::{MODEL, Runtimes};
 const OVERHEAD: &str = "overhead";
 /// The `--scenario` value of the soak.
 const SOAK: &str = "soak";
+/// The `--scenario` value of the prompt-cost measurement.
+const PROMPT_COST: &str = "prompt-cost";
 
 /// The clock of the policy scenarios.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -187,6 +190,8 @@ struct Args {
     /// Soak mode: folder for the router's config and log and `soak.json`.
     #[arg(long, default_value = "bench/out/soak")]
     out_dir: PathBuf,
+    #[command(flatten)]
+    prompt_cost: prompt_cost::Opts,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -238,6 +243,7 @@ async fn run(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
     match args.scenario.as_str() {
         OVERHEAD => return run_overhead(args, rt).await,
         SOAK => return run_soak(args, rt).await,
+        PROMPT_COST => return run_prompt_cost(args, rt).await,
         _ => {}
     }
     if args.late_router {
@@ -379,6 +385,22 @@ async fn run_overhead(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
     writeln!(out, "{}", overhead::table(&rows))?;
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&rows)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+async fn run_prompt_cost(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
+    let setup = prompt_cost::Setup {
+        router_bin: (args.router_bin.clone()).unwrap_or_else(soak_run::default_router_bin),
+        baseline_bin: std::env::var_os("KTHENA_ROUTER_BASELINE_BIN").map(PathBuf::from),
+        tokenizer: (args.tokenizer.clone()).unwrap_or_else(prompt_cost::default_tokenizer),
+        seed: args.seed,
+    };
+    let report = prompt_cost::run(rt, &args.prompt_cost, &setup).await?;
+    writeln!(std::io::stdout().lock(), "{}", report.markdown())?;
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

@@ -21,7 +21,7 @@ use kthena_bench::scenario::Scenario;
 use kthena_bench::shapes::Shape;
 
 use crate::harness::Runtimes;
-use crate::{Args, OVERHEAD, SOAK};
+use crate::{Args, OVERHEAD, PROMPT_COST, SOAK};
 
 /// One registered scenario command.
 #[derive(Debug, Clone, Copy)]
@@ -69,13 +69,13 @@ pub(crate) const REGISTRY: &[Entry] = &[
 ];
 
 /// Every `--scenario` value: the registry's, the engine pools' (`crate::pools`), then
-/// `overhead` and `soak`.
+/// `overhead`, `soak` and `prompt-cost`.
 pub(crate) fn names() -> Vec<&'static str> {
     REGISTRY
         .iter()
         .map(|e| e.name)
         .chain(crate::pools::NAMES)
-        .chain([OVERHEAD, SOAK])
+        .chain([OVERHEAD, SOAK, PROMPT_COST])
         .collect()
 }
 

@@ -9,6 +9,16 @@
 //! ChatML ([`render_chatml`]). Engines (vLLM's `/tokenize`) encode rendered chat prompts
 //! without added special tokens and completion prompts with them.
 //!
+//! # Fast path
+//!
+//! For tokenizers shaped like Qwen2's and Qwen3's (byte-level BPE, NFC, the word-split
+//! pattern [`QWEN2_SPLIT_PATTERN`]), the plain-ASCII spans of a text are split into words by
+//! a byte scanner instead of `tokenizers`' general pipeline, and each word goes to the
+//! tokenizer's own BPE model; spans with other characters, and every other tokenizer, go
+//! through `tokenizers` (details in the `fast` module). The ids are `tokenizers`' own on every
+//! text ([`Tokenizer::encode_uncached`] stays `tokenizers` alone, the reference the tests
+//! compare with); [`Tokenizer::has_fast_path`] says whether it applies.
+//!
 //! # Prompt-prefix cache
 //!
 //! Tokenizers split the text at special tokens (`<|im_start|>`, ...) before anything else, so
@@ -40,9 +50,11 @@
 
 use std::path::PathBuf;
 
+mod fast;
 mod template;
 mod tokenizer;
 
+pub use fast::QWEN2_SPLIT_PATTERN;
 pub use template::{ChatMessage, render_chatml};
 pub use tokenizer::{CacheOutcome, MIN_CACHED_PREFIX_BYTES, Tokenizer};
 

@@ -124,15 +124,23 @@ impl ChatTemplate {
         }))
     }
 
-    /// Renders `messages` with the generation prompt appended.
+    /// Renders `messages` with the generation prompt appended. Each message becomes a map of
+    /// template values once (its content copied once into a shared string), so a template
+    /// that reads `message.content` several times does not copy it each time.
     pub(crate) fn render<M: ChatMessage>(&self, messages: &[M]) -> Result<String> {
-        let msgs: Vec<BTreeMap<&'static str, String>> = messages
+        let msgs: Vec<minijinja::Value> = messages
             .iter()
             .map(|m| {
-                BTreeMap::from([
-                    ("role", m.role().to_owned()),
-                    ("content", m.content().to_owned()),
-                ])
+                minijinja::Value::from(BTreeMap::from([
+                    (
+                        std::sync::Arc::<str>::from("role"),
+                        minijinja::Value::from(m.role()),
+                    ),
+                    (
+                        std::sync::Arc::<str>::from("content"),
+                        minijinja::Value::from(std::sync::Arc::<str>::from(m.content())),
+                    ),
+                ]))
             })
             .collect();
         let tmpl = self.env.get_template("chat")?;

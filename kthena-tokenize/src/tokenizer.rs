@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use lru::LruCache;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
+use crate::fast::FastPath;
 use crate::template::{ChatMessage, ChatTemplate, render_chatml};
 use crate::{Error, Result};
 
@@ -41,6 +42,8 @@ pub struct Tokenizer {
     /// Ids the post-processor adds to an empty input (e.g. BOS), prepended when
     /// `add_special_tokens` is requested.
     lead: Vec<u32>,
+    /// The exact fast path of Qwen2/Qwen3-shaped tokenizers (`crate::fast`), when it applies.
+    fast: Option<FastPath>,
     cache: Mutex<LruCache<u64, CachedPrefix>>,
 }
 
@@ -111,6 +114,7 @@ impl Tokenizer {
             } else {
                 cut_regex(&tok)
             },
+            fast: FastPath::detect(&tok),
             tok,
             template,
             lead,
@@ -162,7 +166,28 @@ impl Tokenizer {
         }
     }
 
+    /// Whether texts are encoded through the exact fast path of Qwen2/Qwen3-shaped
+    /// tokenizers (see the crate docs) rather than by `tokenizers` alone.
+    #[must_use]
+    pub fn has_fast_path(&self) -> bool {
+        self.fast.is_some()
+    }
+
     fn encode_piece(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
+        if let Some(fast) = self.fast.as_ref().filter(|_| !add_special_tokens) {
+            let mut ids = Vec::with_capacity(text.len() / 3);
+            fast.encode(&self.tok, text, &mut ids)
+                .map_err(|message| Error::Tokenizer {
+                    path: self.path.clone(),
+                    message,
+                })?;
+            return Ok(ids);
+        }
+        self.reference(text, add_special_tokens)
+    }
+
+    /// `tokenizers`' own encode.
+    fn reference(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
         self.tok
             .encode_fast(text, add_special_tokens)
             .map(|e| e.get_ids().to_vec())
@@ -179,7 +204,7 @@ impl Tokenizer {
     /// # Errors
     /// [`Error::Tokenizer`] when the tokenizer fails.
     pub fn encode_uncached(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
-        self.encode_piece(text, add_special_tokens)
+        self.reference(text, add_special_tokens)
     }
 
     /// Text of `ids`, special tokens kept (vLLM's `/detokenize`).

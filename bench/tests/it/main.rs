@@ -3,6 +3,7 @@
 
 mod late_router;
 mod pools;
+mod prompt_cost;
 mod replicas;
 mod virtual_time;
 mod workload_report;
