@@ -16,8 +16,13 @@ fn registry_names_are_unique_and_build() {
             "agent",
             "zipf",
             "saturation",
+            "wide8",
+            "wide16",
+            "hetero",
+            "pd",
             "overhead",
-            "soak"
+            "soak",
+            "prompt-cost"
         ]
     );
     for e in REGISTRY {
