@@ -259,18 +259,7 @@ async fn run(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
 /// variants, one run per seed each; prints the table.
 async fn run_late_router(args: &Args) -> anyhow::Result<()> {
     let mut sc = Scenario::long(args.quick, args.seed);
-    if let Some(v) = args.num_groups {
-        sc.workload.num_groups = v;
-    }
-    if let Some(v) = args.prompts_per_group {
-        sc.workload.prompts_per_group = v;
-    }
-    if let Some(v) = args.max_concurrency {
-        sc.max_concurrency = v;
-    }
-    if let Some(v) = args.request_rate {
-        sc.request_rate = v;
-    }
+    zoo::apply_overrides(args, &mut sc);
     let tokenizer = match &args.tokenizer {
         Some(p) => kthena_sim::Tokenizer::from_file(p)?,
         None => kthena_sim::Tokenizer::fallback(),

@@ -48,20 +48,7 @@ pub(crate) fn scenario_of(args: &Args) -> Option<PoolScenario> {
         "pd" => pool::pd(args.quick, args.seed),
         _ => return None,
     };
-    let sc = &mut ps.scenario;
-    if let Some(v) = args.num_groups {
-        sc.workload.num_groups = v;
-    }
-    if let Some(v) = args.prompts_per_group {
-        sc.workload.prompts_per_group = v;
-    }
-    if let Some(v) = args.max_concurrency {
-        sc.max_concurrency = v;
-    }
-    if let Some(v) = args.request_rate {
-        sc.request_rate = v;
-    }
-    sc.workload.turns = args.turns.max(1);
+    crate::zoo::apply_overrides(args, &mut ps.scenario);
     Some(ps)
 }
 

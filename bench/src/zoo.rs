@@ -86,7 +86,7 @@ pub(crate) fn find(name: &str) -> Option<&'static Entry> {
 
 /// The size and load overrides of the command line (`--num-groups`, `--prompts-per-group`
 /// and `--turns` reshape SGLang's shared-prefix workload only).
-fn apply_overrides(args: &Args, sc: &mut Scenario) {
+pub(crate) fn apply_overrides(args: &Args, sc: &mut Scenario) {
     if sc.shape == Shape::SharedPrefix {
         if let Some(v) = args.num_groups {
             sc.workload.num_groups = v;
