@@ -259,7 +259,7 @@ async fn run(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
 /// variants, one run per seed each; prints the table.
 async fn run_late_router(args: &Args) -> anyhow::Result<()> {
     let mut sc = Scenario::long(args.quick, args.seed);
-    zoo::apply_overrides(args, &mut sc);
+    apply_overrides(args, &mut sc);
     let tokenizer = match &args.tokenizer {
         Some(p) => kthena_sim::Tokenizer::from_file(p)?,
         None => kthena_sim::Tokenizer::fallback(),
@@ -424,4 +424,24 @@ async fn run_soak(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
         bail!("soak failed: {}", failures.join("; "));
     }
     Ok(())
+}
+
+/// The size and load overrides of the command line (`--num-groups`, `--prompts-per-group`
+/// and `--turns` reshape SGLang's shared-prefix workload only).
+pub(crate) fn apply_overrides(args: &Args, sc: &mut Scenario) {
+    if sc.shape == kthena_bench::shapes::Shape::SharedPrefix {
+        if let Some(v) = args.num_groups {
+            sc.workload.num_groups = v;
+        }
+        if let Some(v) = args.prompts_per_group {
+            sc.workload.prompts_per_group = v;
+        }
+        sc.workload.turns = args.turns.max(1);
+    }
+    if let Some(v) = args.max_concurrency {
+        sc.max_concurrency = v;
+    }
+    if let Some(v) = args.request_rate {
+        sc.request_rate = v;
+    }
 }

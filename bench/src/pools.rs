@@ -48,7 +48,7 @@ pub(crate) fn scenario_of(args: &Args) -> Option<PoolScenario> {
         "pd" => pool::pd(args.quick, args.seed),
         _ => return None,
     };
-    crate::zoo::apply_overrides(args, &mut ps.scenario);
+    crate::apply_overrides(args, &mut ps.scenario);
     Some(ps)
 }
 

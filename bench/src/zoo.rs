@@ -18,7 +18,6 @@ use std::io::Write as _;
 use anyhow::Context as _;
 use kthena_bench::report;
 use kthena_bench::scenario::Scenario;
-use kthena_bench::shapes::Shape;
 
 use crate::harness::Runtimes;
 use crate::{Args, OVERHEAD, PROMPT_COST, SOAK};
@@ -84,26 +83,6 @@ pub(crate) fn find(name: &str) -> Option<&'static Entry> {
     REGISTRY.iter().find(|e| e.name == name)
 }
 
-/// The size and load overrides of the command line (`--num-groups`, `--prompts-per-group`
-/// and `--turns` reshape SGLang's shared-prefix workload only).
-pub(crate) fn apply_overrides(args: &Args, sc: &mut Scenario) {
-    if sc.shape == Shape::SharedPrefix {
-        if let Some(v) = args.num_groups {
-            sc.workload.num_groups = v;
-        }
-        if let Some(v) = args.prompts_per_group {
-            sc.workload.prompts_per_group = v;
-        }
-        sc.workload.turns = args.turns.max(1);
-    }
-    if let Some(v) = args.max_concurrency {
-        sc.max_concurrency = v;
-    }
-    if let Some(v) = args.request_rate {
-        sc.request_rate = v;
-    }
-}
-
 /// Runs the scenarios of `args.scenario`: one table (and chart) per scenario, all rows to
 /// stdout and to `--json`.
 pub(crate) async fn run(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
@@ -116,7 +95,7 @@ pub(crate) async fn run(args: &Args, rt: &Runtimes) -> anyhow::Result<()> {
     tracing::info!(scenario = entry.name, about = entry.about, "Running");
     let mut rows = Vec::new();
     for mut sc in (entry.build)(args.quick, args.seed) {
-        apply_overrides(args, &mut sc);
+        crate::apply_overrides(args, &mut sc);
         let started = tokio::time::Instant::now();
         let mut scenario_rows = real_rows::run_scenario(args, rt, &sc, &tokenizer).await?;
         report::fill_ratios(&mut scenario_rows);
