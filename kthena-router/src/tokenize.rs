@@ -20,7 +20,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 pub use kthena_openai::remote_body;
-use kthena_openai::{Message, Prompt};
+use kthena_openai::{Message, ParsedRequest, Prompt};
 pub use kthena_tokenize::{CacheOutcome, MIN_CACHED_PREFIX_BYTES};
 use tokio::time::Instant;
 
@@ -179,7 +179,7 @@ impl Tokenizers {
         self.by_model.is_empty()
     }
 
-    /// Token ids of a request's prompt: in-process when a tokenizer is configured for one of
+    /// Token ids of `req`'s prompt: in-process when a tokenizer is configured for one of
     /// `models` (tried in order), else (when `remote_url` is given and the remote fallback is
     /// on) from that engine's `/tokenize`. `None` when neither works. Observes
     /// `kthena_router_tokenize_duration_seconds` and the prefix-cache counter. Prompts over
@@ -191,11 +191,12 @@ impl Tokenizers {
         client: &HttpClient,
         metrics: &KvMetrics,
         models: &[&str],
-        prompt: &Prompt,
+        req: &Arc<ParsedRequest>,
         remote_url: Option<&str>,
         inline: bool,
     ) -> Option<Vec<u32>> {
         let started = Instant::now();
+        let prompt = &req.prompt;
         if let Some(t) = self.get(models) {
             let big = match prompt {
                 Prompt::Text(s) => s.len(),
@@ -203,8 +204,9 @@ impl Tokenizers {
             } > BLOCKING_THRESHOLD_BYTES
                 && !inline;
             let res = if big {
-                let (t, p) = (Arc::clone(t), prompt.clone());
-                tokio::task::spawn_blocking(move || t.tokenize_prompt(&p))
+                // The request, not a copy of its prompt, goes to the blocking thread.
+                let (t, r) = (Arc::clone(t), Arc::clone(req));
+                tokio::task::spawn_blocking(move || t.tokenize_prompt(&r.prompt))
                     .await
                     .unwrap_or_else(|e| {
                         Err(Error::Tokenizer {

@@ -28,8 +28,60 @@ pub enum CacheOutcome {
     Uncacheable,
 }
 
-/// A cached prefix: its length in bytes (checked on lookup) and its token ids.
-type CachedPrefix = (usize, Arc<[u32]>);
+/// Links of a cached prefix's chain before a link holds its whole prefix again.
+const MAX_CHAIN: usize = 64;
+
+/// A cached prefix's token ids as the ids added since a shorter cached prefix it extends, so
+/// that caching the prefixes of a growing text (each turn of a conversation) copies only the
+/// new ids. A chain is cut after [`MAX_CHAIN`] links by a link that holds the whole prefix,
+/// which bounds the walk of a lookup and keeps the memory of an entry at most its prefix.
+struct CachedPrefix {
+    /// Length of the prefix, bytes of the text (checked on lookup).
+    bytes: usize,
+    /// Ids of the whole prefix: `parent`'s, then `piece`.
+    len: usize,
+    /// Links before this one.
+    depth: usize,
+    /// The ids after `parent`'s (all of them without a parent).
+    piece: Box<[u32]>,
+    parent: Option<Arc<Self>>,
+}
+
+impl CachedPrefix {
+    /// The prefix whose ids are `ids`, of which `ids[..parent.len]` are `parent`'s.
+    fn new(bytes: usize, ids: &[u32], parent: Option<Arc<Self>>) -> Self {
+        match parent.filter(|p| p.depth + 1 < MAX_CHAIN) {
+            Some(p) => Self {
+                bytes,
+                len: ids.len(),
+                depth: p.depth + 1,
+                piece: ids[p.len..].into(),
+                parent: Some(p),
+            },
+            None => Self {
+                bytes,
+                len: ids.len(),
+                depth: 0,
+                piece: ids.into(),
+                parent: None,
+            },
+        }
+    }
+
+    /// Appends the prefix's ids to `out`.
+    fn extend_into(&self, out: &mut Vec<u32>) {
+        let mut chain: Vec<&[u32]> = Vec::with_capacity(self.depth + 1);
+        let mut link = Some(self);
+        while let Some(l) = link {
+            chain.push(&l.piece);
+            link = l.parent.as_deref();
+        }
+        out.reserve(self.len);
+        for piece in chain.iter().rev() {
+            out.extend_from_slice(piece);
+        }
+    }
+}
 
 /// A model's tokenizer, chat template and prompt-prefix cache. `Sync`: share it between
 /// threads behind an `Arc`; the cache is behind a mutex held only for lookups and inserts.
@@ -44,7 +96,7 @@ pub struct Tokenizer {
     lead: Vec<u32>,
     /// The exact fast path of Qwen2/Qwen3-shaped tokenizers (`crate::fast`), when it applies.
     fast: Option<FastPath>,
-    cache: Mutex<LruCache<u64, CachedPrefix>>,
+    cache: Mutex<LruCache<u64, Arc<CachedPrefix>>>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -174,16 +226,29 @@ impl Tokenizer {
     }
 
     fn encode_piece(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
+        let mut ids = Vec::new();
+        self.encode_piece_into(text, add_special_tokens, &mut ids)?;
+        Ok(ids)
+    }
+
+    /// Appends the ids of `text` to `out`: through the fast path when it applies.
+    fn encode_piece_into(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+        out: &mut Vec<u32>,
+    ) -> Result<()> {
         if let Some(fast) = self.fast.as_ref().filter(|_| !add_special_tokens) {
-            let mut ids = Vec::with_capacity(text.len() / 3);
-            fast.encode(&self.tok, text, &mut ids)
+            out.reserve(text.len() / 3);
+            return fast
+                .encode(&self.tok, text, out)
                 .map_err(|message| Error::Tokenizer {
                     path: self.path.clone(),
                     message,
-                })?;
-            return Ok(ids);
+                });
         }
-        self.reference(text, add_special_tokens)
+        out.extend(self.reference(text, add_special_tokens)?);
+        Ok(())
     }
 
     /// `tokenizers`' own encode.
@@ -255,7 +320,7 @@ impl Tokenizer {
             let prev = hashes.last().copied().unwrap_or(seed);
             hashes.push(xxh3_64_with_seed(&text.as_bytes()[w[0]..w[1]], prev));
         }
-        let (mut ids, start) = self.longest_cached(text, &cuts, &hashes);
+        let (mut ids, start, mut parent) = self.longest_cached(text, &cuts, &hashes);
         let outcome = if start > 0 {
             CacheOutcome::Hit {
                 prefix_bytes: cuts[start],
@@ -266,38 +331,79 @@ impl Tokenizer {
         if start == 0 && add_special_tokens {
             ids.extend_from_slice(&self.lead);
         }
-        let mut fresh: Vec<(u64, usize, Arc<[u32]>)> = Vec::new();
+        let mut fresh: Vec<(u64, Arc<CachedPrefix>)> = Vec::new();
         for k in start..cuts.len() - 1 {
             let piece = &text[cuts[k]..cuts[k + 1]];
-            ids.extend(self.encode_piece(piece, false)?);
+            self.encode_piece_into(piece, false, &mut ids)?;
             if cuts[k + 1] >= MIN_CACHED_PREFIX_BYTES {
-                fresh.push((hashes[k + 1], cuts[k + 1], Arc::from(&ids[..])));
+                let link = Arc::new(CachedPrefix::new(cuts[k + 1], &ids, parent.take()));
+                fresh.push((hashes[k + 1], Arc::clone(&link)));
+                parent = Some(link);
             }
         }
         if !fresh.is_empty() {
             let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-            for (h, len, v) in fresh {
-                cache.put(h, (len, v));
+            for (h, link) in fresh {
+                cache.put(h, link);
             }
         }
         Ok((ids, outcome))
     }
 
-    /// The ids of the longest cached prefix ending at a cut, and that cut's index (0: none).
-    fn longest_cached(&self, text: &str, cuts: &[usize], hashes: &[u64]) -> (Vec<u32>, usize) {
-        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        for k in (1..cuts.len()).rev() {
-            if cuts[k] < MIN_CACHED_PREFIX_BYTES {
-                break;
+    /// The ids of the longest cached prefix ending at a cut, that cut's index (0: none) and
+    /// the cached prefix.
+    fn longest_cached(
+        &self,
+        text: &str,
+        cuts: &[usize],
+        hashes: &[u64],
+    ) -> (Vec<u32>, usize, Option<Arc<CachedPrefix>>) {
+        let found = {
+            let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+            (1..cuts.len())
+                .rev()
+                .take_while(|&k| cuts[k] >= MIN_CACHED_PREFIX_BYTES)
+                .find_map(|k| {
+                    let link = cache.get(&hashes[k]).filter(|l| l.bytes == cuts[k])?;
+                    Some((k, Arc::clone(link)))
+                })
+        };
+        match found {
+            Some((k, link)) => {
+                let mut ids = Vec::with_capacity(link.len + (text.len() - cuts[k]) / 3);
+                link.extend_into(&mut ids);
+                (ids, k, Some(link))
             }
-            if let Some((len, cached)) = cache.get(&hashes[k])
-                && *len == cuts[k]
-            {
-                let mut ids = Vec::with_capacity(cached.len() + (text.len() - cuts[k]) / 3);
-                ids.extend_from_slice(cached);
-                return (ids, k);
-            }
+            None => (Vec::new(), 0, None),
         }
-        (Vec::new(), 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chain_of_cached_prefixes_gives_back_every_prefix_and_stays_short() {
+        let ids: Vec<u32> = (0..3_000).collect();
+        let mut parent: Option<Arc<CachedPrefix>> = None;
+        let mut links = Vec::new();
+        for end in (10..=3_000).step_by(10) {
+            let link = Arc::new(CachedPrefix::new(end * 4, &ids[..end], parent.take()));
+            links.push((end, Arc::clone(&link)));
+            parent = Some(link);
+        }
+        for (end, link) in &links {
+            let mut out = vec![7, 7];
+            link.extend_into(&mut out);
+            assert_eq!(out[2..], ids[..*end], "prefix of {end} ids");
+            assert_eq!((link.bytes, link.len), (end * 4, *end));
+            assert!(link.depth < MAX_CHAIN);
+        }
+        // The 65th link starts a new chain: it holds its whole prefix.
+        assert_eq!(links[63].1.depth, MAX_CHAIN - 1);
+        assert_eq!(links[64].1.depth, 0);
+        assert_eq!(links[64].1.piece.len(), 650);
+        assert_eq!(links[65].1.piece.len(), 10);
     }
 }

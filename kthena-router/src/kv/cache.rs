@@ -96,7 +96,7 @@ impl KvState {
         client: &HttpClient,
         metrics: &Metrics,
         names: TokenizeFor<'_>,
-        prompt: &kthena_openai::Prompt,
+        req: &Arc<kthena_openai::ParsedRequest>,
         remote_url: Option<&str>,
         inline: bool,
     ) -> Option<Vec<u32>> {
@@ -124,7 +124,7 @@ impl KvState {
         }
         let ids = self
             .tokenizers
-            .tokens(client, &metrics.kv, &models, prompt, remote, inline)
+            .tokens(client, &metrics.kv, &models, req, remote, inline)
             .await;
         if self.index.is_some() {
             let m = &metrics.plugins;

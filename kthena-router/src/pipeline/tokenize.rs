@@ -43,7 +43,7 @@ where
                 model: &parsed.model,
                 upstream_model: &routed.upstream_model,
             },
-            &parsed.prompt,
+            parsed,
             routed.pool.first().map(|e| e.base_url()).as_deref(),
             shared.memory.is_some(),
         )
