@@ -85,6 +85,22 @@ pub trait KvIndex: Send + Sync + fmt::Debug {
     /// (the engine's `BlockStored` event later confirms them). Default: nothing.
     fn record_routed(&self, _endpoint: &EndpointId, _query: &KvQuery<'_>) {}
 
+    /// The host sent a request with `query`'s prompt to `endpoint` and will call
+    /// [`unpin_routed`](Self::unpin_routed) when it ends. Until then an index may count the
+    /// prompt's full blocks as held there whatever the endpoint's events say: an engine
+    /// cannot evict the blocks of a running request, and a request still queued there
+    /// computes an evicted block again before a later request with the same prefix runs.
+    /// Without this, an eviction event for an older copy of a block (a busy engine's
+    /// queue outlasts its cache) would take a prefix away from the endpoint a request for
+    /// it is about to run on, and the next request of that prefix would go elsewhere.
+    /// Default: nothing.
+    fn pin_routed(&self, _endpoint: &EndpointId, _query: &KvQuery<'_>) {}
+
+    /// The request [`pin_routed`](Self::pin_routed) pinned ended; `block_hashes` are the
+    /// chained hashes of the blocks it pinned (those of its query's full blocks). Default:
+    /// nothing.
+    fn unpin_routed(&self, _endpoint: &EndpointId, _block_hashes: &[u64]) {}
+
     /// Number of (endpoint, block) entries held.
     fn len(&self) -> usize;
 
@@ -112,6 +128,7 @@ pub trait KvIndex: Send + Sync + fmt::Debug {
 /// | `blocks` | chained token hash → [(endpoint slot, refcount)] | answers matches |
 /// | `slots` | [`EndpointId`] → slot number | interns ids |
 /// | `provisional` (LRU, capacity `max_entries`) | (endpoint slot, chained token hash) | blocks routed to an endpoint and not yet confirmed by its events |
+/// | `pinned` (at most `max_entries`) | (endpoint slot, chained token hash) → requests | blocks of the requests routed to an endpoint that have not ended |
 ///
 /// When `max_entries` is reached, storing a block evicts the least recently stored entry of
 /// any endpoint. Matching is `O(blocks matched × candidates)`; removing an endpoint or
@@ -124,6 +141,10 @@ pub trait KvIndex: Send + Sync + fmt::Debug {
 /// endpoint turns the provisional entry into a confirmed one; an entry never confirmed (the
 /// request failed or was cancelled before its prefill, the engine does not publish events)
 /// stays until the provisional LRU evicts it, or its endpoint is cleared or removed.
+///
+/// Pinned entries ([`KvIndex::pin_routed`]) hold a request's blocks on its endpoint from the
+/// moment it is sent until it ends ([`KvIndex::unpin_routed`]), whatever eviction events
+/// arrive meanwhile; when the cap is reached a request pins nothing more.
 ///
 /// Memory is about 160 heap bytes per entry at capacity (measured by
 /// `benches/index_memory.rs`; see `docs/scheduler.md`).
@@ -141,6 +162,8 @@ struct KvInner {
     blocks: FastMap<u64, SmallVec<[(u32, u32); 2]>>,
     /// (slot, chained token hash) routed there and not yet confirmed by an event.
     provisional: LruCache<(u32, u64), (), foldhash::fast::RandomState>,
+    /// (slot, chained token hash) → requests routed there that have not ended.
+    pinned: FastMap<(u32, u64), u32>,
 }
 
 impl fmt::Debug for InMemoryKvIndex {
@@ -182,6 +205,7 @@ impl InMemoryKvIndex {
                 cap,
                 blocks: FastMap::default(),
                 provisional: LruCache::unbounded_with_hasher(foldhash::fast::RandomState::default()),
+                pinned: FastMap::default(),
             }),
         })
     }
@@ -206,6 +230,15 @@ impl InMemoryKvIndex {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .provisional
+            .len()
+    }
+
+    /// Number of pinned (endpoint, block) entries: blocks of requests that have not ended.
+    pub fn pinned_len(&self) -> usize {
+        self.inner
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pinned
             .len()
     }
 
@@ -253,6 +286,7 @@ impl KvInner {
     }
 
     fn clear_slot(&mut self, slot: u32) {
+        self.pinned.retain(|(s, _), _| *s != slot);
         let prov: Vec<(u32, u64)> = self
             .provisional
             .iter()
@@ -361,6 +395,7 @@ impl KvIndex for InMemoryKvIndex {
             .filter_map(|(i, c)| g.slots.get(&c.id).map(|s| (i, *s)))
             .collect();
         let check_provisional = !g.provisional.is_empty();
+        let check_pinned = !g.pinned.is_empty();
         for (n, h) in query.block_hashes.iter().enumerate() {
             if active.is_empty() {
                 break;
@@ -369,6 +404,7 @@ impl KvIndex for InMemoryKvIndex {
             let n = u32::try_from(n + 1).unwrap_or(u32::MAX);
             active.retain(|(ci, slot)| {
                 let held = holders.is_some_and(|hs| hs.iter().any(|(s, _)| s == slot))
+                    || (check_pinned && g.pinned.contains_key(&(*slot, *h)))
                     || (check_provisional && g.provisional.peek(&(*slot, *h)).is_some());
                 if held {
                     out[*ci] = n;
@@ -397,6 +433,40 @@ impl KvIndex for InMemoryKvIndex {
                 .is_some_and(|hs| hs.iter().any(|(s, _)| *s == slot));
             if !confirmed {
                 crate::bounded::push_bounded(&mut g.provisional, cap, (slot, *h), ());
+            }
+        }
+    }
+
+    fn pin_routed(&self, endpoint: &EndpointId, query: &KvQuery<'_>) {
+        if query.block_size != self.block_size {
+            return;
+        }
+        let full = (query.token_ids.len() / self.block_size).min(query.block_hashes.len());
+        if full == 0 {
+            return;
+        }
+        let mut g = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        let slot = g.slot(endpoint);
+        let cap = g.cap.get();
+        for h in &query.block_hashes[..full] {
+            if g.pinned.len() >= cap && !g.pinned.contains_key(&(slot, *h)) {
+                break;
+            }
+            *g.pinned.entry((slot, *h)).or_insert(0) += 1;
+        }
+    }
+
+    fn unpin_routed(&self, endpoint: &EndpointId, block_hashes: &[u64]) {
+        let mut g = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        let Some(&slot) = g.slots.get(endpoint) else {
+            return;
+        };
+        for h in block_hashes {
+            if let Some(n) = g.pinned.get_mut(&(slot, *h)) {
+                *n -= 1;
+                if *n == 0 {
+                    g.pinned.remove(&(slot, *h));
+                }
             }
         }
     }

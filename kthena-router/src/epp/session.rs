@@ -381,7 +381,7 @@ impl Session {
             c.acct.attempt_failed();
             if let Some((g, d)) = c.guard.take() {
                 drop(g);
-                d.scheduler.on_completed(&d.done, false);
+                d.complete(false);
             }
             c.guard =
                 Some(take_slot(&self.picker, &c.acct, &c.picked, c.named[pos], pos + 1).await);
@@ -463,10 +463,7 @@ async fn take_slot(
         s.track(ep, &mut guard).await;
         s.routed(&picked.parsed.snap.kv, &ep.id, &sreq);
     }
-    let done = SchedDone {
-        scheduler: Arc::clone(scheduler),
-        done,
-    };
+    let done = SchedDone::new(Arc::clone(scheduler), done);
     (guard, done)
 }
 

@@ -303,10 +303,7 @@ impl Plan {
         let scheduler = &self.parsed.snap.scheduler;
         let done = scheduler.on_scheduled(&sreq, &self.sched.cands[*idx]);
         let guard = ep.begin_request(if prefill { done.prefill_tokens } else { 0 });
-        let done = SchedDone {
-            scheduler: Arc::clone(scheduler),
-            done,
-        };
+        let done = SchedDone::new(Arc::clone(scheduler), done);
         (guard, done, Instant::now())
     }
 
@@ -346,7 +343,7 @@ impl Plan {
         let out = self.bounded(ep, call).await;
         drop(guard);
         let ok = matches!(out, Ok(Ok(_)));
-        done.scheduler.on_completed(&done.done, ok);
+        done.complete(ok);
         let failed_server = !ok && !matches!(&out, Ok(Err(f)) if f.stop);
         self.breaker_result(ep, !failed_server);
         let m = &self.shared.metrics.pd;

@@ -238,15 +238,12 @@ impl Plan {
             s.routed(&snap.kv, &ep.id, &sreq);
             s.track(ep, &mut guard).await;
         }
-        let done = SchedDone {
-            scheduler: Arc::clone(&snap.scheduler),
-            done,
-        };
+        let done = SchedDone::new(Arc::clone(&snap.scheduler), done);
         match self.send(ep).await? {
             Err(e) => {
                 self.acct.attempt_failed();
                 drop(guard);
-                done.scheduler.on_completed(&done.done, false);
+                done.complete(false);
                 if let Some(client) = self.tail.as_ref().and_then(Tail::failure) {
                     // The client's body failed (too large, too slow, gone), not the engine.
                     self.acct.upstream_end();
@@ -308,7 +305,7 @@ impl Plan {
                 .unwrap_or_default();
             self.acct.attempt_failed();
             drop(guard);
-            done.scheduler.on_completed(&done.done, false);
+            done.complete(false);
             let mut stop = false;
             if lora_404 {
                 match lora.filter(|_| crate::lora::is_missing_model(&bytes)) {
@@ -331,7 +328,7 @@ impl Plan {
             // the answer closes the engine connection.
             self.acct.attempt_failed();
             drop(guard);
-            done.scheduler.on_completed(&done.done, false);
+            done.complete(false);
             self.acct.upstream_end();
             self.breaker_result(ep, false);
             return Err(Error::UpstreamTimeout {

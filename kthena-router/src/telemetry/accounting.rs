@@ -94,11 +94,39 @@ struct Outcome {
 }
 
 /// What the scheduler is told when the request completes: the owned completion data
-/// [`Scheduler::on_scheduled`] returned, for the scheduler that scheduled the request.
+/// [`Scheduler::on_scheduled`] returned, for the scheduler that scheduled the request. Told
+/// once, by [`complete`](Self::complete), or as a failure when dropped without it (a request
+/// abandoned at any await point still releases what the plugins hold for it, such as its
+/// pinned KV blocks).
 #[derive(Debug)]
 pub(crate) struct SchedDone {
-    pub(crate) scheduler: Arc<Scheduler>,
-    pub(crate) done: Completion,
+    scheduler: Arc<Scheduler>,
+    done: Option<Completion>,
+}
+
+impl SchedDone {
+    /// The completion data `done` of a request `scheduler` scheduled.
+    pub(crate) fn new(scheduler: Arc<Scheduler>, done: Completion) -> Self {
+        Self {
+            scheduler,
+            done: Some(done),
+        }
+    }
+
+    /// Tells the scheduler the request ended; `success`: the upstream answered successfully.
+    pub(crate) fn complete(mut self, success: bool) {
+        if let Some(d) = self.done.take() {
+            self.scheduler.on_completed(&d, success);
+        }
+    }
+}
+
+impl Drop for SchedDone {
+    fn drop(&mut self) {
+        if let Some(d) = self.done.take() {
+            self.scheduler.on_completed(&d, false);
+        }
+    }
 }
 
 impl RequestCtx {
@@ -221,8 +249,7 @@ impl RequestCtx {
             t.settled(ok, input_tokens, output_tokens);
         }
         if let Some(s) = self.sched.take() {
-            let success = status < 400 && error_type.is_none();
-            s.scheduler.on_completed(&s.done, success);
+            s.complete(status < 400 && error_type.is_none());
         }
     }
 }

@@ -28,6 +28,18 @@ fn setup(cap: usize) -> (Arc<InMemoryKvIndex>, KvCacheAware, Vec<Candidate>) {
     (idx, plugin, cands)
 }
 
+/// Sends a request for `tokens` to `cand` ([`ScorePlugin::on_scheduled`]) and returns what
+/// ends it ([`ScorePlugin::on_completed`]).
+fn route(p: &KvCacheAware, tokens: &[u32], cand: &Candidate) -> crate::Completion {
+    let req = Request::new("m").with_token_ids(tokens);
+    p.on_scheduled(&req, cand);
+    let mut done = crate::Completion::new(&req, cand.id.clone());
+    if let Some(b) = p.completion_blocks(&req) {
+        done.push_blocks("kvcache-aware", b);
+    }
+    done
+}
+
 fn scores(p: &KvCacheAware, tokens: &[u32], cands: &[Candidate]) -> (Vec<f64>, Option<f64>) {
     let refs: Vec<&Candidate> = cands.iter().collect();
     let mut out = vec![0.0; refs.len()];
@@ -174,8 +186,8 @@ fn routed_requests_count_before_the_engine_reports_them() {
     assert_eq!(scores(&p, &tokens, &cands).0, vec![0.0, 0.0, 0.0]);
     // The router sent the prompt to b: its two full blocks count for b at once (the short
     // last block [5] is never stored by an engine, so it is not recorded).
-    p.on_scheduled(&Request::new("m").with_token_ids(&tokens), &cands[1]);
-    assert_eq!(idx.provisional_len(), 2);
+    let done = route(&p, &tokens, &cands[1]);
+    assert_eq!((idx.provisional_len(), idx.pinned_len()), (2, 2));
     assert_eq!(idx.len(), 0);
     assert_eq!(
         scores(&p, &[1, 2, 3, 4, 9, 9], &cands),
@@ -189,6 +201,9 @@ fn routed_requests_count_before_the_engine_reports_them() {
     idx.apply(&"b".into(), &stored(&[902], Some(901), &[3, 4]))
         .unwrap();
     assert_eq!((idx.len(), idx.provisional_len()), (2, 0));
+    // The request ended: its blocks are no longer pinned.
+    p.on_completed(&done, true);
+    assert_eq!(idx.pinned_len(), 0);
     // The engine evicts the second block: the match shrinks to what the engine holds.
     idx.apply(
         &"b".into(),
@@ -204,9 +219,11 @@ fn routed_requests_count_before_the_engine_reports_them() {
 fn provisional_entries_are_cleared_with_their_endpoint_and_bounded() {
     let (idx, p, cands) = setup(3);
     let req_tokens = [1, 2, 3, 4];
-    p.on_scheduled(&Request::new("m").with_token_ids(&req_tokens), &cands[0]);
-    p.on_scheduled(&Request::new("m").with_token_ids(&req_tokens), &cands[2]);
-    assert_eq!(idx.provisional_len(), 3);
+    for c in [&cands[0], &cands[2]] {
+        let done = route(&p, &req_tokens, c);
+        p.on_completed(&done, true);
+    }
+    assert_eq!((idx.provisional_len(), idx.pinned_len()), (3, 0));
     // Four entries over a cap of 3: the least recently recorded one went. Blocks are
     // recorded last block first, so that is a's [3,4]; a still matches one block, c both.
     assert_eq!(scores(&p, &req_tokens, &cands).0, vec![50.0, 0.0, 100.0]);
@@ -227,4 +244,45 @@ fn provisional_entries_are_cleared_with_their_endpoint_and_bounded() {
         },
     );
     assert_eq!(idx.provisional_len(), 0);
+}
+
+#[test]
+fn an_eviction_while_a_routed_request_runs_keeps_its_blocks_there() {
+    let (idx, p, cands) = setup(100);
+    let a = EndpointId::from("a");
+    // a's engine holds the prefix [1,2][3,4] from an earlier request.
+    idx.apply(&a, &stored(&[101, 102], None, &[1, 2, 3, 4]))
+        .unwrap();
+    // A request for it is sent to a; before it runs, a's busy engine evicts its old copy.
+    let done = route(&p, &[1, 2, 3, 4], &cands[0]);
+    idx.apply(
+        &a,
+        &KvEvent::BlockRemoved {
+            block_hashes: vec![101, 102],
+        },
+    )
+    .unwrap();
+    assert_eq!(idx.len(), 0);
+    // The request computes the blocks again on a: the next one with the prefix follows it.
+    assert_eq!(scores(&p, &[1, 2, 3, 4, 5], &cands).0, vec![66.0, 0.0, 0.0]);
+    // Two requests pin the same blocks; each end releases one.
+    let second = route(&p, &[1, 2, 3, 4], &cands[0]);
+    p.on_completed(&done, true);
+    assert_eq!(idx.pinned_len(), 2);
+    p.on_completed(&second, false);
+    assert_eq!(idx.pinned_len(), 0);
+    // Confirmed by nothing: the provisional entries of the two requests remain.
+    assert_eq!(idx.provisional_len(), 2);
+    // A removed endpoint takes its pins with it.
+    let _third = route(&p, &[1, 2, 3, 4], &cands[1]);
+    assert_eq!(idx.pinned_len(), 2);
+    idx.remove_endpoint(&"b".into());
+    assert_eq!(idx.pinned_len(), 0);
+}
+
+#[test]
+fn pins_stop_at_the_cap() {
+    let (idx, p, cands) = setup(3);
+    let _done = route(&p, &[1, 2, 3, 4, 5, 6, 7, 8], &cands[0]);
+    assert_eq!(idx.pinned_len(), 3);
 }

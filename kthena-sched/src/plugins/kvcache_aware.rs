@@ -12,7 +12,7 @@ use crate::hash::token_block_hashes;
 use crate::kv_index::{InMemoryKvIndex, KvIndex, KvQuery};
 use crate::plugin::ScorePlugin;
 use crate::registry::BuildContext;
-use crate::request::Request;
+use crate::request::{Completion, Request};
 use crate::types::Candidate;
 
 /// Args of `kvcache-aware` (Go's `kvcache_aware.go`), plus `maxIndexEntries` for the in-memory
@@ -160,7 +160,7 @@ impl ScorePlugin for KvCacheAware {
     }
 
     /// Records the prompt's full blocks as provisionally held by `chosen`
-    /// ([`KvIndex::record_routed`]).
+    /// ([`KvIndex::record_routed`]) and as pinned there until the request ends.
     fn on_scheduled(&self, req: &Request<'_>, chosen: &Candidate) {
         record_routed(
             self.index.as_ref(),
@@ -168,6 +168,16 @@ impl ScorePlugin for KvCacheAware {
             self.args.block_size_to_hash,
             self.args.max_blocks_to_match,
             chosen,
+        );
+    }
+
+    /// Releases the blocks [`on_scheduled`](Self::on_scheduled) pinned.
+    fn on_completed(&self, done: &Completion, _success: bool) {
+        unpin_completed(
+            self.index.as_ref(),
+            done,
+            self.name(),
+            self.args.block_size_to_hash,
         );
     }
 }
@@ -226,8 +236,10 @@ pub(crate) fn token_blocks(
     Some(hashes.into())
 }
 
-/// Hashes the request's token ids in blocks and tells `index` they were routed to `chosen`
-/// (nothing for a request without token ids).
+/// Hashes the request's token ids in blocks and tells `index` they were routed to `chosen`,
+/// provisionally ([`KvIndex::record_routed`]) and pinned until the request ends
+/// ([`KvIndex::pin_routed`], released by [`unpin_completed`]); nothing for a request without
+/// token ids.
 pub(crate) fn record_routed(
     index: &dyn KvIndex,
     req: &Request<'_>,
@@ -238,7 +250,24 @@ pub(crate) fn record_routed(
     if let Some(tokens) = req.token_ids.filter(|t| !t.is_empty()) {
         with_query(req.model, tokens, block_size, max_blocks, |q| {
             index.record_routed(&chosen.id, q);
+            index.pin_routed(&chosen.id, q);
         });
+    }
+}
+
+/// Releases the blocks [`record_routed`] pinned for a request that ended: the full blocks
+/// among the hashes `plugin` kept in `done` ([`ScorePlugin::completion_blocks`]).
+pub(crate) fn unpin_completed(
+    index: &dyn KvIndex,
+    done: &Completion,
+    plugin: &str,
+    block_size: usize,
+) {
+    if let Some(blocks) = done.blocks(plugin) {
+        let full = usize::try_from(done.prompt_tokens / block_size.max(1) as u64)
+            .unwrap_or(usize::MAX)
+            .min(blocks.len());
+        index.unpin_routed(&done.endpoint, &blocks[..full]);
     }
 }
 

@@ -7,13 +7,15 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::invalid;
-use super::kvcache_aware::{match_blocks, record_routed, shared_index, token_blocks};
+use super::kvcache_aware::{
+    match_blocks, record_routed, shared_index, token_blocks, unpin_completed,
+};
 use crate::Result;
 use crate::decision::ScoreNote;
 use crate::kv_index::KvIndex;
 use crate::plugin::ScorePlugin;
 use crate::registry::BuildContext;
-use crate::request::{Request, estimated_tokens};
+use crate::request::{Completion, Request, estimated_tokens};
 use crate::types::Candidate;
 
 /// Args of `least-prefill`.
@@ -220,7 +222,8 @@ impl ScorePlugin for LeastPrefill {
         )
     }
 
-    /// Records the prompt's full blocks as provisionally held by `chosen`.
+    /// Records the prompt's full blocks as provisionally held by `chosen` and as pinned
+    /// there until the request ends.
     fn on_scheduled(&self, req: &Request<'_>, chosen: &Candidate) {
         record_routed(
             self.index.as_ref(),
@@ -228,6 +231,16 @@ impl ScorePlugin for LeastPrefill {
             self.args.block_size_to_hash,
             self.args.max_blocks_to_match,
             chosen,
+        );
+    }
+
+    /// Releases the blocks [`on_scheduled`](Self::on_scheduled) pinned.
+    fn on_completed(&self, done: &Completion, _success: bool) {
+        unpin_completed(
+            self.index.as_ref(),
+            done,
+            self.name(),
+            self.args.block_size_to_hash,
         );
     }
 }

@@ -147,3 +147,68 @@ fn tokio_stream_shim<T>(
 ) -> impl futures_util::Stream<Item = T> {
     futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
+
+/// A scheduler with `kvcache-aware` on blocks of 2 tokens, its index, and two candidates.
+fn kv_scheduler() -> (Arc<Scheduler>, Vec<kthena_sched::Candidate>) {
+    let config = kthena_sched::Config::from_yaml(
+        "pluginConfig: [{name: kvcache-aware, args: {blockSizeToHash: 2}}]\n\
+         plugins: {Score: {enabled: [{name: kvcache-aware, weight: 1}]}}",
+    )
+    .unwrap();
+    let sched = Arc::new(Scheduler::builder(config).build().unwrap());
+    let cands = vec![
+        kthena_sched::Candidate::new("a", "m"),
+        kthena_sched::Candidate::new("b", "m"),
+    ];
+    (sched, cands)
+}
+
+/// Blocks of `tokens` that `kvcache-aware`'s index says candidate 0 holds.
+fn held_by_a(sched: &Scheduler, cands: &[kthena_sched::Candidate], tokens: &[u32]) -> u32 {
+    let mut hashes = Vec::new();
+    kthena_sched::token_block_hashes(tokens, 2, usize::MAX, &mut hashes);
+    let query = kthena_sched::KvQuery {
+        model: "m",
+        token_ids: tokens,
+        block_size: 2,
+        block_hashes: &hashes,
+    };
+    let mut out = [0u32];
+    let index = sched.kv_index().unwrap();
+    index.match_prefix(&query, &[&cands[0]], &mut out);
+    out[0]
+}
+
+#[test]
+fn an_abandoned_request_releases_its_pinned_blocks() {
+    let (sched, cands) = kv_scheduler();
+    let tokens = [1, 2, 3, 4];
+    let index = Arc::clone(sched.kv_index().unwrap());
+    let a = kthena_sched::EndpointId::from("a");
+    // The engine reports the prefix, then a request for it is sent to a.
+    let stored = kthena_sched::KvEvent::BlockStored {
+        block_hashes: vec![11, 12],
+        parent_block_hash: None,
+        token_ids: tokens.to_vec(),
+        block_size: 2,
+    };
+    index.apply(&a, &stored).unwrap();
+    let req = kthena_sched::Request::new("m").with_token_ids(&tokens);
+    let done = SchedDone::new(Arc::clone(&sched), sched.on_scheduled(&req, &cands[0]));
+    let removed = kthena_sched::KvEvent::BlockRemoved {
+        block_hashes: vec![11, 12],
+    };
+    index.apply(&a, &removed).unwrap();
+    // Still held: the request runs there.
+    assert_eq!(held_by_a(&sched, &cands, &tokens), 2);
+    // The request is abandoned (its future dropped at an await): the pins go with it.
+    drop(done);
+    assert_eq!(held_by_a(&sched, &cands, &tokens), 0);
+    // A completed request releases them once.
+    index.apply(&a, &stored).unwrap();
+    let done = SchedDone::new(Arc::clone(&sched), sched.on_scheduled(&req, &cands[0]));
+    index.apply(&a, &removed).unwrap();
+    assert_eq!(held_by_a(&sched, &cands, &tokens), 2);
+    done.complete(true);
+    assert_eq!(held_by_a(&sched, &cands, &tokens), 0);
+}
