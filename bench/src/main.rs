@@ -49,8 +49,8 @@ enum Clock {
 #[command(name = "kthena-bench", version)]
 struct Args {
     /// Scenario to run: a policy scenario of the zoo (`long`, `short`, `both`, `agent`,
-    /// `zipf`, `saturation`; `docs/benchmarks.md`), an engine-pool scenario (`wide8`, `wide16`,
-    /// `hetero`, `pd`), `overhead` (router latency overhead
+    /// `zipf`, `saturation`; `docs/benchmarks.md`, `docs/workload-zoo.md`), an engine-pool
+    /// scenario (`wide8`, `wide16`, `hetero`, `pd`), `overhead` (router latency overhead
     /// with zero-latency engines) or `soak` (a long run of mixed traffic with client aborts
     /// and engine faults against the router binary, `docs/reliability.md`).
     #[arg(long, default_value = "long", value_parser = clap::builder::PossibleValuesParser::new(zoo::names()))]

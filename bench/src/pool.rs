@@ -1,6 +1,6 @@
 //! The engine-topology scenarios (`wide8`, `wide16`, `hetero`, `pd`): engine pools that are
 //! not three identical aggregated engines, the `long` workload scaled to them, and the
-//! direct runs their ceiling is made of (`docs/benchmarks.md`, "Engine pools").
+//! direct runs their ceiling is made of (`docs/workload-zoo.md`, "Engine pools").
 //!
 //! A [`Pool`] lists its engines with their own cost profile (a heterogeneous pool) and P/D
 //! role (a disaggregated pool behind a `pdGroup` ModelServer); the benchmark's runners start

@@ -33,7 +33,7 @@ const DEFAULT_POLICIES: [&str; 5] = [
 /// The policies that also run over the aggregated pool of the `pd` scenario.
 const AGGREGATED_POLICIES: [&str; 3] = ["random", "least-request+kvcache-aware", scenario::BEST];
 
-/// The `--scenario` names of the pool scenarios (`docs/benchmarks.md`, "Engine pools"):
+/// The `--scenario` names of the pool scenarios (`docs/workload-zoo.md`, "Engine pools"):
 /// `long` scaled to 8 and 16 engines, 2 H100 + 2 L40S engines, and 2 prefill + 2 decode
 /// engines against the same 4 aggregated.
 pub(crate) const NAMES: [&str; 4] = ["wide8", "wide16", "hetero", "pd"];

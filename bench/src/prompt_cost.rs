@@ -1,5 +1,5 @@
 //! `--scenario prompt-cost`: the router's CPU time per request on long chat prompts, read
-//! from the router process itself (`docs/benchmarks.md`, "Router CPU per long prompt").
+//! from the router process itself (`docs/workload-zoo.md`, "Router CPU per long prompt").
 //!
 //! Four simulated engines run in this process with Hugging Face Qwen3's tokenizer and zero
 //! latency: three behind the router (their KV events subscribed to), one reached directly for
