@@ -233,6 +233,16 @@ impl InMemoryKvIndex {
             .len()
     }
 
+    /// The hashes of `query`'s full blocks (an engine never stores a partial one); `None` when
+    /// there is none or the query's block size is not this index's.
+    fn full_blocks<'q>(&self, query: &KvQuery<'q>) -> Option<&'q [u64]> {
+        if query.block_size != self.block_size {
+            return None;
+        }
+        let full = (query.token_ids.len() / self.block_size).min(query.block_hashes.len());
+        (full > 0).then(|| &query.block_hashes[..full])
+    }
+
     /// Number of pinned (endpoint, block) entries: blocks of requests that have not ended.
     pub fn pinned_len(&self) -> usize {
         self.inner
@@ -415,18 +425,14 @@ impl KvIndex for InMemoryKvIndex {
     }
 
     fn record_routed(&self, endpoint: &EndpointId, query: &KvQuery<'_>) {
-        if query.block_size != self.block_size {
+        let Some(full) = self.full_blocks(query) else {
             return;
-        }
-        let full = (query.token_ids.len() / self.block_size).min(query.block_hashes.len());
-        if full == 0 {
-            return;
-        }
+        };
         let mut g = self.inner.write().unwrap_or_else(PoisonError::into_inner);
         let slot = g.slot(endpoint);
         let cap = g.cap.get();
         // Last block first, so that the LRU keeps a prompt's shorter prefixes longest.
-        for h in query.block_hashes[..full].iter().rev() {
+        for h in full.iter().rev() {
             let confirmed = g
                 .blocks
                 .get(h)
@@ -438,17 +444,13 @@ impl KvIndex for InMemoryKvIndex {
     }
 
     fn pin_routed(&self, endpoint: &EndpointId, query: &KvQuery<'_>) {
-        if query.block_size != self.block_size {
+        let Some(full) = self.full_blocks(query) else {
             return;
-        }
-        let full = (query.token_ids.len() / self.block_size).min(query.block_hashes.len());
-        if full == 0 {
-            return;
-        }
+        };
         let mut g = self.inner.write().unwrap_or_else(PoisonError::into_inner);
         let slot = g.slot(endpoint);
         let cap = g.cap.get();
-        for h in &query.block_hashes[..full] {
+        for h in full {
             if g.pinned.len() >= cap && !g.pinned.contains_key(&(slot, *h)) {
                 break;
             }

@@ -27,6 +27,9 @@
 //! chained XXH3-64 hash of its pieces, and keeps the ids of such prefixes (at least
 //! [`MIN_CACHED_PREFIX_BYTES`] long) in an LRU of `cache_entries` entries. A request that
 //! repeats a long system prompt then only tokenizes what follows the longest cached prefix.
+//! An entry holds only the ids added since the shorter cached prefix it extends (a chain of
+//! shared pieces, cut every 64 links by an entry that holds its whole prefix), so caching
+//! the prefixes of a growing conversation costs the new ids, not a copy of the history.
 //! Texts without special tokens (plain completion prompts) are not cached. The result always
 //! equals [`Tokenizer::encode_uncached`].
 //!
