@@ -34,7 +34,7 @@ expect "Containerfile ARG VERSION" "$(sed -n 's/^ARG VERSION=//p' Containerfile)
 skeleton="$(mktemp -d)"
 trap 'rm -rf "$skeleton"; bash scripts/images.sh rm --prefix "$PREFIX" >/dev/null 2>&1 || true' EXIT
 bash scripts/images.sh skeleton . "$skeleton" 2>/dev/null
-cargo metadata --locked --offline --format-version 1 --manifest-path "$skeleton/Cargo.toml" \
+cargo metadata --locked --format-version 1 --manifest-path "$skeleton/Cargo.toml" \
     >/dev/null || fail "the skeleton's workspace does not load with Cargo.lock unchanged"
 expect "skeleton Cargo.lock" "$(cmp -s Cargo.lock "$skeleton/Cargo.lock" && echo same)" same
 
